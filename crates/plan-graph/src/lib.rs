@@ -1,0 +1,30 @@
+//! The plan model of plan-cli: loading a plan from JSON or YAML, validating it, and
+//! analysing its dependency graph.
+//!
+//! [`load`] turns text into a [`Plan`] or an [`InvalidPlan`] listing every [`Issue`] with its
+//! location; [`Source::diagnostic`] renders an issue as a miette diagnostic pointing at the
+//! plan's line and column. The loader accepts every seed's form: `id`/`index`/`step_id`,
+//! `depends_on`/`dependsOn`, `result_variable` and `binds`, mcp-cli's `tool_calls` with one
+//! call, ids written as numbers. It is strict where the seeds were lax: unknown fields,
+//! duplicate ids, cycles, several calls in one step and unordered reads of bound variables are
+//! errors, never silently fixed. Unknown dependencies are a warning: at run time they block
+//! the step (seed 000).
+//!
+//! This crate does no I/O.
+#![deny(missing_docs)]
+
+mod dag;
+mod issue;
+mod load;
+mod model;
+mod normalize;
+pub mod render;
+mod source;
+mod validate;
+
+pub use dag::Dependencies;
+pub use issue::{Issue, Location, PlanDiagnostic, Severity, Source};
+pub use load::{Format, InvalidPlan, LoadOptions, LoadedPlan, closest, load};
+pub use model::{Jitter, Plan, RetryPolicy, Step, StepId};
+pub use normalize::META_STEP_ID;
+pub use source::{PathSegment, PlanPath, SourceMap};

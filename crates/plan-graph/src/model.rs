@@ -1,0 +1,223 @@
+//! The plan as written: serde types with every alias of the seeds, unknown fields refused.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, IgnoredAny, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+/// A step identifier. Plans may write it as a string or (YAML `id: 1`, seed 003) a number.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct StepId(pub String);
+
+impl fmt::Display for StepId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for StepId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IdVisitor;
+        impl Visitor<'_> for IdVisitor {
+            type Value = StepId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a step id (a string or a whole number)")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<StepId, E> {
+                Ok(StepId(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<StepId, E> {
+                Ok(StepId(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<StepId, E> {
+                Ok(StepId(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(IdVisitor)
+    }
+}
+
+/// How the delay between retries is randomised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Jitter {
+    /// A uniformly random delay between zero and the computed backoff (the default).
+    #[default]
+    Full,
+    /// Half the backoff plus a random part up to the other half.
+    Equal,
+    /// Exactly the computed backoff.
+    None,
+}
+
+/// When and how a failed step is tried again. Only retryable errors are retried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryPolicy {
+    /// Attempts in total, the first try included.
+    pub attempts: u32,
+    /// Delay before the second attempt.
+    pub backoff_ms: u64,
+    /// Upper bound of any delay.
+    pub max_backoff_ms: u64,
+    /// Growth of the delay from one attempt to the next.
+    pub multiplier: f64,
+    /// Randomisation of the delay.
+    pub jitter: Jitter,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 3,
+            backoff_ms: 500,
+            max_backoff_ms: 60_000,
+            multiplier: 2.0,
+            jitter: Jitter::Full,
+        }
+    }
+}
+
+/// mcp-cli's saved form of a call: `tool_calls: [{"name", "args"}]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawToolCall {
+    pub(crate) name: String,
+    #[serde(default, alias = "arguments")]
+    pub(crate) args: Map<String, Value>,
+    #[serde(default, rename = "id")]
+    _id: Option<IgnoredAny>,
+}
+
+/// A step as written, before normalisation (aliases resolved by serde, the rest by `normalize`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStep {
+    #[serde(alias = "index", alias = "step_id")]
+    pub(crate) id: StepId,
+    #[serde(default)]
+    pub(crate) title: Option<String>,
+    #[serde(default)]
+    pub(crate) description: Option<String>,
+    #[serde(default)]
+    pub(crate) tool: Option<String>,
+    #[serde(default)]
+    pub(crate) args: Option<Map<String, Value>>,
+    #[serde(default)]
+    pub(crate) tool_calls: Option<Vec<RawToolCall>>,
+    #[serde(default, alias = "dependsOn")]
+    pub(crate) depends_on: Option<Vec<StepId>>,
+    #[serde(default, alias = "resultVariable")]
+    pub(crate) result_variable: Option<String>,
+    #[serde(default)]
+    pub(crate) binds: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) retry: Option<RetryPolicy>,
+    #[serde(default, alias = "timeoutMs")]
+    pub(crate) timeout_ms: Option<u64>,
+    // Fields of the plan format that later versions implement: accepted by the parser so that
+    // validation can say "not supported yet" at the field, instead of "unknown field".
+    #[serde(default)]
+    pub(crate) when: Option<IgnoredAny>,
+    #[serde(default)]
+    pub(crate) risk: Option<IgnoredAny>,
+    #[serde(default, alias = "expandOn")]
+    pub(crate) expand_on: Option<IgnoredAny>,
+    #[serde(default, alias = "expandKey")]
+    pub(crate) expand_key: Option<IgnoredAny>,
+    #[serde(default)]
+    pub(crate) block: Option<IgnoredAny>,
+    #[serde(default)]
+    pub(crate) run_if: Option<IgnoredAny>,
+}
+
+/// A plan as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPlan {
+    #[serde(default)]
+    pub(crate) id: Option<String>,
+    #[serde(default)]
+    pub(crate) title: Option<String>,
+    #[serde(default)]
+    pub(crate) description: Option<String>,
+    #[serde(default)]
+    pub(crate) variables: Map<String, Value>,
+    #[serde(default, alias = "maxConcurrency")]
+    pub(crate) max_concurrency: Option<usize>,
+    #[serde(default)]
+    pub(crate) retry: Option<RetryPolicy>,
+    #[serde(default, alias = "timeoutMs")]
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) steps: Vec<RawStep>,
+    #[serde(default)]
+    pub(crate) guards: Option<IgnoredAny>,
+    #[serde(default)]
+    pub(crate) env: Option<IgnoredAny>,
+    #[serde(default)]
+    pub(crate) mode: Option<IgnoredAny>,
+    #[serde(default)]
+    pub(crate) fail_fast: Option<IgnoredAny>,
+}
+
+/// One tool call in a plan, normalised: aliases resolved, `tool_calls` unwrapped,
+/// `result_variable` folded into `binds`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    /// Unique within the plan.
+    pub id: StepId,
+    /// Human-readable description.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The tool to call.
+    pub tool: String,
+    /// The tool's arguments; strings may hold placeholders.
+    pub args: Map<String, Value>,
+    /// Steps that must succeed before this one starts, in the order written.
+    pub depends_on: Vec<StepId>,
+    /// Variables set from the result: name → selector (`$`, `$.path`, `$var.path`).
+    pub binds: BTreeMap<String, String>,
+    /// Retry policy, when the step sets one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Time limit of one attempt, when the step sets one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A normalised plan.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// The plan's id: as written, else derived from the file name by the loader's caller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Human-readable title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the plan is for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Initial variables.
+    pub variables: Map<String, Value>,
+    /// Most steps running at once, when the plan sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<usize>,
+    /// Default retry policy for steps that set none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Default time limit of one attempt for steps that set none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The steps, in plan order.
+    pub steps: Vec<Step>,
+}
+
+impl Plan {
+    /// The position of a step in plan order.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.steps.iter().position(|step| step.id.0 == id)
+    }
+}

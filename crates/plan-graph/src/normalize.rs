@@ -1,0 +1,292 @@
+//! Raw plan → [`Plan`]: the seeds' forms folded into one, with an issue for each thing that
+//! cannot be folded.
+
+use std::collections::BTreeMap;
+
+use plan_vars::Selector;
+
+use crate::issue::Issue;
+use crate::model::{Plan, RawPlan, RawStep, RetryPolicy, Step};
+use crate::source::PlanPath;
+
+/// Names a placeholder reads as something other than a variable.
+pub(crate) const RESERVED_NAMES: &[&str] = &["each", "index", "key", "var", "env"];
+
+/// The id of the summary record; no step may take it.
+pub const META_STEP_ID: &str = "__meta__";
+
+pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
+    let mut issues = Vec::new();
+    let root = PlanPath::root();
+    for (field, present) in [
+        ("guards", raw.guards.is_some()),
+        ("env", raw.env.is_some()),
+        ("mode", raw.mode.is_some()),
+        ("fail_fast", raw.fail_fast.is_some()),
+    ] {
+        if present {
+            issues.push(not_supported_yet(root.clone().key(field), field));
+        }
+    }
+    if raw.max_concurrency == Some(0) {
+        issues.push(
+            Issue::error(
+                "plan::invalid_value",
+                root.clone().key("max_concurrency"),
+                "`max_concurrency` must be at least 1",
+            )
+            .label("zero would run nothing"),
+        );
+    }
+    check_retry(raw.retry.as_ref(), &root, &mut issues);
+    check_timeout(raw.timeout_ms, &root, &mut issues);
+
+    let steps = raw
+        .steps
+        .into_iter()
+        .enumerate()
+        .map(|(index, step)| normalize_step(index, step, &mut issues))
+        .collect();
+    let plan = Plan {
+        id: raw.id,
+        title: raw.title,
+        description: raw.description,
+        variables: raw.variables,
+        max_concurrency: raw.max_concurrency,
+        retry: raw.retry,
+        timeout_ms: raw.timeout_ms,
+        steps,
+    };
+    (plan, issues)
+}
+
+fn not_supported_yet(path: PlanPath, field: &str) -> Issue {
+    Issue::error(
+        "plan::not_supported_yet",
+        path,
+        format!(
+            "`{field}` is part of the plan format but this version of plan-cli does not run it yet"
+        ),
+    )
+    .at_key()
+    .label("not supported yet")
+    .help("remove it to run this plan with this version")
+}
+
+fn check_retry(retry: Option<&RetryPolicy>, at: &PlanPath, issues: &mut Vec<Issue>) {
+    let Some(retry) = retry else { return };
+    let path = at.clone().key("retry");
+    if retry.attempts == 0 {
+        issues.push(Issue::error(
+            "plan::invalid_value",
+            path.clone().key("attempts"),
+            "`retry.attempts` counts the first try too, so it must be at least 1",
+        ));
+    }
+    if !(retry.multiplier.is_finite() && retry.multiplier >= 1.0) {
+        issues.push(Issue::error(
+            "plan::invalid_value",
+            path.key("multiplier"),
+            "`retry.multiplier` must be a number of at least 1",
+        ));
+    }
+}
+
+fn check_timeout(timeout_ms: Option<u64>, at: &PlanPath, issues: &mut Vec<Issue>) {
+    if timeout_ms == Some(0) {
+        issues.push(Issue::error(
+            "plan::invalid_value",
+            at.clone().key("timeout_ms"),
+            "`timeout_ms` must be at least 1",
+        ));
+    }
+}
+
+/// Always returns a step, so that step positions stay those of the document; a step with
+/// errors is never run because `load` fails on any error.
+fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
+    let at = PlanPath::step(index);
+    let id = raw.id;
+    if id.0.trim().is_empty() {
+        issues.push(Issue::error(
+            "plan::invalid_id",
+            at.clone().key("id"),
+            "a step id cannot be empty",
+        ));
+    } else if id.0 == META_STEP_ID {
+        issues.push(
+            Issue::error(
+                "plan::invalid_id",
+                at.clone().key("id"),
+                format!("`{META_STEP_ID}` is reserved for the summary record"),
+            )
+            .help("choose another id"),
+        );
+    }
+    for (field, present) in [
+        ("when", raw.when.is_some()),
+        ("risk", raw.risk.is_some()),
+        ("expand_on", raw.expand_on.is_some()),
+        ("expand_key", raw.expand_key.is_some()),
+        ("block", raw.block.is_some()),
+        ("run_if", raw.run_if.is_some()),
+    ] {
+        if present {
+            issues.push(not_supported_yet(at.clone().key(field), field));
+        }
+    }
+    check_retry(raw.retry.as_ref(), &at, issues);
+    check_timeout(raw.timeout_ms, &at, issues);
+
+    let (tool, args) = match (raw.tool, raw.tool_calls) {
+        (Some(_), Some(_)) => {
+            issues.push(
+                Issue::error(
+                    "plan::tool",
+                    at.clone().key("tool_calls"),
+                    format!("step `{id}` has both `tool` and `tool_calls`"),
+                )
+                .at_key()
+                .help("keep one: `tool` with `args`, or a single entry in `tool_calls`"),
+            );
+            (None, raw.args)
+        }
+        (Some(tool), None) => (Some(tool), raw.args),
+        (None, Some(mut calls)) => {
+            if calls.len() > 1 {
+                issues.push(
+                    Issue::error(
+                        "plan::tool",
+                        at.clone().key("tool_calls").index(1),
+                        format!("step `{id}` has {} calls in `tool_calls`; a step makes exactly one call", calls.len()),
+                    )
+                    .label("a second call")
+                    .help("split them into steps, one call each, with `depends_on` to keep their order"),
+                );
+                (None, raw.args)
+            } else if let Some(call) = calls.pop() {
+                if raw.args.is_some() {
+                    issues.push(
+                        Issue::error(
+                            "plan::tool",
+                            at.clone().key("args"),
+                            format!("step `{id}` has `args` and also `tool_calls[0].args`"),
+                        )
+                        .at_key()
+                        .help("give the arguments in one place"),
+                    );
+                }
+                (Some(call.name), Some(call.args))
+            } else {
+                issues.push(Issue::error(
+                    "plan::tool",
+                    at.clone().key("tool_calls"),
+                    format!("step `{id}` has an empty `tool_calls`"),
+                ));
+                (None, raw.args)
+            }
+        }
+        (None, None) => {
+            issues.push(
+                Issue::error(
+                    "plan::missing_tool",
+                    at.clone(),
+                    format!("step `{id}` has no `tool`"),
+                )
+                .label("this step needs a `tool`")
+                .help("add `tool: NAME` (see `plan-cli tools` for the names)"),
+            );
+            (None, raw.args)
+        }
+    };
+    if tool.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        issues.push(Issue::error(
+            "plan::tool",
+            at.clone().key("tool"),
+            "the tool name cannot be empty",
+        ));
+    }
+
+    let depends_on = raw.depends_on.unwrap_or_default();
+    for (i, dep) in depends_on.iter().enumerate() {
+        if depends_on[..i].contains(dep) {
+            issues.push(
+                Issue::error(
+                    "plan::duplicate_dependency",
+                    at.clone().key("depends_on").index(i),
+                    format!("step `{id}` lists `{dep}` twice in `depends_on`"),
+                )
+                .label("again"),
+            );
+        }
+    }
+
+    let mut binds: BTreeMap<String, String> = BTreeMap::new();
+    if let Some(name) = raw.result_variable {
+        check_bind_name(&name, at.clone().key("result_variable"), issues);
+        if raw.binds.contains_key(&name) {
+            issues.push(
+                Issue::error(
+                    "plan::duplicate_bind",
+                    at.clone().key("binds").key(&name),
+                    format!(
+                        "step `{id}` binds `{name}` twice: in `result_variable` and in `binds`"
+                    ),
+                )
+                .at_key(),
+            );
+        }
+        binds.insert(name, "$".to_owned());
+    }
+    for (name, selector) in raw.binds {
+        let path = at.clone().key("binds").key(&name);
+        check_bind_name(&name, path.clone(), issues);
+        if let Err(error) = selector.parse::<Selector>() {
+            issues.push(
+                Issue::error("plan::bind_selector", path, format!("bad bind selector `{selector}`: {error}"))
+                    .help("a selector is `$` (the whole result), `$.path` (part of it) or `$var.name.path`"),
+            );
+        }
+        binds.entry(name).or_insert(selector);
+    }
+
+    Step {
+        id,
+        title: raw.title.or(raw.description),
+        tool: tool.unwrap_or_default(),
+        args: args.unwrap_or_default(),
+        depends_on,
+        binds,
+        retry: raw.retry,
+        timeout_ms: raw.timeout_ms,
+    }
+}
+
+fn check_bind_name(name: &str, path: PlanPath, issues: &mut Vec<Issue>) {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+        && !name.starts_with('-');
+    if !valid {
+        issues.push(
+            Issue::error(
+                "plan::bind_name",
+                path,
+                format!("`{name}` is not a variable name"),
+            )
+            .at_key()
+            .help("use letters, digits, `_` and `-`"),
+        );
+    } else if RESERVED_NAMES.contains(&name) {
+        issues.push(
+            Issue::error(
+                "plan::bind_name",
+                path,
+                format!("`{name}` is reserved: placeholders read `{name}` as something else"),
+            )
+            .at_key()
+            .help(format!("reserved names: {}", RESERVED_NAMES.join(", "))),
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! Loading plans: every seed's form, and every kind of invalid plan with its location.
+
+use plan_graph::{Format, InvalidPlan, LoadOptions, LoadedPlan, Plan, Source, load};
+use serde_json::json;
+
+fn load_as(text: &str, format: Format) -> Result<LoadedPlan, InvalidPlan> {
+    let name = if format == Format::Yaml {
+        "plan.yaml"
+    } else {
+        "plan.json"
+    };
+    load(Source::new(name, text), format, &LoadOptions::default())
+}
+
+fn plan(text: &str, format: Format) -> Plan {
+    match load_as(text, format) {
+        Ok(loaded) => loaded.plan,
+        Err(invalid) => panic!("expected a valid plan, got {:#?}", invalid.issues),
+    }
+}
+
+/// Asserts the plan is invalid with exactly these errors: (code, message, line, column).
+fn check_errors(text: &str, format: Format, expected: &[(&str, &str, usize, usize)]) {
+    let invalid = match load_as(text, format) {
+        Ok(loaded) => panic!("expected errors, got a valid plan {:#?}", loaded.plan),
+        Err(invalid) => invalid,
+    };
+    let actual: Vec<(String, String, usize, usize)> = invalid
+        .issues
+        .iter()
+        .filter(|issue| issue.is_error())
+        .map(|issue| {
+            let diagnostic = invalid.plan_source.diagnostic(issue);
+            let (line, column) = diagnostic.position().unwrap_or((0, 0));
+            (issue.code.to_owned(), issue.message.clone(), line, column)
+        })
+        .collect();
+    let expected: Vec<(String, String, usize, usize)> = expected
+        .iter()
+        .map(|(c, m, l, col)| ((*c).to_owned(), (*m).to_owned(), *l, *col))
+        .collect();
+    assert_eq!(actual, expected);
+}
+
+#[test]
+fn seed_000_payload_loads_unchanged() {
+    let plan = plan(
+        r#"{"steps": [
+            {"step_id": "step_1", "tool": "echo", "args": {"x": 1}},
+            {"step_id": "step_2", "tool": "fail", "depends_on": ["step_1"]}
+        ]}"#,
+        Format::Json,
+    );
+    assert_eq!(plan.steps.len(), 2);
+    assert_eq!(plan.steps[1].id.0, "step_2");
+    assert_eq!(plan.steps[1].depends_on[0].0, "step_1");
+    assert_eq!(plan.steps[1].args, serde_json::Map::new());
+}
+
+#[test]
+fn seed_003_plan_loads_with_index_and_result_variable() {
+    let plan = plan(
+        r#"{
+  "id": "refactor-auth-001",
+  "title": "Refactor Auth Module",
+  "variables": {"module_path": "src/auth/handler.py"},
+  "steps": [
+    {"index": "1", "title": "Read auth module", "tool": "read_file",
+     "args": {"path": "${module_path}"}, "depends_on": [], "result_variable": "auth_code"},
+    {"index": "2", "title": "Write", "tool": "write_file",
+     "args": {"path": "${module_path}", "content": "${auth_code}"}, "depends_on": ["1"]}
+  ]
+}"#,
+        Format::Json,
+    );
+    assert_eq!(plan.id.as_deref(), Some("refactor-auth-001"));
+    assert_eq!(
+        plan.steps[0].binds.get("auth_code").map(String::as_str),
+        Some("$")
+    );
+    assert_eq!(plan.variables["module_path"], json!("src/auth/handler.py"));
+}
+
+#[test]
+fn seed_001_camel_case_and_mcp_tool_calls_load() {
+    let plan = plan(
+        r#"
+steps:
+  - id: fetch
+    tool_calls: [{name: echo, args: {items: [1, 2]}}]
+    binds: {items: "$.items", first: "$.items[0]"}
+  - id: 2
+    tool: echo
+    dependsOn: [fetch]
+    args: {n: "$var.first"}
+"#,
+        Format::Yaml,
+    );
+    assert_eq!(plan.steps[0].tool, "echo");
+    assert_eq!(plan.steps[0].args["items"], json!([1, 2]));
+    assert_eq!(plan.steps[1].id.0, "2", "numeric ids become strings");
+    assert_eq!(plan.steps[1].depends_on[0].0, "fetch");
+}
+
+#[test]
+fn unknown_fields_point_at_the_key_with_a_suggestion() {
+    let text = "steps:\n  - id: a\n    tool: echo\n    depend_on: [b]\n";
+    let invalid = load_as(text, Format::Yaml).unwrap_err();
+    let issue = &invalid.issues[0];
+    assert_eq!(issue.message, "unknown field `depend_on`");
+    assert_eq!(issue.help.as_deref(), Some("did you mean `depends_on`?"));
+    assert_eq!(
+        invalid.plan_source.diagnostic(issue).position(),
+        Some((4, 5))
+    );
+
+    let text = "{\"steps\": [{\"id\": \"a\", \"tool\": \"echo\", \"argz\": {}}]}";
+    let invalid = load_as(text, Format::Json).unwrap_err();
+    assert_eq!(invalid.issues[0].message, "unknown field `argz`");
+    assert_eq!(
+        invalid
+            .plan_source
+            .diagnostic(&invalid.issues[0])
+            .position(),
+        Some((1, 40))
+    );
+}
+
+#[test]
+fn structural_errors_name_the_field_and_its_position() {
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n  - id: a\n    tool: echo\n",
+        Format::Yaml,
+        &[("plan::duplicate_id", "two steps have the id `a`", 4, 9)],
+    );
+    check_errors(
+        "steps:\n  - id: a\n    args: {}\n",
+        Format::Yaml,
+        &[("plan::missing_tool", "step `a` has no `tool`", 2, 5)],
+    );
+    check_errors(
+        "steps:\n  - id: a\n    tool_calls: [{name: echo}, {name: sleep}]\n",
+        Format::Yaml,
+        &[(
+            "plan::tool",
+            "step `a` has 2 calls in `tool_calls`; a step makes exactly one call",
+            3,
+            32,
+        )],
+    );
+    check_errors(
+        "steps:\n  - id: __meta__\n    tool: echo\n",
+        Format::Yaml,
+        &[(
+            "plan::invalid_id",
+            "`__meta__` is reserved for the summary record",
+            2,
+            9,
+        )],
+    );
+    check_errors(
+        "max_concurrency: 0\nsteps: []\n",
+        Format::Yaml,
+        &[(
+            "plan::invalid_value",
+            "`max_concurrency` must be at least 1",
+            1,
+            18,
+        )],
+    );
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n    when: \"true\"\n",
+        Format::Yaml,
+        &[(
+            "plan::not_supported_yet",
+            "`when` is part of the plan format but this version of plan-cli does not run it yet",
+            4,
+            5,
+        )],
+    );
+}
+
+#[test]
+fn bad_types_and_syntax_point_at_the_position() {
+    check_errors(
+        "{\"steps\": [{\"id\": \"a\", \"tool\": \"echo\", \"depends_on\": \"b\"}]}",
+        Format::Json,
+        &[(
+            "plan::schema",
+            "invalid type: string \"b\", expected a sequence",
+            1,
+            54,
+        )],
+    );
+    check_errors(
+        "{\"steps\": [",
+        Format::Json,
+        &[("plan::syntax", "EOF while parsing a list", 1, 11)],
+    );
+    check_errors(
+        "{}",
+        Format::Json,
+        &[("plan::missing_field", "missing field `steps`", 1, 2)],
+    );
+    let invalid = load_as("steps: [ {id: a\n", Format::Yaml).unwrap_err();
+    assert_eq!(invalid.issues[0].code, "plan::syntax");
+}
+
+#[test]
+fn cycles_are_errors_naming_every_member() {
+    check_errors(
+        r#"{"steps": [
+  {"id": "a", "tool": "echo", "depends_on": ["c"]},
+  {"id": "b", "tool": "echo", "depends_on": ["a"]},
+  {"id": "c", "tool": "echo", "depends_on": ["b"]},
+  {"id": "d", "tool": "echo", "depends_on": ["d"]}
+]}"#,
+        Format::Json,
+        &[
+            (
+                "plan::cycle",
+                "dependency cycle: `a` → `c` → `b` → `a`",
+                2,
+                46,
+            ),
+            ("plan::cycle", "dependency cycle: `d` → `d`", 5, 46),
+        ],
+    );
+}
+
+#[test]
+fn unknown_dependencies_are_warnings_not_errors() {
+    let loaded = load_as(
+        r#"{"steps": [{"id": "a", "tool": "echo"}, {"id": "b", "tool": "echo", "depends_on": ["x"]}]}"#,
+        Format::Json,
+    )
+    .unwrap();
+    assert_eq!(loaded.warnings.len(), 1);
+    assert_eq!(
+        loaded.warnings[0].message,
+        "step `b` depends on `x`, which is not a step of this plan"
+    );
+}
+
+#[test]
+fn reading_a_bound_variable_needs_a_dependency() {
+    check_errors(
+        r#"{"steps": [
+  {"id": "a", "tool": "echo", "result_variable": "x"},
+  {"id": "b", "tool": "echo", "args": {"v": "${x}"}}
+]}"#,
+        Format::Json,
+        &[(
+            "plan::unordered_read",
+            "step `b` reads `x`, which step `a` binds, but does not depend on it",
+            3,
+            39,
+        )],
+    );
+    check_errors(
+        r#"{"steps": [
+  {"id": "a", "tool": "echo", "result_variable": "x"},
+  {"id": "b", "tool": "echo", "binds": {"x": "$"}}
+]}"#,
+        Format::Json,
+        &[(
+            "plan::bind_conflict",
+            "steps `a` and `b` both bind `x` and neither depends on the other",
+            3,
+            41,
+        )],
+    );
+    // Ordered through an intermediate step: fine.
+    plan(
+        r#"{"steps": [
+  {"id": "a", "tool": "echo", "result_variable": "x"},
+  {"id": "m", "tool": "echo", "depends_on": ["a"]},
+  {"id": "b", "tool": "echo", "args": {"v": "${x}"}, "binds": {"x": "$"}, "depends_on": ["m"]}
+]}"#,
+        Format::Json,
+    );
+}
+
+#[test]
+fn placeholders_are_checked_at_load() {
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n    args: {v: \"${oops\"}\n",
+        Format::Yaml,
+        &[(
+            "plan::placeholder",
+            "malformed placeholder: unterminated placeholder: `${` without a closing `}`",
+            4,
+            15,
+        )],
+    );
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n    args: {v: \"$each.x\"}\n",
+        Format::Yaml,
+        &[(
+            "plan::placeholder",
+            "`$each.x` is only defined inside a map step (one with `expand_on`)",
+            4,
+            11,
+        )],
+    );
+    let loaded = load_as(
+        "steps:\n  - id: a\n    tool: echo\n    args: {v: \"${nope}\"}\n",
+        Format::Yaml,
+    )
+    .unwrap();
+    assert_eq!(loaded.warnings[0].code, "plan::undefined_variable");
+    let loaded = load(
+        Source::new(
+            "p.yaml",
+            "steps:\n  - id: a\n    tool: echo\n    args: {v: \"${given}\"}\n",
+        ),
+        Format::Yaml,
+        &LoadOptions {
+            provided_variables: vec!["given".into()],
+        },
+    )
+    .unwrap();
+    assert!(loaded.warnings.is_empty());
+}
+
+#[test]
+fn levels_and_renderings_follow_the_dependencies() {
+    let plan = plan(
+        r#"{"steps": [
+  {"index": "1", "title": "Read auth module", "tool": "read_file"},
+  {"index": "2", "title": "Find all usages", "tool": "search_code"},
+  {"index": "3", "title": "Write refactored module", "tool": "write_file", "depends_on": ["1", "2"]},
+  {"index": "4", "title": "Run tests", "tool": "run_tests", "depends_on": ["3"]}
+]}"#,
+        Format::Json,
+    );
+    let deps = plan_graph::Dependencies::new(&plan);
+    assert_eq!(deps.levels(), vec![vec![0, 1], vec![2], vec![3]]);
+    let ascii = plan_graph::render::ascii(&plan, &|_| plan_graph::render::Mark::Pending);
+    assert_eq!(
+        ascii,
+        "○ 1. Read auth module         [read_file]\n\
+         ○ 2. Find all usages          [search_code]  ∥\n\
+         \n\
+         ○ 3. Write refactored module  [write_file]   ← after: 1, 2\n\
+         \n\
+         ○ 4. Run tests                [run_tests]    ← after: 3\n"
+    );
+    assert!(plan_graph::render::mermaid(&plan).contains("    s0 --> s2\n"));
+    assert!(plan_graph::render::dot(&plan).contains("    \"3\" -> \"4\";\n"));
+}

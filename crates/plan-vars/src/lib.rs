@@ -1,0 +1,34 @@
+//! Placeholders for plan-cli plans: parse once, resolve many times.
+//!
+//! A plan's `args` are JSON values whose strings may hold placeholders:
+//!
+//! | form | meaning |
+//! |---|---|
+//! | `${name}`, `${name.a.b}`, `${name.list[0]}`, `${name["key with space"]}` | a variable |
+//! | `$var.name.path` (also `${var.name}`) | a variable (seed 001 form) |
+//! | `$each`, `$each.path`, `$index`, `$key` (also braced) | the current item of a map step |
+//! | `${env.NAME}` | an environment value the plan lists under `env:` |
+//! | `$$` | a literal `$` (so `$${x}` is the text `${x}`) |
+//!
+//! A string that is exactly one placeholder keeps the value's JSON type; a placeholder inside
+//! other text is interpolated (strings raw, everything else as compact JSON). A placeholder that
+//! does not resolve is an error naming it: never a silent pass-through of the literal text.
+//!
+//! [`ValueTemplate`] compiles a whole JSON value; [`Template`] one string; [`Selector`] is the
+//! bind selector language (`$`, `$.path`, `$var.path`). Resolution reads a [`Scope`].
+//! This crate does no I/O.
+#![deny(missing_docs)]
+
+mod error;
+mod path;
+mod scope;
+mod selector;
+mod template;
+mod value_template;
+
+pub use error::{ParseError, ResolveError};
+pub use path::Segment;
+pub use scope::{Item, Scope, Variables};
+pub use selector::Selector;
+pub use template::{Placeholder, Root, Template};
+pub use value_template::ValueTemplate;

@@ -1,0 +1,237 @@
+//! Placeholder resolution, one `check` per concern.
+
+use std::collections::BTreeMap;
+
+use plan_vars::{Item, Scope, Selector, Template, ValueTemplate};
+use serde_json::{Value, json};
+
+fn vars() -> BTreeMap<String, Value> {
+    let Value::Object(map) = json!({
+        "module_path": "src/auth/handler.py",
+        "api": {"host": "api.example.com", "version": "v2"},
+        "users": [{"id": 1, "name": "ada"}, {"id": 2, "name": "bob"}],
+        "user": {"name": "ada", "tags": ["x"]},
+        "count": 3,
+        "flag": true,
+        "nothing": null,
+        "odd keys": {"key with space": "yes", "a.b": "dotted"},
+    }) else {
+        unreachable!()
+    };
+    map.into_iter().collect()
+}
+
+fn resolve(text: &str) -> Result<Value, String> {
+    let vars = vars();
+    let template = Template::parse(text).map_err(|e| format!("parse: {e}"))?;
+    template
+        .resolve(&Scope::with_vars(&vars))
+        .map_err(|e| e.to_string())
+}
+
+fn check(text: &str, expected: Value) {
+    assert_eq!(resolve(text), Ok(expected), "resolving {text:?}");
+}
+
+fn check_err(text: &str, expected: &str) {
+    assert_eq!(
+        resolve(text),
+        Err(expected.to_owned()),
+        "resolving {text:?}"
+    );
+}
+
+#[test]
+fn exact_placeholder_keeps_the_type() {
+    check(
+        "${users}",
+        json!([{"id": 1, "name": "ada"}, {"id": 2, "name": "bob"}]),
+    );
+    check("${count}", json!(3));
+    check("${flag}", json!(true));
+    check("${nothing}", Value::Null);
+    check(
+        "${api}",
+        json!({"host": "api.example.com", "version": "v2"}),
+    );
+    check("$var.users[1].name", json!("bob"));
+    check("${var.count}", json!(3));
+}
+
+#[test]
+fn paths_walk_fields_indexes_and_quoted_keys() {
+    check("${api.host}", json!("api.example.com"));
+    check("${users[0].id}", json!(1));
+    check("${user.tags[0]}", json!("x"));
+    check(r#"${odd keys["key with space"]}"#, json!("yes"));
+    check(r#"${odd keys["a.b"]}"#, json!("dotted"));
+    check("${ api.host }", json!("api.example.com"));
+}
+
+#[test]
+fn text_interpolates_values() {
+    check(
+        "https://${api.host}/${api.version}/users",
+        json!("https://api.example.com/v2/users"),
+    );
+    check(
+        "n=${count} ok=${flag} none=${nothing}",
+        json!("n=3 ok=true none=null"),
+    );
+    check("tags: ${user.tags}", json!(r#"tags: ["x"]"#));
+    check("first $var.user.name.", json!("first ada."));
+}
+
+#[test]
+fn dollars_that_start_no_placeholder_are_text() {
+    check("costs $5 in $HOME", json!("costs $5 in $HOME"));
+    check("$$", json!("$"));
+    check("$${count}", json!("${count}"));
+    check("a $$var.count b", json!("a $var.count b"));
+    check("$variable", json!("$variable"));
+    check("$", json!("$"));
+    check("", json!(""));
+}
+
+#[test]
+fn unresolved_placeholders_name_what_is_missing() {
+    check_err(
+        "$var.user.nmae",
+        "`$var.user.nmae`: `user` has no field `nmae`; it has `name`, `tags`",
+    );
+    check_err(
+        "${users[5]}",
+        "`${users[5]}`: `users` has 2 items; index 5 is out of range",
+    );
+    check_err(
+        "${count.x}",
+        "`${count.x}`: `count` is a number, not an object, so it has no field `x`",
+    );
+    check_err(
+        "${modul_path}",
+        "`${modul_path}`: no variable `modul_path` is defined; did you mean `module_path`?",
+    );
+    check_err(
+        "x ${zzzzzz} y",
+        "`${zzzzzz}`: no variable `zzzzzz` is defined",
+    );
+    check_err(
+        "$each.id",
+        "`$each.id`: `$each` is only defined inside a map step (one with `expand_on`)",
+    );
+    check_err(
+        "${env.HOME}",
+        "`${env.HOME}`: environment variable `HOME` is not available: list it under the plan's `env:`",
+    );
+}
+
+#[test]
+fn malformed_placeholders_are_parse_errors() {
+    for (text, message) in [
+        ("${", "unterminated placeholder: `${` without a closing `}`"),
+        (
+            "a ${count",
+            "unterminated placeholder: `${` without a closing `}`",
+        ),
+        ("${}", "empty placeholder: expected a name inside `${}`"),
+        ("${a.}", "expected a field name after `.`"),
+        (
+            "${a[x]}",
+            "expected a list index `[N]` or a quoted key `[\"key\"]`",
+        ),
+        ("${a b}", "unexpected ` ` in placeholder"),
+        ("$var", "`$var` must be followed by `.name`"),
+        ("${env}", "`${env}` needs a name: `${env.NAME}`"),
+        ("${index.x}", "`index` is a number and has no fields"),
+    ] {
+        match Template::parse(text) {
+            Err(error) => assert_eq!(error.message, message, "parsing {text:?}"),
+            Ok(template) => panic!("{text:?} parsed as {template:?}"),
+        }
+    }
+}
+
+#[test]
+fn map_items_resolve_each_index_and_key() {
+    let item = json!({"id": "a1", "from": {"address": "x@y"}, "subject": "hi"});
+    let index = json!(2);
+    let key = json!("a1");
+    let scope = Scope {
+        item: Some(Item {
+            value: &item,
+            index: &index,
+            key: Some(&key),
+        }),
+        ..Scope::default()
+    };
+    let resolve = |text: &str| Template::parse(text).unwrap().resolve(&scope).unwrap();
+    assert_eq!(resolve("$each.from.address"), json!("x@y"));
+    assert_eq!(resolve("Re: $each.subject (#$index)"), json!("Re: hi (#2)"));
+    assert_eq!(resolve("$index"), json!(2));
+    assert_eq!(resolve("${key}"), json!("a1"));
+    assert_eq!(resolve("${each.id}-$key"), json!("a1-a1"));
+}
+
+#[test]
+fn keep_unresolved_leaves_placeholder_text_for_previews() {
+    let vars = vars();
+    let scope = Scope {
+        keep_unresolved: true,
+        ..Scope::with_vars(&vars)
+    };
+    let template = Template::parse("${later.field}").unwrap();
+    assert_eq!(template.resolve(&scope).unwrap(), json!("${later.field}"));
+    let template = Template::parse("at ${api.host}/${later}").unwrap();
+    assert_eq!(
+        template.resolve(&scope).unwrap(),
+        json!("at api.example.com/${later}")
+    );
+}
+
+#[test]
+fn value_templates_resolve_nested_args_and_report_pointers() {
+    let vars = vars();
+    let args = json!({
+        "path": "${module_path}",
+        "literal": {"a": [1, 2, "no placeholders"]},
+        "list": ["${count}", "n=${count}"],
+    });
+    let template = ValueTemplate::compile(&args).unwrap();
+    assert!(!template.is_literal());
+    let names: Vec<_> = template
+        .placeholders()
+        .iter()
+        .map(|p| p.text().to_owned())
+        .collect();
+    assert_eq!(names, ["${count}", "${count}", "${module_path}"]);
+    assert_eq!(
+        template.resolve(&Scope::with_vars(&vars)).unwrap(),
+        json!({"path": "src/auth/handler.py", "literal": {"a": [1, 2, "no placeholders"]}, "list": [3, "n=3"]})
+    );
+
+    let error = ValueTemplate::compile(&json!({"a": {"b/c": ["ok", "${oops"]}})).unwrap_err();
+    assert_eq!(error.pointer, "/a/b~1c/1");
+    assert!(
+        ValueTemplate::compile(&json!({"x": 1}))
+            .unwrap()
+            .is_literal()
+    );
+}
+
+#[test]
+fn selectors_pick_from_the_result_or_the_variables() {
+    let vars = vars();
+    let result = json!({"lines": ["first", "second"], "n": 2});
+    let select = |text: &str| text.parse::<Selector>().unwrap().select(&result, &vars);
+    assert_eq!(select("$").unwrap(), result);
+    assert_eq!(select("$.lines[0]").unwrap(), json!("first"));
+    assert_eq!(select("$.n").unwrap(), json!(2));
+    assert_eq!(select("$var.api.host").unwrap(), json!("api.example.com"));
+    assert_eq!(
+        select("$.missing").unwrap_err().to_string(),
+        "`$.missing`: the step's result: `$` has no field `missing`; it has `lines`, `n`"
+    );
+    assert!("lines".parse::<Selector>().is_err());
+    assert!("$.a b".parse::<Selector>().is_err());
+    assert!("$var.".parse::<Selector>().is_err());
+}
