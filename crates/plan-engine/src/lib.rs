@@ -1,1 +1,21 @@
-//! (in progress)
+//! The plan-cli engine: runs a plan's steps as their dependencies allow, in parallel up to a
+//! limit, with retries and timeouts, and returns seed 000's records in plan order.
+//!
+//! [`Program::compile`] binds a loaded [`plan_graph::Plan`] to the tools of a [`Registry`];
+//! [`run`] executes it and returns a [`RunReport`]. Tools implement [`Tool`]; built-in ones
+//! live in the `plan-tools` crate. Progress goes to an [`EventSink`] as [`Event`]s. The engine
+//! never touches the terminal, files or the environment: callers decide where events go.
+#![deny(missing_docs)]
+
+mod event;
+mod program;
+mod report;
+mod retry;
+mod run;
+mod tool;
+
+pub use event::{Event, EventKind, EventSink, Fanout};
+pub use program::{DEFAULT_MAX_CONCURRENCY, PlannedCall, Program};
+pub use report::{Record, RunReport, StepError, TaskStatus};
+pub use run::{RunOptions, run};
+pub use tool::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};

@@ -1,0 +1,122 @@
+//! What a run reports while it goes: one [`Event`] per thing that happened.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::report::TaskStatus;
+
+/// The kinds of event, named as in the NDJSON output (`run.started`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum EventKind {
+    /// The run began.
+    #[serde(rename = "run.started")]
+    RunStarted,
+    /// An attempt of a step called its tool.
+    #[serde(rename = "tool.called")]
+    ToolCalled,
+    /// The tool returned a result.
+    #[serde(rename = "tool.succeeded")]
+    ToolSucceeded,
+    /// The tool failed (the step may still retry).
+    #[serde(rename = "tool.failed")]
+    ToolFailed,
+    /// A failed attempt will be tried again after a delay.
+    #[serde(rename = "step.retrying")]
+    StepRetrying,
+    /// A step will not run (failed or unknown dependency).
+    #[serde(rename = "step.skipped")]
+    StepSkipped,
+    /// A step finished, successfully or not.
+    #[serde(rename = "step.executed")]
+    StepExecuted,
+    /// The run ended.
+    #[serde(rename = "run.finished")]
+    RunFinished,
+}
+
+/// One event. Fields that do not apply to its kind are left out of the JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// What happened.
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    /// The run.
+    pub run_id: Arc<str>,
+    /// The step, for step and tool events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<Arc<str>>,
+    /// The attempt (0 for run events and skips).
+    pub attempt: u32,
+    /// When, in RFC 3339 with milliseconds (UTC).
+    pub ts: String,
+    /// The plan, on `run.started`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_id: Option<Arc<str>>,
+    /// The tool, on tool events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<Arc<str>>,
+    /// Whether the step succeeded, on `step.executed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    /// Milliseconds taken, on `tool.succeeded`, `tool.failed` and `step.executed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// The error, on `tool.failed` and failed `step.executed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+    /// The delay before the next attempt, on `step.retrying`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// Why, on `step.skipped`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The outcome, on `run.finished`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<TaskStatus>,
+}
+
+impl Event {
+    pub(crate) fn new(kind: EventKind, run_id: &Arc<str>) -> Self {
+        Event {
+            kind,
+            run_id: run_id.clone(),
+            step_id: None,
+            attempt: 0,
+            ts: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            plan_id: None,
+            tool: None,
+            ok: None,
+            duration_ms: None,
+            error: None,
+            delay_ms: None,
+            reason: None,
+            task_status: None,
+        }
+    }
+
+    pub(crate) fn step(mut self, step_id: &Arc<str>, attempt: u32) -> Self {
+        self.step_id = Some(step_id.clone());
+        self.attempt = attempt;
+        self
+    }
+}
+
+/// Receives events as they happen. Called from the engine's tasks: keep it quick.
+pub trait EventSink: Send + Sync {
+    /// Takes one event.
+    fn emit(&self, event: &Event);
+}
+
+/// Sends every event to each of several sinks.
+pub struct Fanout(pub Vec<Arc<dyn EventSink>>);
+
+impl EventSink for Fanout {
+    fn emit(&self, event: &Event) {
+        for sink in &self.0 {
+            sink.emit(event);
+        }
+    }
+}

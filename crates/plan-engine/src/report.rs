@@ -1,0 +1,116 @@
+//! What a run produces: one [`Record`] per step, in plan order, then `__meta__`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tool::ToolError;
+
+/// How the run as a whole ended. Precedence: BLOCKED > FAILED > PARTIAL > COMPLETED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskStatus {
+    /// Every step succeeded.
+    Completed,
+    /// Some steps were skipped, none failed.
+    Partial,
+    /// A step failed.
+    Failed,
+    /// A step depends on a step the plan does not have.
+    Blocked,
+    /// The run halted for an approval.
+    Waiting,
+}
+
+impl TaskStatus {
+    /// The process exit code of `plan-cli run` for this status.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            TaskStatus::Completed => 0,
+            TaskStatus::Failed => 1,
+            TaskStatus::Partial => 3,
+            TaskStatus::Blocked => 4,
+            TaskStatus::Waiting => 5,
+        }
+    }
+
+    /// `COMPLETED`, `FAILED`, …
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Completed => "COMPLETED",
+            TaskStatus::Partial => "PARTIAL",
+            TaskStatus::Failed => "FAILED",
+            TaskStatus::Blocked => "BLOCKED",
+            TaskStatus::Waiting => "WAITING",
+        }
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed step's error as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepError {
+    /// A stable code such as `E_TOOL` or `E_TIMEOUT`.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+    /// Structured context, when the tool gave some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+impl From<ToolError> for StepError {
+    fn from(error: ToolError) -> Self {
+        StepError {
+            code: error.code,
+            message: error.message,
+            details: error.details,
+        }
+    }
+}
+
+/// The outcome of one step, as seed 000 shapes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// The step (or `__meta__`).
+    pub step_id: String,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// Whether it was skipped rather than run.
+    pub skipped: bool,
+    /// The tool's result, when it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it was skipped or blocked; for `__meta__`, the summary ending `task_status=…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The error, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<StepError>,
+    /// Attempts made (0 when it never ran).
+    pub attempts: u32,
+    /// Wall time from its first attempt to its end.
+    pub duration_ms: u64,
+}
+
+/// A finished run: the `--json` output of `plan-cli run`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The run.
+    pub run_id: String,
+    /// The plan.
+    pub plan_id: String,
+    /// The outcome.
+    pub task_status: TaskStatus,
+    /// Every step in plan order, then `__meta__`.
+    pub records: Vec<Record>,
+    /// Variables at the end: inputs and every bind.
+    pub variables: BTreeMap<String, Value>,
+}

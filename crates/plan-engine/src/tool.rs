@@ -1,0 +1,175 @@
+//! What a tool is to the engine: a name, a schema, and an async call that may fail.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Stable error codes the engine itself produces; tools may use their own as well.
+pub mod codes {
+    /// A tool reported a failure.
+    pub const E_TOOL: &str = "E_TOOL";
+    /// An attempt ran past its `timeout_ms` and was cancelled.
+    pub const E_TIMEOUT: &str = "E_TIMEOUT";
+    /// The resolved arguments do not fit the tool.
+    pub const E_ARGS_INVALID: &str = "E_ARGS_INVALID";
+    /// A placeholder in the arguments does not resolve.
+    pub const E_ARGS_UNRESOLVED: &str = "E_ARGS_UNRESOLVED";
+    /// A bind selector does not match the step's result.
+    pub const E_BIND_UNRESOLVED: &str = "E_BIND_UNRESOLVED";
+    /// The run was cancelled while the step ran.
+    pub const E_CANCELLED: &str = "E_CANCELLED";
+    /// The connection to a remote tool failed.
+    pub const E_TRANSPORT: &str = "E_TRANSPORT";
+    /// Reading or writing a file or a pipe failed.
+    pub const E_IO: &str = "E_IO";
+}
+
+/// How a tool call failed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolError {
+    /// A stable code such as `E_TIMEOUT`.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+    /// Whether trying again may succeed (timeouts, I/O, transport, the tool says so).
+    #[serde(skip)]
+    pub retryable: bool,
+    /// The least delay before trying again, when the tool knows it (HTTP `Retry-After`).
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
+    /// Structured context (e.g. the failed command's output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+impl ToolError {
+    /// A failure that trying again will not fix.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError {
+            code: code.into(),
+            message: message.into(),
+            retryable: false,
+            retry_after: None,
+            details: None,
+        }
+    }
+
+    /// A failure that may pass if tried again.
+    pub fn retryable(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError {
+            retryable: true,
+            ..ToolError::new(code, message)
+        }
+    }
+
+    /// Arguments that do not fit the tool: never retried.
+    pub fn invalid_args(message: impl Into<String>) -> Self {
+        ToolError::new(codes::E_ARGS_INVALID, message)
+    }
+
+    /// Adds structured details.
+    #[must_use]
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+/// What a tool is told about the call it serves.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The run.
+    pub run_id: Arc<str>,
+    /// The step.
+    pub step_id: Arc<str>,
+    /// 1 for the first try, 2 for the first retry, …
+    pub attempt: u32,
+    /// Cancelled when the run stops or the attempt times out: long tools should watch it.
+    pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    /// `RUN/STEP`: the same for every attempt of a step, so a tool can make its effect once.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}/{}", self.run_id, self.step_id)
+    }
+}
+
+/// How a tool describes itself to `plan-cli tools` and to validation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolInfo {
+    /// The name plans use.
+    pub name: String,
+    /// One line on what it does.
+    pub description: String,
+    /// Where it comes from: `builtin`, or an MCP server's name.
+    pub source: String,
+    /// JSON Schema of its arguments.
+    pub input_schema: Value,
+}
+
+/// A callable tool.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// Name, description and schema.
+    fn info(&self) -> ToolInfo;
+
+    /// Calls the tool with resolved arguments.
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError>;
+}
+
+/// The tools a run may call, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    /// Adds a tool under the name its [`ToolInfo`] gives; a later tool of the same name
+    /// replaces the earlier one.
+    pub fn register(&mut self, tool: impl Tool) -> &mut Self {
+        let name = tool.info().name;
+        self.tools.insert(name, Arc::new(tool));
+        self
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Every tool's name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+
+    /// Every tool's description, sorted by name.
+    pub fn infos(&self) -> Vec<ToolInfo> {
+        self.tools.values().map(|tool| tool.info()).collect()
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}

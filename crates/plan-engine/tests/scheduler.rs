@@ -1,0 +1,597 @@
+//! The scheduler against small in-test tools; time is tokio's paused clock, so timings are exact.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use plan_engine::{
+    Event, EventKind, EventSink, Program, Registry, RunOptions, RunReport, TaskStatus, Tool,
+    ToolContext, ToolError, ToolInfo, run,
+};
+use plan_graph::{Format, LoadOptions, Source, load};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// Everything the test tools saw: call order, start and end times, most at once.
+#[derive(Default)]
+struct Log {
+    calls: Mutex<Vec<(String, u32, Duration, Duration)>>,
+    running: AtomicUsize,
+    most_running: AtomicUsize,
+}
+
+/// `work`: sleeps `ms`, fails while `attempt <= fail_times` (retryable per `retryable`),
+/// panics if `panic` is set; returns its args.
+struct Work {
+    log: Arc<Log>,
+    epoch: Instant,
+}
+
+#[async_trait]
+impl Tool for Work {
+    fn info(&self) -> ToolInfo {
+        ToolInfo {
+            name: "work".into(),
+            description: "test".into(),
+            source: "test".into(),
+            input_schema: json!({}),
+        }
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let now = self.log.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.log.most_running.fetch_max(now, Ordering::SeqCst);
+        let start = self.epoch.elapsed();
+        let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
+        let slept = tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(ms)) => true,
+            () = ctx.cancel.cancelled() => false,
+        };
+        self.log.running.fetch_sub(1, Ordering::SeqCst);
+        self.log.calls.lock().unwrap().push((
+            ctx.step_id.to_string(),
+            ctx.attempt,
+            start,
+            self.epoch.elapsed(),
+        ));
+        assert!(slept || ms > 0);
+        if args.get("panic").is_some() {
+            panic!("test tool panics on purpose");
+        }
+        let fail_times = args.get("fail_times").and_then(Value::as_u64).unwrap_or(0);
+        if u64::from(ctx.attempt) <= fail_times {
+            let retryable = args
+                .get("retryable")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            let code = args.get("code").and_then(Value::as_str).unwrap_or("E_TOOL");
+            let mut error = ToolError::new(code, format!("failed on attempt {}", ctx.attempt));
+            error.retryable = retryable;
+            return Err(error);
+        }
+        Ok(json!({"args": args, "key": ctx.idempotency_key()}))
+    }
+}
+
+#[derive(Default)]
+struct Events(Mutex<Vec<Event>>);
+
+impl EventSink for Events {
+    fn emit(&self, event: &Event) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+struct Harness {
+    log: Arc<Log>,
+    events: Arc<Events>,
+    epoch: Instant,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Harness {
+            log: Arc::default(),
+            events: Arc::default(),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn registry(&self) -> Registry {
+        let mut registry = Registry::new();
+        registry.register(Work {
+            log: self.log.clone(),
+            epoch: self.epoch,
+        });
+        registry
+    }
+
+    async fn run_with(&self, plan: Value, configure: impl FnOnce(&mut RunOptions)) -> RunReport {
+        let loaded = load(
+            Source::new("test.json", plan.to_string()),
+            Format::Json,
+            &LoadOptions::default(),
+        )
+        .unwrap_or_else(|invalid| panic!("invalid test plan: {:#?}", invalid.issues));
+        let program =
+            Program::compile(&loaded.plan, "test", &self.registry()).expect("tools exist");
+        let mut options = RunOptions::new("run1");
+        options.events = Some(self.events.clone());
+        configure(&mut options);
+        run(&program, options).await
+    }
+
+    async fn run(&self, plan: Value) -> RunReport {
+        self.run_with(plan, |_| {}).await
+    }
+
+    fn starts(&self) -> Vec<(String, u128)> {
+        let mut calls: Vec<_> = self
+            .log
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| (c.0.clone(), c.2.as_millis()))
+            .collect();
+        calls.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+        calls
+    }
+}
+
+fn step(id: &str, ms: u64, deps: &[&str]) -> Value {
+    json!({"id": id, "tool": "work", "args": {"ms": ms}, "depends_on": deps})
+}
+
+fn summary(report: &RunReport) -> Vec<(String, bool, bool, Option<String>)> {
+    report
+        .records
+        .iter()
+        .map(|r| {
+            (
+                r.step_id.clone(),
+                r.ok,
+                r.skipped,
+                r.reason
+                    .clone()
+                    .or_else(|| r.error.as_ref().map(|e| e.code.clone())),
+            )
+        })
+        .collect()
+}
+
+fn row(
+    id: &str,
+    ok: bool,
+    skipped: bool,
+    why: Option<&str>,
+) -> (String, bool, bool, Option<String>) {
+    (id.to_owned(), ok, skipped, why.map(str::to_owned))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_starts_when_its_own_dependencies_finish_not_its_level() {
+    let h = Harness::new();
+    // c needs only a (10 ms); b takes 100 ms. Batch execution would start c at 100 ms.
+    let report = h.run(json!({"steps": [step("a", 10, &[]), step("b", 100, &[]), step("c", 10, &["a"]), step("d", 10, &["b", "c"])]})).await;
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    assert_eq!(
+        h.starts(),
+        [
+            ("a".into(), 0),
+            ("b".into(), 0),
+            ("c".into(), 10),
+            ("d".into(), 100)
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_makespan_is_the_critical_path() {
+    let h = Harness::new();
+    let start = Instant::now();
+    h.run_with(
+        json!({"steps": [step("1", 50, &[]), step("2", 200, &["1"]), step("3", 100, &["1"]), step("4", 50, &["2", "3"])]}),
+        |o| o.max_concurrency = Some(8),
+    )
+    .await;
+    assert_eq!(start.elapsed().as_millis(), 300);
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_concurrency_bounds_running_steps() {
+    let h = Harness::new();
+    let steps: Vec<Value> = (0..20).map(|i| step(&format!("s{i}"), 10, &[])).collect();
+    let report = h
+        .run_with(json!({"max_concurrency": 8, "steps": steps}), |o| {
+            o.max_concurrency = Some(3)
+        })
+        .await;
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    assert_eq!(
+        h.log.most_running.load(Ordering::SeqCst),
+        3,
+        "the option wins over the plan"
+    );
+
+    let h = Harness::new();
+    let steps: Vec<Value> = (0..20).map(|i| step(&format!("s{i}"), 10, &[])).collect();
+    h.run(json!({"max_concurrency": 5, "steps": steps})).await;
+    assert_eq!(
+        h.log.most_running.load(Ordering::SeqCst),
+        5,
+        "the plan's limit applies"
+    );
+
+    let h = Harness::new();
+    let steps: Vec<Value> = (0..20).map(|i| step(&format!("s{i}"), 10, &[])).collect();
+    h.run(json!({"steps": steps})).await;
+    assert_eq!(
+        h.log.most_running.load(Ordering::SeqCst),
+        4,
+        "the default is 4"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_one_at_a_time_ready_steps_run_in_plan_order() {
+    let h = Harness::new();
+    let report = h
+        .run_with(
+            json!({"steps": [step("z", 10, &["y"]), step("x", 10, &[]), step("y", 10, &[]), step("w", 10, &["x"])]}),
+            |o| o.max_concurrency = Some(1),
+        )
+        .await;
+    let order: Vec<String> = h.starts().into_iter().map(|(id, _)| id).collect();
+    // Ready at first: x, y (plan order x then y). After x: w becomes ready, but y was ready
+    // first and comes earlier in the plan... ready steps always go in plan order: y (2) < w (3).
+    assert_eq!(order, ["x", "y", "z", "w"]);
+    let ids: Vec<&str> = report.records.iter().map(|r| r.step_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["z", "x", "y", "w", "__meta__"],
+        "records in plan order"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_come_in_plan_order_whatever_finishes_first() {
+    let h = Harness::new();
+    let report = h
+        .run(
+            json!({"steps": [step("slow", 300, &[]), step("mid", 200, &[]), step("fast", 1, &[])]}),
+        )
+        .await;
+    let ids: Vec<&str> = report.records.iter().map(|r| r.step_id.as_str()).collect();
+    assert_eq!(ids, ["slow", "mid", "fast", "__meta__"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn seed_000_failure_skip_and_meta_semantics() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({"steps": [
+            {"id": "step_1", "tool": "work"},
+            {"id": "step_2", "tool": "work", "args": {"fail_times": 9, "retryable": false}},
+            {"id": "step_3", "tool": "work", "depends_on": ["step_2"]},
+            {"id": "step_4", "tool": "work", "depends_on": ["step_3", "step_1"]},
+        ]}))
+        .await;
+    assert_eq!(
+        summary(&report),
+        [
+            row("step_1", true, false, None),
+            row("step_2", false, false, Some("E_TOOL")),
+            row(
+                "step_3",
+                false,
+                true,
+                Some(r#"dependency not satisfied: ["step_2"]"#)
+            ),
+            row(
+                "step_4",
+                false,
+                true,
+                Some(r#"dependency not satisfied: ["step_3"]"#)
+            ),
+            row(
+                "__meta__",
+                false,
+                false,
+                Some("one or more steps failed; task_status=FAILED")
+            ),
+        ]
+    );
+    assert_eq!(report.task_status, TaskStatus::Failed);
+    assert_eq!(
+        report.records[1].error.as_ref().unwrap().message,
+        "failed on attempt 1"
+    );
+    assert_eq!(report.records[1].attempts, 1, "not retryable: one attempt");
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_dependencies_block_the_run() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({"steps": [
+            {"id": "a", "tool": "work"},
+            {"id": "b", "tool": "work", "args": {"fail_times": 1, "retryable": false}},
+            {"id": "c", "tool": "work", "depends_on": ["a", "ghost", "phantom"]},
+            {"id": "d", "tool": "work", "depends_on": ["c"]},
+        ]}))
+        .await;
+    assert_eq!(
+        summary(&report),
+        [
+            row("a", true, false, None),
+            row("b", false, false, Some("E_TOOL")),
+            row(
+                "c",
+                false,
+                false,
+                Some(r#"unknown dependency: ["ghost","phantom"]"#)
+            ),
+            row("d", false, true, Some(r#"dependency not satisfied: ["c"]"#)),
+            row(
+                "__meta__",
+                false,
+                false,
+                Some("one or more steps depend on unknown steps; task_status=BLOCKED")
+            ),
+        ]
+    );
+    assert_eq!(
+        report.task_status,
+        TaskStatus::Blocked,
+        "BLOCKED wins over FAILED"
+    );
+    assert_eq!(report.task_status.exit_code(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retryable_errors_retry_with_backoff_and_others_do_not() {
+    let h = Harness::new();
+    let start = Instant::now();
+    let report = h
+        .run(json!({"steps": [
+            {"id": "flaky", "tool": "work", "args": {"fail_times": 2}, "retry": {"attempts": 3, "backoff_ms": 100, "jitter": "none"}},
+            {"id": "hopeless", "tool": "work", "args": {"fail_times": 9}, "retry": {"attempts": 2, "backoff_ms": 10, "jitter": "none"}},
+            {"id": "bad_args", "tool": "work", "args": {"fail_times": 9, "code": "E_ARGS_INVALID"}},
+        ]}))
+        .await;
+    assert_eq!(report.records[0].attempts, 3);
+    assert!(report.records[0].ok);
+    assert_eq!(
+        start.elapsed().as_millis(),
+        300,
+        "100 ms then 200 ms of backoff"
+    );
+    assert_eq!(report.records[1].attempts, 2);
+    assert_eq!(
+        report.records[1].error.as_ref().unwrap().message,
+        "failed on attempt 2"
+    );
+    assert_eq!(
+        report.records[2].attempts, 1,
+        "E_ARGS_INVALID never retries"
+    );
+    let mut retrying: Vec<(String, u32, Option<u64>)> = h
+        .events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == EventKind::StepRetrying)
+        .map(|e| {
+            (
+                e.step_id.as_deref().unwrap().to_owned(),
+                e.attempt,
+                e.delay_ms,
+            )
+        })
+        .collect();
+    retrying.sort();
+    assert_eq!(
+        retrying,
+        [
+            ("flaky".into(), 2, Some(100)),
+            ("flaky".into(), 3, Some(200)),
+            ("hopeless".into(), 2, Some(10))
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_cancel_the_attempt_and_retry() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({"steps": [
+            {"id": "slow", "tool": "work", "args": {"ms": 1000}, "timeout_ms": 50, "retry": {"attempts": 2, "backoff_ms": 1, "jitter": "none"}},
+        ]}))
+        .await;
+    let record = &report.records[0];
+    assert_eq!(record.error.as_ref().unwrap().code, "E_TIMEOUT");
+    assert_eq!(
+        record.error.as_ref().unwrap().message,
+        "the attempt took longer than 50 ms and was cancelled"
+    );
+    assert_eq!(record.attempts, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn binds_feed_later_steps_and_unresolved_placeholders_fail_without_calling() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({
+            "variables": {"who": "ada"},
+            "steps": [
+                {"id": "a", "tool": "work", "args": {"name": "${who}", "n": 2}, "result_variable": "first", "binds": {"n": "$.args.n"}},
+                {"id": "b", "tool": "work", "args": {"greeting": "hi ${first.args.name} x${n}", "whole": "${first.args}"}, "depends_on": ["a"]},
+                {"id": "c", "tool": "work", "args": {"x": "${first.nope}"}, "depends_on": ["a"]},
+                {"id": "d", "tool": "work", "binds": {"z": "$.missing"}},
+            ]
+        }))
+        .await;
+    assert_eq!(
+        report.records[1].result.as_ref().unwrap()["args"],
+        json!({"greeting": "hi ada x2", "whole": {"name": "ada", "n": 2}})
+    );
+    let c = report.records[2].error.as_ref().unwrap();
+    assert_eq!(
+        (c.code.as_str(), c.message.as_str()),
+        (
+            "E_ARGS_UNRESOLVED",
+            "`${first.nope}`: `first` has no field `nope`; it has `args`, `key`"
+        )
+    );
+    assert_eq!(report.records[2].attempts, 0);
+    assert!(
+        !h.log.calls.lock().unwrap().iter().any(|c| c.0 == "c"),
+        "c's tool was never called"
+    );
+    let d = report.records[3].error.as_ref().unwrap();
+    assert_eq!(d.code, "E_BIND_UNRESOLVED");
+    assert_eq!(report.variables["n"], json!(2));
+    assert_eq!(report.variables["who"], json!("ada"));
+    assert_eq!(
+        report.records[0].result.as_ref().unwrap()["key"],
+        json!("run1/a"),
+        "idempotency key"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn inputs_override_plan_variables() {
+    let h = Harness::new();
+    let report = h
+        .run_with(json!({"variables": {"who": "plan"}, "steps": [{"id": "a", "tool": "work", "args": {"w": "${who}"}}]}), |o| {
+            o.inputs.insert("who".into(), json!("cli"));
+        })
+        .await;
+    assert_eq!(
+        report.records[0].result.as_ref().unwrap()["args"]["w"],
+        json!("cli")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_tool_fails_only_its_step() {
+    let h = Harness::new();
+    let report = h.run(json!({"steps": [{"id": "boom", "tool": "work", "args": {"panic": true}}, step("fine", 5, &[])]})).await;
+    assert_eq!(
+        report.records[0].error.as_ref().unwrap().message,
+        "the tool panicked"
+    );
+    assert!(report.records[1].ok);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_stops_running_tools_and_starts_nothing_new() {
+    let h = Harness::new();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        trigger.cancel();
+    });
+    let report = h
+        .run_with(
+            json!({"steps": [step("long", 1000, &[]), step("after", 10, &["long"])]}),
+            |o| o.cancel = cancel,
+        )
+        .await;
+    assert_eq!(
+        report.records[0].error.as_ref().unwrap().code,
+        "E_CANCELLED"
+    );
+    assert_eq!(
+        report.records[1].reason.as_deref(),
+        Some(r#"dependency not satisfied: ["long"]"#)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_tell_the_story_of_a_step() {
+    let h = Harness::new();
+    h.run(json!({"steps": [{"id": "a", "tool": "work", "args": {"fail_times": 1}, "retry": {"backoff_ms": 1}}, {"id": "b", "tool": "work", "depends_on": ["zzz"]}]})).await;
+    let events = h.events.0.lock().unwrap();
+    let story: Vec<(&str, Option<&str>, u32)> = events
+        .iter()
+        .map(|e| {
+            let kind = serde_json::to_value(e.kind).unwrap();
+            (
+                kind.as_str().unwrap().to_owned().leak() as &str,
+                e.step_id.as_deref(),
+                e.attempt,
+            )
+        })
+        .collect();
+    assert_eq!(
+        story,
+        [
+            ("run.started", None, 0),
+            ("step.skipped", Some("b"), 0),
+            ("tool.called", Some("a"), 1),
+            ("tool.failed", Some("a"), 1),
+            ("step.retrying", Some("a"), 2),
+            ("tool.called", Some("a"), 2),
+            ("tool.succeeded", Some("a"), 2),
+            ("step.executed", Some("a"), 2),
+            ("run.finished", None, 0),
+        ]
+    );
+    let json = serde_json::to_value(&events[0]).unwrap();
+    assert_eq!(json["type"], "run.started");
+    assert_eq!(json["run_id"], "run1");
+    assert_eq!(json["plan_id"], "test");
+    assert!(json["ts"].as_str().unwrap().ends_with('Z'));
+}
+
+#[test]
+fn unknown_tools_are_issues_with_suggestions() {
+    let loaded = load(
+        Source::new(
+            "t.json",
+            r#"{"steps": [{"id": "a", "tool": "wrok"}, {"id": "b", "tool": "nothing_like_it"}]}"#,
+        ),
+        Format::Json,
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let registry = Harness::new().registry();
+    let Err(issues) = Program::compile(&loaded.plan, "t", &registry) else {
+        panic!("expected issues")
+    };
+    let messages: Vec<(&str, Option<&str>)> = issues
+        .iter()
+        .map(|i| (i.message.as_str(), i.help.as_deref()))
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            (
+                "unknown tool `wrok`",
+                Some("did you mean `work`? `plan-cli tools` lists every tool")
+            ),
+            (
+                "unknown tool `nothing_like_it`",
+                Some("`plan-cli tools` lists every tool")
+            ),
+        ]
+    );
+}
+
+#[test]
+fn previews_resolve_inputs_and_keep_later_placeholders() {
+    let loaded = load(
+        Source::new("t.json", r#"{"variables": {"p": "/x"}, "steps": [{"id": "a", "tool": "work", "args": {"path": "${p}/f", "v": "${later.x}"}, "result_variable": "later0"}]}"#),
+        Format::Json,
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let program = Program::compile(&loaded.plan, "t", &Harness::new().registry()).unwrap();
+    let calls = program.preview(&serde_json::Map::new());
+    assert_eq!(calls[0].args, json!({"path": "/x/f", "v": "${later.x}"}));
+}
