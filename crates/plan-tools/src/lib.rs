@@ -1,1 +1,34 @@
-//! (in progress)
+//! The tools every plan-cli install has.
+//!
+//! | tool | arguments | result |
+//! |---|---|---|
+//! | `echo` | anything | the arguments, unchanged |
+//! | `sleep` | `{"ms": N}` | `{"slept_ms": N}` |
+//! | `fail` | `{"message", "retryable", "times", "code"}` | fails (the first `times` attempts only, when given; then `{"attempt": k}`) |
+//! | `exec` | `{"argv", "cwd", "env", "stdin", "timeout_ms", "check"}` | `{"exit_code", "stdout", "stderr"}` |
+//! | `http` | `{"method", "url", "headers", "json" \| "body", "timeout_ms", "check"}` | `{"status", "headers", "json" \| "body"}` |
+//!
+//! `exec` never goes through a shell: `argv[0]` is the program and each other item is one
+//! argument, so no value can become a second command. [`builtin_registry`] has them all.
+#![deny(missing_docs)]
+
+mod args;
+mod basic;
+mod exec;
+mod http;
+
+pub use basic::{Echo, Fail, Sleep};
+pub use exec::Exec;
+pub use http::Http;
+
+/// A registry with every built-in tool.
+pub fn builtin_registry() -> plan_engine::Registry {
+    let mut registry = plan_engine::Registry::new();
+    registry
+        .register(Echo)
+        .register(Sleep)
+        .register(Fail)
+        .register(Exec)
+        .register(Http::default());
+    registry
+}

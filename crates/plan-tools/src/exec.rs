@@ -1,0 +1,152 @@
+//! `exec`: run a program with an argv, never through a shell.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use plan_engine::{Tool, ToolContext, ToolError, ToolInfo, codes};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::args::{SOURCE, parse};
+
+/// Runs `argv[0]` with the other items as its arguments. Each item is passed to the program
+/// as it is: no shell parses it, so a value from a placeholder can never start a command.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Exec;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecArgs {
+    argv: Vec<String>,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    stdin: Option<String>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    /// Fail the step when the program exits with a non-zero status (the default).
+    #[serde(default = "yes")]
+    check: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[async_trait]
+impl Tool for Exec {
+    fn info(&self) -> ToolInfo {
+        ToolInfo {
+            name: "exec".into(),
+            description: "Run a program with arguments (argv, never a shell); fails on a non-zero exit unless check is false".into(),
+            source: SOURCE.into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    "cwd": {"type": "string"},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "stdin": {"type": "string"},
+                    "timeout_ms": {"type": "integer", "minimum": 1},
+                    "check": {"type": "boolean", "default": true}
+                },
+                "required": ["argv"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let args: ExecArgs = parse("exec", args)?;
+        let Some((program, rest)) = args.argv.split_first() else {
+            return Err(ToolError::invalid_args(
+                "`exec` arguments: `argv` needs at least the program",
+            ));
+        };
+        let mut command = Command::new(program);
+        command
+            .args(rest)
+            .envs(&args.env)
+            .stdin(if args.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Dropping the future (timeout, cancellation) kills the process.
+            .kill_on_drop(true);
+        if let Some(cwd) = &args.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command.spawn().map_err(|error| match error.kind() {
+            ErrorKind::NotFound => ToolError::new(
+                "E_EXEC_SPAWN",
+                format!("cannot run `{program}`: program not found"),
+            ),
+            ErrorKind::PermissionDenied => ToolError::new(
+                "E_EXEC_SPAWN",
+                format!("cannot run `{program}`: permission denied"),
+            ),
+            _ => ToolError::retryable(codes::E_IO, format!("cannot run `{program}`: {error}")),
+        })?;
+        if let (Some(input), Some(mut pipe)) = (args.stdin, child.stdin.take()) {
+            // A program that exits without reading its input closes the pipe: not an error.
+            tokio::spawn(async move {
+                let _ = pipe.write_all(input.as_bytes()).await;
+            });
+        }
+        let wait = child.wait_with_output();
+        let output = tokio::select! {
+            output = wait => output.map_err(|error| ToolError::retryable(codes::E_IO, format!("waiting for `{program}`: {error}")))?,
+            () = ctx.cancel.cancelled() => return Err(ToolError::new(codes::E_CANCELLED, format!("`{program}` was killed: the run was cancelled"))),
+            () = sleep_opt(args.timeout_ms) => {
+                return Err(ToolError::retryable(
+                    codes::E_TIMEOUT,
+                    format!("`{program}` ran longer than {} ms and was killed", args.timeout_ms.unwrap_or_default()),
+                ));
+            }
+        };
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        let mut result =
+            json!({"exit_code": output.status.code(), "stdout": stdout, "stderr": stderr});
+        #[cfg(unix)]
+        if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&output.status) {
+            result["signal"] = json!(signal);
+        }
+        if args.check && !output.status.success() {
+            let status = match output.status.code() {
+                Some(code) => format!("exited with status {code}"),
+                None => "was killed by a signal".to_owned(),
+            };
+            let last_line = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim();
+            let message = if last_line.is_empty() {
+                format!("`{program}` {status}")
+            } else {
+                format!("`{program}` {status}: {last_line}")
+            };
+            return Err(ToolError::new("E_EXIT_STATUS", message).with_details(result));
+        }
+        Ok(result)
+    }
+}
+
+async fn sleep_opt(ms: Option<u64>) {
+    match ms {
+        Some(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,371 @@
+//! The built-in tools, called directly as the engine calls them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plan_engine::{Tool, ToolContext, ToolError};
+use plan_tools::{Echo, Exec, Fail, Http, Sleep, builtin_registry};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+fn ctx(attempt: u32) -> ToolContext {
+    ToolContext {
+        run_id: Arc::from("r"),
+        step_id: Arc::from("s"),
+        attempt,
+        cancel: CancellationToken::new(),
+    }
+}
+
+async fn call(tool: &dyn Tool, args: Value) -> Result<Value, ToolError> {
+    tool.call(args, ctx(1)).await
+}
+
+#[test]
+fn the_registry_has_every_builtin() {
+    assert_eq!(
+        builtin_registry().names(),
+        ["echo", "exec", "fail", "http", "sleep"]
+    );
+}
+
+#[tokio::test]
+async fn echo_returns_its_args() {
+    let args = json!({"a": [1, {"b": null}], "s": "x"});
+    assert_eq!(call(&Echo, args.clone()).await.unwrap(), args);
+}
+
+#[tokio::test]
+async fn sleep_waits_and_can_be_cancelled() {
+    let start = Instant::now();
+    assert_eq!(
+        call(&Sleep, json!({"ms": 30})).await.unwrap(),
+        json!({"slept_ms": 30})
+    );
+    assert!(start.elapsed() >= Duration::from_millis(30));
+
+    let context = ctx(1);
+    let cancel = context.cancel.clone();
+    let handle = tokio::spawn(async move { Sleep.call(json!({"ms": 60_000}), context).await });
+    cancel.cancel();
+    assert_eq!(handle.await.unwrap().unwrap_err().code, "E_CANCELLED");
+
+    let error = call(&Sleep, json!({"ms": "soon"})).await.unwrap_err();
+    assert_eq!(error.code, "E_ARGS_INVALID");
+    assert!(
+        error
+            .message
+            .starts_with("`sleep` arguments: invalid type: string \"soon\""),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn fail_fails_as_told() {
+    let error = call(&Fail, json!({"message": "boom"})).await.unwrap_err();
+    assert_eq!(
+        (error.code.as_str(), error.message.as_str(), error.retryable),
+        ("E_TOOL", "boom", false)
+    );
+    let error = call(&Fail, json!({"retryable": true, "code": "E_X"}))
+        .await
+        .unwrap_err();
+    assert_eq!((error.code.as_str(), error.retryable), ("E_X", true));
+    let args = json!({"times": 2, "retryable": true});
+    assert!(Fail.call(args.clone(), ctx(2)).await.is_err());
+    assert_eq!(
+        Fail.call(args, ctx(3)).await.unwrap(),
+        json!({"attempt": 3})
+    );
+    assert_eq!(
+        call(&Fail, json!({"nope": 1})).await.unwrap_err().code,
+        "E_ARGS_INVALID"
+    );
+}
+
+#[tokio::test]
+async fn exec_runs_argv_without_a_shell() {
+    let hostile = "$(touch /tmp/plan-cli-pwned); rm -rf / ; echo `id`";
+    let result = call(
+        &Exec,
+        json!({"argv": ["printf", "%s|%s", hostile, "two words"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result["stdout"], json!(format!("{hostile}|two words")));
+    assert_eq!(result["exit_code"], json!(0));
+    assert!(!std::path::Path::new("/tmp/plan-cli-pwned").exists());
+}
+
+#[tokio::test]
+async fn exec_passes_stdin_env_and_cwd() {
+    let dir = tempfile::tempdir().unwrap();
+    let result = call(
+        &Exec,
+        json!({"argv": ["sh", "-c", "cat; printf ' %s ' \"$GREETING\"; pwd"], "stdin": "from stdin", "env": {"GREETING": "hi"}, "cwd": dir.path()}),
+    )
+    .await
+    .unwrap();
+    let expected = format!(
+        "from stdin hi {}\n",
+        dir.path().canonicalize().unwrap().display()
+    );
+    assert_eq!(result["stdout"], json!(expected));
+}
+
+#[tokio::test]
+async fn exec_fails_on_non_zero_exit_unless_unchecked() {
+    let args = json!({"argv": ["sh", "-c", "echo partial; echo 'it broke' >&2; exit 3"]});
+    let error = call(&Exec, args.clone()).await.unwrap_err();
+    assert_eq!(error.code, "E_EXIT_STATUS");
+    assert_eq!(error.message, "`sh` exited with status 3: it broke");
+    assert!(!error.retryable);
+    assert_eq!(error.details.unwrap()["stdout"], json!("partial\n"));
+
+    let mut unchecked = args;
+    unchecked["check"] = json!(false);
+    let result = call(&Exec, unchecked).await.unwrap();
+    assert_eq!(result["exit_code"], json!(3));
+    assert_eq!(result["stderr"], json!("it broke\n"));
+}
+
+#[tokio::test]
+async fn exec_reports_missing_programs_and_kills_on_timeout() {
+    let error = call(&Exec, json!({"argv": ["definitely-not-a-program-xyz"]}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, "E_EXEC_SPAWN");
+    assert_eq!(
+        error.message,
+        "cannot run `definitely-not-a-program-xyz`: program not found"
+    );
+    assert_eq!(
+        call(&Exec, json!({"argv": []})).await.unwrap_err().code,
+        "E_ARGS_INVALID"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("survived");
+    let start = Instant::now();
+    let script = format!("sleep 2; touch {}", marker.display());
+    let error = call(
+        &Exec,
+        json!({"argv": ["sh", "-c", script], "timeout_ms": 100}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.code, "E_TIMEOUT");
+    assert!(error.retryable);
+    assert!(start.elapsed() < Duration::from_secs(2));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!marker.exists(), "the process was killed, not left running");
+}
+
+/// Serves canned answers on loopback: `/json`, `/text`, `/status/N`, `/slow`, `/echo`.
+async fn serve() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 65536];
+                let mut read = 0;
+                let head_end = loop {
+                    let n = socket.read(&mut buffer[read..]).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    read += n;
+                    if let Some(end) = buffer[..read].windows(4).position(|w| w == b"\r\n\r\n") {
+                        break end + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap_or(0))
+                    })
+                    .unwrap_or(0);
+                while read < head_end + length {
+                    let n = socket.read(&mut buffer[read..]).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    read += n;
+                }
+                let body = String::from_utf8_lossy(&buffer[head_end..read]).to_string();
+                let mut parts = head.split_whitespace();
+                let method = parts.next().unwrap_or("").to_owned();
+                let path = parts.next().unwrap_or("").to_owned();
+                let (status, content_type, extra, payload) = match path.as_str() {
+                    "/json" => (
+                        "200 OK",
+                        "application/json",
+                        "",
+                        r#"{"ok":true,"items":[1,2]}"#.to_owned(),
+                    ),
+                    "/text" => ("200 OK", "text/plain", "", "plain words".to_owned()),
+                    "/echo" => {
+                        let key = head
+                            .lines()
+                            .find(|l| l.to_ascii_lowercase().starts_with("idempotency-key:"))
+                            .unwrap_or("")
+                            .to_owned();
+                        (
+                            "200 OK",
+                            "application/json",
+                            "",
+                            json!({"method": method, "body": body, "key": key}).to_string(),
+                        )
+                    }
+                    "/status/429" => (
+                        "429 Too Many Requests",
+                        "text/plain",
+                        "Retry-After: 7\r\n",
+                        "slow down".to_owned(),
+                    ),
+                    "/status/500" => (
+                        "500 Internal Server Error",
+                        "text/plain",
+                        "",
+                        "oops".to_owned(),
+                    ),
+                    "/status/404" => ("404 Not Found", "text/plain", "", "none".to_owned()),
+                    "/slow" => {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        ("200 OK", "text/plain", "", "late".to_owned())
+                    }
+                    _ => ("400 Bad Request", "text/plain", "", String::new()),
+                };
+                let response = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n{payload}",
+                    payload.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{address}")
+}
+
+#[tokio::test]
+async fn http_parses_json_and_returns_text() {
+    let base = serve().await;
+    let result = call(&Http::default(), json!({"url": format!("{base}/json")}))
+        .await
+        .unwrap();
+    assert_eq!(result["status"], json!(200));
+    assert_eq!(result["json"], json!({"ok": true, "items": [1, 2]}));
+    assert_eq!(result["headers"]["content-type"], json!("application/json"));
+    let result = call(&Http::default(), json!({"url": format!("{base}/text")}))
+        .await
+        .unwrap();
+    assert_eq!(result["body"], json!("plain words"));
+}
+
+#[tokio::test]
+async fn http_sends_json_bodies_with_the_idempotency_key() {
+    let base = serve().await;
+    let result = call(
+        &Http::default(),
+        json!({"method": "post", "url": format!("{base}/echo"), "json": {"a": 1}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result["json"]["method"], json!("POST"));
+    assert_eq!(result["json"]["body"], json!(r#"{"a":1}"#));
+    assert_eq!(
+        result["json"]["key"].as_str().unwrap().to_ascii_lowercase(),
+        "idempotency-key: r/s"
+    );
+}
+
+#[tokio::test]
+async fn http_error_statuses_fail_and_only_some_retry() {
+    let base = serve().await;
+    let error = call(
+        &Http::default(),
+        json!({"url": format!("{base}/status/429")}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        (error.code.as_str(), error.retryable, error.retry_after),
+        ("E_HTTP_STATUS", true, Some(Duration::from_secs(7)))
+    );
+    let error = call(
+        &Http::default(),
+        json!({"url": format!("{base}/status/500")}),
+    )
+    .await
+    .unwrap_err();
+    assert!(error.retryable);
+    assert_eq!(error.details.unwrap()["body"], json!("oops"));
+    let error = call(
+        &Http::default(),
+        json!({"url": format!("{base}/status/404")}),
+    )
+    .await
+    .unwrap_err();
+    assert!(!error.retryable);
+    assert!(
+        error.message.ends_with("answered 404 Not Found"),
+        "{}",
+        error.message
+    );
+    let result = call(
+        &Http::default(),
+        json!({"url": format!("{base}/status/404"), "check": false}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result["status"], json!(404));
+}
+
+#[tokio::test]
+async fn http_transport_failures_and_timeouts_are_retryable() {
+    let base = serve().await;
+    let error = call(
+        &Http::default(),
+        json!({"url": format!("{base}/slow"), "timeout_ms": 100}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!((error.code.as_str(), error.retryable), ("E_TIMEOUT", true));
+
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let error = call(
+        &Http::default(),
+        json!({"url": format!("http://{unused}/")}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        (error.code.as_str(), error.retryable),
+        ("E_TRANSPORT", true)
+    );
+
+    assert_eq!(
+        call(&Http::default(), json!({"url": "not a url"}))
+            .await
+            .unwrap_err()
+            .code,
+        "E_ARGS_INVALID"
+    );
+    let both = json!({"url": format!("{base}/json"), "json": {}, "body": "x"});
+    assert_eq!(
+        call(&Http::default(), both).await.unwrap_err().code,
+        "E_ARGS_INVALID"
+    );
+}
