@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plan_graph::{Dependencies, Issue, Plan, PlanPath, RetryPolicy, closest};
+use plan_graph::{Dependencies, Issue, Plan, PlanPath, RetryPolicy, unknown_tool};
 use plan_vars::{Scope, Selector, ValueTemplate};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -57,21 +57,7 @@ impl Program {
         let default_retry = plan.retry.clone().unwrap_or_default();
         for (i, step) in plan.steps.iter().enumerate() {
             let Some(tool) = registry.get(&step.tool) else {
-                let help = match closest(&step.tool, &names) {
-                    Some(name) => {
-                        format!("did you mean `{name}`? `plan-cli tools` lists every tool")
-                    }
-                    None => "`plan-cli tools` lists every tool".to_owned(),
-                };
-                issues.push(
-                    Issue::error(
-                        "plan::unknown_tool",
-                        PlanPath::step(i).key("tool"),
-                        format!("unknown tool `{}`", step.tool),
-                    )
-                    .label("no tool has this name")
-                    .help(help),
-                );
+                issues.push(unknown_tool(i, &step.tool, &names));
                 continue;
             };
             let args = match ValueTemplate::compile(&Value::Object(step.args.clone())) {

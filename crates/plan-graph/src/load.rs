@@ -33,6 +33,9 @@ impl Format {
 pub struct LoadOptions {
     /// Names of variables given on the command line (`--var`), so that reading them is fine.
     pub provided_variables: Vec<String>,
+    /// The tools that exist, when known: a step naming another is an error, reported with
+    /// every other problem of the plan.
+    pub known_tools: Option<Vec<String>>,
 }
 
 /// A valid plan with the source it came from and any warnings.
@@ -244,7 +247,7 @@ fn expected_names(message: &str) -> Vec<String> {
 }
 
 /// The candidate nearest to `name`, if it is near enough to be a typo.
-pub fn closest<'c>(name: &str, candidates: &'c [String]) -> Option<&'c str> {
+pub(crate) fn closest<'c>(name: &str, candidates: &'c [String]) -> Option<&'c str> {
     candidates
         .iter()
         .map(|c| (strsim::levenshtein(name, c), c.as_str()))

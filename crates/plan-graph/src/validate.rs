@@ -30,6 +30,14 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
         }
     }
 
+    if let Some(known) = &options.known_tools {
+        for (i, step) in plan.steps.iter().enumerate() {
+            if !step.tool.is_empty() && !known.contains(&step.tool) {
+                issues.push(unknown_tool(i, &step.tool, known));
+            }
+        }
+    }
+
     let deps = Dependencies::new(plan);
     for (i, step) in plan.steps.iter().enumerate() {
         for (j, dep) in step.depends_on.iter().enumerate() {
@@ -193,6 +201,21 @@ fn check_variables(
             }
         }
     }
+}
+
+/// A step naming a tool that does not exist, with the closest name as help.
+pub fn unknown_tool(step: usize, tool: &str, known: &[String]) -> Issue {
+    let help = match crate::load::closest(tool, known) {
+        Some(name) => format!("did you mean `{name}`? `plan-cli tools` lists every tool"),
+        None => "`plan-cli tools` lists every tool".to_owned(),
+    };
+    Issue::error(
+        "plan::unknown_tool",
+        PlanPath::step(step).key("tool"),
+        format!("unknown tool `{tool}`"),
+    )
+    .label("no tool has this name")
+    .help(help)
 }
 
 fn acyclic_ancestors<'a>(

@@ -317,6 +317,7 @@ fn placeholders_are_checked_at_load() {
         Format::Yaml,
         &LoadOptions {
             provided_variables: vec!["given".into()],
+            ..LoadOptions::default()
         },
     )
     .unwrap();
@@ -348,4 +349,29 @@ fn levels_and_renderings_follow_the_dependencies() {
     );
     assert!(plan_graph::render::mermaid(&plan).contains("    s0 --> s2\n"));
     assert!(plan_graph::render::dot(&plan).contains("    \"3\" -> \"4\";\n"));
+}
+
+#[test]
+fn unknown_tools_are_reported_with_every_other_error() {
+    let options = LoadOptions {
+        known_tools: Some(vec!["echo".into(), "sleep".into()]),
+        ..LoadOptions::default()
+    };
+    let text = "steps:\n  - id: a\n    tool: ech\n  - id: a\n    tool: sleep\n";
+    let invalid = load(Source::new("p.yaml", text), Format::Yaml, &options).unwrap_err();
+    let found: Vec<(&str, Option<&str>)> = invalid
+        .issues
+        .iter()
+        .map(|i| (i.message.as_str(), i.help.as_deref()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("two steps have the id `a`", Some("step ids must be unique")),
+            (
+                "unknown tool `ech`",
+                Some("did you mean `echo`? `plan-cli tools` lists every tool")
+            ),
+        ]
+    );
 }

@@ -1,0 +1,171 @@
+//! What a person sees: a live progress line on a terminal, then one line per step.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use plan_engine::{Event, EventKind, EventSink, PlannedCall, Record, RunReport};
+
+/// A progress bar on stderr, fed by events; absent when stderr is not a terminal.
+pub(crate) struct Progress {
+    bar: ProgressBar,
+    running: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn for_terminal(total: usize) -> Option<Self> {
+        if !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+        let style = ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps  {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.set_style(style);
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Some(Progress {
+            bar,
+            running: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl EventSink for Progress {
+    fn emit(&self, event: &Event) {
+        match event.kind {
+            EventKind::ToolCalled if event.attempt == 1 => {
+                let running = self.running.fetch_add(1, Ordering::Relaxed) + 1;
+                self.bar.set_message(format!("{running} running"));
+            }
+            EventKind::StepExecuted => {
+                let running = self
+                    .running
+                    .fetch_sub(1, Ordering::Relaxed)
+                    .saturating_sub(1);
+                self.bar.set_message(format!("{running} running"));
+                self.bar.inc(1);
+            }
+            EventKind::StepSkipped => self.bar.inc(1),
+            _ => {}
+        }
+    }
+}
+
+/// One line per step (its id and tool, then what happened), then the outcome.
+pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
+    let steps: Vec<&Record> = report
+        .records
+        .iter()
+        .filter(|r| r.step_id != plan_graph::META_STEP_ID)
+        .collect();
+    let label = |record: &Record| {
+        let tool = plan
+            .steps
+            .iter()
+            .find(|s| s.id.0 == record.step_id)
+            .map_or("", |s| s.tool.as_str());
+        format!("{} [{tool}]", record.step_id)
+    };
+    let width = steps
+        .iter()
+        .map(|r| label(r).chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    let (mut ok, mut failed, mut skipped, mut blocked) = (0, 0, 0, 0);
+    for record in &steps {
+        let id = label(record);
+        let line = if record.ok {
+            ok += 1;
+            let retries = if record.attempts > 1 {
+                format!("  ({} attempts)", record.attempts)
+            } else {
+                String::new()
+            };
+            format!("✓ {id:<width$}  {}{retries}", duration(record.duration_ms))
+        } else if let Some(error) = &record.error {
+            failed += 1;
+            let attempts = if record.attempts > 1 {
+                format!(" after {} attempts", record.attempts)
+            } else {
+                String::new()
+            };
+            format!(
+                "✗ {id:<width$}  {}  {}: {}{attempts}",
+                duration(record.duration_ms),
+                error.code,
+                error.message
+            )
+        } else if record.skipped {
+            skipped += 1;
+            format!(
+                "- {id:<width$}  skipped: {}",
+                record.reason.as_deref().unwrap_or("")
+            )
+        } else {
+            blocked += 1;
+            format!(
+                "! {id:<width$}  not run: {}",
+                record.reason.as_deref().unwrap_or("")
+            )
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let mut counts = vec![format!("{ok} ok")];
+    for (n, what) in [
+        (failed, "failed"),
+        (skipped, "skipped"),
+        (blocked, "blocked"),
+    ] {
+        if n > 0 {
+            counts.push(format!("{n} {what}"));
+        }
+    }
+    let total = report.records.last().map_or(0, |meta| meta.duration_ms);
+    out.push_str(&format!(
+        "{}: {} step{} ({}) in {} · run {}\n",
+        report.task_status,
+        steps.len(),
+        if steps.len() == 1 { "" } else { "s" },
+        counts.join(", "),
+        duration(total),
+        report.run_id
+    ));
+    out
+}
+
+/// What `--dry-run` prints without `--json`.
+pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
+    let mut out = format!(
+        "dry run of `{plan_id}`: {} call{}, none made\n",
+        calls.len(),
+        if calls.len() == 1 { "" } else { "s" }
+    );
+    for call in calls {
+        let after = if call.depends_on.is_empty() {
+            String::new()
+        } else {
+            format!("  ← after: {}", call.depends_on.join(", "))
+        };
+        out.push_str(&format!(
+            "{}  {} {}{after}\n",
+            call.step_id, call.tool, call.args
+        ));
+    }
+    out
+}
+
+fn duration(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.2}s", ms as f64 / 1000.0)
+    }
+}
