@@ -179,7 +179,11 @@ pub struct Step {
     /// Steps that must succeed before this one starts, in the order written.
     pub depends_on: Vec<StepId>,
     /// Variables set from the result: name → selector (`$`, `$.path`, `$var.path`).
+    /// Includes `result_variable` as `name → "$"`.
     pub binds: BTreeMap<String, String>,
+    /// The `result_variable` as written (it is in `binds` too), for locating diagnostics.
+    #[serde(skip)]
+    pub result_variable: Option<String>,
     /// Retry policy, when the step sets one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,

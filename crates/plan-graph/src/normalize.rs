@@ -222,7 +222,8 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     }
 
     let mut binds: BTreeMap<String, String> = BTreeMap::new();
-    if let Some(name) = raw.result_variable {
+    let result_variable = raw.result_variable;
+    if let Some(name) = result_variable.clone() {
         check_bind_name(&name, at.clone().key("result_variable"), issues);
         if raw.binds.contains_key(&name) {
             issues.push(
@@ -257,6 +258,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         args: args.unwrap_or_default(),
         depends_on,
         binds,
+        result_variable,
         retry: raw.retry,
         timeout_ms: raw.timeout_ms,
     }

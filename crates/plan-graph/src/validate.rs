@@ -132,9 +132,9 @@ fn check_variables(
             for (k, &b) in steps.iter().enumerate() {
                 if let Some(&a) = steps[..k].iter().find(|&&a| !ordered(a, b)) {
                     issues.push(
-                        Issue::error("plan::bind_conflict", PlanPath::step(b).key("binds").key(name), format!("steps `{}` and `{}` both bind `{name}` and neither depends on the other", plan.steps[a].id, plan.steps[b].id))
+                        Issue::error("plan::bind_conflict", bind_path(plan, b, name), format!("steps `{}` and `{}` both bind `{name}` and neither depends on the other", plan.steps[a].id, plan.steps[b].id))
                             .at_key()
-                            .related(PlanPath::step(a).key("binds").key(name), "also bound here")
+                            .related(bind_path(plan, a, name), "also bound here")
                             .help("which value wins would depend on timing: order them with `depends_on`, or use two names"),
                     );
                 }
@@ -180,7 +180,7 @@ fn check_variables(
                             issues.push(
                                 Issue::error("plan::unordered_read", args_path.clone(), format!("step `{}` reads `{name}`, which step `{}` binds, but does not depend on it", step.id, plan.steps[b].id))
                                     .label(format!("reads `{name}`"))
-                                    .related(PlanPath::step(b).key("binds").key(name), "bound here")
+                                    .related(bind_path(plan, b, name), "bound here")
                                     .help(format!("add \"{}\" to the `depends_on` of step `{}` so the value is there before it starts", plan.steps[b].id, step.id)),
                             );
                         }
@@ -200,6 +200,15 @@ fn check_variables(
                 }
             }
         }
+    }
+}
+
+/// Where step `i` binds `name`: its `result_variable` or its `binds` entry.
+fn bind_path(plan: &Plan, i: usize, name: &str) -> PlanPath {
+    if plan.steps[i].result_variable.as_deref() == Some(name) {
+        PlanPath::step(i).key("result_variable")
+    } else {
+        PlanPath::step(i).key("binds").key(name)
     }
 }
 
