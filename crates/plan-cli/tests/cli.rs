@@ -1,0 +1,404 @@
+//! The `plan-cli` binary, run as a user would.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::{Value, json};
+
+fn plan_cli() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_plan-cli"));
+    command.env("NO_COLOR", "1");
+    command
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures")
+        .join(name)
+}
+
+fn write_plan(dir: &Path, name: &str, plan: &Value) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(plan).unwrap()).unwrap();
+    path
+}
+
+fn run_json(args: &[&str]) -> (i32, Value) {
+    let output = plan_cli()
+        .arg("run")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "not JSON: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code().unwrap(), report)
+}
+
+/// Replaces run ids and durations so human output can be snapshotted.
+fn redact(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            line.split(' ')
+                .map(|word| {
+                    let digits = word.trim_end_matches("ms").trim_end_matches('s');
+                    if word.len() == 26 && word.chars().all(|c| c.is_ascii_alphanumeric()) {
+                        "[run_id]".to_owned()
+                    } else if (word.ends_with("ms") || word.ends_with('s'))
+                        && !digits.is_empty()
+                        && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+                    {
+                        "[time]".to_owned()
+                    } else {
+                        word.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn help_is_the_cli_reference() {
+    let output = plan_cli().arg("--help").output().unwrap();
+    insta::assert_snapshot!("help", String::from_utf8_lossy(&output.stdout));
+    let output = plan_cli().args(["run", "--help"]).output().unwrap();
+    insta::assert_snapshot!("run_help", String::from_utf8_lossy(&output.stdout));
+}
+
+#[test]
+fn exit_codes_follow_the_task_status() {
+    plan_cli()
+        .args(["run", fixture("02-seed003-refactor.json").to_str().unwrap()])
+        .assert()
+        .code(0);
+    plan_cli()
+        .args(["run", fixture("01-seed000-example.json").to_str().unwrap()])
+        .assert()
+        .code(1);
+    plan_cli()
+        .args(["run", fixture("10-cycle.yaml").to_str().unwrap()])
+        .assert()
+        .code(2);
+    plan_cli()
+        .args([
+            "run",
+            fixture("09-unknown-dependency.json").to_str().unwrap(),
+        ])
+        .assert()
+        .code(4);
+}
+
+#[test]
+fn bad_flags_and_files_are_invalid_input() {
+    plan_cli()
+        .args(["run", "--max-concurrency", "0", "x.json"])
+        .assert()
+        .code(2);
+    plan_cli()
+        .args(["run", "--var", "novalue", "x.json"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("expected NAME=VALUE"));
+    plan_cli()
+        .args(["run", "--frobnicate", "x.json"])
+        .assert()
+        .code(2);
+    plan_cli()
+        .args(["run", "/no/such/plan.json"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "Error: cannot read plan `/no/such/plan.json`",
+        ));
+    plan_cli()
+        .args([
+            "validate",
+            fixture("14-unknown-field.json").to_str().unwrap(),
+        ])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn a_plan_can_come_from_stdin() {
+    let output = plan_cli()
+        .args(["run", "-", "--json"])
+        .write_stdin(r#"{"steps": [{"id": "a", "tool": "echo", "args": {"x": 1}}]}"#)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["plan_id"], "stdin");
+    assert_eq!(report["records"][0]["result"], json!({"x": 1}));
+}
+
+#[test]
+fn vars_override_plan_variables_and_parse_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "vars.json",
+        &json!({"variables": {"n": 1, "who": "plan"}, "steps": [{"id": "a", "tool": "echo", "args": {"n": "${n}", "who": "${who}", "extra": "${extra}"}}]}),
+    );
+    let (code, report) = run_json(&[
+        plan.to_str().unwrap(),
+        "--var",
+        "n=41",
+        "--var",
+        "who=the cli",
+        "--var",
+        "extra=[1,2]",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        report["records"][0]["result"],
+        json!({"n": 41, "who": "the cli", "extra": [1, 2]})
+    );
+}
+
+#[test]
+fn dry_run_shows_the_calls_and_makes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("touched");
+    let plan = write_plan(
+        dir.path(),
+        "dry.json",
+        &json!({"variables": {"file": marker}, "steps": [
+            {"id": "touch", "tool": "exec", "args": {"argv": ["touch", "${file}"]}, "result_variable": "out"},
+            {"id": "after", "tool": "echo", "args": {"code": "${out.exit_code}"}, "depends_on": ["touch"]}
+        ]}),
+    );
+    let output = plan_cli()
+        .args(["run", plan.to_str().unwrap(), "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.starts_with("dry run of `dry`: 2 calls, none made\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"after  echo {"code":"${out.exit_code}"}  ← after: touch"#),
+        "{text}"
+    );
+    assert!(!marker.exists(), "--dry-run called a tool");
+
+    let (code, report) = run_json(&[plan.to_str().unwrap(), "--dry-run"]);
+    assert_eq!(code, 0);
+    assert_eq!(report["dry_run"], json!(true));
+    assert_eq!(report["calls"][0]["args"]["argv"][1], json!(marker));
+    assert!(!marker.exists());
+}
+
+fn read_events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("bad NDJSON line {line:?}: {e}"))
+        })
+        .collect()
+}
+
+#[test]
+fn events_are_appended_as_ndjson() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.ndjson");
+    let (code, report) = run_json(&[
+        fixture("01-seed000-example.json").to_str().unwrap(),
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    let lines = read_events(&events);
+    for event in &lines {
+        assert_eq!(event["run_id"], report["run_id"]);
+        assert!(event["attempt"].is_u64());
+        assert!(event["ts"].as_str().unwrap().ends_with('Z'));
+    }
+    let kinds = |step: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|e| e["step_id"] == step)
+            .map(|e| e["type"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        kinds("step_1"),
+        ["tool.called", "tool.succeeded", "step.executed"]
+    );
+    assert_eq!(
+        kinds("step_2"),
+        ["tool.called", "tool.failed", "step.executed"]
+    );
+    assert_eq!(kinds("step_3"), ["step.skipped"]);
+    assert_eq!(lines.first().unwrap()["type"], "run.started");
+    assert_eq!(lines.last().unwrap()["type"], "run.finished");
+    assert_eq!(lines.last().unwrap()["task_status"], "FAILED");
+
+    // A second run appends.
+    run_json(&[
+        fixture("28-seed000-no-args.json").to_str().unwrap(),
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    let again = read_events(&events);
+    assert!(again.len() > lines.len());
+    assert_eq!(again[..lines.len()], lines[..]);
+}
+
+fn called_order(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool.called")
+        .map(|e| e["step_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn max_concurrency_one_runs_ready_steps_in_plan_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps: Vec<Value> = ["e", "d", "c", "b", "a"]
+        .iter()
+        .map(|id| json!({"id": id, "tool": "sleep", "args": {"ms": 5}}))
+        .collect();
+    let plan = write_plan(dir.path(), "order.json", &json!({"steps": steps}));
+    let events = dir.path().join("events.ndjson");
+    run_json(&[
+        plan.to_str().unwrap(),
+        "--max-concurrency",
+        "1",
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        called_order(&read_events(&events)),
+        ["e", "d", "c", "b", "a"]
+    );
+}
+
+#[test]
+fn independent_steps_run_together_up_to_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps: Vec<Value> = (0..6)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "sleep", "args": {"ms": 300}}))
+        .collect();
+    let plan = write_plan(dir.path(), "parallel.json", &json!({"steps": steps}));
+    let events = dir.path().join("events.ndjson");
+    run_json(&[plan.to_str().unwrap(), "--events", events.to_str().unwrap()]);
+    let lines = read_events(&events);
+    let first_done = lines
+        .iter()
+        .position(|e| e["type"] == "tool.succeeded")
+        .unwrap();
+    let called_before = lines[..first_done]
+        .iter()
+        .filter(|e| e["type"] == "tool.called")
+        .count();
+    assert_eq!(
+        called_before, 4,
+        "the default limit of 4 steps start together"
+    );
+}
+
+#[test]
+fn show_draws_the_dag_three_ways() {
+    let plan = fixture("03-seed003-diamond.json");
+    for format in ["ascii", "mermaid", "dot"] {
+        let output = plan_cli()
+            .args(["show", plan.to_str().unwrap(), "--format", format])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        insta::assert_snapshot!(
+            format!("show_{format}"),
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+}
+
+#[test]
+fn tools_lists_the_builtins() {
+    let output = plan_cli().arg("tools").output().unwrap();
+    insta::assert_snapshot!("tools", String::from_utf8_lossy(&output.stdout));
+    let output = plan_cli().args(["tools", "--json"]).output().unwrap();
+    let tools: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["echo", "exec", "fail", "http", "sleep"]);
+    assert_eq!(tools[1]["input_schema"]["required"], json!(["argv"]));
+}
+
+#[test]
+fn validate_reports_success_and_warnings() {
+    plan_cli()
+        .args([
+            "validate",
+            fixture("02-seed003-refactor.json").to_str().unwrap(),
+        ])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::ends_with(
+            "is a valid plan: `refactor-auth-001`, 4 steps\n",
+        ));
+    plan_cli()
+        .args([
+            "validate",
+            fixture("09-unknown-dependency.json").to_str().unwrap(),
+        ])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::ends_with(", 3 steps, 1 warning\n"))
+        .stderr(predicate::str::contains(
+            "step `b` depends on `does-not-exist`",
+        ));
+}
+
+#[test]
+fn the_human_summary_has_a_line_per_step() {
+    let output = plan_cli()
+        .args(["run", fixture("08-skip-cascade.yaml").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    insta::assert_snapshot!(
+        "summary_failed",
+        redact(&String::from_utf8_lossy(&output.stdout))
+    );
+    let output = plan_cli()
+        .args([
+            "run",
+            fixture("09-unknown-dependency.json").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    insta::assert_snapshot!(
+        "summary_blocked",
+        redact(&String::from_utf8_lossy(&output.stdout))
+    );
+    let output = plan_cli()
+        .args([
+            "run",
+            fixture("06-retry-then-succeed.yaml").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    insta::assert_snapshot!(
+        "summary_retried",
+        redact(&String::from_utf8_lossy(&output.stdout))
+    );
+}
