@@ -1,1 +1,199 @@
-fn main() {}
+//! Project automation: `cargo xtask <task>`.
+//!
+//! - `test`: everything CI checks for tests — prepares what the tests need, then runs every
+//!   test of the workspace (unit, integration, CLI, fixtures).
+//! - `test-fixtures`: runs every plan in `fixtures/` and compares with the insta snapshots in
+//!   `fixtures/snapshots/` (review changes with `cargo insta review`).
+//! - `bench`: the engine benchmarks, each workload in its own process, plus whole-binary runs;
+//!   prints a table and writes `target/bench/summary.json`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = project_root();
+    match args.first().map(String::as_str) {
+        Some("test") => test(&root, &args[1..]),
+        Some("test-fixtures") => cargo(&root, &["test", "-p", "plan-cli", "--test", "fixtures"]),
+        Some("bench") => bench(&root, &args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask <test | test-fixtures | bench [WORKLOAD...]>");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(&cargo)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("running {cargo} {args:?}"))?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+/// The one test command: README and `.ci/run` call it. Later capabilities that need outside
+/// programs (MCP servers, redis-server) install them here before the tests run.
+fn test(root: &Path, extra: &[String]) -> Result<()> {
+    let mut args = vec!["test", "--workspace", "--all-targets"];
+    args.extend(extra.iter().map(String::as_str));
+    cargo(root, &args)?;
+    // Doc tests are not part of --all-targets.
+    cargo(root, &["test", "--workspace", "--doc"])
+}
+
+const ENGINE_WORKLOADS: &[&str] = &["independent", "independent-100k", "layered", "chain"];
+
+fn bench(root: &Path, only: &[String]) -> Result<()> {
+    let out_dir = root.join("target/bench");
+    std::fs::create_dir_all(&out_dir)?;
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let mut results: Vec<Value> = Vec::new();
+
+    cargo(
+        root,
+        &[
+            "bench",
+            "-q",
+            "-p",
+            "plan-engine",
+            "--bench",
+            "engine",
+            "--no-run",
+        ],
+    )?;
+    for workload in ENGINE_WORKLOADS.iter().filter(|w| wanted(w)) {
+        // One process per workload, so that peak RSS belongs to it alone.
+        let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = Command::new(cargo_bin)
+            .args([
+                "bench",
+                "-q",
+                "-p",
+                "plan-engine",
+                "--bench",
+                "engine",
+                "--",
+                workload,
+            ])
+            .current_dir(root)
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "workload {workload} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let line = String::from_utf8_lossy(&output.stdout);
+        let value: Value =
+            serde_json::from_str(line.trim()).with_context(|| format!("bench output: {line}"))?;
+        results.push(json!({"kind": "engine", "result": value}));
+    }
+
+    if wanted("cli") {
+        cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
+        let binary = root.join("target/release/plan-cli");
+        let small = root.join("fixtures/28-seed000-no-args.json");
+        let cold = time_runs(&binary, &small, 21)?;
+        results.push(json!({"kind": "cli", "result": {
+            "workload": "cold-start (2-step plan, whole process)",
+            "steps": 2, "runs": 21, "median_ms": ms(cold),
+        }}));
+        let big = out_dir.join("independent-10k.json");
+        let steps: Vec<Value> = (0..10_000)
+            .map(|i| json!({"id": format!("s{i}"), "tool": "echo", "args": {"n": i}}))
+            .collect();
+        std::fs::write(
+            &big,
+            serde_json::to_string(
+                &json!({"id": "independent-10k", "max_concurrency": 64, "steps": steps}),
+            )?,
+        )?;
+        let whole = time_runs(&binary, &big, 5)?;
+        results.push(json!({"kind": "cli", "result": {
+            "workload": "10,000 echo steps (whole process: parse, validate, run, print JSON)",
+            "steps": 10_000, "runs": 5, "median_ms": ms(whole),
+            "steps_per_sec": 10_000.0 / whole.as_secs_f64(),
+        }}));
+    }
+
+    println!(
+        "{:<70} {:>9} {:>12} {:>10} {:>10} {:>11}",
+        "workload", "steps", "steps/s", "µs/step", "peak MiB", "run B/step"
+    );
+    for entry in &results {
+        let r = &entry["result"];
+        let number = |key: &str, decimals: usize| {
+            r.get(key)
+                .and_then(Value::as_f64)
+                .map_or("-".to_owned(), |v| format!("{v:.decimals$}"))
+        };
+        let name = format!(
+            "{} {}",
+            entry["kind"].as_str().unwrap_or(""),
+            r["workload"].as_str().unwrap_or("")
+        );
+        println!(
+            "{:<70} {:>9} {:>12} {:>10} {:>10} {:>11}",
+            name,
+            r["steps"],
+            number("steps_per_sec", 0),
+            if r.get("us_per_step").is_some() {
+                number("us_per_step", 2)
+            } else {
+                format!("{} ms", number("median_ms", 1))
+            },
+            number("peak_rss_mib", 1),
+            number("run_bytes_per_step", 0),
+        );
+    }
+    let summary = out_dir.join("summary.json");
+    std::fs::write(
+        &summary,
+        serde_json::to_string_pretty(&json!({"results": results}))?,
+    )?;
+    println!("\nwritten to {}", summary.display());
+    Ok(())
+}
+
+/// Median wall time of running the binary on a plan, `runs` times.
+fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Duration> {
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let started = Instant::now();
+        let output = Command::new(binary)
+            .args(["run", "--json"])
+            .arg(plan)
+            .output()?;
+        times.push(started.elapsed());
+        if output.status.code() != Some(0) {
+            bail!(
+                "{} failed: {}",
+                plan.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}

@@ -62,6 +62,7 @@ pub(crate) fn run(args: &RunArgs, registry: &Registry) -> Result<i32, Failure> {
         .enable_all()
         .build()
         .map_err(|error| Failure::input(format!("cannot start the async runtime: {error}")))?;
+    let program = Arc::new(ready.program);
     let report = runtime.block_on(async {
         // Ctrl+C stops the run: nothing new starts, running tools are cancelled, and the
         // records still come out.
@@ -71,8 +72,16 @@ pub(crate) fn run(args: &RunArgs, registry: &Registry) -> Result<i32, Failure> {
                 interrupt.cancel();
             }
         });
-        plan_engine::run(&ready.program, options).await
+        // The scheduler runs as a task on a worker thread: the steps it spawns then start on
+        // that worker's LIFO slot instead of waking another thread (a chain step costs ~4 µs
+        // instead of ~15–50 µs).
+        let engine = program.clone();
+        tokio::spawn(async move { plan_engine::run(&engine, options).await }).await
     });
+    let report = report.map_err(|error| Failure {
+        message: Some(format!("the engine stopped unexpectedly: {error}")),
+        code: 1,
+    })?;
     if let Some(progress) = &progress {
         progress.finish();
     }

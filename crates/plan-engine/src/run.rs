@@ -106,7 +106,12 @@ pub async fn run(program: &Program, options: RunOptions) -> RunReport {
         events: options.events.clone(),
         vars: program.initial_variables(&options.inputs),
         remaining: program.deps.deps.iter().map(Vec::len).collect(),
-        records: (0..n).map(|_| None).collect(),
+        records: {
+            // One slot more for `__meta__`, so the final records reuse this allocation.
+            let mut records = Vec::with_capacity(n + 1);
+            records.resize_with(n, || None);
+            records
+        },
         outcomes: vec![None; n],
         ready: BinaryHeap::new(),
     };
@@ -382,7 +387,12 @@ impl Scheduler<'_> {
             event.duration_ms = Some(millis(elapsed));
             event
         });
-        let mut records: Vec<Record> = self.records.into_iter().flatten().collect();
+        // Every slot is filled by now (see `run`); `map` over `into_iter` collects in place.
+        let mut records: Vec<Record> = self
+            .records
+            .into_iter()
+            .map(|record| record.unwrap_or_else(|| unreachable_record()))
+            .collect();
         records.push(Record {
             step_id: META_STEP_ID.to_owned(),
             ok: status == TaskStatus::Completed,
@@ -400,6 +410,21 @@ impl Scheduler<'_> {
             records,
             variables: self.vars,
         }
+    }
+}
+
+/// Never produced: `run` settles every step before building the report. Kept total so that a
+/// bug shows as an odd record rather than a panic.
+fn unreachable_record() -> Record {
+    Record {
+        step_id: String::new(),
+        ok: false,
+        skipped: true,
+        result: None,
+        reason: Some("internal error: the step was never settled".to_owned()),
+        error: None,
+        attempts: 0,
+        duration_ms: 0,
     }
 }
 
