@@ -1,4 +1,5 @@
 //! The `plan-cli` binary, run as a user would.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
 use std::path::{Path, PathBuf};
 

@@ -71,7 +71,7 @@ impl From<ToolError> for StepError {
         StepError {
             code: error.code,
             message: error.message,
-            details: error.details,
+            details: error.details.map(|details| *details),
         }
     }
 }

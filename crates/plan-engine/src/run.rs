@@ -367,7 +367,7 @@ impl Scheduler<'_> {
     }
 
     fn into_report(self, run_id: &str, started: Instant) -> RunReport {
-        let has = |wanted: Outcome| self.outcomes.iter().any(|o| *o == Some(wanted));
+        let has = |wanted: Outcome| self.outcomes.contains(&Some(wanted));
         let (status, summary) = if has(Outcome::Blocked) {
             (
                 TaskStatus::Blocked,
@@ -391,7 +391,7 @@ impl Scheduler<'_> {
         let mut records: Vec<Record> = self
             .records
             .into_iter()
-            .map(|record| record.unwrap_or_else(|| unreachable_record()))
+            .map(|record| record.unwrap_or_else(unreachable_record))
             .collect();
         records.push(Record {
             step_id: META_STEP_ID.to_owned(),

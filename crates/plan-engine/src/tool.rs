@@ -43,9 +43,10 @@ pub struct ToolError {
     /// The least delay before trying again, when the tool knows it (HTTP `Retry-After`).
     #[serde(skip)]
     pub retry_after: Option<Duration>,
-    /// Structured context (e.g. the failed command's output).
+    /// Structured context (e.g. the failed command's output). Boxed: errors travel in every
+    /// `Result` of a tool call, and most have no details.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
 }
 
 impl ToolError {
@@ -76,7 +77,7 @@ impl ToolError {
     /// Adds structured details.
     #[must_use]
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 }

@@ -1,4 +1,5 @@
 //! The scheduler against small in-test tools; time is tokio's paused clock, so timings are exact.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

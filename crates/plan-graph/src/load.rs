@@ -77,7 +77,7 @@ pub fn load(
         Err(issue) => {
             return Err(InvalidPlan {
                 plan_source: source,
-                issues: vec![issue],
+                issues: vec![*issue],
             });
         }
     };
@@ -96,7 +96,8 @@ pub fn load(
     })
 }
 
-fn parse(source: &Source, format: Format) -> Result<RawPlan, Issue> {
+/// The issue is boxed: it is large, and the happy path should not pay for its size.
+fn parse(source: &Source, format: Format) -> Result<RawPlan, Box<Issue>> {
     let text = source.text();
     match format {
         Format::Json => {
@@ -105,10 +106,10 @@ fn parse(source: &Source, format: Format) -> Result<RawPlan, Issue> {
                 Ok(plan) => deserializer
                     .end()
                     .map(|()| plan)
-                    .map_err(|error| json_issue(source, &error, PlanPath::root())),
+                    .map_err(|error| Box::new(json_issue(source, &error, PlanPath::root()))),
                 Err(error) => {
                     let path = plan_path(error.path());
-                    Err(json_issue(source, error.inner(), path))
+                    Err(Box::new(json_issue(source, error.inner(), path)))
                 }
             }
         }
@@ -130,7 +131,7 @@ fn parse(source: &Source, format: Format) -> Result<RawPlan, Issue> {
             ]
             .iter()
             .any(|phrase| message.contains(phrase));
-            serde_issue(source, &message, offset, !schema)
+            Box::new(serde_issue(source, &message, offset, !schema))
         }),
     }
 }
@@ -144,10 +145,12 @@ fn json_issue(source: &Source, error: &serde_json::Error, path: PlanPath) -> Iss
     let syntax = error.is_syntax() || error.is_eof();
     let mut issue = serde_issue(source, message, offset, syntax);
     // serde_json reports a type error after the value; the path finds the value itself.
-    if !syntax && issue.code == "plan::schema" && !path.0.is_empty() {
-        if let Some(range) = source.range(&Location::Path { path, key: false }) {
-            issue.location = Location::Span(range);
-        }
+    if !syntax
+        && issue.code == "plan::schema"
+        && !path.0.is_empty()
+        && let Some(range) = source.range(&Location::Path { path, key: false })
+    {
+        issue.location = Location::Span(range);
     }
     issue
 }
@@ -158,10 +161,10 @@ fn yaml_message(error: &serde_saphyr::Error) -> String {
     let text = error.to_string();
     let mut first = text.lines().next().unwrap_or("invalid YAML").trim();
     first = first.strip_prefix("error: ").unwrap_or(first);
-    if first.starts_with("line ") {
-        if let Some(colon) = first.find(": ") {
-            first = &first[colon + 2..];
-        }
+    if first.starts_with("line ")
+        && let Some(colon) = first.find(": ")
+    {
+        first = &first[colon + 2..];
     }
     first.to_owned()
 }

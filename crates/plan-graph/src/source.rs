@@ -207,10 +207,7 @@ struct Builder<'t, 'o> {
 
 impl<'t> Builder<'t, '_> {
     fn next(&mut self) -> Option<(Event<'t>, Span)> {
-        match self.parser.next_event()? {
-            Ok(event) => Some(event),
-            Err(_) => None,
-        }
+        self.parser.next_event()?.ok()
     }
 
     fn document(&mut self) -> Option<Node> {

@@ -1,4 +1,5 @@
 //! The built-in tools, called directly as the engine calls them.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

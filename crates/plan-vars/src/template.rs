@@ -63,7 +63,7 @@ impl Placeholder {
                 "$each".into(),
             ),
             Root::Index => (
-                scope.item_field(|item| Some(&item.index), "$index")?,
+                scope.item_field(|item| Some(item.index), "$index")?,
                 "$index".into(),
             ),
             Root::Key => (scope.item_field(|item| item.key, "$key")?, "$key".into()),
