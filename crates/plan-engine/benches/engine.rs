@@ -190,6 +190,21 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` does not, and then a small
+    // run of each shape checks that the benchmark still works without spending the time.
+    if !std::env::args().any(|a| a == "--bench") {
+        let shapes = [
+            ("independent", independent(200)),
+            ("layered", layered(4, 10)),
+            ("chain", chain(50)),
+        ];
+        for (name, plan) in shapes {
+            let result = measure(name, || plan.clone(), 1, &runtime);
+            assert!(result["steps_per_sec"].as_f64().unwrap_or(0.0) > 0.0);
+        }
+        println!("bench smoke run: ok");
+        return;
+    }
     let mut wanted: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
