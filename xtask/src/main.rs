@@ -50,12 +50,64 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
 
 /// The one test command: README and `.ci/run` call it. Later capabilities that need outside
 /// programs (MCP servers, redis-server) install them here before the tests run.
+/// Ends with one line totalling every test binary: `tests: N passed, M failed, K skipped`.
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     let mut args = vec!["test", "--workspace", "--all-targets"];
     args.extend(extra.iter().map(String::as_str));
-    cargo(root, &args)?;
+    let mut totals = Totals::default();
+    let all_targets = cargo_test(root, &args, &mut totals);
     // Doc tests are not part of --all-targets.
-    cargo(root, &["test", "--workspace", "--doc"])
+    let doc = cargo_test(root, &["test", "--workspace", "--doc"], &mut totals);
+    println!(
+        "tests: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    );
+    all_targets?;
+    doc
+}
+
+#[derive(Default)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+/// Runs `cargo test`, passing its output through and adding up its `test result:` lines.
+fn cargo_test(root: &Path, args: &[&str], totals: &mut Totals) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut child = Command::new(&cargo)
+        .args(args)
+        .current_dir(root)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {cargo} {args:?}"))?;
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line?;
+            println!("{line}");
+            if let Some(rest) = line.strip_prefix("test result: ") {
+                let count = |word: &str| -> u64 {
+                    rest.split([';', '.'])
+                        .find_map(|part| {
+                            part.trim()
+                                .strip_suffix(word)
+                                .and_then(|n| n.trim().parse().ok())
+                        })
+                        .unwrap_or(0)
+                };
+                totals.passed += count(" passed");
+                totals.failed += count(" failed");
+                totals.ignored += count(" ignored");
+            }
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("`cargo {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
 }
 
 const ENGINE_WORKLOADS: &[&str] = &["independent", "independent-100k", "layered", "chain"];
