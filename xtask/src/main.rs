@@ -111,6 +111,7 @@ fn cargo_test(root: &Path, args: &[&str], totals: &mut Totals) -> Result<()> {
 }
 
 const ENGINE_WORKLOADS: &[&str] = &["independent", "independent-100k", "layered", "chain"];
+const ENGINE_BENCH: &[&str] = &["bench", "-q", "-p", "plan-engine", "--bench", "engine"];
 
 fn bench(root: &Path, only: &[String]) -> Result<()> {
     let out_dir = root.join("target/bench");
@@ -118,32 +119,13 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let mut results: Vec<Value> = Vec::new();
 
-    cargo(
-        root,
-        &[
-            "bench",
-            "-q",
-            "-p",
-            "plan-engine",
-            "--bench",
-            "engine",
-            "--no-run",
-        ],
-    )?;
+    cargo(root, &[ENGINE_BENCH, &["--no-run"]].concat())?;
     for workload in ENGINE_WORKLOADS.iter().filter(|w| wanted(w)) {
         // One process per workload, so that peak RSS belongs to it alone.
         let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let output = Command::new(cargo_bin)
-            .args([
-                "bench",
-                "-q",
-                "-p",
-                "plan-engine",
-                "--bench",
-                "engine",
-                "--",
-                workload,
-            ])
+            .args(ENGINE_BENCH)
+            .args(["--", workload])
             .current_dir(root)
             .output()?;
         if !output.status.success() {

@@ -230,78 +230,85 @@ impl Scheduler<'_> {
             attempts,
             elapsed,
         } = finished;
-        match result {
-            Ok(value) => {
-                let step = &self.program.steps[index];
-                let mut bound = Vec::with_capacity(step.binds.len());
-                for (name, selector) in &step.binds {
-                    match selector.select(&value, &self.vars) {
-                        Ok(selected) => bound.push((name.clone(), selected)),
-                        Err(error) => {
-                            let error = StepError {
-                                code: codes::E_BIND_UNRESOLVED.into(),
-                                message: format!("bind `{name}`: {error}"),
-                                details: None,
-                            };
-                            self.fail(index, error, attempts, elapsed);
-                            return;
-                        }
-                    }
+        let outcome = match result {
+            Ok(value) => self.bind(index, value),
+            Err(error) => Err(error.into()),
+        };
+        self.record_executed(index, outcome, attempts, elapsed);
+    }
+
+    /// Stores the step's binds, all or none: a selector that does not match the result fails
+    /// the step.
+    fn bind(&mut self, index: usize, value: Value) -> Result<Value, StepError> {
+        let step = &self.program.steps[index];
+        let mut bound = Vec::with_capacity(step.binds.len());
+        for (name, selector) in &step.binds {
+            match selector.select(&value, &self.vars) {
+                Ok(selected) => bound.push((name.clone(), selected)),
+                Err(error) => {
+                    return Err(StepError {
+                        code: codes::E_BIND_UNRESOLVED.into(),
+                        message: format!("bind `{name}`: {error}"),
+                        details: None,
+                    });
                 }
-                self.vars.extend(bound);
-                self.emit(|| {
-                    let mut event =
-                        Event::new(EventKind::StepExecuted, &self.run_id).step(&step.id, attempts);
-                    event.ok = Some(true);
-                    event.duration_ms = Some(millis(elapsed));
-                    event
-                });
-                self.records[index] = Some(Record {
-                    step_id: step.id.to_string(),
-                    ok: true,
-                    skipped: false,
-                    result: Some(value),
-                    reason: None,
-                    error: None,
-                    attempts,
-                    duration_ms: millis(elapsed),
-                });
-                self.settle(index, Outcome::Succeeded);
             }
-            Err(error) => self.fail(index, error.into(), attempts, elapsed),
         }
+        self.vars.extend(bound);
+        Ok(value)
     }
 
     fn fail(&mut self, index: usize, error: StepError, attempts: u32, elapsed: Duration) {
+        self.record_executed(index, Err(error), attempts, elapsed);
+    }
+
+    /// Records a step that ran (or tried to), then settles it.
+    fn record_executed(
+        &mut self,
+        index: usize,
+        outcome: Result<Value, StepError>,
+        attempts: u32,
+        elapsed: Duration,
+    ) {
         let step_id = &self.program.steps[index].id;
         self.emit(|| {
             let mut event =
                 Event::new(EventKind::StepExecuted, &self.run_id).step(step_id, attempts);
-            event.ok = Some(false);
+            event.ok = Some(outcome.is_ok());
             event.duration_ms = Some(millis(elapsed));
-            event.error = serde_json::to_value(&error).ok();
+            event.error = outcome
+                .as_ref()
+                .err()
+                .and_then(|e| serde_json::to_value(e).ok());
             event
         });
+        let ok = outcome.is_ok();
+        let (result, error) = match outcome {
+            Ok(value) => (Some(value), None),
+            Err(error) => (None, Some(error)),
+        };
         self.records[index] = Some(Record {
             step_id: step_id.to_string(),
-            ok: false,
+            ok,
             skipped: false,
-            result: None,
+            result,
             reason: None,
-            error: Some(error),
+            error,
             attempts,
             duration_ms: millis(elapsed),
         });
-        self.settle(index, Outcome::Failed);
+        self.settle(
+            index,
+            if ok {
+                Outcome::Succeeded
+            } else {
+                Outcome::Failed
+            },
+        );
     }
 
-    fn settle_without_running(
-        &mut self,
-        index: usize,
-        outcome: Outcome,
-        skipped: bool,
-        reason: String,
-    ) {
+    /// Records a step that will not run (blocked or skipped), without settling it.
+    fn record_not_run(&mut self, index: usize, skipped: bool, reason: String) {
         let step_id = &self.program.steps[index].id;
         self.emit(|| {
             let mut event = Event::new(EventKind::StepSkipped, &self.run_id).step(step_id, 0);
@@ -318,6 +325,16 @@ impl Scheduler<'_> {
             attempts: 0,
             duration_ms: 0,
         });
+    }
+
+    fn settle_without_running(
+        &mut self,
+        index: usize,
+        outcome: Outcome,
+        skipped: bool,
+        reason: String,
+    ) {
+        self.record_not_run(index, skipped, reason);
         self.settle(index, outcome);
     }
 
@@ -325,40 +342,25 @@ impl Scheduler<'_> {
     /// done either becomes ready or, if one of them did not succeed, is skipped (which in
     /// turn releases its own dependents).
     fn settle(&mut self, index: usize, outcome: Outcome) {
+        let program = self.program;
         self.outcomes[index] = Some(outcome);
         let mut done = vec![index];
         while let Some(i) = done.pop() {
-            for &d in &self.program.deps.dependents[i] {
+            for &d in &program.deps.dependents[i] {
                 self.remaining[d] -= 1;
                 if self.remaining[d] != 0 || self.records[d].is_some() {
                     continue;
                 }
-                let unsatisfied: Vec<&str> = self.program.deps.deps[d]
+                let unsatisfied: Vec<&str> = program.deps.deps[d]
                     .iter()
                     .filter(|&&dep| self.outcomes[dep] != Some(Outcome::Succeeded))
-                    .map(|&dep| &*self.program.steps[dep].id)
+                    .map(|&dep| &*program.steps[dep].id)
                     .collect();
                 if unsatisfied.is_empty() {
                     self.ready.push(Reverse(d));
                 } else {
                     let reason = format!("dependency not satisfied: {}", json_list(&unsatisfied));
-                    let step_id = &self.program.steps[d].id;
-                    self.emit(|| {
-                        let mut event =
-                            Event::new(EventKind::StepSkipped, &self.run_id).step(step_id, 0);
-                        event.reason = Some(reason.clone());
-                        event
-                    });
-                    self.records[d] = Some(Record {
-                        step_id: step_id.to_string(),
-                        ok: false,
-                        skipped: true,
-                        result: None,
-                        reason: Some(reason),
-                        error: None,
-                        attempts: 0,
-                        duration_ms: 0,
-                    });
+                    self.record_not_run(d, true, reason);
                     self.outcomes[d] = Some(Outcome::Skipped);
                     done.push(d);
                 }
@@ -431,19 +433,15 @@ fn unreachable_record() -> Record {
 /// Calls the tool, retrying retryable errors as the step's policy allows.
 async fn execute(call: Call) -> Finished {
     let started = Instant::now();
-    let mut attempt = 1;
-    let emit = |make: &dyn Fn() -> Event| {
-        if let Some(sink) = &call.events {
-            sink.emit(&make());
-        }
+    let finished = |result: Result<Value, ToolError>, attempts: u32| Finished {
+        index: call.index,
+        result,
+        attempts,
+        elapsed: started.elapsed(),
     };
+    let mut attempt = 1;
     loop {
-        emit(&|| {
-            let mut event =
-                Event::new(EventKind::ToolCalled, &call.run_id).step(&call.step_id, attempt);
-            event.tool = Some(call.tool_name.clone());
-            event
-        });
+        call.emit(EventKind::ToolCalled, attempt, |_| {});
         let attempt_started = Instant::now();
         let attempt_cancel = call.cancel.child_token();
         let ctx = ToolContext {
@@ -461,61 +459,50 @@ async fn execute(call: Call) -> Finished {
         // Tells a tool that outlives its attempt (timed out, cancelled) to stop.
         attempt_cancel.cancel();
         let attempt_ms = millis(attempt_started.elapsed());
-        match result {
+        let error = match result {
             Ok(value) => {
-                emit(&|| {
-                    let mut event = Event::new(EventKind::ToolSucceeded, &call.run_id)
-                        .step(&call.step_id, attempt);
-                    event.tool = Some(call.tool_name.clone());
-                    event.duration_ms = Some(attempt_ms);
-                    event
+                call.emit(EventKind::ToolSucceeded, attempt, |event| {
+                    event.duration_ms = Some(attempt_ms)
                 });
-                return Finished {
-                    index: call.index,
-                    result: Ok(value),
-                    attempts: attempt,
-                    elapsed: started.elapsed(),
-                };
+                return finished(Ok(value), attempt);
             }
-            Err(error) => {
-                emit(&|| {
-                    let mut event = Event::new(EventKind::ToolFailed, &call.run_id)
-                        .step(&call.step_id, attempt);
-                    event.tool = Some(call.tool_name.clone());
-                    event.duration_ms = Some(attempt_ms);
-                    event.error = serde_json::to_value(&error).ok();
-                    event
-                });
-                let never_retried =
-                    error.code == codes::E_ARGS_INVALID || error.code == codes::E_ARGS_UNRESOLVED;
-                let retry = error.retryable
-                    && !never_retried
-                    && attempt < call.retry.attempts
-                    && !call.cancel.is_cancelled();
-                if !retry {
-                    return Finished {
-                        index: call.index,
-                        result: Err(error),
-                        attempts: attempt,
-                        elapsed: started.elapsed(),
-                    };
-                }
-                let delay = retry::delay(&call.retry, attempt, error.retry_after);
-                emit(&|| {
-                    let mut event = Event::new(EventKind::StepRetrying, &call.run_id)
-                        .step(&call.step_id, attempt + 1);
-                    event.delay_ms = Some(millis(delay));
-                    event.error = serde_json::to_value(&error).ok();
-                    event
-                });
-                tokio::select! {
-                    () = call.cancel.cancelled() => {
-                        return Finished { index: call.index, result: Err(error), attempts: attempt, elapsed: started.elapsed() };
-                    }
-                    () = tokio::time::sleep(delay) => {}
-                }
-                attempt += 1;
-            }
+            Err(error) => error,
+        };
+        call.emit(EventKind::ToolFailed, attempt, |event| {
+            event.duration_ms = Some(attempt_ms);
+            event.error = serde_json::to_value(&error).ok();
+        });
+        let never_retried =
+            error.code == codes::E_ARGS_INVALID || error.code == codes::E_ARGS_UNRESOLVED;
+        let retry = error.retryable
+            && !never_retried
+            && attempt < call.retry.attempts
+            && !call.cancel.is_cancelled();
+        if !retry {
+            return finished(Err(error), attempt);
+        }
+        let delay = retry::delay(&call.retry, attempt, error.retry_after);
+        call.emit(EventKind::StepRetrying, attempt + 1, |event| {
+            event.tool = None;
+            event.delay_ms = Some(millis(delay));
+            event.error = serde_json::to_value(&error).ok();
+        });
+        tokio::select! {
+            () = call.cancel.cancelled() => return finished(Err(error), attempt),
+            () = tokio::time::sleep(delay) => {}
+        }
+        attempt += 1;
+    }
+}
+
+impl Call {
+    /// Sends a step event carrying the tool's name, when anyone listens.
+    fn emit(&self, kind: EventKind, attempt: u32, fill: impl FnOnce(&mut Event)) {
+        if let Some(sink) = &self.events {
+            let mut event = Event::new(kind, &self.run_id).step(&self.step_id, attempt);
+            event.tool = Some(self.tool_name.clone());
+            fill(&mut event);
+            sink.emit(&event);
         }
     }
 }
