@@ -110,7 +110,13 @@ fn cargo_test(root: &Path, args: &[&str], totals: &mut Totals) -> Result<()> {
     Ok(())
 }
 
-const ENGINE_WORKLOADS: &[&str] = &["independent", "independent-100k", "layered", "chain"];
+const ENGINE_WORKLOADS: &[&str] = &[
+    "independent",
+    "independent-100k",
+    "layered",
+    "chain",
+    "map-100k",
+];
 const ENGINE_BENCH: &[&str] = &["bench", "-q", "-p", "plan-engine", "--bench", "engine"];
 
 fn bench(root: &Path, only: &[String]) -> Result<()> {
@@ -140,6 +146,24 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         results.push(json!({"kind": "engine", "result": value}));
     }
 
+    if wanted("resolve") {
+        let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = Command::new(cargo_bin)
+            .args(["bench", "-q", "-p", "plan-vars", "--bench", "resolve"])
+            .current_dir(root)
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "resolve bench failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let line = String::from_utf8_lossy(&output.stdout);
+        let value: Value =
+            serde_json::from_str(line.trim()).with_context(|| format!("bench output: {line}"))?;
+        results.push(json!({"kind": "vars", "result": value}));
+    }
+
     if wanted("cli") {
         cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
         let binary = root.join("target/release/plan-cli");
@@ -147,7 +171,8 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         let cold = time_runs(&binary, &small, 21)?;
         results.push(json!({"kind": "cli", "result": {
             "workload": "cold-start (2-step plan, whole process)",
-            "steps": 2, "runs": 21, "median_ms": ms(cold),
+            "steps": 2, "runs": 21, "median_ms": ms(cold.wall),
+            "peak_rss_mib": cold.peak_rss_mib,
         }}));
         let big = out_dir.join("independent-10k.json");
         let steps: Vec<Value> = (0..10_000)
@@ -162,8 +187,24 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         let whole = time_runs(&binary, &big, 5)?;
         results.push(json!({"kind": "cli", "result": {
             "workload": "10,000 echo steps (whole process: parse, validate, run, print JSON)",
-            "steps": 10_000, "runs": 5, "median_ms": ms(whole),
-            "steps_per_sec": 10_000.0 / whole.as_secs_f64(),
+            "steps": 10_000, "runs": 5, "median_ms": ms(whole.wall),
+            "steps_per_sec": 10_000.0 / whole.wall.as_secs_f64(),
+            "peak_rss_mib": whole.peak_rss_mib,
+        }}));
+        let map_plan = out_dir.join("map-100k.json");
+        let items: Vec<Value> = (0..100_000)
+            .map(|i| json!({"id": i, "name": format!("item {i}")}))
+            .collect();
+        let map = json!({"id": "map-100k", "max_concurrency": 64, "variables": {"items": items}, "steps": [
+            {"id": "m", "tool": "echo", "expand_on": "${items}", "args": {"name": "$each.name", "i": "$index"}, "binds": {"names": "$.name"}}
+        ]});
+        std::fs::write(&map_plan, serde_json::to_string(&map)?)?;
+        let mapped = time_runs(&binary, &map_plan, 3)?;
+        results.push(json!({"kind": "cli", "result": {
+            "workload": "map over 100,000 items with echo and a bind (whole process, --json)",
+            "steps": 100_000, "runs": 3, "median_ms": ms(mapped.wall),
+            "steps_per_sec": 100_000.0 / mapped.wall.as_secs_f64(),
+            "peak_rss_mib": mapped.peak_rss_mib,
         }}));
     }
 
@@ -186,7 +227,9 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         println!(
             "{:<70} {:>9} {:>12} {:>10} {:>10} {:>11}",
             name,
-            r["steps"],
+            r.get("steps")
+                .and_then(Value::as_u64)
+                .map_or("-".to_owned(), |n| n.to_string()),
             number("steps_per_sec", 0),
             if r.get("us_per_step").is_some() {
                 number("us_per_step", 2)
@@ -206,26 +249,60 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Median wall time of running the binary on a plan, `runs` times.
-fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Duration> {
+struct Timed {
+    wall: Duration,
+    peak_rss_mib: f64,
+}
+
+/// Median wall time of running the binary on a plan, `runs` times, and the largest peak RSS.
+fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Timed> {
     let mut times = Vec::with_capacity(runs);
+    let mut peak_kib = 0;
     for _ in 0..runs {
         let started = Instant::now();
-        let output = Command::new(binary)
+        let child = Command::new(binary)
             .args(["run", "--json"])
             .arg(plan)
-            .output()?;
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let (code, max_rss_kib) = wait_with_rusage(&child)?;
         times.push(started.elapsed());
-        if output.status.code() != Some(0) {
-            bail!(
-                "{} failed: {}",
-                plan.display(),
-                String::from_utf8_lossy(&output.stderr)
-            );
+        peak_kib = peak_kib.max(max_rss_kib);
+        if code != 0 {
+            bail!("{} exited with {code}", plan.display());
         }
     }
     times.sort();
-    Ok(times[times.len() / 2])
+    Ok(Timed {
+        wall: times[times.len() / 2],
+        peak_rss_mib: peak_kib as f64 / 1024.0,
+    })
+}
+
+/// Waits for the child with `wait4`, which also reports its peak RSS (std does not).
+fn wait_with_rusage(child: &std::process::Child) -> Result<(i32, i64)> {
+    let pid = libc::pid_t::try_from(child.id())?;
+    let mut status: libc::c_int = 0;
+    // SAFETY: `rusage` is plain data that wait4 fills in; the pid is our own child, which std
+    // has not waited for (it only would on `wait`, which we never call).
+    #[expect(
+        unsafe_code,
+        reason = "wait4 is the only way to get a child's peak RSS"
+    )]
+    let (waited, rusage) = unsafe {
+        let mut rusage: libc::rusage = std::mem::zeroed();
+        (libc::wait4(pid, &mut status, 0, &mut rusage), rusage)
+    };
+    if waited != pid {
+        bail!("wait4 failed: {}", std::io::Error::last_os_error());
+    }
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    Ok((code, rusage.ru_maxrss))
 }
 
 fn ms(duration: Duration) -> f64 {

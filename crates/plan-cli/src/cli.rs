@@ -31,6 +31,9 @@ pub(crate) struct PlanArgs {
     /// Set a variable (the value is parsed as JSON when it parses, else taken as a string)
     #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
     pub(crate) vars: Vec<(String, serde_json::Value)>,
+    /// Read variables from a JSON or YAML object; `--var` wins over it, it wins over the plan
+    #[arg(long = "vars", value_name = "FILE")]
+    pub(crate) vars_file: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use plan_engine::{EventSink, Fanout, Registry, RunOptions};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{GraphFormat, PlanArgs, RunArgs, ShowArgs, ToolsArgs};
@@ -15,9 +15,8 @@ use crate::plan_file::prepare;
 
 pub(crate) fn run(args: &RunArgs, registry: &Registry) -> Result<i32, Failure> {
     let ready = prepare(&args.plan, registry)?;
-    let inputs: Map<String, Value> = args.plan.vars.iter().cloned().collect();
     if args.dry_run {
-        let calls = ready.program.preview(&inputs);
+        let calls = ready.program.preview(&ready.inputs, &ready.env);
         let text = if args.json {
             let value =
                 json!({"plan_id": ready.program.plan_id(), "dry_run": true, "calls": calls});
@@ -49,7 +48,8 @@ pub(crate) fn run(args: &RunArgs, registry: &Registry) -> Result<i32, Failure> {
     }
     let mut options = RunOptions::new(ulid::Ulid::new().to_string());
     options.max_concurrency = args.max_concurrency.map(|n| n as usize);
-    options.inputs = inputs;
+    options.inputs = ready.inputs;
+    options.env = ready.env;
     options.events = match sinks.len() {
         0 => None,
         1 => sinks.pop(),

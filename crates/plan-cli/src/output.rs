@@ -143,10 +143,10 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
 
 /// What `--dry-run` prints without `--json`.
 pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
+    let plural = if calls.len() == 1 { "" } else { "s" };
     let mut out = format!(
-        "dry run of `{plan_id}`: {} call{}, none made\n",
-        calls.len(),
-        if calls.len() == 1 { "" } else { "s" }
+        "dry run of `{plan_id}`: {} call{plural}, none made\n",
+        calls.len()
     );
     for call in calls {
         let after = if call.depends_on.is_empty() {
@@ -154,10 +154,19 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
         } else {
             format!("  ← after: {}", call.depends_on.join(", "))
         };
-        out.push_str(&format!(
-            "{}  {} {}{after}\n",
-            call.step_id, call.tool, call.args
-        ));
+        let line = match (&call.error, &call.expand_on) {
+            (Some(error), _) => format!(
+                "{}  {} would fail: {}: {}{after}",
+                call.step_id, call.tool, error.code, error.message
+            ),
+            (None, Some(on)) => format!(
+                "{}  {} {} for each item of {on}{after}",
+                call.step_id, call.tool, call.args
+            ),
+            (None, None) => format!("{}  {} {}{after}", call.step_id, call.tool, call.args),
+        };
+        out.push_str(&line);
+        out.push('\n');
     }
     out
 }

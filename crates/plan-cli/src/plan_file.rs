@@ -4,15 +4,22 @@ use std::io::{IsTerminal, Read};
 use std::path::Path;
 
 use plan_engine::{Program, Registry};
-use plan_graph::{Format, Issue, LoadOptions, LoadedPlan, Source, load};
+use std::collections::BTreeMap;
+
+use plan_graph::{Format, Issue, LoadOptions, LoadedPlan, Source, load, load_variables};
+use serde_json::{Map, Value};
 
 use crate::cli::PlanArgs;
 use crate::exit::Failure;
 
-/// A plan that loaded and bound to the registry's tools.
+/// A plan that loaded and bound to the registry's tools, with the run's inputs.
 pub(crate) struct Ready {
     pub(crate) loaded: LoadedPlan,
     pub(crate) program: Program,
+    /// `--vars FILE` overlaid with `--var`.
+    pub(crate) inputs: Map<String, Value>,
+    /// Values of the environment variables the plan lists under `env:` (unset ones left out).
+    pub(crate) env: BTreeMap<String, String>,
 }
 
 pub(crate) fn read_source(path: &Path) -> Result<(Source, Format), Failure> {
@@ -46,12 +53,39 @@ fn plan_id(loaded: &LoadedPlan, path: &Path) -> String {
     )
 }
 
+/// `--vars FILE`, then `--var` over it.
+fn read_inputs(args: &PlanArgs) -> Result<Map<String, Value>, Failure> {
+    let mut inputs = Map::new();
+    if let Some(path) = &args.vars_file {
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            Failure::input(format!(
+                "cannot read variables file `{}`: {error}",
+                path.display()
+            ))
+        })?;
+        let source = Source::new(path.display().to_string(), text);
+        match load_variables(source, Format::from_path(path)) {
+            Ok(variables) => inputs = variables,
+            Err(invalid) => {
+                report(&invalid.plan_source, &invalid.issues);
+                return Err(Failure::input(format!(
+                    "{} is not a valid variables file: it must hold one object of NAME: VALUE",
+                    path.display()
+                )));
+            }
+        }
+    }
+    inputs.extend(args.vars.iter().cloned());
+    Ok(inputs)
+}
+
 /// Loads, validates and compiles a plan; prints warnings; every error becomes a diagnostic
 /// and exit code 2.
 pub(crate) fn prepare(args: &PlanArgs, registry: &Registry) -> Result<Ready, Failure> {
+    let inputs = read_inputs(args)?;
     let (source, format) = read_source(&args.plan)?;
     let options = LoadOptions {
-        provided_variables: args.vars.iter().map(|(name, _)| name.clone()).collect(),
+        provided_variables: inputs.keys().cloned().collect(),
         known_tools: Some(registry.names()),
     };
     let loaded = match load(source, format, &options) {
@@ -68,7 +102,19 @@ pub(crate) fn prepare(args: &PlanArgs, registry: &Registry) -> Result<Ready, Fai
     match Program::compile(&loaded.plan, &id, registry) {
         Ok(program) => {
             report(&loaded.source, &loaded.warnings);
-            Ok(Ready { loaded, program })
+            // Only the variables the plan lists are read, and only here: the engine reads no
+            // environment.
+            let env = program
+                .env_names()
+                .iter()
+                .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+                .collect();
+            Ok(Ready {
+                loaded,
+                program,
+                inputs,
+                env,
+            })
         }
         Err(issues) => {
             let mut all = loaded.warnings.clone();

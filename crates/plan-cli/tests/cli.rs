@@ -189,7 +189,7 @@ fn dry_run_shows_the_calls_and_makes_none() {
         "{text}"
     );
     assert!(
-        text.contains(r#"after  echo {"code":"${out.exit_code}"}  ← after: touch"#),
+        text.contains(r#"after  echo {"code":"<result of touch>"}  ← after: touch"#),
         "{text}"
     );
     assert!(!marker.exists(), "--dry-run called a tool");
@@ -401,5 +401,80 @@ fn the_human_summary_has_a_line_per_step() {
     insta::assert_snapshot!(
         "summary_retried",
         redact(&String::from_utf8_lossy(&output.stdout))
+    );
+}
+
+#[test]
+fn vars_files_sit_between_the_plan_and_var_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "p.json",
+        &json!({"variables": {"a": "plan", "b": "plan", "c": "plan"}, "steps": [{"id": "s", "tool": "echo", "args": {"a": "${a}", "b": "${b}", "c": "${c}", "d": "${d}"}}]}),
+    );
+    let yaml = dir.path().join("vars.yaml");
+    std::fs::write(&yaml, "b: file\nc: file\nd: [1, 2]\n").unwrap();
+    let (code, report) = run_json(&[
+        plan.to_str().unwrap(),
+        "--vars",
+        yaml.to_str().unwrap(),
+        "--var",
+        "c=flag",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        report["records"][0]["result"],
+        json!({"a": "plan", "b": "file", "c": "flag", "d": [1, 2]})
+    );
+
+    let json_file = dir.path().join("vars.json");
+    std::fs::write(&json_file, r#"{"d": {"x": true}}"#).unwrap();
+    let (_, report) = run_json(&[
+        plan.to_str().unwrap(),
+        "--vars",
+        json_file.to_str().unwrap(),
+    ]);
+    assert_eq!(report["records"][0]["result"]["d"], json!({"x": true}));
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "[1, 2]").unwrap();
+    plan_cli()
+        .args([
+            "run",
+            plan.to_str().unwrap(),
+            "--vars",
+            bad.to_str().unwrap(),
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "invalid type: sequence, expected a map",
+        ))
+        .stderr(predicate::str::contains("is not a valid variables file"));
+}
+
+#[test]
+fn dry_run_expands_maps_whose_list_is_known() {
+    let output = plan_cli()
+        .args([
+            "run",
+            fixture("30-map-expand.yaml").to_str().unwrap(),
+            "--dry-run",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    insta::assert_snapshot!("dry_run_map", String::from_utf8_lossy(&output.stdout));
+    let output = plan_cli()
+        .args([
+            "run",
+            fixture("39-seed001-map.json").to_str().unwrap(),
+            "--dry-run",
+        ])
+        .output()
+        .unwrap();
+    insta::assert_snapshot!(
+        "dry_run_pending_map",
+        String::from_utf8_lossy(&output.stdout)
     );
 }

@@ -31,6 +31,7 @@ fn run_fixture(path: &Path) -> String {
         .args(["run", &name, "--json"])
         .current_dir(dir)
         .env("NO_COLOR", "1")
+        .env("PLAN_CLI_FIXTURE_SECRET", "hunter2-fixture-secret")
         .output()
         .expect("plan-cli runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -9,6 +9,7 @@
 
 mod event;
 mod program;
+mod redact;
 mod report;
 mod retry;
 mod run;
@@ -16,6 +17,7 @@ mod tool;
 
 pub use event::{Event, EventKind, EventSink, Fanout};
 pub use program::{DEFAULT_MAX_CONCURRENCY, PlannedCall, Program};
+pub use redact::REDACTED;
 pub use report::{Record, RunReport, StepError, TaskStatus};
 pub use run::{RunOptions, run};
 pub use tool::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};

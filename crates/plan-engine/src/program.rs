@@ -1,15 +1,18 @@
-//! A plan bound to tools: every tool looked up, every template parsed, once per plan.
+//! A plan bound to tools: every tool looked up, every template parsed and every argument
+//! schema compiled, once per plan.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use plan_graph::{Dependencies, Issue, Plan, PlanPath, RetryPolicy, unknown_tool};
-use plan_vars::{Scope, Selector, ValueTemplate};
+use plan_vars::{Item, Placeholder, Root, Scope, Selector, Template, ValueTemplate};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::tool::{Registry, Tool};
+use crate::redact::Redactor;
+use crate::report::StepError;
+use crate::tool::{Registry, Tool, codes};
 
 /// Most steps running at once when neither the plan nor the caller says.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
@@ -22,6 +25,21 @@ pub(crate) struct CompiledStep {
     pub(crate) binds: Vec<(String, Selector)>,
     pub(crate) retry: RetryPolicy,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) expand: Option<CompiledExpand>,
+    pub(crate) schema: Option<Arc<jsonschema::Validator>>,
+}
+
+/// What a map step runs over.
+pub(crate) struct CompiledExpand {
+    pub(crate) on: ExpandSource,
+    /// `expand_on` as written, for messages.
+    pub(crate) on_text: String,
+    pub(crate) key: Option<Template>,
+}
+
+pub(crate) enum ExpandSource {
+    Literal(Vec<Value>),
+    Placeholder(Template),
 }
 
 /// A validated plan ready to run: tools resolved, placeholders and selectors parsed.
@@ -29,36 +47,77 @@ pub struct Program {
     pub(crate) plan_id: Arc<str>,
     pub(crate) steps: Vec<CompiledStep>,
     pub(crate) deps: Dependencies,
-    pub(crate) variables: Map<String, Value>,
+    /// The plan's variables, shared with every run (a run copies none of them).
+    pub(crate) variables: BTreeMap<String, Arc<Value>>,
     pub(crate) max_concurrency: Option<usize>,
+    /// The environment variables `${env.NAME}` may read.
+    pub(crate) env: Vec<String>,
+    /// Each bound variable and the first step that binds it (previews show its value as
+    /// `<result of STEP>`).
+    binders: BTreeMap<String, Arc<str>>,
 }
 
 /// One call a preview shows: what would be called, with what.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedCall {
-    /// The step.
+    /// The step, or the map item (`ID-N`, `ID[KEY]`) when its list is known.
     pub step_id: String,
     /// The tool.
     pub tool: String,
-    /// The arguments, resolved as far as the inputs allow; what only a step's result could
-    /// give is left as its placeholder text.
+    /// The arguments, resolved as far as the inputs allow: what only a step's result could
+    /// give reads `<result of STEP>`; an unknown map item's values read `<… of each item>`.
     pub args: Value,
     /// The step's dependencies.
     pub depends_on: Vec<String>,
+    /// For a map step whose list only a step's result gives: the `expand_on` it will run over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expand_on: Option<String>,
+    /// Why this call would fail before its tool is called (`E_ARGS_UNRESOLVED`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<StepError>,
+}
+
+/// The values a run reads besides its variables: the map item being run and the listed
+/// environment.
+pub(crate) struct ItemValues<'a> {
+    pub(crate) value: &'a Value,
+    pub(crate) index: Value,
+    pub(crate) key: Option<&'a Value>,
 }
 
 impl Program {
     /// Binds a loaded plan to the registry's tools. Every unknown tool is an [`Issue`] at the
-    /// step's `tool`, with the closest known name as help.
+    /// step's `tool`, with the closest known name as help; a tool whose published schema does
+    /// not compile is an issue too.
     pub fn compile(plan: &Plan, plan_id: &str, registry: &Registry) -> Result<Program, Vec<Issue>> {
         let mut issues = Vec::new();
         let mut steps = Vec::with_capacity(plan.steps.len());
         let names = registry.names();
         let default_retry = plan.retry.clone().unwrap_or_default();
+        let mut schemas: HashMap<&str, Option<Arc<jsonschema::Validator>>> = HashMap::new();
+        let mut binders = BTreeMap::new();
         for (i, step) in plan.steps.iter().enumerate() {
             let Some(tool) = registry.get(&step.tool) else {
                 issues.push(unknown_tool(i, &step.tool, &names));
                 continue;
+            };
+            let schema = match schemas.get(step.tool.as_str()) {
+                Some(schema) => schema.clone(),
+                None => {
+                    let schema = match compile_schema(&tool.info().input_schema) {
+                        Ok(schema) => schema,
+                        Err(message) => {
+                            issues.push(Issue::error(
+                                "plan::tool_schema",
+                                PlanPath::step(i).key("tool"),
+                                format!("tool `{}` publishes an input schema that does not compile: {message}", step.tool),
+                            ));
+                            None
+                        }
+                    };
+                    schemas.insert(&step.tool, schema.clone());
+                    schema
+                }
             };
             let args = match ValueTemplate::compile(&Value::Object(step.args.clone())) {
                 Ok(args) => args,
@@ -81,7 +140,22 @@ impl Program {
                         format!("bad bind selector `{selector}`: {error}"),
                     )),
                 }
+                binders
+                    .entry(name.clone())
+                    .or_insert_with(|| Arc::from(step.id.0.as_str()));
             }
+            let expand = match step.expand.as_ref().map(compile_expand) {
+                None => None,
+                Some(Ok(expand)) => Some(expand),
+                Some(Err(message)) => {
+                    issues.push(Issue::error(
+                        "plan::expand",
+                        PlanPath::step(i).key("expand_on"),
+                        message,
+                    ));
+                    continue;
+                }
+            };
             steps.push(CompiledStep {
                 id: Arc::from(step.id.0.as_str()),
                 tool_name: Arc::from(step.tool.as_str()),
@@ -93,6 +167,8 @@ impl Program {
                     .timeout_ms
                     .or(plan.timeout_ms)
                     .map(Duration::from_millis),
+                expand,
+                schema,
             });
         }
         if !issues.is_empty() {
@@ -102,8 +178,14 @@ impl Program {
             plan_id: Arc::from(plan_id),
             steps,
             deps: Dependencies::new(plan),
-            variables: plan.variables.clone(),
+            variables: plan
+                .variables
+                .iter()
+                .map(|(k, v)| (k.clone(), Arc::new(v.clone())))
+                .collect(),
             max_concurrency: plan.max_concurrency,
+            env: plan.env.clone(),
+            binders,
         })
     }
 
@@ -112,7 +194,7 @@ impl Program {
         &self.plan_id
     }
 
-    /// How many steps the plan has.
+    /// How many steps the plan has (a map step counts once).
     pub fn len(&self) -> usize {
         self.steps.len()
     }
@@ -122,37 +204,348 @@ impl Program {
         self.steps.is_empty()
     }
 
+    /// The environment variables the plan reads (`env:`); the caller supplies their values.
+    pub fn env_names(&self) -> &[String] {
+        &self.env
+    }
+
     /// The plan's variables overlaid with `inputs` (inputs win).
-    pub(crate) fn initial_variables(&self, inputs: &Map<String, Value>) -> BTreeMap<String, Value> {
-        let mut vars: BTreeMap<String, Value> = self
-            .variables
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        vars.extend(inputs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    pub(crate) fn initial_variables(
+        &self,
+        inputs: &Map<String, Value>,
+    ) -> BTreeMap<String, Arc<Value>> {
+        let mut vars = self.variables.clone();
+        vars.extend(inputs.iter().map(|(k, v)| (k.clone(), Arc::new(v.clone()))));
         vars
     }
 
-    /// What a run would call, in plan order, without calling anything (`--dry-run`).
-    pub fn preview(&self, inputs: &Map<String, Value>) -> Vec<PlannedCall> {
-        let vars = self.initial_variables(inputs);
-        let scope = Scope {
-            keep_unresolved: true,
-            ..Scope::with_vars(&vars)
-        };
-        self.steps
+    /// The listed environment variables that the caller gave values for, as placeholder values.
+    pub(crate) fn env_values(&self, env: &BTreeMap<String, String>) -> BTreeMap<String, Value> {
+        self.env
             .iter()
-            .enumerate()
-            .map(|(i, step)| PlannedCall {
-                step_id: step.id.to_string(),
-                tool: step.tool_name.to_string(),
-                args: step.args.resolve(&scope).unwrap_or(Value::Null),
-                depends_on: self.deps.deps[i]
-                    .iter()
-                    .map(|&d| self.steps[d].id.to_string())
-                    .chain(self.deps.unknown[i].iter().map(|d| d.0.clone()))
-                    .collect(),
+            .filter_map(|name| {
+                env.get(name)
+                    .map(|value| (name.clone(), Value::String(value.clone())))
             })
             .collect()
+    }
+
+    /// What a run would call, in plan order, without calling anything (`--dry-run`). A map
+    /// step whose list the inputs already give shows one call per item. Values of listed
+    /// environment variables are redacted.
+    pub fn preview(
+        &self,
+        inputs: &Map<String, Value>,
+        env: &BTreeMap<String, String>,
+    ) -> Vec<PlannedCall> {
+        let vars = self.initial_variables(inputs);
+        let env_values = self.env_values(env);
+        let redactor = Redactor::new(env.values().map(String::as_str));
+        let binders = &self.binders;
+        let stand_in = |placeholder: &Placeholder| -> Option<String> {
+            match &placeholder.root {
+                Root::Var(name) if !vars.contains_key(name) => {
+                    binders.get(name).map(|step| format!("<result of {step}>"))
+                }
+                Root::Each | Root::Index | Root::Key => {
+                    Some(format!("<{} of each item>", placeholder.text()))
+                }
+                _ => None,
+            }
+        };
+        let mut calls = Vec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            let depends_on: Vec<String> = self.deps.deps[i]
+                .iter()
+                .map(|&d| self.steps[d].id.to_string())
+                .chain(self.deps.unknown[i].iter().map(|d| d.0.clone()))
+                .collect();
+            let planned =
+                |step_id: String, resolved: Result<Value, StepError>, expand_on: Option<String>| {
+                    let (mut args, error) = match resolved {
+                        Ok(args) => (args, None),
+                        Err(error) => (Value::Null, Some(error)),
+                    };
+                    redactor.value(&mut args);
+                    PlannedCall {
+                        step_id,
+                        tool: step.tool_name.to_string(),
+                        args,
+                        depends_on: depends_on.clone(),
+                        expand_on,
+                        error,
+                    }
+                };
+            let plain = Scope {
+                vars: Some(&vars),
+                env: Some(&env_values),
+                ..Scope::default()
+            };
+            let Some(expand) = &step.expand else {
+                let scope = Scope {
+                    stand_in: Some(&stand_in),
+                    ..plain
+                };
+                calls.push(planned(
+                    step.id.to_string(),
+                    resolve_args(step, &scope),
+                    None,
+                ));
+                continue;
+            };
+            match expand_items(expand, &plain) {
+                Ok(items) => match item_ids(step, expand, &items, &plain) {
+                    Ok(ItemNames { ids, keys }) => {
+                        for (k, (id, item)) in ids.iter().zip(&items).enumerate() {
+                            let values = ItemValues {
+                                value: item,
+                                index: Value::from(k),
+                                key: keys.as_ref().map(|keys| &keys[k]),
+                            };
+                            let scope = Scope {
+                                stand_in: Some(&stand_in),
+                                ..values.scope(plain)
+                            };
+                            calls.push(planned(id.to_string(), resolve_args(step, &scope), None));
+                        }
+                    }
+                    Err(error) => calls.push(planned(step.id.to_string(), Err(error), None)),
+                },
+                // The list is not known yet (a step gives it): one entry for the whole step.
+                Err(_) if self.expand_source_is_pending(expand, &vars) => {
+                    let scope = Scope {
+                        stand_in: Some(&stand_in),
+                        ..plain
+                    };
+                    calls.push(planned(
+                        step.id.to_string(),
+                        resolve_args(step, &scope),
+                        Some(expand.on_text.clone()),
+                    ));
+                }
+                Err(error) => calls.push(planned(step.id.to_string(), Err(error), None)),
+            }
+        }
+        calls
+    }
+
+    fn expand_source_is_pending(
+        &self,
+        expand: &CompiledExpand,
+        vars: &BTreeMap<String, Arc<Value>>,
+    ) -> bool {
+        match &expand.on {
+            ExpandSource::Literal(_) => false,
+            ExpandSource::Placeholder(template) => template
+                .as_placeholder()
+                .and_then(Placeholder::variable)
+                .is_some_and(|name| !vars.contains_key(name) && self.binders.contains_key(name)),
+        }
+    }
+}
+
+impl<'a> ItemValues<'a> {
+    /// `base` with this item added.
+    pub(crate) fn scope(&'a self, base: Scope<'a>) -> Scope<'a> {
+        Scope {
+            item: Some(Item {
+                value: self.value,
+                index: &self.index,
+                key: self.key,
+            }),
+            ..base
+        }
+    }
+}
+
+/// Resolves a step's arguments and checks them against its tool's schema.
+pub(crate) fn resolve_args(step: &CompiledStep, scope: &Scope<'_>) -> Result<Value, StepError> {
+    let args = step.args.resolve(scope).map_err(|error| StepError {
+        code: codes::E_ARGS_UNRESOLVED.into(),
+        message: error.to_string(),
+        details: None,
+    })?;
+    if let Some(schema) = &step.schema
+        && !schema.is_valid(&args)
+    {
+        let mut violations: Vec<(String, String)> = schema
+            .iter_errors(&args)
+            .map(|error| {
+                let pointer = error.instance_path().to_string();
+                (
+                    if pointer.is_empty() {
+                        "/".to_owned()
+                    } else {
+                        pointer
+                    },
+                    error.to_string(),
+                )
+            })
+            .collect();
+        violations.sort();
+        let listing: Vec<String> = violations
+            .iter()
+            .map(|(pointer, message)| format!("{pointer}: {message}"))
+            .collect();
+        return Err(StepError {
+            code: codes::E_ARGS_INVALID.into(),
+            message: format!("arguments do not match the schema of `{}`: {}", step.tool_name, listing.join("; ")),
+            details: Some(Value::Array(
+                violations
+                    .into_iter()
+                    .map(|(pointer, message)| serde_json::json!({"pointer": pointer, "message": message}))
+                    .collect(),
+            )),
+        });
+    }
+    Ok(args)
+}
+
+/// The list a map step runs over.
+pub(crate) fn expand_items(
+    expand: &CompiledExpand,
+    scope: &Scope<'_>,
+) -> Result<Vec<Value>, StepError> {
+    match &expand.on {
+        ExpandSource::Literal(items) => Ok(items.clone()),
+        ExpandSource::Placeholder(template) => match template.resolve(scope) {
+            Ok(Value::Array(items)) => Ok(items),
+            Ok(other) => Err(StepError {
+                code: "E_EXPAND_NOT_LIST".into(),
+                message: format!(
+                    "`expand_on` `{}` is {}, not a list",
+                    expand.on_text,
+                    kind(&other)
+                ),
+                details: None,
+            }),
+            Err(error) => Err(StepError {
+                code: codes::E_ARGS_UNRESOLVED.into(),
+                message: error.to_string(),
+                details: None,
+            }),
+        },
+    }
+}
+
+/// The ids of a map step's items (`ID-N`, or `ID[KEY]` with `expand_key`) and their keys.
+/// A key that is not a string or a number, or that two items share, is an error.
+pub(crate) fn item_ids(
+    step: &CompiledStep,
+    expand: &CompiledExpand,
+    items: &[Value],
+    scope: &Scope<'_>,
+) -> Result<ItemNames, StepError> {
+    let Some(key_template) = &expand.key else {
+        let ids = (0..items.len())
+            .map(|k| Arc::from(format!("{}-{k}", step.id)))
+            .collect();
+        return Ok(ItemNames { ids, keys: None });
+    };
+    let mut keys = Vec::with_capacity(items.len());
+    let mut seen: HashMap<String, usize> = HashMap::with_capacity(items.len());
+    let mut ids = Vec::with_capacity(items.len());
+    for (k, item) in items.iter().enumerate() {
+        let values = ItemValues {
+            value: item,
+            index: Value::from(k),
+            key: None,
+        };
+        let key = key_template
+            .resolve(&values.scope(*scope))
+            .map_err(|error| StepError {
+                code: codes::E_ARGS_UNRESOLVED.into(),
+                message: format!("`expand_key` for item {k}: {error}"),
+                details: None,
+            })?;
+        let text = match &key {
+            Value::String(text) => text.clone(),
+            Value::Number(n) => n.to_string(),
+            other => {
+                return Err(StepError {
+                    code: "E_EXPAND_KEY".into(),
+                    message: format!(
+                        "`expand_key` must give a string or a number; for item {k} it gives {}",
+                        kind(other)
+                    ),
+                    details: None,
+                });
+            }
+        };
+        if let Some(first) = seen.insert(text.clone(), k) {
+            return Err(StepError {
+                code: "E_EXPAND_DUPLICATE_KEY".into(),
+                message: format!(
+                    "`expand_key` gives `{text}` for items {first} and {k}; keys must be unique"
+                ),
+                details: None,
+            });
+        }
+        ids.push(Arc::from(format!("{}[{text}]", step.id)));
+        keys.push(Value::String(text));
+    }
+    Ok(ItemNames {
+        ids,
+        keys: Some(keys),
+    })
+}
+
+/// A map step's item ids, and their keys when it has `expand_key`.
+pub(crate) struct ItemNames {
+    pub(crate) ids: Vec<Arc<str>>,
+    pub(crate) keys: Option<Vec<Value>>,
+}
+
+fn compile_expand(expand: &plan_graph::Expand) -> Result<CompiledExpand, String> {
+    let (on, on_text) = match &expand.on {
+        Value::Array(items) => (
+            ExpandSource::Literal(items.clone()),
+            Value::Array(items.clone()).to_string(),
+        ),
+        Value::String(text) => (
+            ExpandSource::Placeholder(
+                Template::parse(text)
+                    .map_err(|e| format!("malformed placeholder in `expand_on`: {e}"))?,
+            ),
+            text.clone(),
+        ),
+        _ => return Err("`expand_on` must be a placeholder naming a list, or a list".to_owned()),
+    };
+    let key = match &expand.key {
+        Some(text) => Some(
+            Template::parse(text)
+                .map_err(|e| format!("malformed placeholder in `expand_key`: {e}"))?,
+        ),
+        None => None,
+    };
+    Ok(CompiledExpand { on, on_text, key })
+}
+
+/// A validator, or none for schemas that accept every object (no need to check).
+fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator>>, String> {
+    let accepts_any_object = match schema {
+        Value::Object(map) => {
+            map.is_empty()
+                || (map.len() == 1 && map.get("type") == Some(&Value::String("object".into())))
+        }
+        Value::Bool(true) => true,
+        _ => false,
+    };
+    if accepts_any_object {
+        return Ok(None);
+    }
+    jsonschema::validator_for(schema)
+        .map(|v| Some(Arc::new(v)))
+        .map_err(|e| e.to_string())
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
     }
 }

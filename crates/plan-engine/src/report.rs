@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -91,9 +92,10 @@ pub struct Record {
     /// Why it was skipped or blocked; for `__meta__`, the summary ending `task_status=…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// The error, when it failed.
+    /// The error, when it failed. Boxed: most records have none, and a map's items make
+    /// many records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<StepError>,
+    pub error: Option<Box<StepError>>,
     /// Attempts made (0 when it never ran).
     pub attempts: u32,
     /// Wall time from its first attempt to its end.
@@ -111,6 +113,7 @@ pub struct RunReport {
     pub task_status: TaskStatus,
     /// Every step in plan order, then `__meta__`.
     pub records: Vec<Record>,
-    /// Variables at the end: inputs and every bind.
-    pub variables: BTreeMap<String, Value>,
+    /// Variables at the end: inputs and every bind. Shared with the run, not copied: a
+    /// plan's large lists appear here without a second copy.
+    pub variables: BTreeMap<String, Arc<Value>>,
 }

@@ -1,10 +1,14 @@
 //! The scheduler: starts each step the moment its dependencies are done, at most
-//! `max_concurrency` at once, and records outcomes in plan order.
+//! `max_concurrency` calls at once, and records outcomes in plan order.
 //!
-//! One loop owns all run state (variables, records, the ready queue), so nothing is locked:
-//! tool calls run as tasks and report back through their join handles. A step reads the
-//! variables when it starts; validation guarantees every variable it reads from another step
-//! was bound by an ancestor, so what it reads never depends on timing.
+//! One loop owns all run state (variables, records, the ready queue, map steps' items), so
+//! nothing is locked: tool calls run as tasks and report back through their join handles. A
+//! step reads the variables when it starts; validation guarantees every variable it reads from
+//! another step was bound by an ancestor, so what it reads never depends on timing.
+//!
+//! A map step (`expand_on`) expands when it becomes ready: its items (`ID-0`, … or `ID[KEY]`)
+//! join the ready queue right behind it, run like steps, and the map step settles when the
+//! last item does, with its binds collected as lists in item order.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -18,7 +22,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventKind, EventSink};
-use crate::program::{DEFAULT_MAX_CONCURRENCY, Program};
+use crate::program::{
+    DEFAULT_MAX_CONCURRENCY, ItemValues, Program, expand_items, item_ids, resolve_args,
+};
+use crate::redact::Redactor;
 use crate::report::{Record, RunReport, StepError, TaskStatus};
 use crate::retry;
 use crate::tool::{Tool, ToolContext, ToolError, codes};
@@ -32,6 +39,9 @@ pub struct RunOptions {
     pub max_concurrency: Option<usize>,
     /// Variables given by the caller; they win over the plan's `variables`.
     pub inputs: Map<String, Value>,
+    /// Values of the environment variables the plan lists under `env:` (the engine reads no
+    /// environment itself). They are redacted from records, variables and events.
+    pub env: BTreeMap<String, String>,
     /// Where events go, if anywhere.
     pub events: Option<Arc<dyn EventSink>>,
     /// Cancelling it stops the run: no new step starts, running tools are cancelled.
@@ -45,6 +55,7 @@ impl RunOptions {
             run_id: run_id.into(),
             max_concurrency: None,
             inputs: Map::new(),
+            env: BTreeMap::new(),
             events: None,
             cancel: CancellationToken::new(),
         }
@@ -59,8 +70,47 @@ enum Outcome {
     Blocked,
 }
 
+/// A unit of work in the ready queue: a step, or item `k` of a map step. Ordered by plan
+/// position, then item, so that with one call at a time the order is the plan's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Work {
+    step: usize,
+    /// 0 for the step itself, `k + 1` for item `k`.
+    slot: usize,
+}
+
+/// A map step between its expansion and its last item.
+struct MapRun {
+    items: Items,
+    ids: Vec<Arc<str>>,
+    keys: Option<Vec<Value>>,
+    records: Vec<Option<Record>>,
+    /// Per bind (in the step's bind order), the value selected from each item's result.
+    collected: Vec<Vec<Value>>,
+    remaining: usize,
+    failed: Vec<usize>,
+    started: Instant,
+}
+
+/// A map step's list: shared with the variable it names when `expand_on` is `${name}`, so a
+/// large list is not copied; otherwise its own.
+enum Items {
+    Shared(Arc<Value>),
+    Owned(Vec<Value>),
+}
+
+impl Items {
+    fn as_slice(&self) -> &[Value] {
+        match self {
+            Items::Shared(value) => value.as_array().map_or(&[], Vec::as_slice),
+            Items::Owned(items) => items,
+        }
+    }
+}
+
 struct Call {
-    index: usize,
+    step: usize,
+    item: Option<usize>,
     run_id: Arc<str>,
     step_id: Arc<str>,
     tool_name: Arc<str>,
@@ -70,10 +120,12 @@ struct Call {
     timeout: Option<Duration>,
     cancel: CancellationToken,
     events: Option<Arc<dyn EventSink>>,
+    redactor: Arc<Redactor>,
 }
 
 struct Finished {
-    index: usize,
+    step: usize,
+    item: Option<usize>,
     result: Result<Value, ToolError>,
     attempts: u32,
     elapsed: Duration,
@@ -83,11 +135,14 @@ struct Scheduler<'p> {
     program: &'p Program,
     run_id: Arc<str>,
     events: Option<Arc<dyn EventSink>>,
-    vars: BTreeMap<String, Value>,
+    redactor: Arc<Redactor>,
+    vars: BTreeMap<String, Arc<Value>>,
+    env: BTreeMap<String, Value>,
     remaining: Vec<usize>,
     records: Vec<Option<Record>>,
     outcomes: Vec<Option<Outcome>>,
-    ready: BinaryHeap<Reverse<usize>>,
+    ready: BinaryHeap<Reverse<Work>>,
+    maps: HashMap<usize, MapRun>,
 }
 
 /// Runs a program to the end and returns its records.
@@ -100,20 +155,24 @@ pub async fn run(program: &Program, options: RunOptions) -> RunReport {
         .unwrap_or(DEFAULT_MAX_CONCURRENCY)
         .max(1);
     let n = program.steps.len();
+    let env = program.env_values(&options.env);
     let mut scheduler = Scheduler {
         program,
         run_id: run_id.clone(),
         events: options.events.clone(),
+        redactor: Arc::new(Redactor::new(env.values().filter_map(Value::as_str))),
         vars: program.initial_variables(&options.inputs),
+        env,
         remaining: program.deps.deps.iter().map(Vec::len).collect(),
         records: {
-            // One slot more for `__meta__`, so the final records reuse this allocation.
+            // One slot more for `__meta__`, so the final records can reuse this allocation.
             let mut records = Vec::with_capacity(n + 1);
             records.resize_with(n, || None);
             records
         },
         outcomes: vec![None; n],
         ready: BinaryHeap::new(),
+        maps: HashMap::new(),
     };
     scheduler.emit(|| {
         let mut event = Event::new(EventKind::RunStarted, &run_id);
@@ -128,23 +187,30 @@ pub async fn run(program: &Program, options: RunOptions) -> RunReport {
                 .map(|d| d.0.as_str())
                 .collect();
             let reason = format!("unknown dependency: {}", json_list(&unknown));
-            scheduler.settle_without_running(i, Outcome::Blocked, false, reason);
+            scheduler.record_not_run(i, false, reason);
+            scheduler.settle(i, Outcome::Blocked);
         } else if scheduler.remaining[i] == 0 && scheduler.records[i].is_none() {
-            scheduler.ready.push(Reverse(i));
+            scheduler.ready.push(Reverse(Work { step: i, slot: 0 }));
         }
     }
 
     let mut running: JoinSet<Finished> = JoinSet::new();
-    // Task id → step, to fail the right step if a tool panics.
-    let mut task_steps: HashMap<tokio::task::Id, usize> = HashMap::new();
+    // Task id → work, to fail the right step or item if a tool panics.
+    let mut tasks: HashMap<tokio::task::Id, (usize, Option<usize>)> = HashMap::new();
     loop {
         while running.len() < limit && !options.cancel.is_cancelled() {
-            let Some(Reverse(i)) = scheduler.ready.pop() else {
+            let Some(Reverse(work)) = scheduler.ready.pop() else {
                 break;
             };
-            if let Some(call) = scheduler.prepare(i, &options) {
+            let item = work.slot.checked_sub(1);
+            if item.is_none() && program.steps[work.step].expand.is_some() {
+                // Expanding calls nothing: it only queues the items.
+                scheduler.expand(work.step);
+                continue;
+            }
+            if let Some(call) = scheduler.prepare(work.step, item, &options) {
                 let handle = running.spawn(execute(call));
-                task_steps.insert(handle.id(), i);
+                tasks.insert(handle.id(), (work.step, item));
             }
         }
         let Some(joined) = running.join_next_with_id().await else {
@@ -152,57 +218,74 @@ pub async fn run(program: &Program, options: RunOptions) -> RunReport {
         };
         match joined {
             Ok((id, finished)) => {
-                task_steps.remove(&id);
+                tasks.remove(&id);
                 scheduler.finish(finished);
             }
-            // A tool that panics fails its step; the run goes on.
+            // A tool that panics fails its step (or item); the run goes on.
             Err(join_error) => {
-                if let Some(index) = task_steps.remove(&join_error.id()) {
+                if let Some((step, item)) = tasks.remove(&join_error.id()) {
                     let message = if join_error.is_panic() {
                         "the tool panicked"
                     } else {
                         "the tool's task was aborted"
                     };
-                    let error = StepError {
-                        code: codes::E_TOOL.into(),
-                        message: message.into(),
-                        details: None,
-                    };
-                    scheduler.fail(index, error, 1, Duration::ZERO);
+                    let error = ToolError::new(codes::E_TOOL, message);
+                    scheduler.finish(Finished {
+                        step,
+                        item,
+                        result: Err(error),
+                        attempts: 1,
+                        elapsed: Duration::ZERO,
+                    });
                 }
             }
         }
     }
 
-    for i in 0..n {
-        if scheduler.records[i].is_none() {
-            scheduler.settle_without_running(
-                i,
-                Outcome::Skipped,
-                true,
-                "run cancelled before the step started".to_owned(),
-            );
-        }
-    }
     scheduler.into_report(&options.run_id, started)
 }
 
 impl Scheduler<'_> {
     fn emit(&self, make: impl FnOnce() -> Event) {
         if let Some(sink) = &self.events {
-            sink.emit(&make());
+            let mut event = make();
+            self.redactor.event(&mut event);
+            sink.emit(&event);
         }
     }
 
-    /// Resolves a ready step's arguments; a step whose placeholders do not resolve fails
-    /// here without calling its tool.
-    fn prepare(&mut self, i: usize, options: &RunOptions) -> Option<Call> {
-        let step = &self.program.steps[i];
-        match step.args.resolve(&Scope::with_vars(&self.vars)) {
+    /// Resolves the arguments of a ready step or item and checks them against the tool's
+    /// schema; if either fails, the step or item fails here without calling its tool.
+    fn prepare(
+        &mut self,
+        step_index: usize,
+        item: Option<usize>,
+        options: &RunOptions,
+    ) -> Option<Call> {
+        let step = &self.program.steps[step_index];
+        let base = Scope {
+            vars: Some(&self.vars),
+            env: Some(&self.env),
+            ..Scope::default()
+        };
+        let (step_id, resolved) = match item {
+            None => (step.id.clone(), resolve_args(step, &base)),
+            Some(k) => {
+                let map = &self.maps[&step_index];
+                let values = ItemValues {
+                    value: &map.items.as_slice()[k],
+                    index: Value::from(k),
+                    key: map.keys.as_ref().map(|keys| &keys[k]),
+                };
+                (map.ids[k].clone(), resolve_args(step, &values.scope(base)))
+            }
+        };
+        match resolved {
             Ok(args) => Some(Call {
-                index: i,
+                step: step_index,
+                item,
                 run_id: self.run_id.clone(),
-                step_id: step.id.clone(),
+                step_id,
                 tool_name: step.tool_name.clone(),
                 tool: step.tool.clone(),
                 args,
@@ -210,56 +293,248 @@ impl Scheduler<'_> {
                 timeout: step.timeout,
                 cancel: options.cancel.child_token(),
                 events: self.events.clone(),
+                redactor: self.redactor.clone(),
             }),
             Err(error) => {
-                let error = StepError {
-                    code: codes::E_ARGS_UNRESOLVED.into(),
-                    message: error.to_string(),
-                    details: None,
-                };
-                self.fail(i, error, 0, Duration::ZERO);
+                self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
                 None
             }
         }
     }
 
+    /// Turns a ready map step into items, or settles it at once when its list is empty or
+    /// cannot be had.
+    fn expand(&mut self, i: usize) {
+        let program = self.program;
+        let step = &program.steps[i];
+        let Some(expand) = &step.expand else { return };
+        let scope = Scope {
+            vars: Some(&self.vars),
+            env: Some(&self.env),
+            ..Scope::default()
+        };
+        let expanded = self.shared_list(expand).map_or_else(
+            || expand_items(expand, &scope).map(Items::Owned),
+            |shared| Ok(Items::Shared(shared)),
+        );
+        let expanded = expanded.and_then(|items| {
+            let names = item_ids(step, expand, items.as_slice(), &scope)?;
+            Ok((items, names.ids, names.keys))
+        });
+        let (items, ids, keys) = match expanded {
+            Ok(expanded) => expanded,
+            Err(error) => {
+                self.record_executed(i, Err(error), 0, Duration::ZERO);
+                return;
+            }
+        };
+        if items.as_slice().is_empty() {
+            // Zero items: the step succeeds, and each bind collects an empty list.
+            for (name, _) in &step.binds {
+                self.vars
+                    .insert(name.clone(), Arc::new(Value::Array(Vec::new())));
+            }
+            self.record_executed(i, Ok(Value::Array(Vec::new())), 0, Duration::ZERO);
+            return;
+        }
+        let count = items.as_slice().len();
+        for k in 0..count {
+            self.ready.push(Reverse(Work {
+                step: i,
+                slot: k + 1,
+            }));
+        }
+        self.maps.insert(
+            i,
+            MapRun {
+                items,
+                ids,
+                keys,
+                records: (0..count).map(|_| None).collect(),
+                // Items finish in any order; each fills its own slot, so lists keep item order.
+                collected: step
+                    .binds
+                    .iter()
+                    .map(|_| vec![Value::Null; count])
+                    .collect(),
+                remaining: count,
+                failed: Vec::new(),
+                started: Instant::now(),
+            },
+        );
+    }
+
+    /// The variable a map step runs over, shared, when `expand_on` is exactly `${name}` (or
+    /// `$var.name`) and names a list.
+    fn shared_list(&self, expand: &crate::program::CompiledExpand) -> Option<Arc<Value>> {
+        let crate::program::ExpandSource::Placeholder(template) = &expand.on else {
+            return None;
+        };
+        let placeholder = template.as_placeholder()?;
+        if !placeholder.path.is_empty() {
+            return None;
+        }
+        let value = self.vars.get(placeholder.variable()?)?;
+        value.is_array().then(|| value.clone())
+    }
+
     fn finish(&mut self, finished: Finished) {
         let Finished {
-            index,
+            step,
+            item,
             result,
             attempts,
             elapsed,
         } = finished;
-        let outcome = match result {
-            Ok(value) => self.bind(index, value),
-            Err(error) => Err(error.into()),
-        };
-        self.record_executed(index, outcome, attempts, elapsed);
+        self.finish_work(
+            step,
+            item,
+            result.map_err(StepError::from),
+            attempts,
+            elapsed,
+        );
+    }
+
+    fn finish_work(
+        &mut self,
+        step: usize,
+        item: Option<usize>,
+        outcome: Result<Value, StepError>,
+        attempts: u32,
+        elapsed: Duration,
+    ) {
+        match item {
+            None => {
+                let outcome = outcome.and_then(|value| self.bind(step, value));
+                self.record_executed(step, outcome, attempts, elapsed);
+            }
+            Some(k) => self.finish_item(step, k, outcome, attempts, elapsed),
+        }
     }
 
     /// Stores the step's binds, all or none: a selector that does not match the result fails
     /// the step.
     fn bind(&mut self, index: usize, value: Value) -> Result<Value, StepError> {
+        let selected = self.select_binds(index, &value)?;
         let step = &self.program.steps[index];
-        let mut bound = Vec::with_capacity(step.binds.len());
-        for (name, selector) in &step.binds {
-            match selector.select(&value, &self.vars) {
-                Ok(selected) => bound.push((name.clone(), selected)),
-                Err(error) => {
-                    return Err(StepError {
-                        code: codes::E_BIND_UNRESOLVED.into(),
-                        message: format!("bind `{name}`: {error}"),
-                        details: None,
-                    });
-                }
-            }
+        for ((name, _), value) in step.binds.iter().zip(selected) {
+            self.vars.insert(name.clone(), Arc::new(value));
         }
-        self.vars.extend(bound);
         Ok(value)
     }
 
-    fn fail(&mut self, index: usize, error: StepError, attempts: u32, elapsed: Duration) {
-        self.record_executed(index, Err(error), attempts, elapsed);
+    fn select_binds(&self, index: usize, value: &Value) -> Result<Vec<Value>, StepError> {
+        let step = &self.program.steps[index];
+        step.binds
+            .iter()
+            .map(|(name, selector)| {
+                selector
+                    .select(value, &self.vars)
+                    .map_err(|error| StepError {
+                        code: codes::E_BIND_UNRESOLVED.into(),
+                        message: format!("bind `{name}`: {error}"),
+                        details: None,
+                    })
+            })
+            .collect()
+    }
+
+    fn finish_item(
+        &mut self,
+        step: usize,
+        k: usize,
+        outcome: Result<Value, StepError>,
+        attempts: u32,
+        elapsed: Duration,
+    ) {
+        let outcome = outcome.and_then(|value| {
+            self.select_binds(step, &value)
+                .map(|selected| (value, selected))
+        });
+        let Some(map) = self.maps.get_mut(&step) else {
+            return;
+        };
+        let item_id = map.ids[k].clone();
+        let (ok, result, error) = match outcome {
+            Ok((value, selected)) => {
+                for (list, value) in map.collected.iter_mut().zip(selected) {
+                    list[k] = value;
+                }
+                (true, Some(value), None)
+            }
+            Err(error) => {
+                map.failed.push(k);
+                (false, None, Some(error))
+            }
+        };
+        map.remaining -= 1;
+        let last = map.remaining == 0;
+        let event_error = error.as_ref().and_then(|e| serde_json::to_value(e).ok());
+        map.records[k] = Some(Record {
+            step_id: item_id.to_string(),
+            ok,
+            skipped: false,
+            result,
+            reason: None,
+            error: error.map(Box::new),
+            attempts,
+            duration_ms: millis(elapsed),
+        });
+        self.emit(|| {
+            let mut event =
+                Event::new(EventKind::StepExecuted, &self.run_id).step(&item_id, attempts);
+            event.ok = Some(ok);
+            event.duration_ms = Some(millis(elapsed));
+            event.error = event_error;
+            event
+        });
+        if last {
+            self.finish_map(step);
+        }
+    }
+
+    /// The last item is done: the map step succeeds with the list of item results (and its
+    /// binds become lists) if every item succeeded, and fails naming the failed items if not.
+    fn finish_map(&mut self, step: usize) {
+        let program = self.program;
+        let Some(map) = self.maps.get_mut(&step) else {
+            return;
+        };
+        let elapsed = map.started.elapsed();
+        let outcome = if map.failed.is_empty() {
+            let collected = std::mem::take(&mut map.collected);
+            for ((name, _), list) in program.steps[step].binds.iter().zip(collected) {
+                self.vars.insert(name.clone(), Arc::new(Value::Array(list)));
+            }
+            // The items' records hold their results, and binds collect them as lists: the
+            // step's own record only counts them (a copy of every result would double a
+            // large map's memory and output).
+            Ok(serde_json::json!({"items": map.records.len()}))
+        } else {
+            map.failed.sort_unstable();
+            let total = map.records.len();
+            let shown: Vec<String> = map
+                .failed
+                .iter()
+                .take(10)
+                .map(|&k| format!("`{}`", map.ids[k]))
+                .collect();
+            let more = map.failed.len().saturating_sub(shown.len());
+            let mut message = format!(
+                "{} of {total} items failed: {}",
+                map.failed.len(),
+                shown.join(", ")
+            );
+            if more > 0 {
+                message.push_str(&format!(" and {more} more"));
+            }
+            Err(StepError {
+                code: "E_MAP_ITEMS_FAILED".into(),
+                message,
+                details: None,
+            })
+        };
+        self.record_executed(step, outcome, 0, elapsed);
     }
 
     /// Records a step that ran (or tried to), then settles it.
@@ -293,7 +568,7 @@ impl Scheduler<'_> {
             skipped: false,
             result,
             reason: None,
-            error,
+            error: error.map(Box::new),
             attempts,
             duration_ms: millis(elapsed),
         });
@@ -315,27 +590,7 @@ impl Scheduler<'_> {
             event.reason = Some(reason.clone());
             event
         });
-        self.records[index] = Some(Record {
-            step_id: step_id.to_string(),
-            ok: false,
-            skipped,
-            result: None,
-            reason: Some(reason),
-            error: None,
-            attempts: 0,
-            duration_ms: 0,
-        });
-    }
-
-    fn settle_without_running(
-        &mut self,
-        index: usize,
-        outcome: Outcome,
-        skipped: bool,
-        reason: String,
-    ) {
-        self.record_not_run(index, skipped, reason);
-        self.settle(index, outcome);
+        self.records[index] = Some(not_run_record(step_id, skipped, reason));
     }
 
     /// Marks a step done and releases its dependents: each whose dependencies are now all
@@ -357,7 +612,7 @@ impl Scheduler<'_> {
                     .map(|&dep| &*program.steps[dep].id)
                     .collect();
                 if unsatisfied.is_empty() {
-                    self.ready.push(Reverse(d));
+                    self.ready.push(Reverse(Work { step: d, slot: 0 }));
                 } else {
                     let reason = format!("dependency not satisfied: {}", json_list(&unsatisfied));
                     self.record_not_run(d, true, reason);
@@ -368,7 +623,29 @@ impl Scheduler<'_> {
         }
     }
 
-    fn into_report(self, run_id: &str, started: Instant) -> RunReport {
+    fn into_report(mut self, run_id: &str, started: Instant) -> RunReport {
+        // Steps (and items) that a cancellation kept from starting.
+        for i in 0..self.records.len() {
+            if self.records[i].is_none() {
+                self.records[i] = Some(not_run_record(
+                    &self.program.steps[i].id,
+                    true,
+                    "run cancelled before the step started".to_owned(),
+                ));
+                self.outcomes[i] = Some(Outcome::Skipped);
+            }
+        }
+        for map in self.maps.values_mut() {
+            for (k, record) in map.records.iter_mut().enumerate() {
+                if record.is_none() {
+                    *record = Some(not_run_record(
+                        &map.ids[k],
+                        true,
+                        "run cancelled before the item started".to_owned(),
+                    ));
+                }
+            }
+        }
         let has = |wanted: Outcome| self.outcomes.contains(&Some(wanted));
         let (status, summary) = if has(Outcome::Blocked) {
             (
@@ -389,13 +666,7 @@ impl Scheduler<'_> {
             event.duration_ms = Some(millis(elapsed));
             event
         });
-        // Every slot is filled by now (see `run`); `map` over `into_iter` collects in place.
-        let mut records: Vec<Record> = self
-            .records
-            .into_iter()
-            .map(|record| record.unwrap_or_else(unreachable_record))
-            .collect();
-        records.push(Record {
+        let meta = Record {
             step_id: META_STEP_ID.to_owned(),
             ok: status == TaskStatus::Completed,
             skipped: false,
@@ -404,37 +675,78 @@ impl Scheduler<'_> {
             error: None,
             attempts: 0,
             duration_ms: millis(elapsed),
-        });
+        };
+        let mut records: Vec<Record> = if self.maps.is_empty() {
+            // `map` over `into_iter` collects in place: no second copy of the records.
+            self.records
+                .into_iter()
+                .map(|record| record.unwrap_or_else(unreachable_record))
+                .collect()
+        } else {
+            // A map step's items come right before the step's own record.
+            let items: usize = self.maps.values().map(|m| m.records.len()).sum();
+            let mut records = Vec::with_capacity(self.records.len() + items + 1);
+            for (i, record) in self.records.into_iter().enumerate() {
+                if let Some(map) = self.maps.remove(&i) {
+                    records.extend(
+                        map.records
+                            .into_iter()
+                            .map(|r| r.unwrap_or_else(unreachable_record)),
+                    );
+                }
+                records.push(record.unwrap_or_else(unreachable_record));
+            }
+            records
+        };
+        records.push(meta);
+        let mut variables = self.vars;
+        if !self.redactor.is_empty() {
+            for record in &mut records {
+                self.redactor.record(record);
+            }
+            variables
+                .values_mut()
+                .for_each(|value| self.redactor.value(Arc::make_mut(value)));
+        }
         RunReport {
             run_id: run_id.to_owned(),
             plan_id: self.program.plan_id.to_string(),
             task_status: status,
             records,
-            variables: self.vars,
+            variables,
         }
     }
 }
 
-/// Never produced: `run` settles every step before building the report. Kept total so that a
-/// bug shows as an odd record rather than a panic.
-fn unreachable_record() -> Record {
+fn not_run_record(step_id: &str, skipped: bool, reason: String) -> Record {
     Record {
-        step_id: String::new(),
+        step_id: step_id.to_owned(),
         ok: false,
-        skipped: true,
+        skipped,
         result: None,
-        reason: Some("internal error: the step was never settled".to_owned()),
+        reason: Some(reason),
         error: None,
         attempts: 0,
         duration_ms: 0,
     }
 }
 
+/// Never produced: `into_report` fills every slot first. Kept total so that a bug shows as an
+/// odd record rather than a panic.
+fn unreachable_record() -> Record {
+    not_run_record(
+        "",
+        true,
+        "internal error: the step was never settled".to_owned(),
+    )
+}
+
 /// Calls the tool, retrying retryable errors as the step's policy allows.
 async fn execute(call: Call) -> Finished {
     let started = Instant::now();
     let finished = |result: Result<Value, ToolError>, attempts: u32| Finished {
-        index: call.index,
+        step: call.step,
+        item: call.item,
         result,
         attempts,
         elapsed: started.elapsed(),
@@ -502,6 +814,7 @@ impl Call {
             let mut event = Event::new(kind, &self.run_id).step(&self.step_id, attempt);
             event.tool = Some(self.tool_name.clone());
             fill(&mut event);
+            self.redactor.event(&mut event);
             sink.emit(&event);
         }
     }

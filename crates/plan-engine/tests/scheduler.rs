@@ -454,8 +454,8 @@ async fn binds_feed_later_steps_and_unresolved_placeholders_fail_without_calling
     );
     let d = report.records[3].error.as_ref().unwrap();
     assert_eq!(d.code, "E_BIND_UNRESOLVED");
-    assert_eq!(report.variables["n"], json!(2));
-    assert_eq!(report.variables["who"], json!("ada"));
+    assert_eq!(*report.variables["n"], json!(2));
+    assert_eq!(*report.variables["who"], json!("ada"));
     assert_eq!(
         report.records[0].result.as_ref().unwrap()["key"],
         json!("run1/a"),
@@ -585,14 +585,334 @@ fn unknown_tools_are_issues_with_suggestions() {
 }
 
 #[test]
-fn previews_resolve_inputs_and_keep_later_placeholders() {
+fn previews_resolve_inputs_and_stand_in_for_later_results() {
+    let plan = json!({"variables": {"p": "/x", "items": [{"id": "a"}, {"id": "b"}]}, "steps": [
+        {"id": "a", "tool": "work", "args": {"path": "${p}/f"}, "result_variable": "later"},
+        {"id": "b", "tool": "work", "args": {"v": "${later.x}", "n": "got ${later}"}, "depends_on": ["a"], "result_variable": "list"},
+        {"id": "m", "tool": "work", "args": {"id": "$each.id", "i": "$index"}, "expand_on": "${items}", "expand_key": "$each.id"},
+        {"id": "n", "tool": "work", "args": {"x": "$each"}, "expand_on": "$var.list", "depends_on": ["b"]},
+        {"id": "o", "tool": "work", "args": {"x": "${nothing}"}},
+    ]});
     let loaded = load(
-        Source::new("t.json", r#"{"variables": {"p": "/x"}, "steps": [{"id": "a", "tool": "work", "args": {"path": "${p}/f", "v": "${later.x}"}, "result_variable": "later0"}]}"#),
+        Source::new("t.json", plan.to_string()),
         Format::Json,
         &LoadOptions::default(),
     )
     .unwrap();
     let program = Program::compile(&loaded.plan, "t", &Harness::new().registry()).unwrap();
-    let calls = program.preview(&serde_json::Map::new());
-    assert_eq!(calls[0].args, json!({"path": "/x/f", "v": "${later.x}"}));
+    let calls = program.preview(&serde_json::Map::new(), &Default::default());
+    let shown: Vec<(String, Value, Option<String>, Option<String>)> = calls
+        .into_iter()
+        .map(|c| (c.step_id, c.args, c.expand_on, c.error.map(|e| e.code)))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("a".into(), json!({"path": "/x/f"}), None, None),
+            (
+                "b".into(),
+                json!({"v": "<result of a>", "n": "got <result of a>"}),
+                None,
+                None
+            ),
+            ("m[a]".into(), json!({"id": "a", "i": 0}), None, None),
+            ("m[b]".into(), json!({"id": "b", "i": 1}), None, None),
+            (
+                "n".into(),
+                json!({"x": "<$each of each item>"}),
+                Some("$var.list".into()),
+                None
+            ),
+            (
+                "o".into(),
+                Value::Null,
+                None,
+                Some("E_ARGS_UNRESOLVED".into())
+            ),
+        ]
+    );
+}
+
+fn records_of(report: &RunReport) -> Vec<(String, bool, Option<Value>, Option<String>)> {
+    report
+        .records
+        .iter()
+        .map(|r| {
+            (
+                r.step_id.clone(),
+                r.ok,
+                r.result.clone(),
+                r.error
+                    .as_ref()
+                    .map(|e| format!("{}: {}", e.code, e.message)),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_map_step_runs_each_item_and_collects_binds_in_item_order() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({
+            "variables": {"items": [{"n": 30}, {"n": 10}, {"n": 20}]},
+            "steps": [
+                {"id": "m", "tool": "work", "args": {"ms": "$each.n", "i": "$index"}, "expand_on": "$var.items", "binds": {"ns": "$.args.ms"}, "result_variable": "all"},
+                {"id": "after", "tool": "work", "args": {"ns": "${ns}", "first": "${all[0].args.i}"}, "depends_on": ["m"]},
+            ]
+        }))
+        .await;
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    let ids: Vec<&str> = report.records.iter().map(|r| r.step_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["m-0", "m-1", "m-2", "m", "after", "__meta__"],
+        "items, then the map step, in plan order"
+    );
+    assert_eq!(
+        *report.variables["ns"],
+        json!([30, 10, 20]),
+        "item order, not completion order"
+    );
+    assert_eq!(
+        report.records[4].result.as_ref().unwrap()["args"],
+        json!({"ns": [30, 10, 20], "first": 0})
+    );
+    assert_eq!(
+        report.records[3].result,
+        Some(json!({"items": 3})),
+        "the map step's own record counts its items; their records hold the results"
+    );
+    // Items ran together; `after` waited for the slowest.
+    let starts = h.starts();
+    assert_eq!(
+        starts.iter().find(|(id, _)| id == "after").map(|s| s.1),
+        Some(30)
+    );
+    assert!(
+        starts
+            .iter()
+            .filter(|(id, _)| id.starts_with("m-"))
+            .all(|s| s.1 == 0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn map_items_share_max_concurrency() {
+    let h = Harness::new();
+    let items: Vec<Value> = (0..12).map(|i| json!(i)).collect();
+    let report = h
+        .run_with(
+            json!({"steps": [{"id": "m", "tool": "work", "args": {"ms": 10}, "expand_on": items}]}),
+            |o| o.max_concurrency = Some(3),
+        )
+        .await;
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    assert_eq!(h.log.most_running.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expand_key_names_items_and_rejects_duplicates_and_odd_keys() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({
+            "variables": {"users": [{"id": "ada"}, {"id": 7}], "dupes": [{"id": "x"}, {"id": "x"}], "odd": [{"id": [1]}]},
+            "steps": [
+                {"id": "greet", "tool": "work", "args": {"k": "$key", "who": "${each.id}"}, "expand_on": "${users}", "expand_key": "$each.id"},
+                {"id": "dupe", "tool": "work", "expand_on": "${dupes}", "expand_key": "$each.id"},
+                {"id": "odd", "tool": "work", "expand_on": "${odd}", "expand_key": "$each.id"},
+            ]
+        }))
+        .await;
+    let rows = records_of(&report);
+    assert_eq!(rows[0].0, "greet[ada]");
+    assert_eq!(
+        rows[0].2.as_ref().unwrap()["args"],
+        json!({"k": "ada", "who": "ada"})
+    );
+    assert_eq!(rows[1].0, "greet[7]");
+    assert_eq!(rows[3], ("dupe".into(), false, None, Some("E_EXPAND_DUPLICATE_KEY: `expand_key` gives `x` for items 0 and 1; keys must be unique".into())));
+    assert_eq!(rows[4], ("odd".into(), false, None, Some("E_EXPAND_KEY: `expand_key` must give a string or a number; for item 0 it gives a list".into())));
+    assert!(
+        !h.log
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c.0.starts_with("dupe")),
+        "no item of a bad map runs"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn empty_lists_succeed_and_non_lists_fail() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({
+            "variables": {"none": [], "text": "abc"},
+            "steps": [
+                {"id": "empty", "tool": "work", "expand_on": "${none}", "binds": {"got": "$.args"}},
+                {"id": "after", "tool": "work", "args": {"got": "${got}"}, "depends_on": ["empty"]},
+                {"id": "bad", "tool": "work", "expand_on": "${text}"},
+            ]
+        }))
+        .await;
+    let rows = records_of(&report);
+    assert_eq!(rows[0], ("empty".into(), true, Some(json!([])), None));
+    assert_eq!(rows[1].2.as_ref().unwrap()["args"], json!({"got": []}));
+    assert_eq!(
+        rows[2],
+        (
+            "bad".into(),
+            false,
+            None,
+            Some("E_EXPAND_NOT_LIST: `expand_on` `${text}` is a string, not a list".into())
+        )
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_items_fail_the_map_step_but_the_others_still_run() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({
+            "variables": {"items": [0, 1, 2, 1, 0]},
+            "steps": [
+                {"id": "m", "tool": "work", "args": {"fail_times": "$each", "retryable": false, "extra": "${each}"}, "expand_on": "${items}"},
+                {"id": "next", "tool": "work", "depends_on": ["m"]},
+            ]
+        }))
+        .await;
+    let rows = records_of(&report);
+    let oks: Vec<bool> = rows[..5].iter().map(|r| r.1).collect();
+    assert_eq!(oks, [true, false, false, false, true]);
+    assert_eq!(
+        rows[5],
+        (
+            "m".into(),
+            false,
+            None,
+            Some("E_MAP_ITEMS_FAILED: 3 of 5 items failed: `m-1`, `m-2`, `m-3`".into())
+        )
+    );
+    assert_eq!(
+        report.records[6].reason.as_deref(),
+        Some(r#"dependency not satisfied: ["m"]"#)
+    );
+    assert_eq!(report.task_status, TaskStatus::Failed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_map_can_run_over_a_list_another_step_produced() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({"steps": [
+            {"id": "list", "tool": "work", "args": {"ids": ["a", "b"]}, "binds": {"ids": "$.args.ids"}},
+            {"id": "each", "tool": "work", "args": {"id": "item-$each"}, "expand_on": "$var.ids", "depends_on": ["list"], "binds": {"out": "$.args.id"}},
+        ]}))
+        .await;
+    assert_eq!(*report.variables["out"], json!(["item-a", "item-b"]));
+}
+
+/// `strict`: publishes a schema; the engine checks it before calling.
+struct Strict(Arc<AtomicUsize>);
+
+#[async_trait]
+impl Tool for Strict {
+    fn info(&self) -> ToolInfo {
+        ToolInfo {
+            name: "strict".into(),
+            description: "test".into(),
+            source: "test".into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {"n": {"type": "integer", "minimum": 0}, "tags": {"type": "array", "items": {"type": "string"}}},
+                "required": ["n"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(args)
+    }
+}
+
+#[tokio::test]
+async fn arguments_that_break_the_schema_fail_before_the_call() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut registry = Registry::new();
+    registry.register(Strict(calls.clone()));
+    let plan = json!({"variables": {"neg": -1}, "steps": [
+        {"id": "good", "tool": "strict", "args": {"n": 1, "tags": ["a"]}},
+        {"id": "bad", "tool": "strict", "args": {"n": "${neg}", "tags": ["a", 2], "extra": true}},
+    ]});
+    let loaded = load(
+        Source::new("t.json", plan.to_string()),
+        Format::Json,
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let program = Program::compile(&loaded.plan, "t", &registry).unwrap();
+    let report = run(&program, RunOptions::new("r")).await;
+    assert!(report.records[0].ok);
+    let error = report.records[1].error.as_ref().unwrap();
+    assert_eq!(error.code, "E_ARGS_INVALID");
+    let pointers: Vec<&str> = error
+        .details
+        .as_ref()
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(pointers, ["/", "/n", "/tags/1"]);
+    assert!(
+        error
+            .message
+            .starts_with("arguments do not match the schema of `strict`: /: "),
+        "{}",
+        error.message
+    );
+    assert_eq!(report.records[1].attempts, 0);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the bad call never reached the tool"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn env_values_reach_tools_but_never_the_output() {
+    let h = Harness::new();
+    let report = h
+        .run_with(
+            json!({"env": ["API_TOKEN", "UNSET_ONE"], "steps": [
+                {"id": "call", "tool": "work", "args": {"auth": "Bearer ${env.API_TOKEN}"}, "result_variable": "response"},
+                {"id": "fails", "tool": "work", "args": {"fail_times": 1, "retryable": false, "code": "E_X", "t": "${env.API_TOKEN}"}},
+                {"id": "unset", "tool": "work", "args": {"t": "${env.UNSET_ONE}"}},
+            ]}),
+            |o| {
+                o.env.insert("API_TOKEN".into(), "tok-123456".into());
+                o.env.insert("NOT_LISTED".into(), "ignored".into());
+            },
+        )
+        .await;
+    let output = serde_json::to_string(&report).unwrap();
+    assert!(!output.contains("tok-123456"), "{output}");
+    assert_eq!(
+        report.records[0].result.as_ref().unwrap()["args"]["auth"],
+        json!("Bearer [redacted]")
+    );
+    assert_eq!(
+        report.variables["response"]["args"]["auth"],
+        json!("Bearer [redacted]")
+    );
+    let events = serde_json::to_string(&*h.events.0.lock().unwrap()).unwrap();
+    assert!(!events.contains("tok-123456"));
+    let unset = report.records[2].error.as_ref().unwrap();
+    assert_eq!(unset.code, "E_ARGS_UNRESOLVED");
+    assert!(unset.message.contains("UNSET_ONE"), "{}", unset.message);
 }

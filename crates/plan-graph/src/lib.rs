@@ -24,8 +24,8 @@ mod validate;
 
 pub use dag::Dependencies;
 pub use issue::{Issue, Location, PlanDiagnostic, Severity, Source};
-pub use load::{Format, InvalidPlan, LoadOptions, LoadedPlan, load};
-pub use model::{Jitter, Plan, RetryPolicy, Step, StepId};
+pub use load::{Format, InvalidPlan, LoadOptions, LoadedPlan, load, load_variables};
+pub use model::{Expand, Jitter, Plan, RetryPolicy, Step, StepId};
 pub use normalize::META_STEP_ID;
 pub use source::{PathSegment, PlanPath, SourceMap};
 pub use validate::unknown_tool;

@@ -2,6 +2,9 @@
 
 use std::path::Path;
 
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
 use crate::issue::{Issue, Location, Source};
 use crate::model::{Plan, RawPlan};
 use crate::source::PlanPath;
@@ -72,7 +75,7 @@ pub fn load(
     format: Format,
     options: &LoadOptions,
 ) -> Result<LoadedPlan, InvalidPlan> {
-    let raw = match parse(&source, format) {
+    let raw = match parse::<RawPlan>(&source, format) {
         Ok(raw) => raw,
         Err(issue) => {
             return Err(InvalidPlan {
@@ -96,8 +99,19 @@ pub fn load(
     })
 }
 
+/// Parses a variables file (`--vars FILE`): one JSON or YAML object of name → value.
+pub fn load_variables(source: Source, format: Format) -> Result<Map<String, Value>, InvalidPlan> {
+    match parse::<Map<String, Value>>(&source, format) {
+        Ok(variables) => Ok(variables),
+        Err(issue) => Err(InvalidPlan {
+            plan_source: source,
+            issues: vec![*issue],
+        }),
+    }
+}
+
 /// The issue is boxed: it is large, and the happy path should not pay for its size.
-fn parse(source: &Source, format: Format) -> Result<RawPlan, Box<Issue>> {
+fn parse<T: DeserializeOwned>(source: &Source, format: Format) -> Result<T, Box<Issue>> {
     let text = source.text();
     match format {
         Format::Json => {

@@ -125,9 +125,9 @@ pub(crate) struct RawStep {
     #[serde(default)]
     pub(crate) risk: Option<IgnoredAny>,
     #[serde(default, alias = "expandOn")]
-    pub(crate) expand_on: Option<IgnoredAny>,
+    pub(crate) expand_on: Option<Value>,
     #[serde(default, alias = "expandKey")]
-    pub(crate) expand_key: Option<IgnoredAny>,
+    pub(crate) expand_key: Option<String>,
     #[serde(default)]
     pub(crate) block: Option<IgnoredAny>,
     #[serde(default)]
@@ -156,7 +156,7 @@ pub(crate) struct RawPlan {
     #[serde(default)]
     pub(crate) guards: Option<IgnoredAny>,
     #[serde(default)]
-    pub(crate) env: Option<IgnoredAny>,
+    pub(crate) env: Option<Vec<String>>,
     #[serde(default)]
     pub(crate) mode: Option<IgnoredAny>,
     #[serde(default)]
@@ -190,6 +190,20 @@ pub struct Step {
     /// Time limit of one attempt, when the step sets one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Makes this a map step: one call per item of a list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expand: Option<Expand>,
+}
+
+/// What a map step runs over (seed 001's `expandOn` / `expandKey`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Expand {
+    /// A placeholder naming a list (`$var.items`, `${items}`), or a literal list.
+    pub on: Value,
+    /// A template giving each item's key (`$each.id`): items are then `ID[KEY]`, not `ID-N`,
+    /// and `$key` reads it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// A normalised plan.
@@ -215,6 +229,10 @@ pub struct Plan {
     /// Default time limit of one attempt for steps that set none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Environment variables placeholders may read as `${env.NAME}`; their values are
+    /// redacted from every output.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
     /// The steps, in plan order.
     pub steps: Vec<Step>,
 }

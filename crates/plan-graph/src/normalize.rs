@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use plan_vars::Selector;
+use plan_vars::{Selector, Template};
+use serde_json::Value;
 
 use crate::issue::Issue;
-use crate::model::{Plan, RawPlan, RawStep, RetryPolicy, Step};
+use crate::model::{Expand, Plan, RawPlan, RawStep, RetryPolicy, Step};
 use crate::source::PlanPath;
 
 /// Names a placeholder reads as something other than a variable.
@@ -20,7 +21,6 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
     let root = PlanPath::root();
     for (field, present) in [
         ("guards", raw.guards.is_some()),
-        ("env", raw.env.is_some()),
         ("mode", raw.mode.is_some()),
         ("fail_fast", raw.fail_fast.is_some()),
     ] {
@@ -40,6 +40,26 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
     }
     check_retry(raw.retry.as_ref(), &root, &mut issues);
     check_timeout(raw.timeout_ms, &root, &mut issues);
+    let env = raw.env.unwrap_or_default();
+    for (i, name) in env.iter().enumerate() {
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            issues.push(
+                Issue::error(
+                    "plan::env",
+                    root.clone().key("env").index(i),
+                    format!("`{name}` is not an environment variable name"),
+                )
+                .help("use letters, digits and `_`"),
+            );
+        } else if env[..i].contains(name) {
+            issues.push(Issue::error(
+                "plan::env",
+                root.clone().key("env").index(i),
+                format!("`{name}` is listed twice"),
+            ));
+        }
+    }
 
     let steps = raw
         .steps
@@ -55,6 +75,7 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         max_concurrency: raw.max_concurrency,
         retry: raw.retry,
         timeout_ms: raw.timeout_ms,
+        env,
         steps,
     };
     (plan, issues)
@@ -126,8 +147,6 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     for (field, present) in [
         ("when", raw.when.is_some()),
         ("risk", raw.risk.is_some()),
-        ("expand_on", raw.expand_on.is_some()),
-        ("expand_key", raw.expand_key.is_some()),
         ("block", raw.block.is_some()),
         ("run_if", raw.run_if.is_some()),
     ] {
@@ -137,6 +156,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     }
     check_retry(raw.retry.as_ref(), &at, issues);
     check_timeout(raw.timeout_ms, &at, issues);
+    let expand = normalize_expand(raw.expand_on, raw.expand_key, &at, issues);
 
     let (tool, args) = match (raw.tool, raw.tool_calls) {
         (Some(_), Some(_)) => {
@@ -261,7 +281,56 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         result_variable,
         retry: raw.retry,
         timeout_ms: raw.timeout_ms,
+        expand,
     }
+}
+
+/// `expand_on` is one placeholder naming a list, or a literal list; `expand_key` needs it.
+fn normalize_expand(
+    on: Option<Value>,
+    key: Option<String>,
+    at: &PlanPath,
+    issues: &mut Vec<Issue>,
+) -> Option<Expand> {
+    let Some(on) = on else {
+        if key.is_some() {
+            issues.push(
+                Issue::error(
+                    "plan::expand",
+                    at.clone().key("expand_key"),
+                    "`expand_key` needs `expand_on`",
+                )
+                .at_key()
+                .help("`expand_on` names the list to map over; `expand_key` names each item"),
+            );
+        }
+        return None;
+    };
+    match &on {
+        Value::Array(_) => {}
+        Value::String(text) => match Template::parse(text) {
+            Ok(template) if template.as_placeholder().is_some() => {}
+            Ok(_) => issues.push(
+                Issue::error("plan::expand", at.clone().key("expand_on"), format!("`expand_on` must be exactly one placeholder naming a list, not `{text}`"))
+                    .help("e.g. `expand_on: \"$var.items\"` or `expand_on: \"${items}\"`, or a literal list"),
+            ),
+            Err(error) => issues.push(Issue::error("plan::expand", at.clone().key("expand_on"), format!("malformed placeholder in `expand_on`: {error}"))),
+        },
+        _ => issues.push(
+            Issue::error("plan::expand", at.clone().key("expand_on"), "`expand_on` must be a placeholder naming a list, or a list")
+                .help("e.g. `expand_on: \"$var.items\"`"),
+        ),
+    }
+    if let Some(text) = &key
+        && let Err(error) = Template::parse(text)
+    {
+        issues.push(Issue::error(
+            "plan::expand",
+            at.clone().key("expand_key"),
+            format!("malformed placeholder in `expand_key`: {error}"),
+        ));
+    }
+    Some(Expand { on, key })
 }
 
 fn check_bind_name(name: &str, path: PlanPath, issues: &mut Vec<Issue>) {

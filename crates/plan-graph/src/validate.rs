@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use plan_vars::{Root, ValueTemplate};
+use plan_vars::{Placeholder, Root, Template, ValueTemplate};
 
 use crate::dag::Dependencies;
 use crate::issue::Issue;
@@ -103,6 +103,7 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
         issues.push(issue);
     }
 
+    check_item_ids(plan, &mut issues);
     check_variables(plan, &deps, cycles.is_empty(), options, &mut issues);
     issues
 }
@@ -144,32 +145,54 @@ fn check_variables(
 
     let mut warned: HashSet<String> = HashSet::new();
     for (i, step) in plan.steps.iter().enumerate() {
-        let args_path = PlanPath::step(i).key("args");
-        let template = match ValueTemplate::compile(&serde_json::Value::Object(step.args.clone())) {
-            Ok(template) => template,
-            Err(error) => {
-                issues.push(
-                    Issue::error("plan::placeholder", pointer_path(args_path, &error.pointer), format!("malformed placeholder: {error}"))
-                        .help("placeholders are `${name}`, `${name.path}`, `$var.name`; write `$$` for a literal `$`"),
-                );
-                continue;
-            }
+        let Some(reads) = placeholders_of(step, i, issues) else {
+            continue;
         };
-        for placeholder in template.placeholders() {
+        for (placeholder, place, path) in &reads {
             let name = match &placeholder.root {
                 Root::Var(name) => name,
-                Root::Each | Root::Index | Root::Key => {
-                    issues.push(
-                        Issue::error("plan::placeholder", args_path.clone(), format!("`{placeholder}` is only defined inside a map step (one with `expand_on`)"))
+                Root::Each | Root::Index => {
+                    let allowed = match place {
+                        Place::Args => step.expand.is_some(),
+                        Place::ExpandKey => true,
+                        Place::ExpandOn => false,
+                    };
+                    if !allowed {
+                        let why = if *place == Place::ExpandOn {
+                            "names an item, but `expand_on` is what makes the items"
+                        } else {
+                            "is only defined inside a map step (one with `expand_on`)"
+                        };
+                        issues.push(
+                            Issue::error(
+                                "plan::placeholder",
+                                path.clone(),
+                                format!("`{placeholder}` {why}"),
+                            )
                             .label("used here"),
-                    );
+                        );
+                    }
                     continue;
                 }
-                Root::Env(_) => {
-                    issues.push(
-                        Issue::error("plan::placeholder", args_path.clone(), format!("`{placeholder}` reads the environment, which needs the plan-level `env:` list that this version does not support yet"))
-                            .label("used here"),
-                    );
+                Root::Key => {
+                    let allowed = *place == Place::Args
+                        && step.expand.as_ref().is_some_and(|e| e.key.is_some());
+                    if !allowed {
+                        issues.push(
+                            Issue::error("plan::placeholder", path.clone(), format!("`{placeholder}` is only defined inside a map step that sets `expand_key`"))
+                                .label("used here"),
+                        );
+                    }
+                    continue;
+                }
+                Root::Env(name) => {
+                    if !plan.env.contains(name) {
+                        issues.push(
+                            Issue::error("plan::placeholder", path.clone(), format!("`{placeholder}` reads the environment variable `{name}`, which the plan does not list under `env:`"))
+                                .label("used here")
+                                .help(format!("add `env: [{name}]` to the plan; only listed variables are read, and their values are redacted from every output")),
+                        );
+                    }
                     continue;
                 }
             };
@@ -178,7 +201,7 @@ fn check_variables(
                     for &b in bound_by {
                         if b != i && !ordered(b, i) {
                             issues.push(
-                                Issue::error("plan::unordered_read", args_path.clone(), format!("step `{}` reads `{name}`, which step `{}` binds, but does not depend on it", step.id, plan.steps[b].id))
+                                Issue::error("plan::unordered_read", path.clone(), format!("step `{}` reads `{name}`, which step `{}` binds, but does not depend on it", step.id, plan.steps[b].id))
                                     .label(format!("reads `{name}`"))
                                     .related(bind_path(plan, b, name), "bound here")
                                     .help(format!("add \"{}\" to the `depends_on` of step `{}` so the value is there before it starts", plan.steps[b].id, step.id)),
@@ -192,12 +215,105 @@ fn check_variables(
                         || options.provided_variables.iter().any(|p| p == name);
                     if !known && warned.insert(name.clone()) {
                         issues.push(
-                            Issue::warning("plan::undefined_variable", args_path.clone(), format!("no step binds `{name}` and the plan's `variables` do not define it"))
+                            Issue::warning("plan::undefined_variable", path.clone(), format!("no step binds `{name}` and the plan's `variables` do not define it"))
                                 .label(format!("reads `{name}`"))
-                                .help(format!("give it with `--var {name}=VALUE`, or the step will fail with E_ARGS_UNRESOLVED")),
+                                .help(format!("give it with `--var {name}=VALUE` or `--vars FILE`, or the step will fail with E_ARGS_UNRESOLVED")),
                         );
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Where a placeholder is written in a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Args,
+    ExpandOn,
+    ExpandKey,
+}
+
+/// Every placeholder a step reads, with where it is; `None` (and an issue) if `args` holds
+/// a malformed one.
+fn placeholders_of(
+    step: &crate::model::Step,
+    i: usize,
+    issues: &mut Vec<Issue>,
+) -> Option<Vec<(Placeholder, Place, PlanPath)>> {
+    let args_path = PlanPath::step(i).key("args");
+    let template = match ValueTemplate::compile(&serde_json::Value::Object(step.args.clone())) {
+        Ok(template) => template,
+        Err(error) => {
+            issues.push(
+                Issue::error("plan::placeholder", pointer_path(args_path, &error.pointer), format!("malformed placeholder: {error}"))
+                    .help("placeholders are `${name}`, `${name.path}`, `$var.name`; write `$$` for a literal `$`"),
+            );
+            return None;
+        }
+    };
+    let mut reads: Vec<(Placeholder, Place, PlanPath)> = template
+        .placeholders()
+        .into_iter()
+        .map(|p| (p.clone(), Place::Args, args_path.clone()))
+        .collect();
+    if let Some(expand) = &step.expand {
+        // Malformed ones were reported by normalisation.
+        if let serde_json::Value::String(text) = &expand.on
+            && let Ok(template) = Template::parse(text)
+        {
+            let path = PlanPath::step(i).key("expand_on");
+            reads.extend(
+                template
+                    .placeholders()
+                    .map(|p| (p.clone(), Place::ExpandOn, path.clone())),
+            );
+        }
+        if let Some(text) = &expand.key
+            && let Ok(template) = Template::parse(text)
+        {
+            let path = PlanPath::step(i).key("expand_key");
+            reads.extend(
+                template
+                    .placeholders()
+                    .map(|p| (p.clone(), Place::ExpandKey, path.clone())),
+            );
+        }
+    }
+    Some(reads)
+}
+
+/// A map step's items are `ID-N` or `ID[KEY]`: no other step may have an id of that shape.
+fn check_item_ids(plan: &Plan, issues: &mut Vec<Issue>) {
+    for (m, map_step) in plan
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.expand.is_some())
+    {
+        let prefix = format!("{}-", map_step.id);
+        let keyed = format!("{}[", map_step.id);
+        for (i, step) in plan.steps.iter().enumerate() {
+            let id = &step.id.0;
+            let numbered = id
+                .strip_prefix(&prefix)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            if i != m && (numbered || (id.starts_with(&keyed) && id.ends_with(']'))) {
+                issues.push(
+                    Issue::error(
+                        "plan::item_id",
+                        PlanPath::step(i).key("id"),
+                        format!(
+                            "the id `{id}` looks like an item of map step `{}`",
+                            map_step.id
+                        ),
+                    )
+                    .related(
+                        PlanPath::step(m).key("expand_on"),
+                        "items of this map step are named `ID-N` or `ID[KEY]`",
+                    )
+                    .help("rename one of the two steps"),
+                );
             }
         }
     }

@@ -19,6 +19,17 @@ impl Variables for BTreeMap<String, Value> {
     }
 }
 
+/// Shared values: a run holds its variables this way so that reading a large list (a map
+/// step's items) does not copy it.
+impl Variables for BTreeMap<String, std::sync::Arc<Value>> {
+    fn get(&self, name: &str) -> Option<&Value> {
+        BTreeMap::get(self, name).map(|value| &**value)
+    }
+    fn names(&self) -> Vec<&str> {
+        self.keys().map(String::as_str).collect()
+    }
+}
+
 impl<S: std::hash::BuildHasher> Variables for HashMap<String, Value, S> {
     fn get(&self, name: &str) -> Option<&Value> {
         HashMap::get(self, name)
@@ -38,6 +49,9 @@ impl Variables for serde_json::Map<String, Value> {
         self.keys().map(String::as_str).collect()
     }
 }
+
+/// Text to show, in a preview, for a placeholder that does not resolve (see [`Scope::stand_in`]).
+pub type StandIn<'a> = dyn Fn(&crate::Placeholder) -> Option<String> + 'a;
 
 /// The current item of a map step.
 #[derive(Debug, Clone, Copy)]
@@ -59,8 +73,10 @@ pub struct Scope<'a> {
     pub item: Option<Item<'a>>,
     /// The environment values the plan lists under `env:`.
     pub env: Option<&'a BTreeMap<String, Value>>,
-    /// Leave placeholders that do not resolve as their text instead of failing (previews).
-    pub keep_unresolved: bool,
+    /// For previews: text to show instead of failing, for a placeholder that does not
+    /// resolve (e.g. `<result of step 2>` for a variable a step will bind). `None` from the
+    /// function, or no function, means the placeholder fails as usual.
+    pub stand_in: Option<&'a StandIn<'a>>,
 }
 
 impl<'a> Scope<'a> {

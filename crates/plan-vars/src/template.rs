@@ -269,6 +269,14 @@ impl Template {
         Ok(Template { parts })
     }
 
+    /// The placeholder, when the string is exactly one (and so keeps the value's type).
+    pub fn as_placeholder(&self) -> Option<&Placeholder> {
+        match self.parts.as_slice() {
+            [Part::Value(placeholder)] => Some(placeholder),
+            _ => None,
+        }
+    }
+
     /// True when the string holds no placeholder (escapes may still have been unescaped).
     pub fn is_literal(&self) -> bool {
         self.placeholders().next().is_none()
@@ -288,8 +296,7 @@ impl Template {
         if let [Part::Value(placeholder)] = self.parts.as_slice() {
             return match placeholder.resolve(scope) {
                 Ok(value) => Ok(value.clone()),
-                Err(_) if scope.keep_unresolved => Ok(Value::String(placeholder.text.clone())),
-                Err(error) => Err(error),
+                Err(error) => stand_in(scope, placeholder).map(Value::String).ok_or(error),
             };
         }
         let mut out = String::new();
@@ -299,11 +306,14 @@ impl Template {
                 Part::Value(placeholder) => match placeholder.resolve(scope) {
                     Ok(Value::String(text)) => out.push_str(text),
                     Ok(other) => out.push_str(&other.to_string()),
-                    Err(_) if scope.keep_unresolved => out.push_str(&placeholder.text),
-                    Err(error) => return Err(error),
+                    Err(error) => out.push_str(&stand_in(scope, placeholder).ok_or(error)?),
                 },
             }
         }
         Ok(Value::String(out))
     }
+}
+
+fn stand_in(scope: &Scope<'_>, placeholder: &Placeholder) -> Option<String> {
+    scope.stand_in.and_then(|make| make(placeholder))
 }

@@ -173,19 +173,26 @@ fn map_items_resolve_each_index_and_key() {
 }
 
 #[test]
-fn keep_unresolved_leaves_placeholder_text_for_previews() {
+fn stand_ins_fill_what_does_not_resolve_yet_for_previews() {
     let vars = vars();
+    let later = |p: &plan_vars::Placeholder| {
+        (p.variable() == Some("later")).then(|| "<result of step 2>".to_owned())
+    };
     let scope = Scope {
-        keep_unresolved: true,
+        stand_in: Some(&later),
         ..Scope::with_vars(&vars)
     };
-    let template = Template::parse("${later.field}").unwrap();
-    assert_eq!(template.resolve(&scope).unwrap(), json!("${later.field}"));
-    let template = Template::parse("at ${api.host}/${later}").unwrap();
+    let resolve = |text: &str| Template::parse(text).unwrap().resolve(&scope);
     assert_eq!(
-        template.resolve(&scope).unwrap(),
-        json!("at api.example.com/${later}")
+        resolve("${later.field}").unwrap(),
+        json!("<result of step 2>")
     );
+    assert_eq!(
+        resolve("at ${api.host}/${later}").unwrap(),
+        json!("at api.example.com/<result of step 2>")
+    );
+    // A stand-in only covers what it chooses to: the rest still fails.
+    assert_eq!(resolve("${nope}").unwrap_err().placeholder, "${nope}");
 }
 
 #[test]
