@@ -375,3 +375,89 @@ fn unknown_tools_are_reported_with_every_other_error() {
         ]
     );
 }
+
+#[test]
+fn map_steps_are_checked_at_load() {
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n    expand_key: $each.id\n",
+        Format::Yaml,
+        &[("plan::expand", "`expand_key` needs `expand_on`", 4, 5)],
+    );
+    check_errors(
+        "variables: {xs: [1]}\nsteps:\n  - id: a\n    tool: echo\n    expand_on: \"items: ${xs}\"\n",
+        Format::Yaml,
+        &[(
+            "plan::expand",
+            "`expand_on` must be exactly one placeholder naming a list, not `items: ${xs}`",
+            5,
+            16,
+        )],
+    );
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n    expand_on: 3\n",
+        Format::Yaml,
+        &[(
+            "plan::expand",
+            "`expand_on` must be a placeholder naming a list, or a list",
+            4,
+            16,
+        )],
+    );
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n    expand_on: [1]\n    args: {k: $key}\n",
+        Format::Yaml,
+        &[(
+            "plan::placeholder",
+            "`$key` is only defined inside a map step that sets `expand_key`",
+            5,
+            11,
+        )],
+    );
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n    expand_on: $each.list\n",
+        Format::Yaml,
+        &[(
+            "plan::placeholder",
+            "`$each.list` names an item, but `expand_on` is what makes the items",
+            4,
+            16,
+        )],
+    );
+    check_errors(
+        "env: [OK, bad-name, OK]\nsteps: []\n",
+        Format::Yaml,
+        &[
+            (
+                "plan::env",
+                "`bad-name` is not an environment variable name",
+                1,
+                11,
+            ),
+            ("plan::env", "`OK` is listed twice", 1, 21),
+        ],
+    );
+    // Fine: items by key, `$key` and `$index` inside, a literal list, the environment listed.
+    let plan = plan(
+        "env: [TOKEN]\nvariables: {users: [{id: a}]}\nsteps:\n  - id: m\n    tool: echo\n    expand_on: $var.users\n    expand_key: $each.id\n    args: {k: $key, i: $index, t: \"${env.TOKEN}\"}\n",
+        Format::Yaml,
+    );
+    let expand = plan.steps[0].expand.as_ref().unwrap();
+    assert_eq!(
+        (expand.on.as_str(), expand.key.as_deref()),
+        (Some("$var.users"), Some("$each.id"))
+    );
+    assert_eq!(plan.env, ["TOKEN"]);
+}
+
+#[test]
+fn variables_files_are_objects() {
+    let vars =
+        plan_graph::load_variables(Source::new("v.yaml", "a: 1\nb: [x]\n"), Format::Yaml).unwrap();
+    assert_eq!(serde_json::Value::Object(vars), json!({"a": 1, "b": ["x"]}));
+    let invalid =
+        plan_graph::load_variables(Source::new("v.json", "[1]"), Format::Json).unwrap_err();
+    assert_eq!(
+        invalid.issues[0].message,
+        "invalid type: sequence, expected a map"
+    );
+}

@@ -71,7 +71,7 @@ impl Placeholder {
                 Some(value) => (value, format!("env.{name}")),
                 None => {
                     return Err(format!(
-                        "environment variable `{name}` is not available: list it under the plan's `env:`"
+                        "environment variable `{name}` is not set (and a plan reads only those it lists under `env:`)"
                     ));
                 }
             },

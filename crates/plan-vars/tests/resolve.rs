@@ -121,7 +121,7 @@ fn unresolved_placeholders_name_what_is_missing() {
     );
     check_err(
         "${env.HOME}",
-        "`${env.HOME}`: environment variable `HOME` is not available: list it under the plan's `env:`",
+        "`${env.HOME}`: environment variable `HOME` is not set (and a plan reads only those it lists under `env:`)",
     );
 }
 
@@ -241,4 +241,24 @@ fn selectors_pick_from_the_result_or_the_variables() {
     assert!("lines".parse::<Selector>().is_err());
     assert!("$.a b".parse::<Selector>().is_err());
     assert!("$var.".parse::<Selector>().is_err());
+}
+
+#[test]
+fn env_placeholders_read_only_the_given_environment() {
+    let env: BTreeMap<String, Value> = [("TOKEN".to_owned(), json!("t0k"))].into_iter().collect();
+    let scope = Scope {
+        env: Some(&env),
+        ..Scope::default()
+    };
+    let resolve = |text: &str| {
+        Template::parse(text)
+            .unwrap()
+            .resolve(&scope)
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(resolve("Bearer ${env.TOKEN}"), Ok(json!("Bearer t0k")));
+    assert_eq!(
+        resolve("${env.OTHER}"),
+        Err("`${env.OTHER}`: environment variable `OTHER` is not set (and a plan reads only those it lists under `env:`)".to_owned())
+    );
 }
