@@ -8,25 +8,50 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "plan-cli", version, about, long_about = None)]
 pub(crate) struct Cli {
+    /// The ledger file (default .plan/state.db under the current directory)
+    #[arg(
+        long,
+        global = true,
+        env = "PLAN_DB",
+        hide_env_values = true,
+        value_name = "PATH"
+    )]
+    pub(crate) db: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Run a plan and print its records
+    /// Run a plan (a file, or the id of a stored plan) and print its records
     Run(RunArgs),
+    /// Continue a run that was stopped, interrupted or killed
+    Resume(ResumeArgs),
     /// Check a plan without running it
     Validate(PlanArgs),
     /// Draw a plan's dependency graph
     Show(ShowArgs),
     /// List the tools plans can call
     Tools(ToolsArgs),
+    /// List the runs in the ledger, newest first
+    Runs(JsonArgs),
+    /// Print a run's records as `run` does
+    Status(RunIdArgs),
+    /// Print a run's events as NDJSON
+    Events(EventsArgs),
+    /// Delete finished runs older than a given age
+    Gc(GcArgs),
+    /// Store, list, show and remove plans in the ledger
+    #[command(subcommand)]
+    Plan(PlanCommand),
+    /// Export a run's state
+    #[command(subcommand)]
+    State(StateCommand),
 }
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct PlanArgs {
-    /// The plan file (.json, .yaml or .yml); `-` reads JSON from stdin
+    /// The plan file (.json, .yaml or .yml), the id of a stored plan, or `-` for JSON on stdin
     pub(crate) plan: PathBuf,
     /// Set a variable (the value is parsed as JSON when it parses, else taken as a string)
     #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
@@ -36,22 +61,49 @@ pub(crate) struct PlanArgs {
     pub(crate) vars_file: Option<PathBuf>,
 }
 
+/// How a run goes, for `run` and `resume`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct RunArgs {
-    #[command(flatten)]
-    pub(crate) plan: PlanArgs,
+pub(crate) struct ExecutionArgs {
     /// Print one JSON object with every record instead of a summary
     #[arg(long)]
     pub(crate) json: bool,
     /// Most steps running at once (overrides the plan's `max_concurrency`; default 4)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_concurrency: Option<u32>,
-    /// Resolve and print what would be called, calling nothing
-    #[arg(long)]
-    pub(crate) dry_run: bool,
     /// Append events to FILE as NDJSON while the run goes
     #[arg(long, value_name = "FILE")]
     pub(crate) events: Option<PathBuf>,
+    /// Keep seed 004's execute-state document current in FILE while the run goes
+    #[arg(long, value_name = "FILE")]
+    pub(crate) state_file: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) plan: PlanArgs,
+    #[command(flatten)]
+    pub(crate) execution: ExecutionArgs,
+    /// Resolve and print what would be called, calling nothing (and recording nothing)
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ResumeArgs {
+    /// The run (its id, or a unique prefix of it)
+    pub(crate) run: String,
+    #[command(flatten)]
+    pub(crate) execution: ExecutionArgs,
+    /// Run failed steps again (by default they keep their failure)
+    #[arg(long)]
+    pub(crate) retry_failed: bool,
+    /// Check that this plan file is the run's plan (refused if its steps differ)
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plan: Option<PathBuf>,
+    /// Resume even with a different `--plan`, or while the run's process seems alive
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -80,6 +132,83 @@ pub(crate) struct ToolsArgs {
     pub(crate) json: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub(crate) struct JsonArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunIdArgs {
+    /// The run (its id, or a unique prefix of it)
+    pub(crate) run: String,
+    /// Print the same JSON object as `run --json`
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct EventsArgs {
+    /// The run (its id, or a unique prefix of it)
+    pub(crate) run: String,
+    /// Keep printing new events until the run ends
+    #[arg(long)]
+    pub(crate) follow: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct GcArgs {
+    /// Age of the runs to delete, e.g. `30d`, `12h`
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub(crate) older_than: std::time::Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PlanCommand {
+    /// Validate a plan file and store it under its id
+    Add {
+        /// The plan file
+        file: PathBuf,
+        /// Replace a stored plan with the same id
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the stored plans
+    List(JsonArgs),
+    /// Draw a stored plan
+    Show {
+        /// The plan's id
+        id: String,
+        /// How to draw it
+        #[arg(long, value_enum, default_value = "ascii")]
+        format: GraphFormat,
+    },
+    /// Remove a stored plan (its runs keep their own copy)
+    Rm {
+        /// The plan's id
+        id: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum StateFormat {
+    /// Seed 004's execute-state document, schema 2.0
+    ExecuteState,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum StateCommand {
+    /// Print a run's state document
+    Export {
+        /// The run (its id, or a unique prefix of it)
+        run: String,
+        /// The document's format
+        #[arg(long, value_enum, default_value = "execute-state")]
+        format: StateFormat,
+    },
+}
+
 fn parse_var(text: &str) -> Result<(String, serde_json::Value), String> {
     let Some((name, value)) = text.split_once('=') else {
         return Err(format!("expected NAME=VALUE, got `{text}`"));
@@ -90,6 +219,11 @@ fn parse_var(text: &str) -> Result<(String, serde_json::Value), String> {
     let value =
         serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
     Ok((name.to_owned(), value))
+}
+
+fn parse_age(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|error| format!("`{text}` is not an age like `30d` or `12h`: {error}"))
 }
 
 #[cfg(test)]
@@ -111,6 +245,19 @@ mod tests {
         assert_eq!(super::parse_var("eq=a=b"), Ok(("eq".into(), json!("a=b"))));
         assert!(super::parse_var("novalue").is_err());
         assert!(super::parse_var("=3").is_err());
+    }
+
+    #[test]
+    fn ages_read_like_durations() {
+        assert_eq!(
+            super::parse_age("30d"),
+            Ok(std::time::Duration::from_secs(30 * 86_400))
+        );
+        assert_eq!(
+            super::parse_age("12h"),
+            Ok(std::time::Duration::from_secs(12 * 3_600))
+        );
+        assert!(super::parse_age("soon").is_err());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Exit codes and the errors that end a command early.
 
 use plan_engine::TaskStatus;
+use plan_store::StoreError;
 
-/// Exit code for invalid input: a bad plan, bad flags, an unreadable file.
+/// Exit code for invalid input: a bad plan, bad flags, an unreadable file, an unknown run.
 pub(crate) const INVALID_INPUT: i32 = 2;
 
 /// Why a command stopped before doing its work.
@@ -21,6 +22,14 @@ impl Failure {
         }
     }
 
+    /// Something went wrong that is not the input's fault (exit 1).
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Failure {
+            message: Some(message.into()),
+            code: 1,
+        }
+    }
+
     /// An invalid plan whose diagnostics are already printed.
     pub(crate) fn invalid_plan(name: &str, errors: usize) -> Self {
         Failure::input(format!(
@@ -28,9 +37,22 @@ impl Failure {
             if errors == 1 { "" } else { "s" }
         ))
     }
+
+    /// A ledger that cannot be opened or read: a wrong `--db`, a foreign or newer file, a
+    /// read-only directory are the user's to fix (2); a failing disk is not (1).
+    pub(crate) fn ledger(error: StoreError) -> Self {
+        let code = match error {
+            StoreError::Sqlite(_) | StoreError::Damaged { .. } => 1,
+            _ => INVALID_INPUT,
+        };
+        Failure {
+            message: Some(error.to_string()),
+            code,
+        }
+    }
 }
 
-/// `0` COMPLETED, `1` FAILED, `3` PARTIAL, `4` BLOCKED, `5` WAITING.
+/// `0` COMPLETED, `1` FAILED, `3` PARTIAL, `4` BLOCKED, `5` WAITING, `130` STOPPED.
 pub(crate) fn for_status(status: TaskStatus) -> i32 {
     status.exit_code()
 }

@@ -1,4 +1,4 @@
-//! `plan-cli`: the thin binary over plan-graph, plan-engine and plan-tools.
+//! `plan-cli`: the thin binary over plan-graph, plan-engine, plan-tools and plan-store.
 //!
 //! It parses flags, reads files, renders diagnostics and output, and maps task status to the
 //! exit code; the work itself is the libraries'.
@@ -7,22 +7,34 @@ mod cli;
 mod commands;
 mod events_file;
 mod exit;
+mod ledger;
 mod output;
 mod plan_file;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, StateCommand};
+use crate::ledger::Ledger;
 
 fn main() {
     plan_file::install_diagnostic_hook();
     let cli = Cli::parse();
     let registry = plan_tools::builtin_registry();
+    let ledger = Ledger::new(cli.db.as_deref());
     let outcome = match &cli.command {
-        Command::Run(args) => commands::run(args, &registry),
-        Command::Validate(args) => commands::validate(args, &registry),
-        Command::Show(args) => commands::show(args, &registry),
+        Command::Run(args) => commands::run(args, &registry, &ledger),
+        Command::Resume(args) => commands::resume(args, &registry, &ledger),
+        Command::Validate(args) => commands::validate(args, &registry, &ledger),
+        Command::Show(args) => commands::show(args, &registry, &ledger),
         Command::Tools(args) => commands::tools(args, &registry),
+        Command::Runs(args) => commands::runs(args, &ledger),
+        Command::Status(args) => commands::status(args, &ledger),
+        Command::Events(args) => commands::events(args, &ledger),
+        Command::Gc(args) => commands::gc(args, &ledger),
+        Command::Plan(command) => commands::plan(command, &registry, &ledger),
+        Command::State(StateCommand::Export { run, format }) => {
+            commands::state_export(run, *format, &ledger)
+        }
     };
     let code = match outcome {
         Ok(code) => code,

@@ -1,28 +1,32 @@
-//! Reading a plan from a file or stdin, and reporting its problems as diagnostics.
+//! Reading a plan (a file, stdin, or a stored plan), and reporting its problems as
+//! diagnostics.
 
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
 use plan_engine::{Program, Registry};
-use std::collections::BTreeMap;
-
 use plan_graph::{Format, Issue, LoadOptions, LoadedPlan, Source, load, load_variables};
 use serde_json::{Map, Value};
 
 use crate::cli::PlanArgs;
 use crate::exit::Failure;
+use crate::ledger::Ledger;
 
 /// A plan that loaded and bound to the registry's tools, with the run's inputs.
 pub(crate) struct Ready {
     pub(crate) loaded: LoadedPlan,
     pub(crate) program: Program,
+    /// JSON or YAML: kept with a run so `resume` reads the plan as it was.
+    pub(crate) format: Format,
     /// `--vars FILE` overlaid with `--var`.
     pub(crate) inputs: Map<String, Value>,
     /// Values of the environment variables the plan lists under `env:` (unset ones left out).
     pub(crate) env: BTreeMap<String, String>,
 }
 
-pub(crate) fn read_source(path: &Path) -> Result<(Source, Format), Failure> {
+/// The plan's text: from a file, from stdin (`-`), or else the stored plan with that id.
+pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Format), Failure> {
     if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin()
@@ -30,31 +34,36 @@ pub(crate) fn read_source(path: &Path) -> Result<(Source, Format), Failure> {
             .map_err(|error| Failure::input(format!("cannot read the plan from stdin: {error}")))?;
         return Ok((Source::new("<stdin>", text), Format::Json));
     }
-    let text = std::fs::read_to_string(path).map_err(|error| {
-        Failure::input(format!("cannot read plan `{}`: {error}", path.display()))
-    })?;
-    Ok((
-        Source::new(path.display().to_string(), text),
-        Format::from_path(path),
-    ))
-}
-
-/// The plan's id: its `id`, else the file name without extension (`stdin` for `-`).
-fn plan_id(loaded: &LoadedPlan, path: &Path) -> String {
-    if let Some(id) = &loaded.plan.id {
-        return id.clone();
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((
+            Source::new(path.display().to_string(), text),
+            Format::from_path(path),
+        )),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let id = path.to_string_lossy();
+            if ledger.exists()
+                && let Some(stored) = ledger.open()?.find_plan(&id).map_err(Failure::ledger)?
+            {
+                let format = if stored.format == "yaml" {
+                    Format::Yaml
+                } else {
+                    Format::Json
+                };
+                return Ok((Source::new(stored.name, stored.source), format));
+            }
+            Err(Failure::input(format!(
+                "cannot read plan `{id}`: no such file, and no stored plan has that id"
+            )))
+        }
+        Err(error) => Err(Failure::input(format!(
+            "cannot read plan `{}`: {error}",
+            path.display()
+        ))),
     }
-    if path == Path::new("-") {
-        return "stdin".to_owned();
-    }
-    path.file_stem().map_or_else(
-        || "plan".to_owned(),
-        |stem| stem.to_string_lossy().into_owned(),
-    )
 }
 
 /// `--vars FILE`, then `--var` over it.
-fn read_inputs(args: &PlanArgs) -> Result<Map<String, Value>, Failure> {
+pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Map<String, Value>, Failure> {
     let mut inputs = Map::new();
     if let Some(path) = &args.vars_file {
         let text = std::fs::read_to_string(path).map_err(|error| {
@@ -79,11 +88,43 @@ fn read_inputs(args: &PlanArgs) -> Result<Map<String, Value>, Failure> {
     Ok(inputs)
 }
 
-/// Loads, validates and compiles a plan; prints warnings; every error becomes a diagnostic
-/// and exit code 2.
-pub(crate) fn prepare(args: &PlanArgs, registry: &Registry) -> Result<Ready, Failure> {
+/// Loads, validates and compiles the plan `args` names; prints warnings; every error becomes
+/// a diagnostic and exit code 2.
+pub(crate) fn prepare(
+    args: &PlanArgs,
+    registry: &Registry,
+    ledger: &Ledger,
+) -> Result<Ready, Failure> {
     let inputs = read_inputs(args)?;
-    let (source, format) = read_source(&args.plan)?;
+    let (source, format) = read_source(&args.plan, ledger)?;
+    prepare_source(
+        source,
+        format,
+        default_plan_id(&args.plan),
+        inputs,
+        registry,
+    )
+}
+
+/// The plan id used when a plan has none: the file name without extension (`stdin` for `-`).
+pub(crate) fn default_plan_id(path: &Path) -> String {
+    if path == Path::new("-") {
+        return "stdin".to_owned();
+    }
+    path.file_stem().map_or_else(
+        || "plan".to_owned(),
+        |stem| stem.to_string_lossy().into_owned(),
+    )
+}
+
+/// Loads, validates and compiles plan text.
+pub(crate) fn prepare_source(
+    source: Source,
+    format: Format,
+    fallback_id: String,
+    inputs: Map<String, Value>,
+    registry: &Registry,
+) -> Result<Ready, Failure> {
     let options = LoadOptions {
         provided_variables: inputs.keys().cloned().collect(),
         known_tools: Some(registry.names()),
@@ -98,7 +139,7 @@ pub(crate) fn prepare(args: &PlanArgs, registry: &Registry) -> Result<Ready, Fai
             ));
         }
     };
-    let id = plan_id(&loaded, &args.plan);
+    let id = loaded.plan.id.clone().unwrap_or(fallback_id);
     match Program::compile(&loaded.plan, &id, registry) {
         Ok(program) => {
             report(&loaded.source, &loaded.warnings);
@@ -109,9 +150,14 @@ pub(crate) fn prepare(args: &PlanArgs, registry: &Registry) -> Result<Ready, Fai
                 .iter()
                 .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
                 .collect();
+            // The program holds its own copy of the variables; the plan's is not needed again
+            // (a large list would otherwise be held twice for the whole run).
+            let mut loaded = loaded;
+            loaded.plan.variables = Map::new();
             Ok(Ready {
                 loaded,
                 program,
+                format,
                 inputs,
                 env,
             })

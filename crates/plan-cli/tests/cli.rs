@@ -7,9 +7,14 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
+/// The binary, with a ledger of this test process's own, outside the repository.
 fn plan_cli() -> Command {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
     let mut command = Command::new(env!("CARGO_BIN_EXE_plan-cli"));
-    command.env("NO_COLOR", "1");
+    command
+        .env("NO_COLOR", "1")
+        .env("PLAN_DB", dir.path().join("state.db"));
     command
 }
 

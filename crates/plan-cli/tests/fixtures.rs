@@ -20,6 +20,13 @@ fn redact(mut report: Value) -> Value {
     report
 }
 
+/// One ledger for the whole test, outside the repository.
+fn ledger_path() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory"))
+        .path()
+}
+
 fn run_fixture(path: &Path) -> String {
     let dir = path.parent().expect("fixtures live in a directory");
     let name = path
@@ -31,6 +38,7 @@ fn run_fixture(path: &Path) -> String {
         .args(["run", &name, "--json"])
         .current_dir(dir)
         .env("NO_COLOR", "1")
+        .env("PLAN_DB", ledger_path().join("state.db"))
         .env("PLAN_CLI_FIXTURE_SECRET", "hunter2-fixture-secret")
         .output()
         .expect("plan-cli runs");

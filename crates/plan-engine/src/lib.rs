@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod event;
+mod journal;
 mod program;
 mod redact;
 mod report;
@@ -16,8 +17,9 @@ mod run;
 mod tool;
 
 pub use event::{Event, EventKind, EventSink, Fanout};
+pub use journal::{Attempt, Batch, Journal, JournalError, Position, Restored, RunEnd};
 pub use program::{DEFAULT_MAX_CONCURRENCY, PlannedCall, Program};
 pub use redact::REDACTED;
 pub use report::{Record, RunReport, StepError, TaskStatus};
-pub use run::{RunOptions, run};
+pub use run::{RunError, RunOptions, run};
 pub use tool::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};

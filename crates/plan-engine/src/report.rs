@@ -23,6 +23,10 @@ pub enum TaskStatus {
     Blocked,
     /// The run halted for an approval.
     Waiting,
+    /// The run was stopped (Ctrl+C) before it finished; `resume` continues it.
+    Stopped,
+    /// The run is still going (only in reports read from a ledger while it runs).
+    Running,
 }
 
 impl TaskStatus {
@@ -34,6 +38,9 @@ impl TaskStatus {
             TaskStatus::Partial => 3,
             TaskStatus::Blocked => 4,
             TaskStatus::Waiting => 5,
+            // The shell's convention for a process stopped by SIGINT.
+            TaskStatus::Stopped => 130,
+            TaskStatus::Running => 0,
         }
     }
 
@@ -45,6 +52,8 @@ impl TaskStatus {
             TaskStatus::Failed => "FAILED",
             TaskStatus::Blocked => "BLOCKED",
             TaskStatus::Waiting => "WAITING",
+            TaskStatus::Stopped => "STOPPED",
+            TaskStatus::Running => "RUNNING",
         }
     }
 }
@@ -52,6 +61,37 @@ impl TaskStatus {
 impl fmt::Display for TaskStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl TaskStatus {
+    /// What `__meta__`'s reason says before `task_status=…`.
+    pub fn summary(self) -> &'static str {
+        match self {
+            TaskStatus::Completed => "all steps succeeded",
+            TaskStatus::Partial => "some steps were skipped",
+            TaskStatus::Failed => "one or more steps failed",
+            TaskStatus::Blocked => "one or more steps depend on unknown steps",
+            TaskStatus::Waiting => "the run is waiting for an approval",
+            TaskStatus::Stopped => "the run was stopped before it finished",
+            TaskStatus::Running => "the run is still running",
+        }
+    }
+}
+
+impl Record {
+    /// The `__meta__` record that ends every run's records.
+    pub fn meta(status: TaskStatus, duration_ms: u64) -> Record {
+        Record {
+            step_id: plan_graph::META_STEP_ID.to_owned(),
+            ok: status == TaskStatus::Completed,
+            skipped: false,
+            result: None,
+            reason: Some(format!("{}; task_status={status}", status.summary())),
+            error: None,
+            attempts: 0,
+            duration_ms,
+        }
     }
 }
 

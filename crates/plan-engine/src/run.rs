@@ -9,21 +9,28 @@
 //! A map step (`expand_on`) expands when it becomes ready: its items (`ID-0`, … or `ID[KEY]`)
 //! join the ready queue right behind it, run like steps, and the map step settles when the
 //! last item does, with its binds collected as lists in item order.
+//!
+//! With a [`Journal`], everything that settles is committed in batches: whatever completed
+//! since the last commit is written in one commit before any new call starts, so a step's
+//! result and binds are durable before a dependent runs, and a busy run pays one commit per
+//! turn of the loop rather than one per step.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use plan_graph::{META_STEP_ID, RetryPolicy};
+use plan_graph::RetryPolicy;
 use plan_vars::Scope;
 use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventKind, EventSink};
+use crate::journal::{Attempt, Batch, Journal, Position, Restored, RunEnd};
 use crate::program::{
-    DEFAULT_MAX_CONCURRENCY, ItemValues, Program, expand_items, item_ids, resolve_args,
+    CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program, expand_items,
+    item_ids, resolve_args,
 };
 use crate::redact::Redactor;
 use crate::report::{Record, RunReport, StepError, TaskStatus};
@@ -31,7 +38,6 @@ use crate::retry;
 use crate::tool::{Tool, ToolContext, ToolError, codes};
 
 /// How to run a program.
-#[derive(Clone)]
 pub struct RunOptions {
     /// The run's id (the CLI makes a ULID).
     pub run_id: String,
@@ -44,7 +50,12 @@ pub struct RunOptions {
     pub env: BTreeMap<String, String>,
     /// Where events go, if anywhere.
     pub events: Option<Arc<dyn EventSink>>,
-    /// Cancelling it stops the run: no new step starts, running tools are cancelled.
+    /// Where settled records go before dependents start, if anywhere.
+    pub journal: Option<Box<dyn Journal>>,
+    /// What an earlier, interrupted attempt at this run already settled (`resume`).
+    pub restored: Option<Restored>,
+    /// Cancelling it stops the run: no new step starts, running tools are cancelled, and the
+    /// run ends `STOPPED` (only what succeeded is committed, so a resume runs the rest).
     pub cancel: CancellationToken,
 }
 
@@ -57,9 +68,20 @@ impl RunOptions {
             inputs: Map::new(),
             env: BTreeMap::new(),
             events: None,
+            journal: None,
+            restored: None,
             cancel: CancellationToken::new(),
         }
     }
+}
+
+/// A run that could not go on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// The journal failed to commit: the run stopped, since it could no longer be recorded.
+    /// What was committed before stays, and the run can be resumed.
+    #[error("the ledger could not be written, so the run stopped: {0}")]
+    Journal(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,19 +101,6 @@ struct Work {
     slot: usize,
 }
 
-/// A map step between its expansion and its last item.
-struct MapRun {
-    items: Items,
-    ids: Vec<Arc<str>>,
-    keys: Option<Vec<Value>>,
-    records: Vec<Option<Record>>,
-    /// Per bind (in the step's bind order), the value selected from each item's result.
-    collected: Vec<Vec<Value>>,
-    remaining: usize,
-    failed: Vec<usize>,
-    started: Instant,
-}
-
 /// A map step's list: shared with the variable it names when `expand_on` is `${name}`, so a
 /// large list is not copied; otherwise its own.
 enum Items {
@@ -108,6 +117,19 @@ impl Items {
     }
 }
 
+/// A map step between its expansion and its last item.
+struct MapRun {
+    items: Items,
+    ids: Vec<Arc<str>>,
+    keys: Option<Vec<Value>>,
+    records: Vec<Option<Record>>,
+    /// Per bind (in the step's bind order), the value selected from each item's result.
+    collected: Vec<Vec<Value>>,
+    remaining: usize,
+    failed: Vec<usize>,
+    started: Instant,
+}
+
 struct Call {
     step: usize,
     item: Option<usize>,
@@ -121,6 +143,8 @@ struct Call {
     cancel: CancellationToken,
     events: Option<Arc<dyn EventSink>>,
     redactor: Arc<Redactor>,
+    /// Keep each attempt for the journal.
+    log_attempts: bool,
 }
 
 struct Finished {
@@ -129,6 +153,7 @@ struct Finished {
     result: Result<Value, ToolError>,
     attempts: u32,
     elapsed: Duration,
+    log: Vec<Attempt>,
 }
 
 struct Scheduler<'p> {
@@ -141,12 +166,23 @@ struct Scheduler<'p> {
     remaining: Vec<usize>,
     records: Vec<Option<Record>>,
     outcomes: Vec<Option<Outcome>>,
+    /// Whether a step is (or was) in the ready queue, so it is queued once.
+    queued: Vec<bool>,
     ready: BinaryHeap<Reverse<Work>>,
     maps: HashMap<usize, MapRun>,
+    /// Item records an earlier attempt at this run settled, by item id.
+    restored_items: HashMap<String, Record>,
+    journal: Option<Box<dyn Journal>>,
+    /// Settled since the last commit.
+    pending: Vec<Position>,
+    pending_vars: Vec<String>,
+    pending_attempts: Vec<Attempt>,
+    /// Set when the caller cancels: from then on only successes are committed.
+    stopping: CancellationToken,
 }
 
 /// Runs a program to the end and returns its records.
-pub async fn run(program: &Program, options: RunOptions) -> RunReport {
+pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport, RunError> {
     let started = Instant::now();
     let run_id: Arc<str> = Arc::from(options.run_id.as_str());
     let limit = options
@@ -156,6 +192,8 @@ pub async fn run(program: &Program, options: RunOptions) -> RunReport {
         .max(1);
     let n = program.steps.len();
     let env = program.env_values(&options.env);
+    // A journal failure stops the calls too, without touching the caller's token.
+    let halt = options.cancel.child_token();
     let mut scheduler = Scheduler {
         program,
         run_id: run_id.clone(),
@@ -171,16 +209,28 @@ pub async fn run(program: &Program, options: RunOptions) -> RunReport {
             records
         },
         outcomes: vec![None; n],
+        queued: vec![false; n],
         ready: BinaryHeap::new(),
         maps: HashMap::new(),
+        restored_items: HashMap::new(),
+        journal: options.journal.take(),
+        pending: Vec::new(),
+        pending_vars: Vec::new(),
+        pending_attempts: Vec::new(),
+        stopping: options.cancel.clone(),
     };
     scheduler.emit(|| {
         let mut event = Event::new(EventKind::RunStarted, &run_id);
         event.plan_id = Some(program.plan_id.clone());
         event
     });
-
+    if let Some(restored) = options.restored.take() {
+        scheduler.restore(restored);
+    }
     for i in 0..n {
+        if scheduler.records[i].is_some() {
+            continue;
+        }
         if !program.deps.unknown[i].is_empty() {
             let unknown: Vec<&str> = program.deps.unknown[i]
                 .iter()
@@ -189,60 +239,85 @@ pub async fn run(program: &Program, options: RunOptions) -> RunReport {
             let reason = format!("unknown dependency: {}", json_list(&unknown));
             scheduler.record_not_run(i, false, reason);
             scheduler.settle(i, Outcome::Blocked);
-        } else if scheduler.remaining[i] == 0 && scheduler.records[i].is_none() {
-            scheduler.ready.push(Reverse(Work { step: i, slot: 0 }));
+        } else if scheduler.remaining[i] == 0 {
+            scheduler.enqueue(i);
         }
     }
 
+    let mut failure: Option<String> = None;
     let mut running: JoinSet<Finished> = JoinSet::new();
     // Task id → work, to fail the right step or item if a tool panics.
     let mut tasks: HashMap<tokio::task::Id, (usize, Option<usize>)> = HashMap::new();
     loop {
-        while running.len() < limit && !options.cancel.is_cancelled() {
+        while running.len() < limit && !halt.is_cancelled() {
             let Some(Reverse(work)) = scheduler.ready.pop() else {
                 break;
             };
             let item = work.slot.checked_sub(1);
+            if scheduler.is_settled(work.step, item) {
+                continue;
+            }
             if item.is_none() && program.steps[work.step].expand.is_some() {
                 // Expanding calls nothing: it only queues the items.
                 scheduler.expand(work.step);
                 continue;
             }
-            if let Some(call) = scheduler.prepare(work.step, item, &options) {
-                let handle = running.spawn(execute(call));
-                tasks.insert(handle.id(), (work.step, item));
+            let Some(call) = scheduler.prepare(work.step, item, &halt) else {
+                continue;
+            };
+            // What settled so far is durable before this call, which may depend on it, starts.
+            if let Err(error) = scheduler.commit() {
+                failure = Some(error.0);
+                halt.cancel();
+                break;
             }
+            let handle = running.spawn(execute(call));
+            tasks.insert(handle.id(), (work.step, item));
         }
         let Some(joined) = running.join_next_with_id().await else {
             break;
         };
-        match joined {
-            Ok((id, finished)) => {
-                tasks.remove(&id);
-                scheduler.finish(finished);
-            }
-            // A tool that panics fails its step (or item); the run goes on.
-            Err(join_error) => {
-                if let Some((step, item)) = tasks.remove(&join_error.id()) {
-                    let message = if join_error.is_panic() {
-                        "the tool panicked"
-                    } else {
-                        "the tool's task was aborted"
-                    };
-                    let error = ToolError::new(codes::E_TOOL, message);
-                    scheduler.finish(Finished {
-                        step,
-                        item,
-                        result: Err(error),
-                        attempts: 1,
-                        elapsed: Duration::ZERO,
-                    });
+        let mut joined = Some(joined);
+        // Everything else that finished meanwhile joins this turn's commit.
+        while let Some(result) = joined.take().or_else(|| running.try_join_next_with_id()) {
+            match result {
+                Ok((id, finished)) => {
+                    tasks.remove(&id);
+                    scheduler.finish(finished);
+                }
+                // A tool that panics fails its step (or item); the run goes on.
+                Err(join_error) => {
+                    if let Some((step, item)) = tasks.remove(&join_error.id()) {
+                        let message = if join_error.is_panic() {
+                            "the tool panicked"
+                        } else {
+                            "the tool's task was aborted"
+                        };
+                        let error = ToolError::new(codes::E_TOOL, message);
+                        scheduler.finish(Finished {
+                            step,
+                            item,
+                            result: Err(error),
+                            attempts: 1,
+                            elapsed: Duration::ZERO,
+                            log: Vec::new(),
+                        });
+                    }
                 }
             }
         }
+        if failure.is_none()
+            && let Err(error) = scheduler.commit()
+        {
+            failure = Some(error.0);
+            halt.cancel();
+        }
     }
 
-    scheduler.into_report(&options.run_id, started)
+    if let Some(message) = failure {
+        return Err(RunError::Journal(message));
+    }
+    scheduler.finalize(&options.run_id, started)
 }
 
 impl Scheduler<'_> {
@@ -254,13 +329,132 @@ impl Scheduler<'_> {
         }
     }
 
+    fn enqueue(&mut self, step: usize) {
+        if !std::mem::replace(&mut self.queued[step], true) {
+            self.ready.push(Reverse(Work { step, slot: 0 }));
+        }
+    }
+
+    fn is_settled(&self, step: usize, item: Option<usize>) -> bool {
+        match item {
+            None => self.records[step].is_some(),
+            Some(k) => self
+                .maps
+                .get(&step)
+                .is_some_and(|map| map.records[k].is_some()),
+        }
+    }
+
+    /// Takes back what an earlier attempt settled: successes, and failures the caller kept.
+    /// Skips and blocks are worked out again, and so is anything of a step the plan lost.
+    fn restore(&mut self, restored: Restored) {
+        let program = self.program;
+        self.vars.extend(restored.variables);
+        let mut by_id: HashMap<String, Record> = restored
+            .records
+            .into_iter()
+            .filter(|record| !record.skipped && (record.ok || record.error.is_some()))
+            .map(|record| (record.step_id.clone(), record))
+            .collect();
+        for (i, step) in program.steps.iter().enumerate() {
+            if let Some(record) = by_id.remove(&*step.id) {
+                let outcome = if record.ok {
+                    Outcome::Succeeded
+                } else {
+                    Outcome::Failed
+                };
+                self.records[i] = Some(record);
+                self.settle(i, outcome);
+            }
+        }
+        // What is left are map items, used when their step expands.
+        self.restored_items = by_id;
+    }
+
+    /// Writes what settled since the last commit, if there is a journal. Once the caller has
+    /// cancelled, only successes are written: what was cancelled, and what it skipped, must
+    /// run again on resume.
+    fn commit(&mut self) -> Result<(), crate::journal::JournalError> {
+        let Some(journal) = self.journal.as_mut() else {
+            return Ok(());
+        };
+        if self.pending.is_empty()
+            && self.pending_vars.is_empty()
+            && self.pending_attempts.is_empty()
+        {
+            return Ok(());
+        }
+        let stopping = self.stopping.is_cancelled();
+        let records: Vec<(Position, &Record)> = self
+            .pending
+            .iter()
+            .filter_map(|&position| {
+                let record = match position.item {
+                    None => self.records[position.step].as_ref(),
+                    Some(k) => self
+                        .maps
+                        .get(&position.step)
+                        .and_then(|map| map.records[k].as_ref()),
+                };
+                record.filter(|r| !stopping || r.ok).map(|r| (position, r))
+            })
+            .collect();
+        // Secrets never reach the ledger: variables and attempt errors are redacted copies
+        // (records already are). A resumed run reads `[redacted]` where a secret was bound.
+        let redacted_vars: Vec<(&str, Value)> = if self.redactor.is_empty() {
+            Vec::new()
+        } else {
+            self.pending_vars
+                .iter()
+                .filter_map(|name| {
+                    let mut value = (**self.vars.get(name)?).clone();
+                    self.redactor.value(&mut value);
+                    Some((name.as_str(), value))
+                })
+                .collect()
+        };
+        let variables: Vec<(&str, &Value)> = if self.redactor.is_empty() {
+            self.pending_vars
+                .iter()
+                .filter_map(|name| self.vars.get(name).map(|v| (name.as_str(), &**v)))
+                .collect()
+        } else {
+            redacted_vars
+                .iter()
+                .map(|(name, value)| (*name, value))
+                .collect()
+        };
+        if !self.redactor.is_empty() {
+            for attempt in &mut self.pending_attempts {
+                if let Some(error) = &mut attempt.error {
+                    self.redactor.string(&mut error.message);
+                }
+            }
+        }
+        let batch = Batch {
+            records,
+            variables,
+            attempts: &self.pending_attempts,
+        };
+        let result = if batch.is_empty() {
+            Ok(())
+        } else {
+            journal.commit(&batch)
+        };
+        drop(batch);
+        self.pending.clear();
+        self.pending_vars.clear();
+        self.pending_attempts.clear();
+        result
+    }
+
     /// Resolves the arguments of a ready step or item and checks them against the tool's
     /// schema; if either fails, the step or item fails here without calling its tool.
     fn prepare(
         &mut self,
         step_index: usize,
         item: Option<usize>,
-        options: &RunOptions,
+        halt: &CancellationToken,
     ) -> Option<Call> {
         let step = &self.program.steps[step_index];
         let base = Scope {
@@ -291,9 +485,10 @@ impl Scheduler<'_> {
                 args,
                 retry: step.retry.clone(),
                 timeout: step.timeout,
-                cancel: options.cancel.child_token(),
+                cancel: halt.child_token(),
                 events: self.events.clone(),
                 redactor: self.redactor.clone(),
+                log_attempts: self.journal.is_some(),
             }),
             Err(error) => {
                 self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
@@ -303,7 +498,7 @@ impl Scheduler<'_> {
     }
 
     /// Turns a ready map step into items, or settles it at once when its list is empty or
-    /// cannot be had.
+    /// cannot be had. Items an earlier attempt settled are taken back, not queued.
     fn expand(&mut self, i: usize) {
         let program = self.program;
         let step = &program.steps[i];
@@ -328,46 +523,67 @@ impl Scheduler<'_> {
                 return;
             }
         };
-        if items.as_slice().is_empty() {
+        let count = items.as_slice().len();
+        if count == 0 {
             // Zero items: the step succeeds, and each bind collects an empty list.
             for (name, _) in &step.binds {
                 self.vars
                     .insert(name.clone(), Arc::new(Value::Array(Vec::new())));
+                self.pending_vars.push(name.clone());
             }
-            self.record_executed(i, Ok(Value::Array(Vec::new())), 0, Duration::ZERO);
+            self.record_executed(i, Ok(serde_json::json!({"items": 0})), 0, Duration::ZERO);
             return;
         }
-        let count = items.as_slice().len();
+        let mut map = MapRun {
+            items,
+            ids,
+            keys,
+            records: (0..count).map(|_| None).collect(),
+            // Items finish in any order; each fills its own slot, so lists keep item order.
+            collected: step
+                .binds
+                .iter()
+                .map(|_| vec![Value::Null; count])
+                .collect(),
+            remaining: count,
+            failed: Vec::new(),
+            started: Instant::now(),
+        };
         for k in 0..count {
-            self.ready.push(Reverse(Work {
-                step: i,
-                slot: k + 1,
-            }));
+            match self.restored_items.remove(&*map.ids[k]) {
+                Some(record) => {
+                    let selected = match &record.result {
+                        Some(result) if record.ok => self.select_binds(i, result).ok(),
+                        _ => None,
+                    };
+                    match selected {
+                        Some(selected) => {
+                            for (list, value) in map.collected.iter_mut().zip(selected) {
+                                list[k] = value;
+                            }
+                        }
+                        None => map.failed.push(k),
+                    }
+                    map.records[k] = Some(record);
+                    map.remaining -= 1;
+                }
+                None => self.ready.push(Reverse(Work {
+                    step: i,
+                    slot: k + 1,
+                })),
+            }
         }
-        self.maps.insert(
-            i,
-            MapRun {
-                items,
-                ids,
-                keys,
-                records: (0..count).map(|_| None).collect(),
-                // Items finish in any order; each fills its own slot, so lists keep item order.
-                collected: step
-                    .binds
-                    .iter()
-                    .map(|_| vec![Value::Null; count])
-                    .collect(),
-                remaining: count,
-                failed: Vec::new(),
-                started: Instant::now(),
-            },
-        );
+        let done = map.remaining == 0;
+        self.maps.insert(i, map);
+        if done {
+            self.finish_map(i);
+        }
     }
 
     /// The variable a map step runs over, shared, when `expand_on` is exactly `${name}` (or
     /// `$var.name`) and names a list.
-    fn shared_list(&self, expand: &crate::program::CompiledExpand) -> Option<Arc<Value>> {
-        let crate::program::ExpandSource::Placeholder(template) = &expand.on else {
+    fn shared_list(&self, expand: &CompiledExpand) -> Option<Arc<Value>> {
+        let ExpandSource::Placeholder(template) = &expand.on else {
             return None;
         };
         let placeholder = template.as_placeholder()?;
@@ -385,7 +601,9 @@ impl Scheduler<'_> {
             result,
             attempts,
             elapsed,
+            log,
         } = finished;
+        self.pending_attempts.extend(log);
         self.finish_work(
             step,
             item,
@@ -419,6 +637,7 @@ impl Scheduler<'_> {
         let step = &self.program.steps[index];
         for ((name, _), value) in step.binds.iter().zip(selected) {
             self.vars.insert(name.clone(), Arc::new(value));
+            self.pending_vars.push(name.clone());
         }
         Ok(value)
     }
@@ -470,7 +689,7 @@ impl Scheduler<'_> {
         map.remaining -= 1;
         let last = map.remaining == 0;
         let event_error = error.as_ref().and_then(|e| serde_json::to_value(e).ok());
-        map.records[k] = Some(Record {
+        let mut record = Record {
             step_id: item_id.to_string(),
             ok,
             skipped: false,
@@ -479,6 +698,14 @@ impl Scheduler<'_> {
             error: error.map(Box::new),
             attempts,
             duration_ms: millis(elapsed),
+        };
+        // Records leave the engine (and reach the ledger) redacted; binds were selected from
+        // the real result above.
+        self.redactor.record(&mut record);
+        map.records[k] = Some(record);
+        self.pending.push(Position {
+            step,
+            item: Some(k),
         });
         self.emit(|| {
             let mut event =
@@ -493,8 +720,8 @@ impl Scheduler<'_> {
         }
     }
 
-    /// The last item is done: the map step succeeds with the list of item results (and its
-    /// binds become lists) if every item succeeded, and fails naming the failed items if not.
+    /// The last item is done: the map step succeeds (its binds becoming lists in item order)
+    /// if every item succeeded, and fails naming the failed items if not.
     fn finish_map(&mut self, step: usize) {
         let program = self.program;
         let Some(map) = self.maps.get_mut(&step) else {
@@ -505,6 +732,7 @@ impl Scheduler<'_> {
             let collected = std::mem::take(&mut map.collected);
             for ((name, _), list) in program.steps[step].binds.iter().zip(collected) {
                 self.vars.insert(name.clone(), Arc::new(Value::Array(list)));
+                self.pending_vars.push(name.clone());
             }
             // The items' records hold their results, and binds collect them as lists: the
             // step's own record only counts them (a copy of every result would double a
@@ -560,17 +788,23 @@ impl Scheduler<'_> {
         let ok = outcome.is_ok();
         let (result, error) = match outcome {
             Ok(value) => (Some(value), None),
-            Err(error) => (None, Some(error)),
+            Err(error) => (None, Some(Box::new(error))),
         };
-        self.records[index] = Some(Record {
+        let mut record = Record {
             step_id: step_id.to_string(),
             ok,
             skipped: false,
             result,
             reason: None,
-            error: error.map(Box::new),
+            error,
             attempts,
             duration_ms: millis(elapsed),
+        };
+        self.redactor.record(&mut record);
+        self.records[index] = Some(record);
+        self.pending.push(Position {
+            step: index,
+            item: None,
         });
         self.settle(
             index,
@@ -591,6 +825,10 @@ impl Scheduler<'_> {
             event
         });
         self.records[index] = Some(not_run_record(step_id, skipped, reason));
+        self.pending.push(Position {
+            step: index,
+            item: None,
+        });
     }
 
     /// Marks a step done and releases its dependents: each whose dependencies are now all
@@ -612,7 +850,7 @@ impl Scheduler<'_> {
                     .map(|&dep| &*program.steps[dep].id)
                     .collect();
                 if unsatisfied.is_empty() {
-                    self.ready.push(Reverse(Work { step: d, slot: 0 }));
+                    self.enqueue(d);
                 } else {
                     let reason = format!("dependency not satisfied: {}", json_list(&unsatisfied));
                     self.record_not_run(d, true, reason);
@@ -623,14 +861,16 @@ impl Scheduler<'_> {
         }
     }
 
-    fn into_report(mut self, run_id: &str, started: Instant) -> RunReport {
-        // Steps (and items) that a cancellation kept from starting.
+    /// Ends the run: fills in what never started (if stopped), works out the status, commits
+    /// the last batch and tells the journal how the run ended, then builds the report.
+    fn finalize(mut self, run_id: &str, started: Instant) -> Result<RunReport, RunError> {
+        let stopped = self.stopping.is_cancelled();
         for i in 0..self.records.len() {
             if self.records[i].is_none() {
                 self.records[i] = Some(not_run_record(
                     &self.program.steps[i].id,
                     true,
-                    "run cancelled before the step started".to_owned(),
+                    "the run stopped before the step started".to_owned(),
                 ));
                 self.outcomes[i] = Some(Outcome::Skipped);
             }
@@ -641,23 +881,22 @@ impl Scheduler<'_> {
                     *record = Some(not_run_record(
                         &map.ids[k],
                         true,
-                        "run cancelled before the item started".to_owned(),
+                        "the run stopped before the item started".to_owned(),
                     ));
                 }
             }
         }
         let has = |wanted: Outcome| self.outcomes.contains(&Some(wanted));
-        let (status, summary) = if has(Outcome::Blocked) {
-            (
-                TaskStatus::Blocked,
-                "one or more steps depend on unknown steps",
-            )
+        let status = if stopped {
+            TaskStatus::Stopped
+        } else if has(Outcome::Blocked) {
+            TaskStatus::Blocked
         } else if has(Outcome::Failed) {
-            (TaskStatus::Failed, "one or more steps failed")
+            TaskStatus::Failed
         } else if has(Outcome::Skipped) {
-            (TaskStatus::Partial, "some steps were skipped")
+            TaskStatus::Partial
         } else {
-            (TaskStatus::Completed, "all steps succeeded")
+            TaskStatus::Completed
         };
         let elapsed = started.elapsed();
         self.emit(|| {
@@ -666,16 +905,16 @@ impl Scheduler<'_> {
             event.duration_ms = Some(millis(elapsed));
             event
         });
-        let meta = Record {
-            step_id: META_STEP_ID.to_owned(),
-            ok: status == TaskStatus::Completed,
-            skipped: false,
-            result: None,
-            reason: Some(format!("{summary}; task_status={status}")),
-            error: None,
-            attempts: 0,
-            duration_ms: millis(elapsed),
-        };
+        self.commit().map_err(|e| RunError::Journal(e.0))?;
+        if let Some(journal) = self.journal.as_mut() {
+            let end = if stopped {
+                RunEnd::Stopped
+            } else {
+                RunEnd::Finished(status)
+            };
+            journal.finish(end).map_err(|e| RunError::Journal(e.0))?;
+        }
+        let meta = Record::meta(status, millis(elapsed));
         let mut records: Vec<Record> = if self.maps.is_empty() {
             // `map` over `into_iter` collects in place: no second copy of the records.
             self.records
@@ -699,22 +938,20 @@ impl Scheduler<'_> {
             records
         };
         records.push(meta);
+        // Records were redacted as they were made; the variables still hold real values.
         let mut variables = self.vars;
         if !self.redactor.is_empty() {
-            for record in &mut records {
-                self.redactor.record(record);
-            }
             variables
                 .values_mut()
                 .for_each(|value| self.redactor.value(Arc::make_mut(value)));
         }
-        RunReport {
+        Ok(RunReport {
             run_id: run_id.to_owned(),
             plan_id: self.program.plan_id.to_string(),
             task_status: status,
             records,
             variables,
-        }
+        })
     }
 }
 
@@ -731,7 +968,7 @@ fn not_run_record(step_id: &str, skipped: bool, reason: String) -> Record {
     }
 }
 
-/// Never produced: `into_report` fills every slot first. Kept total so that a bug shows as an
+/// Never produced: `finalize` fills every slot first. Kept total so that a bug shows as an
 /// odd record rather than a panic.
 fn unreachable_record() -> Record {
     not_run_record(
@@ -744,17 +981,20 @@ fn unreachable_record() -> Record {
 /// Calls the tool, retrying retryable errors as the step's policy allows.
 async fn execute(call: Call) -> Finished {
     let started = Instant::now();
-    let finished = |result: Result<Value, ToolError>, attempts: u32| Finished {
+    let mut log = Vec::new();
+    let finished = |result: Result<Value, ToolError>, attempts: u32, log: Vec<Attempt>| Finished {
         step: call.step,
         item: call.item,
         result,
         attempts,
         elapsed: started.elapsed(),
+        log,
     };
     let mut attempt = 1;
     loop {
         call.emit(EventKind::ToolCalled, attempt, |_| {});
         let attempt_started = Instant::now();
+        let attempt_started_at = SystemTime::now();
         let attempt_cancel = call.cancel.child_token();
         let ctx = ToolContext {
             run_id: call.run_id.clone(),
@@ -771,12 +1011,21 @@ async fn execute(call: Call) -> Finished {
         // Tells a tool that outlives its attempt (timed out, cancelled) to stop.
         attempt_cancel.cancel();
         let attempt_ms = millis(attempt_started.elapsed());
+        if call.log_attempts {
+            log.push(Attempt {
+                step_id: call.step_id.clone(),
+                attempt,
+                started_at: attempt_started_at,
+                duration_ms: attempt_ms,
+                error: result.as_ref().err().map(|e| StepError::from(e.clone())),
+            });
+        }
         let error = match result {
             Ok(value) => {
                 call.emit(EventKind::ToolSucceeded, attempt, |event| {
                     event.duration_ms = Some(attempt_ms)
                 });
-                return finished(Ok(value), attempt);
+                return finished(Ok(value), attempt, log);
             }
             Err(error) => error,
         };
@@ -791,7 +1040,7 @@ async fn execute(call: Call) -> Finished {
             && attempt < call.retry.attempts
             && !call.cancel.is_cancelled();
         if !retry {
-            return finished(Err(error), attempt);
+            return finished(Err(error), attempt, log);
         }
         let delay = retry::delay(&call.retry, attempt, error.retry_after);
         call.emit(EventKind::StepRetrying, attempt + 1, |event| {
@@ -800,7 +1049,7 @@ async fn execute(call: Call) -> Finished {
             event.error = serde_json::to_value(&error).ok();
         });
         tokio::select! {
-            () = call.cancel.cancelled() => return finished(Err(error), attempt),
+            () = call.cancel.cancelled() => return finished(Err(error), attempt, log),
             () = tokio::time::sleep(delay) => {}
         }
         attempt += 1;

@@ -120,7 +120,9 @@ impl Harness {
         let mut options = RunOptions::new("run1");
         options.events = Some(self.events.clone());
         configure(&mut options);
-        run(&program, options).await
+        run(&program, options)
+            .await
+            .expect("no journal, so no journal failure")
     }
 
     async fn run(&self, plan: Value) -> RunReport {
@@ -855,7 +857,7 @@ async fn arguments_that_break_the_schema_fail_before_the_call() {
     )
     .unwrap();
     let program = Program::compile(&loaded.plan, "t", &registry).unwrap();
-    let report = run(&program, RunOptions::new("r")).await;
+    let report = run(&program, RunOptions::new("r")).await.unwrap();
     assert!(report.records[0].ok);
     let error = report.records[1].error.as_ref().unwrap();
     assert_eq!(error.code, "E_ARGS_INVALID");

@@ -118,6 +118,8 @@ pub(crate) struct RawStep {
     pub(crate) retry: Option<RetryPolicy>,
     #[serde(default, alias = "timeoutMs")]
     pub(crate) timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub(crate) layer: Option<String>,
     // Fields of the plan format that later versions implement: accepted by the parser so that
     // validation can say "not supported yet" at the field, instead of "unknown field".
     #[serde(default)]
@@ -193,6 +195,10 @@ pub struct Step {
     /// Makes this a map step: one call per item of a list.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expand: Option<Expand>,
+    /// The layer the step belongs to in seed 004's state file (by default its topological
+    /// level).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer: Option<String>,
 }
 
 /// What a map step runs over (seed 001's `expandOn` / `expandKey`).

@@ -282,6 +282,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         retry: raw.retry,
         timeout_ms: raw.timeout_ms,
         expand,
+        layer: raw.layer,
     }
 }
 

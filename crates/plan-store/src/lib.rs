@@ -1,5 +1,153 @@
-//! The durable ledger of plan-cli runs (SQLite: runs, step attempts, variables, events).
+//! The durable ledger of plan-cli runs, in SQLite: runs (with their plan and inputs), step
+//! records and attempts, variables, events, approvals, and a registry of stored plans.
 //!
-//! Not built yet: this crate holds the workspace's place for the ledger, which is the next
-//! capability after the foundation. Nothing depends on it, and runs are not persisted until
-//! it lands; see `docs/ARCHITECTURE.md`.
+//! [`Store::open`] opens (or creates) a ledger file, applying schema migrations and refusing
+//! files that are not plan-cli ledgers or were written by a newer plan-cli. [`RunJournal`]
+//! implements the engine's [`plan_engine::Journal`]: each batch the scheduler hands it is one
+//! `BEGIN IMMEDIATE` transaction, committed before any dependent step starts. WAL mode with
+//! `synchronous=NORMAL` makes a commit survive `kill -9` of the process without an fsync per
+//! commit; `busy_timeout` lets several processes share one file.
+//!
+//! This is the only crate that knows SQL.
+#![deny(missing_docs)]
+
+mod journal;
+mod plans;
+mod runs;
+mod schema;
+pub mod state_file;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use rusqlite::Connection;
+
+pub use journal::{EventBuffer, RunJournal};
+pub use plans::StoredPlan;
+pub use runs::{AttemptRow, NewRun, RunRow, RunState};
+
+/// Where the ledger lives when neither `--db` nor `PLAN_DB` says.
+pub const DEFAULT_PATH: &str = ".plan/state.db";
+
+/// Why the ledger could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The file or its directory could not be created or opened.
+    #[error("cannot open the ledger {}: {message}", path.display())]
+    Open {
+        /// The ledger file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The file exists but is not a plan-cli ledger.
+    #[error("{} is not a plan-cli ledger: {why}", path.display())]
+    Foreign {
+        /// The file.
+        path: PathBuf,
+        /// How we know.
+        why: String,
+    },
+    /// The ledger was written by a newer plan-cli.
+    #[error("{} was written by a newer plan-cli (schema version {found}; this one knows up to {supported}): upgrade plan-cli", path.display())]
+    TooNew {
+        /// The file.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
+    /// No run, or no plan, with that id.
+    #[error("no {what} `{id}` in the ledger")]
+    NotFound {
+        /// `run` or `plan`.
+        what: &'static str,
+        /// The id asked for.
+        id: String,
+    },
+    /// A run id prefix that matches several runs.
+    #[error("`{prefix}` matches several runs: {}", candidates.join(", "))]
+    Ambiguous {
+        /// The prefix given.
+        prefix: String,
+        /// The runs it matches.
+        candidates: Vec<String>,
+    },
+    /// A plan id that is taken.
+    #[error("a plan `{0}` is already stored (remove it first, or add with --force)")]
+    PlanExists(String),
+    /// A SQLite error: disk full, read-only file, I/O error, corruption.
+    #[error("the ledger failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored value that does not parse (a damaged row).
+    #[error("the ledger holds a damaged {what}: {message}")]
+    Damaged {
+        /// What kind of row.
+        what: &'static str,
+        /// The parse error.
+        message: String,
+    },
+}
+
+/// An open ledger.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens the ledger at `path`, creating it (and its directory) if needed, and brings its
+    /// schema up to date.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|error| StoreError::Open {
+                path: path.to_path_buf(),
+                message: format!("cannot create the directory {}: {error}", dir.display()),
+            })?;
+        }
+        let conn = Connection::open(path).map_err(|error| StoreError::Open {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })?;
+        Store::setup(conn, path)
+    }
+
+    /// A ledger in memory, for tests and for runs that keep nothing.
+    pub fn in_memory() -> Result<Store, StoreError> {
+        Store::setup(Connection::open_in_memory()?, Path::new(":memory:"))
+    }
+
+    fn setup(conn: Connection, path: &Path) -> Result<Store, StoreError> {
+        // Several processes may share the file: wait for a writer rather than fail.
+        conn.busy_timeout(Duration::from_secs(30))?;
+        schema::check_and_migrate(&conn, path)?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The ledger file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Now, as stored: RFC 3339 in UTC with milliseconds (these sort as text).
+pub fn timestamp(at: SystemTime) -> String {
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+/// The hash a run keeps of its plan document, to tell later whether a plan file changed.
+pub fn plan_hash(text: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,212 @@
+//! Commands that read the ledger: `runs`, `status`, `events`, `gc`, `state export`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use plan_engine::{Record, RunReport, TaskStatus};
+use plan_graph::{LoadOptions, Plan, Source};
+use plan_store::{RunRow, RunState, Store};
+use serde_json::{Value, json};
+
+use super::plans::format_of;
+use super::{pretty, print};
+use crate::cli::{EventsArgs, GcArgs, JsonArgs, RunIdArgs, StateFormat};
+use crate::exit::Failure;
+use crate::ledger::Ledger;
+use crate::output;
+
+/// The status a stored run reports: how it ended, or that it is still running or stopped.
+pub(crate) fn status_of(row: &RunRow) -> TaskStatus {
+    match row.state {
+        RunState::Finished => row.task_status.unwrap_or(TaskStatus::Failed),
+        RunState::Stopped => TaskStatus::Stopped,
+        RunState::Running => TaskStatus::Running,
+    }
+}
+
+/// The plan a run ran, as stored with it.
+pub(crate) fn plan_of(row: &RunRow) -> Result<Plan, Failure> {
+    let source = Source::new(row.plan_name.clone(), row.plan_source.clone());
+    match plan_graph::load(source, format_of(&row.plan_format), &LoadOptions::default()) {
+        Ok(loaded) => Ok(loaded.plan),
+        Err(invalid) => Err(Failure::internal(format!(
+            "the plan stored with run {} no longer loads: {}",
+            row.run_id,
+            invalid
+                .issues
+                .first()
+                .map_or(String::new(), |i| i.message.clone())
+        ))),
+    }
+}
+
+/// The same object `run --json` printed (or would print), rebuilt from the ledger.
+pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Failure> {
+    let plan = plan_of(row)?;
+    let status = status_of(row);
+    let mut records = store.records(&row.run_id).map_err(Failure::ledger)?;
+    let elapsed = [Some(row.started_at.as_str()), row.finished_at.as_deref()]
+        .map(|t| t.and_then(|t| humantime::parse_rfc3339(t).ok()));
+    let duration = match elapsed {
+        [Some(start), Some(end)] => end.duration_since(start).unwrap_or(Duration::ZERO),
+        [Some(start), None] => SystemTime::now()
+            .duration_since(start)
+            .unwrap_or(Duration::ZERO),
+        _ => Duration::ZERO,
+    };
+    records.push(Record::meta(
+        status,
+        u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+    ));
+    let mut variables: BTreeMap<String, Arc<Value>> = plan
+        .variables
+        .into_iter()
+        .map(|(k, v)| (k, Arc::new(v)))
+        .collect();
+    variables.extend(
+        row.inputs
+            .iter()
+            .map(|(k, v)| (k.clone(), Arc::new(v.clone()))),
+    );
+    variables.extend(store.variables(&row.run_id).map_err(Failure::ledger)?);
+    Ok(RunReport {
+        run_id: row.run_id.clone(),
+        plan_id: row.plan_id.clone(),
+        task_status: status,
+        records,
+        variables,
+    })
+}
+
+pub(crate) fn runs(args: &JsonArgs, ledger: &Ledger) -> Result<i32, Failure> {
+    let rows = if ledger.exists() {
+        ledger.open()?.runs().map_err(Failure::ledger)?
+    } else {
+        Vec::new()
+    };
+    let text = if args.json {
+        let list: Vec<Value> = rows
+            .iter()
+            .map(|row| {
+                json!({
+                    "run_id": row.run_id,
+                    "plan_id": row.plan_id,
+                    "task_status": status_of(row),
+                    "started_at": row.started_at,
+                    "finished_at": row.finished_at,
+                })
+            })
+            .collect();
+        pretty(&list)
+    } else if rows.is_empty() {
+        "no runs yet\n".to_owned()
+    } else {
+        let width = rows.iter().map(|r| r.plan_id.len()).max().unwrap_or(0);
+        rows.iter()
+            .map(|row| {
+                format!(
+                    "{}  {:<9}  {:<width$}  {}\n",
+                    row.run_id,
+                    status_of(row),
+                    row.plan_id,
+                    row.started_at
+                )
+            })
+            .collect()
+    };
+    print(&text)?;
+    Ok(0)
+}
+
+pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> {
+    let store = ledger.open_existing()?;
+    let row = store.run(&args.run).map_err(Failure::ledger)?;
+    let report = stored_report(&store, &row)?;
+    let text = if args.json {
+        pretty(&report)
+    } else {
+        let plan = plan_of(&row)?;
+        output::summary(&report, &plan)
+    };
+    print(&text)?;
+    Ok(0)
+}
+
+pub(crate) fn events(args: &EventsArgs, ledger: &Ledger) -> Result<i32, Failure> {
+    let store = ledger.open_existing()?;
+    let row = store.run(&args.run).map_err(Failure::ledger)?;
+    let mut after = 0;
+    loop {
+        let lines = store
+            .events_after(&row.run_id, after)
+            .map_err(Failure::ledger)?;
+        for (seq, line) in &lines {
+            print(&format!("{line}\n"))?;
+            after = *seq;
+        }
+        if !args.follow {
+            return Ok(0);
+        }
+        // Read the state after the events: a run that ended has committed all of its events.
+        let state = store.run(&row.run_id).map_err(Failure::ledger)?.state;
+        if state != RunState::Running && lines.is_empty() {
+            return Ok(0);
+        }
+        if lines.is_empty() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+pub(crate) fn gc(args: &GcArgs, ledger: &Ledger) -> Result<i32, Failure> {
+    if !ledger.exists() {
+        print("no ledger, nothing to delete\n")?;
+        return Ok(0);
+    }
+    let cutoff = SystemTime::now()
+        .checked_sub(args.older_than)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let deleted = ledger
+        .open()?
+        .gc(&plan_store::timestamp(cutoff))
+        .map_err(Failure::ledger)?;
+    print(&format!(
+        "deleted {deleted} run{} that ended before {}\n",
+        if deleted == 1 { "" } else { "s" },
+        plan_store::timestamp(cutoff)
+    ))?;
+    Ok(0)
+}
+
+pub(crate) fn state_export(
+    run: &str,
+    format: StateFormat,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
+    let StateFormat::ExecuteState = format;
+    let store = ledger.open_existing()?;
+    let row = store.run(run).map_err(Failure::ledger)?;
+    let document = execute_state(&store, &row, &plan_of(&row)?)?;
+    print(&pretty(&document))?;
+    Ok(0)
+}
+
+/// Seed 004's document for a run, from the ledger.
+pub(crate) fn execute_state(store: &Store, row: &RunRow, plan: &Plan) -> Result<Value, Failure> {
+    let records = store.records(&row.run_id).map_err(Failure::ledger)?;
+    let attempts = store.attempts(&row.run_id).map_err(Failure::ledger)?;
+    let cwd = std::env::current_dir()
+        .ok()
+        .map(|d| d.display().to_string());
+    Ok(plan_store::state_file::execute_state(
+        plan_store::state_file::Inputs {
+            run: row,
+            plan,
+            records: &records,
+            attempts: &attempts,
+            project_path: cwd.as_deref(),
+            now: SystemTime::now(),
+        },
+    ))
+}

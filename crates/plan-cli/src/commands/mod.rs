@@ -1,0 +1,35 @@
+//! One function per subcommand; each returns the process exit code.
+
+mod execute;
+mod ledger;
+mod plans;
+
+use std::io::Write;
+
+pub(crate) use execute::{resume, run};
+pub(crate) use ledger::{events, gc, runs, state_export, status};
+pub(crate) use plans::{plan, show, tools, validate};
+
+use crate::exit::Failure;
+
+fn pretty(value: &impl serde::Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(value)
+        .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
+fn print(text: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(error) => Err(Failure::internal(format!(
+            "cannot write the output: {error}"
+        ))),
+    }
+}

@@ -1,0 +1,206 @@
+//! Commands about plans rather than runs: `validate`, `show`, `tools`, and the plan registry.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use plan_engine::Registry;
+use plan_graph::{Format, Plan};
+use plan_store::StoredPlan;
+
+use super::{pretty, print};
+use crate::cli::{GraphFormat, JsonArgs, PlanArgs, PlanCommand, ShowArgs, ToolsArgs};
+use crate::exit::Failure;
+use crate::ledger::Ledger;
+use crate::plan_file::{default_plan_id, prepare, prepare_source, read_source};
+
+pub(crate) fn validate(
+    args: &PlanArgs,
+    registry: &Registry,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
+    let ready = prepare(args, registry, ledger)?;
+    let warnings = ready.loaded.warnings.len();
+    let steps = ready.program.len();
+    let mut line = format!(
+        "✓ {} is a valid plan: `{}`, {steps} step{}",
+        ready.loaded.source.name(),
+        ready.program.plan_id(),
+        if steps == 1 { "" } else { "s" }
+    );
+    if warnings > 0 {
+        line.push_str(&format!(
+            ", {warnings} warning{}",
+            if warnings == 1 { "" } else { "s" }
+        ));
+    }
+    print(&format!("{line}\n"))?;
+    Ok(0)
+}
+
+pub(crate) fn show(args: &ShowArgs, registry: &Registry, ledger: &Ledger) -> Result<i32, Failure> {
+    let ready = prepare(&args.plan, registry, ledger)?;
+    print(&draw(
+        &ready.loaded.plan,
+        ready.program.plan_id(),
+        args.format,
+    ))?;
+    Ok(0)
+}
+
+fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
+    match format {
+        GraphFormat::Ascii => {
+            let title = plan
+                .title
+                .as_deref()
+                .map_or(String::new(), |t| format!(" — {t}"));
+            let picture = plan_graph::render::ascii(plan, &|_| plan_graph::render::Mark::Pending);
+            format!("{plan_id}{title}\n\n{picture}")
+        }
+        GraphFormat::Mermaid => plan_graph::render::mermaid(plan),
+        GraphFormat::Dot => plan_graph::render::dot(plan),
+    }
+}
+
+pub(crate) fn tools(args: &ToolsArgs, registry: &Registry) -> Result<i32, Failure> {
+    let infos = registry.infos();
+    let text = if args.json {
+        pretty(&infos)
+    } else {
+        let width = infos.iter().map(|i| i.name.len()).max().unwrap_or(0);
+        infos
+            .iter()
+            .map(|info| {
+                format!(
+                    "{:<width$}  {:<8} {}\n",
+                    info.name, info.source, info.description
+                )
+            })
+            .collect()
+    };
+    print(&text)?;
+    Ok(0)
+}
+
+pub(crate) fn plan(
+    command: &PlanCommand,
+    registry: &Registry,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
+    match command {
+        PlanCommand::Add { file, force } => add(file, *force, registry, ledger),
+        PlanCommand::List(JsonArgs { json }) => list(*json, ledger),
+        PlanCommand::Show { id, format } => {
+            let stored = find(id, ledger)?;
+            let source = plan_graph::Source::new(stored.name.clone(), stored.source.clone());
+            let ready = prepare_source(
+                source,
+                format_of(&stored.format),
+                stored.plan_id.clone(),
+                Default::default(),
+                registry,
+            )?;
+            print(&draw(&ready.loaded.plan, ready.program.plan_id(), *format))?;
+            Ok(0)
+        }
+        PlanCommand::Rm { id } => {
+            ledger
+                .open_existing()?
+                .remove_plan(id)
+                .map_err(Failure::ledger)?;
+            print(&format!("removed plan `{id}`\n"))?;
+            Ok(0)
+        }
+    }
+}
+
+/// Validates the plan as `run` would, then stores its text under its id.
+fn add(file: &Path, force: bool, registry: &Registry, ledger: &Ledger) -> Result<i32, Failure> {
+    if !file.is_file() {
+        return Err(Failure::input(format!(
+            "cannot read plan `{}`: not a file",
+            file.display()
+        )));
+    }
+    let (source, format) = read_source(file, ledger)?;
+    let text = source.text().to_owned();
+    let ready = prepare_source(
+        source,
+        format,
+        default_plan_id(file),
+        Default::default(),
+        registry,
+    )?;
+    let stored = StoredPlan {
+        plan_id: ready.program.plan_id().to_owned(),
+        title: ready.loaded.plan.title.clone(),
+        name: file.display().to_string(),
+        format: format_name(format).to_owned(),
+        hash: plan_store::plan_hash(&text),
+        source: text,
+        added_at: plan_store::timestamp(SystemTime::now()),
+    };
+    ledger
+        .open()?
+        .add_plan(&stored, force)
+        .map_err(Failure::ledger)?;
+    let steps = ready.program.len();
+    print(&format!(
+        "stored plan `{}` ({steps} step{}); run it with `plan-cli run {}`\n",
+        stored.plan_id,
+        if steps == 1 { "" } else { "s" },
+        stored.plan_id
+    ))?;
+    Ok(0)
+}
+
+fn list(json: bool, ledger: &Ledger) -> Result<i32, Failure> {
+    let plans = if ledger.exists() {
+        ledger.open()?.plans().map_err(Failure::ledger)?
+    } else {
+        Vec::new()
+    };
+    let text = if json {
+        pretty(&plans)
+    } else if plans.is_empty() {
+        "no stored plans (add one with `plan-cli plan add FILE`)\n".to_owned()
+    } else {
+        let width = plans.iter().map(|p| p.plan_id.len()).max().unwrap_or(0);
+        plans
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:<width$}  {}  {}\n",
+                    p.plan_id,
+                    p.added_at,
+                    p.title.as_deref().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    print(&text)?;
+    Ok(0)
+}
+
+fn find(id: &str, ledger: &Ledger) -> Result<StoredPlan, Failure> {
+    ledger
+        .open_existing()?
+        .find_plan(id)
+        .map_err(Failure::ledger)?
+        .ok_or_else(|| Failure::input(format!("no stored plan `{id}` (see `plan-cli plan list`)")))
+}
+
+pub(crate) fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Json => "json",
+        Format::Yaml => "yaml",
+    }
+}
+
+pub(crate) fn format_of(name: &str) -> Format {
+    if name == "yaml" {
+        Format::Yaml
+    } else {
+        Format::Json
+    }
+}

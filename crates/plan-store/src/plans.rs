@@ -1,0 +1,98 @@
+//! The plan registry (seed 003's `/plan` commands): plans stored by id, to run by id.
+
+use rusqlite::{OptionalExtension, params};
+
+use crate::{Store, StoreError};
+
+/// A stored plan.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoredPlan {
+    /// Its id.
+    pub plan_id: String,
+    /// Its title, if it has one.
+    pub title: Option<String>,
+    /// The file it came from.
+    pub name: String,
+    /// `json` or `yaml`.
+    pub format: String,
+    /// The document.
+    #[serde(skip)]
+    pub source: String,
+    /// SHA-256 of the document.
+    pub hash: String,
+    /// When it was added.
+    pub added_at: String,
+}
+
+impl Store {
+    /// Stores a plan; an existing one with the same id is replaced only if `replace`.
+    pub fn add_plan(&mut self, plan: &StoredPlan, replace: bool) -> Result<(), StoreError> {
+        let transaction = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let exists: bool = transaction
+            .query_row(
+                "SELECT 1 FROM plans WHERE plan_id = ?1",
+                [&plan.plan_id],
+                |_| Ok(true),
+            )
+            .optional()?
+            .unwrap_or(false);
+        if exists && !replace {
+            return Err(StoreError::PlanExists(plan.plan_id.clone()));
+        }
+        transaction.execute(
+            "INSERT OR REPLACE INTO plans (plan_id, title, name, format, source, hash, added_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![plan.plan_id, plan.title, plan.name, plan.format, plan.source, plan.hash, plan.added_at],
+        )?;
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// Every stored plan, by id.
+    pub fn plans(&self) -> Result<Vec<StoredPlan>, StoreError> {
+        let mut statement = self.conn.prepare("SELECT plan_id, title, name, format, source, hash, added_at FROM plans ORDER BY plan_id")?;
+        let rows = statement
+            .query_map([], plan_row)?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    /// The stored plan with this id, if any.
+    pub fn find_plan(&self, plan_id: &str) -> Result<Option<StoredPlan>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT plan_id, title, name, format, source, hash, added_at FROM plans WHERE plan_id = ?1",
+                [plan_id],
+                plan_row,
+            )
+            .optional()?)
+    }
+
+    /// Removes a stored plan (runs of it keep their own copy).
+    pub fn remove_plan(&mut self, plan_id: &str) -> Result<(), StoreError> {
+        match self
+            .conn
+            .execute("DELETE FROM plans WHERE plan_id = ?1", [plan_id])?
+        {
+            0 => Err(StoreError::NotFound {
+                what: "plan",
+                id: plan_id.to_owned(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn plan_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredPlan> {
+    Ok(StoredPlan {
+        plan_id: row.get(0)?,
+        title: row.get(1)?,
+        name: row.get(2)?,
+        format: row.get(3)?,
+        source: row.get(4)?,
+        hash: row.get(5)?,
+        added_at: row.get(6)?,
+    })
+}

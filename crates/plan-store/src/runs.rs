@@ -1,0 +1,347 @@
+//! Runs and what they recorded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use plan_engine::{Record, TaskStatus};
+use rusqlite::{OptionalExtension, params};
+use serde_json::{Map, Value};
+
+use crate::{Store, StoreError};
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// Started and not finished (or its process died: see `owner_pid`).
+    Running,
+    /// Stopped by the user (Ctrl+C); `resume` continues it.
+    Stopped,
+    /// Ran to the end; `task_status` says how.
+    Finished,
+}
+
+impl RunState {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Stopped => "stopped",
+            RunState::Finished => "finished",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, StoreError> {
+        match text {
+            "running" => Ok(RunState::Running),
+            "stopped" => Ok(RunState::Stopped),
+            "finished" => Ok(RunState::Finished),
+            other => Err(StoreError::Damaged {
+                what: "run state",
+                message: format!("unknown state `{other}`"),
+            }),
+        }
+    }
+}
+
+/// What a new run stores about itself.
+#[derive(Debug, Clone)]
+pub struct NewRun<'a> {
+    /// The run's id.
+    pub run_id: &'a str,
+    /// The plan's id.
+    pub plan_id: &'a str,
+    /// The plan's file name (for diagnostics when it is loaded again).
+    pub plan_name: &'a str,
+    /// `json` or `yaml`.
+    pub plan_format: &'a str,
+    /// The plan document as given.
+    pub plan_source: &'a str,
+    /// The run's variables from `--vars` and `--var`.
+    pub inputs: &'a Map<String, Value>,
+    /// Run options worth keeping (`max_concurrency`).
+    pub options: &'a Value,
+    /// The process running it.
+    pub owner_pid: u32,
+    /// When it started.
+    pub started_at: &'a str,
+}
+
+/// A stored run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunRow {
+    /// The run's id.
+    pub run_id: String,
+    /// The plan's id.
+    pub plan_id: String,
+    /// The plan's file name.
+    #[serde(skip)]
+    pub plan_name: String,
+    /// `json` or `yaml`.
+    #[serde(skip)]
+    pub plan_format: String,
+    /// The plan document as given.
+    #[serde(skip)]
+    pub plan_source: String,
+    /// SHA-256 of the plan document.
+    #[serde(skip)]
+    pub plan_hash: String,
+    /// `--vars` and `--var`.
+    #[serde(skip)]
+    pub inputs: Map<String, Value>,
+    /// Run options (`max_concurrency`).
+    #[serde(skip)]
+    pub options: Value,
+    /// Where the run is.
+    pub state: RunState,
+    /// How it ended, once finished.
+    pub task_status: Option<TaskStatus>,
+    /// The process that last ran it.
+    #[serde(skip)]
+    pub owner_pid: Option<u32>,
+    /// When it started.
+    pub started_at: String,
+    /// When it last changed.
+    pub updated_at: String,
+    /// When it finished or stopped.
+    pub finished_at: Option<String>,
+}
+
+/// One attempt of one step (or map item).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AttemptRow {
+    /// The step or item.
+    pub step_id: String,
+    /// 1 for the first try.
+    pub attempt: u32,
+    /// When it started.
+    pub started_at: String,
+    /// How long it took.
+    pub duration_ms: u64,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// The error's code, if it failed.
+    pub error_code: Option<String>,
+    /// The error's message, if it failed.
+    pub error_message: Option<String>,
+}
+
+const RUN_COLUMNS: &str = "run_id, plan_id, plan_name, plan_format, plan_source, plan_hash, inputs, options, state, task_status, owner_pid, started_at, updated_at, finished_at";
+
+fn damaged(what: &'static str) -> impl Fn(serde_json::Error) -> StoreError {
+    move |error| StoreError::Damaged {
+        what,
+        message: error.to_string(),
+    }
+}
+
+impl Store {
+    /// Records that a run started.
+    pub fn begin_run(&mut self, run: &NewRun<'_>) -> Result<(), StoreError> {
+        let inputs = serde_json::to_string(run.inputs).map_err(damaged("inputs"))?;
+        self.conn.execute(
+            "INSERT INTO runs (run_id, plan_id, plan_name, plan_format, plan_source, plan_hash, inputs, options, state, owner_pid, started_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?10)",
+            params![
+                run.run_id,
+                run.plan_id,
+                run.plan_name,
+                run.plan_format,
+                run.plan_source,
+                crate::plan_hash(run.plan_source),
+                inputs,
+                run.options.to_string(),
+                run.owner_pid,
+                run.started_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Marks a run as running again in this process (`resume`).
+    pub fn resume_run(&mut self, run_id: &str, owner_pid: u32) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE runs SET state = 'running', task_status = NULL, finished_at = NULL, owner_pid = ?2, updated_at = ?3 WHERE run_id = ?1",
+            params![run_id, owner_pid, crate::timestamp(std::time::SystemTime::now())],
+        )?;
+        Ok(())
+    }
+
+    /// Records how a run ended.
+    pub fn end_run(
+        &mut self,
+        run_id: &str,
+        state: RunState,
+        task_status: Option<TaskStatus>,
+    ) -> Result<(), StoreError> {
+        let now = crate::timestamp(std::time::SystemTime::now());
+        self.conn.execute(
+            "UPDATE runs SET state = ?2, task_status = ?3, finished_at = ?4, updated_at = ?4 WHERE run_id = ?1",
+            params![run_id, state.as_str(), task_status.map(TaskStatus::as_str), now],
+        )?;
+        Ok(())
+    }
+
+    /// The run with this id, or with this unique id prefix.
+    pub fn run(&self, id: &str) -> Result<RunRow, StoreError> {
+        let exact = self
+            .conn
+            .query_row(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"),
+                [id],
+                run_row,
+            )
+            .optional()?;
+        if let Some(row) = exact {
+            return row;
+        }
+        let pattern = format!("{}%", id.replace(['%', '_'], ""));
+        let mut statement = self.conn.prepare(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE run_id LIKE ?1 ORDER BY run_id LIMIT 10"
+        ))?;
+        let matches: Vec<RunRow> = statement
+            .query_map([pattern], run_row)?
+            .collect::<Result<Result<_, _>, _>>()??;
+        match matches.len() {
+            0 => Err(StoreError::NotFound {
+                what: "run",
+                id: id.to_owned(),
+            }),
+            1 => Ok(matches
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| unreachable!("one match"))),
+            _ => Err(StoreError::Ambiguous {
+                prefix: id.to_owned(),
+                candidates: matches.into_iter().map(|r| r.run_id).collect(),
+            }),
+        }
+    }
+
+    /// Every run, newest first.
+    pub fn runs(&self) -> Result<Vec<RunRow>, StoreError> {
+        let mut statement = self.conn.prepare(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC"
+        ))?;
+        let rows = statement
+            .query_map([], run_row)?
+            .collect::<Result<Result<Vec<_>, _>, _>>()??;
+        Ok(rows)
+    }
+
+    /// A run's records, in plan order (a map step's items before the step).
+    pub fn records(&self, run_id: &str) -> Result<Vec<Record>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT record FROM records WHERE run_id = ?1 ORDER BY position, coalesce(item, 9223372036854775807)")?;
+        let texts: Vec<String> = statement
+            .query_map([run_id], |row| row.get(0))?
+            .collect::<Result<_, _>>()?;
+        texts
+            .iter()
+            .map(|text| serde_json::from_str(text).map_err(damaged("record")))
+            .collect()
+    }
+
+    /// Forgets some of a run's records (`resume --retry-failed` runs those steps again).
+    pub fn forget_records(&mut self, run_id: &str, step_ids: &[String]) -> Result<(), StoreError> {
+        let transaction = self.conn.transaction()?;
+        {
+            let mut statement =
+                transaction.prepare("DELETE FROM records WHERE run_id = ?1 AND step_id = ?2")?;
+            for step_id in step_ids {
+                statement.execute(params![run_id, step_id])?;
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// A run's variables as last committed: every bind so far.
+    pub fn variables(&self, run_id: &str) -> Result<BTreeMap<String, Arc<Value>>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT name, value FROM variables WHERE run_id = ?1 ORDER BY name")?;
+        let rows: Vec<(String, String)> = statement
+            .query_map([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        rows.into_iter()
+            .map(|(name, text)| {
+                Ok((
+                    name,
+                    Arc::new(serde_json::from_str(&text).map_err(damaged("variable"))?),
+                ))
+            })
+            .collect()
+    }
+
+    /// A run's attempts, in the order they were recorded.
+    pub fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRow>, StoreError> {
+        let mut statement = self.conn.prepare(
+            "SELECT step_id, attempt, started_at, duration_ms, ok, error_code, error_message FROM attempts WHERE run_id = ?1 ORDER BY id",
+        )?;
+        let rows = statement
+            .query_map([run_id], |row| {
+                Ok(AttemptRow {
+                    step_id: row.get(0)?,
+                    attempt: row.get(1)?,
+                    started_at: row.get(2)?,
+                    duration_ms: u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0),
+                    ok: row.get(4)?,
+                    error_code: row.get(5)?,
+                    error_message: row.get(6)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    /// A run's events after sequence number `after` (0 for all), as stored JSON lines.
+    pub fn events_after(&self, run_id: &str, after: i64) -> Result<Vec<(i64, String)>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT seq, event FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq")?;
+        let rows = statement
+            .query_map(params![run_id, after], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    /// Deletes runs that ended before `cutoff` (RFC 3339), with everything they recorded.
+    /// Running runs are kept. Returns how many were deleted.
+    pub fn gc(&mut self, cutoff: &str) -> Result<usize, StoreError> {
+        let deleted = self.conn.execute(
+            "DELETE FROM runs WHERE state != 'running' AND finished_at < ?1",
+            [cutoff],
+        )?;
+        Ok(deleted)
+    }
+}
+
+/// Maps a row; the outer error is SQLite's, the inner one a damaged stored value.
+fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<RunRow, StoreError>> {
+    let inputs: String = row.get(6)?;
+    let options: String = row.get(7)?;
+    let state: String = row.get(8)?;
+    let task_status: Option<String> = row.get(9)?;
+    let build = || -> Result<RunRow, StoreError> {
+        Ok(RunRow {
+            run_id: row.get(0)?,
+            plan_id: row.get(1)?,
+            plan_name: row.get(2)?,
+            plan_format: row.get(3)?,
+            plan_source: row.get(4)?,
+            plan_hash: row.get(5)?,
+            inputs: serde_json::from_str(&inputs).map_err(damaged("inputs"))?,
+            options: serde_json::from_str(&options).map_err(damaged("options"))?,
+            state: RunState::parse(&state)?,
+            task_status: task_status
+                .map(|s| serde_json::from_value(Value::String(s)).map_err(damaged("task status")))
+                .transpose()?,
+            owner_pid: row.get(10)?,
+            started_at: row.get(11)?,
+            updated_at: row.get(12)?,
+            finished_at: row.get(13)?,
+        })
+    };
+    Ok(build())
+}

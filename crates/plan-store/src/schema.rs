@@ -1,0 +1,156 @@
+//! The schema and its migrations, tracked by SQLite's `user_version`; plan-cli ledgers carry
+//! an `application_id` so that other SQLite files are recognised and left alone.
+//!
+//! Hand-written rather than `rusqlite_migration`: that crate's current release needs another
+//! rusqlite than ours, and two rusqlites cannot link one sqlite3.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use crate::StoreError;
+
+/// `PLAN` in ASCII.
+const APPLICATION_ID: i64 = 0x504C_414E;
+
+/// Migration `i` brings the schema from version `i` to `i + 1`. Append only: never edit one
+/// that has shipped.
+const MIGRATIONS: &[&str] = &[
+    // 1: the first schema.
+    "
+    CREATE TABLE runs (
+        run_id       TEXT PRIMARY KEY,
+        plan_id      TEXT NOT NULL,
+        plan_name    TEXT NOT NULL,
+        plan_format  TEXT NOT NULL,
+        plan_source  TEXT NOT NULL,
+        plan_hash    TEXT NOT NULL,
+        inputs       TEXT NOT NULL,
+        options      TEXT NOT NULL,
+        state        TEXT NOT NULL,
+        task_status  TEXT,
+        owner_pid    INTEGER,
+        started_at   TEXT NOT NULL,
+        updated_at   TEXT NOT NULL,
+        finished_at  TEXT
+    );
+    CREATE INDEX runs_by_start ON runs (started_at);
+    CREATE TABLE records (
+        run_id    TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        step_id   TEXT NOT NULL,
+        position  INTEGER NOT NULL,
+        item      INTEGER,
+        ok        INTEGER NOT NULL,
+        record    TEXT NOT NULL,
+        PRIMARY KEY (run_id, step_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE attempts (
+        id            INTEGER PRIMARY KEY,
+        run_id        TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        step_id       TEXT NOT NULL,
+        attempt       INTEGER NOT NULL,
+        started_at    TEXT NOT NULL,
+        duration_ms   INTEGER NOT NULL,
+        ok            INTEGER NOT NULL,
+        error_code    TEXT,
+        error_message TEXT
+    );
+    CREATE INDEX attempts_by_run ON attempts (run_id, step_id);
+    CREATE TABLE variables (
+        run_id  TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        name    TEXT NOT NULL,
+        value   TEXT NOT NULL,
+        PRIMARY KEY (run_id, name)
+    ) WITHOUT ROWID;
+    CREATE TABLE events (
+        run_id  TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        seq     INTEGER NOT NULL,
+        event   TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE approvals (
+        run_id      TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        step_id     TEXT NOT NULL,
+        decision    TEXT NOT NULL,
+        reason      TEXT,
+        decided_at  TEXT NOT NULL,
+        PRIMARY KEY (run_id, step_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE plans (
+        plan_id   TEXT PRIMARY KEY,
+        title     TEXT,
+        name      TEXT NOT NULL,
+        format    TEXT NOT NULL,
+        source    TEXT NOT NULL,
+        hash      TEXT NOT NULL,
+        added_at  TEXT NOT NULL
+    );
+    ",
+];
+
+/// The schema version this build writes.
+pub(crate) const VERSION: i64 = MIGRATIONS.len() as i64;
+
+pub(crate) fn check_and_migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let foreign = |why: String| StoreError::Foreign {
+        path: path.to_path_buf(),
+        why,
+    };
+    // The first read is where a file that is not SQLite at all shows itself.
+    let application_id: i64 = conn
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(|error| foreign(error.to_string()))?;
+    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if application_id != 0 && application_id != APPLICATION_ID {
+        return Err(foreign(format!(
+            "its application id is {application_id:#x}"
+        )));
+    }
+    if application_id == 0 {
+        let tables: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))?;
+        if tables > 0 {
+            return Err(foreign(format!(
+                "it is an SQLite database with {tables} tables of another program"
+            )));
+        }
+    }
+    if version > VERSION {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found: version,
+            supported: VERSION,
+        });
+    }
+    // WAL: readers never block the writer, and a commit is durable against a killed process
+    // without an fsync per commit (synchronous=NORMAL).
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
+        return Err(StoreError::Open {
+            path: path.to_path_buf(),
+            message: format!("the file system does not support WAL (journal mode stayed {mode})"),
+        });
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    if version < VERSION {
+        migrate(conn, version)?;
+    }
+    Ok(())
+}
+
+fn migrate(conn: &Connection, from: i64) -> Result<(), StoreError> {
+    let start = usize::try_from(from).unwrap_or(0);
+    for (index, migration) in MIGRATIONS.iter().enumerate().skip(start) {
+        // One transaction per migration, together with the version bump.
+        let to = index + 1;
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {migration}; PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {to}; COMMIT;"
+        ))
+        .inspect_err(|_| {
+            let _ = conn.execute_batch("ROLLBACK");
+        })?;
+    }
+    Ok(())
+}
