@@ -110,12 +110,16 @@ fn cargo_test(root: &Path, args: &[&str], totals: &mut Totals) -> Result<()> {
     Ok(())
 }
 
-const ENGINE_WORKLOADS: &[&str] = &[
-    "independent",
-    "independent-100k",
-    "layered",
-    "chain",
-    "map-100k",
+/// Engine workloads, each without and (where listed) with the SQLite ledger.
+const ENGINE_WORKLOADS: &[(&str, bool)] = &[
+    ("independent", false),
+    ("independent", true),
+    ("independent-100k", false),
+    ("layered", false),
+    ("layered", true),
+    ("chain", false),
+    ("chain", true),
+    ("map-100k", false),
 ];
 const ENGINE_BENCH: &[&str] = &["bench", "-q", "-p", "plan-engine", "--bench", "engine"];
 
@@ -126,12 +130,16 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
     let mut results: Vec<Value> = Vec::new();
 
     cargo(root, &[ENGINE_BENCH, &["--no-run"]].concat())?;
-    for workload in ENGINE_WORKLOADS.iter().filter(|w| wanted(w)) {
+    for &(workload, ledger) in ENGINE_WORKLOADS.iter().filter(|(w, _)| wanted(w)) {
         // One process per workload, so that peak RSS belongs to it alone.
         let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut args = vec!["--", workload];
+        if ledger {
+            args.push("--ledger");
+        }
         let output = Command::new(cargo_bin)
             .args(ENGINE_BENCH)
-            .args(["--", workload])
+            .args(&args)
             .current_dir(root)
             .output()?;
         if !output.status.success() {
@@ -225,7 +233,7 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
             r["workload"].as_str().unwrap_or("")
         );
         println!(
-            "{:<70} {:>9} {:>12} {:>10} {:>10} {:>11}",
+            "{:<70} {:>9} {:>12} {:>10} {:>10} {:>11} {:>10}",
             name,
             r.get("steps")
                 .and_then(Value::as_u64)
@@ -238,6 +246,7 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
             },
             number("peak_rss_mib", 1),
             number("run_bytes_per_step", 0),
+            number("db_bytes_per_step", 0),
         );
     }
     let summary = out_dir.join("summary.json");

@@ -152,10 +152,13 @@ fn rss_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// With `ledger`, each run records into a fresh SQLite ledger (WAL, synchronous=NORMAL) as
+/// `plan-cli run` does; its size per step is reported.
 fn measure(
     name: &str,
     make: impl Fn() -> Plan,
     runs: usize,
+    ledger: bool,
     runtime: &tokio::runtime::Runtime,
 ) -> Value {
     let baseline = rss_kib("VmRSS:");
@@ -178,28 +181,43 @@ fn measure(
     drop(plan);
     let mut times: Vec<Duration> = Vec::with_capacity(runs);
     let mut run_peaks: Vec<u64> = Vec::with_capacity(runs);
-    for _ in 0..runs {
+    let ledger_dir = tempfile::tempdir().expect("a temporary directory");
+    let mut db_bytes = 0;
+    for run_index in 0..runs {
         reset_peak_rss();
+        let mut options = RunOptions::new("bench");
+        let db = ledger_dir.path().join(format!("run{run_index}.db"));
+        if ledger {
+            options.journal = Some(Box::new(journal(&db)));
+        }
         // As the CLI does: the scheduler runs on a worker thread, so the steps it spawns go to
         // that worker's LIFO slot instead of waking another thread.
         let program = program.clone();
         let started = Instant::now();
         let report = runtime
-            .block_on(runtime.spawn(async move { run(&program, RunOptions::new("bench")).await }))
-            .expect("the run task does not panic");
+            .block_on(runtime.spawn(async move { run(&program, options).await }))
+            .expect("the run task does not panic")
+            .expect("the ledger works");
         times.push(started.elapsed());
         run_peaks.push(rss_kib("VmHWM:"));
         assert!(report.records.len() > steps);
         assert_eq!(report.task_status, plan_engine::TaskStatus::Completed);
         drop(report);
+        if ledger {
+            db_bytes = ["", "-wal"]
+                .iter()
+                .filter_map(|suffix| std::fs::metadata(format!("{}{suffix}", db.display())).ok())
+                .map(|m| m.len())
+                .sum();
+        }
     }
     times.sort();
     let median = times[times.len() / 2];
     // The median of the runs' own peaks (each run starts from a reset high-water mark).
     run_peaks.sort_unstable();
     let peak = run_peaks[run_peaks.len() / 2];
-    json!({
-        "workload": name,
+    let mut result = json!({
+        "workload": if ledger { format!("{name} (ledger)") } else { name.to_owned() },
         "steps": steps,
         "runs": runs,
         "median_ms": median.as_secs_f64() * 1e3,
@@ -213,7 +231,31 @@ fn measure(
         "plan_bytes_per_step": prepared.saturating_sub(baseline) as f64 * 1024.0 / steps as f64,
         // What running adds: scheduler state, task slots, and the records with their results.
         "run_bytes_per_step": peak.saturating_sub(prepared) as f64 * 1024.0 / steps as f64,
-    })
+    });
+    if ledger {
+        result["db_bytes_per_step"] = json!(db_bytes as f64 / steps as f64);
+    }
+    result
+}
+
+/// A journal on a new ledger file, with the run begun, as `plan-cli run` sets it up.
+fn journal(db: &std::path::Path) -> plan_store::RunJournal {
+    let mut store = plan_store::Store::open(db).expect("a ledger");
+    let inputs = serde_json::Map::new();
+    store
+        .begin_run(&plan_store::NewRun {
+            run_id: "bench",
+            plan_id: "bench",
+            plan_name: "bench.json",
+            plan_format: "json",
+            plan_source: "{}",
+            inputs: &inputs,
+            options: &json!({}),
+            owner_pid: std::process::id(),
+            started_at: &plan_store::timestamp(std::time::SystemTime::now()),
+        })
+        .expect("the run begins");
+    plan_store::RunJournal::new(store, "bench", Arc::default()).expect("a journal")
 }
 
 fn main() {
@@ -231,12 +273,13 @@ fn main() {
             ("map", map(100)),
         ];
         for (name, plan) in shapes {
-            let result = measure(name, || plan.clone(), 1, &runtime);
+            let result = measure(name, || plan.clone(), 1, true, &runtime);
             assert!(result["steps_per_sec"].as_f64().unwrap_or(0.0) > 0.0);
         }
         println!("bench smoke run: ok");
         return;
     }
+    let ledger = std::env::args().any(|a| a == "--ledger");
     let mut wanted: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -248,11 +291,11 @@ fn main() {
     }
     for name in wanted {
         let result = match name.as_str() {
-            "independent" => measure(&name, || independent(10_000), 9, &runtime),
-            "independent-100k" => measure(&name, || independent(100_000), 5, &runtime),
-            "layered" => measure(&name, || layered(20, 50), 9, &runtime),
-            "chain" => measure(&name, || chain(1_000), 9, &runtime),
-            "map-100k" => measure(&name, || map(100_000), 5, &runtime),
+            "independent" => measure(&name, || independent(10_000), 9, ledger, &runtime),
+            "independent-100k" => measure(&name, || independent(100_000), 5, ledger, &runtime),
+            "layered" => measure(&name, || layered(20, 50), 9, ledger, &runtime),
+            "chain" => measure(&name, || chain(1_000), 9, ledger, &runtime),
+            "map-100k" => measure(&name, || map(100_000), 5, ledger, &runtime),
             other => {
                 eprintln!(
                     "unknown workload `{other}`; known: independent, independent-100k, layered, chain, map-100k"

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::report::TaskStatus;
 
 /// The kinds of event, named as in the NDJSON output (`run.started`, …).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventKind {
     /// The run began.
     #[serde(rename = "run.started")]
@@ -38,7 +38,7 @@ pub enum EventKind {
 }
 
 /// One event. Fields that do not apply to its kind are left out of the JSON.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// What happened.
     #[serde(rename = "type")]
@@ -46,35 +46,35 @@ pub struct Event {
     /// The run.
     pub run_id: Arc<str>,
     /// The step, for step and tool events.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_id: Option<Arc<str>>,
     /// The attempt (0 for run events and skips).
     pub attempt: u32,
     /// When, in RFC 3339 with milliseconds (UTC).
     pub ts: String,
     /// The plan, on `run.started`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_id: Option<Arc<str>>,
     /// The tool, on tool events.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<Arc<str>>,
     /// Whether the step succeeded, on `step.executed`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ok: Option<bool>,
     /// Milliseconds taken, on `tool.succeeded`, `tool.failed` and `step.executed`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
     /// The error, on `tool.failed` and failed `step.executed`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
     /// The delay before the next attempt, on `step.retrying`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
     /// Why, on `step.skipped`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The outcome, on `run.finished`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_status: Option<TaskStatus>,
 }
 

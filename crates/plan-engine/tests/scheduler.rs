@@ -760,7 +760,10 @@ async fn empty_lists_succeed_and_non_lists_fail() {
         }))
         .await;
     let rows = records_of(&report);
-    assert_eq!(rows[0], ("empty".into(), true, Some(json!([])), None));
+    assert_eq!(
+        rows[0],
+        ("empty".into(), true, Some(json!({"items": 0})), None)
+    );
     assert_eq!(rows[1].2.as_ref().unwrap()["args"], json!({"got": []}));
     assert_eq!(
         rows[2],
@@ -917,4 +920,300 @@ async fn env_values_reach_tools_but_never_the_output() {
     let unset = report.records[2].error.as_ref().unwrap();
     assert_eq!(unset.code, "E_ARGS_UNRESOLVED");
     assert!(unset.message.contains("UNSET_ONE"), "{}", unset.message);
+}
+
+/// For each call of `probe`: the step, and the steps the journal had committed by then.
+type Seen = Arc<Mutex<Vec<(String, Vec<String>)>>>;
+
+/// A journal in memory: what was committed, in order, and a switch to make it fail.
+#[derive(Clone, Default)]
+struct MemoryJournal {
+    committed: Arc<Mutex<Vec<plan_engine::Record>>>,
+    commits: Arc<AtomicUsize>,
+    fail_after: Option<usize>,
+    ended: Arc<Mutex<Option<plan_engine::RunEnd>>>,
+}
+
+impl plan_engine::Journal for MemoryJournal {
+    fn commit(&mut self, batch: &plan_engine::Batch<'_>) -> Result<(), plan_engine::JournalError> {
+        let n = self.commits.fetch_add(1, Ordering::SeqCst);
+        if self.fail_after.is_some_and(|limit| n >= limit) {
+            return Err(plan_engine::JournalError("disk full".into()));
+        }
+        self.committed
+            .lock()
+            .unwrap()
+            .extend(batch.records.iter().map(|(_, r)| (*r).clone()));
+        Ok(())
+    }
+
+    fn finish(&mut self, end: plan_engine::RunEnd) -> Result<(), plan_engine::JournalError> {
+        *self.ended.lock().unwrap() = Some(end);
+        Ok(())
+    }
+}
+
+/// `probe`: records, when called, which steps the journal had committed.
+struct Probe {
+    journal: MemoryJournal,
+    seen: Seen,
+}
+
+#[async_trait]
+impl Tool for Probe {
+    fn info(&self) -> ToolInfo {
+        ToolInfo {
+            name: "probe".into(),
+            description: "test".into(),
+            source: "test".into(),
+            input_schema: json!({}),
+        }
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let committed: Vec<String> = self
+            .journal
+            .committed
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.step_id.clone())
+            .collect();
+        self.seen
+            .lock()
+            .unwrap()
+            .push((ctx.step_id.to_string(), committed));
+        if let Some(ms) = args.get("ms").and_then(Value::as_u64) {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        if args.get("fail").is_some() {
+            return Err(ToolError::new("E_TOOL", "probe failed"));
+        }
+        Ok(json!({"step": ctx.step_id.to_string(), "v": args.get("v").cloned()}))
+    }
+}
+
+struct JournalRun {
+    journal: MemoryJournal,
+    seen: Seen,
+    program: Program,
+}
+
+impl JournalRun {
+    fn new(plan: Value, journal: MemoryJournal) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let mut registry = Registry::new();
+        registry.register(Probe {
+            journal: journal.clone(),
+            seen: seen.clone(),
+        });
+        let loaded = load(
+            Source::new("j.json", plan.to_string()),
+            Format::Json,
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        let program = Program::compile(&loaded.plan, "j", &registry).unwrap();
+        JournalRun {
+            journal,
+            seen,
+            program,
+        }
+    }
+
+    async fn run(
+        &self,
+        configure: impl FnOnce(&mut RunOptions),
+    ) -> Result<RunReport, plan_engine::RunError> {
+        let mut options = RunOptions::new("j");
+        options.journal = Some(Box::new(self.journal.clone()));
+        configure(&mut options);
+        run(&self.program, options).await
+    }
+
+    fn called(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+}
+
+fn probe(id: &str, deps: &[&str]) -> Value {
+    json!({"id": id, "tool": "probe", "args": {"ms": 5}, "depends_on": deps})
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_result_is_committed_before_any_dependent_starts() {
+    let plan = json!({"max_concurrency": 8, "steps": [
+        probe("a", &[]), probe("b", &[]), probe("c", &["a"]), probe("d", &["a", "b"]), probe("e", &["c", "d"]),
+        {"id": "m", "tool": "probe", "expand_on": [1, 2, 3], "args": {"v": "$each"}, "depends_on": ["e"], "binds": {"vs": "$.v"}},
+        {"id": "z", "tool": "probe", "args": {"v": "${vs}"}, "depends_on": ["m"]},
+    ]});
+    let run = JournalRun::new(plan.clone(), MemoryJournal::default());
+    let report = run.run(|_| {}).await.unwrap();
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    let deps: std::collections::HashMap<&str, Vec<&str>> = [
+        ("c", vec!["a"]),
+        ("d", vec!["a", "b"]),
+        ("e", vec!["c", "d"]),
+        ("m-0", vec!["e"]),
+        ("z", vec!["m", "m-0", "m-1", "m-2"]),
+    ]
+    .into_iter()
+    .collect();
+    for (id, committed) in run.seen.lock().unwrap().iter() {
+        for dep in deps.get(id.as_str()).into_iter().flatten() {
+            assert!(
+                committed.iter().any(|c| c == dep),
+                "{id} started before {dep} was committed (committed: {committed:?})"
+            );
+        }
+    }
+    let committed: Vec<String> = run
+        .journal
+        .committed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.step_id.clone())
+        .collect();
+    assert_eq!(
+        committed.len(),
+        10,
+        "every step and item once: {committed:?}"
+    );
+    assert!(run.journal.commits.load(Ordering::SeqCst) <= 10);
+    assert_eq!(
+        *run.journal.ended.lock().unwrap(),
+        Some(plan_engine::RunEnd::Finished(TaskStatus::Completed))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_run_skips_what_settled_and_ends_with_the_same_records() {
+    let plan = json!({"steps": [
+        probe("a", &[]),
+        {"id": "b", "tool": "probe", "args": {"v": 1}, "depends_on": ["a"], "result_variable": "b_out"},
+        {"id": "m", "tool": "probe", "expand_on": ["x", "y", "z"], "args": {"v": "$each"}, "depends_on": ["b"], "binds": {"vs": "$.v"}},
+        {"id": "c", "tool": "probe", "args": {"v": "${b_out.v} ${vs}"}, "depends_on": ["m"]},
+    ]});
+    let full = JournalRun::new(plan.clone(), MemoryJournal::default())
+        .run(|_| {})
+        .await
+        .unwrap();
+
+    // As if the first attempt died after a, b and item m-1.
+    let keep = ["a", "b", "m-1"];
+    let restored = plan_engine::Restored {
+        records: full
+            .records
+            .iter()
+            .filter(|r| keep.contains(&r.step_id.as_str()))
+            .cloned()
+            .collect(),
+        variables: [("b_out".to_owned(), full.variables["b_out"].clone())]
+            .into_iter()
+            .collect(),
+    };
+    let again = JournalRun::new(plan, MemoryJournal::default());
+    let resumed = again.run(|o| o.restored = Some(restored)).await.unwrap();
+    assert_eq!(
+        again.called(),
+        ["m-0", "m-2", "c"],
+        "settled steps and items do not run again"
+    );
+    let strip = |report: &RunReport| -> Vec<(String, bool, Option<Value>)> {
+        report
+            .records
+            .iter()
+            .map(|r| (r.step_id.clone(), r.ok, r.result.clone()))
+            .collect()
+    };
+    assert_eq!(strip(&resumed), strip(&full));
+    assert_eq!(resumed.variables, full.variables);
+}
+
+#[tokio::test(start_paused = true)]
+async fn kept_failures_stay_failed_on_resume() {
+    let plan = json!({"steps": [{"id": "a", "tool": "probe", "args": {"fail": true}}, probe("b", &["a"])]});
+    let first = JournalRun::new(plan.clone(), MemoryJournal::default())
+        .run(|_| {})
+        .await
+        .unwrap();
+    let again = JournalRun::new(plan, MemoryJournal::default());
+    let restored = plan_engine::Restored {
+        records: first.records.clone(),
+        variables: Default::default(),
+    };
+    let report = again.run(|o| o.restored = Some(restored)).await.unwrap();
+    assert!(
+        again.called().is_empty(),
+        "nothing runs: the failure is kept and b is skipped again"
+    );
+    assert_eq!(
+        report.records[1].reason.as_deref(),
+        Some(r#"dependency not satisfied: ["a"]"#)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopped_run_commits_only_what_succeeded() {
+    let plan = json!({"steps": [
+        {"id": "quick", "tool": "probe", "args": {"ms": 1}},
+        {"id": "slow", "tool": "probe", "args": {"ms": 1000}},
+        probe("after", &["slow"]),
+    ]});
+    let run = JournalRun::new(plan, MemoryJournal::default());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let report = run.run(|o| o.cancel = cancel).await.unwrap();
+    assert_eq!(report.task_status, TaskStatus::Stopped);
+    assert_eq!(report.task_status.exit_code(), 130);
+    let committed: Vec<String> = run
+        .journal
+        .committed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.step_id.clone())
+        .collect();
+    assert_eq!(
+        committed,
+        ["quick"],
+        "the cancelled step and what it skipped must run on resume"
+    );
+    assert_eq!(
+        *run.journal.ended.lock().unwrap(),
+        Some(plan_engine::RunEnd::Stopped)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_journal_stops_the_run_before_dependents_start() {
+    let plan = json!({"steps": [probe("a", &[]), probe("b", &["a"]), probe("c", &["b"])]});
+    // The first commit (a's result) fails.
+    let run = JournalRun::new(
+        plan,
+        MemoryJournal {
+            fail_after: Some(0),
+            ..MemoryJournal::default()
+        },
+    );
+    let error = run.run(|_| {}).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the ledger could not be written, so the run stopped: disk full"
+    );
+    assert_eq!(
+        run.called(),
+        ["a"],
+        "b never started: a's result could not be made durable"
+    );
 }

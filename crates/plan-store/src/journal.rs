@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 
 use plan_engine::{Batch, Event, EventSink, Journal, JournalError, RunEnd};
-use rusqlite::{TransactionBehavior, params};
+use rusqlite::TransactionBehavior;
+use rusqlite::types::Value;
 
 use crate::runs::RunState;
 use crate::{Store, StoreError};
@@ -79,62 +80,117 @@ impl RunJournal {
             .store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        {
-            let mut insert_record = transaction.prepare_cached(
-                "INSERT OR REPLACE INTO records (run_id, step_id, position, item, ok, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            for (position, record) in &batch.records {
-                let text = serde_json::to_string(record).map_err(|e| StoreError::Damaged {
-                    what: "record",
-                    message: e.to_string(),
-                })?;
-                let step = i64::try_from(position.step).unwrap_or(i64::MAX);
-                let item = position.item.map(|k| i64::try_from(k).unwrap_or(i64::MAX));
-                insert_record.execute(params![
-                    run_id,
-                    record.step_id,
-                    step,
-                    item,
-                    record.ok,
-                    text
-                ])?;
-            }
-            let mut insert_variable = transaction.prepare_cached(
-                "INSERT OR REPLACE INTO variables (run_id, name, value) VALUES (?1, ?2, ?3)",
-            )?;
-            for (name, value) in &batch.variables {
-                insert_variable.execute(params![run_id, name, value.to_string()])?;
-            }
-            let mut insert_attempt = transaction.prepare_cached(
-                "INSERT INTO attempts (run_id, step_id, attempt, started_at, duration_ms, ok, error_code, error_message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?;
-            for attempt in batch.attempts {
-                insert_attempt.execute(params![
-                    run_id,
-                    &*attempt.step_id,
-                    attempt.attempt,
-                    crate::timestamp(attempt.started_at),
-                    i64::try_from(attempt.duration_ms).unwrap_or(i64::MAX),
-                    attempt.error.is_none(),
-                    attempt.error.as_ref().map(|e| e.code.as_str()),
-                    attempt.error.as_ref().map(|e| e.message.as_str()),
-                ])?;
-            }
-            let mut insert_event = transaction
-                .prepare_cached("INSERT INTO events (run_id, seq, event) VALUES (?1, ?2, ?3)")?;
-            for (offset, event) in events.iter().enumerate() {
-                let seq = self.next_seq + i64::try_from(offset).unwrap_or(i64::MAX);
-                insert_event.execute(params![run_id, seq, event])?;
-            }
-            transaction.execute(
-                "UPDATE runs SET updated_at = ?2 WHERE run_id = ?1",
-                params![run_id, crate::timestamp(std::time::SystemTime::now())],
-            )?;
+        let mut records: Vec<[Value; 6]> = Vec::with_capacity(batch.records.len());
+        for (position, record) in &batch.records {
+            let text = serde_json::to_string(record).map_err(|e| StoreError::Damaged {
+                what: "record",
+                message: e.to_string(),
+            })?;
+            let item = position.item.map_or(Value::Null, |k| {
+                Value::Integer(i64::try_from(k).unwrap_or(i64::MAX))
+            });
+            records.push([
+                Value::Text(run_id.to_owned()),
+                Value::Text(record.step_id.clone()),
+                Value::Integer(i64::try_from(position.step).unwrap_or(i64::MAX)),
+                item,
+                Value::Integer(i64::from(record.ok)),
+                Value::Text(text),
+            ]);
         }
+        insert_rows(
+            &transaction,
+            "INSERT OR REPLACE INTO records (run_id, step_id, position, item, ok, record)",
+            &records,
+        )?;
+        let variables: Vec<[Value; 3]> = batch
+            .variables
+            .iter()
+            .map(|(name, value)| {
+                [
+                    Value::Text(run_id.to_owned()),
+                    Value::Text((*name).to_owned()),
+                    Value::Text(value.to_string()),
+                ]
+            })
+            .collect();
+        insert_rows(
+            &transaction,
+            "INSERT OR REPLACE INTO variables (run_id, name, value)",
+            &variables,
+        )?;
+        let attempts: Vec<[Value; 8]> = batch
+            .attempts
+            .iter()
+            .map(|attempt| {
+                [
+                    Value::Text(run_id.to_owned()),
+                    Value::Text(attempt.step_id.to_string()),
+                    Value::Integer(i64::from(attempt.attempt)),
+                    Value::Text(crate::timestamp(attempt.started_at)),
+                    Value::Integer(i64::try_from(attempt.duration_ms).unwrap_or(i64::MAX)),
+                    Value::Integer(i64::from(attempt.error.is_none())),
+                    attempt
+                        .error
+                        .as_ref()
+                        .map_or(Value::Null, |e| Value::Text(e.code.clone())),
+                    attempt
+                        .error
+                        .as_ref()
+                        .map_or(Value::Null, |e| Value::Text(e.message.clone())),
+                ]
+            })
+            .collect();
+        insert_rows(
+            &transaction,
+            "INSERT INTO attempts (run_id, step_id, attempt, started_at, duration_ms, ok, error_code, error_message)",
+            &attempts,
+        )?;
+        let event_rows: Vec<[Value; 3]> = events
+            .iter()
+            .enumerate()
+            .map(|(offset, event)| {
+                let seq = self.next_seq + i64::try_from(offset).unwrap_or(i64::MAX);
+                [
+                    Value::Text(run_id.to_owned()),
+                    Value::Integer(seq),
+                    Value::Text(event.clone()),
+                ]
+            })
+            .collect();
+        insert_rows(
+            &transaction,
+            "INSERT INTO events (run_id, seq, event)",
+            &event_rows,
+        )?;
+        // The run's row is not touched here: it holds the whole plan document, and rewriting
+        // it on every commit made large plans' runs crawl.
         transaction.commit()?;
         self.next_seq += i64::try_from(events.len()).unwrap_or(i64::MAX);
         Ok(())
     }
+}
+
+/// Rows per INSERT statement: one statement with many rows costs SQLite much less than as
+/// many statements, and 64 rows of up to 8 columns stays far below its parameter limit.
+const ROWS_PER_STATEMENT: usize = 64;
+
+/// Inserts rows with multi-row `VALUES` lists, `ROWS_PER_STATEMENT` at a time.
+fn insert_rows<const N: usize>(
+    transaction: &rusqlite::Transaction<'_>,
+    head: &str,
+    rows: &[[Value; N]],
+) -> Result<(), StoreError> {
+    let one_row = format!("({})", vec!["?"; N].join(", "));
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let sql = format!(
+            "{head} VALUES {}",
+            vec![one_row.as_str(); chunk.len()].join(", ")
+        );
+        let mut statement = transaction.prepare_cached(&sql)?;
+        statement.execute(rusqlite::params_from_iter(chunk.iter().flatten()))?;
+    }
+    Ok(())
 }
 
 impl Journal for RunJournal {

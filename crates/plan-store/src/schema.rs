@@ -35,15 +35,19 @@ const MIGRATIONS: &[&str] = &[
         finished_at  TEXT
     );
     CREATE INDEX runs_by_start ON runs (started_at);
+    -- Rows hold whole JSON records: rowid tables with unique indexes keep the B-tree keys small
+    -- (WITHOUT ROWID suits only small rows).
     CREATE TABLE records (
+        id        INTEGER PRIMARY KEY,
         run_id    TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
         step_id   TEXT NOT NULL,
         position  INTEGER NOT NULL,
         item      INTEGER,
         ok        INTEGER NOT NULL,
         record    TEXT NOT NULL,
-        PRIMARY KEY (run_id, step_id)
-    ) WITHOUT ROWID;
+        UNIQUE (run_id, step_id)
+    );
+    CREATE INDEX records_in_order ON records (run_id, position, item);
     CREATE TABLE attempts (
         id            INTEGER PRIMARY KEY,
         run_id        TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
@@ -63,11 +67,12 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, name)
     ) WITHOUT ROWID;
     CREATE TABLE events (
+        id      INTEGER PRIMARY KEY,
         run_id  TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
         seq     INTEGER NOT NULL,
         event   TEXT NOT NULL,
-        PRIMARY KEY (run_id, seq)
-    ) WITHOUT ROWID;
+        UNIQUE (run_id, seq)
+    );
     CREATE TABLE approvals (
         run_id      TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
         step_id     TEXT NOT NULL,
@@ -133,6 +138,10 @@ pub(crate) fn check_and_migrate(conn: &Connection, path: &Path) -> Result<(), St
         });
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
+    // A large run's ledger outgrows SQLite's default 2 MB page cache, and every commit then
+    // reads pages back from the file: keep up to 64 MiB cached and map the file for reads.
+    conn.pragma_update(None, "cache_size", -65_536)?;
+    conn.pragma_update(None, "mmap_size", 268_435_456)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     if version < VERSION {
         migrate(conn, version)?;

@@ -203,13 +203,19 @@ pub fn execute_state(inputs: Inputs<'_>) -> Value {
         "tasks_path": null,
         "run_id": run.run_id,
         "started_at": run.started_at,
-        "updated_at": run.updated_at,
+        // The run's row changes only when it starts, stops or ends; its attempts say more.
+        "updated_at": attempts.iter().map(end_of).chain([run.updated_at.clone()]).max(),
         "completed_at": run.finished_at,
         "status": status,
         "current_layer": current.map(|(_, name)| name),
         "current_batch": current.map(|(index, _)| index),
         "options": {
-            "max_parallel": run.options.get("max_concurrency").cloned().unwrap_or(Value::Null),
+            "max_parallel": run
+                .options
+                .get("max_concurrency")
+                .and_then(Value::as_u64)
+                .or(plan.max_concurrency.map(|n| n as u64))
+                .unwrap_or(plan_engine::DEFAULT_MAX_CONCURRENCY as u64),
             "layer_filter": null,
             "task_filter": null,
             "commit_prefix": "",

@@ -1,0 +1,209 @@
+//! `kill -9` at random points of a real `plan-cli` process, then `resume`, again and again:
+//! every step must run to completion, at most once more per kill (the one in flight), and the
+//! final records must equal those of a run that was never interrupted.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const STEPS: usize = 30;
+const KILL_POINTS: usize = 50;
+
+/// A chain of 30 steps; each appends its id to the log (its side effect, counted below), takes
+/// 30 ms, and prints its id. Some bind their output; the last reads a bound variable, so
+/// restored variables are checked too.
+fn plan(log: &Path) -> Value {
+    let steps: Vec<Value> = (0..STEPS)
+        .map(|i| {
+            let id = format!("s{i:02}");
+            let mut step = json!({
+                "id": id,
+                "tool": "exec",
+                "args": {"argv": ["sh", "-c", "echo \"$1\" >> \"$2\"; sleep 0.03; printf %s \"$1\"", "sh", id, log]},
+            });
+            if i > 0 {
+                step["depends_on"] = json!([format!("s{:02}", i - 1)]);
+            }
+            if i % 10 == 0 {
+                step["binds"] = json!({format!("out{i}"): "$.stdout"});
+            }
+            if i == STEPS - 1 {
+                step["args"]["argv"][3] = json!("last-${out10}");
+            }
+            step
+        })
+        .collect();
+    json!({"id": "crash", "max_concurrency": 1, "steps": steps})
+}
+
+struct Lab {
+    dir: tempfile::TempDir,
+}
+
+impl Lab {
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("state.db")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_plan-cli"));
+        command
+            .args(args)
+            .env("PLAN_DB", self.db())
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let output = self.command(args).stdout(Stdio::piped()).output().unwrap();
+        serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
+    }
+
+    fn newest_run(&self) -> Option<String> {
+        let runs = self.json(&["runs", "--json"]);
+        runs.get(0)
+            .and_then(|r| r["run_id"].as_str())
+            .map(str::to_owned)
+    }
+}
+
+/// Kills the child after `delay` if it is still running; says whether the kill landed.
+fn kill_after(mut child: Child, delay: Duration) -> bool {
+    std::thread::sleep(delay);
+    match child.try_wait().unwrap() {
+        Some(_) => false,
+        None => {
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+            true
+        }
+    }
+}
+
+fn records(report: &Value) -> Vec<(String, bool, Value)> {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["step_id"].as_str().unwrap().to_owned(),
+                r["ok"].as_bool().unwrap(),
+                r["result"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn executions(log: &Path) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
+        *counts.entry(line.to_owned()).or_default() += 1;
+    }
+    counts
+}
+
+#[test]
+fn kill_9_then_resume_loses_nothing_and_repeats_at_most_the_step_in_flight() {
+    let lab = Lab {
+        dir: tempfile::tempdir().unwrap(),
+    };
+
+    // The reference: one uninterrupted run.
+    let reference_log = lab.dir.path().join("reference.log");
+    let reference_plan = lab.dir.path().join("reference.json");
+    std::fs::write(&reference_plan, plan(&reference_log).to_string()).unwrap();
+    let reference = lab.json(&["run", reference_plan.to_str().unwrap(), "--json"]);
+    assert_eq!(reference["task_status"], "COMPLETED");
+    let reference_records = records(&reference);
+
+    // A seeded generator, so a failure can be replayed.
+    let mut seed: u64 = 0x5eed_1234;
+    // The range widens with each kill of the same run, so that however slow this machine
+    // starts a process, every run gets to finish, while the early kills land anywhere, start-up
+    // included.
+    let mut next_delay = |kills_so_far: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let spread = 45 + 15 * kills_so_far as u64;
+        Duration::from_millis(5 + (seed >> 33) % spread)
+    };
+
+    let mut kills = 0;
+    let mut attempt = 0;
+    while kills < KILL_POINTS {
+        attempt += 1;
+        let log = lab.dir.path().join(format!("run{attempt}.log"));
+        let plan_file = lab.dir.path().join(format!("run{attempt}.json"));
+        let mut plan_doc = plan(&log);
+        plan_doc["id"] = json!(format!("crash-{attempt}"));
+        std::fs::write(&plan_file, plan_doc.to_string()).unwrap();
+        let before = lab.newest_run();
+
+        // Start it and kill it; until it has an id in the ledger, start it again.
+        let mut run_kills = 0;
+        let mut run_id = None;
+        while run_id.is_none() {
+            let child = lab
+                .command(&["run", plan_file.to_str().unwrap()])
+                .spawn()
+                .unwrap();
+            let landed = kill_after(child, next_delay(run_kills));
+            run_kills += usize::from(landed);
+            run_id = lab.newest_run().filter(|id| Some(id) != before.as_ref());
+            if !landed && run_id.is_none() {
+                panic!("the run finished without being recorded");
+            }
+        }
+        let run_id = run_id.unwrap();
+        // Resume and kill until a resume finishes on its own.
+        loop {
+            let child = lab.command(&["resume", &run_id]).spawn().unwrap();
+            if kill_after(child, next_delay(run_kills)) {
+                run_kills += 1;
+            } else {
+                break;
+            }
+        }
+        let report = lab.json(&["status", &run_id, "--json"]);
+        assert_eq!(
+            report["task_status"], "COMPLETED",
+            "run {run_id} after {run_kills} kills"
+        );
+        let mut got = records(&report);
+        let mut want = reference_records.clone();
+        // The meta record's duration differs; its ok and reason must not.
+        assert_eq!(
+            got.pop().map(|r| (r.0, r.1)),
+            want.pop().map(|r| (r.0, r.1))
+        );
+        assert_eq!(
+            got, want,
+            "records of run {run_id} differ from the uninterrupted run's"
+        );
+        assert_eq!(report["variables"]["out10"], json!("s10"));
+
+        let counts = executions(&log);
+        let mut extra = 0;
+        for i in 0..STEPS {
+            let id = format!("s{i:02}");
+            let n = counts.get(&id).copied().unwrap_or(0);
+            assert!(n >= 1, "{id} never ran in run {run_id}");
+            extra += n - 1;
+        }
+        assert!(
+            extra <= run_kills,
+            "{extra} repeated executions for {run_kills} kills in run {run_id}"
+        );
+        eprintln!("run {run_id}: {run_kills} kill points, {extra} steps repeated");
+        kills += run_kills;
+    }
+    assert!(kills >= KILL_POINTS);
+}

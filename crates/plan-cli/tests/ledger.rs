@@ -1,0 +1,369 @@
+//! The ledger through the binary: run history, status, resume, the plan registry, the state
+//! file, and bad ledger files.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::{Value, json};
+
+struct Lab {
+    dir: tempfile::TempDir,
+}
+
+impl Lab {
+    fn new() -> Self {
+        Lab {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn cli(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_plan-cli"));
+        command
+            .current_dir(self.dir.path())
+            .env("NO_COLOR", "1")
+            .env_remove("PLAN_DB");
+        command
+    }
+
+    fn json(&self, args: &[&str]) -> (i32, Value) {
+        let output = self.cli().args(args).output().unwrap();
+        let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+            panic!(
+                "{args:?}: not JSON\n{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code().unwrap(), value)
+    }
+
+    fn write(&self, name: &str, plan: &Value) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string_pretty(plan).unwrap()).unwrap();
+        path
+    }
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn without_durations(mut report: Value) -> Value {
+    for record in report["records"].as_array_mut().unwrap() {
+        record["duration_ms"] = json!(0);
+    }
+    report
+}
+
+#[test]
+fn runs_are_recorded_under_dot_plan_and_status_repeats_run_json() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"variables": {"x": 1}, "steps": [
+            {"id": "a", "tool": "echo", "args": {"x": "${x}"}, "result_variable": "a_out"},
+            {"id": "b", "tool": "fail", "depends_on": ["a"]},
+            {"id": "c", "tool": "echo", "depends_on": ["b"]},
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json", "--var", "y=2"]);
+    assert_eq!(code, 1);
+    assert!(
+        lab.dir.path().join(".plan/state.db").exists(),
+        "the default ledger is .plan/state.db"
+    );
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    let (code, status) = lab.json(&["status", &run_id, "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(without_durations(status), without_durations(report.clone()));
+
+    let (_, second) = lab.json(&["run", path_str(&plan), "--json"]);
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    let listed: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        [second["run_id"].as_str().unwrap(), run_id.as_str()],
+        "newest first"
+    );
+    assert_eq!(runs[0]["task_status"], "FAILED");
+    assert_eq!(runs[0]["plan_id"], "p");
+    assert!(runs[0]["started_at"].as_str().unwrap().ends_with('Z'));
+
+    // Events are kept too, as NDJSON; --follow ends for a finished run.
+    let output = lab
+        .cli()
+        .args(["events", &run_id, "--follow"])
+        .output()
+        .unwrap();
+    let types: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(types.first().map(String::as_str), Some("run.started"));
+    assert_eq!(types.last().map(String::as_str), Some("run.finished"));
+
+    // A prefix of the id is enough; an unknown one is invalid input.
+    lab.cli().args(["status", &run_id[..10]]).assert().code(0);
+    lab.cli()
+        .args(["status", "nope"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no run `nope` in the ledger"));
+}
+
+#[test]
+fn db_and_plan_db_choose_the_ledger() {
+    let lab = Lab::new();
+    let plan = lab.write("p.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+    let db = lab.dir.path().join("elsewhere/my.db");
+    lab.cli()
+        .args(["--db", path_str(&db), "run", path_str(&plan)])
+        .assert()
+        .code(0);
+    assert!(db.exists());
+    assert!(!lab.dir.path().join(".plan").exists());
+    let output = lab
+        .cli()
+        .env("PLAN_DB", &db)
+        .args(["runs", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&output.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn resume_refuses_a_different_plan_unless_forced_and_retries_failures_on_request() {
+    let lab = Lab::new();
+    let marker = lab.dir.path().join("ready");
+    let plan = json!({"steps": [
+        {"id": "check", "tool": "exec", "args": {"argv": ["test", "-f", path_str(&marker)]}},
+        {"id": "after", "tool": "echo", "depends_on": ["check"]},
+    ]});
+    let file = lab.write("p.json", &plan);
+    let (code, report) = lab.json(&["run", path_str(&file), "--json"]);
+    assert_eq!(code, 1);
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+
+    // Without --retry-failed a finished run just prints its records.
+    let (code, again) = lab.json(&["resume", &run_id, "--json"]);
+    assert_eq!((code, again["task_status"].as_str()), (1, Some("FAILED")));
+
+    // A changed plan is refused, naming what changed.
+    let mut changed = plan.clone();
+    changed["steps"][1]["args"] = json!({"x": 1});
+    changed["steps"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "extra", "tool": "echo"}));
+    let changed_file = lab.write("changed.json", &changed);
+    lab.cli()
+        .args([
+            "resume",
+            &run_id,
+            "--retry-failed",
+            "--plan",
+            path_str(&changed_file),
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "step `after` changed, step `extra` was added",
+        ));
+
+    std::fs::write(&marker, "").unwrap();
+    let (code, resumed) = lab.json(&[
+        "resume",
+        &run_id,
+        "--retry-failed",
+        "--plan",
+        path_str(&file),
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(resumed["task_status"], "COMPLETED");
+    assert_eq!(resumed["run_id"], json!(run_id));
+    let (_, status) = lab.json(&["status", &run_id, "--json"]);
+    assert_eq!(status["task_status"], "COMPLETED");
+}
+
+#[test]
+fn stored_plans_run_by_id() {
+    let lab = Lab::new();
+    let file = lab.write("deploy.json", &json!({"id": "deploy", "title": "Deploy it", "steps": [{"id": "a", "tool": "echo", "args": {"v": 1}}]}));
+    lab.cli()
+        .args(["plan", "add", path_str(&file)])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("stored plan `deploy` (1 step)"));
+    lab.cli()
+        .args(["plan", "add", path_str(&file)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("already stored"));
+    lab.cli()
+        .args(["plan", "add", path_str(&file), "--force"])
+        .assert()
+        .code(0);
+    let (_, plans) = lab.json(&["plan", "list", "--json"]);
+    assert_eq!(plans[0]["plan_id"], "deploy");
+    assert_eq!(plans[0]["title"], "Deploy it");
+    lab.cli()
+        .args(["plan", "show", "deploy"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("deploy — Deploy it\n"));
+    std::fs::remove_file(&file).unwrap();
+    let (code, report) = lab.json(&["run", "deploy", "--json"]);
+    assert_eq!((code, report["plan_id"].as_str()), (0, Some("deploy")));
+    lab.cli().args(["plan", "rm", "deploy"]).assert().code(0);
+    lab.cli()
+        .args(["run", "deploy"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "no such file, and no stored plan has that id",
+        ));
+    let bad = lab.write("bad.json", &json!({"steps": [{"id": "a", "tool": "nope"}]}));
+    lab.cli()
+        .args(["plan", "add", path_str(&bad)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown tool `nope`"));
+}
+
+#[test]
+fn gc_deletes_old_finished_runs() {
+    let lab = Lab::new();
+    let plan = lab.write("p.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+    lab.cli().args(["run", path_str(&plan)]).assert().code(0);
+    lab.cli()
+        .args(["gc", "--older-than", "30d"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("deleted 0 runs"));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    lab.cli()
+        .args(["gc", "--older-than", "1ms"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("deleted 1 run "));
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs, json!([]));
+    lab.cli()
+        .args(["gc", "--older-than", "soon"])
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn the_execute_state_document_follows_seed_004() {
+    let lab = Lab::new();
+    let plan = lab.write("p.json", &json!({"max_concurrency": 2, "steps": [
+        {"id": "setup", "tool": "echo", "layer": "0-setup"},
+        {"id": "flaky", "tool": "fail", "args": {"retryable": true, "times": 1, "message": "try again"}, "retry": {"backoff_ms": 1}, "depends_on": ["setup"], "layer": "1-work"},
+        {"id": "broken", "tool": "fail", "args": {"message": "no"}, "depends_on": ["setup"], "layer": "1-work"},
+        {"id": "after", "tool": "echo", "depends_on": ["broken"], "layer": "2-finish"},
+    ]}));
+    let state_file = lab.dir.path().join("out/execute-state.json");
+    std::fs::create_dir_all(state_file.parent().unwrap()).unwrap();
+    let (_, report) = lab.json(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--state-file",
+        path_str(&state_file),
+    ]);
+    let run_id = report["run_id"].as_str().unwrap();
+    let (_, exported) = lab.json(&["state", "export", run_id, "--format", "execute-state"]);
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert_eq!(
+        written["tasks"], exported["tasks"],
+        "the state file is the final document"
+    );
+    assert_eq!(exported["schema_version"], "2.0");
+    assert_eq!(exported["prd_slug"], "p");
+    assert_eq!(exported["status"], "failed");
+    assert_eq!(exported["options"]["max_parallel"], 2);
+    let layers: Vec<&String> = exported["layers"].as_object().unwrap().keys().collect();
+    assert_eq!(layers, ["0-setup", "1-work", "2-finish"]);
+    assert_eq!(exported["layers"]["1-work"]["tasks_total"], 2);
+    assert_eq!(exported["layers"]["1-work"]["tasks_failed"], 1);
+    assert_eq!(exported["tasks"]["flaky"]["status"], "completed");
+    assert_eq!(exported["tasks"]["flaky"]["attempts"], 2);
+    assert_eq!(exported["tasks"]["flaky"]["errors"][0]["type"], "E_TOOL");
+    assert_eq!(
+        exported["tasks"]["flaky"]["errors"][0]["message"],
+        "try again"
+    );
+    assert_eq!(exported["tasks"]["after"]["status"], "skipped");
+    assert_eq!(exported["completed"], json!(["setup", "flaky"]));
+    assert_eq!(exported["failed"], json!(["broken"]));
+    assert_eq!(exported["abandoned"], json!(["after"]));
+    assert_eq!(
+        exported["metrics"]["total_attempts"], 4,
+        "setup 1, flaky 2, broken 1"
+    );
+    assert_eq!(exported["metrics"]["total_retries"], 1);
+    assert_eq!(exported["metrics"]["tasks_remaining"], 0);
+    // No temporary files left beside it.
+    assert_eq!(
+        std::fs::read_dir(state_file.parent().unwrap())
+            .unwrap()
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn bad_ledger_files_are_clear_errors() {
+    let lab = Lab::new();
+    let plan = lab.write("p.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+    let garbage = lab.dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![b'x'; 4096]).unwrap();
+    lab.cli()
+        .args(["--db", path_str(&garbage), "run", path_str(&plan)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is not a plan-cli ledger"));
+    lab.cli()
+        .args(["--db", "/proc/no-such-dir/state.db", "run", path_str(&plan)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "cannot open the ledger /proc/no-such-dir/state.db",
+        ));
+    lab.cli()
+        .args(["status", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "there is no ledger at .plan/state.db",
+        ));
+    // A dry run records nothing.
+    lab.cli()
+        .args(["run", path_str(&plan), "--dry-run"])
+        .assert()
+        .code(0);
+    assert!(!lab.dir.path().join(".plan").exists());
+}

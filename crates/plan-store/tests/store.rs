@@ -1,0 +1,454 @@
+//! The ledger on real files: migrations, refusals, the journal, queries, the registry.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use plan_engine::{Attempt, Batch, Journal, Position, Record, RunEnd, StepError, TaskStatus};
+use plan_store::{EventBuffer, NewRun, RunJournal, RunState, Store, StoreError, StoredPlan};
+use serde_json::{Map, Value, json};
+
+fn new_run<'a>(
+    run_id: &'a str,
+    inputs: &'a Map<String, Value>,
+    options: &'a Value,
+    started_at: &'a str,
+) -> NewRun<'a> {
+    NewRun {
+        run_id,
+        plan_id: "p",
+        plan_name: "p.json",
+        plan_format: "json",
+        plan_source: r#"{"steps": [{"id": "a", "tool": "echo"}, {"id": "b", "tool": "echo", "depends_on": ["a"]}]}"#,
+        inputs,
+        options,
+        owner_pid: 42,
+        started_at,
+    }
+}
+
+fn record(id: &str, ok: bool) -> Record {
+    Record {
+        step_id: id.to_owned(),
+        ok,
+        skipped: false,
+        result: ok.then(|| json!({"id": id})),
+        reason: None,
+        error: (!ok).then(|| {
+            Box::new(StepError {
+                code: "E_TOOL".into(),
+                message: "boom".into(),
+                details: None,
+            })
+        }),
+        attempts: 1,
+        duration_ms: 3,
+    }
+}
+
+#[test]
+fn a_new_file_gets_the_schema_and_opens_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/dir/state.db");
+    let store = Store::open(&path).unwrap();
+    assert!(store.runs().unwrap().is_empty());
+    drop(store);
+    Store::open(&path).unwrap();
+}
+
+#[test]
+fn files_that_are_not_ledgers_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, b"this is not a database, it is text ......................................................").unwrap();
+    let error = Store::open(&garbage).unwrap_err();
+    assert!(matches!(error, StoreError::Foreign { .. }), "{error}");
+    assert!(
+        error.to_string().contains("is not a plan-cli ledger"),
+        "{error}"
+    );
+
+    let other = dir.path().join("other.db");
+    let conn = rusqlite::Connection::open(&other).unwrap();
+    conn.execute_batch("CREATE TABLE customers (id INTEGER);")
+        .unwrap();
+    drop(conn);
+    let error = Store::open(&other).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "{} is not a plan-cli ledger: it is an SQLite database with 1 tables of another program",
+            other.display()
+        )
+    );
+    // And it was left alone.
+    let conn = rusqlite::Connection::open(&other).unwrap();
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(tables, 1);
+}
+
+#[test]
+fn a_ledger_from_a_newer_plan_cli_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(Store::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", 99).unwrap();
+    drop(conn);
+    let error = Store::open(&path).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StoreError::TooNew {
+                found: 99,
+                supported: 1,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_unwritable_directory_is_a_clear_error() {
+    let error = Store::open(std::path::Path::new(
+        "/proc/plan-cli-cannot-be-here/state.db",
+    ))
+    .unwrap_err();
+    assert!(error.to_string().starts_with("cannot open the ledger /proc/plan-cli-cannot-be-here/state.db: cannot create the directory"), "{error}");
+}
+
+#[test]
+fn a_journal_writes_batches_that_read_back_in_plan_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut store = Store::open(&path).unwrap();
+    let inputs: Map<String, Value> = [("who".to_owned(), json!("ada"))].into_iter().collect();
+    let options = json!({"max_concurrency": 2});
+    store
+        .begin_run(&new_run(
+            "r1",
+            &inputs,
+            &options,
+            "2026-01-01T00:00:00.000Z",
+        ))
+        .unwrap();
+    let events = Arc::new(EventBuffer::default());
+    let mut journal = RunJournal::new(store, "r1", events.clone()).unwrap();
+
+    let (a, m0, m1, m) = (
+        record("a", true),
+        record("m-0", true),
+        record("m-1", false),
+        record("m", false),
+    );
+    let list = json!([1, 2]);
+    let attempts = [Attempt {
+        step_id: Arc::from("a"),
+        attempt: 1,
+        started_at: SystemTime::now(),
+        duration_ms: 3,
+        error: None,
+    }];
+    // Committed out of order, across two batches: items of step 1, then step 0.
+    journal
+        .commit(&Batch {
+            records: vec![
+                (
+                    Position {
+                        step: 1,
+                        item: None,
+                    },
+                    &m,
+                ),
+                (
+                    Position {
+                        step: 1,
+                        item: Some(1),
+                    },
+                    &m1,
+                ),
+                (
+                    Position {
+                        step: 1,
+                        item: Some(0),
+                    },
+                    &m0,
+                ),
+            ],
+            variables: vec![("list", &list)],
+            attempts: &[],
+        })
+        .unwrap();
+    journal
+        .commit(&Batch {
+            records: vec![(
+                Position {
+                    step: 0,
+                    item: None,
+                },
+                &a,
+            )],
+            variables: vec![],
+            attempts: &attempts,
+        })
+        .unwrap();
+    journal
+        .finish(RunEnd::Finished(TaskStatus::Failed))
+        .unwrap();
+    let store = journal.into_store();
+
+    let ids: Vec<String> = store
+        .records("r1")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.step_id)
+        .collect();
+    assert_eq!(ids, ["a", "m-0", "m-1", "m"]);
+    let records = store.records("r1").unwrap();
+    assert_eq!(records[2], m1, "records read back unchanged");
+    let variables: BTreeMap<String, Value> = store
+        .variables("r1")
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, (*v).clone()))
+        .collect();
+    assert_eq!(
+        variables,
+        [("list".to_owned(), list.clone())].into_iter().collect()
+    );
+    let row = store.run("r1").unwrap();
+    assert_eq!(
+        (row.state, row.task_status),
+        (RunState::Finished, Some(TaskStatus::Failed))
+    );
+    assert_eq!(row.inputs, inputs);
+    assert_eq!(row.options, options);
+    assert!(row.finished_at.is_some());
+    let attempts = store.attempts("r1").unwrap();
+    assert_eq!(
+        (
+            attempts[0].step_id.as_str(),
+            attempts[0].attempt,
+            attempts[0].ok
+        ),
+        ("a", 1, true)
+    );
+}
+
+#[test]
+fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
+    let mut store = Store::in_memory().unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let events = Arc::new(EventBuffer::default());
+    let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
+    let event = |n: u32| {
+        let mut e: plan_engine::Event = serde_json::from_value(
+            json!({"type": "run.started", "run_id": "r", "attempt": n, "ts": "t"}),
+        )
+        .unwrap();
+        e.attempt = n;
+        e
+    };
+    use plan_engine::EventSink;
+    events.emit(&event(1));
+    events.emit(&event(2));
+    journal
+        .commit(&Batch {
+            records: vec![],
+            variables: vec![],
+            attempts: &[],
+        })
+        .unwrap();
+    let store = journal.into_store();
+    let stored = store.events_after("r", 0).unwrap();
+    assert_eq!(
+        stored.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
+    events.emit(&event(3));
+    journal.finish(RunEnd::Stopped).unwrap();
+    let store = journal.into_store();
+    assert_eq!(store.events_after("r", 2).unwrap().len(), 1);
+    assert_eq!(store.run("r").unwrap().state, RunState::Stopped);
+}
+
+#[test]
+fn runs_are_found_by_prefix_listed_newest_first_and_collected() {
+    let mut store = Store::in_memory().unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run(
+            "01AAA",
+            &inputs,
+            &options,
+            "2026-01-01T00:00:00.000Z",
+        ))
+        .unwrap();
+    store
+        .begin_run(&new_run(
+            "01AAB",
+            &inputs,
+            &options,
+            "2026-01-02T00:00:00.000Z",
+        ))
+        .unwrap();
+    store
+        .begin_run(&new_run(
+            "01BBB",
+            &inputs,
+            &options,
+            "2026-01-03T00:00:00.000Z",
+        ))
+        .unwrap();
+    assert_eq!(store.run("01B").unwrap().run_id, "01BBB");
+    assert!(matches!(
+        store.run("01AA").unwrap_err(),
+        StoreError::Ambiguous { .. }
+    ));
+    assert!(matches!(
+        store.run("zzz").unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+    let order: Vec<String> = store
+        .runs()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(order, ["01BBB", "01AAB", "01AAA"]);
+
+    store
+        .end_run("01AAA", RunState::Finished, Some(TaskStatus::Completed))
+        .unwrap();
+    store.end_run("01BBB", RunState::Stopped, None).unwrap();
+    // Everything ended "now"; a cutoff in the future deletes both ended runs, never a running one.
+    let future = plan_store::timestamp(SystemTime::now() + Duration::from_secs(60));
+    assert_eq!(store.gc("2000-01-01T00:00:00.000Z").unwrap(), 0);
+    assert_eq!(store.gc(&future).unwrap(), 2);
+    let left: Vec<String> = store
+        .runs()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(left, ["01AAB"]);
+}
+
+#[test]
+fn forgotten_records_are_gone() {
+    let mut store = Store::in_memory().unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
+    let (a, b) = (record("a", true), record("b", false));
+    journal
+        .commit(&Batch {
+            records: vec![
+                (
+                    Position {
+                        step: 0,
+                        item: None,
+                    },
+                    &a,
+                ),
+                (
+                    Position {
+                        step: 1,
+                        item: None,
+                    },
+                    &b,
+                ),
+            ],
+            variables: vec![],
+            attempts: &[],
+        })
+        .unwrap();
+    let mut store = journal.into_store();
+    store.forget_records("r", &["b".to_owned()]).unwrap();
+    assert_eq!(store.records("r").unwrap(), [a]);
+}
+
+#[test]
+fn plans_are_stored_listed_and_removed() {
+    let mut store = Store::in_memory().unwrap();
+    let plan = StoredPlan {
+        plan_id: "deploy".into(),
+        title: Some("Deploy".into()),
+        name: "deploy.yaml".into(),
+        format: "yaml".into(),
+        source: "steps: []\n".into(),
+        hash: plan_store::plan_hash("steps: []\n"),
+        added_at: "2026-01-01T00:00:00.000Z".into(),
+    };
+    store.add_plan(&plan, false).unwrap();
+    assert!(matches!(
+        store.add_plan(&plan, false).unwrap_err(),
+        StoreError::PlanExists(_)
+    ));
+    store.add_plan(&plan, true).unwrap();
+    assert_eq!(store.plans().unwrap(), std::slice::from_ref(&plan));
+    assert_eq!(store.find_plan("deploy").unwrap(), Some(plan));
+    store.remove_plan("deploy").unwrap();
+    assert!(matches!(
+        store.remove_plan("deploy").unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+}
+
+#[test]
+fn several_writers_share_one_file_without_lock_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(Store::open(&path).unwrap());
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = Store::open(&path).unwrap();
+                let (inputs, options) = (Map::new(), json!({}));
+                let run_id = format!("run-{w}");
+                store
+                    .begin_run(&new_run(
+                        &run_id,
+                        &inputs,
+                        &options,
+                        "2026-01-01T00:00:00.000Z",
+                    ))
+                    .unwrap();
+                let mut journal = RunJournal::new(store, &run_id, Arc::default()).unwrap();
+                for i in 0..200 {
+                    let r = record(&format!("s{i}"), true);
+                    journal
+                        .commit(&Batch {
+                            records: vec![(
+                                Position {
+                                    step: i,
+                                    item: None,
+                                },
+                                &r,
+                            )],
+                            variables: vec![],
+                            attempts: &[],
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    for w in 0..4 {
+        assert_eq!(store.records(&format!("run-{w}")).unwrap().len(), 200);
+    }
+}
