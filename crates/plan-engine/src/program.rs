@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plan_graph::{Dependencies, Issue, Plan, PlanPath, RetryPolicy, unknown_tool};
-use plan_vars::{Item, Placeholder, Root, Scope, Selector, Template, ValueTemplate};
+use plan_vars::{Item, Placeholder, Root, Scope, Selector, Template, ValueTemplate, kind};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -281,16 +281,17 @@ impl Program {
                 env: Some(&env_values),
                 ..Scope::default()
             };
-            let Some(expand) = &step.expand else {
+            // The step as one call, its items' values standing in (for a map step whose list
+            // only a step's result gives, `expand_on` says what it will run over).
+            let whole_step = |expand_on: Option<String>| {
                 let scope = Scope {
                     stand_in: Some(&stand_in),
                     ..plain
                 };
-                calls.push(planned(
-                    step.id.to_string(),
-                    resolve_args(step, &scope),
-                    None,
-                ));
+                planned(step.id.to_string(), resolve_args(step, &scope), expand_on)
+            };
+            let Some(expand) = &step.expand else {
+                calls.push(whole_step(None));
                 continue;
             };
             match expand_items(expand, &plain) {
@@ -311,17 +312,8 @@ impl Program {
                     }
                     Err(error) => calls.push(planned(step.id.to_string(), Err(error), None)),
                 },
-                // The list is not known yet (a step gives it): one entry for the whole step.
                 Err(_) if self.expand_source_is_pending(expand, &vars) => {
-                    let scope = Scope {
-                        stand_in: Some(&stand_in),
-                        ..plain
-                    };
-                    calls.push(planned(
-                        step.id.to_string(),
-                        resolve_args(step, &scope),
-                        Some(expand.on_text.clone()),
-                    ));
+                    calls.push(whole_step(Some(expand.on_text.clone())))
                 }
                 Err(error) => calls.push(planned(step.id.to_string(), Err(error), None)),
             }
@@ -537,15 +529,4 @@ fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator>>, 
     jsonschema::validator_for(schema)
         .map(|v| Some(Arc::new(v)))
         .map_err(|e| e.to_string())
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
 }

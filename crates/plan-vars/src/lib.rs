@@ -27,7 +27,7 @@ mod template;
 mod value_template;
 
 pub use error::{ParseError, ResolveError};
-pub use path::Segment;
+pub use path::{Segment, kind};
 pub use scope::{Item, Scope, StandIn, Variables};
 pub use selector::Selector;
 pub use template::{Placeholder, Root, Template};

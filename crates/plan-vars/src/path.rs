@@ -81,7 +81,8 @@ pub(crate) fn walk<'v>(
     Ok(current)
 }
 
-pub(crate) fn kind(value: &Value) -> &'static str {
+/// A JSON value's kind in words, for messages: `a string`, `a list`, `null`, ….
+pub fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
