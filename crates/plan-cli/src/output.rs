@@ -81,7 +81,14 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
     let (mut ok, mut failed, mut skipped, mut blocked) = (0, 0, 0, 0);
     for record in &steps {
         let id = label(record);
-        let line = if record.ok {
+        let line = if record.ok && record.skipped {
+            // Skipped by a `when` condition: not a failure.
+            skipped += 1;
+            format!(
+                "- {id:<width$}  skipped: {}",
+                record.reason.as_deref().unwrap_or("")
+            )
+        } else if record.ok {
             ok += 1;
             let retries = if record.attempts > 1 {
                 format!("  ({} attempts)", record.attempts)
@@ -164,6 +171,10 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
                 call.step_id, call.tool, call.args
             ),
             (None, None) => format!("{}  {} {}{after}", call.step_id, call.tool, call.args),
+        };
+        let line = match &call.when {
+            Some(condition) => format!("{line}  when: {condition}"),
+            None => line,
         };
         out.push_str(&line);
         out.push('\n');

@@ -27,6 +27,38 @@ pub(crate) struct CompiledStep {
     pub(crate) timeout: Option<Duration>,
     pub(crate) expand: Option<CompiledExpand>,
     pub(crate) schema: Option<Arc<jsonschema::Validator>>,
+    pub(crate) when: Option<Condition>,
+}
+
+/// A step's `when`, compiled once.
+pub(crate) struct Condition {
+    pub(crate) program: cel::Program,
+    pub(crate) text: String,
+}
+
+impl Condition {
+    /// True or false over the variables; anything else, or an evaluation error, is
+    /// `E_CONDITION` naming the expression.
+    pub(crate) fn holds(&self, vars: &BTreeMap<String, Arc<Value>>) -> Result<bool, StepError> {
+        let failure = |message: String| StepError {
+            code: "E_CONDITION".into(),
+            message: format!("`when: {}`: {message}", self.text),
+            details: None,
+        };
+        let object: BTreeMap<&str, CelJson<'_>> =
+            vars.iter().map(|(k, v)| (k.as_str(), CelJson(v))).collect();
+        let mut context = cel::Context::default();
+        context
+            .add_variable("vars", object)
+            .map_err(|e| failure(e.to_string()))?;
+        match self.program.execute(&context) {
+            Ok(cel::Value::Bool(holds)) => Ok(holds),
+            Ok(other) => Err(failure(format!(
+                "a condition must be true or false, not {other:?}"
+            ))),
+            Err(error) => Err(failure(error.to_string())),
+        }
+    }
 }
 
 /// What a map step runs over.
@@ -57,6 +89,37 @@ pub struct Program {
     binders: BTreeMap<String, Arc<str>>,
 }
 
+/// JSON for CEL, with integers as signed where they fit: serde gives positive JSON integers as
+/// unsigned, and CEL refuses `uint + int`, so `vars.count + 1` would fail.
+struct CelJson<'a>(&'a Value);
+
+impl serde::Serialize for CelJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => serializer.serialize_i64(i),
+                None => n.serialize(serializer),
+            },
+            Value::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&CelJson(item))?;
+                }
+                seq.end()
+            }
+            Value::Object(map) => {
+                let mut out = serializer.serialize_map(Some(map.len()))?;
+                for (key, item) in map {
+                    out.serialize_entry(key, &CelJson(item))?;
+                }
+                out.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
+}
+
 /// One call a preview shows: what would be called, with what.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedCall {
@@ -75,6 +138,9 @@ pub struct PlannedCall {
     /// Why this call would fail before its tool is called (`E_ARGS_UNRESOLVED`, …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<StepError>,
+    /// The step's `when`, decided at run time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
 }
 
 /// The values a run reads besides its variables: the map item being run and the listed
@@ -144,6 +210,23 @@ impl Program {
                     .entry(name.clone())
                     .or_insert_with(|| Arc::from(step.id.0.as_str()));
             }
+            let when = match &step.when {
+                None => None,
+                Some(text) => match cel::Program::compile(text) {
+                    Ok(program) => Some(Condition {
+                        program,
+                        text: text.clone(),
+                    }),
+                    Err(error) => {
+                        issues.push(Issue::error(
+                            "plan::condition",
+                            PlanPath::step(i).key("when"),
+                            format!("`when` is not a valid CEL expression: {error}"),
+                        ));
+                        continue;
+                    }
+                },
+            };
             let expand = match step.expand.as_ref().map(compile_expand) {
                 None => None,
                 Some(Ok(expand)) => Some(expand),
@@ -169,6 +252,7 @@ impl Program {
                     .map(Duration::from_millis),
                 expand,
                 schema,
+                when,
             });
         }
         if !issues.is_empty() {
@@ -274,6 +358,7 @@ impl Program {
                         depends_on: depends_on.clone(),
                         expand_on,
                         error,
+                        when: step.when.as_ref().map(|c| c.text.clone()),
                     }
                 };
             let plain = Scope {

@@ -90,6 +90,9 @@ enum Outcome {
     Failed,
     Skipped,
     Blocked,
+    /// `when` was false (or every unsatisfied dependency's was): not a failure, the run can
+    /// still be COMPLETED.
+    ConditionFalse,
 }
 
 /// A unit of work in the ready queue: a step, or item `k` of a map step. Ordered by plan
@@ -237,7 +240,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 .map(|d| d.0.as_str())
                 .collect();
             let reason = format!("unknown dependency: {}", json_list(&unknown));
-            scheduler.record_not_run(i, false, reason);
+            scheduler.record_not_run(i, false, false, reason);
             scheduler.settle(i, Outcome::Blocked);
         } else if scheduler.remaining[i] == 0 {
             scheduler.enqueue(i);
@@ -255,6 +258,9 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             };
             let item = work.slot.checked_sub(1);
             if scheduler.is_settled(work.step, item) {
+                continue;
+            }
+            if item.is_none() && !scheduler.condition_holds(work.step) {
                 continue;
             }
             if item.is_none() && program.steps[work.step].expand.is_some() {
@@ -342,6 +348,26 @@ impl Scheduler<'_> {
                 .maps
                 .get(&step)
                 .is_some_and(|map| map.records[k].is_some()),
+        }
+    }
+
+    /// Decides a ready step's `when`: if false, the step is recorded as skipped by its
+    /// condition; if it cannot be decided, the step fails with `E_CONDITION`.
+    fn condition_holds(&mut self, step: usize) -> bool {
+        let Some(condition) = &self.program.steps[step].when else {
+            return true;
+        };
+        match condition.holds(&self.vars) {
+            Ok(true) => true,
+            Ok(false) => {
+                self.record_not_run(step, true, true, CONDITION_FALSE.to_owned());
+                self.settle(step, Outcome::ConditionFalse);
+                false
+            }
+            Err(error) => {
+                self.record_executed(step, Err(error), 0, Duration::ZERO);
+                false
+            }
         }
     }
 
@@ -816,15 +842,17 @@ impl Scheduler<'_> {
         );
     }
 
-    /// Records a step that will not run (blocked or skipped), without settling it.
-    fn record_not_run(&mut self, index: usize, skipped: bool, reason: String) {
+    /// Records a step that will not run (blocked, or skipped), without settling it.
+    fn record_not_run(&mut self, index: usize, ok: bool, skipped: bool, reason: String) {
         let step_id = &self.program.steps[index].id;
         self.emit(|| {
             let mut event = Event::new(EventKind::StepSkipped, &self.run_id).step(step_id, 0);
             event.reason = Some(reason.clone());
             event
         });
-        self.records[index] = Some(not_run_record(step_id, skipped, reason));
+        let mut record = not_run_record(step_id, skipped, reason);
+        record.ok = ok;
+        self.records[index] = Some(record);
         self.pending.push(Position {
             step: index,
             item: None,
@@ -849,11 +877,22 @@ impl Scheduler<'_> {
                     .filter(|&&dep| self.outcomes[dep] != Some(Outcome::Succeeded))
                     .map(|&dep| &*program.steps[dep].id)
                     .collect();
+                let only_conditions = program.deps.deps[d].iter().all(|&dep| {
+                    matches!(
+                        self.outcomes[dep],
+                        Some(Outcome::Succeeded | Outcome::ConditionFalse)
+                    )
+                });
                 if unsatisfied.is_empty() {
                     self.enqueue(d);
+                } else if only_conditions {
+                    // Skipped by a condition upstream: skipped by condition too, not a failure.
+                    self.record_not_run(d, true, true, CONDITION_FALSE.to_owned());
+                    self.outcomes[d] = Some(Outcome::ConditionFalse);
+                    done.push(d);
                 } else {
                     let reason = format!("dependency not satisfied: {}", json_list(&unsatisfied));
-                    self.record_not_run(d, true, reason);
+                    self.record_not_run(d, false, true, reason);
                     self.outcomes[d] = Some(Outcome::Skipped);
                     done.push(d);
                 }
@@ -1091,6 +1130,9 @@ where
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// The reason of a step skipped by its `when` (or by an upstream one).
+const CONDITION_FALSE: &str = "condition false";
 
 /// `["a","b"]`: the seed 000 form of a list of ids inside a reason.
 fn json_list(ids: &[&str]) -> String {

@@ -1217,3 +1217,86 @@ async fn a_failing_journal_stops_the_run_before_dependents_start() {
         "b never started: a's result could not be made durable"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn false_conditions_skip_their_step_and_what_depends_only_on_it() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({"variables": {"env": "staging", "n": 3}, "steps": [
+            {"id": "a", "tool": "work", "args": {"v": 1}, "result_variable": "a_out"},
+            {"id": "prod", "tool": "work", "when": "vars.env == 'production'", "depends_on": ["a"]},
+            {"id": "after-prod", "tool": "work", "depends_on": ["prod"]},
+            {"id": "big", "tool": "work", "when": "vars.n + 1 > 3 && vars.a_out.args.v == 1", "depends_on": ["a"]},
+            {"id": "both", "tool": "work", "depends_on": ["big", "after-prod"]},
+            {"id": "m", "tool": "work", "when": "false", "expand_on": [1, 2]},
+        ]}))
+        .await;
+    let rows: Vec<(String, bool, bool, Option<String>)> = report
+        .records
+        .iter()
+        .map(|r| (r.step_id.clone(), r.ok, r.skipped, r.reason.clone()))
+        .collect();
+    let skipped = |id: &str| {
+        (
+            id.to_owned(),
+            true,
+            true,
+            Some("condition false".to_owned()),
+        )
+    };
+    assert_eq!(rows[1], skipped("prod"));
+    assert_eq!(rows[2], skipped("after-prod"));
+    assert_eq!((rows[3].1, rows[3].2), (true, false), "big ran");
+    assert_eq!(
+        rows[4],
+        skipped("both"),
+        "its other dependency succeeded, the unsatisfied one was skipped by condition"
+    );
+    assert_eq!(
+        rows[5],
+        skipped("m"),
+        "a map step skipped by its condition has no items"
+    );
+    assert_eq!(
+        report.task_status,
+        TaskStatus::Completed,
+        "condition skips are not failures"
+    );
+    let called: Vec<String> = h.starts().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(called, ["a", "big"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn conditions_that_cannot_be_decided_fail_their_step() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({"variables": {"n": 1}, "steps": [
+            {"id": "text", "tool": "work", "when": "'yes'"},
+            {"id": "missing", "tool": "work", "when": "vars.absent > 1"},
+            {"id": "after", "tool": "work", "depends_on": ["missing"]},
+        ]}))
+        .await;
+    let errors: Vec<String> = report.records[..2]
+        .iter()
+        .map(|r| r.error.as_ref().unwrap().message.clone())
+        .collect();
+    assert!(
+        errors[0].starts_with("`when: 'yes'`: a condition must be true or false"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].starts_with("`when: vars.absent > 1`: "),
+        "{}",
+        errors[1]
+    );
+    assert_eq!(
+        report.records[0].error.as_ref().unwrap().code,
+        "E_CONDITION"
+    );
+    assert_eq!(
+        report.records[2].reason.as_deref(),
+        Some(r#"dependency not satisfied: ["missing"]"#)
+    );
+    assert_eq!(report.task_status, TaskStatus::Failed);
+}

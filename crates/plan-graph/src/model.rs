@@ -123,7 +123,7 @@ pub(crate) struct RawStep {
     // Fields of the plan format that later versions implement: accepted by the parser so that
     // validation can say "not supported yet" at the field, instead of "unknown field".
     #[serde(default)]
-    pub(crate) when: Option<IgnoredAny>,
+    pub(crate) when: Option<String>,
     #[serde(default)]
     pub(crate) risk: Option<IgnoredAny>,
     #[serde(default, alias = "expandOn")]
@@ -195,6 +195,10 @@ pub struct Step {
     /// Makes this a map step: one call per item of a list.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expand: Option<Expand>,
+    /// A CEL condition over `vars`: when it is false the step is skipped (`condition false`)
+    /// and so are the steps that depend on it only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
     /// The layer the step belongs to in seed 004's state file (by default its topological
     /// level).
     #[serde(skip_serializing_if = "Option::is_none")]

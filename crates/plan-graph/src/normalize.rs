@@ -145,7 +145,6 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         );
     }
     for (field, present) in [
-        ("when", raw.when.is_some()),
         ("risk", raw.risk.is_some()),
         ("block", raw.block.is_some()),
         ("run_if", raw.run_if.is_some()),
@@ -282,8 +281,28 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         retry: raw.retry,
         timeout_ms: raw.timeout_ms,
         expand,
+        when: normalize_when(raw.when, &at, issues),
         layer: raw.layer,
     }
+}
+
+/// A `when` condition must compile as CEL; it is compiled again (once) by the engine.
+fn normalize_when(when: Option<String>, at: &PlanPath, issues: &mut Vec<Issue>) -> Option<String> {
+    let text = when?;
+    if let Err(error) = cel::Program::compile(&text) {
+        let first = error.to_string();
+        let message = first
+            .lines()
+            .next()
+            .unwrap_or("invalid expression")
+            .trim_start_matches("ERROR: ")
+            .to_owned();
+        issues.push(
+            Issue::error("plan::condition", at.clone().key("when"), format!("`when` is not a valid CEL expression: {message}"))
+                .help("a condition reads the variables as `vars.NAME`, e.g. `vars.count > 0 && vars.mode == 'full'`"),
+        );
+    }
+    Some(text)
 }
 
 /// `expand_on` is one placeholder naming a list, or a literal list; `expand_key` needs it.

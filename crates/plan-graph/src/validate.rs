@@ -155,7 +155,7 @@ fn check_variables(
                     let allowed = match place {
                         Place::Args => step.expand.is_some(),
                         Place::ExpandKey => true,
-                        Place::ExpandOn => false,
+                        Place::ExpandOn | Place::When => false,
                     };
                     if !allowed {
                         let why = if *place == Place::ExpandOn {
@@ -217,7 +217,7 @@ fn check_variables(
                         issues.push(
                             Issue::warning("plan::undefined_variable", path.clone(), format!("no step binds `{name}` and the plan's `variables` do not define it"))
                                 .label(format!("reads `{name}`"))
-                                .help(format!("give it with `--var {name}=VALUE` or `--vars FILE`, or the step will fail with E_ARGS_UNRESOLVED")),
+                                .help(format!("give it with `--var {name}=VALUE` or `--vars FILE`, or the steps that read it will fail")),
                         );
                     }
                 }
@@ -232,6 +232,7 @@ enum Place {
     Args,
     ExpandOn,
     ExpandKey,
+    When,
 }
 
 /// Every placeholder a step reads, with where it is; `None` (and an issue) if `args` holds
@@ -280,7 +281,52 @@ fn placeholders_of(
             );
         }
     }
+    if let Some(condition) = &step.when {
+        // A condition reads `vars.NAME`: the same ordering rules apply as for placeholders.
+        let path = PlanPath::step(i).key("when");
+        for name in condition_reads(condition) {
+            if let Ok(template) = Template::parse(&format!("${{{name}}}"))
+                && let Some(placeholder) = template.as_placeholder()
+            {
+                reads.push((placeholder.clone(), Place::When, path.clone()));
+            }
+        }
+    }
     Some(reads)
+}
+
+/// The variable names a CEL condition reads as `vars.NAME` or `vars["NAME"]`.
+fn condition_reads(condition: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = condition;
+    while let Some(found) = rest.find("vars") {
+        let before = rest[..found].chars().next_back();
+        let after = &rest[found + 4..];
+        rest = after;
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        let name: String = if let Some(dotted) = after.strip_prefix('.') {
+            dotted
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        } else if let Some(quoted) = after
+            .strip_prefix("[\"")
+            .or_else(|| after.strip_prefix("['"))
+        {
+            quoted
+                .chars()
+                .take_while(|c| *c != '"' && *c != '\'')
+                .collect()
+        } else {
+            continue;
+        };
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
 }
 
 /// A map step's items are `ID-N` or `ID[KEY]`: no other step may have an id of that shape.

@@ -169,11 +169,11 @@ fn structural_errors_name_the_field_and_its_position() {
         )],
     );
     check_errors(
-        "steps:\n  - id: a\n    tool: echo\n    when: \"true\"\n",
+        "steps:\n  - id: a\n    tool: echo\n    risk: high\n",
         Format::Yaml,
         &[(
             "plan::not_supported_yet",
-            "`when` is part of the plan format but this version of plan-cli does not run it yet",
+            "`risk` is part of the plan format but this version of plan-cli does not run it yet",
             4,
             5,
         )],
@@ -459,5 +459,35 @@ fn variables_files_are_objects() {
     assert_eq!(
         invalid.issues[0].message,
         "invalid type: sequence, expected a map"
+    );
+}
+
+#[test]
+fn conditions_compile_at_load_and_their_reads_are_ordered() {
+    let invalid = load_as(
+        "steps:\n  - id: a\n    tool: echo\n    when: \"vars.x >\"\n",
+        Format::Yaml,
+    )
+    .unwrap_err();
+    assert_eq!(invalid.issues[0].code, "plan::condition");
+    assert!(
+        invalid.issues[0]
+            .message
+            .starts_with("`when` is not a valid CEL expression: "),
+        "{}",
+        invalid.issues[0].message
+    );
+    check_errors(
+        r#"{"steps": [
+  {"id": "a", "tool": "echo", "result_variable": "x"},
+  {"id": "b", "tool": "echo", "when": "vars.x.ok && vars['y'] == 1"}
+]}"#,
+        Format::Json,
+        &[(
+            "plan::unordered_read",
+            "step `b` reads `x`, which step `a` binds, but does not depend on it",
+            3,
+            39,
+        )],
     );
 }
