@@ -132,44 +132,17 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
     cargo(root, &[ENGINE_BENCH, &["--no-run"]].concat())?;
     for &(workload, ledger) in ENGINE_WORKLOADS.iter().filter(|(w, _)| wanted(w)) {
         // One process per workload, so that peak RSS belongs to it alone.
-        let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut args = vec!["--", workload];
+        let mut args: Vec<&str> = ENGINE_BENCH.to_vec();
+        args.extend(["--", workload]);
         if ledger {
             args.push("--ledger");
         }
-        let output = Command::new(cargo_bin)
-            .args(ENGINE_BENCH)
-            .args(&args)
-            .current_dir(root)
-            .output()?;
-        if !output.status.success() {
-            bail!(
-                "workload {workload} failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let line = String::from_utf8_lossy(&output.stdout);
-        let value: Value =
-            serde_json::from_str(line.trim()).with_context(|| format!("bench output: {line}"))?;
-        results.push(json!({"kind": "engine", "result": value}));
+        results.push(json!({"kind": "engine", "result": bench_line(root, &args)?}));
     }
 
     if wanted("resolve") {
-        let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let output = Command::new(cargo_bin)
-            .args(["bench", "-q", "-p", "plan-vars", "--bench", "resolve"])
-            .current_dir(root)
-            .output()?;
-        if !output.status.success() {
-            bail!(
-                "resolve bench failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let line = String::from_utf8_lossy(&output.stdout);
-        let value: Value =
-            serde_json::from_str(line.trim()).with_context(|| format!("bench output: {line}"))?;
-        results.push(json!({"kind": "vars", "result": value}));
+        let args = ["bench", "-q", "-p", "plan-vars", "--bench", "resolve"];
+        results.push(json!({"kind": "vars", "result": bench_line(root, &args)?}));
     }
 
     if wanted("cli") {
@@ -256,6 +229,24 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
     )?;
     println!("\nwritten to {}", summary.display());
     Ok(())
+}
+
+/// Runs a benchmark binary through cargo and parses the JSON line it prints.
+fn bench_line(root: &Path, args: &[&str]) -> Result<Value> {
+    let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let output = Command::new(cargo_bin)
+        .args(args)
+        .current_dir(root)
+        .output()?;
+    if !output.status.success() {
+        bail!(
+            "`cargo {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let line = String::from_utf8_lossy(&output.stdout);
+    serde_json::from_str(line.trim()).with_context(|| format!("bench output: {line}"))
 }
 
 struct Timed {

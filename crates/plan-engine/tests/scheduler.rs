@@ -32,12 +32,7 @@ struct Work {
 #[async_trait]
 impl Tool for Work {
     fn info(&self) -> ToolInfo {
-        ToolInfo {
-            name: "work".into(),
-            description: "test".into(),
-            source: "test".into(),
-            input_schema: json!({}),
-        }
+        test_info("work")
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
@@ -72,6 +67,16 @@ impl Tool for Work {
             return Err(error);
         }
         Ok(json!({"args": args, "key": ctx.idempotency_key()}))
+    }
+}
+
+/// A test tool's description: any arguments.
+fn test_info(name: &str) -> ToolInfo {
+    ToolInfo {
+        name: name.into(),
+        description: "test".into(),
+        source: "test".into(),
+        input_schema: json!({}),
     }
 }
 
@@ -962,12 +967,7 @@ struct Probe {
 #[async_trait]
 impl Tool for Probe {
     fn info(&self) -> ToolInfo {
-        ToolInfo {
-            name: "probe".into(),
-            description: "test".into(),
-            source: "test".into(),
-            input_schema: json!({}),
-        }
+        test_info("probe")
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
