@@ -45,8 +45,12 @@ impl Failure {
             StoreError::Sqlite(_) | StoreError::Damaged { .. } => 1,
             _ => INVALID_INPUT,
         };
+        let mut message = error.to_string();
+        if matches!(error, StoreError::Open { .. } | StoreError::Foreign { .. }) {
+            message.push_str("\nrecord runs elsewhere with --db PATH or PLAN_DB=PATH");
+        }
         Failure {
-            message: Some(error.to_string()),
+            message: Some(message),
             code,
         }
     }
