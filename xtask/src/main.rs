@@ -120,6 +120,7 @@ const ENGINE_WORKLOADS: &[(&str, bool)] = &[
     ("chain", false),
     ("chain", true),
     ("map-100k", false),
+    ("block-100k", false),
 ];
 const ENGINE_BENCH: &[&str] = &["bench", "-q", "-p", "plan-engine", "--bench", "engine"];
 

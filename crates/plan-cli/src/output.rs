@@ -64,13 +64,11 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         .iter()
         .filter(|r| r.step_id != plan_graph::META_STEP_ID)
         .collect();
-    let label = |record: &Record| {
-        let tool = plan
-            .steps
-            .iter()
-            .find(|s| s.id.0 == record.step_id)
-            .map_or("", |s| s.tool.as_str());
-        format!("{} [{tool}]", record.step_id)
+    let label = |record: &Record| match plan.steps.iter().find(|s| s.id.0 == record.step_id) {
+        Some(step) if step.block.is_some() => format!("{} [block]", record.step_id),
+        Some(step) => format!("{} [{}]", record.step_id, step.tool),
+        // A map item or a block's node.
+        None => record.step_id.clone(),
     };
     let width = steps
         .iter()

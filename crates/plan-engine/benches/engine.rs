@@ -122,6 +122,15 @@ fn map(count: usize) -> Plan {
     ))
 }
 
+/// One block step looping `loops` times through two nodes, a CEL condition deciding each time
+/// whether to go round again.
+fn block_loop(loops: usize) -> Plan {
+    plan_from(&format!(
+        r#"{{"id":"bench-block","steps":[{{"id":"loop","args":{{"loops":{loops}}},"block":{{"entry_point":"a","max_steps":{},"nodes":{{"a":{{"tool":"noop","args":{{"n":1}}}},"b":{{"tool":"noop","args":{{"n":2}}}},"done":{{"tool":"noop","args":{{"n":3}}}}}},"transitions":{{"a":"b","b":[{{"condition":"more","target":"a"}},{{"condition":"default","target":"done"}}]}},"conditions":{{"more":"attempt < input.loops"}}}}}}]}}"#,
+        2 * loops + 1
+    ))
+}
+
 /// The number of items a map plan's `items` variable holds.
 fn map_items(plan: &Plan) -> usize {
     plan.variables
@@ -175,7 +184,12 @@ fn measure(
     let steps = plan
         .steps
         .iter()
-        .map(|s| s.expand.as_ref().map_or(1, |_| map_items(&plan)))
+        .map(|s| match (&s.expand, &s.block) {
+            (Some(_), _) => map_items(&plan),
+            // Node runs: two per loop, and the last.
+            (_, Some(block)) => block.max_steps as usize,
+            _ => 1,
+        })
         .sum::<usize>();
     // The program has its own copy of everything it needs; like the CLI, let the plan go.
     drop(plan);
@@ -271,6 +285,7 @@ fn main() {
             ("layered", layered(4, 10)),
             ("chain", chain(50)),
             ("map", map(100)),
+            ("block", block_loop(50)),
         ];
         for (name, plan) in shapes {
             let result = measure(name, || plan.clone(), 1, true, &runtime);
@@ -296,9 +311,10 @@ fn main() {
             "layered" => measure(&name, || layered(20, 50), 9, ledger, &runtime),
             "chain" => measure(&name, || chain(1_000), 9, ledger, &runtime),
             "map-100k" => measure(&name, || map(100_000), 5, ledger, &runtime),
+            "block-100k" => measure(&name, || block_loop(100_000), 3, ledger, &runtime),
             other => {
                 eprintln!(
-                    "unknown workload `{other}`; known: independent, independent-100k, layered, chain, map-100k"
+                    "unknown workload `{other}`; known: independent, independent-100k, layered, chain, map-100k, block-100k"
                 );
                 std::process::exit(2);
             }

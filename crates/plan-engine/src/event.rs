@@ -35,6 +35,12 @@ pub enum EventKind {
     /// The run ended.
     #[serde(rename = "run.finished")]
     RunFinished,
+    /// A block step (or nested block) started; `step_id` is its path.
+    #[serde(rename = "block.entered")]
+    BlockEntered,
+    /// A block moved from one node to the next (`from`, `to`, and the `condition` that matched).
+    #[serde(rename = "block.transition")]
+    BlockTransition,
 }
 
 /// One event. Fields that do not apply to its kind are left out of the JSON.
@@ -76,6 +82,15 @@ pub struct Event {
     /// The outcome, on `run.finished`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_status: Option<TaskStatus>,
+    /// The node left, on `block.transition`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The node entered, on `block.transition`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The branch condition that matched, on `block.transition` (none for a linear one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
 }
 
 impl Event {
@@ -94,6 +109,9 @@ impl Event {
             delay_ms: None,
             reason: None,
             task_status: None,
+            from: None,
+            to: None,
+            condition: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! never touches the terminal, files or the environment: callers decide where events go.
 #![deny(missing_docs)]
 
+mod block;
 mod event;
 mod journal;
 mod program;

@@ -10,6 +10,7 @@ use plan_vars::{Item, Placeholder, Root, Scope, Selector, Template, ValueTemplat
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::block::{CompiledBlock, compile_block};
 use crate::redact::Redactor;
 use crate::report::StepError;
 use crate::tool::{Registry, Tool, codes};
@@ -17,10 +18,17 @@ use crate::tool::{Registry, Tool, codes};
 /// Most steps running at once when neither the plan nor the caller says.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
 
+/// What a step does: call a tool, or run a block.
+pub(crate) enum Action {
+    Tool(Arc<dyn Tool>),
+    Block(Arc<CompiledBlock>),
+}
+
 pub(crate) struct CompiledStep {
     pub(crate) id: Arc<str>,
+    /// Empty for a block step.
     pub(crate) tool_name: Arc<str>,
-    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) action: Action,
     pub(crate) args: ValueTemplate,
     pub(crate) binds: Vec<(String, Selector)>,
     pub(crate) retry: RetryPolicy,
@@ -47,7 +55,7 @@ impl Condition {
         };
         let object: BTreeMap<&str, CelJson<'_>> =
             vars.iter().map(|(k, v)| (k.as_str(), CelJson(v))).collect();
-        let mut context = cel::Context::default();
+        let mut context = cel_context();
         context
             .add_variable("vars", object)
             .map_err(|e| failure(e.to_string()))?;
@@ -89,9 +97,20 @@ pub struct Program {
     binders: BTreeMap<String, Arc<str>>,
 }
 
+/// A CEL context with the standard library. The library is built once for the process:
+/// `cel::Context::default()` builds it anew each time, which made a block's loop crawl.
+pub(crate) fn cel_context() -> cel::Context<'static, 'static> {
+    static STANDARD_LIBRARY: std::sync::OnceLock<Arc<cel::Env>> = std::sync::OnceLock::new();
+    cel::Context::with_env(
+        STANDARD_LIBRARY
+            .get_or_init(|| Arc::new(cel::Env::stdlib()))
+            .clone(),
+    )
+}
+
 /// JSON for CEL, with integers as signed where they fit: serde gives positive JSON integers as
 /// unsigned, and CEL refuses `uint + int`, so `vars.count + 1` would fail.
-struct CelJson<'a>(&'a Value);
+pub(crate) struct CelJson<'a>(pub(crate) &'a Value);
 
 impl serde::Serialize for CelJson<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -163,13 +182,35 @@ impl Program {
         let mut schemas: HashMap<&str, Option<Arc<jsonschema::Validator>>> = HashMap::new();
         let mut binders = BTreeMap::new();
         for (i, step) in plan.steps.iter().enumerate() {
-            let Some(tool) = registry.get(&step.tool) else {
-                issues.push(unknown_tool(i, &step.tool, &names));
-                continue;
+            let step_timeout = step
+                .timeout_ms
+                .or(plan.timeout_ms)
+                .map(Duration::from_millis);
+            let step_retry = step.retry.clone().unwrap_or_else(|| default_retry.clone());
+            let (action, tool) = match &step.block {
+                Some(block) => match compile_block(block, registry, &step_retry, None) {
+                    Ok(block) => (Action::Block(Arc::new(block)), None),
+                    Err(message) => {
+                        issues.push(Issue::error(
+                            "plan::block",
+                            PlanPath::step(i).key("block"),
+                            message,
+                        ));
+                        continue;
+                    }
+                },
+                None => match registry.get(&step.tool) {
+                    Some(tool) => (Action::Tool(tool.clone()), Some(tool)),
+                    None => {
+                        issues.push(unknown_tool(i, &step.tool, &names));
+                        continue;
+                    }
+                },
             };
-            let schema = match schemas.get(step.tool.as_str()) {
-                Some(schema) => schema.clone(),
-                None => {
+            let schema = match (tool, schemas.get(step.tool.as_str())) {
+                (None, _) => None,
+                (Some(_), Some(schema)) => schema.clone(),
+                (Some(tool), None) => {
                     let schema = match compile_schema(&tool.info().input_schema) {
                         Ok(schema) => schema,
                         Err(message) => {
@@ -242,14 +283,11 @@ impl Program {
             steps.push(CompiledStep {
                 id: Arc::from(step.id.0.as_str()),
                 tool_name: Arc::from(step.tool.as_str()),
-                tool: tool.clone(),
+                action,
                 args,
                 binds,
-                retry: step.retry.clone().unwrap_or_else(|| default_retry.clone()),
-                timeout: step
-                    .timeout_ms
-                    .or(plan.timeout_ms)
-                    .map(Duration::from_millis),
+                retry: step_retry,
+                timeout: step_timeout,
                 expand,
                 schema,
                 when,
@@ -442,7 +480,17 @@ pub(crate) fn resolve_args(step: &CompiledStep, scope: &Scope<'_>) -> Result<Val
         message: error.to_string(),
         details: None,
     })?;
-    if let Some(schema) = &step.schema
+    check_schema(step.schema.as_deref(), &step.tool_name, args)
+}
+
+/// Checks resolved arguments against a tool's schema: `E_ARGS_INVALID` listing each violation
+/// with its JSON pointer, sorted.
+pub(crate) fn check_schema(
+    schema: Option<&jsonschema::Validator>,
+    tool_name: &str,
+    args: Value,
+) -> Result<Value, StepError> {
+    if let Some(schema) = schema
         && !schema.is_valid(&args)
     {
         let mut violations: Vec<(String, String)> = schema
@@ -466,7 +514,7 @@ pub(crate) fn resolve_args(step: &CompiledStep, scope: &Scope<'_>) -> Result<Val
             .collect();
         return Err(StepError {
             code: codes::E_ARGS_INVALID.into(),
-            message: format!("arguments do not match the schema of `{}`: {}", step.tool_name, listing.join("; ")),
+            message: format!("arguments do not match the schema of `{}`: {}", tool_name, listing.join("; ")),
             details: Some(Value::Array(
                 violations
                     .into_iter()
@@ -599,7 +647,7 @@ fn compile_expand(expand: &plan_graph::Expand) -> Result<CompiledExpand, String>
 }
 
 /// A validator, or none for schemas that accept every object (no need to check).
-fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator>>, String> {
+pub(crate) fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator>>, String> {
     let accepts_any_object = match schema {
         Value::Object(map) => {
             map.is_empty()

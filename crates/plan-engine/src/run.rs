@@ -26,11 +26,12 @@ use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::block::{BlockRun, CompiledBlock};
 use crate::event::{Event, EventKind, EventSink};
 use crate::journal::{Attempt, Batch, Journal, Position, Restored, RunEnd};
 use crate::program::{
-    CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program, expand_items,
-    item_ids, resolve_args,
+    Action, CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program,
+    expand_items, item_ids, resolve_args,
 };
 use crate::redact::Redactor;
 use crate::report::{Record, RunReport, StepError, TaskStatus};
@@ -133,30 +134,62 @@ struct MapRun {
     started: Instant,
 }
 
+/// What every tool call of a run shares.
+#[derive(Clone)]
+pub(crate) struct CallContext {
+    pub(crate) run_id: Arc<str>,
+    pub(crate) events: Option<Arc<dyn EventSink>>,
+    pub(crate) redactor: Arc<Redactor>,
+    pub(crate) cancel: CancellationToken,
+    /// Keep each attempt for the journal.
+    pub(crate) log_attempts: bool,
+}
+
+/// How a tool call (with its retries) ended.
+pub(crate) struct ToolFinished {
+    pub(crate) result: Result<Value, ToolError>,
+    pub(crate) attempts: u32,
+    pub(crate) log: Vec<Attempt>,
+}
+
+/// Work the scheduler starts: one tool call, or a whole block.
+enum Task {
+    Call(Call),
+    Block(BlockCall),
+}
+
 struct Call {
     step: usize,
     item: Option<usize>,
-    run_id: Arc<str>,
+    context: CallContext,
     step_id: Arc<str>,
     tool_name: Arc<str>,
     tool: Arc<dyn Tool>,
     args: Value,
     retry: RetryPolicy,
     timeout: Option<Duration>,
-    cancel: CancellationToken,
-    events: Option<Arc<dyn EventSink>>,
-    redactor: Arc<Redactor>,
-    /// Keep each attempt for the journal.
-    log_attempts: bool,
+}
+
+struct BlockCall {
+    step: usize,
+    context: CallContext,
+    step_id: Arc<str>,
+    block: Arc<CompiledBlock>,
+    input: Value,
+    vars: BTreeMap<String, Arc<Value>>,
+    env: BTreeMap<String, Value>,
+    timeout: Option<Duration>,
 }
 
 struct Finished {
     step: usize,
     item: Option<usize>,
-    result: Result<Value, ToolError>,
+    result: Result<Value, StepError>,
     attempts: u32,
     elapsed: Duration,
     log: Vec<Attempt>,
+    /// A block's node records, in the order they ran.
+    nested: Vec<Record>,
 }
 
 struct Scheduler<'p> {
@@ -173,6 +206,8 @@ struct Scheduler<'p> {
     queued: Vec<bool>,
     ready: BinaryHeap<Reverse<Work>>,
     maps: HashMap<usize, MapRun>,
+    /// Node records of block steps that finished.
+    nested: HashMap<usize, Vec<Record>>,
     /// Item records an earlier attempt at this run settled, by item id.
     restored_items: HashMap<String, Record>,
     journal: Option<Box<dyn Journal>>,
@@ -215,6 +250,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         queued: vec![false; n],
         ready: BinaryHeap::new(),
         maps: HashMap::new(),
+        nested: HashMap::new(),
         restored_items: HashMap::new(),
         journal: options.journal.take(),
         pending: Vec::new(),
@@ -268,7 +304,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 scheduler.expand(work.step);
                 continue;
             }
-            let Some(call) = scheduler.prepare(work.step, item, &halt) else {
+            let Some(task) = scheduler.prepare(work.step, item, &halt) else {
                 continue;
             };
             // What settled so far is durable before this call, which may depend on it, starts.
@@ -277,7 +313,10 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 halt.cancel();
                 break;
             }
-            let handle = running.spawn(execute(call));
+            let handle = match task {
+                Task::Call(call) => running.spawn(execute(call)),
+                Task::Block(block) => running.spawn(execute_block(block)),
+            };
             tasks.insert(handle.id(), (work.step, item));
         }
         let Some(joined) = running.join_next_with_id().await else {
@@ -299,7 +338,11 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                         } else {
                             "the tool's task was aborted"
                         };
-                        let error = ToolError::new(codes::E_TOOL, message);
+                        let error = StepError {
+                            code: codes::E_TOOL.into(),
+                            message: message.into(),
+                            details: None,
+                        };
                         scheduler.finish(Finished {
                             step,
                             item,
@@ -307,6 +350,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                             attempts: 1,
                             elapsed: Duration::ZERO,
                             log: Vec::new(),
+                            nested: Vec::new(),
                         });
                     }
                 }
@@ -417,10 +461,13 @@ impl Scheduler<'_> {
             .filter_map(|&position| {
                 let record = match position.item {
                     None => self.records[position.step].as_ref(),
-                    Some(k) => self
-                        .maps
-                        .get(&position.step)
-                        .and_then(|map| map.records[k].as_ref()),
+                    Some(k) => match self.maps.get(&position.step) {
+                        Some(map) => map.records[k].as_ref(),
+                        None => self
+                            .nested
+                            .get(&position.step)
+                            .and_then(|records| records.get(k)),
+                    },
                 };
                 record.filter(|r| !stopping || r.ok).map(|r| (position, r))
             })
@@ -481,7 +528,7 @@ impl Scheduler<'_> {
         step_index: usize,
         item: Option<usize>,
         halt: &CancellationToken,
-    ) -> Option<Call> {
+    ) -> Option<Task> {
         let step = &self.program.steps[step_index];
         let base = Scope {
             vars: Some(&self.vars),
@@ -500,27 +547,44 @@ impl Scheduler<'_> {
                 (map.ids[k].clone(), resolve_args(step, &values.scope(base)))
             }
         };
-        match resolved {
-            Ok(args) => Some(Call {
+        let args = match resolved {
+            Ok(args) => args,
+            Err(error) => {
+                self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
+                return None;
+            }
+        };
+        let context = CallContext {
+            run_id: self.run_id.clone(),
+            events: self.events.clone(),
+            redactor: self.redactor.clone(),
+            cancel: halt.child_token(),
+            log_attempts: self.journal.is_some(),
+        };
+        Some(match &step.action {
+            Action::Tool(tool) => Task::Call(Call {
                 step: step_index,
                 item,
-                run_id: self.run_id.clone(),
+                context,
                 step_id,
                 tool_name: step.tool_name.clone(),
-                tool: step.tool.clone(),
+                tool: tool.clone(),
                 args,
                 retry: step.retry.clone(),
                 timeout: step.timeout,
-                cancel: halt.child_token(),
-                events: self.events.clone(),
-                redactor: self.redactor.clone(),
-                log_attempts: self.journal.is_some(),
             }),
-            Err(error) => {
-                self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
-                None
-            }
-        }
+            // A block reads the variables as they are when it starts (its ancestors' binds).
+            Action::Block(block) => Task::Block(BlockCall {
+                step: step_index,
+                context,
+                step_id,
+                block: block.clone(),
+                input: args,
+                vars: self.vars.clone(),
+                env: self.env.clone(),
+                timeout: step.timeout,
+            }),
+        })
     }
 
     /// Turns a ready map step into items, or settles it at once when its list is empty or
@@ -628,15 +692,18 @@ impl Scheduler<'_> {
             attempts,
             elapsed,
             log,
+            nested,
         } = finished;
         self.pending_attempts.extend(log);
-        self.finish_work(
-            step,
-            item,
-            result.map_err(StepError::from),
-            attempts,
-            elapsed,
-        );
+        if !nested.is_empty() {
+            // A block's node records come before the block's own, like a map's items.
+            self.pending.extend((0..nested.len()).map(|k| Position {
+                step,
+                item: Some(k),
+            }));
+            self.nested.insert(step, nested);
+        }
+        self.finish_work(step, item, result, attempts, elapsed);
     }
 
     fn finish_work(
@@ -954,7 +1021,7 @@ impl Scheduler<'_> {
             journal.finish(end).map_err(|e| RunError::Journal(e.0))?;
         }
         let meta = Record::meta(status, millis(elapsed));
-        let mut records: Vec<Record> = if self.maps.is_empty() {
+        let mut records: Vec<Record> = if self.maps.is_empty() && self.nested.is_empty() {
             // `map` over `into_iter` collects in place: no second copy of the records.
             self.records
                 .into_iter()
@@ -962,7 +1029,8 @@ impl Scheduler<'_> {
                 .collect()
         } else {
             // A map step's items come right before the step's own record.
-            let items: usize = self.maps.values().map(|m| m.records.len()).sum();
+            let items: usize = self.maps.values().map(|m| m.records.len()).sum::<usize>()
+                + self.nested.values().map(Vec::len).sum::<usize>();
             let mut records = Vec::with_capacity(self.records.len() + items + 1);
             for (i, record) in self.records.into_iter().enumerate() {
                 if let Some(map) = self.maps.remove(&i) {
@@ -971,6 +1039,9 @@ impl Scheduler<'_> {
                             .into_iter()
                             .map(|r| r.unwrap_or_else(unreachable_record)),
                     );
+                }
+                if let Some(nested) = self.nested.remove(&i) {
+                    records.extend(nested);
                 }
                 records.push(record.unwrap_or_else(unreachable_record));
             }
@@ -1017,42 +1088,113 @@ fn unreachable_record() -> Record {
     )
 }
 
-/// Calls the tool, retrying retryable errors as the step's policy allows.
+/// Calls a step's (or item's) tool.
 async fn execute(call: Call) -> Finished {
     let started = Instant::now();
-    let mut log = Vec::new();
-    let finished = |result: Result<Value, ToolError>, attempts: u32, log: Vec<Attempt>| Finished {
+    let done = call_tool(
+        &call.context,
+        call.step_id,
+        call.tool_name,
+        call.tool,
+        call.args,
+        call.retry,
+        call.timeout,
+    )
+    .await;
+    Finished {
         step: call.step,
         item: call.item,
-        result,
-        attempts,
+        result: done.result.map_err(StepError::from),
+        attempts: done.attempts,
         elapsed: started.elapsed(),
-        log,
+        log: done.log,
+        nested: Vec::new(),
+    }
+}
+
+/// Runs a block step; its `timeout_ms` bounds the whole block.
+async fn execute_block(call: BlockCall) -> Finished {
+    let started = Instant::now();
+    let mut run = BlockRun {
+        context: call.context,
+        vars: call.vars,
+        env: call.env,
+        records: Vec::new(),
+        attempts: Vec::new(),
     };
+    let outcome = match call.timeout {
+        None => run.run(&call.block, &call.step_id, &call.input).await,
+        Some(limit) => {
+            tokio::time::timeout(limit, run.run(&call.block, &call.step_id, &call.input))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(StepError {
+                        code: codes::E_TIMEOUT.into(),
+                        message: format!(
+                            "the block took longer than {} ms and was cancelled",
+                            limit.as_millis()
+                        ),
+                        details: None,
+                    })
+                })
+        }
+    };
+    Finished {
+        step: call.step,
+        item: None,
+        result: outcome,
+        attempts: 1,
+        elapsed: started.elapsed(),
+        log: run.attempts,
+        nested: run.records,
+    }
+}
+
+/// Calls a tool, retrying retryable errors as `retry` allows; each attempt is bounded by
+/// `timeout` and stops when the run is cancelled.
+pub(crate) async fn call_tool(
+    context: &CallContext,
+    step_id: Arc<str>,
+    tool_name: Arc<str>,
+    tool: Arc<dyn Tool>,
+    args: Value,
+    retry: RetryPolicy,
+    timeout: Option<Duration>,
+) -> ToolFinished {
+    let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {
+        if let Some(sink) = &context.events {
+            let mut event = Event::new(kind, &context.run_id).step(&step_id, attempt);
+            event.tool = Some(tool_name.clone());
+            fill(&mut event);
+            context.redactor.event(&mut event);
+            sink.emit(&event);
+        }
+    };
+    let mut log = Vec::new();
     let mut attempt = 1;
     loop {
-        call.emit(EventKind::ToolCalled, attempt, |_| {});
+        emit(EventKind::ToolCalled, attempt, &|_| {});
         let attempt_started = Instant::now();
         let attempt_started_at = SystemTime::now();
-        let attempt_cancel = call.cancel.child_token();
+        let attempt_cancel = context.cancel.child_token();
         let ctx = ToolContext {
-            run_id: call.run_id.clone(),
-            step_id: call.step_id.clone(),
+            run_id: context.run_id.clone(),
+            step_id: step_id.clone(),
             attempt,
             cancel: attempt_cancel.clone(),
         };
-        let invocation = call.tool.call(call.args.clone(), ctx);
+        let invocation = tool.call(args.clone(), ctx);
         let result = tokio::select! {
             biased;
-            () = call.cancel.cancelled() => Err(ToolError::new(codes::E_CANCELLED, "the run was cancelled while the tool ran")),
-            result = with_timeout(invocation, call.timeout) => result,
+            () = context.cancel.cancelled() => Err(ToolError::new(codes::E_CANCELLED, "the run was cancelled while the tool ran")),
+            result = with_timeout(invocation, timeout) => result,
         };
         // Tells a tool that outlives its attempt (timed out, cancelled) to stop.
         attempt_cancel.cancel();
         let attempt_ms = millis(attempt_started.elapsed());
-        if call.log_attempts {
+        if context.log_attempts {
             log.push(Attempt {
-                step_id: call.step_id.clone(),
+                step_id: step_id.clone(),
                 attempt,
                 started_at: attempt_started_at,
                 duration_ms: attempt_ms,
@@ -1061,50 +1203,45 @@ async fn execute(call: Call) -> Finished {
         }
         let error = match result {
             Ok(value) => {
-                call.emit(EventKind::ToolSucceeded, attempt, |event| {
+                emit(EventKind::ToolSucceeded, attempt, &|event| {
                     event.duration_ms = Some(attempt_ms)
                 });
-                return finished(Ok(value), attempt, log);
+                return ToolFinished {
+                    result: Ok(value),
+                    attempts: attempt,
+                    log,
+                };
             }
             Err(error) => error,
         };
-        call.emit(EventKind::ToolFailed, attempt, |event| {
+        emit(EventKind::ToolFailed, attempt, &|event| {
             event.duration_ms = Some(attempt_ms);
             event.error = serde_json::to_value(&error).ok();
         });
         let never_retried =
             error.code == codes::E_ARGS_INVALID || error.code == codes::E_ARGS_UNRESOLVED;
-        let retry = error.retryable
+        let again = error.retryable
             && !never_retried
-            && attempt < call.retry.attempts
-            && !call.cancel.is_cancelled();
-        if !retry {
-            return finished(Err(error), attempt, log);
+            && attempt < retry.attempts
+            && !context.cancel.is_cancelled();
+        if !again {
+            return ToolFinished {
+                result: Err(error),
+                attempts: attempt,
+                log,
+            };
         }
-        let delay = retry::delay(&call.retry, attempt, error.retry_after);
-        call.emit(EventKind::StepRetrying, attempt + 1, |event| {
+        let delay = retry::delay(&retry, attempt, error.retry_after);
+        emit(EventKind::StepRetrying, attempt + 1, &|event| {
             event.tool = None;
             event.delay_ms = Some(millis(delay));
             event.error = serde_json::to_value(&error).ok();
         });
         tokio::select! {
-            () = call.cancel.cancelled() => return finished(Err(error), attempt, log),
+            () = context.cancel.cancelled() => return ToolFinished { result: Err(error), attempts: attempt, log },
             () = tokio::time::sleep(delay) => {}
         }
         attempt += 1;
-    }
-}
-
-impl Call {
-    /// Sends a step event carrying the tool's name, when anyone listens.
-    fn emit(&self, kind: EventKind, attempt: u32, fill: impl FnOnce(&mut Event)) {
-        if let Some(sink) = &self.events {
-            let mut event = Event::new(kind, &self.run_id).step(&self.step_id, attempt);
-            event.tool = Some(self.tool_name.clone());
-            fill(&mut event);
-            self.redactor.event(&mut event);
-            sink.emit(&event);
-        }
     }
 }
 

@@ -1300,3 +1300,228 @@ async fn conditions_that_cannot_be_decided_fail_their_step() {
     );
     assert_eq!(report.task_status, TaskStatus::Failed);
 }
+
+fn block_step(block: Value) -> Value {
+    json!({"id": "review", "args": {"goal": 2}, "block": block, "result_variable": "out"})
+}
+
+fn error_of(report: &RunReport, id: &str) -> (String, String, Option<Value>) {
+    let record = report.records.iter().find(|r| r.step_id == id).unwrap();
+    let error = record.error.as_ref().unwrap();
+    (
+        error.code.clone(),
+        error.message.clone(),
+        error.details.clone(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_block_loops_until_a_condition_holds_and_ends_with_the_last_result() {
+    let h = Harness::new();
+    // `bump` returns its n + 1 each time round (n comes from the previous bump, or 0).
+    let report = h
+        .run(json!({"variables": {"start": 0}, "steps": [block_step(json!({
+            "entry_point": "bump",
+            "nodes": {
+                "bump": {"tool": "work", "args": {"n": "${nodes.bump.args.n}", "first": "${start}"}},
+                "count": {"tool": "work", "args": {"n": "${nodes.bump.args.n}"}},
+                "finish": {"tool": "work", "args": {"goal": "${input.goal}", "visits": "${nodes.count.args.n}"}},
+            },
+            "transitions": {
+                "bump": "count",
+                "count": [{"condition": "enough", "target": "finish"}, {"condition": "default", "target": "bump"}],
+            },
+            "conditions": {"enough": "attempt >= input.goal"},
+        }))]}))
+        .await;
+    // `${nodes.bump.args.n}` does not resolve on the first bump: that node fails the block.
+    let (code, message, _) = error_of(&report, "review");
+    assert_eq!(code, "E_ARGS_UNRESOLVED");
+    assert!(
+        message.starts_with("node `review/bump#1` failed: `${nodes.bump.args.n}`"),
+        "{message}"
+    );
+
+    let h = Harness::new();
+    let report = h
+        .run(json!({"steps": [block_step(json!({
+            "entry_point": "bump",
+            "nodes": {
+                "bump": {"tool": "work", "args": {"k": 1}},
+                "count": {"tool": "work", "args": {"k": 2}},
+                "finish": {"tool": "work", "args": {"goal": "${input.goal}"}},
+            },
+            "transitions": {
+                "bump": "count",
+                "count": [{"condition": "enough", "target": "finish"}, {"condition": "default", "target": "bump"}],
+            },
+            "conditions": {"enough": "attempt >= input.goal && result.args.k == 2"},
+        }))]}))
+        .await;
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    let ids: Vec<&str> = report.records.iter().map(|r| r.step_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "review/bump#1",
+            "review/count#1",
+            "review/bump#2",
+            "review/count#2",
+            "review/finish#1",
+            "review",
+            "__meta__"
+        ]
+    );
+    assert_eq!(
+        report.records[5].result.as_ref().unwrap()["args"],
+        json!({"goal": 2}),
+        "the block's result is its last node's"
+    );
+    assert_eq!(report.variables["out"]["args"]["goal"], json!(2));
+    let transitions: Vec<(Option<String>, Option<String>, Option<String>)> = h
+        .events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind == EventKind::BlockTransition)
+        .map(|e| (e.from.clone(), e.to.clone(), e.condition.clone()))
+        .collect();
+    let t = |from: &str, to: &str, condition: Option<&str>| {
+        (
+            Some(from.to_owned()),
+            Some(to.to_owned()),
+            condition.map(str::to_owned),
+        )
+    };
+    assert_eq!(
+        transitions,
+        [
+            t("bump", "count", None),
+            t("count", "bump", Some("default")),
+            t("bump", "count", None),
+            t("count", "finish", Some("enough"))
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocks_fail_with_seed_002_reasons() {
+    let run_block = |block: Value| async move {
+        let h = Harness::new();
+        let report = h.run(json!({"steps": [block_step(block)]})).await;
+        error_of(&report, "review")
+    };
+    let (code, _, details) = run_block(json!({"entry_point": "a", "max_steps": 5, "nodes": {"a": {"tool": "work"}}, "transitions": {"a": "a"}})).await;
+    assert_eq!(
+        (code.as_str(), details),
+        ("max_steps_exceeded", Some(json!({"max_steps": 5})))
+    );
+
+    let (code, _, details) = run_block(json!({
+        "entry_point": "a", "nodes": {"a": {"tool": "work"}, "b": {"tool": "work"}},
+        "transitions": {"a": [{"condition": "never", "target": "b"}]}, "conditions": {"never": "false"},
+    }))
+    .await;
+    assert_eq!(
+        (code.as_str(), details),
+        ("no_transition", Some(json!({"node": "a"})))
+    );
+
+    let (code, message, details) = run_block(json!({
+        "entry_point": "a", "nodes": {"a": {"tool": "work"}, "b": {"tool": "work"}},
+        "transitions": {"a": [{"condition": "bad", "target": "b"}]}, "conditions": {"bad": "result.missing.field == 1"},
+    }))
+    .await;
+    assert_eq!(code, "condition_resolution_error");
+    assert!(
+        message.starts_with("condition `bad` (`result.missing.field == 1`): "),
+        "{message}"
+    );
+    assert_eq!(
+        details,
+        Some(json!({"condition": "bad", "expression": "result.missing.field == 1"}))
+    );
+
+    // A failed node fails the block, keeping the node's error.
+    let (code, message, details) = run_block(json!({"entry_point": "a", "nodes": {"a": {"tool": "work", "args": {"fail_times": 9, "retryable": false}}}})).await;
+    assert_eq!(code, "E_TOOL");
+    assert_eq!(message, "node `review/a#1` failed: failed on attempt 1");
+    assert_eq!(details.unwrap()["node"], json!("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn graphs_that_do_not_validate_fail_with_invalid_graph_or_unknown_node() {
+    // `plan_graph::load` refuses these plans; built by hand, the engine still refuses to run them.
+    let plan = |block: Value| -> plan_graph::Plan {
+        let mut plan: plan_graph::Plan = load(
+            Source::new("b.json", json!({"steps": [{"id": "review", "block": {"entry_point": "a", "nodes": {"a": {"tool": "work"}}}}]}).to_string()),
+            Format::Json,
+            &LoadOptions::default(),
+        )
+        .unwrap()
+        .plan;
+        plan.steps[0].block = Some(serde_json::from_value(block).unwrap());
+        plan
+    };
+    for (block, reason) in [
+        (
+            json!({"entry_point": "nowhere", "nodes": {"a": {"tool": "work"}}}),
+            "invalid_graph",
+        ),
+        (
+            json!({"entry_point": "a", "nodes": {"a": {"tool": "work"}}, "transitions": {"a": "ghost"}}),
+            "unknown_node",
+        ),
+        (
+            json!({"entry_point": "a", "nodes": {"a": {"tool": "work"}}, "transitions": {"ghost": "a"}}),
+            "unknown_node",
+        ),
+    ] {
+        let program = Program::compile(&plan(block), "b", &Harness::new().registry()).unwrap();
+        let report = run(&program, RunOptions::new("r")).await.unwrap();
+        assert_eq!(report.records.last().map(|r| r.ok), Some(false));
+        assert_eq!(error_of(&report, "review").0, reason);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocks_nest_and_the_same_inputs_give_the_same_path() {
+    let plan = json!({"steps": [block_step(json!({
+        "entry_point": "outer",
+        "nodes": {
+            "outer": {"block": {
+                "entry_point": "x",
+                "nodes": {"x": {"tool": "work", "args": {"v": "${input.goal}"}}, "y": {"tool": "work"}},
+                "transitions": {"x": [{"condition": "big", "target": "y"}, {"condition": "default", "target": "x"}]},
+                "conditions": {"big": "attempt == 2"},
+            }},
+            "last": {"tool": "work", "args": {"inner": "${nodes.outer.args}"}},
+        },
+        "transitions": {"outer": "last"},
+    }))]});
+    let mut paths = Vec::new();
+    for _ in 0..1000 {
+        let report = Harness::new().run(plan.clone()).await;
+        paths.push(
+            report
+                .records
+                .iter()
+                .map(|r| r.step_id.clone())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(
+        paths[0],
+        [
+            "review/outer#1/x#1",
+            "review/outer#1/x#2",
+            "review/outer#1/y#1",
+            "review/outer#1",
+            "review/last#1",
+            "review",
+            "__meta__"
+        ]
+    );
+    assert!(paths.iter().all(|p| *p == paths[0]), "1,000 runs, one path");
+}

@@ -25,7 +25,7 @@ mod validate;
 pub use dag::Dependencies;
 pub use issue::{Issue, Location, PlanDiagnostic, Severity, Source};
 pub use load::{Format, InvalidPlan, LoadOptions, LoadedPlan, load, load_variables};
-pub use model::{Expand, Jitter, Plan, RetryPolicy, Step, StepId};
+pub use model::{Block, Branch, Expand, Jitter, Node, Plan, RetryPolicy, Step, StepId, Transition};
 pub use normalize::META_STEP_ID;
 pub use source::{PathSegment, PlanPath, SourceMap};
 pub use validate::unknown_tool;

@@ -131,7 +131,7 @@ pub(crate) struct RawStep {
     #[serde(default, alias = "expandKey")]
     pub(crate) expand_key: Option<String>,
     #[serde(default)]
-    pub(crate) block: Option<IgnoredAny>,
+    pub(crate) block: Option<Block>,
     #[serde(default)]
     pub(crate) run_if: Option<IgnoredAny>,
 }
@@ -199,6 +199,10 @@ pub struct Step {
     /// and so are the steps that depend on it only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
+    /// Makes this a composite step (seed 002): a graph of nodes run from an entry point along
+    /// transitions. Its `tool` is empty and its `args` are the block's `input`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block: Option<Block>,
     /// The layer the step belongs to in seed 004's state file (by default its topological
     /// level).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -214,6 +218,95 @@ pub struct Expand {
     /// and `$key` reads it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+}
+
+/// A composite block (seed 002): nodes run one at a time from `entry_point`, each followed by
+/// its transition, until a node has none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Block {
+    /// The first node.
+    pub entry_point: String,
+    /// Node name → a tool call or a nested block.
+    pub nodes: BTreeMap<String, Node>,
+    /// Node name → the next node, or branches tried in order.
+    #[serde(default)]
+    pub transitions: BTreeMap<String, Transition>,
+    /// Condition name → CEL over `result`, `vars`, `input` and `attempt`.
+    #[serde(default)]
+    pub conditions: BTreeMap<String, String>,
+    /// Most node runs before the block fails with `max_steps_exceeded`.
+    #[serde(default = "default_max_steps")]
+    pub max_steps: u32,
+}
+
+fn default_max_steps() -> u32 {
+    128
+}
+
+/// A block's node: a tool call (`tool`, `args`, …) or a nested `block`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    /// The tool to call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// Its arguments; placeholders may read `${input…}` and `${nodes.NAME…}` (the latest result
+    /// of another node) besides the run's variables.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub args: Map<String, Value>,
+    /// A nested block instead of a tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<Box<Block>>,
+    /// Retry policy of the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Time limit of one attempt of the call.
+    #[serde(default, alias = "timeoutMs", skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Where a node goes next.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Transition {
+    /// Always this node.
+    Linear(String),
+    /// The target of the first branch whose condition holds (`default` always does).
+    Branching(Vec<Branch>),
+}
+
+impl<'de> Deserialize<'de> for Transition {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TransitionVisitor;
+        impl<'de> Visitor<'de> for TransitionVisitor {
+            type Value = Transition;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a node name, or a list of {condition, target}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Transition, E> {
+                Ok(Transition::Linear(v.to_owned()))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Transition, A::Error> {
+                let mut branches = Vec::new();
+                while let Some(branch) = seq.next_element::<Branch>()? {
+                    branches.push(branch);
+                }
+                Ok(Transition::Branching(branches))
+            }
+        }
+        deserializer.deserialize_any(TransitionVisitor)
+    }
+}
+
+/// One branch of a branching transition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Branch {
+    /// A name from the block's `conditions`, or `default`.
+    pub condition: String,
+    /// The node to go to.
+    pub target: String,
 }
 
 /// A normalised plan.

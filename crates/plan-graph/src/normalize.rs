@@ -146,7 +146,6 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     }
     for (field, present) in [
         ("risk", raw.risk.is_some()),
-        ("block", raw.block.is_some()),
         ("run_if", raw.run_if.is_some()),
     ] {
         if present {
@@ -157,7 +156,29 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     check_timeout(raw.timeout_ms, &at, issues);
     let expand = normalize_expand(raw.expand_on, raw.expand_key, &at, issues);
 
+    let block = raw.block;
+    if block.is_some() && (raw.tool.is_some() || raw.tool_calls.is_some()) {
+        issues.push(
+            Issue::error(
+                "plan::tool",
+                at.clone().key("block"),
+                format!("step `{id}` has a `block` and a tool: a block step's work is its nodes"),
+            )
+            .at_key(),
+        );
+    }
+    if block.is_some() && expand.is_some() {
+        issues.push(
+            Issue::error(
+                "plan::block",
+                at.clone().key("expand_on"),
+                "a block step cannot also be a map step (yet)",
+            )
+            .at_key(),
+        );
+    }
     let (tool, args) = match (raw.tool, raw.tool_calls) {
+        (None, None) if block.is_some() => (Some(String::new()), raw.args),
         (Some(_), Some(_)) => {
             issues.push(
                 Issue::error(
@@ -218,7 +239,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             (None, raw.args)
         }
     };
-    if tool.as_deref().is_some_and(|t| t.trim().is_empty()) {
+    if block.is_none() && tool.as_deref().is_some_and(|t| t.trim().is_empty()) {
         issues.push(Issue::error(
             "plan::tool",
             at.clone().key("tool"),
@@ -282,6 +303,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         timeout_ms: raw.timeout_ms,
         expand,
         when: normalize_when(raw.when, &at, issues),
+        block,
         layer: raw.layer,
     }
 }

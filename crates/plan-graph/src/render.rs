@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::dag::Dependencies;
-use crate::model::Plan;
+use crate::model::{Block, Plan, Transition};
 
 /// The mark before a step in the ASCII picture (seed 003).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub fn ascii(plan: &Plan, mark: &dyn Fn(usize) -> Mark) -> String {
         format!(
             "{}. {}",
             step.id,
-            step.title.as_deref().unwrap_or(&step.tool)
+            step.title.as_deref().unwrap_or(kind(step))
         )
     };
     let label_width = (0..plan.steps.len())
@@ -49,7 +49,7 @@ pub fn ascii(plan: &Plan, mark: &dyn Fn(usize) -> Mark) -> String {
     let tool_width = plan
         .steps
         .iter()
-        .map(|s| s.tool.chars().count() + 2)
+        .map(|s| kind(s).chars().count() + 2)
         .max()
         .unwrap_or(0)
         + 2;
@@ -64,7 +64,7 @@ pub fn ascii(plan: &Plan, mark: &dyn Fn(usize) -> Mark) -> String {
                 "{} {:<label_width$}{:<tool_width$}",
                 mark(i).glyph(),
                 label(i),
-                format!("[{}]", step.tool)
+                format!("[{}]", kind(step))
             );
             if k > 0 {
                 line.push('∥');
@@ -88,9 +88,157 @@ pub fn ascii(plan: &Plan, mark: &dyn Fn(usize) -> Mark) -> String {
             }
             out.push_str(line.trim_end());
             out.push('\n');
+            if let Some(block) = &step.block {
+                ascii_block(block, 1, &mut out);
+            }
         }
     }
     out
+}
+
+/// A block's nodes under its step: `name [tool]` then where it goes (`→ next`, or
+/// `→ target if condition`).
+fn ascii_block(block: &Block, depth: usize, out: &mut String) {
+    let indent = "    ".repeat(depth);
+    for (name, node) in &block.nodes {
+        let start = if *name == block.entry_point {
+            "▶"
+        } else {
+            "·"
+        };
+        let kind = node
+            .tool
+            .as_deref()
+            .map_or_else(|| "[block]".to_owned(), |t| format!("[{t}]"));
+        let next = match block.transitions.get(name) {
+            None => String::new(),
+            Some(Transition::Linear(to)) => format!("  → {to}"),
+            Some(Transition::Branching(branches)) => {
+                let arms: Vec<String> = branches
+                    .iter()
+                    .map(|b| format!("{} if {}", b.target, b.condition))
+                    .collect();
+                format!("  → {}", arms.join(", "))
+            }
+        };
+        let _ = writeln!(out, "{indent}{start} {name} {kind}{next}");
+        if let Some(nested) = &node.block {
+            ascii_block(nested, depth + 1, out);
+        }
+    }
+}
+
+/// A block as a Mermaid subgraph with id `id`; node ids are `id_NAME`.
+fn mermaid_block(block: &Block, id: &str, title: &str, depth: usize, out: &mut String) {
+    let indent = "    ".repeat(depth);
+    let _ = writeln!(
+        out,
+        "{indent}subgraph {id}[\"{}\"]",
+        title.replace('"', "#quot;")
+    );
+    for (name, node) in &block.nodes {
+        let node_id = format!("{id}_{}", sanitize(name));
+        match (&node.tool, &node.block) {
+            (Some(tool), _) => {
+                let _ = writeln!(
+                    out,
+                    "{indent}    {node_id}[\"{}<br/>[{tool}]\"]",
+                    name.replace('"', "#quot;")
+                );
+            }
+            (None, Some(nested)) => mermaid_block(nested, &node_id, name, depth + 1, out),
+            (None, None) => {}
+        }
+    }
+    for (from, transition) in &block.transitions {
+        let from_id = format!("{id}_{}", sanitize(from));
+        match transition {
+            Transition::Linear(to) => {
+                let _ = writeln!(out, "{indent}    {from_id} --> {id}_{}", sanitize(to));
+            }
+            Transition::Branching(branches) => {
+                for b in branches {
+                    let _ = writeln!(
+                        out,
+                        "{indent}    {from_id} -- {} --> {id}_{}",
+                        b.condition,
+                        sanitize(&b.target)
+                    );
+                }
+            }
+        }
+    }
+    let _ = writeln!(out, "{indent}end");
+}
+
+/// A block as a Graphviz cluster; node names are `PATH/NAME`.
+fn dot_block(block: &Block, path: &str, depth: usize, counter: &mut usize, out: &mut String) {
+    let quote = |text: &str| serde_json::Value::String(text.to_owned()).to_string();
+    let indent = "    ".repeat(depth);
+    *counter += 1;
+    let _ = writeln!(out, "{indent}subgraph cluster_{counter} {{");
+    let _ = writeln!(out, "{indent}    label={};", quote(path));
+    for (name, node) in &block.nodes {
+        let node_path = format!("{path}/{name}");
+        match (&node.tool, &node.block) {
+            (Some(tool), _) => {
+                let _ = writeln!(
+                    out,
+                    "{indent}    {} [label={}];",
+                    quote(&node_path),
+                    quote(&format!("{name}\n[{tool}]"))
+                );
+            }
+            (None, Some(nested)) => {
+                let _ = writeln!(
+                    out,
+                    "{indent}    {} [label={}, shape=box3d];",
+                    quote(&node_path),
+                    quote(name)
+                );
+                dot_block(nested, &node_path, depth + 1, counter, out);
+            }
+            (None, None) => {}
+        }
+    }
+    for (from, transition) in &block.transitions {
+        let from_path = quote(&format!("{path}/{from}"));
+        match transition {
+            Transition::Linear(to) => {
+                let _ = writeln!(
+                    out,
+                    "{indent}    {from_path} -> {};",
+                    quote(&format!("{path}/{to}"))
+                );
+            }
+            Transition::Branching(branches) => {
+                for b in branches {
+                    let _ = writeln!(
+                        out,
+                        "{indent}    {from_path} -> {} [label={}];",
+                        quote(&format!("{path}/{}", b.target)),
+                        quote(&b.condition)
+                    );
+                }
+            }
+        }
+    }
+    let _ = writeln!(out, "{indent}}}");
+}
+
+/// What a step runs, for pictures: its tool, or `block`.
+fn kind(step: &crate::model::Step) -> &str {
+    if step.block.is_some() {
+        "block"
+    } else {
+        &step.tool
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
 }
 
 /// A Mermaid flowchart, top to bottom; edges point from a dependency to its dependent.
@@ -98,6 +246,16 @@ pub fn mermaid(plan: &Plan) -> String {
     let deps = Dependencies::new(plan);
     let mut out = String::from("flowchart TD\n");
     for (i, step) in plan.steps.iter().enumerate() {
+        if let Some(block) = &step.block {
+            mermaid_block(
+                block,
+                &format!("s{i}"),
+                &format!("{} [block]", step.id),
+                1,
+                &mut out,
+            );
+            continue;
+        }
         let title = step.title.as_deref().unwrap_or("");
         let text = if title.is_empty() {
             format!("{}<br/>[{}]", step.id, step.tool)
@@ -119,7 +277,24 @@ pub fn dot(plan: &Plan) -> String {
     let deps = Dependencies::new(plan);
     let quote = |text: &str| serde_json::Value::String(text.to_owned()).to_string();
     let mut out = String::from("digraph plan {\n    rankdir=TB;\n    node [shape=box];\n");
+    let mut clusters = 0;
     for step in &plan.steps {
+        if let Some(block) = &step.block {
+            let _ = writeln!(
+                out,
+                "    {} [label={}, shape=box3d];",
+                quote(&step.id.0),
+                quote(&format!("{}\n[block]", step.id))
+            );
+            dot_block(block, &step.id.0, 1, &mut clusters, &mut out);
+            let _ = writeln!(
+                out,
+                "    {} -> {} [style=dashed];",
+                quote(&step.id.0),
+                quote(&format!("{}/{}", step.id, block.entry_point))
+            );
+            continue;
+        }
         let label = match &step.title {
             Some(title) => format!("{}. {}\n[{}]", step.id, title, step.tool),
             None => format!("{}\n[{}]", step.id, step.tool),

@@ -104,6 +104,11 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
     }
 
     check_item_ids(plan, &mut issues);
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Some(block) = &step.block {
+            check_block(block, &PlanPath::step(i).key("block"), options, &mut issues);
+        }
+    }
     check_variables(plan, &deps, cycles.is_empty(), options, &mut issues);
     issues
 }
@@ -155,7 +160,7 @@ fn check_variables(
                     let allowed = match place {
                         Place::Args => step.expand.is_some(),
                         Place::ExpandKey => true,
-                        Place::ExpandOn | Place::When => false,
+                        Place::ExpandOn | Place::When | Place::Block => false,
                     };
                     if !allowed {
                         let why = if *place == Place::ExpandOn {
@@ -233,6 +238,7 @@ enum Place {
     ExpandOn,
     ExpandKey,
     When,
+    Block,
 }
 
 /// Every placeholder a step reads, with where it is; `None` (and an issue) if `args` holds
@@ -281,6 +287,11 @@ fn placeholders_of(
             );
         }
     }
+    if let Some(block) = &step.block {
+        // Node arguments read the run's variables too (`input` and `nodes` are the block's own).
+        let path = PlanPath::step(i).key("block");
+        node_reads(block, &path, &mut reads);
+    }
     if let Some(condition) = &step.when {
         // A condition reads `vars.NAME`: the same ordering rules apply as for placeholders.
         let path = PlanPath::step(i).key("when");
@@ -293,6 +304,28 @@ fn placeholders_of(
         }
     }
     Some(reads)
+}
+
+fn node_reads(
+    block: &crate::model::Block,
+    path: &PlanPath,
+    reads: &mut Vec<(Placeholder, Place, PlanPath)>,
+) {
+    for node in block.nodes.values() {
+        if let Some(nested) = &node.block {
+            node_reads(nested, path, reads);
+        } else if let Ok(template) =
+            ValueTemplate::compile(&serde_json::Value::Object(node.args.clone()))
+        {
+            reads.extend(
+                template
+                    .placeholders()
+                    .into_iter()
+                    .filter(|p| !matches!(p.variable(), Some("input" | "nodes")))
+                    .map(|p| (p.clone(), Place::Block, path.clone())),
+            );
+        }
+    }
 }
 
 /// The variable names a CEL condition reads as `vars.NAME` or `vars["NAME"]`.
@@ -327,6 +360,156 @@ fn condition_reads(condition: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// Seed 002's validation, before anything runs: the entry point and every transition's source
+/// and target are nodes, every branch's condition exists and compiles, every node is one call
+/// or one nested block. Messages start with the seed's reason (`invalid_graph`, …).
+fn check_block(
+    block: &crate::model::Block,
+    at: &PlanPath,
+    options: &LoadOptions,
+    issues: &mut Vec<Issue>,
+) {
+    if block.nodes.is_empty() {
+        issues.push(Issue::error(
+            "plan::block",
+            at.clone().key("nodes"),
+            "invalid_graph: a block needs at least one node",
+        ));
+    }
+    if !block.nodes.contains_key(&block.entry_point) {
+        issues.push(
+            Issue::error(
+                "plan::block",
+                at.clone().key("entry_point"),
+                format!(
+                    "invalid_graph: the entry point `{}` is not a node",
+                    block.entry_point
+                ),
+            )
+            .help(format!("the nodes are {}", names(block.nodes.keys()))),
+        );
+    }
+    if block.max_steps == 0 {
+        issues.push(Issue::error(
+            "plan::block",
+            at.clone().key("max_steps"),
+            "invalid_graph: `max_steps` must be at least 1",
+        ));
+    }
+    for (name, text) in &block.conditions {
+        if let Err(error) = cel::Program::compile(text) {
+            let message = error.to_string();
+            let first = message
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("ERROR: ");
+            issues.push(Issue::error(
+                "plan::block",
+                at.clone().key("conditions").key(name),
+                format!("condition_resolution_error: condition `{name}` is not valid CEL: {first}"),
+            ));
+        }
+    }
+    for (source, transition) in &block.transitions {
+        let path = at.clone().key("transitions").key(source);
+        if !block.nodes.contains_key(source) {
+            issues.push(
+                Issue::error(
+                    "plan::block",
+                    path.clone(),
+                    format!(
+                        "unknown_node: there is a transition from `{source}`, which is not a node"
+                    ),
+                )
+                .at_key(),
+            );
+        }
+        let branches: Vec<(Option<&str>, &str, PlanPath)> = match transition {
+            crate::model::Transition::Linear(target) => vec![(None, target.as_str(), path.clone())],
+            crate::model::Transition::Branching(list) => list
+                .iter()
+                .enumerate()
+                .map(|(k, b)| {
+                    (
+                        Some(b.condition.as_str()),
+                        b.target.as_str(),
+                        path.clone().index(k),
+                    )
+                })
+                .collect(),
+        };
+        for (condition, target, branch_path) in &branches {
+            if !block.nodes.contains_key(*target) {
+                issues.push(Issue::error(
+                    "plan::block",
+                    branch_path.clone(),
+                    format!("unknown_node: `{source}` goes to `{target}`, which is not a node"),
+                ));
+            }
+            if let Some(condition) = condition
+                && *condition != "default"
+                && !block.conditions.contains_key(*condition)
+            {
+                issues.push(
+                    Issue::error(
+                        "plan::block",
+                        branch_path.clone(),
+                        format!(
+                            "condition_resolution_error: condition `{condition}` is not defined"
+                        ),
+                    )
+                    .help("define it under the block's `conditions`, or use `default`"),
+                );
+            }
+        }
+        if let crate::model::Transition::Branching(list) = transition
+            && !list.iter().any(|b| b.condition == "default")
+        {
+            issues.push(
+                Issue::warning("plan::block", path.clone(), format!("the branches after `{source}` have no `default`: if none matches, the block fails with `no_transition`"))
+                    .at_key(),
+            );
+        }
+    }
+    for (name, node) in &block.nodes {
+        let path = at.clone().key("nodes").key(name);
+        match (&node.tool, &node.block) {
+            (Some(tool), None) => {
+                if let Some(known) = &options.known_tools
+                    && !known.contains(tool)
+                {
+                    issues.push(unknown_tool_at(path.clone().key("tool"), tool, known));
+                }
+                if let Err(error) =
+                    ValueTemplate::compile(&serde_json::Value::Object(node.args.clone()))
+                {
+                    issues.push(Issue::error(
+                        "plan::placeholder",
+                        pointer_path(path.clone().key("args"), &error.pointer),
+                        format!("malformed placeholder: {error}"),
+                    ));
+                }
+            }
+            (None, Some(nested)) => {
+                check_block(nested, &path.clone().key("block"), options, issues)
+            }
+            _ => issues.push(Issue::error(
+                "plan::block",
+                path,
+                format!("invalid_graph: node `{name}` needs exactly one of `tool` and `block`"),
+            )),
+        }
+    }
+}
+
+fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    names
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A map step's items are `ID-N` or `ID[KEY]`: no other step may have an id of that shape.
@@ -376,17 +559,17 @@ fn bind_path(plan: &Plan, i: usize, name: &str) -> PlanPath {
 
 /// A step naming a tool that does not exist, with the closest name as help.
 pub fn unknown_tool(step: usize, tool: &str, known: &[String]) -> Issue {
+    unknown_tool_at(PlanPath::step(step).key("tool"), tool, known)
+}
+
+fn unknown_tool_at(path: PlanPath, tool: &str, known: &[String]) -> Issue {
     let help = match crate::load::closest(tool, known) {
         Some(name) => format!("did you mean `{name}`? `plan-cli tools` lists every tool"),
         None => "`plan-cli tools` lists every tool".to_owned(),
     };
-    Issue::error(
-        "plan::unknown_tool",
-        PlanPath::step(step).key("tool"),
-        format!("unknown tool `{tool}`"),
-    )
-    .label("no tool has this name")
-    .help(help)
+    Issue::error("plan::unknown_tool", path, format!("unknown tool `{tool}`"))
+        .label("no tool has this name")
+        .help(help)
 }
 
 fn acyclic_ancestors<'a>(

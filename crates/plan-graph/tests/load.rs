@@ -491,3 +491,50 @@ fn conditions_compile_at_load_and_their_reads_are_ordered() {
         )],
     );
 }
+
+#[test]
+fn blocks_are_validated_before_anything_runs() {
+    let options = LoadOptions {
+        known_tools: Some(vec!["echo".into()]),
+        ..LoadOptions::default()
+    };
+    let text = r#"{"steps": [{"id": "review", "block": {
+  "entry_point": "start",
+  "nodes": {"draft": {"tool": "echo"}, "check": {"tool": "ecko"}, "both": {"tool": "echo", "block": {"entry_point": "x", "nodes": {"x": {"tool": "echo"}}}}},
+  "transitions": {"draft": "nowhere", "ghost": "draft", "check": [{"condition": "passed", "target": "draft"}, {"condition": "undefined", "target": "draft"}]},
+  "conditions": {"passed": "result.ok =="}
+}}]}"#;
+    let invalid = load(Source::new("b.json", text), Format::Json, &options).unwrap_err();
+    let mut messages: Vec<String> = invalid.issues.iter().map(|i| i.message.clone()).collect();
+    messages.sort();
+    let expected = [
+        "condition_resolution_error: condition `undefined` is not defined",
+        "invalid_graph: node `both` needs exactly one of `tool` and `block`",
+        "invalid_graph: the entry point `start` is not a node",
+        "the branches after `check` have no `default`: if none matches, the block fails with `no_transition`",
+        "unknown tool `ecko`",
+        "unknown_node: `draft` goes to `nowhere`, which is not a node",
+        "unknown_node: there is a transition from `ghost`, which is not a node",
+    ];
+    for message in expected {
+        assert!(
+            messages.iter().any(|m| m == message),
+            "missing {message:?} in {messages:#?}"
+        );
+    }
+    assert!(
+        messages
+            .iter()
+            .any(|m| m
+                .starts_with("condition_resolution_error: condition `passed` is not valid CEL")),
+        "{messages:#?}"
+    );
+
+    // A good block loads; its step has no tool and its `args` are the block's input.
+    let good = r#"{"steps": [{"id": "review", "args": {"n": 1}, "block": {"entry_point": "a", "nodes": {"a": {"tool": "echo", "args": {"v": "${input.n}"}}}}}]}"#;
+    let loaded = load(Source::new("b.json", good), Format::Json, &options).unwrap();
+    assert_eq!(loaded.plan.steps[0].tool, "");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    let both = r#"{"steps": [{"id": "r", "tool": "echo", "block": {"entry_point": "a", "nodes": {"a": {"tool": "echo"}}}}]}"#;
+    assert!(load(Source::new("b.json", both), Format::Json, &options).is_err());
+}
