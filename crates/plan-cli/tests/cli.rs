@@ -334,6 +334,22 @@ fn show_draws_the_dag_three_ways() {
 }
 
 #[test]
+fn show_draws_blocks_as_sub_graphs() {
+    let plan = fixture("43-block-review.yaml");
+    for format in ["ascii", "mermaid", "dot"] {
+        let output = plan_cli()
+            .args(["show", plan.to_str().unwrap(), "--format", format])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        insta::assert_snapshot!(
+            format!("show_block_{format}"),
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+}
+
+#[test]
 fn tools_lists_the_builtins() {
     let output = plan_cli().arg("tools").output().unwrap();
     insta::assert_snapshot!("tools", String::from_utf8_lossy(&output.stdout));
