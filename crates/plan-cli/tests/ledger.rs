@@ -367,3 +367,47 @@ fn bad_ledger_files_are_clear_errors() {
         .code(0);
     assert!(!lab.dir.path().join(".plan").exists());
 }
+
+#[test]
+fn retrying_a_failed_block_replaces_its_node_records() {
+    // Without the marker the route is probe → warn → give-up (fails); with it, probe → done.
+    // A retry must not keep `warn`'s record from the first route.
+    let lab = Lab::new();
+    let marker = lab.dir.path().join("ready");
+    let plan = lab.write("b.json", &json!({"steps": [{"id": "review", "block": {
+        "entry_point": "probe",
+        "nodes": {
+            "probe": {"tool": "exec", "args": {"argv": ["test", "-f", path_str(&marker)], "check": false}},
+            "warn": {"tool": "echo"},
+            "give-up": {"tool": "fail"},
+            "done": {"tool": "echo"},
+        },
+        "transitions": {
+            "probe": [{"condition": "ready", "target": "done"}, {"condition": "default", "target": "warn"}],
+            "warn": "give-up",
+        },
+        "conditions": {"ready": "result.exit_code == 0"},
+    }}]}));
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 1);
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    std::fs::write(&marker, "").unwrap();
+    let (code, _) = lab.json(&["resume", &run_id, "--retry-failed", "--json"]);
+    assert_eq!(code, 0);
+    let (_, status) = lab.json(&["status", &run_id, "--json"]);
+    let rows: Vec<(&str, bool)> = status["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["step_id"].as_str().unwrap(), r["ok"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("review/probe#1", true),
+            ("review/done#1", true),
+            ("review", true),
+            ("__meta__", true)
+        ]
+    );
+}

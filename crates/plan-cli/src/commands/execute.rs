@@ -110,15 +110,27 @@ pub(crate) fn resume(
     )?;
     let mut records = store.records(&row.run_id).map_err(Failure::ledger)?;
     if args.retry_failed {
+        // A failed step runs again; a failed block runs again from its entry point, so the
+        // records of its nodes (`STEP/NODE#N`) go too.
         let failed: Vec<String> = records
             .iter()
             .filter(|r| r.error.is_some())
             .map(|r| r.step_id.clone())
             .collect();
+        let forgotten = |id: &str| {
+            failed
+                .iter()
+                .any(|f| id == f || id.starts_with(&format!("{f}/")))
+        };
+        let forget: Vec<String> = records
+            .iter()
+            .map(|r| r.step_id.clone())
+            .filter(|id| forgotten(id))
+            .collect();
         store
-            .forget_records(&row.run_id, &failed)
+            .forget_records(&row.run_id, &forget)
             .map_err(Failure::ledger)?;
-        records.retain(|r| r.error.is_none());
+        records.retain(|r| !forgotten(&r.step_id));
     }
     let variables = store.variables(&row.run_id).map_err(Failure::ledger)?;
     store
