@@ -23,7 +23,7 @@ use crate::event::{Event, EventKind};
 use crate::journal::Attempt;
 use crate::program::{CelJson, cel_context, check_schema, compile_schema};
 use crate::report::{Record, StepError};
-use crate::run::{CallContext, call_tool};
+use crate::run::{CallContext, ToolCall, call_tool};
 use crate::tool::{Registry, Tool, codes};
 
 /// A block bound to tools, its conditions compiled.
@@ -450,16 +450,15 @@ impl BlockRun {
                     Ok(args) => args,
                     Err(error) => return (Err(error), 0),
                 };
-                let finished = call_tool(
-                    &self.context,
-                    Arc::from(path),
-                    tool_name.clone(),
-                    tool.clone(),
+                let call = ToolCall {
+                    step_id: Arc::from(path),
+                    tool_name: tool_name.clone(),
+                    tool: tool.clone(),
                     args,
-                    retry.clone(),
-                    *timeout,
-                )
-                .await;
+                    retry: retry.clone(),
+                    timeout: *timeout,
+                };
+                let finished = call_tool(&self.context, call).await;
                 self.attempts.extend(finished.log);
                 (finished.result.map_err(StepError::from), finished.attempts)
             }

@@ -158,16 +158,23 @@ enum Task {
     Block(BlockCall),
 }
 
+/// One tool call: what to call, with what, and how to retry and bound it. Steps, map items
+/// and block nodes all make their calls this way.
+pub(crate) struct ToolCall {
+    pub(crate) step_id: Arc<str>,
+    pub(crate) tool_name: Arc<str>,
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) args: Value,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) timeout: Option<Duration>,
+}
+
+/// A step's or map item's call, with where its outcome goes.
 struct Call {
     step: usize,
     item: Option<usize>,
     context: CallContext,
-    step_id: Arc<str>,
-    tool_name: Arc<str>,
-    tool: Arc<dyn Tool>,
-    args: Value,
-    retry: RetryPolicy,
-    timeout: Option<Duration>,
+    call: ToolCall,
 }
 
 struct BlockCall {
@@ -566,12 +573,14 @@ impl Scheduler<'_> {
                 step: step_index,
                 item,
                 context,
-                step_id,
-                tool_name: step.tool_name.clone(),
-                tool: tool.clone(),
-                args,
-                retry: step.retry.clone(),
-                timeout: step.timeout,
+                call: ToolCall {
+                    step_id,
+                    tool_name: step.tool_name.clone(),
+                    tool: tool.clone(),
+                    args,
+                    retry: step.retry.clone(),
+                    timeout: step.timeout,
+                },
             }),
             // A block reads the variables as they are when it starts (its ancestors' binds).
             Action::Block(block) => Task::Block(BlockCall {
@@ -1091,16 +1100,7 @@ fn unreachable_record() -> Record {
 /// Calls a step's (or item's) tool.
 async fn execute(call: Call) -> Finished {
     let started = Instant::now();
-    let done = call_tool(
-        &call.context,
-        call.step_id,
-        call.tool_name,
-        call.tool,
-        call.args,
-        call.retry,
-        call.timeout,
-    )
-    .await;
+    let done = call_tool(&call.context, call.call).await;
     Finished {
         step: call.step,
         item: call.item,
@@ -1152,15 +1152,15 @@ async fn execute_block(call: BlockCall) -> Finished {
 
 /// Calls a tool, retrying retryable errors as `retry` allows; each attempt is bounded by
 /// `timeout` and stops when the run is cancelled.
-pub(crate) async fn call_tool(
-    context: &CallContext,
-    step_id: Arc<str>,
-    tool_name: Arc<str>,
-    tool: Arc<dyn Tool>,
-    args: Value,
-    retry: RetryPolicy,
-    timeout: Option<Duration>,
-) -> ToolFinished {
+pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFinished {
+    let ToolCall {
+        step_id,
+        tool_name,
+        tool,
+        args,
+        retry,
+        timeout,
+    } = call;
     let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {
         if let Some(sink) = &context.events {
             let mut event = Event::new(kind, &context.run_id).step(&step_id, attempt);
