@@ -119,7 +119,7 @@ pub(crate) fn compile_block(
         Some(&entry) => entry,
         None => {
             invalid = Some(reason(
-                "invalid_graph",
+                codes::INVALID_GRAPH,
                 format!("the entry point `{}` is not a node", block.entry_point),
                 json!({"entry_point": block.entry_point}),
             ));
@@ -131,7 +131,7 @@ pub(crate) fn compile_block(
         let Some(&from) = index.get(source.as_str()) else {
             invalid.get_or_insert_with(|| {
                 reason(
-                    "unknown_node",
+                    codes::UNKNOWN_NODE,
                     format!("a transition leaves `{source}`, which is not a node"),
                     json!({"node": source}),
                 )
@@ -145,7 +145,7 @@ pub(crate) fn compile_block(
                 None => {
                     invalid.get_or_insert_with(|| {
                         reason(
-                            "unknown_node",
+                            codes::UNKNOWN_NODE,
                             format!("`{source}` goes to `{to}`, which is not a node"),
                             json!({"node": to}),
                         )
@@ -159,7 +159,7 @@ pub(crate) fn compile_block(
                     let Some(to) = target(&branch.target) else {
                         invalid.get_or_insert_with(|| {
                             reason(
-                                "unknown_node",
+                                codes::UNKNOWN_NODE,
                                 format!(
                                     "`{source}` goes to `{}`, which is not a node",
                                     branch.target
@@ -175,7 +175,7 @@ pub(crate) fn compile_block(
                         let Some(text) = block.conditions.get(&branch.condition) else {
                             invalid.get_or_insert_with(|| {
                                 reason(
-                                    "condition_resolution_error",
+                                    codes::CONDITION_RESOLUTION_ERROR,
                                     format!("condition `{}` is not defined", branch.condition),
                                     json!({"condition": branch.condition}),
                                 )
@@ -187,7 +187,7 @@ pub(crate) fn compile_block(
                             Err(error) => {
                                 invalid.get_or_insert_with(|| {
                                     reason(
-                                        "condition_resolution_error",
+                                        codes::CONDITION_RESOLUTION_ERROR,
                                         format!(
                                             "condition `{}` does not compile: {error}",
                                             branch.condition
@@ -212,7 +212,7 @@ pub(crate) fn compile_block(
     if names.is_empty() {
         invalid.get_or_insert_with(|| {
             reason(
-                "invalid_graph",
+                codes::INVALID_GRAPH,
                 "a block needs at least one node".to_owned(),
                 json!({}),
             )
@@ -284,7 +284,7 @@ impl BlockRun {
                 steps += 1;
                 if steps > block.max_steps {
                     return Err(reason(
-                        "max_steps_exceeded",
+                        codes::MAX_STEPS_EXCEEDED,
                         format!("the block ran {} nodes without finishing", block.max_steps),
                         json!({"max_steps": block.max_steps}),
                     ));
@@ -347,7 +347,7 @@ impl BlockRun {
                         }
                         chosen.ok_or_else(|| {
                             reason(
-                                "no_transition",
+                                codes::NO_TRANSITION,
                                 format!("no branch after node `{name}` matched"),
                                 json!({"node": name}),
                             )
@@ -377,7 +377,7 @@ impl BlockRun {
     ) -> Result<bool, StepError> {
         let failure = |message: String| {
             reason(
-                "condition_resolution_error",
+                codes::CONDITION_RESOLUTION_ERROR,
                 format!("condition `{name}` (`{text}`): {message}"),
                 json!({"condition": name, "expression": text}),
             )

@@ -49,7 +49,7 @@ impl Condition {
     /// `E_CONDITION` naming the expression.
     pub(crate) fn holds(&self, vars: &BTreeMap<String, Arc<Value>>) -> Result<bool, StepError> {
         let failure = |message: String| StepError {
-            code: "E_CONDITION".into(),
+            code: codes::E_CONDITION.into(),
             message: format!("`when: {}`: {message}", self.text),
             details: None,
         };
@@ -536,7 +536,7 @@ pub(crate) fn expand_items(
         ExpandSource::Placeholder(template) => match template.resolve(scope) {
             Ok(Value::Array(items)) => Ok(items),
             Ok(other) => Err(StepError {
-                code: "E_EXPAND_NOT_LIST".into(),
+                code: codes::E_EXPAND_NOT_LIST.into(),
                 message: format!(
                     "`expand_on` `{}` is {}, not a list",
                     expand.on_text,
@@ -588,7 +588,7 @@ pub(crate) fn item_ids(
             Value::Number(n) => n.to_string(),
             other => {
                 return Err(StepError {
-                    code: "E_EXPAND_KEY".into(),
+                    code: codes::E_EXPAND_KEY.into(),
                     message: format!(
                         "`expand_key` must give a string or a number; for item {k} it gives {}",
                         kind(other)
@@ -599,7 +599,7 @@ pub(crate) fn item_ids(
         };
         if let Some(first) = seen.insert(text.clone(), k) {
             return Err(StepError {
-                code: "E_EXPAND_DUPLICATE_KEY".into(),
+                code: codes::E_EXPAND_DUPLICATE_KEY.into(),
                 message: format!(
                     "`expand_key` gives `{text}` for items {first} and {k}; keys must be unique"
                 ),

@@ -859,7 +859,7 @@ impl Scheduler<'_> {
                 message.push_str(&format!(" and {more} more"));
             }
             Err(StepError {
-                code: "E_MAP_ITEMS_FAILED".into(),
+                code: codes::E_MAP_ITEMS_FAILED.into(),
                 message,
                 details: None,
             })

@@ -28,6 +28,26 @@ pub mod codes {
     pub const E_TRANSPORT: &str = "E_TRANSPORT";
     /// Reading or writing a file or a pipe failed.
     pub const E_IO: &str = "E_IO";
+    /// A step's `when` is not true or false, or cannot be evaluated.
+    pub const E_CONDITION: &str = "E_CONDITION";
+    /// A map step's `expand_on` is not a list.
+    pub const E_EXPAND_NOT_LIST: &str = "E_EXPAND_NOT_LIST";
+    /// A map item's key (from `expand_key`) is not a string or a number.
+    pub const E_EXPAND_KEY: &str = "E_EXPAND_KEY";
+    /// Two map items have the same key.
+    pub const E_EXPAND_DUPLICATE_KEY: &str = "E_EXPAND_DUPLICATE_KEY";
+    /// Some items of a map step failed.
+    pub const E_MAP_ITEMS_FAILED: &str = "E_MAP_ITEMS_FAILED";
+    /// A block's graph does not validate (seed 002).
+    pub const INVALID_GRAPH: &str = "invalid_graph";
+    /// A block's transition names a node that does not exist (seed 002).
+    pub const UNKNOWN_NODE: &str = "unknown_node";
+    /// No branch of a block's transition matched (seed 002).
+    pub const NO_TRANSITION: &str = "no_transition";
+    /// A block ran more than `max_steps` nodes (seed 002).
+    pub const MAX_STEPS_EXCEEDED: &str = "max_steps_exceeded";
+    /// A block's condition is undefined, does not compile, or cannot be evaluated (seed 002).
+    pub const CONDITION_RESOLUTION_ERROR: &str = "condition_resolution_error";
 }
 
 /// How a tool call failed.
