@@ -1,6 +1,5 @@
 //! Exit codes and the errors that end a command early.
 
-use plan_engine::TaskStatus;
 use plan_store::StoreError;
 
 /// Exit code for invalid input: a bad plan, bad flags, an unreadable file, an unknown run.
@@ -54,9 +53,4 @@ impl Failure {
             code,
         }
     }
-}
-
-/// `0` COMPLETED, `1` FAILED, `3` PARTIAL, `4` BLOCKED, `5` WAITING, `130` STOPPED.
-pub(crate) fn for_status(status: TaskStatus) -> i32 {
-    status.exit_code()
 }

@@ -317,9 +317,9 @@ fn independent_steps_run_together_up_to_the_limit() {
     );
 }
 
-#[test]
-fn show_draws_the_dag_three_ways() {
-    let plan = fixture("03-seed003-diamond.json");
+/// `show` of a fixture in every format, each kept as a snapshot `{prefix}_{format}`.
+fn snapshot_show(fixture_name: &str, prefix: &str) {
+    let plan = fixture(fixture_name);
     for format in ["ascii", "mermaid", "dot"] {
         let output = plan_cli()
             .args(["show", plan.to_str().unwrap(), "--format", format])
@@ -327,26 +327,20 @@ fn show_draws_the_dag_three_ways() {
             .unwrap();
         assert_eq!(output.status.code(), Some(0));
         insta::assert_snapshot!(
-            format!("show_{format}"),
+            format!("{prefix}_{format}"),
             String::from_utf8_lossy(&output.stdout)
         );
     }
 }
 
 #[test]
+fn show_draws_the_dag_three_ways() {
+    snapshot_show("03-seed003-diamond.json", "show");
+}
+
+#[test]
 fn show_draws_blocks_as_sub_graphs() {
-    let plan = fixture("43-block-review.yaml");
-    for format in ["ascii", "mermaid", "dot"] {
-        let output = plan_cli()
-            .args(["show", plan.to_str().unwrap(), "--format", format])
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(0));
-        insta::assert_snapshot!(
-            format!("show_block_{format}"),
-            String::from_utf8_lossy(&output.stdout)
-        );
-    }
+    snapshot_show("43-block-review.yaml", "show_block");
 }
 
 #[test]

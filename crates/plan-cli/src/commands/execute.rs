@@ -16,7 +16,7 @@ use super::plans::{format_name, format_of};
 use super::{pretty, print};
 use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
 use crate::events_file::EventsFile;
-use crate::exit::{self, Failure};
+use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::output::{self, Progress};
 use crate::plan_file::{Ready, prepare, prepare_source};
@@ -79,7 +79,7 @@ pub(crate) fn resume(
             output::summary(&report, &plan_of(&row)?)
         };
         print(&text)?;
-        return Ok(exit::for_status(status_of(&row)));
+        return Ok(status_of(&row).exit_code());
     }
     let mut source = Source::new(row.plan_name.clone(), row.plan_source.clone());
     let mut format = format_of(&row.plan_format);
@@ -317,7 +317,7 @@ fn execute(
     if report.task_status == plan_engine::TaskStatus::Stopped && !args.json {
         eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
     }
-    Ok(exit::for_status(report.task_status))
+    Ok(report.task_status.exit_code())
 }
 
 /// Writes the run's execute-state document to `path` atomically: a temporary file in the same
