@@ -10,7 +10,8 @@
 //! errors, never silently fixed. Unknown dependencies are a warning: at run time they block
 //! the step (seed 000).
 //!
-//! This crate does no I/O.
+//! This crate does no I/O. It compiles `when` and block conditions with the `cel` crate, only
+//! to report a condition that does not compile at load time.
 #![deny(missing_docs)]
 
 mod dag;

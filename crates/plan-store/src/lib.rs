@@ -8,7 +8,8 @@
 //! `synchronous=NORMAL` makes a commit survive `kill -9` of the process without an fsync per
 //! commit; `busy_timeout` lets several processes share one file.
 //!
-//! This is the only crate that knows SQL.
+//! This is the only crate that knows SQL. It depends on `plan-engine` (and so on tokio) for
+//! the records, events and `Journal` trait it stores; reading a ledger needs no runtime.
 #![deny(missing_docs)]
 
 mod journal;
