@@ -411,3 +411,37 @@ fn retrying_a_failed_block_replaces_its_node_records() {
         ]
     );
 }
+
+#[test]
+fn secrets_never_reach_the_ledger() {
+    let lab = Lab::new();
+    let plan = lab.write("s.json", &json!({"env": ["PLAN_CLI_TEST_SECRET"], "steps": [
+        {"id": "call", "tool": "echo", "args": {"auth": "Bearer ${env.PLAN_CLI_TEST_SECRET}"}, "result_variable": "sent"},
+    ]}));
+    let output = lab
+        .cli()
+        .env("PLAN_CLI_TEST_SECRET", "s3cr3t-value-42")
+        .args(["run", path_str(&plan), "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let run_id = report["run_id"].as_str().unwrap();
+    // `status` reads records and bound variables back from the ledger.
+    let (_, status) = lab.json(&["status", run_id, "--json"]);
+    assert_eq!(
+        status["variables"]["sent"]["auth"],
+        json!("Bearer [redacted]")
+    );
+    assert_eq!(
+        status["records"][0]["result"]["auth"],
+        json!("Bearer [redacted]")
+    );
+    let raw = std::fs::read(lab.dir.path().join(".plan/state.db")).unwrap();
+    let wal = std::fs::read(lab.dir.path().join(".plan/state.db-wal")).unwrap_or_default();
+    let needle = b"s3cr3t-value-42";
+    assert!(
+        !raw.windows(needle.len()).any(|w| w == needle)
+            && !wal.windows(needle.len()).any(|w| w == needle),
+        "the secret is in the ledger file"
+    );
+}

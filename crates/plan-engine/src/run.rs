@@ -15,6 +15,7 @@
 //! result and binds are durable before a dependent runs, and a busy run pays one commit per
 //! turn of the loop rather than one per step.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -481,34 +482,26 @@ impl Scheduler<'_> {
             .collect();
         // Secrets never reach the ledger: variables and attempt errors are redacted copies
         // (records already are). A resumed run reads `[redacted]` where a secret was bound.
-        let redacted_vars: Vec<(&str, Value)> = if self.redactor.is_empty() {
-            Vec::new()
-        } else {
-            self.pending_vars
-                .iter()
-                .filter_map(|name| {
-                    let mut value = (**self.vars.get(name)?).clone();
-                    self.redactor.value(&mut value);
-                    Some((name.as_str(), value))
-                })
-                .collect()
-        };
-        let variables: Vec<(&str, &Value)> = if self.redactor.is_empty() {
-            self.pending_vars
-                .iter()
-                .filter_map(|name| self.vars.get(name).map(|v| (name.as_str(), &**v)))
-                .collect()
-        } else {
-            redacted_vars
-                .iter()
-                .map(|(name, value)| (*name, value))
-                .collect()
-        };
-        if !self.redactor.is_empty() {
-            for attempt in &mut self.pending_attempts {
-                if let Some(error) = &mut attempt.error {
-                    self.redactor.string(&mut error.message);
+        let values: Vec<(&str, Cow<'_, Value>)> = self
+            .pending_vars
+            .iter()
+            .filter_map(|name| {
+                let value = &**self.vars.get(name)?;
+                if self.redactor.is_empty() {
+                    return Some((name.as_str(), Cow::Borrowed(value)));
                 }
+                let mut copy = value.clone();
+                self.redactor.value(&mut copy);
+                Some((name.as_str(), Cow::Owned(copy)))
+            })
+            .collect();
+        let variables: Vec<(&str, &Value)> = values
+            .iter()
+            .map(|(name, value)| (*name, value.as_ref()))
+            .collect();
+        for attempt in &mut self.pending_attempts {
+            if let Some(error) = &mut attempt.error {
+                self.redactor.string(&mut error.message);
             }
         }
         let batch = Batch {
