@@ -25,8 +25,12 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Run a plan (a file, or the id of a stored plan) and print its records
     Run(RunArgs),
-    /// Continue a run that was stopped, interrupted or killed
+    /// Continue a run that was stopped, interrupted, killed or waiting for approvals
     Resume(ResumeArgs),
+    /// Approve high-risk steps (or the plan) of a run, then `resume` it
+    Approve(ApproveArgs),
+    /// Refuse a high-risk step of a run: it fails with E_REJECTED and its dependents skip
+    Reject(RejectArgs),
     /// Check a plan without running it
     Validate(PlanArgs),
     /// Draw a plan's dependency graph
@@ -87,6 +91,60 @@ pub(crate) struct RunArgs {
     /// Resolve and print what would be called, calling nothing (and recording nothing)
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// How to run: `auto` runs (high-risk steps wait for approval), `preview` shows what would
+    /// run and runs nothing, `approval` waits for `plan-cli approve RUN --plan` first
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub(crate) mode: Option<RunMode>,
+    /// Approve a high-risk step or map item in advance (repeatable)
+    #[arg(long = "approve", value_name = "STEP")]
+    pub(crate) approve: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum RunMode {
+    /// Run; high-risk steps wait for an approval
+    Auto,
+    /// Validate, resolve and draw the plan; run nothing
+    Preview,
+    /// Wait for the plan's approval before the first step
+    Approval,
+}
+
+impl From<RunMode> for plan_graph::Mode {
+    fn from(mode: RunMode) -> Self {
+        match mode {
+            RunMode::Auto => plan_graph::Mode::Auto,
+            RunMode::Preview => plan_graph::Mode::Preview,
+            RunMode::Approval => plan_graph::Mode::Approval,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ApproveArgs {
+    /// The run (its id, or a unique prefix of it)
+    pub(crate) run: String,
+    /// The steps or map items to approve (`deploy`, `deploy[prod]`); a step covers its items
+    #[arg(value_name = "STEP", required_unless_present_any = ["all", "plan"])]
+    pub(crate) steps: Vec<String>,
+    /// Approve everything the run waits for (the plan too)
+    #[arg(long, conflicts_with = "steps")]
+    pub(crate) all: bool,
+    /// Approve the plan itself (a run started with `--mode approval`)
+    #[arg(long)]
+    pub(crate) plan: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RejectArgs {
+    /// The run (its id, or a unique prefix of it)
+    pub(crate) run: String,
+    /// The steps or map items to refuse
+    #[arg(value_name = "STEP", required = true)]
+    pub(crate) steps: Vec<String>,
+    /// Why; it becomes the step's error message
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -24,6 +24,8 @@ fn main() {
     let outcome = match &cli.command {
         Command::Run(args) => commands::run(args, &registry, &ledger),
         Command::Resume(args) => commands::resume(args, &registry, &ledger),
+        Command::Approve(args) => commands::approve(args, &registry, &ledger),
+        Command::Reject(args) => commands::reject(args, &registry, &ledger),
         Command::Validate(args) => commands::validate(args, &registry, &ledger),
         Command::Show(args) => commands::show(args, &registry, &ledger),
         Command::Tools(args) => commands::tools(args, &registry),

@@ -11,6 +11,7 @@ use plan_engine::{Event, EventKind, EventSink, PlannedCall, Record, RunReport};
 pub(crate) struct Progress {
     bar: ProgressBar,
     running: AtomicU64,
+    retries: AtomicU64,
 }
 
 impl Progress {
@@ -28,6 +29,7 @@ impl Progress {
         Some(Progress {
             bar,
             running: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
         })
     }
 
@@ -36,19 +38,34 @@ impl Progress {
     }
 }
 
+impl Progress {
+    fn show_counts(&self, running: u64) {
+        let retries = self.retries.load(Ordering::Relaxed);
+        self.bar.set_message(match retries {
+            0 => format!("{running} running"),
+            1 => format!("{running} running, 1 retry"),
+            n => format!("{running} running, {n} retries"),
+        });
+    }
+}
+
 impl EventSink for Progress {
     fn emit(&self, event: &Event) {
         match event.kind {
             EventKind::ToolCalled if event.attempt == 1 => {
                 let running = self.running.fetch_add(1, Ordering::Relaxed) + 1;
-                self.bar.set_message(format!("{running} running"));
+                self.show_counts(running);
+            }
+            EventKind::StepRetrying => {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+                self.show_counts(self.running.load(Ordering::Relaxed));
             }
             EventKind::StepExecuted => {
                 let running = self
                     .running
                     .fetch_sub(1, Ordering::Relaxed)
                     .saturating_sub(1);
-                self.bar.set_message(format!("{running} running"));
+                self.show_counts(running);
                 self.bar.inc(1);
             }
             EventKind::StepSkipped => self.bar.inc(1),
@@ -143,6 +160,36 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         duration(total),
         report.run_id
     ));
+    out
+}
+
+/// What a `WAITING` run waits for, and how to go on.
+pub(crate) fn waiting(report: &RunReport) -> String {
+    let run = &report.run_id;
+    let mut out = String::from("waiting for approval:\n");
+    let mut plan = false;
+    for pending in &report.pending_approvals {
+        if pending.step_id == plan_engine::PLAN_APPROVAL {
+            plan = true;
+            out.push_str("  the plan (it runs in approval mode)\n");
+            continue;
+        }
+        let tool = pending.tool.as_deref().unwrap_or("block");
+        let args = pending
+            .args
+            .as_ref()
+            .map_or(String::new(), |args| format!(" {args}"));
+        out.push_str(&format!("  {}  {tool}{args}\n", pending.step_id));
+    }
+    if plan {
+        out.push_str(&format!(
+            "approve with `plan-cli approve {run} --plan`, then `plan-cli resume {run}`\n"
+        ));
+    } else {
+        out.push_str(&format!(
+            "approve with `plan-cli approve {run} STEP...` (or --all), or refuse with `plan-cli reject {run} STEP --reason TEXT`; then `plan-cli resume {run}`\n"
+        ));
+    }
     out
 }
 

@@ -23,6 +23,7 @@ impl Tool for Noop {
             name: "noop".into(),
             description: String::new(),
             source: "bench".into(),
+            risk: plan_engine::Risk::Low,
             input_schema: json!({}),
         }
     }

@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plan_graph::{Block, RetryPolicy, Transition};
+use plan_graph::{Block, RetryPolicy, Risk, Transition};
 use plan_vars::{Scope, ValueTemplate, Variables};
 use serde_json::{Map, Value, json};
 
@@ -33,6 +33,9 @@ pub(crate) struct CompiledBlock {
     entry: usize,
     transitions: Vec<Option<CompiledTransition>>,
     max_steps: u32,
+    /// The highest risk of its nodes' tools: a block with a high-risk node waits for an
+    /// approval as a whole, before its first node runs.
+    pub(crate) risk: Risk,
     /// Set when the graph does not validate (reachable only without `plan_graph::load`, which
     /// refuses such plans): running the block fails with this reason.
     invalid: Option<StepError>,
@@ -86,6 +89,7 @@ pub(crate) fn compile_block(
         .map(|(i, n)| (n.as_str(), i))
         .collect();
     let mut nodes = Vec::with_capacity(names.len());
+    let mut risk = Risk::Low;
     for (name, node) in &block.nodes {
         nodes.push(match (&node.tool, &node.block) {
             (Some(tool_name), None) => {
@@ -94,6 +98,7 @@ pub(crate) fn compile_block(
                     .ok_or_else(|| format!("node `{name}`: unknown tool `{tool_name}`"))?;
                 let args = ValueTemplate::compile(&Value::Object(node.args.clone()))
                     .map_err(|e| format!("node `{name}`: malformed placeholder: {e}"))?;
+                risk = risk.max(tool.info().risk);
                 CompiledNode::Call {
                     tool: tool.clone(),
                     tool_name: Arc::from(tool_name.as_str()),
@@ -105,7 +110,9 @@ pub(crate) fn compile_block(
                 }
             }
             (None, Some(nested)) => {
-                CompiledNode::Block(Arc::new(compile_block(nested, registry, retry, timeout)?))
+                let nested = compile_block(nested, registry, retry, timeout)?;
+                risk = risk.max(nested.risk);
+                CompiledNode::Block(Arc::new(nested))
             }
             _ => {
                 return Err(format!(
@@ -224,6 +231,7 @@ pub(crate) fn compile_block(
         entry,
         transitions,
         max_steps: block.max_steps,
+        risk,
         invalid,
     })
 }
@@ -306,6 +314,7 @@ impl BlockRun {
                     error: outcome.as_ref().err().cloned().map(Box::new),
                     attempts,
                     duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    upstream: None,
                 };
                 self.context.redactor.record(&mut record);
                 self.records.push(record);
@@ -450,6 +459,11 @@ impl BlockRun {
                     Ok(args) => args,
                     Err(error) => return (Err(error), 0),
                 };
+                if let Some(guard) = &self.context.guard
+                    && let Err(error) = guard.admit(tool_name, &args)
+                {
+                    return (Err(error), 0);
+                }
                 let call = ToolCall {
                     step_id: Arc::from(path),
                     tool_name: tool_name.clone(),

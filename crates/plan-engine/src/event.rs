@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::report::TaskStatus;
+use crate::report::{PendingApproval, TaskStatus};
 
 /// The kinds of event, named as in the NDJSON output (`run.started`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +41,9 @@ pub enum EventKind {
     /// A block moved from one node to the next (`from`, `to`, and the `condition` that matched).
     #[serde(rename = "block.transition")]
     BlockTransition,
+    /// The run halted until the calls in `pending` are approved.
+    #[serde(rename = "approval.awaiting")]
+    ApprovalAwaiting,
 }
 
 /// One event. Fields that do not apply to its kind are left out of the JSON.
@@ -91,6 +94,9 @@ pub struct Event {
     /// The branch condition that matched, on `block.transition` (none for a linear one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
+    /// What waits for an approval, on `approval.awaiting`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Vec<PendingApproval>>,
 }
 
 impl Event {
@@ -112,6 +118,7 @@ impl Event {
             from: None,
             to: None,
             condition: None,
+            pending: None,
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::report::{Record, StepError, TaskStatus};
+use crate::report::{PendingApproval, Record, StepError, TaskStatus};
 
 /// Where a record belongs in plan order: a step, or item `k` of a map step (items come right
 /// before their step's own record).
@@ -53,12 +53,15 @@ impl Batch<'_> {
 }
 
 /// How a run ended, for the ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RunEnd {
     /// It ran to the end.
     Finished(TaskStatus),
     /// It was stopped (cancelled) before the end; it can be resumed.
     Stopped,
+    /// It halted until these calls (or the plan) are approved; `resume` goes on after the
+    /// decisions.
+    Waiting(Vec<PendingApproval>),
 }
 
 /// A ledger failure: the run stops, since what it does could no longer be recorded.

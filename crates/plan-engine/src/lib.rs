@@ -7,8 +7,10 @@
 //! never touches the terminal, files or the environment: callers decide where events go.
 #![deny(missing_docs)]
 
+mod approval;
 mod block;
 mod event;
+mod guard;
 mod journal;
 mod program;
 mod redact;
@@ -17,10 +19,12 @@ mod retry;
 mod run;
 mod tool;
 
+pub use approval::Approvals;
 pub use event::{Event, EventKind, EventSink, Fanout};
 pub use journal::{Attempt, Batch, Journal, JournalError, Position, Restored, RunEnd};
+pub use plan_graph::{Mode, Risk};
 pub use program::{DEFAULT_MAX_CONCURRENCY, PlannedCall, Program};
 pub use redact::REDACTED;
-pub use report::{Record, RunReport, StepError, TaskStatus};
+pub use report::{PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus};
 pub use run::{RunError, RunOptions, run};
 pub use tool::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};

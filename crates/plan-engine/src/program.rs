@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use plan_graph::{Dependencies, Issue, Plan, PlanPath, RetryPolicy, unknown_tool};
+use plan_graph::{
+    Dependencies, Guards, Issue, Mode, Plan, PlanPath, RetryPolicy, Risk, RunIf, unknown_tool,
+};
 use plan_vars::{Item, Placeholder, Root, Scope, Selector, Template, ValueTemplate, kind};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -36,6 +38,9 @@ pub(crate) struct CompiledStep {
     pub(crate) expand: Option<CompiledExpand>,
     pub(crate) schema: Option<Arc<jsonschema::Validator>>,
     pub(crate) when: Option<Condition>,
+    /// `risk: high` (the step's own, else its tool's): runs only once approved.
+    pub(crate) gated: bool,
+    pub(crate) run_if: RunIf,
 }
 
 /// A step's `when`, compiled once.
@@ -92,6 +97,10 @@ pub struct Program {
     pub(crate) max_concurrency: Option<usize>,
     /// The environment variables `${env.NAME}` may read.
     pub(crate) env: Vec<String>,
+    pub(crate) guards: Option<Guards>,
+    /// The plan's mode (`auto` unless it says otherwise).
+    pub(crate) mode: Mode,
+    pub(crate) fail_fast: bool,
     /// Each bound variable and the first step that binds it (previews show its value as
     /// `<result of STEP>`).
     binders: BTreeMap<String, Arc<str>>,
@@ -187,9 +196,12 @@ impl Program {
                 .or(plan.timeout_ms)
                 .map(Duration::from_millis);
             let step_retry = step.retry.clone().unwrap_or_else(|| default_retry.clone());
-            let (action, tool) = match &step.block {
+            let (action, tool, default_risk) = match &step.block {
                 Some(block) => match compile_block(block, registry, &step_retry, None) {
-                    Ok(block) => (Action::Block(Arc::new(block)), None),
+                    Ok(block) => {
+                        let risk = block.risk;
+                        (Action::Block(Arc::new(block)), None, risk)
+                    }
                     Err(message) => {
                         issues.push(Issue::error(
                             "plan::block",
@@ -200,7 +212,7 @@ impl Program {
                     }
                 },
                 None => match registry.get(&step.tool) {
-                    Some(tool) => (Action::Tool(tool.clone()), Some(tool)),
+                    Some(tool) => (Action::Tool(tool.clone()), Some(tool), tool.info().risk),
                     None => {
                         issues.push(unknown_tool(i, &step.tool, &names));
                         continue;
@@ -291,6 +303,8 @@ impl Program {
                 expand,
                 schema,
                 when,
+                gated: step.risk.unwrap_or(default_risk) == Risk::High,
+                run_if: step.run_if,
             });
         }
         if !issues.is_empty() {
@@ -307,6 +321,9 @@ impl Program {
                 .collect(),
             max_concurrency: plan.max_concurrency,
             env: plan.env.clone(),
+            guards: plan.guards.clone(),
+            mode: plan.mode.unwrap_or_default(),
+            fail_fast: plan.fail_fast,
             binders,
         })
     }
@@ -314,6 +331,21 @@ impl Program {
     /// The plan's id.
     pub fn plan_id(&self) -> &str {
         &self.plan_id
+    }
+
+    /// How the plan asks to be run (`mode:`; `auto` when it does not say).
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The ids of the steps that wait for an approval (`risk: high`, the step's or its
+    /// tool's), in plan order.
+    pub fn gated_steps(&self) -> Vec<&str> {
+        self.steps
+            .iter()
+            .filter(|step| step.gated)
+            .map(|step| &*step.id)
+            .collect()
     }
 
     /// How many steps the plan has (a map step counts once).

@@ -91,6 +91,7 @@ impl Record {
             error: None,
             attempts: 0,
             duration_ms,
+            upstream: None,
         }
     }
 }
@@ -140,7 +141,30 @@ pub struct Record {
     pub attempts: u32,
     /// Wall time from its first attempt to its end.
     pub duration_ms: u64,
+    /// For a step skipped because of its dependencies: how each unsatisfied one ended
+    /// (`failed`, `skipped`, `blocked`, `rejected`), so a failure upstream is told apart from
+    /// a skip upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Box<BTreeMap<String, String>>>,
 }
+
+/// A call that waits for an approval: a `risk: high` step or map item, with the arguments it
+/// would be called with; or, with `step_id` [`PLAN_APPROVAL`], the whole plan (`--mode
+/// approval`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// The step or map item (`deploy`, `deploy[prod]`), or [`PLAN_APPROVAL`].
+    pub step_id: String,
+    /// The tool it would call (none for the plan, or a block step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The resolved arguments (redacted), or a block's input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+}
+
+/// The id under which the approval of a whole plan (`--mode approval`) is kept.
+pub const PLAN_APPROVAL: &str = plan_graph::PLAN_APPROVAL_ID;
 
 /// A finished run: the `--json` output of `plan-cli run`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -156,4 +180,7 @@ pub struct RunReport {
     /// Variables at the end: inputs and every bind. Shared with the run, not copied: a
     /// plan's large lists appear here without a second copy.
     pub variables: BTreeMap<String, Arc<Value>>,
+    /// What the run waits for, when it is `WAITING`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<PendingApproval>,
 }

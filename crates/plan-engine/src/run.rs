@@ -21,21 +21,23 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use plan_graph::RetryPolicy;
+use plan_graph::{Mode, RetryPolicy, RunIf};
 use plan_vars::Scope;
 use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::approval::{Approvals, Decision};
 use crate::block::{BlockRun, CompiledBlock};
 use crate::event::{Event, EventKind, EventSink};
+use crate::guard::Guard;
 use crate::journal::{Attempt, Batch, Journal, Position, Restored, RunEnd};
 use crate::program::{
     Action, CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program,
     expand_items, item_ids, resolve_args,
 };
 use crate::redact::Redactor;
-use crate::report::{Record, RunReport, StepError, TaskStatus};
+use crate::report::{PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus};
 use crate::retry;
 use crate::tool::{Tool, ToolContext, ToolError, codes};
 
@@ -59,6 +61,15 @@ pub struct RunOptions {
     /// Cancelling it stops the run: no new step starts, running tools are cancelled, and the
     /// run ends `STOPPED` (only what succeeded is committed, so a resume runs the rest).
     pub cancel: CancellationToken,
+    /// Decisions on approvals so far: `risk: high` calls without one wait, and the run ends
+    /// `WAITING` once nothing else can run.
+    pub approvals: Approvals,
+    /// Overrides the plan's `mode`. `approval` runs nothing until the plan is approved;
+    /// `preview` is refused (a preview calls nothing: see [`Program::preview`]).
+    pub mode: Option<Mode>,
+    /// Makes retry delays reproducible: the jitter of attempt k of a step then depends only
+    /// on the seed, the step and k.
+    pub jitter_seed: Option<u64>,
 }
 
 impl RunOptions {
@@ -73,6 +84,9 @@ impl RunOptions {
             journal: None,
             restored: None,
             cancel: CancellationToken::new(),
+            approvals: Approvals::new(),
+            mode: None,
+            jitter_seed: None,
         }
     }
 }
@@ -84,6 +98,9 @@ pub enum RunError {
     /// What was committed before stays, and the run can be resumed.
     #[error("the ledger could not be written, so the run stopped: {0}")]
     Journal(String),
+    /// `preview` mode runs nothing, so there is no run: preview with [`Program::preview`].
+    #[error("a preview runs nothing: use Program::preview")]
+    Preview,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +161,9 @@ pub(crate) struct CallContext {
     pub(crate) cancel: CancellationToken,
     /// Keep each attempt for the journal.
     pub(crate) log_attempts: bool,
+    /// The plan's guards, which block nodes check too.
+    pub(crate) guard: Option<Arc<Guard>>,
+    pub(crate) jitter_seed: Option<u64>,
 }
 
 /// How a tool call (with its retries) ended.
@@ -225,6 +245,13 @@ struct Scheduler<'p> {
     pending_attempts: Vec<Attempt>,
     /// Set when the caller cancels: from then on only successes are committed.
     stopping: CancellationToken,
+    approvals: Approvals,
+    /// Calls waiting for an approval, in the order they became ready.
+    awaiting: Vec<PendingApproval>,
+    guard: Option<Arc<Guard>>,
+    jitter_seed: Option<u64>,
+    /// With `fail_fast`: the first step (or item) that failed. Nothing starts after it.
+    first_failure: Option<Arc<str>>,
 }
 
 /// Runs a program to the end and returns its records.
@@ -265,7 +292,19 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         pending_vars: Vec::new(),
         pending_attempts: Vec::new(),
         stopping: options.cancel.clone(),
+        approvals: std::mem::take(&mut options.approvals),
+        awaiting: Vec::new(),
+        guard: program
+            .guards
+            .clone()
+            .map(|limits| Arc::new(Guard::new(limits))),
+        jitter_seed: options.jitter_seed,
+        first_failure: None,
     };
+    let mode = options.mode.unwrap_or(program.mode);
+    if mode == Mode::Preview {
+        return Err(RunError::Preview);
+    }
     scheduler.emit(|| {
         let mut event = Event::new(EventKind::RunStarted, &run_id);
         event.plan_id = Some(program.plan_id.clone());
@@ -273,6 +312,15 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
     });
     if let Some(restored) = options.restored.take() {
         scheduler.restore(restored);
+    }
+    if mode == Mode::Approval && !scheduler.approvals.plan_approved() {
+        // Nothing starts before the plan is approved.
+        scheduler.awaiting.push(PendingApproval {
+            step_id: PLAN_APPROVAL.to_owned(),
+            tool: None,
+            args: None,
+        });
+        return scheduler.finalize(&options.run_id, started);
     }
     for i in 0..n {
         if scheduler.records[i].is_some() {
@@ -296,7 +344,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
     // Task id → work, to fail the right step or item if a tool panics.
     let mut tasks: HashMap<tokio::task::Id, (usize, Option<usize>)> = HashMap::new();
     loop {
-        while running.len() < limit && !halt.is_cancelled() {
+        while running.len() < limit && !halt.is_cancelled() && scheduler.first_failure.is_none() {
             let Some(Reverse(work)) = scheduler.ready.pop() else {
                 break;
             };
@@ -441,6 +489,15 @@ impl Scheduler<'_> {
                 } else {
                     Outcome::Failed
                 };
+                if let Some(guard) = &self.guard
+                    && step.expand.is_none()
+                    && record.attempts > 0
+                {
+                    guard.restore_call(&step.tool_name, !record.ok);
+                }
+                if self.program.fail_fast && !record.ok {
+                    self.first_failure.get_or_insert_with(|| step.id.clone());
+                }
                 self.records[i] = Some(record);
                 self.settle(i, outcome);
             }
@@ -554,12 +611,48 @@ impl Scheduler<'_> {
                 return None;
             }
         };
+        if step.gated {
+            let item_id = item.map(|_| &*step_id);
+            match self.approvals.decision(&step.id, item_id) {
+                Decision::Approved => {}
+                Decision::Rejected(reason) => {
+                    let error = StepError {
+                        code: codes::E_REJECTED.into(),
+                        message: format!("the call was not approved: {reason}"),
+                        details: None,
+                    };
+                    self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
+                    return None;
+                }
+                Decision::Undecided => {
+                    // Waits, unsettled, so nothing that depends on it starts; the run halts
+                    // `WAITING` once nothing else can run.
+                    let mut args = args;
+                    self.redactor.value(&mut args);
+                    self.awaiting.push(PendingApproval {
+                        step_id: step_id.to_string(),
+                        tool: (!step.tool_name.is_empty()).then(|| step.tool_name.to_string()),
+                        args: Some(args),
+                    });
+                    return None;
+                }
+            }
+        }
+        if let Some(guard) = &self.guard
+            && matches!(step.action, Action::Tool(_))
+            && let Err(error) = guard.admit(&step.tool_name, &args)
+        {
+            self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
+            return None;
+        }
         let context = CallContext {
             run_id: self.run_id.clone(),
             events: self.events.clone(),
             redactor: self.redactor.clone(),
             cancel: halt.child_token(),
             log_attempts: self.journal.is_some(),
+            guard: self.guard.clone(),
+            jitter_seed: self.jitter_seed,
         };
         Some(match &step.action {
             Action::Tool(tool) => Task::Call(Call {
@@ -644,6 +737,11 @@ impl Scheduler<'_> {
         for k in 0..count {
             match self.restored_items.remove(&*map.ids[k]) {
                 Some(record) => {
+                    if let Some(guard) = &self.guard
+                        && record.attempts > 0
+                    {
+                        guard.restore_call(&step.tool_name, !record.ok);
+                    }
                     let selected = match &record.result {
                         Some(result) if record.ok => self.select_binds(i, result).ok(),
                         _ => None,
@@ -782,6 +880,14 @@ impl Scheduler<'_> {
             }
         };
         map.remaining -= 1;
+        if let Some(error) = &error {
+            note_failure(
+                self.guard.as_deref(),
+                self.program.fail_fast.then_some(&mut self.first_failure),
+                &item_id,
+                &error.code,
+            );
+        }
         let last = map.remaining == 0;
         let event_error = error.as_ref().and_then(|e| serde_json::to_value(e).ok());
         let mut record = Record {
@@ -793,6 +899,7 @@ impl Scheduler<'_> {
             error: error.map(Box::new),
             attempts,
             duration_ms: millis(elapsed),
+            upstream: None,
         };
         // Records leave the engine (and reach the ledger) redacted; binds were selected from
         // the real result above.
@@ -881,6 +988,17 @@ impl Scheduler<'_> {
             event
         });
         let ok = outcome.is_ok();
+        if let Err(error) = &outcome
+            && error.code != codes::E_MAP_ITEMS_FAILED
+        {
+            // A map step's items counted their own failures.
+            note_failure(
+                self.guard.as_deref(),
+                self.program.fail_fast.then_some(&mut self.first_failure),
+                step_id,
+                &error.code,
+            );
+        }
         let (result, error) = match outcome {
             Ok(value) => (Some(value), None),
             Err(error) => (None, Some(Box::new(error))),
@@ -894,6 +1012,7 @@ impl Scheduler<'_> {
             error,
             attempts,
             duration_ms: millis(elapsed),
+            upstream: None,
         };
         self.redactor.record(&mut record);
         self.records[index] = Some(record);
@@ -928,6 +1047,24 @@ impl Scheduler<'_> {
         });
     }
 
+    /// How a settled step ended, in a word, for a dependent's `upstream`.
+    fn ended(&self, step: usize) -> &'static str {
+        match self.outcomes[step] {
+            Some(Outcome::Succeeded) => "succeeded",
+            Some(Outcome::Failed) => {
+                let rejected = self.records[step]
+                    .as_ref()
+                    .and_then(|r| r.error.as_ref())
+                    .is_some_and(|e| e.code == codes::E_REJECTED);
+                if rejected { "rejected" } else { "failed" }
+            }
+            Some(Outcome::Skipped) => "skipped",
+            Some(Outcome::Blocked) => "blocked",
+            Some(Outcome::ConditionFalse) => "condition false",
+            None => "not run",
+        }
+    }
+
     /// Marks a step done and releases its dependents: each whose dependencies are now all
     /// done either becomes ready or, if one of them did not succeed, is skipped (which in
     /// turn releases its own dependents).
@@ -941,18 +1078,20 @@ impl Scheduler<'_> {
                 if self.remaining[d] != 0 || self.records[d].is_some() {
                     continue;
                 }
-                let unsatisfied: Vec<&str> = program.deps.deps[d]
-                    .iter()
-                    .filter(|&&dep| self.outcomes[dep] != Some(Outcome::Succeeded))
-                    .map(|&dep| &*program.steps[dep].id)
-                    .collect();
-                let only_conditions = program.deps.deps[d].iter().all(|&dep| {
+                let deps = &program.deps.deps[d];
+                let succeeded = |dep: &usize| self.outcomes[*dep] == Some(Outcome::Succeeded);
+                let runs = match program.steps[d].run_if {
+                    RunIf::AllSuccess => deps.iter().all(succeeded),
+                    RunIf::AllDone => true,
+                    RunIf::AnySuccess => deps.iter().any(succeeded),
+                };
+                let only_conditions = deps.iter().all(|&dep| {
                     matches!(
                         self.outcomes[dep],
                         Some(Outcome::Succeeded | Outcome::ConditionFalse)
                     )
                 });
-                if unsatisfied.is_empty() {
+                if runs {
                     self.enqueue(d);
                 } else if only_conditions {
                     // Skipped by a condition upstream: skipped by condition too, not a failure.
@@ -960,8 +1099,19 @@ impl Scheduler<'_> {
                     self.outcomes[d] = Some(Outcome::ConditionFalse);
                     done.push(d);
                 } else {
-                    let reason = format!("dependency not satisfied: {}", json_list(&unsatisfied));
+                    let unsatisfied: Vec<usize> =
+                        deps.iter().copied().filter(|dep| !succeeded(dep)).collect();
+                    let ids: Vec<&str> =
+                        unsatisfied.iter().map(|&u| &*program.steps[u].id).collect();
+                    let reason = format!("dependency not satisfied: {}", json_list(&ids));
+                    let upstream = unsatisfied
+                        .iter()
+                        .map(|&u| (program.steps[u].id.to_string(), self.ended(u).to_owned()))
+                        .collect();
                     self.record_not_run(d, false, true, reason);
+                    if let Some(record) = &mut self.records[d] {
+                        record.upstream = Some(Box::new(upstream));
+                    }
                     self.outcomes[d] = Some(Outcome::Skipped);
                     done.push(d);
                 }
@@ -973,30 +1123,68 @@ impl Scheduler<'_> {
     /// the last batch and tells the journal how the run ended, then builds the report.
     fn finalize(mut self, run_id: &str, started: Instant) -> Result<RunReport, RunError> {
         let stopped = self.stopping.is_cancelled();
+        let waiting = !stopped && !self.awaiting.is_empty();
+        // Why what never started did not. Only a `fail_fast` skip is final, and committed: a
+        // stopped or waiting run starts the rest when it is resumed.
+        let (reason, committed) = if stopped {
+            ("the run stopped before it started".to_owned(), false)
+        } else if waiting {
+            (
+                "not started: the run is waiting for an approval".to_owned(),
+                false,
+            )
+        } else if let Some(first) = &self.first_failure {
+            (
+                format!("not started: `{first}` failed and the plan has `fail_fast: true`"),
+                true,
+            )
+        } else {
+            (
+                "internal error: the step was never settled".to_owned(),
+                false,
+            )
+        };
+        let awaiting: std::collections::HashSet<&str> =
+            self.awaiting.iter().map(|p| p.step_id.as_str()).collect();
+        let reason_for = |id: &str| {
+            if awaiting.contains(id) {
+                "awaiting approval".to_owned()
+            } else {
+                reason.clone()
+            }
+        };
         for i in 0..self.records.len() {
             if self.records[i].is_none() {
-                self.records[i] = Some(not_run_record(
-                    &self.program.steps[i].id,
-                    true,
-                    "the run stopped before the step started".to_owned(),
-                ));
+                let id = &self.program.steps[i].id;
+                self.records[i] = Some(not_run_record(id, true, reason_for(id)));
                 self.outcomes[i] = Some(Outcome::Skipped);
-            }
-        }
-        for map in self.maps.values_mut() {
-            for (k, record) in map.records.iter_mut().enumerate() {
-                if record.is_none() {
-                    *record = Some(not_run_record(
-                        &map.ids[k],
-                        true,
-                        "the run stopped before the item started".to_owned(),
-                    ));
+                if committed {
+                    self.pending.push(Position {
+                        step: i,
+                        item: None,
+                    });
                 }
             }
         }
+        for (&step, map) in &mut self.maps {
+            for (k, record) in map.records.iter_mut().enumerate() {
+                if record.is_none() {
+                    *record = Some(not_run_record(&map.ids[k], true, reason_for(&map.ids[k])));
+                    if committed {
+                        self.pending.push(Position {
+                            step,
+                            item: Some(k),
+                        });
+                    }
+                }
+            }
+        }
+        drop(awaiting);
         let has = |wanted: Outcome| self.outcomes.contains(&Some(wanted));
         let status = if stopped {
             TaskStatus::Stopped
+        } else if waiting {
+            TaskStatus::Waiting
         } else if has(Outcome::Blocked) {
             TaskStatus::Blocked
         } else if has(Outcome::Failed) {
@@ -1007,6 +1195,18 @@ impl Scheduler<'_> {
             TaskStatus::Completed
         };
         let elapsed = started.elapsed();
+        let pending_approvals = if waiting {
+            std::mem::take(&mut self.awaiting)
+        } else {
+            Vec::new()
+        };
+        if waiting {
+            self.emit(|| {
+                let mut event = Event::new(EventKind::ApprovalAwaiting, &self.run_id);
+                event.pending = Some(pending_approvals.clone());
+                event
+            });
+        }
         self.emit(|| {
             let mut event = Event::new(EventKind::RunFinished, &self.run_id);
             event.task_status = Some(status);
@@ -1017,6 +1217,8 @@ impl Scheduler<'_> {
         if let Some(journal) = self.journal.as_mut() {
             let end = if stopped {
                 RunEnd::Stopped
+            } else if waiting {
+                RunEnd::Waiting(pending_approvals.clone())
             } else {
                 RunEnd::Finished(status)
             };
@@ -1063,6 +1265,7 @@ impl Scheduler<'_> {
             task_status: status,
             records,
             variables,
+            pending_approvals,
         })
     }
 }
@@ -1077,6 +1280,25 @@ fn not_run_record(step_id: &str, skipped: bool, reason: String) -> Record {
         error: None,
         attempts: 0,
         duration_ms: 0,
+        upstream: None,
+    }
+}
+
+/// Counts a failure for the guards' `max_failures` (a guard's own stop does not count, or
+/// one stop would cascade), and with `fail_fast` remembers the first.
+fn note_failure(
+    guard: Option<&Guard>,
+    first_failure: Option<&mut Option<Arc<str>>>,
+    id: &str,
+    code: &str,
+) {
+    if let Some(guard) = guard
+        && code != codes::E_GUARD
+    {
+        guard.failed();
+    }
+    if let Some(first) = first_failure {
+        first.get_or_insert_with(|| Arc::from(id));
     }
 }
 
@@ -1224,7 +1446,8 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
                 log,
             };
         }
-        let delay = retry::delay(&retry, attempt, error.retry_after);
+        let unit = retry::jitter_unit(context.jitter_seed, &step_id, attempt);
+        let delay = retry::delay(&retry, attempt, error.retry_after, unit);
         emit(EventKind::StepRetrying, attempt + 1, &|event| {
             event.tool = None;
             event.delay_ms = Some(millis(delay));

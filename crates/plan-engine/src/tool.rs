@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use plan_graph::Risk;
 use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +49,10 @@ pub mod codes {
     pub const MAX_STEPS_EXCEEDED: &str = "max_steps_exceeded";
     /// A block's condition is undefined, does not compile, or cannot be evaluated (seed 002).
     pub const CONDITION_RESOLUTION_ERROR: &str = "condition_resolution_error";
+    /// A high-risk step's approval was refused (`plan-cli reject`).
+    pub const E_REJECTED: &str = "E_REJECTED";
+    /// A guard (a budget of the plan's `guards`) stopped the call before it was made.
+    pub const E_GUARD: &str = "E_GUARD";
 }
 
 /// How a tool call failed.
@@ -141,6 +146,8 @@ pub struct ToolInfo {
     pub source: String,
     /// JSON Schema of its arguments.
     pub input_schema: Value,
+    /// Its risk when a step does not set one: `high` makes every call wait for an approval.
+    pub risk: Risk,
 }
 
 /// A callable tool.

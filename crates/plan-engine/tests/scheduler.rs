@@ -76,6 +76,7 @@ fn test_info(name: &str) -> ToolInfo {
         name: name.into(),
         description: "test".into(),
         source: "test".into(),
+        risk: plan_engine::Risk::Low,
         input_schema: json!({}),
     }
 }
@@ -834,6 +835,7 @@ impl Tool for Strict {
             name: "strict".into(),
             description: "test".into(),
             source: "test".into(),
+            risk: plan_engine::Risk::Low,
             input_schema: json!({
                 "type": "object",
                 "properties": {"n": {"type": "integer", "minimum": 0}, "tags": {"type": "array", "items": {"type": "string"}}},

@@ -26,7 +26,10 @@ mod validate;
 pub use dag::Dependencies;
 pub use issue::{Issue, Location, PlanDiagnostic, Severity, Source};
 pub use load::{Format, InvalidPlan, LoadOptions, LoadedPlan, load, load_variables};
-pub use model::{Block, Branch, Expand, Jitter, Node, Plan, RetryPolicy, Step, StepId, Transition};
-pub use normalize::META_STEP_ID;
+pub use model::{
+    Block, Branch, Expand, Guards, Jitter, Mode, Node, Plan, RetryPolicy, Risk, RunIf, Step,
+    StepId, Transition,
+};
+pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
 pub use source::{PathSegment, PlanPath, SourceMap};
 pub use validate::unknown_tool;

@@ -120,20 +120,18 @@ pub(crate) struct RawStep {
     pub(crate) timeout_ms: Option<u64>,
     #[serde(default)]
     pub(crate) layer: Option<String>,
-    // Fields of the plan format that later versions implement: accepted by the parser so that
-    // validation can say "not supported yet" at the field, instead of "unknown field".
     #[serde(default)]
     pub(crate) when: Option<String>,
     #[serde(default)]
-    pub(crate) risk: Option<IgnoredAny>,
+    pub(crate) risk: Option<Risk>,
     #[serde(default, alias = "expandOn")]
     pub(crate) expand_on: Option<Value>,
     #[serde(default, alias = "expandKey")]
     pub(crate) expand_key: Option<String>,
     #[serde(default)]
     pub(crate) block: Option<Block>,
-    #[serde(default)]
-    pub(crate) run_if: Option<IgnoredAny>,
+    #[serde(default, alias = "runIf")]
+    pub(crate) run_if: Option<RunIf>,
 }
 
 /// A plan as written.
@@ -156,13 +154,13 @@ pub(crate) struct RawPlan {
     pub(crate) timeout_ms: Option<u64>,
     pub(crate) steps: Vec<RawStep>,
     #[serde(default)]
-    pub(crate) guards: Option<IgnoredAny>,
+    pub(crate) guards: Option<Guards>,
     #[serde(default)]
     pub(crate) env: Option<Vec<String>>,
     #[serde(default)]
-    pub(crate) mode: Option<IgnoredAny>,
-    #[serde(default)]
-    pub(crate) fail_fast: Option<IgnoredAny>,
+    pub(crate) mode: Option<Mode>,
+    #[serde(default, alias = "failFast")]
+    pub(crate) fail_fast: bool,
 }
 
 /// One tool call in a plan, normalised: aliases resolved, `tool_calls` unwrapped,
@@ -207,6 +205,91 @@ pub struct Step {
     /// level).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer: Option<String>,
+    /// How dangerous the call is; `high` waits for an approval. When absent, the tool's own
+    /// default risk applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk: Option<Risk>,
+    /// When the step runs, given how its dependencies ended.
+    #[serde(skip_serializing_if = "RunIf::is_default")]
+    pub run_if: RunIf,
+}
+
+/// How dangerous a call is. Only `high` is gated: it waits for an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Risk {
+    /// Reads, or changes nothing that matters.
+    Low,
+    /// Changes things that can be undone.
+    Medium,
+    /// Changes things that cannot be undone: runs only once approved.
+    High,
+}
+
+/// When a step runs, given how its dependencies ended (Airflow's trigger rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunIf {
+    /// Every dependency succeeded (seed 000; the default).
+    #[default]
+    AllSuccess,
+    /// Every dependency finished, however it ended: teardown and cleanup steps.
+    AllDone,
+    /// At least one dependency succeeded: fan-in over alternatives.
+    AnySuccess,
+}
+
+impl RunIf {
+    fn is_default(&self) -> bool {
+        *self == RunIf::AllSuccess
+    }
+}
+
+/// How a run starts (seed 001's modes). The CLI's `--mode` wins over the plan's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Run, stopping only for `risk: high` steps.
+    #[default]
+    Auto,
+    /// Validate, resolve and show; run nothing.
+    Preview,
+    /// Wait before the first step until the plan is approved.
+    Approval,
+}
+
+/// Budgets a run may not exceed (seed 003's guards). A call a guard stops fails with `E_GUARD`
+/// and is never made.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Guards {
+    /// Most tool calls in the run (a call's retries are part of the call).
+    #[serde(
+        default,
+        alias = "maxToolCalls",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_tool_calls: Option<u64>,
+    /// Most calls per tool name.
+    #[serde(default, alias = "perTool", skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_tool: BTreeMap<String, u64>,
+    /// No call starts once the run has taken this long.
+    #[serde(
+        default,
+        alias = "maxDurationMs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_duration_ms: Option<u64>,
+    /// No call starts once this many steps (or items, or nodes) have failed.
+    #[serde(
+        default,
+        alias = "maxFailures",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_failures: Option<u64>,
+    /// Runaway detection: one tool with identical arguments is called at most this often.
+    #[serde(default, alias = "maxRepeats", skip_serializing_if = "Option::is_none")]
+    pub max_repeats: Option<u64>,
 }
 
 /// What a map step runs over (seed 001's `expandOn` / `expandKey`).
@@ -336,6 +419,15 @@ pub struct Plan {
     /// redacted from every output.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// The run's budgets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guards: Option<Guards>,
+    /// How a run of the plan starts, when the plan says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// Start nothing new after the first failure; running steps finish.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fail_fast: bool,
     /// The steps, in plan order.
     pub steps: Vec<Step>,
 }

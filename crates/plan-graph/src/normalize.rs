@@ -7,7 +7,7 @@ use plan_vars::{Selector, Template};
 use serde_json::Value;
 
 use crate::issue::Issue;
-use crate::model::{Expand, Plan, RawPlan, RawStep, RetryPolicy, Step};
+use crate::model::{Expand, Guards, Plan, RawPlan, RawStep, RetryPolicy, Step};
 use crate::source::PlanPath;
 
 /// Names a placeholder reads as something other than a variable.
@@ -16,17 +16,14 @@ pub(crate) const RESERVED_NAMES: &[&str] = &["each", "index", "key", "var", "env
 /// The id of the summary record; no step may take it.
 pub const META_STEP_ID: &str = "__meta__";
 
+/// The id under which a whole plan's approval is kept (`--mode approval`); no step may take it.
+pub const PLAN_APPROVAL_ID: &str = "__plan__";
+
 pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
     let mut issues = Vec::new();
     let root = PlanPath::root();
-    for (field, present) in [
-        ("guards", raw.guards.is_some()),
-        ("mode", raw.mode.is_some()),
-        ("fail_fast", raw.fail_fast.is_some()),
-    ] {
-        if present {
-            issues.push(not_supported_yet(root.clone().key(field), field));
-        }
+    if let Some(guards) = &raw.guards {
+        check_guards(guards, &root, &mut issues);
     }
     if raw.max_concurrency == Some(0) {
         issues.push(
@@ -76,22 +73,43 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         retry: raw.retry,
         timeout_ms: raw.timeout_ms,
         env,
+        guards: raw.guards,
+        mode: raw.mode,
+        fail_fast: raw.fail_fast,
         steps,
     };
     (plan, issues)
 }
 
-fn not_supported_yet(path: PlanPath, field: &str) -> Issue {
-    Issue::error(
-        "plan::not_supported_yet",
-        path,
-        format!(
-            "`{field}` is part of the plan format but this version of plan-cli does not run it yet"
-        ),
-    )
-    .at_key()
-    .label("not supported yet")
-    .help("remove it to run this plan with this version")
+/// A budget of zero would stop every call: almost surely a mistake, so it is refused.
+fn check_guards(guards: &Guards, at: &PlanPath, issues: &mut Vec<Issue>) {
+    let path = at.clone().key("guards");
+    let zero = |field: &str, path: PlanPath| {
+        Issue::error(
+            "plan::invalid_value",
+            path,
+            format!("`guards.{field}` must be at least 1"),
+        )
+        .label("zero would stop every call")
+    };
+    for (field, value) in [
+        ("max_tool_calls", guards.max_tool_calls),
+        ("max_duration_ms", guards.max_duration_ms),
+        ("max_failures", guards.max_failures),
+        ("max_repeats", guards.max_repeats),
+    ] {
+        if value == Some(0) {
+            issues.push(zero(field, path.clone().key(field)));
+        }
+    }
+    for (tool, &limit) in &guards.per_tool {
+        if limit == 0 {
+            issues.push(zero(
+                &format!("per_tool.{tool}"),
+                path.clone().key("per_tool").key(tool),
+            ));
+        }
+    }
 }
 
 fn check_retry(retry: Option<&RetryPolicy>, at: &PlanPath, issues: &mut Vec<Issue>) {
@@ -134,23 +152,19 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             at.clone().key("id"),
             "a step id cannot be empty",
         ));
-    } else if id.0 == META_STEP_ID {
+    } else if id.0 == META_STEP_ID || id.0 == PLAN_APPROVAL_ID {
         issues.push(
             Issue::error(
                 "plan::invalid_id",
                 at.clone().key("id"),
-                format!("`{META_STEP_ID}` is reserved for the summary record"),
+                if id.0 == META_STEP_ID {
+                    format!("`{META_STEP_ID}` is reserved for the summary record")
+                } else {
+                    format!("`{PLAN_APPROVAL_ID}` is reserved for the plan's approval")
+                },
             )
             .help("choose another id"),
         );
-    }
-    for (field, present) in [
-        ("risk", raw.risk.is_some()),
-        ("run_if", raw.run_if.is_some()),
-    ] {
-        if present {
-            issues.push(not_supported_yet(at.clone().key(field), field));
-        }
     }
     check_retry(raw.retry.as_ref(), &at, issues);
     check_timeout(raw.timeout_ms, &at, issues);
@@ -305,6 +319,8 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         when: normalize_when(raw.when, &at, issues),
         block,
         layer: raw.layer,
+        risk: raw.risk,
+        run_if: raw.run_if.unwrap_or_default(),
     }
 }
 

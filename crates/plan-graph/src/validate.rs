@@ -36,6 +36,16 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
                 issues.push(unknown_tool(i, &step.tool, known));
             }
         }
+        // A budget for a tool nothing can call is most likely a misspelt name.
+        for tool in plan.guards.iter().flat_map(|g| g.per_tool.keys()) {
+            if !known.contains(tool) {
+                let path = PlanPath::root().key("guards").key("per_tool").key(tool);
+                let mut issue = unknown_tool_at(path, tool, known).at_key();
+                issue.severity = crate::Severity::Warning;
+                issue.message = format!("`guards.per_tool` limits `{tool}`, which is not a tool");
+                issues.push(issue);
+            }
+        }
     }
 
     let deps = Dependencies::new(plan);

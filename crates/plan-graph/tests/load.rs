@@ -169,13 +169,41 @@ fn structural_errors_name_the_field_and_its_position() {
         )],
     );
     check_errors(
-        "steps:\n  - id: a\n    tool: echo\n    risk: high\n",
+        "steps:\n  - id: a\n    tool: echo\n    risk: extreme\n",
         Format::Yaml,
         &[(
-            "plan::not_supported_yet",
-            "`risk` is part of the plan format but this version of plan-cli does not run it yet",
+            "plan::schema",
+            "unknown variant `extreme`, expected one of low, medium, high",
             4,
-            5,
+            11,
+        )],
+    );
+    check_errors(
+        "guards:\n  max_tool_calls: 0\n  per_tool: {echo: 0}\nsteps: []\n",
+        Format::Yaml,
+        &[
+            (
+                "plan::invalid_value",
+                "`guards.max_tool_calls` must be at least 1",
+                2,
+                19,
+            ),
+            (
+                "plan::invalid_value",
+                "`guards.per_tool.echo` must be at least 1",
+                3,
+                20,
+            ),
+        ],
+    );
+    check_errors(
+        "steps:\n  - id: a\n    tool: echo\n    run_if: always\n",
+        Format::Yaml,
+        &[(
+            "plan::schema",
+            "unknown variant `always`, expected one of all_success, all_done, any_success",
+            4,
+            13,
         )],
     );
 }

@@ -213,6 +213,12 @@ impl Journal for RunJournal {
         let (state, status) = match end {
             RunEnd::Finished(status) => (RunState::Finished, Some(status)),
             RunEnd::Stopped => (RunState::Stopped, None),
+            RunEnd::Waiting(pending) => {
+                return self
+                    .store
+                    .halt_for_approvals(&self.run_id, &pending)
+                    .map_err(|error| JournalError(error.to_string()));
+            }
         };
         self.store
             .end_run(&self.run_id, state, status)

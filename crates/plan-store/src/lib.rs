@@ -12,6 +12,7 @@
 //! the records, events and `Journal` trait it stores; reading a ledger needs no runtime.
 #![deny(missing_docs)]
 
+mod approvals;
 mod journal;
 mod plans;
 mod runs;
@@ -23,6 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use rusqlite::Connection;
 
+pub use approvals::{ApprovalRow, Decision};
 pub use journal::{EventBuffer, RunJournal};
 pub use plans::StoredPlan;
 pub use runs::{AttemptRow, NewRun, RunRow, RunState};
@@ -74,6 +76,14 @@ pub enum StoreError {
         prefix: String,
         /// The runs it matches.
         candidates: Vec<String>,
+    },
+    /// An approval decided the other way already.
+    #[error("`{step_id}` is already {decision}; a decision is taken once")]
+    Decided {
+        /// The step or item.
+        step_id: String,
+        /// `approved` or `rejected`.
+        decision: &'static str,
     },
     /// A plan id that is taken.
     #[error("a plan `{0}` is already stored (remove it first, or add with --force)")]

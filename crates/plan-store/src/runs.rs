@@ -17,15 +17,18 @@ pub enum RunState {
     Running,
     /// Stopped by the user (Ctrl+C); `resume` continues it.
     Stopped,
+    /// Halted until approvals are decided; `resume` continues it.
+    Waiting,
     /// Ran to the end; `task_status` says how.
     Finished,
 }
 
 impl RunState {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunState::Running => "running",
             RunState::Stopped => "stopped",
+            RunState::Waiting => "waiting",
             RunState::Finished => "finished",
         }
     }
@@ -34,6 +37,7 @@ impl RunState {
         match text {
             "running" => Ok(RunState::Running),
             "stopped" => Ok(RunState::Stopped),
+            "waiting" => Ok(RunState::Waiting),
             "finished" => Ok(RunState::Finished),
             other => Err(StoreError::Damaged {
                 what: "run state",

@@ -91,6 +91,8 @@ const MIGRATIONS: &[&str] = &[
         added_at  TEXT NOT NULL
     );
     ",
+    // 2: what a pending approval would call, so `status` and `approve` can show it.
+    "ALTER TABLE approvals ADD COLUMN request TEXT;",
 ];
 
 /// The schema version this build writes.

@@ -180,7 +180,8 @@ pub fn execute_state(inputs: Inputs<'_>) -> Value {
 
     let status = match (run.state, run.task_status) {
         (RunState::Running, _) => "in_progress".to_owned(),
-        (RunState::Stopped, _) => "stopped".to_owned(),
+        // Seed 004 has no waiting state: a run halted for approvals is stopped until resumed.
+        (RunState::Stopped | RunState::Waiting, _) => "stopped".to_owned(),
         (RunState::Finished, Some(status)) => status.as_str().to_ascii_lowercase(),
         (RunState::Finished, None) => "finished".to_owned(),
     };

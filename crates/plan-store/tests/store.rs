@@ -43,6 +43,7 @@ fn record(id: &str, ok: bool) -> Record {
         }),
         attempts: 1,
         duration_ms: 3,
+        upstream: None,
     }
 }
 
@@ -103,7 +104,7 @@ fn a_ledger_from_a_newer_plan_cli_is_refused() {
             error,
             StoreError::TooNew {
                 found: 99,
-                supported: 1,
+                supported: 2,
                 ..
             }
         ),

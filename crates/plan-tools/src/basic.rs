@@ -20,6 +20,7 @@ impl Tool for Echo {
             name: "echo".into(),
             description: "Return the arguments unchanged".into(),
             source: SOURCE.into(),
+            risk: plan_engine::Risk::Low,
             input_schema: json!({"type": "object"}),
         }
     }
@@ -46,6 +47,7 @@ impl Tool for Sleep {
             name: "sleep".into(),
             description: "Wait the given number of milliseconds".into(),
             source: SOURCE.into(),
+            risk: plan_engine::Risk::Low,
             input_schema: json!({
                 "type": "object",
                 "properties": {"ms": {"type": "integer", "minimum": 0}},
@@ -98,6 +100,7 @@ impl Tool for Fail {
             description: "Fail with the given message: always, or only the first `times` attempts"
                 .into(),
             source: SOURCE.into(),
+            risk: plan_engine::Risk::Low,
             input_schema: json!({
                 "type": "object",
                 "properties": {

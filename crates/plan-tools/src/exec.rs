@@ -47,6 +47,7 @@ impl Tool for Exec {
             name: "exec".into(),
             description: "Run a program with arguments (argv, never a shell); fails on a non-zero exit unless check is false".into(),
             source: SOURCE.into(),
+            risk: plan_engine::Risk::Medium,
             input_schema: json!({
                 "type": "object",
                 "properties": {

@@ -52,6 +52,7 @@ impl Tool for Http {
             description: "Make an HTTP request; fails on a 4xx/5xx status unless check is false"
                 .into(),
             source: SOURCE.into(),
+            risk: plan_engine::Risk::Medium,
             input_schema: json!({
                 "type": "object",
                 "properties": {

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use plan_engine::{EventSink, Fanout, Registry, Restored, RunError, RunOptions};
+use plan_engine::{Approvals, EventSink, Fanout, Mode, Registry, Restored, RunError, RunOptions};
 use plan_graph::{LoadOptions, Plan, Source};
-use plan_store::{EventBuffer, NewRun, RunJournal, RunState};
+use plan_store::{Decision, EventBuffer, NewRun, RunJournal, RunState};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -21,21 +21,65 @@ use crate::ledger::Ledger;
 use crate::output::{self, Progress};
 use crate::plan_file::{Ready, prepare, prepare_source};
 
+/// What a run starts from besides its plan and flags.
+struct Start {
+    /// What an earlier attempt at the run settled (`resume`).
+    restored: Option<Restored>,
+    /// The `--max-concurrency` the run was started with.
+    stored_limit: Option<u32>,
+    approvals: Approvals,
+    mode: Mode,
+}
+
 pub(crate) fn run(args: &RunArgs, registry: &Registry, ledger: &Ledger) -> Result<i32, Failure> {
     let ready = prepare(&args.plan, registry, ledger)?;
-    if args.dry_run {
+    let mode = args.mode.map_or(ready.program.mode(), Mode::from);
+    if args.dry_run || mode == Mode::Preview {
         let calls = ready.program.preview(&ready.inputs, &ready.env);
+        let gated = ready.program.gated_steps();
         let text = if args.execution.json {
-            pretty(&json!({"plan_id": ready.program.plan_id(), "dry_run": true, "calls": calls}))
+            pretty(&json!({
+                "plan_id": ready.program.plan_id(),
+                "dry_run": true,
+                "calls": calls,
+                "needs_approval": gated,
+            }))
         } else {
-            output::preview(ready.program.plan_id(), &calls)
+            let mut text = String::new();
+            if mode == Mode::Preview {
+                // A preview also draws the graph, as `show` does.
+                text.push_str(&plan_graph::render::ascii(&ready.loaded.plan, &|_| {
+                    plan_graph::render::Mark::Pending
+                }));
+                text.push('\n');
+            }
+            text.push_str(&output::preview(ready.program.plan_id(), &calls));
+            if !gated.is_empty() {
+                text.push_str(&format!("needs approval: {}\n", gated.join(", ")));
+            }
+            text
         };
         print(&text)?;
         return Ok(0);
     }
+    let gated: Vec<String> = ready
+        .program
+        .gated_steps()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let mut approvals = Approvals::new();
+    for id in &args.approve {
+        super::approvals::check_can_wait(id, &gated)
+            .map_err(|message| Failure::input(format!("--approve {id}: {message}")))?;
+        approvals.approve(id.clone());
+    }
     let mut store = ledger.open()?;
     let run_id = ulid::Ulid::new().to_string();
-    let options = json!({"max_concurrency": args.execution.max_concurrency});
+    let options = json!({
+        "max_concurrency": args.execution.max_concurrency,
+        "mode": mode,
+    });
     store
         .begin_run(&NewRun {
             run_id: &run_id,
@@ -49,7 +93,23 @@ pub(crate) fn run(args: &RunArgs, registry: &Registry, ledger: &Ledger) -> Resul
             started_at: &plan_store::timestamp(SystemTime::now()),
         })
         .map_err(Failure::ledger)?;
-    execute(ready, &run_id, store, None, &args.execution, None, ledger)
+    for id in &args.approve {
+        store
+            .decide(
+                &run_id,
+                id,
+                Decision::Approved,
+                Some("approved with run --approve"),
+            )
+            .map_err(Failure::ledger)?;
+    }
+    let start = Start {
+        restored: None,
+        stored_limit: None,
+        approvals,
+        mode,
+    };
+    execute(ready, &run_id, store, start, &args.execution, ledger)
 }
 
 pub(crate) fn resume(
@@ -133,6 +193,7 @@ pub(crate) fn resume(
         records.retain(|r| !forgotten(&r.step_id));
     }
     let variables = store.variables(&row.run_id).map_err(Failure::ledger)?;
+    let approvals = store.decisions(&row.run_id).map_err(Failure::ledger)?;
     store
         .resume_run(&row.run_id, std::process::id())
         .map_err(Failure::ledger)?;
@@ -141,15 +202,18 @@ pub(crate) fn resume(
         .get("max_concurrency")
         .and_then(Value::as_u64)
         .and_then(|n| u32::try_from(n).ok());
-    execute(
-        ready,
-        &row.run_id,
-        store,
-        Some(Restored { records, variables }),
-        &args.execution,
+    let mode = row
+        .options
+        .get("mode")
+        .and_then(|mode| serde_json::from_value(mode.clone()).ok())
+        .unwrap_or(Mode::Auto);
+    let start = Start {
+        restored: Some(Restored { records, variables }),
         stored_limit,
-        ledger,
-    )
+        approvals,
+        mode,
+    };
+    execute(ready, &row.run_id, store, start, &args.execution, ledger)
 }
 
 /// The steps (and other fields) in which a plan file differs from a run's stored plan.
@@ -220,9 +284,8 @@ fn execute(
     ready: Ready,
     run_id: &str,
     store: plan_store::Store,
-    restored: Option<Restored>,
+    start: Start,
     args: &ExecutionArgs,
-    stored_limit: Option<u32>,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let ledger_events = Arc::new(EventBuffer::default());
@@ -246,12 +309,17 @@ fn execute(
         sinks.push(progress.clone());
     }
     let mut options = RunOptions::new(run_id);
-    options.max_concurrency = args.max_concurrency.or(stored_limit).map(|n| n as usize);
+    options.max_concurrency = args
+        .max_concurrency
+        .or(start.stored_limit)
+        .map(|n| n as usize);
     options.inputs = ready.inputs;
     options.env = ready.env;
     options.events = Some(Arc::new(Fanout(sinks)));
     options.journal = Some(Box::new(journal));
-    options.restored = restored;
+    options.restored = start.restored;
+    options.approvals = start.approvals;
+    options.mode = Some(start.mode);
     let cancel = CancellationToken::new();
     options.cancel = cancel.clone();
 
@@ -262,14 +330,7 @@ fn execute(
     let program = Arc::new(ready.program);
     let plan = Arc::new(ready.loaded.plan);
     let outcome = runtime.block_on(async {
-        // Ctrl+C stops the run: nothing new starts, running tools are cancelled, what
-        // succeeded stays in the ledger, and `resume` continues.
-        let interrupt = cancel.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupt.cancel();
-            }
-        });
+        tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned()));
         let state_writer = args.state_file.clone().map(|path| {
             let (plan, run_id, db) = (plan.clone(), run_id.to_owned(), ledger.path().to_path_buf());
             tokio::spawn(async move {
@@ -297,6 +358,9 @@ fn execute(
     }
     let report = match outcome {
         Ok(Ok(report)) => report,
+        Ok(Err(RunError::Preview)) => {
+            return Err(Failure::internal("a preview runs nothing"));
+        }
         Ok(Err(RunError::Journal(message))) => {
             return Err(Failure::internal(format!(
                 "the ledger could not be written, so run {run_id} stopped: {message}\nwhat was recorded before is kept: fix the cause, then `plan-cli resume {run_id}`"
@@ -317,7 +381,71 @@ fn execute(
     if report.task_status == plan_engine::TaskStatus::Stopped && !args.json {
         eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
     }
+    if report.task_status == plan_engine::TaskStatus::Waiting && !args.json {
+        print(&output::waiting(&report))?;
+    }
     Ok(report.task_status.exit_code())
+}
+
+/// Ctrl+C or SIGTERM stops the run: nothing new starts, running tools are cancelled, what
+/// succeeded stays in the ledger, and `resume` continues. A second one exits at once: every
+/// commit is a transaction, so the ledger stays consistent, and the calls in flight run again
+/// on resume.
+async fn stop_on_signals(cancel: CancellationToken, run_id: String) {
+    let mut signals = Signals::new();
+    if !signals.next().await {
+        return;
+    }
+    cancel.cancel();
+    eprintln!(
+        "stopping run {run_id}: running steps are cancelled, nothing new starts (press Ctrl+C again to exit at once)"
+    );
+    if signals.next().await {
+        eprintln!(
+            "exiting at once; what finished is in the ledger: continue with `plan-cli resume {run_id}`"
+        );
+        std::process::exit(plan_engine::TaskStatus::Stopped.exit_code());
+    }
+}
+
+/// Ctrl+C (SIGINT) and SIGTERM, watched from the start so that none is missed.
+struct Signals {
+    #[cfg(unix)]
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Signals {
+                streams: signal(SignalKind::interrupt())
+                    .and_then(|i| Ok((i, signal(SignalKind::terminate())?)))
+                    .ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// Waits for the next signal; false if signals cannot be watched.
+    async fn next(&mut self) -> bool {
+        #[cfg(unix)]
+        {
+            let Some((interrupt, terminate)) = &mut self.streams else {
+                return false;
+            };
+            tokio::select! {
+                received = interrupt.recv() => received.is_some(),
+                received = terminate.recv() => received.is_some(),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await.is_ok()
+        }
+    }
 }
 
 /// Writes the run's execute-state document to `path` atomically: a temporary file in the same

@@ -21,6 +21,7 @@ pub(crate) fn status_of(row: &RunRow) -> TaskStatus {
     match row.state {
         RunState::Finished => row.task_status.unwrap_or(TaskStatus::Failed),
         RunState::Stopped => TaskStatus::Stopped,
+        RunState::Waiting => TaskStatus::Waiting,
         RunState::Running => TaskStatus::Running,
     }
 }
@@ -45,7 +46,14 @@ pub(crate) fn plan_of(row: &RunRow) -> Result<Plan, Failure> {
 pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Failure> {
     let plan = plan_of(row)?;
     let status = status_of(row);
-    let mut records = store.records(&row.run_id).map_err(Failure::ledger)?;
+    let pending = store.approvals(&row.run_id).map_err(Failure::ledger)?;
+    let pending: Vec<&str> = pending
+        .iter()
+        .filter(|a| a.decision == plan_store::Decision::Pending)
+        .map(|a| a.step_id.as_str())
+        .collect();
+    let stored = store.records(&row.run_id).map_err(Failure::ledger)?;
+    let mut records = with_unsettled(&plan, stored, status, &pending);
     let elapsed = [Some(row.started_at.as_str()), row.finished_at.as_deref()]
         .map(|t| t.and_then(|t| humantime::parse_rfc3339(t).ok()));
     let duration = match elapsed {
@@ -70,13 +78,84 @@ pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Fa
             .map(|(k, v)| (k.clone(), Arc::new(v.clone()))),
     );
     variables.extend(store.variables(&row.run_id).map_err(Failure::ledger)?);
+    let pending_approvals = if status == TaskStatus::Waiting {
+        store
+            .approvals(&row.run_id)
+            .map_err(Failure::ledger)?
+            .into_iter()
+            .filter(|a| a.decision == plan_store::Decision::Pending)
+            .map(|a| {
+                a.request.unwrap_or(plan_engine::PendingApproval {
+                    step_id: a.step_id,
+                    tool: None,
+                    args: None,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(RunReport {
         run_id: row.run_id.clone(),
         plan_id: row.plan_id.clone(),
         task_status: status,
         records,
         variables,
+        pending_approvals,
     })
+}
+
+/// The stored records with a record for every step that has none yet (a run that is
+/// running, stopped or waiting), in plan order, as `run` reports them.
+fn with_unsettled(
+    plan: &Plan,
+    stored: Vec<Record>,
+    status: TaskStatus,
+    pending: &[&str],
+) -> Vec<Record> {
+    let ids: std::collections::HashSet<&str> = plan.steps.iter().map(|s| s.id.0.as_str()).collect();
+    let reason = match status {
+        TaskStatus::Waiting => "not started: the run is waiting for an approval",
+        TaskStatus::Stopped => "the run stopped before it started",
+        _ => "not started yet",
+    };
+    let mut stored = stored.into_iter().peekable();
+    let mut records = Vec::with_capacity(plan.steps.len());
+    for step in &plan.steps {
+        let mut found = false;
+        // The store keeps plan order, a step's items and nodes right before the step.
+        while let Some(record) = stored.peek() {
+            if record.step_id == step.id.0 {
+                found = true;
+            } else if ids.contains(record.step_id.as_str()) {
+                break;
+            }
+            records.extend(stored.next());
+            if found {
+                break;
+            }
+        }
+        if !found {
+            let reason = if pending.contains(&step.id.0.as_str()) {
+                "awaiting approval"
+            } else {
+                reason
+            };
+            records.push(Record {
+                step_id: step.id.0.clone(),
+                ok: false,
+                skipped: true,
+                result: None,
+                reason: Some(reason.to_owned()),
+                error: None,
+                attempts: 0,
+                duration_ms: 0,
+                upstream: None,
+            });
+        }
+    }
+    records.extend(stored);
+    records
 }
 
 pub(crate) fn runs(args: &JsonArgs, ledger: &Ledger) -> Result<i32, Failure> {

@@ -1,11 +1,13 @@
 //! One function per subcommand; each returns the process exit code.
 
+mod approvals;
 mod execute;
 mod ledger;
 mod plans;
 
 use std::io::Write;
 
+pub(crate) use approvals::{approve, reject};
 pub(crate) use execute::{resume, run};
 pub(crate) use ledger::{events, gc, runs, state_export, status};
 pub(crate) use plans::{plan, show, tools, validate};

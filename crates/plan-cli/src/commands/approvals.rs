@@ -1,0 +1,173 @@
+//! `approve` and `reject`: decisions on a run's high-risk calls, kept in the ledger and read by
+//! `resume`.
+
+use plan_engine::{PLAN_APPROVAL, Program, Registry};
+use plan_store::{ApprovalRow, Decision, RunRow, RunState, Store};
+
+use super::ledger::plan_of;
+use super::print;
+use crate::cli::{ApproveArgs, RejectArgs};
+use crate::exit::Failure;
+use crate::ledger::Ledger;
+
+pub(crate) fn approve(
+    args: &ApproveArgs,
+    registry: &Registry,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
+    let mut store = ledger.open_existing()?;
+    let row = open_run(&store, &args.run)?;
+    let rows = store.approvals(&row.run_id).map_err(Failure::ledger)?;
+    let mut ids: Vec<String> = if args.all {
+        let pending: Vec<String> = pending(&rows).map(|r| r.step_id.clone()).collect();
+        if pending.is_empty() && !args.plan {
+            return Err(Failure::input(format!(
+                "nothing in run {} waits for an approval",
+                row.run_id
+            )));
+        }
+        pending
+    } else {
+        let gated = gated_steps(&row, registry)?;
+        for id in &args.steps {
+            check_gated(id, &gated, &rows, &row)?;
+        }
+        args.steps.clone()
+    };
+    if args.plan && !ids.iter().any(|id| id == PLAN_APPROVAL) {
+        ids.insert(0, PLAN_APPROVAL.to_owned());
+    }
+    for id in &ids {
+        store
+            .decide(&row.run_id, id, Decision::Approved, None)
+            .map_err(Failure::ledger)?;
+    }
+    let names: Vec<&str> = ids.iter().map(|id| display(id)).collect();
+    report(&store, &row, &format!("approved {}", names.join(", ")))
+}
+
+pub(crate) fn reject(
+    args: &RejectArgs,
+    registry: &Registry,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
+    let mut store = ledger.open_existing()?;
+    let row = open_run(&store, &args.run)?;
+    let rows = store.approvals(&row.run_id).map_err(Failure::ledger)?;
+    let gated = gated_steps(&row, registry)?;
+    for id in &args.steps {
+        check_gated(id, &gated, &rows, &row)?;
+    }
+    let reason = args
+        .reason
+        .as_deref()
+        .unwrap_or("rejected without a reason");
+    for id in &args.steps {
+        store
+            .decide(&row.run_id, id, Decision::Rejected, Some(reason))
+            .map_err(Failure::ledger)?;
+    }
+    report(
+        &store,
+        &row,
+        &format!(
+            "rejected {}: they fail with E_REJECTED and what depends on them is skipped",
+            args.steps.join(", ")
+        ),
+    )
+}
+
+fn open_run(store: &Store, id: &str) -> Result<RunRow, Failure> {
+    let row = store.run(id).map_err(Failure::ledger)?;
+    if row.state == RunState::Finished {
+        return Err(Failure::input(format!(
+            "run {} has finished ({}): there is nothing left to approve",
+            row.run_id,
+            row.task_status.map_or("", |s| s.as_str())
+        )));
+    }
+    Ok(row)
+}
+
+fn pending(rows: &[ApprovalRow]) -> impl Iterator<Item = &ApprovalRow> {
+    rows.iter().filter(|r| r.decision == Decision::Pending)
+}
+
+/// The run's steps that wait for an approval, from the plan stored with it.
+fn gated_steps(row: &RunRow, registry: &Registry) -> Result<Vec<String>, Failure> {
+    let plan = plan_of(row)?;
+    let program = Program::compile(&plan, &row.plan_id, registry).map_err(|issues| {
+        Failure::input(format!(
+            "the plan of run {} no longer compiles: {}",
+            row.run_id,
+            issues.first().map_or("", |i| i.message.as_str())
+        ))
+    })?;
+    Ok(program
+        .gated_steps()
+        .into_iter()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// A decision must name something that can wait: a pending call, a high-risk step, or an
+/// item of a high-risk map step (`deploy-0`, `deploy[prod]`).
+fn check_gated(
+    id: &str,
+    gated: &[String],
+    rows: &[ApprovalRow],
+    row: &RunRow,
+) -> Result<(), Failure> {
+    if rows.iter().any(|r| r.step_id == id) {
+        return Ok(());
+    }
+    check_can_wait(id, gated).map_err(|message| {
+        let waiting: Vec<&str> = pending(rows).map(|r| display(&r.step_id)).collect();
+        let mut message = format!("{message} in run {}", row.run_id);
+        if !waiting.is_empty() {
+            message.push_str(&format!("; waiting: {}", waiting.join(", ")));
+        }
+        Failure::input(message)
+    })
+}
+
+/// Whether `id` is a high-risk step of `gated` or an item of one; else why not.
+pub(crate) fn check_can_wait(id: &str, gated: &[String]) -> Result<(), String> {
+    let is_item_of = |step: &String| {
+        id.strip_prefix(step.as_str()).is_some_and(|rest| {
+            rest.strip_prefix('-')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                || (rest.starts_with('[') && rest.ends_with(']'))
+        })
+    };
+    if gated.iter().any(|g| g == id || is_item_of(g)) {
+        return Ok(());
+    }
+    let mut message = format!("`{id}` is not a high-risk step, so it needs no approval");
+    if gated.is_empty() {
+        message.push_str(" (the plan has none)");
+    } else {
+        message.push_str(&format!(" (the high-risk steps: {})", gated.join(", ")));
+    }
+    Err(message)
+}
+
+fn display(id: &str) -> &str {
+    if id == PLAN_APPROVAL { "the plan" } else { id }
+}
+
+/// Says what was decided, what still waits, and how to go on.
+fn report(store: &Store, row: &RunRow, done: &str) -> Result<i32, Failure> {
+    let rows = store.approvals(&row.run_id).map_err(Failure::ledger)?;
+    let waiting: Vec<&str> = pending(&rows).map(|r| display(&r.step_id)).collect();
+    let mut text = format!("{done} in run {}\n", row.run_id);
+    if !waiting.is_empty() {
+        text.push_str(&format!("still waiting: {}\n", waiting.join(", ")));
+    }
+    text.push_str(&format!(
+        "continue it with `plan-cli resume {}`\n",
+        row.run_id
+    ));
+    print(&text)?;
+    Ok(0)
+}

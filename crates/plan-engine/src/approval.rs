@@ -1,0 +1,95 @@
+//! Approvals (seed 001): a `risk: high` step or map item runs only once approved. Without a
+//! decision it waits, the run goes on with everything that does not depend on it, and then
+//! halts `WAITING`; the caller collects decisions and resumes.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::report::PLAN_APPROVAL;
+
+/// Decisions on approvals, keyed by step id or map item id (`deploy`, `deploy[prod]`). A
+/// step's decision covers its items; an item's own decision wins over its step's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Approvals {
+    approved: HashSet<String>,
+    rejected: HashMap<String, String>,
+}
+
+/// What was decided about one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision<'a> {
+    Approved,
+    /// Refused, with the reason given.
+    Rejected(&'a str),
+    Undecided,
+}
+
+impl Approvals {
+    /// No decisions.
+    pub fn new() -> Self {
+        Approvals::default()
+    }
+
+    /// Approves a step, a map item, or with [`PLAN_APPROVAL`] the plan.
+    pub fn approve(&mut self, id: impl Into<String>) {
+        let id = id.into();
+        self.rejected.remove(&id);
+        self.approved.insert(id);
+    }
+
+    /// Rejects a step or map item: it fails with `E_REJECTED` and `reason`.
+    pub fn reject(&mut self, id: impl Into<String>, reason: impl Into<String>) {
+        let id = id.into();
+        self.approved.remove(&id);
+        self.rejected.insert(id, reason.into());
+    }
+
+    /// Whether the plan itself is approved (`--mode approval`).
+    pub fn plan_approved(&self) -> bool {
+        self.approved.contains(PLAN_APPROVAL)
+    }
+
+    /// The decision on a step's call (`item` is the map item's id, if it is one).
+    pub(crate) fn decision(&self, step: &str, item: Option<&str>) -> Decision<'_> {
+        for id in item.into_iter().chain([step]) {
+            if self.approved.contains(id) {
+                return Decision::Approved;
+            }
+            if let Some(reason) = self.rejected.get(id) {
+                return Decision::Rejected(reason);
+            }
+        }
+        Decision::Undecided
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_items_own_decision_wins_over_its_steps() {
+        let mut approvals = Approvals::new();
+        approvals.approve("deploy");
+        approvals.reject("deploy[prod]", "not on a Friday");
+        assert_eq!(
+            approvals.decision("deploy", Some("deploy[dev]")),
+            Decision::Approved
+        );
+        assert_eq!(
+            approvals.decision("deploy", Some("deploy[prod]")),
+            Decision::Rejected("not on a Friday")
+        );
+        assert_eq!(approvals.decision("other", None), Decision::Undecided);
+    }
+
+    #[test]
+    fn the_latest_decision_on_an_id_counts() {
+        let mut approvals = Approvals::new();
+        approvals.reject("a", "no");
+        approvals.approve("a");
+        assert_eq!(approvals.decision("a", None), Decision::Approved);
+        assert!(!approvals.plan_approved());
+        approvals.approve(PLAN_APPROVAL);
+        assert!(approvals.plan_approved());
+    }
+}

@@ -1,0 +1,194 @@
+//! Approvals of a run's high-risk calls: asked for when the run halts `WAITING`, decided by
+//! `plan-cli approve` / `reject` (or `run --approve`), read back by `resume`. A decision is
+//! taken once: it is never asked for again, and a different decision on the same call is
+//! refused rather than silently replacing it.
+
+use plan_engine::{Approvals, PendingApproval, TaskStatus};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+
+use crate::runs::RunState;
+use crate::{Store, StoreError};
+
+/// Where an approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Asked for, not decided.
+    Pending,
+    /// The call may run.
+    Approved,
+    /// The call fails with `E_REJECTED`.
+    Rejected,
+}
+
+impl Decision {
+    /// `pending`, `approved` or `rejected`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Pending => "pending",
+            Decision::Approved => "approved",
+            Decision::Rejected => "rejected",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, StoreError> {
+        match text {
+            "pending" => Ok(Decision::Pending),
+            "approved" => Ok(Decision::Approved),
+            "rejected" => Ok(Decision::Rejected),
+            other => Err(StoreError::Damaged {
+                what: "approval",
+                message: format!("unknown decision `{other}`"),
+            }),
+        }
+    }
+}
+
+/// One approval of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRow {
+    /// The step, map item, or `__plan__`.
+    pub step_id: String,
+    /// Where it stands.
+    pub decision: Decision,
+    /// Why it was rejected (or a note on the approval).
+    pub reason: Option<String>,
+    /// What the run asked to call, when it asked.
+    pub request: Option<PendingApproval>,
+    /// When it was asked for or decided (RFC 3339).
+    pub at: String,
+}
+
+impl Store {
+    /// Ends a run `WAITING` for these approvals, in one transaction. Calls already decided
+    /// keep their decision.
+    pub fn halt_for_approvals(
+        &mut self,
+        run_id: &str,
+        pending: &[PendingApproval],
+    ) -> Result<(), StoreError> {
+        let now = crate::timestamp(std::time::SystemTime::now());
+        let transaction = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut insert = transaction.prepare(
+                "INSERT INTO approvals (run_id, step_id, decision, request, decided_at)
+                 VALUES (?1, ?2, 'pending', ?3, ?4)
+                 ON CONFLICT (run_id, step_id) DO UPDATE SET request = excluded.request
+                 WHERE decision = 'pending'",
+            )?;
+            for request in pending {
+                let json = serde_json::to_string(request).map_err(|e| StoreError::Damaged {
+                    what: "approval",
+                    message: e.to_string(),
+                })?;
+                insert.execute(params![run_id, request.step_id, json, now])?;
+            }
+        }
+        transaction.execute(
+            "UPDATE runs SET state = ?2, task_status = ?3, finished_at = ?4, updated_at = ?4 WHERE run_id = ?1",
+            params![
+                run_id,
+                RunState::Waiting.as_str(),
+                TaskStatus::Waiting.as_str(),
+                now
+            ],
+        )?;
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// Decides an approval (`Approved` or `Rejected`). Deciding the same way again changes
+    /// nothing; deciding the other way is refused.
+    pub fn decide(
+        &mut self,
+        run_id: &str,
+        step_id: &str,
+        decision: Decision,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let now = crate::timestamp(std::time::SystemTime::now());
+        let transaction = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let existing: Option<String> = transaction
+            .query_row(
+                "SELECT decision FROM approvals WHERE run_id = ?1 AND step_id = ?2",
+                params![run_id, step_id],
+                |row| row.get(0),
+            )
+            .optional()?;
+        match existing.as_deref().map(Decision::parse).transpose()? {
+            Some(Decision::Pending) | None => {
+                transaction.execute(
+                    "INSERT INTO approvals (run_id, step_id, decision, reason, decided_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (run_id, step_id) DO UPDATE
+                     SET decision = excluded.decision, reason = excluded.reason, decided_at = excluded.decided_at",
+                    params![run_id, step_id, decision.as_str(), reason, now],
+                )?;
+            }
+            Some(same) if same == decision => {}
+            Some(other) => {
+                return Err(StoreError::Decided {
+                    step_id: step_id.to_owned(),
+                    decision: other.as_str(),
+                });
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// A run's approvals: pending ones in the order they were asked for, then by id.
+    pub fn approvals(&self, run_id: &str) -> Result<Vec<ApprovalRow>, StoreError> {
+        let mut statement = self.conn.prepare(
+            "SELECT step_id, decision, reason, request, decided_at FROM approvals
+             WHERE run_id = ?1 ORDER BY decided_at, step_id",
+        )?;
+        let rows = statement.query_map([run_id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Option<String>>(2)?,
+                row.get::<_, Option<String>>(3)?,
+                row.get::<_, String>(4)?,
+            ))
+        })?;
+        let mut approvals = Vec::new();
+        for row in rows {
+            let (step_id, decision, reason, request, at) = row?;
+            let request = request
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(|e| StoreError::Damaged {
+                    what: "approval",
+                    message: e.to_string(),
+                })?;
+            approvals.push(ApprovalRow {
+                step_id,
+                decision: Decision::parse(&decision)?,
+                reason,
+                request,
+                at,
+            });
+        }
+        Ok(approvals)
+    }
+
+    /// The decisions taken on a run's approvals, for the engine.
+    pub fn decisions(&self, run_id: &str) -> Result<Approvals, StoreError> {
+        let mut approvals = Approvals::new();
+        for row in self.approvals(run_id)? {
+            match row.decision {
+                Decision::Pending => {}
+                Decision::Approved => approvals.approve(row.step_id),
+                Decision::Rejected => approvals.reject(
+                    row.step_id,
+                    row.reason.unwrap_or_else(|| "rejected".to_owned()),
+                ),
+            }
+        }
+        Ok(approvals)
+    }
+}
