@@ -93,10 +93,23 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         .max()
         .unwrap_or(0);
     let mut out = String::new();
-    let (mut ok, mut failed, mut skipped, mut blocked) = (0, 0, 0, 0);
+    let (mut ok, mut failed, mut skipped, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
+    let waits = |record: &Record| {
+        report.task_status == plan_engine::TaskStatus::Waiting
+            && record.skipped
+            && !record.ok
+            && record.upstream.is_none()
+    };
     for record in &steps {
         let id = label(record);
-        let line = if record.ok && record.skipped {
+        let line = if waits(record) {
+            // Not started because the run halted for approvals: it runs on resume.
+            waiting += 1;
+            format!(
+                "… {id:<width$}  waiting: {}",
+                record.reason.as_deref().unwrap_or("")
+            )
+        } else if record.ok && record.skipped {
             // Skipped by a `when` condition: not a failure.
             skipped += 1;
             format!(
@@ -145,6 +158,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         (failed, "failed"),
         (skipped, "skipped"),
         (blocked, "blocked"),
+        (waiting, "waiting"),
     ] {
         if n > 0 {
             counts.push(format!("{n} {what}"));

@@ -2,54 +2,12 @@
 //! file, and bad ledger files.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
-use std::path::{Path, PathBuf};
-
-use assert_cmd::Command;
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
-struct Lab {
-    dir: tempfile::TempDir,
-}
+mod common;
 
-impl Lab {
-    fn new() -> Self {
-        Lab {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn cli(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_plan-cli"));
-        command
-            .current_dir(self.dir.path())
-            .env("NO_COLOR", "1")
-            .env_remove("PLAN_DB");
-        command
-    }
-
-    fn json(&self, args: &[&str]) -> (i32, Value) {
-        let output = self.cli().args(args).output().unwrap();
-        let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-            panic!(
-                "{args:?}: not JSON\n{}\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        (output.status.code().unwrap(), value)
-    }
-
-    fn write(&self, name: &str, plan: &Value) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, serde_json::to_string_pretty(plan).unwrap()).unwrap();
-        path
-    }
-}
-
-fn path_str(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+use common::{Lab, path_str};
 
 fn without_durations(mut report: Value) -> Value {
     for record in report["records"].as_array_mut().unwrap() {

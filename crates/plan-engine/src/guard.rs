@@ -7,10 +7,12 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use plan_graph::Guards;
 use serde_json::{Value, json};
+// Tokio's clock, so that paused-time tests see `max_duration_ms` pass.
+use tokio::time::Instant;
 
 use crate::report::StepError;
 use crate::tool::codes;
@@ -90,7 +92,7 @@ impl Guard {
             return Err(stopped(
                 &format!("per_tool.{tool}"),
                 limit,
-                format!("the run has called `{tool}` {limit} times"),
+                format!("the run has called `{tool}` {}", times(limit)),
             ));
         }
         let repeat_key = limits
@@ -102,7 +104,10 @@ impl Guard {
             return Err(stopped(
                 "max_repeats",
                 limit,
-                format!("`{tool}` was already called {limit} times with these same arguments"),
+                format!(
+                    "`{tool}` was already called {} with these same arguments",
+                    times(limit)
+                ),
             ));
         }
         used.calls += 1;
@@ -123,6 +128,14 @@ impl Guard {
         self.used
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn times(n: u64) -> String {
+    match n {
+        1 => "once".to_owned(),
+        2 => "twice".to_owned(),
+        n => format!("{n} times"),
     }
 }
 

@@ -118,38 +118,31 @@ fn check_gated(
     rows: &[ApprovalRow],
     row: &RunRow,
 ) -> Result<(), Failure> {
-    if rows.iter().any(|r| r.step_id == id) {
+    if rows.iter().any(|r| r.step_id == id) || can_wait(id, gated) {
         return Ok(());
     }
-    check_can_wait(id, gated).map_err(|message| {
-        let waiting: Vec<&str> = pending(rows).map(|r| display(&r.step_id)).collect();
-        let mut message = format!("{message} in run {}", row.run_id);
-        if !waiting.is_empty() {
-            message.push_str(&format!("; waiting: {}", waiting.join(", ")));
-        }
-        Failure::input(message)
-    })
+    let waiting: Vec<&str> = pending(rows).map(|r| display(&r.step_id)).collect();
+    let mut message = format!(
+        "`{id}` needs no decision in run {}: it is not a high-risk step",
+        row.run_id
+    );
+    if !waiting.is_empty() {
+        message.push_str(&format!(" (waiting: {})", waiting.join(", ")));
+    }
+    Err(Failure::input(message))
 }
 
-/// Whether `id` is a high-risk step of `gated` or an item of one; else why not.
-pub(crate) fn check_can_wait(id: &str, gated: &[String]) -> Result<(), String> {
-    let is_item_of = |step: &String| {
+/// Whether `id` is one of the high-risk steps `gated`, or an item of one.
+pub(crate) fn can_wait(id: &str, gated: &[String]) -> bool {
+    gated.iter().any(|step| {
         id.strip_prefix(step.as_str()).is_some_and(|rest| {
-            rest.strip_prefix('-')
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            rest.is_empty()
+                || rest
+                    .strip_prefix('-')
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
                 || (rest.starts_with('[') && rest.ends_with(']'))
         })
-    };
-    if gated.iter().any(|g| g == id || is_item_of(g)) {
-        return Ok(());
-    }
-    let mut message = format!("`{id}` is not a high-risk step, so it needs no approval");
-    if gated.is_empty() {
-        message.push_str(" (the plan has none)");
-    } else {
-        message.push_str(&format!(" (the high-risk steps: {})", gated.join(", ")));
-    }
-    Err(message)
+    })
 }
 
 fn display(id: &str) -> &str {

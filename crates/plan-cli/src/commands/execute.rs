@@ -70,8 +70,16 @@ pub(crate) fn run(args: &RunArgs, registry: &Registry, ledger: &Ledger) -> Resul
         .collect();
     let mut approvals = Approvals::new();
     for id in &args.approve {
-        super::approvals::check_can_wait(id, &gated)
-            .map_err(|message| Failure::input(format!("--approve {id}: {message}")))?;
+        if !super::approvals::can_wait(id, &gated) {
+            let steps = if gated.is_empty() {
+                "the plan has none".to_owned()
+            } else {
+                format!("the plan's are {}", gated.join(", "))
+            };
+            return Err(Failure::input(format!(
+                "--approve {id}: `{id}` is not a high-risk step ({steps})"
+            )));
+        }
         approvals.approve(id.clone());
     }
     let mut store = ledger.open()?;

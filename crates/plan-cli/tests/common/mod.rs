@@ -1,0 +1,51 @@
+//! What the CLI's integration tests share: a lab directory with its own ledger, and the real
+//! binary run inside it.
+#![allow(dead_code, reason = "each test file uses a part of it")]
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+pub(crate) struct Lab {
+    pub(crate) dir: tempfile::TempDir,
+}
+
+impl Lab {
+    pub(crate) fn new() -> Self {
+        Lab {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub(crate) fn cli(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_plan-cli"));
+        command
+            .current_dir(self.dir.path())
+            .env("NO_COLOR", "1")
+            .env_remove("PLAN_DB");
+        command
+    }
+
+    pub(crate) fn json(&self, args: &[&str]) -> (i32, Value) {
+        let output = self.cli().args(args).output().unwrap();
+        let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+            panic!(
+                "{args:?}: not JSON\n{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code().unwrap(), value)
+    }
+
+    pub(crate) fn write(&self, name: &str, plan: &Value) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string_pretty(plan).unwrap()).unwrap();
+        path
+    }
+}
+
+pub(crate) fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap()
+}

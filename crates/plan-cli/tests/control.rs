@@ -1,0 +1,280 @@
+//! Control of runs through the binary: approval round trips, modes, and signals.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Lab, path_str};
+use predicates::prelude::*;
+use serde_json::{Value, json};
+
+fn deploy_plan() -> Value {
+    json!({"steps": [
+        {"id": "build", "tool": "echo", "args": {"artifact": "app.tar"}, "result_variable": "build"},
+        {"id": "deploy", "tool": "echo", "risk": "high", "args": {"artifact": "${build.artifact}"}, "depends_on": ["build"]},
+        {"id": "notify", "tool": "echo", "args": {"text": "done"}, "depends_on": ["deploy"]},
+        {"id": "lint", "tool": "echo", "args": {}}
+    ]})
+}
+
+fn statuses(report: &Value) -> Vec<(String, bool, bool)> {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["step_id"].as_str().unwrap().to_owned(),
+                r["ok"].as_bool().unwrap(),
+                r["skipped"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The number of `tool.called` events of each step in the run's events.
+fn calls_of(lab: &Lab, run: &str, step: &str) -> usize {
+    let output = lab.cli().args(["events", run]).output().unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|e| e["type"] == "tool.called" && e["step_id"] == step)
+        .count()
+}
+
+#[test]
+fn an_approval_round_trip_waits_approves_and_resumes() {
+    let lab = Lab::new();
+    let plan = lab.write("deploy.json", &deploy_plan());
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5, "WAITING exits 5");
+    assert_eq!(report["task_status"], "WAITING");
+    assert_eq!(
+        report["pending_approvals"],
+        json!([{"step_id": "deploy", "tool": "echo", "args": {"artifact": "app.tar"}}])
+    );
+    let run = report["run_id"].as_str().unwrap().to_owned();
+
+    // `status` shows the same object, pending approvals included.
+    let (code, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(status["task_status"], "WAITING");
+    assert_eq!(status["pending_approvals"], report["pending_approvals"]);
+    assert_eq!(statuses(&status), statuses(&report));
+
+    // A step that needs no approval is refused, naming what waits.
+    lab.cli()
+        .args(["approve", &run, "lint"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("`lint` needs no decision in run"))
+        .stderr(predicate::str::contains("(waiting: deploy)"));
+
+    // Resuming before a decision halts again, and calls nothing twice.
+    let (code, _) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 5);
+    assert_eq!(calls_of(&lab, &run, "build"), 1);
+
+    lab.cli()
+        .args(["approve", &run, "deploy"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("approved deploy in run"))
+        .stdout(predicate::str::contains(format!(
+            "continue it with `plan-cli resume {run}`"
+        )));
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(report["task_status"], "COMPLETED");
+    assert!(report.get("pending_approvals").is_none());
+    assert_eq!(calls_of(&lab, &run, "build"), 1, "build never ran again");
+    assert_eq!(calls_of(&lab, &run, "deploy"), 1);
+
+    // A finished run takes no decisions.
+    lab.cli()
+        .args(["approve", &run, "deploy"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("has finished"));
+}
+
+#[test]
+fn a_rejection_fails_the_step_and_is_never_asked_again() {
+    let lab = Lab::new();
+    let plan = lab.write("deploy.json", &deploy_plan());
+    let (_, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli()
+        .args(["reject", &run, "deploy", "--reason", "change freeze"])
+        .assert()
+        .success();
+    // The decision is taken once: approving it now is refused.
+    lab.cli()
+        .args(["approve", &run, "deploy"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "`deploy` is already rejected; a decision is taken once",
+        ));
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 1);
+    assert_eq!(report["task_status"], "FAILED");
+    let deploy = &report["records"][1];
+    assert_eq!(deploy["error"]["code"], "E_REJECTED");
+    assert_eq!(
+        deploy["error"]["message"],
+        "the call was not approved: change freeze"
+    );
+    assert_eq!(
+        report["records"][2]["upstream"],
+        json!({"deploy": "rejected"})
+    );
+}
+
+#[test]
+fn run_approve_pre_approves_and_checks_its_steps() {
+    let lab = Lab::new();
+    let plan = lab.write("deploy.json", &deploy_plan());
+    let (code, report) = lab.json(&["run", path_str(&plan), "--approve", "deploy", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(report["task_status"], "COMPLETED");
+    lab.cli()
+        .args(["run", path_str(&plan), "--approve", "lint"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--approve lint: `lint` is not a high-risk step (the plan's are deploy)",
+        ));
+}
+
+#[test]
+fn approval_mode_waits_for_the_plan_and_preview_runs_nothing() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "plain.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {"x": 1}}]}),
+    );
+    let output = lab
+        .cli()
+        .args(["run", path_str(&plan), "--mode", "approval"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("the plan (it runs in approval mode)"),
+        "{stdout}"
+    );
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(calls_of(&lab, &run, "a"), 0);
+    lab.cli()
+        .args(["approve", &run, "--plan"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("approved the plan"));
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(calls_of(&lab, &run, "a"), 1);
+
+    // A preview draws the graph and the calls, and records nothing.
+    lab.cli()
+        .args(["run", path_str(&plan), "--mode", "preview"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "dry run of `plain`: 1 call, none made",
+        ));
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(
+        runs.as_array().unwrap().len(),
+        1,
+        "the preview is not a run"
+    );
+}
+
+/// Starts a run of one long step, waits until it is running, then sends `signals`.
+fn interrupted_run(signals: &[&str]) -> (Lab, std::process::Output, Duration) {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "slow.json",
+        &json!({"steps": [
+            {"id": "quick", "tool": "echo", "args": {}},
+            {"id": "slow", "tool": "sleep", "args": {"ms": 60000}, "depends_on": ["quick"]},
+            {"id": "after", "tool": "echo", "args": {}, "depends_on": ["slow"]}
+        ]}),
+    );
+    let events = lab.dir.path().join("events.ndjson");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .args(["run", path_str(&plan), "--events", path_str(&events)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("tool.called") && l.contains("\"slow\""))
+    {
+        assert!(Instant::now() < deadline, "the run never started `slow`");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    for signal in signals {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let output = child.wait_with_output().unwrap();
+    (lab, output, started.elapsed())
+}
+
+#[test]
+fn sigterm_stops_the_run_and_keeps_what_finished() {
+    let (lab, output, took) = interrupted_run(&["TERM"]);
+    assert_eq!(output.status.code(), Some(130));
+    assert!(took < Duration::from_secs(20), "the sleep was cancelled");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("continue it with `plan-cli resume"),
+        "{stderr}"
+    );
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs[0]["task_status"], "STOPPED");
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(status["records"][0]["ok"], true, "what finished is kept");
+    assert_eq!(
+        status["records"][1]["reason"], "the run stopped before it started",
+        "the cancelled step is not recorded as done, so resume runs it again"
+    );
+    assert_eq!(calls_of(&lab, &run, "quick"), 1);
+}
+
+#[test]
+fn a_second_interrupt_exits_at_once_with_the_ledger_consistent() {
+    // SIGINT twice in a row: the first asks to stop, the second exits without waiting for
+    // the stop to finish (or, if the stop won the race, finds the run already stopped).
+    let (lab, output, _) = interrupted_run(&["INT", "INT"]);
+    assert_eq!(output.status.code(), Some(130));
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    // The ledger opens and the run resumes: `quick` stays done, `slow` runs again.
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(status["records"][0]["step_id"], "quick");
+    assert_eq!(status["records"][0]["ok"], true);
+    assert!(
+        lab.cli()
+            .args(["gc", "--older-than", "1d"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+}
