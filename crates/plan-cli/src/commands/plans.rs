@@ -33,6 +33,10 @@ pub(crate) fn validate(
             if warnings == 1 { "" } else { "s" }
         ));
     }
+    let gated = ready.program.gated_steps();
+    if !gated.is_empty() {
+        line.push_str(&format!("; waits for approval of: {}", gated.join(", ")));
+    }
     print(&format!("{line}\n"))?;
     Ok(0)
 }
@@ -71,9 +75,13 @@ pub(crate) fn tools(args: &ToolsArgs, registry: &Registry) -> Result<i32, Failur
         infos
             .iter()
             .map(|info| {
+                let risk = serde_json::to_value(info.risk).unwrap_or_default();
                 format!(
-                    "{:<width$}  {:<8} {}\n",
-                    info.name, info.source, info.description
+                    "{:<width$}  {:<8} {:<6} {}\n",
+                    info.name,
+                    info.source,
+                    risk.as_str().unwrap_or(""),
+                    info.description
                 )
             })
             .collect()
