@@ -105,10 +105,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         let line = if waits(record) {
             // Not started because the run halted for approvals: it runs on resume.
             waiting += 1;
-            format!(
-                "… {id:<width$}  waiting: {}",
-                record.reason.as_deref().unwrap_or("")
-            )
+            format!("… {id:<width$}  {}", record.reason.as_deref().unwrap_or(""))
         } else if record.ok && record.skipped {
             // Skipped by a `when` condition: not a failure.
             skipped += 1;
@@ -188,12 +185,17 @@ pub(crate) fn waiting(report: &RunReport) -> String {
             out.push_str("  the plan (it runs in approval mode)\n");
             continue;
         }
-        let tool = pending.tool.as_deref().unwrap_or("block");
-        let args = pending
-            .args
-            .as_ref()
-            .map_or(String::new(), |args| format!(" {args}"));
-        out.push_str(&format!("  {}  {tool}{args}\n", pending.step_id));
+        let what = match (&pending.reason, &pending.tool) {
+            (Some(reason), _) => reason.clone(),
+            (None, tool) => {
+                let args = pending
+                    .args
+                    .as_ref()
+                    .map_or(String::new(), |args| format!(" {args}"));
+                format!("{}{args}", tool.as_deref().unwrap_or("block"))
+            }
+        };
+        out.push_str(&format!("  {}  {what}\n", pending.step_id));
     }
     if plan {
         out.push_str(&format!(

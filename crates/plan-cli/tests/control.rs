@@ -278,3 +278,131 @@ fn a_second_interrupt_exits_at_once_with_the_ledger_consistent() {
             .success()
     );
 }
+
+fn block_plan() -> Value {
+    json!({"steps": [
+        {"id": "review", "args": {"topic": "x"}, "block": {
+            "entry_point": "draft",
+            "on_failure": "wait",
+            "nodes": {
+                "draft": {"tool": "echo", "args": {"text": "draft ${input.topic}"}},
+                // Fails the first time it runs (no marker yet), then succeeds.
+                "check": {"tool": "exec", "args": {"argv": ["sh", "-c", "test -f marker || { touch marker; echo not yet >&2; exit 1; }"]}},
+                "publish": {"tool": "echo", "risk": "high", "args": {"what": "${nodes.draft.text}"}}
+            },
+            "transitions": {"draft": "check", "check": "publish"}
+        }},
+        {"id": "after", "tool": "echo", "args": {}, "depends_on": ["review"]}
+    ]})
+}
+
+#[test]
+fn a_waiting_block_goes_on_from_its_node_after_each_decision() {
+    let lab = Lab::new();
+    let plan = lab.write("review.json", &block_plan());
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5);
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    // `check` failed under `on_failure: wait`: the run asks whether to run it again.
+    let pending = &report["pending_approvals"][0];
+    assert_eq!(pending["step_id"], "review/check#1@1");
+    assert!(
+        pending["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("failed with E_EXIT_STATUS"),
+        "{pending}"
+    );
+    assert_eq!(
+        report["blocks"],
+        json!([{"step_id": "review", "state": "WAITING", "node": "check"}])
+    );
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(status["blocks"], report["blocks"]);
+    assert_eq!(status["records"][0]["step_id"], "review/draft#1");
+
+    lab.cli()
+        .args(["approve", &run, "review/check#1@1"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 5, "now `publish` waits for its approval");
+    assert_eq!(report["pending_approvals"][0]["step_id"], "review/publish");
+    assert_eq!(
+        report["pending_approvals"][0]["args"],
+        json!({"what": "draft x"}),
+        "the node reads results from before the wait"
+    );
+    assert_eq!(report["blocks"][0]["node"], "publish");
+
+    lab.cli()
+        .args(["approve", &run, "review/publish"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let ids: Vec<&str> = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["step_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "review/draft#1",
+            "review/check#1",
+            "review/publish#1",
+            "review",
+            "after",
+            "__meta__"
+        ]
+    );
+    assert_eq!(report["blocks"][0]["state"], "DONE");
+    assert_eq!(
+        calls_of(&lab, &run, "review/draft#1"),
+        1,
+        "never from the entry again"
+    );
+    assert_eq!(
+        calls_of(&lab, &run, "review/check#1"),
+        2,
+        "the approved second try"
+    );
+    assert_eq!(calls_of(&lab, &run, "review/publish#1"), 1);
+}
+
+#[test]
+fn rejecting_a_recovery_fails_the_block() {
+    let lab = Lab::new();
+    let plan = lab.write("review.json", &block_plan());
+    let (_, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli()
+        .args(["reject", &run, "review/check#1@1", "--reason", "give up"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 1);
+    let block = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == "review")
+        .unwrap()
+        .clone();
+    assert_eq!(block["error"]["code"], "E_REJECTED");
+    assert!(
+        block["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("running it again was refused (give up)"),
+        "{block}"
+    );
+    assert_eq!(report["blocks"][0]["state"], "FAILED");
+    assert_eq!(report["records"][2]["step_id"], "after");
+    assert_eq!(
+        report["records"][2]["upstream"],
+        json!({"review": "rejected"})
+    );
+}

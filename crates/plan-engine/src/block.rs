@@ -15,14 +15,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plan_graph::{Block, RetryPolicy, Risk, Transition};
+use plan_graph::{Block, OnFailure, RetryPolicy, Risk, Transition};
 use plan_vars::{Scope, ValueTemplate, Variables};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::approval::{Approvals, Decision};
 use crate::event::{Event, EventKind};
 use crate::journal::Attempt;
 use crate::program::{CelJson, cel_context, check_schema, compile_schema};
-use crate::report::{Record, StepError};
+use crate::report::{PendingApproval, Record, StepError};
 use crate::run::{CallContext, ToolCall, call_tool};
 use crate::tool::{Registry, Tool, codes};
 
@@ -33,9 +35,6 @@ pub(crate) struct CompiledBlock {
     entry: usize,
     transitions: Vec<Option<CompiledTransition>>,
     max_steps: u32,
-    /// The highest risk of its nodes' tools: a block with a high-risk node waits for an
-    /// approval as a whole, before its first node runs.
-    pub(crate) risk: Risk,
     /// Set when the graph does not validate (reachable only without `plan_graph::load`, which
     /// refuses such plans): running the block fails with this reason.
     invalid: Option<StepError>,
@@ -49,8 +48,39 @@ enum CompiledNode {
         retry: RetryPolicy,
         timeout: Option<Duration>,
         schema: Option<Arc<jsonschema::Validator>>,
+        /// `risk: high` (the node's, else its tool's): waits for an approval.
+        gated: bool,
+        on_failure: OnFailure,
     },
     Block(Arc<CompiledBlock>),
+}
+
+impl CompiledBlock {
+    /// The approval keys of its high-risk nodes (`review/deploy`), nested blocks' included.
+    pub(crate) fn gated_nodes(&self, path: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        for (name, node) in self.names.iter().zip(&self.nodes) {
+            let key = format!("{path}/{name}");
+            match node {
+                CompiledNode::Call { gated: true, .. } => keys.push(key),
+                CompiledNode::Call { .. } => {}
+                CompiledNode::Block(nested) => keys.extend(nested.gated_nodes(&key)),
+            }
+        }
+        keys
+    }
+}
+
+impl CompiledNode {
+    fn waits_on_failure(&self) -> bool {
+        matches!(
+            self,
+            CompiledNode::Call {
+                on_failure: OnFailure::Wait,
+                ..
+            }
+        )
+    }
 }
 
 enum CompiledTransition {
@@ -89,7 +119,6 @@ pub(crate) fn compile_block(
         .map(|(i, n)| (n.as_str(), i))
         .collect();
     let mut nodes = Vec::with_capacity(names.len());
-    let mut risk = Risk::Low;
     for (name, node) in &block.nodes {
         nodes.push(match (&node.tool, &node.block) {
             (Some(tool_name), None) => {
@@ -98,7 +127,7 @@ pub(crate) fn compile_block(
                     .ok_or_else(|| format!("node `{name}`: unknown tool `{tool_name}`"))?;
                 let args = ValueTemplate::compile(&Value::Object(node.args.clone()))
                     .map_err(|e| format!("node `{name}`: malformed placeholder: {e}"))?;
-                risk = risk.max(tool.info().risk);
+                let tool_risk = tool.info().risk;
                 CompiledNode::Call {
                     tool: tool.clone(),
                     tool_name: Arc::from(tool_name.as_str()),
@@ -107,11 +136,13 @@ pub(crate) fn compile_block(
                     timeout: node.timeout_ms.map(Duration::from_millis).or(timeout),
                     schema: compile_schema(&tool.info().input_schema)
                         .map_err(|e| format!("tool `{tool_name}`: {e}"))?,
+                    gated: node.risk.unwrap_or(tool_risk) == Risk::High,
+                    on_failure: node.on_failure.unwrap_or(block.on_failure),
                 }
             }
             (None, Some(nested)) => {
+                // A nested block's nodes take their own `on_failure` or the nested block's.
                 let nested = compile_block(nested, registry, retry, timeout)?;
-                risk = risk.max(nested.risk);
                 CompiledNode::Block(Arc::new(nested))
             }
             _ => {
@@ -231,7 +262,6 @@ pub(crate) fn compile_block(
         entry,
         transitions,
         max_steps: block.max_steps,
-        risk,
         invalid,
     })
 }
@@ -260,118 +290,393 @@ impl Variables for NodeVariables<'_> {
     }
 }
 
+/// Where a block stopped to wait (for an approval, or for a decision after a node failed under
+/// `on_failure: wait`), so that `resume` goes on from that node rather than from the entry
+/// point. Kept in the ledger as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Checkpoint {
+    /// The node that waits; it runs when the block goes on.
+    node: String,
+    /// Node runs before it.
+    steps: u32,
+    /// Runs of each node before it.
+    visits: BTreeMap<String, u32>,
+    /// Each node's latest result.
+    results: Map<String, Value>,
+    /// Recoveries of this node run approved so far.
+    #[serde(default)]
+    recoveries: u32,
+    /// The failure that waits for a decision (`on_failure: wait`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failure: Option<StepError>,
+    /// When the node is a nested block: where that block stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    inner: Option<Box<Checkpoint>>,
+}
+
+/// A block step's state (seed 002): `READY` before it starts (or between nodes, which a
+/// ledger cannot see), `BUSY` while a node runs, `WAITING` for a decision, then `DONE`,
+/// `FAILED` or `SKIPPED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BlockPhase {
+    /// Not started.
+    Ready,
+    /// A node is running.
+    Busy,
+    /// Stopped at a node until an approval or a recovery is decided.
+    Waiting,
+    /// Finished with its last node's result.
+    Done,
+    /// Failed (its record says why).
+    Failed,
+    /// Skipped by its dependencies or its condition.
+    Skipped,
+}
+
+/// Where a block step is, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockState {
+    /// The block step.
+    pub step_id: String,
+    /// Its state.
+    pub state: BlockPhase,
+    /// The node it is at (`check`, or `inner/deploy` in a nested block): the one waiting or
+    /// running, or the last one that ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// The state of each of the block steps `blocks`, from a run's records (as `run` reports them
+/// or the ledger keeps them, in plan order) and the checkpoints of the blocks that wait.
+pub fn block_states<'a>(
+    blocks: impl IntoIterator<Item = &'a str>,
+    records: &[Record],
+    checkpoints: &BTreeMap<String, Value>,
+) -> Vec<BlockState> {
+    blocks
+        .into_iter()
+        .map(|id| {
+            let prefix = format!("{id}/");
+            let own = records.iter().find(|r| r.step_id == id);
+            let nodes: Vec<&Record> = records
+                .iter()
+                .filter(|r| r.step_id.starts_with(&prefix))
+                .collect();
+            block_state(id, own, &nodes, checkpoints.get(id))
+        })
+        .collect()
+}
+
+/// The state of block `step_id` from its records (its own and its nodes', in order) and the
+/// checkpoint it waits at, if any.
+fn block_state(
+    step_id: &str,
+    own: Option<&Record>,
+    nodes: &[&Record],
+    checkpoint: Option<&Value>,
+) -> BlockState {
+    let last_node = || {
+        nodes.last().map(|r| {
+            let inside = r.step_id.strip_prefix(step_id).unwrap_or(&r.step_id);
+            approval_key(inside.trim_start_matches('/'))
+        })
+    };
+    let waiting_at = || {
+        let mut path = Vec::new();
+        let mut at = checkpoint;
+        while let Some(value) = at {
+            path.extend(value.get("node").and_then(Value::as_str).map(str::to_owned));
+            at = value.get("inner").filter(|inner| !inner.is_null());
+        }
+        (!path.is_empty()).then(|| path.join("/"))
+    };
+    let (state, node) = match own {
+        Some(record) if record.ok && !record.skipped => (BlockPhase::Done, last_node()),
+        Some(record) if record.error.is_some() => (BlockPhase::Failed, last_node()),
+        _ if checkpoint.is_some() => (BlockPhase::Waiting, waiting_at()),
+        Some(record) if record.skipped && (record.upstream.is_some() || record.ok) => {
+            (BlockPhase::Skipped, None)
+        }
+        _ => (BlockPhase::Ready, None),
+    };
+    BlockState {
+        step_id: step_id.to_owned(),
+        state,
+        node,
+    }
+}
+
+/// Where the block stands before the run of node `at.0`, after `at.1` node runs: what a wait
+/// keeps.
+fn checkpoint(
+    block: &CompiledBlock,
+    at: (usize, u32),
+    visits: &[u32],
+    results: &Map<String, Value>,
+    recoveries: u32,
+    failure: Option<StepError>,
+    inner: Option<Box<Checkpoint>>,
+) -> Box<Checkpoint> {
+    Box::new(Checkpoint {
+        node: block.names[at.0].clone(),
+        steps: at.1,
+        visits: block
+            .names
+            .iter()
+            .cloned()
+            .zip(visits.iter().copied())
+            .collect(),
+        results: results.clone(),
+        recoveries,
+        failure,
+        inner,
+    })
+}
+
+/// How a block run ended: with a result, or waiting.
+pub(crate) enum BlockEnd {
+    Done(Result<Value, StepError>),
+    Waiting(Box<Checkpoint>, PendingApproval),
+}
+
+/// How a node run ended.
+enum NodeEnd {
+    Ran(Result<Value, StepError>, u32),
+    Waiting(Option<Box<Checkpoint>>, PendingApproval),
+}
+
+/// The key under which a node's approval is kept: its path without run numbers
+/// (`review/deploy`), so one decision covers every run of the node in a loop.
+fn approval_key(node_path: &str) -> String {
+    node_path
+        .split('/')
+        .map(|segment| segment.split_once('#').map_or(segment, |(name, _)| name))
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The key of the decision on a failed node run (`review/check#2@1` for its first failure).
+fn recovery_key(node_path: &str, recoveries: u32) -> String {
+    format!("{node_path}@{}", recoveries + 1)
+}
+
 /// One run of a block step: what it reads, and the node records and attempts it makes.
 pub(crate) struct BlockRun {
     pub(crate) context: CallContext,
     pub(crate) vars: BTreeMap<String, Arc<Value>>,
     pub(crate) env: BTreeMap<String, Value>,
+    pub(crate) approvals: Arc<Approvals>,
     pub(crate) records: Vec<Record>,
     pub(crate) attempts: Vec<Attempt>,
 }
 
-type BlockFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, StepError>> + Send + 'a>>;
+type BlockFuture<'a> = Pin<Box<dyn Future<Output = BlockEnd> + Send + 'a>>;
 
 impl BlockRun {
-    /// Runs `block` as `path` with `input`; its result is the last node's.
+    /// Runs `block` as `path` with `input`, from its entry point or from where it stopped;
+    /// its result is the last node's.
     pub(crate) fn run<'a>(
         &'a mut self,
         block: &'a CompiledBlock,
         path: &'a str,
         input: &'a Value,
+        from: Option<Box<Checkpoint>>,
     ) -> BlockFuture<'a> {
         Box::pin(async move {
-            if let Some(invalid) = &block.invalid {
-                return Err(invalid.clone());
+            match self.run_from(block, path, input, from).await {
+                Ok(end) => end,
+                Err(error) => BlockEnd::Done(Err(error)),
             }
-            self.emit(EventKind::BlockEntered, path, |_| {});
-            let mut results: Map<String, Value> = Map::new();
-            let mut visits: Vec<u32> = vec![0; block.names.len()];
-            let mut current = block.entry;
-            let mut steps: u32 = 0;
-            loop {
-                steps += 1;
-                if steps > block.max_steps {
-                    return Err(reason(
-                        codes::MAX_STEPS_EXCEEDED,
-                        format!("the block ran {} nodes without finishing", block.max_steps),
-                        json!({"max_steps": block.max_steps}),
-                    ));
-                }
-                let name = &block.names[current];
-                visits[current] += 1;
-                let node_path = format!("{path}/{name}#{}", visits[current]);
-                let started = Instant::now();
-                let nodes_value = Value::Object(results.clone());
-                let (outcome, attempts) = self
-                    .run_node(&block.nodes[current], &node_path, input, &nodes_value)
-                    .await;
-                let mut record = Record {
-                    step_id: node_path.clone(),
-                    ok: outcome.is_ok(),
-                    skipped: false,
-                    result: outcome.as_ref().ok().cloned(),
-                    reason: None,
-                    error: outcome.as_ref().err().cloned().map(Box::new),
-                    attempts,
-                    duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    upstream: None,
-                };
-                self.context.redactor.record(&mut record);
-                self.records.push(record);
-                let result = match outcome {
-                    Ok(result) => result,
-                    // A failed node fails the block, naming the node and keeping its error.
-                    Err(error) => {
+        })
+    }
+
+    async fn run_from(
+        &mut self,
+        block: &CompiledBlock,
+        path: &str,
+        input: &Value,
+        from: Option<Box<Checkpoint>>,
+    ) -> Result<BlockEnd, StepError> {
+        if let Some(invalid) = &block.invalid {
+            return Err(invalid.clone());
+        }
+        self.emit(EventKind::BlockEntered, path, |_| {});
+        let mut results: Map<String, Value> = Map::new();
+        let mut visits: Vec<u32> = vec![0; block.names.len()];
+        let mut current = block.entry;
+        let mut steps: u32 = 0;
+        let mut recoveries = 0;
+        let mut failure = None;
+        let mut inner = None;
+        if let Some(checkpoint) = from {
+            let Some(at) = block.names.iter().position(|n| *n == checkpoint.node) else {
+                return Err(reason(
+                    codes::INVALID_GRAPH,
+                    format!(
+                        "the block stopped at node `{}`, which it no longer has",
+                        checkpoint.node
+                    ),
+                    json!({"node": checkpoint.node}),
+                ));
+            };
+            current = at;
+            steps = checkpoint.steps;
+            for (i, name) in block.names.iter().enumerate() {
+                visits[i] = checkpoint.visits.get(name).copied().unwrap_or(0);
+            }
+            results = checkpoint.results;
+            recoveries = checkpoint.recoveries;
+            failure = checkpoint.failure;
+            inner = checkpoint.inner;
+        }
+        loop {
+            let name = &block.names[current];
+            let node_path = format!("{path}/{name}#{}", visits[current] + 1);
+            // A failed node run waiting for a decision: run it again only once approved.
+            if let Some(error) = failure.take() {
+                let key = recovery_key(&node_path, recoveries);
+                match self.approvals.decision(&key, None) {
+                    Decision::Approved => recoveries += 1,
+                    Decision::Rejected(why) => {
                         return Err(StepError {
-                            code: error.code.clone(),
-                            message: format!("node `{node_path}` failed: {}", error.message),
+                            code: codes::E_REJECTED.into(),
+                            message: format!(
+                                "node `{node_path}` failed and running it again was refused ({why}): {}",
+                                error.message
+                            ),
                             details: Some(json!({"node": name, "path": node_path, "error": error})),
                         });
                     }
-                };
-                results.insert(name.clone(), result.clone());
-                let Some(transition) = &block.transitions[current] else {
-                    return Ok(result);
-                };
-                let (next, condition) = match transition {
-                    CompiledTransition::Linear(next) => (*next, None),
-                    CompiledTransition::Branching(branches) => {
-                        let mut chosen = None;
-                        for branch in branches {
-                            let holds = match &branch.condition {
-                                None => true,
-                                Some((program, text)) => self.decide(
-                                    program,
-                                    text,
-                                    &branch.name,
-                                    &result,
-                                    input,
-                                    visits[current],
-                                )?,
-                            };
-                            if holds {
-                                chosen = Some((branch.target, Some(branch.name.clone())));
-                                break;
-                            }
-                        }
-                        chosen.ok_or_else(|| {
-                            reason(
-                                codes::NO_TRANSITION,
-                                format!("no branch after node `{name}` matched"),
-                                json!({"node": name}),
-                            )
-                        })?
+                    Decision::Undecided => {
+                        let pending = self.recovery_request(&key, &error);
+                        let at = (current, steps);
+                        let checkpoint =
+                            checkpoint(block, at, &visits, &results, recoveries, Some(error), None);
+                        return Ok(BlockEnd::Waiting(checkpoint, pending));
                     }
-                };
-                let to = block.names[next].clone();
-                self.emit(EventKind::BlockTransition, path, |event| {
-                    event.from = Some(name.clone());
-                    event.to = Some(to);
-                    event.condition = condition;
-                });
-                current = next;
+                }
             }
-        })
+            steps += 1;
+            if steps > block.max_steps {
+                return Err(reason(
+                    codes::MAX_STEPS_EXCEEDED,
+                    format!("the block ran {} nodes without finishing", block.max_steps),
+                    json!({"max_steps": block.max_steps}),
+                ));
+            }
+            let started = Instant::now();
+            let nodes_value = Value::Object(results.clone());
+            let node = &block.nodes[current];
+            let (outcome, attempts) = match self
+                .run_node(node, &node_path, input, &nodes_value, inner.take())
+                .await
+            {
+                NodeEnd::Ran(outcome, attempts) => (outcome, attempts),
+                NodeEnd::Waiting(inner, pending) => {
+                    let at = (current, steps - 1);
+                    let checkpoint =
+                        checkpoint(block, at, &visits, &results, recoveries, None, inner);
+                    return Ok(BlockEnd::Waiting(checkpoint, pending));
+                }
+            };
+            if let Err(error) = &outcome
+                && node.waits_on_failure()
+                && error.code != codes::E_REJECTED
+                && error.code != codes::E_GUARD
+            {
+                // `on_failure: wait`: the run halts here until someone decides.
+                let key = recovery_key(&node_path, recoveries);
+                let pending = self.recovery_request(&key, error);
+                let at = (current, steps - 1);
+                let failure = Some(error.clone());
+                let checkpoint =
+                    checkpoint(block, at, &visits, &results, recoveries, failure, None);
+                return Ok(BlockEnd::Waiting(checkpoint, pending));
+            }
+            recoveries = 0;
+            visits[current] += 1;
+            let mut record = Record {
+                step_id: node_path.clone(),
+                ok: outcome.is_ok(),
+                skipped: false,
+                result: outcome.as_ref().ok().cloned(),
+                reason: None,
+                error: outcome.as_ref().err().cloned().map(Box::new),
+                attempts,
+                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                upstream: None,
+            };
+            self.context.redactor.record(&mut record);
+            self.records.push(record);
+            let result = match outcome {
+                Ok(result) => result,
+                // A failed node fails the block, naming the node and keeping its error.
+                Err(error) => {
+                    return Err(StepError {
+                        code: error.code.clone(),
+                        message: format!("node `{node_path}` failed: {}", error.message),
+                        details: Some(json!({"node": name, "path": node_path, "error": error})),
+                    });
+                }
+            };
+            results.insert(name.clone(), result.clone());
+            let Some(transition) = &block.transitions[current] else {
+                return Ok(BlockEnd::Done(Ok(result)));
+            };
+            let (next, condition) = match transition {
+                CompiledTransition::Linear(next) => (*next, None),
+                CompiledTransition::Branching(branches) => {
+                    let mut chosen = None;
+                    for branch in branches {
+                        let holds = match &branch.condition {
+                            None => true,
+                            Some((program, text)) => self.decide(
+                                program,
+                                text,
+                                &branch.name,
+                                &result,
+                                input,
+                                visits[current],
+                            )?,
+                        };
+                        if holds {
+                            chosen = Some((branch.target, Some(branch.name.clone())));
+                            break;
+                        }
+                    }
+                    chosen.ok_or_else(|| {
+                        reason(
+                            codes::NO_TRANSITION,
+                            format!("no branch after node `{name}` matched"),
+                            json!({"node": name}),
+                        )
+                    })?
+                }
+            };
+            let to = block.names[next].clone();
+            self.emit(EventKind::BlockTransition, path, |event| {
+                event.from = Some(name.clone());
+                event.to = Some(to);
+                event.condition = condition;
+            });
+            current = next;
+        }
+    }
+
+    /// The request that a failed node run be decided on.
+    fn recovery_request(&self, key: &str, error: &StepError) -> PendingApproval {
+        let mut reason = format!(
+            "failed with {}: {}; approve to run it again, reject to fail the block",
+            error.code, error.message
+        );
+        self.context.redactor.string(&mut reason);
+        PendingApproval {
+            step_id: key.to_owned(),
+            tool: None,
+            args: None,
+            reason: Some(reason),
+        }
     }
 
     /// A branch condition: true or false, or `condition_resolution_error`.
@@ -424,9 +729,13 @@ impl BlockRun {
         path: &str,
         input: &Value,
         nodes: &Value,
-    ) -> (Result<Value, StepError>, u32) {
+        inner: Option<Box<Checkpoint>>,
+    ) -> NodeEnd {
         match node {
-            CompiledNode::Block(nested) => (self.run(nested, path, input).await, 0),
+            CompiledNode::Block(nested) => match self.run(nested, path, input, inner).await {
+                BlockEnd::Done(outcome) => NodeEnd::Ran(outcome, 0),
+                BlockEnd::Waiting(inner, pending) => NodeEnd::Waiting(Some(inner), pending),
+            },
             CompiledNode::Call {
                 tool,
                 tool_name,
@@ -434,6 +743,8 @@ impl BlockRun {
                 retry,
                 timeout,
                 schema,
+                gated,
+                on_failure: _,
             } => {
                 // Resolved before the call: the scope (not `Send`) must not live across it.
                 let resolved = {
@@ -457,12 +768,37 @@ impl BlockRun {
                 };
                 let args = match resolved {
                     Ok(args) => args,
-                    Err(error) => return (Err(error), 0),
+                    Err(error) => return NodeEnd::Ran(Err(error), 0),
                 };
+                if *gated {
+                    let key = approval_key(path);
+                    match self.approvals.decision(&key, None) {
+                        Decision::Approved => {}
+                        Decision::Rejected(why) => {
+                            let error = StepError {
+                                code: codes::E_REJECTED.into(),
+                                message: format!("the call was not approved: {why}"),
+                                details: None,
+                            };
+                            return NodeEnd::Ran(Err(error), 0);
+                        }
+                        Decision::Undecided => {
+                            let mut args = args;
+                            self.context.redactor.value(&mut args);
+                            let pending = PendingApproval {
+                                step_id: key,
+                                tool: Some(tool_name.to_string()),
+                                args: Some(args),
+                                reason: None,
+                            };
+                            return NodeEnd::Waiting(None, pending);
+                        }
+                    }
+                }
                 if let Some(guard) = &self.context.guard
                     && let Err(error) = guard.admit(tool_name, &args)
                 {
-                    return (Err(error), 0);
+                    return NodeEnd::Ran(Err(error), 0);
                 }
                 let call = ToolCall {
                     step_id: Arc::from(path),
@@ -474,7 +810,7 @@ impl BlockRun {
                 };
                 let finished = call_tool(&self.context, call).await;
                 self.attempts.extend(finished.log);
-                (finished.result.map_err(StepError::from), finished.attempts)
+                NodeEnd::Ran(finished.result.map_err(StepError::from), finished.attempts)
             }
         }
     }
@@ -486,5 +822,73 @@ impl BlockRun {
             self.context.redactor.event(&mut event);
             sink.emit(&event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, ok: bool, skipped: bool) -> Record {
+        Record {
+            step_id: id.to_owned(),
+            ok,
+            skipped,
+            result: None,
+            reason: None,
+            error: (!ok && !skipped).then(|| {
+                Box::new(StepError {
+                    code: "E_TOOL".into(),
+                    message: "x".into(),
+                    details: None,
+                })
+            }),
+            attempts: 1,
+            duration_ms: 0,
+            upstream: None,
+        }
+    }
+
+    #[test]
+    fn approval_keys_drop_run_numbers_and_recovery_keys_count_failures() {
+        assert_eq!(approval_key("review/deploy#3"), "review/deploy");
+        assert_eq!(approval_key("outer/inner#2/deploy#1"), "outer/inner/deploy");
+        assert_eq!(recovery_key("review/check#2", 0), "review/check#2@1");
+        assert_eq!(recovery_key("review/check#2", 1), "review/check#2@2");
+    }
+
+    #[test]
+    fn block_states_follow_records_and_checkpoints() {
+        let records = [
+            record("a/x#1", true, false),
+            record("a/inner#1/y#1", true, false),
+            record("a/inner#1", true, false),
+            record("a", true, false),
+            record("b/x#1", false, false),
+            record("b", false, false),
+            record("c/x#1", true, false),
+            record("d", false, true),
+        ];
+        let checkpoints = BTreeMap::from([(
+            "c".to_owned(),
+            json!({"node": "inner", "steps": 1, "visits": {}, "results": {},
+                   "inner": {"node": "deploy", "steps": 0, "visits": {}, "results": {}}}),
+        )]);
+        let states = block_states(["a", "b", "c", "d", "e"], &records, &checkpoints);
+        let summary: Vec<(BlockPhase, Option<&str>)> = states
+            .iter()
+            .map(|s| (s.state, s.node.as_deref()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (BlockPhase::Done, Some("inner")),
+                (BlockPhase::Failed, Some("x")),
+                (BlockPhase::Waiting, Some("inner/deploy")),
+                // Skipped without `upstream`: a step the run has not started yet.
+                (BlockPhase::Ready, None),
+                (BlockPhase::Ready, None),
+            ]
+        );
     }
 }

@@ -61,7 +61,13 @@ pub enum RunEnd {
     Stopped,
     /// It halted until these calls (or the plan) are approved; `resume` goes on after the
     /// decisions.
-    Waiting(Vec<PendingApproval>),
+    Waiting {
+        /// What waits for a decision.
+        pending: Vec<PendingApproval>,
+        /// Where each waiting block step stopped (opaque JSON, handed back in
+        /// [`Restored::checkpoints`]).
+        checkpoints: Vec<(String, Value)>,
+    },
 }
 
 /// A ledger failure: the run stops, since what it does could no longer be recorded.
@@ -88,4 +94,6 @@ pub struct Restored {
     pub records: Vec<Record>,
     /// Variables as last committed.
     pub variables: BTreeMap<String, Arc<Value>>,
+    /// Where waiting block steps stopped, by step id, as given in [`RunEnd::Waiting`].
+    pub checkpoints: BTreeMap<String, Value>,
 }

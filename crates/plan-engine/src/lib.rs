@@ -20,6 +20,7 @@ mod run;
 mod tool;
 
 pub use approval::Approvals;
+pub use block::{BlockPhase, BlockState, block_states};
 pub use event::{Event, EventKind, EventSink, Fanout};
 pub use journal::{Attempt, Batch, Journal, JournalError, Position, Restored, RunEnd};
 pub use plan_graph::{Mode, Risk};

@@ -12,9 +12,9 @@ use plan_vars::{Item, Placeholder, Root, Scope, Selector, Template, ValueTemplat
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::block::{CompiledBlock, compile_block};
+use crate::block::{BlockState, CompiledBlock, block_states, compile_block};
 use crate::redact::Redactor;
-use crate::report::StepError;
+use crate::report::{Record, StepError};
 use crate::tool::{Registry, Tool, codes};
 
 /// Most steps running at once when neither the plan nor the caller says.
@@ -198,10 +198,8 @@ impl Program {
             let step_retry = step.retry.clone().unwrap_or_else(|| default_retry.clone());
             let (action, tool, default_risk) = match &step.block {
                 Some(block) => match compile_block(block, registry, &step_retry, None) {
-                    Ok(block) => {
-                        let risk = block.risk;
-                        (Action::Block(Arc::new(block)), None, risk)
-                    }
+                    // Its nodes wait for their own approvals, each when the block reaches it.
+                    Ok(block) => (Action::Block(Arc::new(block)), None, Risk::Low),
                     Err(message) => {
                         issues.push(Issue::error(
                             "plan::block",
@@ -338,14 +336,34 @@ impl Program {
         self.mode
     }
 
-    /// The ids of the steps that wait for an approval (`risk: high`, the step's or its
-    /// tool's), in plan order.
-    pub fn gated_steps(&self) -> Vec<&str> {
-        self.steps
+    /// The state of each block step, in plan order, from a run's records (as `run` reports
+    /// them or the ledger keeps them) and the checkpoints of blocks that wait.
+    pub fn block_states(
+        &self,
+        records: &[Record],
+        checkpoints: &BTreeMap<String, Value>,
+    ) -> Vec<BlockState> {
+        let blocks = self
+            .steps
             .iter()
-            .filter(|step| step.gated)
-            .map(|step| &*step.id)
-            .collect()
+            .filter(|step| matches!(step.action, Action::Block(_)))
+            .map(|step| &*step.id);
+        block_states(blocks, records, checkpoints)
+    }
+
+    /// What waits for an approval (`risk: high`, the step's or its tool's), in plan order:
+    /// step ids, and the keys of block nodes (`review/deploy`).
+    pub fn gated_steps(&self) -> Vec<String> {
+        let mut gated = Vec::new();
+        for step in &self.steps {
+            if step.gated {
+                gated.push(step.id.to_string());
+            }
+            if let Action::Block(block) = &step.action {
+                gated.extend(block.gated_nodes(&step.id));
+            }
+        }
+        gated
     }
 
     /// How many steps the plan has (a map step counts once).

@@ -161,6 +161,10 @@ pub struct PendingApproval {
     /// The resolved arguments (redacted), or a block's input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Value>,
+    /// Why it waits, when not for a `risk: high` call: a block node that failed under
+    /// `on_failure: wait` (approve to run it again, reject to fail the block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The id under which the approval of a whole plan (`--mode approval`) is kept.
@@ -183,4 +187,7 @@ pub struct RunReport {
     /// What the run waits for, when it is `WAITING`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_approvals: Vec<PendingApproval>,
+    /// Each block step's state and node, in plan order (absent for plans without blocks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<crate::block::BlockState>,
 }

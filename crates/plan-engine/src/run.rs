@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::{Approvals, Decision};
-use crate::block::{BlockRun, CompiledBlock};
+use crate::block::{BlockEnd, BlockRun, Checkpoint, CompiledBlock};
 use crate::event::{Event, EventKind, EventSink};
 use crate::guard::Guard;
 use crate::journal::{Attempt, Batch, Journal, Position, Restored, RunEnd};
@@ -207,6 +207,10 @@ struct BlockCall {
     vars: BTreeMap<String, Arc<Value>>,
     env: BTreeMap<String, Value>,
     timeout: Option<Duration>,
+    approvals: Arc<Approvals>,
+    /// Where the block stopped to wait in an earlier attempt at the run, and the node records
+    /// it had made by then.
+    from: Option<(Box<Checkpoint>, Vec<Record>)>,
 }
 
 struct Finished {
@@ -218,6 +222,8 @@ struct Finished {
     log: Vec<Attempt>,
     /// A block's node records, in the order they ran.
     nested: Vec<Record>,
+    /// A block that stopped to wait: where, and for what.
+    waiting: Option<(Box<Checkpoint>, PendingApproval)>,
 }
 
 struct Scheduler<'p> {
@@ -238,6 +244,8 @@ struct Scheduler<'p> {
     nested: HashMap<usize, Vec<Record>>,
     /// Item records an earlier attempt at this run settled, by item id.
     restored_items: HashMap<String, Record>,
+    /// The ledger's order of restored block node records, by id.
+    restored_order: HashMap<String, usize>,
     journal: Option<Box<dyn Journal>>,
     /// Settled since the last commit.
     pending: Vec<Position>,
@@ -245,9 +253,13 @@ struct Scheduler<'p> {
     pending_attempts: Vec<Attempt>,
     /// Set when the caller cancels: from then on only successes are committed.
     stopping: CancellationToken,
-    approvals: Approvals,
+    approvals: Arc<Approvals>,
     /// Calls waiting for an approval, in the order they became ready.
     awaiting: Vec<PendingApproval>,
+    /// Block steps that stopped to wait, with what they wait for and where they stopped.
+    block_waits: BTreeMap<usize, (String, Value)>,
+    /// Where blocks stopped in an earlier attempt at the run, by step id.
+    checkpoints: HashMap<String, Box<Checkpoint>>,
     guard: Option<Arc<Guard>>,
     jitter_seed: Option<u64>,
     /// With `fail_fast`: the first step (or item) that failed. Nothing starts after it.
@@ -287,13 +299,16 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         maps: HashMap::new(),
         nested: HashMap::new(),
         restored_items: HashMap::new(),
+        restored_order: HashMap::new(),
         journal: options.journal.take(),
         pending: Vec::new(),
         pending_vars: Vec::new(),
         pending_attempts: Vec::new(),
         stopping: options.cancel.clone(),
-        approvals: std::mem::take(&mut options.approvals),
+        approvals: Arc::new(std::mem::take(&mut options.approvals)),
         awaiting: Vec::new(),
+        block_waits: BTreeMap::new(),
+        checkpoints: HashMap::new(),
         guard: program
             .guards
             .clone()
@@ -319,6 +334,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             step_id: PLAN_APPROVAL.to_owned(),
             tool: None,
             args: None,
+            reason: None,
         });
         return scheduler.finalize(&options.run_id, started);
     }
@@ -407,6 +423,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                             elapsed: Duration::ZERO,
                             log: Vec::new(),
                             nested: Vec::new(),
+                            waiting: None,
                         });
                     }
                 }
@@ -476,6 +493,19 @@ impl Scheduler<'_> {
     fn restore(&mut self, restored: Restored) {
         let program = self.program;
         self.vars.extend(restored.variables);
+        for (id, value) in restored.checkpoints {
+            // A checkpoint this build cannot read runs its block from the entry point.
+            if let Ok(checkpoint) = serde_json::from_value(value) {
+                self.checkpoints.insert(id, Box::new(checkpoint));
+            }
+        }
+        self.restored_order = restored
+            .records
+            .iter()
+            .enumerate()
+            .filter(|(_, record)| record.step_id.contains('/'))
+            .map(|(k, record)| (record.step_id.clone(), k))
+            .collect();
         let mut by_id: HashMap<String, Record> = restored
             .records
             .into_iter()
@@ -633,6 +663,7 @@ impl Scheduler<'_> {
                         step_id: step_id.to_string(),
                         tool: (!step.tool_name.is_empty()).then(|| step.tool_name.to_string()),
                         args: Some(args),
+                        reason: None,
                     });
                     return None;
                 }
@@ -678,6 +709,22 @@ impl Scheduler<'_> {
                 vars: self.vars.clone(),
                 env: self.env.clone(),
                 timeout: step.timeout,
+                approvals: self.approvals.clone(),
+                from: self.checkpoints.remove(&*step.id).map(|checkpoint| {
+                    // The node records the block made before it stopped, in their order.
+                    let prefix = format!("{}/", step.id);
+                    let mut prior: Vec<Record> = Vec::new();
+                    self.restored_items.retain(|id, record| {
+                        if id.starts_with(&prefix) {
+                            prior.push(record.clone());
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                    prior.sort_by_key(|record| self.restored_order.get(&record.step_id).copied());
+                    (checkpoint, prior)
+                }),
             }),
         })
     }
@@ -793,6 +840,7 @@ impl Scheduler<'_> {
             elapsed,
             log,
             nested,
+            waiting,
         } = finished;
         self.pending_attempts.extend(log);
         if !nested.is_empty() {
@@ -802,6 +850,15 @@ impl Scheduler<'_> {
                 item: Some(k),
             }));
             self.nested.insert(step, nested);
+        }
+        if let Some((checkpoint, pending)) = waiting {
+            // The block waits, unsettled: its dependents wait with it, and the run halts
+            // `WAITING` once nothing else can run. Its node records so far are committed.
+            let value = serde_json::to_value(&checkpoint).unwrap_or(Value::Null);
+            let why = format!("waiting for a decision on `{}`", pending.step_id);
+            self.block_waits.insert(step, (why, value));
+            self.awaiting.push(pending);
+            return;
         }
         self.finish_work(step, item, result, attempts, elapsed);
     }
@@ -1156,7 +1213,11 @@ impl Scheduler<'_> {
         for i in 0..self.records.len() {
             if self.records[i].is_none() {
                 let id = &self.program.steps[i].id;
-                self.records[i] = Some(not_run_record(id, true, reason_for(id)));
+                let reason = match self.block_waits.get(&i) {
+                    Some((why, _)) => why.clone(),
+                    None => reason_for(id),
+                };
+                self.records[i] = Some(not_run_record(id, true, reason));
                 self.outcomes[i] = Some(Outcome::Skipped);
                 if committed {
                     self.pending.push(Position {
@@ -1218,7 +1279,17 @@ impl Scheduler<'_> {
             let end = if stopped {
                 RunEnd::Stopped
             } else if waiting {
-                RunEnd::Waiting(pending_approvals.clone())
+                let checkpoints = self
+                    .block_waits
+                    .iter()
+                    .map(|(&i, (_, checkpoint))| {
+                        (self.program.steps[i].id.to_string(), checkpoint.clone())
+                    })
+                    .collect();
+                RunEnd::Waiting {
+                    pending: pending_approvals.clone(),
+                    checkpoints,
+                }
             } else {
                 RunEnd::Finished(status)
             };
@@ -1259,6 +1330,12 @@ impl Scheduler<'_> {
                 .values_mut()
                 .for_each(|value| self.redactor.value(Arc::make_mut(value)));
         }
+        let checkpoints: BTreeMap<String, Value> = self
+            .block_waits
+            .iter()
+            .map(|(&i, (_, checkpoint))| (self.program.steps[i].id.to_string(), checkpoint.clone()))
+            .collect();
+        let blocks = self.program.block_states(&records, &checkpoints);
         Ok(RunReport {
             run_id: run_id.to_owned(),
             plan_id: self.program.plan_id.to_string(),
@@ -1266,6 +1343,7 @@ impl Scheduler<'_> {
             records,
             variables,
             pending_approvals,
+            blocks,
         })
     }
 }
@@ -1324,44 +1402,56 @@ async fn execute(call: Call) -> Finished {
         elapsed: started.elapsed(),
         log: done.log,
         nested: Vec::new(),
+        waiting: None,
     }
 }
 
 /// Runs a block step; its `timeout_ms` bounds the whole block.
 async fn execute_block(call: BlockCall) -> Finished {
     let started = Instant::now();
+    let (from, prior) = match call.from {
+        Some((checkpoint, prior)) => (Some(checkpoint), prior),
+        None => (None, Vec::new()),
+    };
     let mut run = BlockRun {
         context: call.context,
         vars: call.vars,
         env: call.env,
-        records: Vec::new(),
+        approvals: call.approvals,
+        records: prior,
         attempts: Vec::new(),
     };
-    let outcome = match call.timeout {
-        None => run.run(&call.block, &call.step_id, &call.input).await,
-        Some(limit) => {
-            tokio::time::timeout(limit, run.run(&call.block, &call.step_id, &call.input))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(StepError {
-                        code: codes::E_TIMEOUT.into(),
-                        message: format!(
-                            "the block took longer than {} ms and was cancelled",
-                            limit.as_millis()
-                        ),
-                        details: None,
-                    })
-                })
-        }
+    let end = match call.timeout {
+        None => run.run(&call.block, &call.step_id, &call.input, from).await,
+        Some(limit) => tokio::time::timeout(
+            limit,
+            run.run(&call.block, &call.step_id, &call.input, from),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            BlockEnd::Done(Err(StepError {
+                code: codes::E_TIMEOUT.into(),
+                message: format!(
+                    "the block took longer than {} ms and was cancelled",
+                    limit.as_millis()
+                ),
+                details: None,
+            }))
+        }),
+    };
+    let (result, waiting) = match end {
+        BlockEnd::Done(result) => (result, None),
+        BlockEnd::Waiting(checkpoint, pending) => (Ok(Value::Null), Some((checkpoint, pending))),
     };
     Finished {
         step: call.step,
         item: None,
-        result: outcome,
+        result,
         attempts: 1,
         elapsed: started.elapsed(),
         log: run.attempts,
         nested: run.records,
+        waiting,
     }
 }
 

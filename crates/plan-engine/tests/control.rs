@@ -427,3 +427,97 @@ async fn a_jitter_seed_makes_retry_delays_reproducible() {
     assert_ne!(seen[0], seen[2], "another seed gives others");
     assert!(seen[0].iter().all(|(_, ms)| *ms <= 4000));
 }
+
+/// A journal that keeps what it is given, as a ledger would.
+#[derive(Default, Clone)]
+struct Kept(
+    std::sync::Arc<std::sync::Mutex<(Vec<plan_engine::Record>, Option<plan_engine::RunEnd>)>>,
+);
+
+impl plan_engine::Journal for Kept {
+    fn commit(&mut self, batch: &plan_engine::Batch<'_>) -> Result<(), plan_engine::JournalError> {
+        let mut kept = self.0.lock().expect("not poisoned");
+        for (_, record) in &batch.records {
+            kept.0.retain(|r| r.step_id != record.step_id);
+            kept.0.push((*record).clone());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, end: plan_engine::RunEnd) -> Result<(), plan_engine::JournalError> {
+        self.0.lock().expect("not poisoned").1 = Some(end);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nested_block_waits_at_its_node_and_goes_on_from_there() {
+    let plan = json!({"steps": [{"id": "outer", "block": {
+        "entry_point": "first",
+        "nodes": {
+            "first": {"tool": "work", "args": {"n": 1}},
+            "inner": {"block": {
+                "entry_point": "prepare",
+                "nodes": {
+                    "prepare": {"tool": "work", "args": {"n": 2}},
+                    "deploy": {"tool": "danger", "args": {"n": "${nodes.prepare.args.n}"}}
+                },
+                "transitions": {"prepare": "deploy"}
+            }},
+            "last": {"tool": "work", "args": {"n": 4}}
+        },
+        "transitions": {"first": "inner", "inner": "last"}
+    }}]});
+    let h = Harness::new();
+    let kept = Kept::default();
+    let journal = kept.clone();
+    let report = h
+        .run_with(plan.clone(), |o| o.journal = Some(Box::new(journal)))
+        .await;
+    assert_eq!(report.task_status, TaskStatus::Waiting);
+    assert_eq!(
+        pending(&report),
+        [("outer/inner/deploy".to_owned(), Some(json!({"n": 2})))]
+    );
+    assert_eq!(report.blocks[0].node.as_deref(), Some("inner/deploy"));
+    assert_eq!(called(&h), ["outer/first#1", "outer/inner#1/prepare#1"]);
+    let (records, end) = kept.0.lock().unwrap().clone();
+    let Some(plan_engine::RunEnd::Waiting { checkpoints, .. }) = end else {
+        panic!("the run should have ended waiting");
+    };
+    assert_eq!(checkpoints.len(), 1);
+    let committed: Vec<&str> = records.iter().map(|r| r.step_id.as_str()).collect();
+    assert_eq!(committed, ["outer/first#1", "outer/inner#1/prepare#1"]);
+
+    // Resumed with the approval: the block goes on at `inner/deploy`.
+    let h = Harness::new();
+    let report = h
+        .run_with(plan, |o| {
+            o.approvals.approve("outer/inner/deploy");
+            o.restored = Some(plan_engine::Restored {
+                records,
+                variables: Default::default(),
+                checkpoints: checkpoints.into_iter().collect(),
+            });
+        })
+        .await;
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    assert_eq!(called(&h), ["outer/inner#1/deploy#1", "outer/last#1"]);
+    let ids: Vec<&str> = report.records.iter().map(|r| r.step_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "outer/first#1",
+            "outer/inner#1/prepare#1",
+            "outer/inner#1/deploy#1",
+            "outer/inner#1",
+            "outer/last#1",
+            "outer",
+            "__meta__"
+        ]
+    );
+    assert_eq!(
+        report.records[5].result,
+        Some(json!({"args": {"n": 4}, "key": "run1/outer/last#1"}))
+    );
+}

@@ -949,6 +949,7 @@ async fn a_resumed_run_skips_what_settled_and_ends_with_the_same_records() {
     // As if the first attempt died after a, b and item m-1.
     let keep = ["a", "b", "m-1"];
     let restored = plan_engine::Restored {
+        checkpoints: Default::default(),
         records: full
             .records
             .iter()
@@ -986,6 +987,7 @@ async fn kept_failures_stay_failed_on_resume() {
         .unwrap();
     let again = JournalRun::new(plan, MemoryJournal::default());
     let restored = plan_engine::Restored {
+        checkpoints: Default::default(),
         records: first.records.clone(),
         variables: Default::default(),
     };

@@ -27,8 +27,8 @@ pub use dag::Dependencies;
 pub use issue::{Issue, Location, PlanDiagnostic, Severity, Source};
 pub use load::{Format, InvalidPlan, LoadOptions, LoadedPlan, load, load_variables};
 pub use model::{
-    Block, Branch, Expand, Guards, Jitter, Mode, Node, Plan, RetryPolicy, Risk, RunIf, Step,
-    StepId, Transition,
+    Block, Branch, Expand, Guards, Jitter, Mode, Node, OnFailure, Plan, RetryPolicy, Risk, RunIf,
+    Step, StepId, Transition,
 };
 pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
 pub use source::{PathSegment, PlanPath, SourceMap};

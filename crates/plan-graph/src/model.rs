@@ -321,6 +321,31 @@ pub struct Block {
     /// Most node runs before the block fails with `max_steps_exceeded`.
     #[serde(default = "default_max_steps")]
     pub max_steps: u32,
+    /// What a node's failure (after its retries) does: fail the block, or make it wait.
+    #[serde(
+        default,
+        alias = "onFailure",
+        skip_serializing_if = "OnFailure::is_default"
+    )]
+    pub on_failure: OnFailure,
+}
+
+/// What a block node's failure, once its retries are spent, does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    /// The block fails with the node's error (seed 002).
+    #[default]
+    Fail,
+    /// The block (and the run) waits `WAITING` until someone approves running the node again
+    /// or rejects it (`plan-cli approve` / `reject`, then `resume`).
+    Wait,
+}
+
+impl OnFailure {
+    fn is_default(&self) -> bool {
+        *self == OnFailure::Fail
+    }
 }
 
 fn default_max_steps() -> u32 {
@@ -347,6 +372,12 @@ pub struct Node {
     /// Time limit of one attempt of the call.
     #[serde(default, alias = "timeoutMs", skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The call's risk; `high` waits for an approval before the node runs. Default: the tool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<Risk>,
+    /// Overrides the block's `on_failure` for this node.
+    #[serde(default, alias = "onFailure", skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
 }
 
 /// Where a node goes next.

@@ -3,8 +3,11 @@
 //! taken once: it is never asked for again, and a different decision on the same call is
 //! refused rather than silently replacing it.
 
+use std::collections::BTreeMap;
+
 use plan_engine::{Approvals, PendingApproval, TaskStatus};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
 
 use crate::runs::RunState;
 use crate::{Store, StoreError};
@@ -59,12 +62,13 @@ pub struct ApprovalRow {
 }
 
 impl Store {
-    /// Ends a run `WAITING` for these approvals, in one transaction. Calls already decided
-    /// keep their decision.
+    /// Ends a run `WAITING` for these approvals, with where its waiting blocks stopped, in
+    /// one transaction. Calls already decided keep their decision.
     pub fn halt_for_approvals(
         &mut self,
         run_id: &str,
         pending: &[PendingApproval],
+        checkpoints: &[(String, Value)],
     ) -> Result<(), StoreError> {
         let now = crate::timestamp(std::time::SystemTime::now());
         let transaction = self
@@ -83,6 +87,12 @@ impl Store {
                     message: e.to_string(),
                 })?;
                 insert.execute(params![run_id, request.step_id, json, now])?;
+            }
+            let mut keep = transaction.prepare(
+                "INSERT OR REPLACE INTO checkpoints (run_id, step_id, checkpoint) VALUES (?1, ?2, ?3)",
+            )?;
+            for (step_id, checkpoint) in checkpoints {
+                keep.execute(params![run_id, step_id, checkpoint.to_string()])?;
             }
         }
         transaction.execute(
@@ -174,6 +184,26 @@ impl Store {
             });
         }
         Ok(approvals)
+    }
+
+    /// Where a run's waiting block steps stopped, by step id.
+    pub fn checkpoints(&self, run_id: &str) -> Result<BTreeMap<String, Value>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT step_id, checkpoint FROM checkpoints WHERE run_id = ?1")?;
+        let rows = statement.query_map([run_id], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })?;
+        let mut checkpoints = BTreeMap::new();
+        for row in rows {
+            let (step_id, text) = row?;
+            let value = serde_json::from_str(&text).map_err(|e| StoreError::Damaged {
+                what: "checkpoint",
+                message: e.to_string(),
+            })?;
+            checkpoints.insert(step_id, value);
+        }
+        Ok(checkpoints)
     }
 
     /// The decisions taken on a run's approvals, for the engine.

@@ -213,10 +213,13 @@ impl Journal for RunJournal {
         let (state, status) = match end {
             RunEnd::Finished(status) => (RunState::Finished, Some(status)),
             RunEnd::Stopped => (RunState::Stopped, None),
-            RunEnd::Waiting(pending) => {
+            RunEnd::Waiting {
+                pending,
+                checkpoints,
+            } => {
                 return self
                     .store
-                    .halt_for_approvals(&self.run_id, &pending)
+                    .halt_for_approvals(&self.run_id, &pending, &checkpoints)
                     .map_err(|error| JournalError(error.to_string()));
             }
         };

@@ -250,10 +250,14 @@ impl Store {
     pub fn forget_records(&mut self, run_id: &str, step_ids: &[String]) -> Result<(), StoreError> {
         let transaction = self.conn.transaction()?;
         {
-            let mut statement =
+            let mut records =
                 transaction.prepare("DELETE FROM records WHERE run_id = ?1 AND step_id = ?2")?;
+            // A block run again from its entry point no longer goes on from where it waited.
+            let mut checkpoints = transaction
+                .prepare("DELETE FROM checkpoints WHERE run_id = ?1 AND step_id = ?2")?;
             for step_id in step_ids {
-                statement.execute(params![run_id, step_id])?;
+                records.execute(params![run_id, step_id])?;
+                checkpoints.execute(params![run_id, step_id])?;
             }
         }
         transaction.commit()?;

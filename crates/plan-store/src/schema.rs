@@ -93,6 +93,15 @@ const MIGRATIONS: &[&str] = &[
     ",
     // 2: what a pending approval would call, so `status` and `approve` can show it.
     "ALTER TABLE approvals ADD COLUMN request TEXT;",
+    // 3: where a waiting block step stopped, so that `resume` goes on from that node.
+    "
+    CREATE TABLE checkpoints (
+        run_id      TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        step_id     TEXT NOT NULL,
+        checkpoint  TEXT NOT NULL,
+        PRIMARY KEY (run_id, step_id)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The schema version this build writes.

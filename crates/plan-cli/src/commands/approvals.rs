@@ -103,11 +103,7 @@ fn gated_steps(row: &RunRow, registry: &Registry) -> Result<Vec<String>, Failure
             issues.first().map_or("", |i| i.message.as_str())
         ))
     })?;
-    Ok(program
-        .gated_steps()
-        .into_iter()
-        .map(str::to_owned)
-        .collect())
+    Ok(program.gated_steps())
 }
 
 /// A decision must name something that can wait: a pending call, a high-risk step, or an

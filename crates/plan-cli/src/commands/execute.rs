@@ -62,12 +62,7 @@ pub(crate) fn run(args: &RunArgs, registry: &Registry, ledger: &Ledger) -> Resul
         print(&text)?;
         return Ok(0);
     }
-    let gated: Vec<String> = ready
-        .program
-        .gated_steps()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
+    let gated: Vec<String> = ready.program.gated_steps();
     let mut approvals = Approvals::new();
     for id in &args.approve {
         if !super::approvals::can_wait(id, &gated) {
@@ -202,6 +197,7 @@ pub(crate) fn resume(
     }
     let variables = store.variables(&row.run_id).map_err(Failure::ledger)?;
     let approvals = store.decisions(&row.run_id).map_err(Failure::ledger)?;
+    let checkpoints = store.checkpoints(&row.run_id).map_err(Failure::ledger)?;
     store
         .resume_run(&row.run_id, std::process::id())
         .map_err(Failure::ledger)?;
@@ -216,7 +212,11 @@ pub(crate) fn resume(
         .and_then(|mode| serde_json::from_value(mode.clone()).ok())
         .unwrap_or(Mode::Auto);
     let start = Start {
-        restored: Some(Restored { records, variables }),
+        restored: Some(Restored {
+            records,
+            variables,
+            checkpoints,
+        }),
         stored_limit,
         approvals,
         mode,

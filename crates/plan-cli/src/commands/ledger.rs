@@ -69,8 +69,8 @@ pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Fa
     ));
     let mut variables: BTreeMap<String, Arc<Value>> = plan
         .variables
-        .into_iter()
-        .map(|(k, v)| (k, Arc::new(v)))
+        .iter()
+        .map(|(k, v)| (k.clone(), Arc::new(v.clone())))
         .collect();
     variables.extend(
         row.inputs
@@ -89,12 +89,23 @@ pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Fa
                     step_id: a.step_id,
                     tool: None,
                     args: None,
+                    reason: None,
                 })
             })
             .collect()
     } else {
         Vec::new()
     };
+    let checkpoints = store.checkpoints(&row.run_id).map_err(Failure::ledger)?;
+    let block_ids = plan
+        .steps
+        .iter()
+        .filter(|s| s.block.is_some())
+        .map(|s| s.id.0.as_str());
+    let mut blocks = plan_engine::block_states(block_ids, &records, &checkpoints);
+    if row.state == RunState::Running {
+        busy_blocks(store, row, &plan, &mut blocks)?;
+    }
     Ok(RunReport {
         run_id: row.run_id.clone(),
         plan_id: row.plan_id.clone(),
@@ -102,7 +113,50 @@ pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Fa
         records,
         variables,
         pending_approvals,
+        blocks,
     })
+}
+
+/// Blocks of a live run that entered and have not ended are `BUSY`, at the node their last
+/// committed `block.transition` went to (or their entry point). Events reach the ledger with
+/// the scheduler's commits, so the node may lag behind by a node or two.
+fn busy_blocks(
+    store: &Store,
+    row: &RunRow,
+    plan: &Plan,
+    blocks: &mut [plan_engine::BlockState],
+) -> Result<(), Failure> {
+    let events = store
+        .events_after(&row.run_id, 0)
+        .map_err(Failure::ledger)?;
+    for block in blocks
+        .iter_mut()
+        .filter(|b| b.state == plan_engine::BlockPhase::Ready)
+    {
+        let mut entered = false;
+        let mut node = None;
+        for (_, text) in &events {
+            let Ok(event) = serde_json::from_str::<plan_engine::Event>(text) else {
+                continue;
+            };
+            if event.step_id.as_deref() != Some(block.step_id.as_str()) {
+                continue;
+            }
+            match event.kind {
+                plan_engine::EventKind::BlockEntered => entered = true,
+                plan_engine::EventKind::BlockTransition => node = event.to.clone(),
+                _ => {}
+            }
+        }
+        if entered {
+            block.state = plan_engine::BlockPhase::Busy;
+            block.node = node.or_else(|| {
+                let step = plan.steps.iter().find(|s| s.id.0 == block.step_id)?;
+                Some(step.block.as_ref()?.entry_point.clone())
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The stored records with a record for every step that has none yet (a run that is
