@@ -6,6 +6,8 @@
 //!   `fixtures/snapshots/` (review changes with `cargo insta review`).
 //! - `bench`: the engine benchmarks, each workload in its own process, plus whole-binary runs;
 //!   prints a table and writes `target/bench/summary.json`.
+//! - `prepare-mcp`: installs the real MCP servers the tests drive (npm and PyPI packages, at
+//!   pinned versions) into `target/mcp-servers`; `test` does this first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,8 +23,11 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("test-fixtures") => cargo(&root, &["test", "-p", "plan-cli", "--test", "fixtures"]),
         Some("bench") => bench(&root, &args[1..]),
+        Some("prepare-mcp") => prepare_mcp_servers(&root).map(|_| ()),
         _ => {
-            eprintln!("usage: cargo xtask <test | test-fixtures | bench [WORKLOAD...]>");
+            eprintln!(
+                "usage: cargo xtask <test | test-fixtures | bench [WORKLOAD...] | prepare-mcp>"
+            );
             std::process::exit(2);
         }
     }
@@ -52,6 +57,8 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
 /// programs (MCP servers, redis-server) install them here before the tests run.
 /// Ends with one line totalling every test binary: `tests: N passed, M failed, K skipped`.
 fn test(root: &Path, extra: &[String]) -> Result<()> {
+    // The MCP tests drive real servers, installed in target/mcp-servers.
+    prepare_mcp_servers(root)?;
     let mut args = vec!["test", "--workspace", "--all-targets"];
     args.extend(extra.iter().map(String::as_str));
     let mut totals = Totals::default();
@@ -71,6 +78,63 @@ struct Totals {
     passed: u64,
     failed: u64,
     ignored: u64,
+}
+
+/// The npm and PyPI packages of the MCP servers the tests drive, at pinned versions.
+const NPM_SERVERS: &[&str] = &[
+    "@modelcontextprotocol/server-filesystem@2026.8.31",
+    "@modelcontextprotocol/server-everything@2026.8.31",
+];
+const PYPI_PACKAGES: &[&str] = &["mcp-server-time==2026.10.19", "mcp==2.3.0"];
+
+/// Installs the MCP servers into `target/mcp-servers` unless the same versions are there
+/// already, and returns that directory. Needs `npm` and `python3` (with `venv`).
+fn prepare_mcp_servers(root: &Path) -> Result<PathBuf> {
+    let dir = root.join("target").join("mcp-servers");
+    let stamp = dir.join("installed.txt");
+    let wanted = format!("{}\n{}\n", NPM_SERVERS.join("\n"), PYPI_PACKAGES.join("\n"));
+    if std::fs::read_to_string(&stamp).is_ok_and(|have| have == wanted) {
+        return Ok(dir);
+    }
+    eprintln!(
+        "preparing the MCP servers the tests use in {}",
+        dir.display()
+    );
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    let npm_dir = dir.join("npm");
+    let mut npm = Command::new("npm");
+    npm.arg("install")
+        .arg("--prefix")
+        .arg(&npm_dir)
+        .args(["--no-audit", "--no-fund", "--loglevel=error"])
+        .args(NPM_SERVERS);
+    run(&mut npm, "npm install (is Node.js installed?)")?;
+    let venv = dir.join("venv");
+    run(
+        Command::new("python3").arg("-m").arg("venv").arg(&venv),
+        "python3 -m venv (is python3-venv installed?)",
+    )?;
+    run(
+        Command::new(venv.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(PYPI_PACKAGES),
+        "pip install",
+    )?;
+    std::fs::write(&stamp, wanted)?;
+    Ok(dir)
+}
+
+fn run(command: &mut Command, what: &str) -> Result<()> {
+    let status = command
+        .status()
+        .with_context(|| format!("running {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
 }
 
 /// Runs `cargo test`, passing its output through and adding up its `test result:` lines.

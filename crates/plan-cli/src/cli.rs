@@ -17,6 +17,10 @@ pub(crate) struct Cli {
         value_name = "PATH"
     )]
     pub(crate) db: Option<PathBuf>,
+    /// MCP servers whose tools plans may call, as every MCP client writes them
+    /// (`{"mcpServers": {...}}`; default .plan/mcp.json when it exists)
+    #[arg(long, global = true, env = "PLAN_MCP_CONFIG", value_name = "FILE")]
+    pub(crate) mcp_config: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -188,6 +192,9 @@ pub(crate) struct ToolsArgs {
     /// Print a JSON list with each tool's input schema
     #[arg(long)]
     pub(crate) json: bool,
+    /// Only the tools of this MCP server
+    #[arg(long, value_name = "NAME")]
+    pub(crate) server: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -10,6 +10,7 @@ mod exit;
 mod ledger;
 mod output;
 mod plan_file;
+mod toolbox;
 
 use clap::Parser;
 
@@ -19,25 +20,35 @@ use crate::ledger::Ledger;
 fn main() {
     plan_file::install_diagnostic_hook();
     let cli = Cli::parse();
-    let registry = plan_tools::builtin_registry();
     let ledger = Ledger::new(cli.db.as_deref());
+    let toolbox = match toolbox::Toolbox::new(cli.mcp_config.as_deref()) {
+        Ok(toolbox) => toolbox,
+        Err(failure) => {
+            if let Some(message) = failure.message {
+                eprintln!("Error: {message}");
+            }
+            std::process::exit(failure.code);
+        }
+    };
     let outcome = match &cli.command {
-        Command::Run(args) => commands::run(args, &registry, &ledger),
-        Command::Resume(args) => commands::resume(args, &registry, &ledger),
-        Command::Approve(args) => commands::approve(args, &registry, &ledger),
-        Command::Reject(args) => commands::reject(args, &registry, &ledger),
-        Command::Validate(args) => commands::validate(args, &registry, &ledger),
-        Command::Show(args) => commands::show(args, &registry, &ledger),
-        Command::Tools(args) => commands::tools(args, &registry),
+        Command::Run(args) => commands::run(args, &toolbox, &ledger),
+        Command::Resume(args) => commands::resume(args, &toolbox, &ledger),
+        Command::Approve(args) => commands::approve(args, &toolbox, &ledger),
+        Command::Reject(args) => commands::reject(args, &toolbox, &ledger),
+        Command::Validate(args) => commands::validate(args, &toolbox, &ledger),
+        Command::Show(args) => commands::show(args, &toolbox, &ledger),
+        Command::Tools(args) => commands::tools(args, &toolbox),
         Command::Runs(args) => commands::runs(args, &ledger),
         Command::Status(args) => commands::status(args, &ledger),
         Command::Events(args) => commands::events(args, &ledger),
         Command::Gc(args) => commands::gc(args, &ledger),
-        Command::Plan(command) => commands::plan(command, &registry, &ledger),
+        Command::Plan(command) => commands::plan(command, &toolbox, &ledger),
         Command::State(StateCommand::Export { run, format }) => {
             commands::state_export(run, *format, &ledger)
         }
     };
+    // MCP servers that were started stop before the process ends.
+    toolbox.shutdown();
     let code = match outcome {
         Ok(code) => code,
         Err(failure) => {

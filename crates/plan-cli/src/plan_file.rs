@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
 use std::path::Path;
 
-use plan_engine::{Program, Registry};
+use plan_engine::Program;
 use plan_graph::{Format, Issue, LoadOptions, LoadedPlan, Source, load, load_variables};
 use serde_json::{Map, Value};
 
 use crate::cli::PlanArgs;
 use crate::exit::Failure;
 use crate::ledger::Ledger;
+use crate::toolbox::Toolbox;
 
 /// A plan that loaded and bound to the registry's tools, with the run's inputs.
 pub(crate) struct Ready {
@@ -92,18 +93,12 @@ pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Map<String, Value>, Failure
 /// a diagnostic and exit code 2.
 pub(crate) fn prepare(
     args: &PlanArgs,
-    registry: &Registry,
+    toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ready, Failure> {
     let inputs = read_inputs(args)?;
     let (source, format) = read_source(&args.plan, ledger)?;
-    prepare_source(
-        source,
-        format,
-        default_plan_id(&args.plan),
-        inputs,
-        registry,
-    )
+    prepare_source(source, format, default_plan_id(&args.plan), inputs, toolbox)
 }
 
 /// The plan id used when a plan has none: the file name without extension (`stdin` for `-`).
@@ -123,11 +118,29 @@ pub(crate) fn prepare_source(
     format: Format,
     fallback_id: String,
     inputs: Map<String, Value>,
-    registry: &Registry,
+    toolbox: &Toolbox,
 ) -> Result<Ready, Failure> {
+    let provided_variables: Vec<String> = inputs.keys().cloned().collect();
+    // With MCP servers configured, a first reading finds the tools the plan names, so that
+    // only their servers start. If it fails, the full reading below reports why, without
+    // checking tools.
+    let first = toolbox.has_servers().then(|| {
+        let options = LoadOptions {
+            provided_variables: provided_variables.clone(),
+            ..LoadOptions::default()
+        };
+        load(source.clone(), format, &options).ok()
+    });
+    let (tools, check_tools) = match &first {
+        None => (toolbox.for_plan([])?, true),
+        Some(Some(loaded)) => (toolbox.for_plan(loaded.plan.tool_names())?, true),
+        Some(None) => (toolbox.for_plan([])?, false),
+    };
+    let registry = &tools.registry;
     let options = LoadOptions {
-        provided_variables: inputs.keys().cloned().collect(),
-        known_tools: Some(registry.names()),
+        provided_variables,
+        known_tools: check_tools.then(|| registry.names()),
+        ambiguous_tools: tools.ambiguous.clone(),
     };
     let loaded = match load(source, format, &options) {
         Ok(loaded) => loaded,

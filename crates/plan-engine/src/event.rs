@@ -41,6 +41,9 @@ pub enum EventKind {
     /// A block moved from one node to the next (`from`, `to`, and the `condition` that matched).
     #[serde(rename = "block.transition")]
     BlockTransition,
+    /// A running tool reported progress (`progress` has how far).
+    #[serde(rename = "tool.progress")]
+    ToolProgress,
     /// The run halted until the calls in `pending` are approved.
     #[serde(rename = "approval.awaiting")]
     ApprovalAwaiting,
@@ -97,6 +100,9 @@ pub struct Event {
     /// What waits for an approval, on `approval.awaiting`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Vec<PendingApproval>>,
+    /// How far a tool got, on `tool.progress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<crate::tool::ProgressReport>,
 }
 
 impl Event {
@@ -119,6 +125,7 @@ impl Event {
             to: None,
             condition: None,
             pending: None,
+            progress: None,
         }
     }
 

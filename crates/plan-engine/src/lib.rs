@@ -28,4 +28,4 @@ pub use program::{DEFAULT_MAX_CONCURRENCY, PlannedCall, Program};
 pub use redact::REDACTED;
 pub use report::{PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus};
 pub use run::{RunError, RunOptions, run};
-pub use tool::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};
+pub use tool::{Progress, ProgressReport, Registry, Tool, ToolContext, ToolError, ToolInfo, codes};

@@ -39,7 +39,7 @@ use crate::program::{
 use crate::redact::Redactor;
 use crate::report::{PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus};
 use crate::retry;
-use crate::tool::{Tool, ToolContext, ToolError, codes};
+use crate::tool::{Progress, Tool, ToolContext, ToolError, codes};
 
 /// How to run a program.
 pub struct RunOptions {
@@ -1482,11 +1482,29 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         let attempt_started = Instant::now();
         let attempt_started_at = SystemTime::now();
         let attempt_cancel = context.cancel.child_token();
+        let progress = context.events.clone().map(|sink| {
+            let (run_id, step_id, tool_name) =
+                (context.run_id.clone(), step_id.clone(), tool_name.clone());
+            let redactor = context.redactor.clone();
+            Progress::new(move |report| {
+                let mut event =
+                    Event::new(EventKind::ToolProgress, &run_id).step(&step_id, attempt);
+                event.tool = Some(tool_name.clone());
+                event.progress = Some(report);
+                if let Some(progress) = &mut event.progress
+                    && let Some(message) = &mut progress.message
+                {
+                    redactor.string(message);
+                }
+                sink.emit(&event);
+            })
+        });
         let ctx = ToolContext {
             run_id: context.run_id.clone(),
             step_id: step_id.clone(),
             attempt,
             cancel: attempt_cancel.clone(),
+            progress,
         };
         let invocation = tool.call(args.clone(), ctx);
         let result = tokio::select! {

@@ -126,6 +126,43 @@ pub struct ToolContext {
     pub attempt: u32,
     /// Cancelled when the run stops or the attempt times out: long tools should watch it.
     pub cancel: CancellationToken,
+    /// Where a long tool reports how far it got (`tool.progress` events), if anywhere.
+    pub progress: Option<Progress>,
+}
+
+/// Reports a running tool's progress; each report becomes a `tool.progress` event.
+#[derive(Clone)]
+pub struct Progress(Arc<dyn Fn(ProgressReport) + Send + Sync>);
+
+/// One progress report: how far, out of how much (when known), and what is happening.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ProgressReport {
+    /// How far the tool got (in its own units; increases).
+    pub progress: f64,
+    /// The total, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What is happening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl Progress {
+    /// A reporter that hands each report to `report`.
+    pub fn new(report: impl Fn(ProgressReport) + Send + Sync + 'static) -> Self {
+        Progress(Arc::new(report))
+    }
+
+    /// Reports progress.
+    pub fn report(&self, report: ProgressReport) {
+        (self.0)(report);
+    }
+}
+
+impl fmt::Debug for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Progress")
+    }
 }
 
 impl ToolContext {
@@ -177,6 +214,12 @@ impl Registry {
     pub fn register(&mut self, tool: impl Tool) -> &mut Self {
         let name = tool.info().name;
         self.tools.insert(name, Arc::new(tool));
+        self
+    }
+
+    /// Adds a tool under `name`, which may differ from its own (an MCP tool's bare name).
+    pub fn register_as(&mut self, name: impl Into<String>, tool: Arc<dyn Tool>) -> &mut Self {
+        self.tools.insert(name.into(), tool);
         self
     }
 

@@ -39,6 +39,9 @@ pub struct LoadOptions {
     /// The tools that exist, when known: a step naming another is an error, reported with
     /// every other problem of the plan.
     pub known_tools: Option<Vec<String>>,
+    /// Bare tool names that several MCP servers have, with their qualified names: a step
+    /// naming one is told to choose.
+    pub ambiguous_tools: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// A valid plan with the source it came from and any warnings.

@@ -468,4 +468,28 @@ impl Plan {
     pub fn position(&self, id: &str) -> Option<usize> {
         self.steps.iter().position(|step| step.id.0 == id)
     }
+
+    /// Every tool the plan names, its blocks' nodes included, sorted.
+    pub fn tool_names(&self) -> std::collections::BTreeSet<&str> {
+        fn block_tools<'a>(block: &'a Block, names: &mut std::collections::BTreeSet<&'a str>) {
+            for node in block.nodes.values() {
+                if let Some(tool) = &node.tool {
+                    names.insert(tool);
+                }
+                if let Some(nested) = &node.block {
+                    block_tools(nested, names);
+                }
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for step in &self.steps {
+            match &step.block {
+                Some(block) => block_tools(block, &mut names),
+                None => {
+                    names.insert(step.tool.as_str());
+                }
+            }
+        }
+        names
+    }
 }

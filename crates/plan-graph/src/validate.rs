@@ -32,7 +32,13 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
 
     if let Some(known) = &options.known_tools {
         for (i, step) in plan.steps.iter().enumerate() {
-            if !step.tool.is_empty() && !known.contains(&step.tool) {
+            if let Some(candidates) = options.ambiguous_tools.get(&step.tool) {
+                issues.push(ambiguous_tool(
+                    PlanPath::step(i).key("tool"),
+                    &step.tool,
+                    candidates,
+                ));
+            } else if !step.tool.is_empty() && !known.contains(&step.tool) {
                 issues.push(unknown_tool(i, &step.tool, known));
             }
         }
@@ -488,7 +494,9 @@ fn check_block(
         let path = at.clone().key("nodes").key(name);
         match (&node.tool, &node.block) {
             (Some(tool), None) => {
-                if let Some(known) = &options.known_tools
+                if let Some(candidates) = options.ambiguous_tools.get(tool) {
+                    issues.push(ambiguous_tool(path.clone().key("tool"), tool, candidates));
+                } else if let Some(known) = &options.known_tools
                     && !known.contains(tool)
                 {
                     issues.push(unknown_tool_at(path.clone().key("tool"), tool, known));
@@ -570,6 +578,23 @@ fn bind_path(plan: &Plan, i: usize, name: &str) -> PlanPath {
 /// A step naming a tool that does not exist, with the closest name as help.
 pub fn unknown_tool(step: usize, tool: &str, known: &[String]) -> Issue {
     unknown_tool_at(PlanPath::step(step).key("tool"), tool, known)
+}
+
+fn ambiguous_tool(path: PlanPath, tool: &str, candidates: &[String]) -> Issue {
+    let listed: Vec<String> = candidates.iter().map(|c| format!("`{c}`")).collect();
+    Issue::error(
+        "plan::ambiguous_tool",
+        path,
+        format!(
+            "`{tool}` is a tool of several MCP servers: {}",
+            listed.join(", ")
+        ),
+    )
+    .label("which one?")
+    .help(format!(
+        "name the server: `{}`",
+        candidates.first().map_or(tool, String::as_str)
+    ))
 }
 
 fn unknown_tool_at(path: PlanPath, tool: &str, known: &[String]) -> Issue {

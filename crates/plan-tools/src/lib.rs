@@ -10,12 +10,15 @@
 //!
 //! `exec` never goes through a shell: `argv[0]` is the program and each other item is one
 //! argument, so no value can become a second command. [`builtin_registry`] has them all.
+//!
+//! [`mcp`] makes the tools of MCP servers callable as `SERVER.tool`.
 #![deny(missing_docs)]
 
 mod args;
 mod basic;
 mod exec;
 mod http;
+pub mod mcp;
 
 pub use basic::{Echo, Fail, Sleep};
 pub use exec::Exec;

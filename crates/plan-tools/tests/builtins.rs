@@ -16,6 +16,7 @@ fn ctx(attempt: u32) -> ToolContext {
         step_id: Arc::from("s"),
         attempt,
         cancel: CancellationToken::new(),
+        progress: None,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `approve` and `reject`: decisions on a run's high-risk calls, kept in the ledger and read by
 //! `resume`.
 
-use plan_engine::{PLAN_APPROVAL, Program, Registry};
+use plan_engine::{PLAN_APPROVAL, Program};
 use plan_store::{ApprovalRow, Decision, RunRow, RunState, Store};
 
 use super::ledger::plan_of;
@@ -9,10 +9,11 @@ use super::print;
 use crate::cli::{ApproveArgs, RejectArgs};
 use crate::exit::Failure;
 use crate::ledger::Ledger;
+use crate::toolbox::Toolbox;
 
 pub(crate) fn approve(
     args: &ApproveArgs,
-    registry: &Registry,
+    toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let mut store = ledger.open_existing()?;
@@ -28,7 +29,7 @@ pub(crate) fn approve(
         }
         pending
     } else {
-        let gated = gated_steps(&row, registry)?;
+        let gated = gated_steps(&row, toolbox)?;
         for id in &args.steps {
             check_gated(id, &gated, &rows, &row)?;
         }
@@ -48,13 +49,13 @@ pub(crate) fn approve(
 
 pub(crate) fn reject(
     args: &RejectArgs,
-    registry: &Registry,
+    toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let mut store = ledger.open_existing()?;
     let row = open_run(&store, &args.run)?;
     let rows = store.approvals(&row.run_id).map_err(Failure::ledger)?;
-    let gated = gated_steps(&row, registry)?;
+    let gated = gated_steps(&row, toolbox)?;
     for id in &args.steps {
         check_gated(id, &gated, &rows, &row)?;
     }
@@ -94,9 +95,10 @@ fn pending(rows: &[ApprovalRow]) -> impl Iterator<Item = &ApprovalRow> {
 }
 
 /// The run's steps that wait for an approval, from the plan stored with it.
-fn gated_steps(row: &RunRow, registry: &Registry) -> Result<Vec<String>, Failure> {
+fn gated_steps(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, Failure> {
     let plan = plan_of(row)?;
-    let program = Program::compile(&plan, &row.plan_id, registry).map_err(|issues| {
+    let tools = toolbox.for_plan(plan.tool_names())?;
+    let program = Program::compile(&plan, &row.plan_id, &tools.registry).map_err(|issues| {
         Failure::input(format!(
             "the plan of run {} no longer compiles: {}",
             row.run_id,

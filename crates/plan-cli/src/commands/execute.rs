@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use plan_engine::{Approvals, EventSink, Fanout, Mode, Registry, Restored, RunError, RunOptions};
+use plan_engine::{Approvals, EventSink, Fanout, Mode, Restored, RunError, RunOptions};
 use plan_graph::{LoadOptions, Plan, Source};
 use plan_store::{Decision, EventBuffer, NewRun, RunJournal, RunState};
 use serde_json::{Value, json};
@@ -20,6 +20,7 @@ use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::output::{self, Progress};
 use crate::plan_file::{Ready, prepare, prepare_source};
+use crate::toolbox::Toolbox;
 
 /// What a run starts from besides its plan and flags.
 struct Start {
@@ -31,8 +32,8 @@ struct Start {
     mode: Mode,
 }
 
-pub(crate) fn run(args: &RunArgs, registry: &Registry, ledger: &Ledger) -> Result<i32, Failure> {
-    let ready = prepare(&args.plan, registry, ledger)?;
+pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
+    let ready = prepare(&args.plan, toolbox, ledger)?;
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
     if args.dry_run || mode == Mode::Preview {
         let calls = ready.program.preview(&ready.inputs, &ready.env);
@@ -112,12 +113,20 @@ pub(crate) fn run(args: &RunArgs, registry: &Registry, ledger: &Ledger) -> Resul
         approvals,
         mode,
     };
-    execute(ready, &run_id, store, start, &args.execution, ledger)
+    execute(
+        ready,
+        &run_id,
+        store,
+        start,
+        &args.execution,
+        ledger,
+        toolbox.runtime(),
+    )
 }
 
 pub(crate) fn resume(
     args: &ResumeArgs,
-    registry: &Registry,
+    toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let mut store = ledger.open_existing()?;
@@ -169,7 +178,7 @@ pub(crate) fn resume(
         format,
         row.plan_id.clone(),
         row.inputs.clone(),
-        registry,
+        toolbox,
     )?;
     let mut records = store.records(&row.run_id).map_err(Failure::ledger)?;
     if args.retry_failed {
@@ -221,7 +230,15 @@ pub(crate) fn resume(
         approvals,
         mode,
     };
-    execute(ready, &row.run_id, store, start, &args.execution, ledger)
+    execute(
+        ready,
+        &row.run_id,
+        store,
+        start,
+        &args.execution,
+        ledger,
+        toolbox.runtime(),
+    )
 }
 
 /// The steps (and other fields) in which a plan file differs from a run's stored plan.
@@ -295,6 +312,7 @@ fn execute(
     start: Start,
     args: &ExecutionArgs,
     ledger: &Ledger,
+    runtime: &tokio::runtime::Runtime,
 ) -> Result<i32, Failure> {
     let ledger_events = Arc::new(EventBuffer::default());
     let journal = RunJournal::new(store, run_id, ledger_events.clone()).map_err(Failure::ledger)?;
@@ -331,10 +349,6 @@ fn execute(
     let cancel = CancellationToken::new();
     options.cancel = cancel.clone();
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|error| Failure::internal(format!("cannot start the async runtime: {error}")))?;
     let program = Arc::new(ready.program);
     let plan = Arc::new(ready.loaded.plan);
     let outcome = runtime.block_on(async {

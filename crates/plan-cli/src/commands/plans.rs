@@ -3,7 +3,6 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use plan_engine::Registry;
 use plan_graph::{Format, Plan};
 use plan_store::StoredPlan;
 
@@ -12,13 +11,14 @@ use crate::cli::{GraphFormat, JsonArgs, PlanArgs, PlanCommand, ShowArgs, ToolsAr
 use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::plan_file::{default_plan_id, prepare, prepare_source, read_source};
+use crate::toolbox::Toolbox;
 
 pub(crate) fn validate(
     args: &PlanArgs,
-    registry: &Registry,
+    toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let ready = prepare(args, registry, ledger)?;
+    let ready = prepare(args, toolbox, ledger)?;
     let warnings = ready.loaded.warnings.len();
     let steps = ready.program.len();
     let mut line = format!(
@@ -41,8 +41,8 @@ pub(crate) fn validate(
     Ok(0)
 }
 
-pub(crate) fn show(args: &ShowArgs, registry: &Registry, ledger: &Ledger) -> Result<i32, Failure> {
-    let ready = prepare(&args.plan, registry, ledger)?;
+pub(crate) fn show(args: &ShowArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
+    let ready = prepare(&args.plan, toolbox, ledger)?;
     print(&draw(
         &ready.loaded.plan,
         ready.program.plan_id(),
@@ -66,8 +66,22 @@ fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
     }
 }
 
-pub(crate) fn tools(args: &ToolsArgs, registry: &Registry) -> Result<i32, Failure> {
-    let infos = registry.infos();
+pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure> {
+    let tools = toolbox.all(args.server.as_deref())?;
+    // Bare aliases of MCP tools are listed once, under their qualified names.
+    let infos: Vec<plan_engine::ToolInfo> = tools
+        .registry
+        .infos()
+        .into_iter()
+        .filter(|info| args.server.as_ref().is_none_or(|s| info.source == *s))
+        .fold(Vec::new(), |mut infos, info| {
+            if !infos.contains(&info) {
+                infos.push(info);
+            }
+            infos
+        });
+    let mut infos = infos;
+    infos.sort_by(|a, b| a.name.cmp(&b.name));
     let text = if args.json {
         pretty(&infos)
     } else {
@@ -81,7 +95,7 @@ pub(crate) fn tools(args: &ToolsArgs, registry: &Registry) -> Result<i32, Failur
                     info.name,
                     info.source,
                     risk.as_str().unwrap_or(""),
-                    info.description
+                    first_sentence(&info.description)
                 )
             })
             .collect()
@@ -90,13 +104,21 @@ pub(crate) fn tools(args: &ToolsArgs, registry: &Registry) -> Result<i32, Failur
     Ok(0)
 }
 
+/// The first sentence of a description (MCP servers write paragraphs), for one line per tool.
+fn first_sentence(text: &str) -> &str {
+    match text.find(". ") {
+        Some(end) => &text[..=end],
+        None => text,
+    }
+}
+
 pub(crate) fn plan(
     command: &PlanCommand,
-    registry: &Registry,
+    toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     match command {
-        PlanCommand::Add { file, force } => add(file, *force, registry, ledger),
+        PlanCommand::Add { file, force } => add(file, *force, toolbox, ledger),
         PlanCommand::List(JsonArgs { json }) => list(*json, ledger),
         PlanCommand::Show { id, format } => {
             let stored = find(id, ledger)?;
@@ -106,7 +128,7 @@ pub(crate) fn plan(
                 format_of(&stored.format),
                 stored.plan_id.clone(),
                 Default::default(),
-                registry,
+                toolbox,
             )?;
             print(&draw(&ready.loaded.plan, ready.program.plan_id(), *format))?;
             Ok(0)
@@ -123,7 +145,7 @@ pub(crate) fn plan(
 }
 
 /// Validates the plan as `run` would, then stores its text under its id.
-fn add(file: &Path, force: bool, registry: &Registry, ledger: &Ledger) -> Result<i32, Failure> {
+fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
     if !file.is_file() {
         return Err(Failure::input(format!(
             "cannot read plan `{}`: not a file",
@@ -137,7 +159,7 @@ fn add(file: &Path, force: bool, registry: &Registry, ledger: &Ledger) -> Result
         format,
         default_plan_id(file),
         Default::default(),
-        registry,
+        toolbox,
     )?;
     let stored = StoredPlan {
         plan_id: ready.program.plan_id().to_owned(),

@@ -1,0 +1,168 @@
+//! The tools a command can use: the built-ins, plus the tools of the MCP servers in the MCP
+//! configuration, whose servers start only when a plan names one of their tools.
+//!
+//! One tokio runtime serves the whole process: MCP servers started while a plan is prepared
+//! must still be connected when it runs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use plan_engine::{Registry, Tool};
+use plan_tools::mcp::{McpConfig, McpServers};
+
+use crate::exit::Failure;
+
+/// Where the MCP configuration is when `--mcp-config` is not given (read only if it exists).
+pub(crate) const DEFAULT_MCP_CONFIG: &str = ".plan/mcp.json";
+
+pub(crate) struct Toolbox {
+    builtins: Registry,
+    servers: Option<McpServers>,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// A plan's tools: the registry to compile it with, and the bare names that several servers
+/// have (an error at the step that uses one).
+pub(crate) struct PlanTools {
+    pub(crate) registry: Registry,
+    pub(crate) ambiguous: BTreeMap<String, Vec<String>>,
+}
+
+impl Toolbox {
+    /// The built-ins, and the servers of `config` (or of `.plan/mcp.json` when it exists).
+    pub(crate) fn new(config: Option<&Path>) -> Result<Self, Failure> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| {
+                Failure::internal(format!("cannot start the async runtime: {error}"))
+            })?;
+        let path = match config {
+            Some(path) => Some(path.to_path_buf()),
+            None => Some(PathBuf::from(DEFAULT_MCP_CONFIG)).filter(|p| p.exists()),
+        };
+        let servers = match path {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|error| {
+                    Failure::input(format!(
+                        "cannot read the MCP configuration {}: {error}",
+                        path.display()
+                    ))
+                })?;
+                // `${env.NAME}` in a server's `env` and `headers` reads the environment here.
+                let config = McpConfig::parse(&text, &|name| std::env::var(name).ok())
+                    .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?;
+                Some(McpServers::new(config))
+            }
+        };
+        Ok(Toolbox {
+            builtins: plan_tools::builtin_registry(),
+            servers,
+            runtime,
+        })
+    }
+
+    /// Whether an MCP configuration was found.
+    pub(crate) fn has_servers(&self) -> bool {
+        self.servers.is_some()
+    }
+
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
+    }
+
+    /// The tools a plan naming `tools` can use: the built-ins, and every tool of each server
+    /// the plan needs: a server named in `SERVER.tool`, or every server when the plan names
+    /// a tool that is neither built in nor qualified.
+    pub(crate) fn for_plan<'a>(
+        &self,
+        tools: impl IntoIterator<Item = &'a str>,
+    ) -> Result<PlanTools, Failure> {
+        let Some(servers) = &self.servers else {
+            return Ok(PlanTools {
+                registry: self.builtins.clone(),
+                ambiguous: BTreeMap::new(),
+            });
+        };
+        let configured = servers.names();
+        let mut needed = std::collections::BTreeSet::new();
+        for tool in tools {
+            if self.builtins.get(tool).is_some() {
+                continue;
+            }
+            match tool.split_once('.') {
+                Some((server, _)) if configured.iter().any(|c| c == server) => {
+                    needed.insert(server.to_owned());
+                }
+                // Neither built in nor `SERVER.tool`: any server may have it.
+                _ => needed.extend(configured.iter().cloned()),
+            }
+        }
+        let needed: Vec<String> = needed.into_iter().collect();
+        self.with_servers(&needed)
+    }
+
+    /// Every tool, the tools of `only` (or of every server) included.
+    pub(crate) fn all(&self, only: Option<&str>) -> Result<PlanTools, Failure> {
+        let names = match (&self.servers, only) {
+            (_, Some(name)) => vec![name.to_owned()],
+            (Some(servers), None) => servers.names(),
+            (None, None) => Vec::new(),
+        };
+        if only.is_some() && self.servers.is_none() {
+            return Err(Failure::input(format!(
+                "--server {}: there is no MCP configuration (give --mcp-config FILE, or write {DEFAULT_MCP_CONFIG})",
+                names.join("")
+            )));
+        }
+        self.with_servers(&names)
+    }
+
+    fn with_servers(&self, names: &[String]) -> Result<PlanTools, Failure> {
+        let mut registry = self.builtins.clone();
+        let mut by_bare: BTreeMap<String, Vec<Arc<dyn Tool>>> = BTreeMap::new();
+        if let Some(servers) = &self.servers {
+            for name in names {
+                let tools = self
+                    .runtime
+                    .block_on(servers.tools(name))
+                    .map_err(|error| Failure::input(error.to_string()))?;
+                for tool in tools {
+                    let bare = tool.remote_name().to_owned();
+                    let tool: Arc<dyn Tool> = Arc::new(tool);
+                    registry.register_as(tool.info().name, tool.clone());
+                    by_bare.entry(bare).or_default().push(tool);
+                }
+            }
+        }
+        let mut ambiguous = BTreeMap::new();
+        for (bare, tools) in by_bare {
+            // A bare name works when exactly one server has it and no built-in does.
+            if self.builtins.get(&bare).is_some() {
+                continue;
+            }
+            match tools.as_slice() {
+                [only] => {
+                    registry.register_as(bare, only.clone());
+                }
+                several => {
+                    let names = several.iter().map(|t| t.info().name).collect();
+                    ambiguous.insert(bare, names);
+                }
+            }
+        }
+        Ok(PlanTools {
+            registry,
+            ambiguous,
+        })
+    }
+
+    /// Stops the MCP servers that were started.
+    pub(crate) fn shutdown(&self) {
+        if let Some(servers) = &self.servers {
+            self.runtime.block_on(servers.shutdown());
+        }
+    }
+}

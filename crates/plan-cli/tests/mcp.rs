@@ -1,0 +1,332 @@
+//! plan-cli against real MCP servers that other people wrote and publish:
+//! `@modelcontextprotocol/server-filesystem` and `@modelcontextprotocol/server-everything`
+//! (npm) and `mcp-server-time` (PyPI), unmodified, installed in `target/mcp-servers` by
+//! `cargo xtask test` (or `cargo xtask prepare-mcp`).
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{Lab, path_str};
+use predicates::prelude::*;
+use serde_json::{Value, json};
+
+fn servers_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-servers");
+    assert!(
+        dir.join("installed.txt").exists(),
+        "the MCP servers are not installed: run `cargo xtask prepare-mcp` (`cargo xtask test` does it)"
+    );
+    dir
+}
+
+/// A lab whose `.plan/mcp.json` names the three servers; the filesystem server may use the
+/// lab's directory only.
+fn mcp_lab() -> Lab {
+    let lab = Lab::new();
+    let servers = servers_dir();
+    let npm = servers.join("npm/node_modules/@modelcontextprotocol");
+    let config = json!({"mcpServers": {
+        "fs": {"command": "node", "args": [
+            path_str(&npm.join("server-filesystem/dist/index.js")),
+            path_str(lab.dir.path())
+        ]},
+        "everything": {"command": "node", "args": [
+            path_str(&npm.join("server-everything/dist/index.js")), "stdio"
+        ]},
+        "time": {"command": path_str(&servers.join("venv/bin/mcp-server-time")), "args": ["--local-timezone", "UTC"]}
+    }});
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(".plan/mcp.json", &config);
+    lab
+}
+
+fn record<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == id)
+        .unwrap_or_else(|| panic!("no record {id} in {report}"))
+}
+
+/// Processes whose command line mentions `needle` (the lab's directory).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let output = std::process::Command::new("ps")
+        .args(["-eo", "pid,args"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|line| line.contains(needle) && !line.contains(" ps "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_plan_writes_lists_and_reads_files_through_the_filesystem_server() {
+    let lab = mcp_lab();
+    let dir = path_str(lab.dir.path()).to_owned();
+    let plan = lab.write(
+        "files.json",
+        &json!({"variables": {"dir": dir}, "steps": [
+            {"id": "write", "tool": "fs.write_file", "args": {"path": "${dir}/notes.txt", "content": "hello from a plan"}},
+            {"id": "list", "tool": "fs.list_directory", "args": {"path": "${dir}"}, "depends_on": ["write"]},
+            // The bare name works: only one server has `read_text_file`, and no built-in.
+            {"id": "read", "tool": "read_text_file", "args": {"path": "${dir}/notes.txt"}, "depends_on": ["write"], "result_variable": "text"},
+            {"id": "bad-args", "tool": "fs.read_text_file", "args": {"file": "notes.txt"}},
+            {"id": "missing", "tool": "fs.read_text_file", "args": {"path": "${dir}/nope.txt"}}
+        ]}),
+    );
+    // `write_file` says it is destructive, so it waits for an approval.
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5, "{report}");
+    assert_eq!(report["pending_approvals"][0]["step_id"], "write");
+    assert_eq!(report["pending_approvals"][0]["tool"], "fs.write_file");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli()
+        .args(["approve", &run, "write"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 1, "two steps fail on purpose: {report}");
+    assert_eq!(
+        std::fs::read_to_string(lab.dir.path().join("notes.txt")).unwrap(),
+        "hello from a plan"
+    );
+    assert!(
+        record(&report, "list")["result"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("[FILE] notes.txt")
+    );
+    assert_eq!(
+        report["variables"]["text"],
+        json!({"content": "hello from a plan"}),
+        "structuredContent is the result"
+    );
+    let bad = &record(&report, "bad-args")["error"];
+    assert_eq!(bad["code"], "E_ARGS_INVALID");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"path\" is a required property"),
+        "{bad}"
+    );
+    let missing = &record(&report, "missing")["error"];
+    assert_eq!(missing["code"], "E_TOOL", "isError: true is a tool error");
+    assert!(
+        missing["message"].as_str().unwrap().contains("ENOENT"),
+        "{missing}"
+    );
+    assert!(
+        processes_mentioning(&dir).is_empty(),
+        "the servers stop with the run"
+    );
+}
+
+#[test]
+fn structured_content_text_progress_and_timeouts_from_the_everything_server() {
+    let lab = mcp_lab();
+    let plan = lab.write(
+        "everything.json",
+        &json!({"steps": [
+            {"id": "structured", "tool": "everything.get-structured-content", "args": {"location": "New York"}},
+            {"id": "sum", "tool": "everything.get-sum", "args": {"a": 2, "b": 3}},
+            {"id": "long", "tool": "everything.trigger-long-running-operation", "args": {"duration": 1, "steps": 4}},
+            {"id": "too-long", "tool": "everything.trigger-long-running-operation", "args": {"duration": 30, "steps": 30},
+             "timeout_ms": 1500, "retry": {"attempts": 1}}
+        ]}),
+    );
+    let events = lab.dir.path().join("events.ndjson");
+    let (code, report) = lab.json(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--events",
+        path_str(&events),
+    ]);
+    assert_eq!(code, 1, "{report}");
+    let structured = &record(&report, "structured")["result"];
+    assert!(structured["temperature"].is_number(), "{structured}");
+    assert_eq!(record(&report, "sum")["result"], "The sum of 2 and 3 is 5.");
+    assert_eq!(record(&report, "long")["ok"], true);
+    let timed_out = &record(&report, "too-long")["error"];
+    assert_eq!(timed_out["code"], "E_TIMEOUT");
+    let progress: Vec<Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "tool.progress" && e["step_id"] == "long")
+        .collect();
+    assert!(
+        progress.len() >= 3,
+        "progress notifications become events: {progress:?}"
+    );
+    assert_eq!(progress[0]["progress"]["total"], 4.0);
+}
+
+#[test]
+fn the_time_server_from_pypi_and_tools_listing() {
+    let lab = mcp_lab();
+    let plan = lab.write(
+        "time.json",
+        &json!({"steps": [{"id": "now", "tool": "time.get_current_time", "args": {"timezone": "Asia/Tokyo"}}]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(record(&report, "now")["result"]["timezone"], "Asia/Tokyo");
+
+    let (code, tools) = lab.json(&["tools", "--json", "--server", "time"]);
+    assert_eq!(code, 0);
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["time.convert_time", "time.get_current_time"]);
+    assert_eq!(tools[1]["source"], "time");
+    assert!(tools[1]["input_schema"]["properties"]["timezone"].is_object());
+    lab.cli()
+        .args(["tools", "--server", "nope"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no such server"));
+}
+
+#[test]
+fn unknown_and_ambiguous_tools_are_load_errors() {
+    let lab = mcp_lab();
+    // A second filesystem server makes `read_text_file` ambiguous.
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(lab.dir.path().join(".plan/mcp.json")).unwrap(),
+    )
+    .unwrap();
+    config["mcpServers"]["fs2"] = config["mcpServers"]["fs"].clone();
+    lab.write(".plan/mcp.json", &config);
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [
+            {"id": "a", "tool": "read_text_file", "args": {"path": "x"}},
+            {"id": "b", "tool": "fs.read_txt_file", "args": {"path": "x"}}
+        ]}),
+    );
+    lab.cli()
+        .args(["validate", path_str(&plan)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "`read_text_file` is a tool of several MCP servers: `fs.read_text_file`, `fs2.read_text_file`",
+        ))
+        .stderr(predicate::str::contains("unknown tool `fs.read_txt_file`"))
+        .stderr(predicate::str::contains("did you mean `fs.read_text_file`?"));
+}
+
+/// A small MCP server written with the Python SDK: `pid` says which process serves, `crash`
+/// kills it.
+const CRASHING_SERVER: &str = r#"
+import os
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("crashy")
+
+@server.tool()
+def pid() -> dict:
+    return {"pid": os.getpid()}
+
+@server.tool()
+def crash() -> str:
+    os._exit(3)
+
+server.run()
+"#;
+
+#[test]
+fn a_crashed_server_fails_the_call_with_e_transport_and_is_restarted_once() {
+    let lab = Lab::new();
+    let script = lab.dir.path().join("crashy.py");
+    std::fs::write(&script, CRASHING_SERVER).unwrap();
+    let python = servers_dir().join("venv/bin/python");
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {"crashy": {"command": path_str(&python), "args": [path_str(&script)]}}}),
+    );
+    let plan = lab.write(
+        "p.json",
+        &json!({"max_concurrency": 1, "steps": [
+            {"id": "before", "tool": "crashy.pid", "args": {}},
+            {"id": "crash", "tool": "crashy.crash", "args": {}, "depends_on": ["before"], "retry": {"attempts": 1}},
+            {"id": "after", "tool": "crashy.pid", "args": {}, "run_if": "all_done", "depends_on": ["crash"]},
+            {"id": "crash-again", "tool": "crashy.crash", "args": {}, "run_if": "all_done", "depends_on": ["after"], "retry": {"attempts": 1}},
+            {"id": "no-more", "tool": "crashy.pid", "args": {}, "run_if": "all_done", "depends_on": ["crash-again"], "retry": {"attempts": 1}}
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 1, "{report}");
+    let crash = &record(&report, "crash")["error"];
+    assert_eq!(crash["code"], "E_TRANSPORT", "{crash}");
+    let before = record(&report, "before")["result"]["pid"].as_u64().unwrap();
+    let after = record(&report, "after")["result"]["pid"].as_u64().unwrap();
+    assert_ne!(before, after, "the server was started again");
+    assert_eq!(
+        record(&report, "crash-again")["error"]["code"],
+        "E_TRANSPORT"
+    );
+    let no_more = &record(&report, "no-more")["error"];
+    assert!(
+        no_more["message"]
+            .as_str()
+            .unwrap()
+            .contains("was already restarted once"),
+        "{no_more}"
+    );
+}
+
+#[test]
+fn ctrl_c_stops_the_servers_too() {
+    let lab = mcp_lab();
+    let dir = path_str(lab.dir.path()).to_owned();
+    let plan = lab.write(
+        "slow.json",
+        &json!({"steps": [
+            {"id": "list", "tool": "fs.list_directory", "args": {"path": dir}},
+            {"id": "slow", "tool": "everything.trigger-long-running-operation", "args": {"duration": 60, "steps": 60}}
+        ]}),
+    );
+    let events = lab.dir.path().join("events.ndjson");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .args(["run", path_str(&plan), "--events", path_str(&events)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .contains("tool.progress")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the long operation never reported progress"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!processes_mentioning(&dir).is_empty(), "the fs server runs");
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    assert!(
+        processes_mentioning(&dir).is_empty(),
+        "no server outlives plan-cli: {:?}",
+        processes_mentioning(&dir)
+    );
+}

@@ -1,0 +1,483 @@
+//! MCP servers as tools, over the official SDK (`rmcp`), which stays inside this file.
+//!
+//! A server starts when a tool of it is first needed (listing its tools, or a call), is
+//! initialised once, and is shared by every call of the run. A server that crashes or whose
+//! transport fails makes the call fail with a retryable `E_TRANSPORT`; the next call starts it
+//! again, once. [`McpServers::shutdown`] stops every server that was started.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use plan_engine::{Progress, ProgressReport, Risk, Tool, ToolContext, ToolError, ToolInfo, codes};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ContentBlock, Implementation,
+    InitializeRequestParams, NumberOrString, ProgressNotificationParam, ProgressToken,
+    RequestMetaObject,
+};
+use rmcp::service::{NotificationContext, RoleClient, RunningService, ServiceError};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+use super::config::{McpConfig, ServerConfig};
+
+/// An MCP server could not be started or asked for its tools.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("MCP server `{server}`: {message}")]
+pub struct McpError {
+    /// The server.
+    pub server: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// The configured servers of a run; each starts when first needed.
+pub struct McpServers {
+    servers: BTreeMap<String, Arc<Server>>,
+}
+
+impl McpServers {
+    /// The servers of `config`, none started.
+    pub fn new(config: McpConfig) -> Self {
+        McpServers {
+            servers: config
+                .servers
+                .into_iter()
+                .map(|(name, config)| {
+                    let server = Server {
+                        name: name.clone(),
+                        config,
+                        state: tokio::sync::Mutex::new(State::default()),
+                        progress: Arc::default(),
+                        stderr: Arc::default(),
+                    };
+                    (name, Arc::new(server))
+                })
+                .collect(),
+        }
+    }
+
+    /// The configured servers' names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.servers.keys().cloned().collect()
+    }
+
+    /// The tools of server `name` (starting it if needed), each named `NAME.tool`.
+    pub async fn tools(&self, name: &str) -> Result<Vec<McpTool>, McpError> {
+        let Some(server) = self.servers.get(name) else {
+            return Err(McpError {
+                server: name.to_owned(),
+                message: format!(
+                    "no such server in the MCP configuration (it has: {})",
+                    self.names().join(", ")
+                ),
+            });
+        };
+        let service = server.connect().await.map_err(|message| McpError {
+            server: name.to_owned(),
+            message,
+        })?;
+        let tools = service.list_all_tools().await.map_err(|error| McpError {
+            server: name.to_owned(),
+            message: format!("cannot list its tools: {error}"),
+        })?;
+        Ok(tools
+            .into_iter()
+            .map(|tool| McpTool::new(server.clone(), tool))
+            .collect())
+    }
+
+    /// Stops every server that was started (a stdio server's process is ended).
+    pub async fn shutdown(&self) {
+        for server in self.servers.values() {
+            server.stop().await;
+        }
+    }
+}
+
+/// One tool of an MCP server, callable from plans as `SERVER.tool`.
+#[derive(Clone)]
+pub struct McpTool {
+    server: Arc<Server>,
+    /// The tool's name on its server.
+    remote: String,
+    info: ToolInfo,
+}
+
+impl McpTool {
+    fn new(server: Arc<Server>, tool: rmcp::model::Tool) -> Self {
+        let annotations = tool.annotations.as_ref();
+        // A tool that says it may destroy is gated; one that says it only reads is low.
+        let risk = match annotations {
+            Some(a) if a.read_only_hint == Some(true) => Risk::Low,
+            Some(a) if a.destructive_hint == Some(true) => Risk::High,
+            _ => Risk::Medium,
+        };
+        let info = ToolInfo {
+            name: format!("{}.{}", server.name, tool.name),
+            description: tool
+                .description
+                .as_deref()
+                .map(|d| d.lines().next().unwrap_or("").to_owned())
+                .unwrap_or_default(),
+            source: server.name.clone(),
+            risk,
+            input_schema: Value::Object((*tool.input_schema).clone()),
+        };
+        McpTool {
+            server,
+            remote: tool.name.into_owned(),
+            info,
+        }
+    }
+
+    /// The tool's name on its server (`read_file` for `fs.read_file`).
+    pub fn remote_name(&self) -> &str {
+        &self.remote
+    }
+
+    /// The server's name.
+    pub fn server_name(&self) -> &str {
+        &self.server.name
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn info(&self) -> ToolInfo {
+        self.info.clone()
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let arguments = match args {
+            Value::Object(map) => map,
+            other => {
+                return Err(ToolError::invalid_args(format!(
+                    "MCP tools take an object of arguments, not {other}"
+                )));
+            }
+        };
+        let service = self.server.connect().await.map_err(|message| {
+            let message = format!("MCP server `{}`: {message}", self.server.name);
+            ToolError::retryable(codes::E_TRANSPORT, message)
+        })?;
+        let mut params = CallToolRequestParams::new(self.remote.clone());
+        params.arguments = Some(arguments);
+        // Progress notifications for this call come back with its token.
+        let token = self.server.watch_progress(ctx.progress.clone());
+        if let Some(token) = &token {
+            params.meta = Some(RequestMetaObject::with_progress_token(token.clone()));
+        }
+        let outcome = service.call_tool(params).await;
+        if let Some(token) = &token {
+            self.server.unwatch_progress(token);
+        }
+        match outcome {
+            Ok(result) => result_value(result),
+            Err(error) => Err(self.server.failed(&service, error).await),
+        }
+    }
+}
+
+/// seed 003's reading of a result: `structuredContent`, else a single text item (parsed when
+/// it is a JSON object or array), else the content list. `isError` fails the call.
+fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
+    let text_of = |content: &[ContentBlock]| -> Vec<String> {
+        content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text(text) => Some(text.text.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    if result.is_error == Some(true) {
+        let texts = text_of(&result.content);
+        let message = if texts.is_empty() {
+            "the tool reported an error".to_owned()
+        } else {
+            texts.join("\n")
+        };
+        return Err(ToolError::new(codes::E_TOOL, message));
+    }
+    if let Some(structured) = result.structured_content {
+        return Ok(structured);
+    }
+    if let [ContentBlock::Text(text)] = result.content.as_slice() {
+        return Ok(match serde_json::from_str::<Value>(&text.text) {
+            Ok(value @ (Value::Object(_) | Value::Array(_))) => value,
+            _ => Value::String(text.text.clone()),
+        });
+    }
+    serde_json::to_value(&result.content)
+        .map_err(|error| ToolError::new(codes::E_TOOL, format!("unreadable result: {error}")))
+}
+
+type Service = RunningService<RoleClient, Handler>;
+
+/// One configured server and, once started, its connection.
+struct Server {
+    name: String,
+    config: ServerConfig,
+    state: tokio::sync::Mutex<State>,
+    /// Progress reporters of calls in flight, by progress token.
+    progress: Arc<Mutex<HashMap<i64, Progress>>>,
+    /// The last lines the server wrote to stderr, for error messages.
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+#[derive(Default)]
+struct State {
+    service: Option<Arc<Service>>,
+    /// How many times it was started.
+    starts: u32,
+}
+
+/// How many times a server is started in a run: once, and once more after a crash.
+const MAX_STARTS: u32 = 2;
+
+/// How many of a server's stderr lines are kept for error messages.
+const STDERR_LINES: usize = 20;
+
+impl Server {
+    /// The running connection, started (and initialised) if there is none.
+    async fn connect(&self) -> Result<Arc<Service>, String> {
+        let mut state = self.state.lock().await;
+        if let Some(service) = &state.service {
+            if !service.is_closed() {
+                return Ok(service.clone());
+            }
+            state.service = None;
+        }
+        if state.starts >= MAX_STARTS {
+            return Err(format!(
+                "it stopped and was already restarted once{}",
+                self.stderr_tail()
+            ));
+        }
+        state.starts += 1;
+        let service = Arc::new(self.start().await?);
+        state.service = Some(service.clone());
+        Ok(service)
+    }
+
+    async fn start(&self) -> Result<Service, String> {
+        let handler = Handler {
+            progress: self.progress.clone(),
+        };
+        match &self.config {
+            ServerConfig::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut process = tokio::process::Command::new(command);
+                process.args(args).envs(env);
+                if let Some(cwd) = cwd {
+                    process.current_dir(cwd);
+                }
+                let (transport, stderr) = TokioChildProcess::builder(process)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|error| format!("cannot start `{command}`: {error}"))?;
+                // The server's stderr is kept (not mixed into ours) for error messages.
+                if let Some(stderr) = stderr {
+                    let tail = self.stderr.clone();
+                    tokio::spawn(async move {
+                        let mut lines = tokio::io::BufReader::new(stderr).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
+                            if tail.len() == STDERR_LINES {
+                                tail.pop_front();
+                            }
+                            tail.push_back(line);
+                        }
+                    });
+                }
+                handler.serve(transport).await.map_err(|error| {
+                    format!("it did not initialise: {error}{}", self.stderr_tail())
+                })
+            }
+            ServerConfig::Http { url, headers } => {
+                let mut custom = HashMap::new();
+                for (name, value) in headers {
+                    let name = http::HeaderName::try_from(name.as_str())
+                        .map_err(|error| format!("header `{name}`: {error}"))?;
+                    let value = http::HeaderValue::try_from(value.as_str())
+                        .map_err(|error| format!("header `{name}`: {error}"))?;
+                    custom.insert(name, value);
+                }
+                let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom);
+                let transport = StreamableHttpClientTransport::from_config(config);
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|error| format!("{url} did not initialise: {error}"))
+            }
+        }
+    }
+
+    /// Turns a failed call into a tool error; a dead transport is dropped, so the next call
+    /// starts the server again.
+    async fn failed(&self, service: &Arc<Service>, error: ServiceError) -> ToolError {
+        match error {
+            ServiceError::McpError(error) => ToolError::new(
+                codes::E_TOOL,
+                format!("MCP server `{}`: {}", self.name, error.message),
+            ),
+            ServiceError::Timeout { .. } => ToolError::retryable(
+                codes::E_TIMEOUT,
+                format!("MCP server `{}`: {error}", self.name),
+            ),
+            other => {
+                let mut state = self.state.lock().await;
+                if state
+                    .service
+                    .as_ref()
+                    .is_some_and(|current| Arc::ptr_eq(current, service))
+                {
+                    state.service = None;
+                }
+                ToolError::retryable(
+                    codes::E_TRANSPORT,
+                    format!("MCP server `{}`: {other}{}", self.name, self.stderr_tail()),
+                )
+            }
+        }
+    }
+
+    async fn stop(&self) {
+        let service = self.state.lock().await.service.take();
+        if let Some(service) = service {
+            // Closing the service ends the transport, and a stdio server's process with it.
+            match Arc::try_unwrap(service) {
+                Ok(service) => {
+                    let _ = service.cancel().await;
+                }
+                Err(shared) => shared.cancellation_token().cancel(),
+            }
+        }
+    }
+
+    fn watch_progress(&self, progress: Option<Progress>) -> Option<ProgressToken> {
+        static NEXT: AtomicI64 = AtomicI64::new(1);
+        let progress = progress?;
+        let token = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(token, progress);
+        Some(ProgressToken(NumberOrString::Number(token)))
+    }
+
+    fn unwatch_progress(&self, token: &ProgressToken) {
+        if let NumberOrString::Number(n) = &token.0 {
+            self.progress
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(n);
+        }
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        if tail.is_empty() {
+            String::new()
+        } else {
+            let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+            format!("; its stderr ends with:\n{}", lines.join("\n"))
+        }
+    }
+}
+
+/// What plan-cli does with what a server sends unasked: progress becomes events.
+struct Handler {
+    progress: Arc<Mutex<HashMap<i64, Progress>>>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> InitializeRequestParams {
+        InitializeRequestParams::new(
+            ClientCapabilities::default(),
+            Implementation::new("plan-cli", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let NumberOrString::Number(token) = params.progress_token.0 else {
+            return;
+        };
+        let reporter = self
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&token)
+            .cloned();
+        if let Some(reporter) = reporter {
+            reporter.report(ProgressReport {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::TextContent;
+    use serde_json::json;
+
+    use super::*;
+
+    fn text(t: &str) -> ContentBlock {
+        ContentBlock::Text(TextContent::new(t))
+    }
+
+    fn result(
+        content: Vec<ContentBlock>,
+        structured: Option<Value>,
+        error: bool,
+    ) -> CallToolResult {
+        let mut result = CallToolResult::success(content);
+        result.structured_content = structured;
+        result.is_error = Some(error);
+        result
+    }
+
+    #[test]
+    fn results_read_like_seed_003() {
+        assert_eq!(
+            result_value(result(vec![text("ignored")], Some(json!({"a": 1})), false)),
+            Ok(json!({"a": 1}))
+        );
+        assert_eq!(
+            result_value(result(vec![text("{\"b\": [2]}")], None, false)),
+            Ok(json!({"b": [2]}))
+        );
+        assert_eq!(
+            result_value(result(vec![text("42")], None, false)),
+            Ok(json!("42")),
+            "only objects and arrays are parsed"
+        );
+        let both =
+            result_value(result(vec![text("x"), text("y")], None, false)).unwrap_or_default();
+        assert_eq!(both.as_array().map(Vec::len), Some(2));
+        let error = result_value(result(vec![text("no such file")], None, true)).unwrap_err();
+        assert_eq!(
+            (error.code.as_str(), error.message.as_str()),
+            ("E_TOOL", "no such file")
+        );
+        assert!(!error.retryable);
+    }
+}
