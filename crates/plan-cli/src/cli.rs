@@ -19,7 +19,13 @@ pub(crate) struct Cli {
     pub(crate) db: Option<PathBuf>,
     /// MCP servers whose tools plans may call, as every MCP client writes them
     /// (`{"mcpServers": {...}}`; default .plan/mcp.json when it exists)
-    #[arg(long, global = true, env = "PLAN_MCP_CONFIG", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        env = "PLAN_MCP_CONFIG",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
     pub(crate) mcp_config: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
