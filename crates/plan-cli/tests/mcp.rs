@@ -330,3 +330,47 @@ fn ctrl_c_stops_the_servers_too() {
         processes_mentioning(&dir)
     );
 }
+
+/// Copies `from` into `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_readme_mcp_example_runs_as_documented() {
+    // The README's command, run in a copy of the repository's example (the plan writes files).
+    let lab = Lab::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    copy_dir(
+        &root.join("examples/mcp"),
+        &lab.dir.path().join("examples/mcp"),
+    );
+    std::fs::create_dir_all(lab.dir.path().join("target")).unwrap();
+    std::os::unix::fs::symlink(servers_dir(), lab.dir.path().join("target/mcp-servers")).unwrap();
+    let (code, report) = lab.json(&[
+        "--mcp-config",
+        "examples/mcp/mcp.json",
+        "run",
+        "examples/mcp/refactor-auth.json",
+        "--approve",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["plan_id"], "refactor-auth-001");
+    let written =
+        std::fs::read_to_string(lab.dir.path().join("examples/mcp/workspace/out/handler.py"))
+            .unwrap();
+    assert!(written.starts_with("\"\"\"The auth module the example plan refactors.\"\"\""));
+    assert!(written.contains("FILES_SEEN = {\"content\":"));
+    assert_eq!(record(&report, "5")["result"]["exit_code"], 0);
+}
