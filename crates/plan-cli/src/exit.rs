@@ -10,6 +10,8 @@ pub(crate) const INVALID_INPUT: i32 = 2;
 pub(crate) struct Failure {
     pub(crate) message: Option<String>,
     pub(crate) code: i32,
+    /// Rendered diagnostics (a plan's errors with their source), printed before the message.
+    pub(crate) diagnostics: Vec<String>,
 }
 
 impl Failure {
@@ -18,6 +20,7 @@ impl Failure {
         Failure {
             message: Some(message.into()),
             code: INVALID_INPUT,
+            diagnostics: Vec::new(),
         }
     }
 
@@ -26,15 +29,18 @@ impl Failure {
         Failure {
             message: Some(message.into()),
             code: 1,
+            diagnostics: Vec::new(),
         }
     }
 
-    /// An invalid plan whose diagnostics are already printed.
-    pub(crate) fn invalid_plan(name: &str, errors: usize) -> Self {
-        Failure::input(format!(
+    /// An invalid plan, with its diagnostics.
+    pub(crate) fn invalid_plan(name: &str, errors: usize, diagnostics: Vec<String>) -> Self {
+        let mut failure = Failure::input(format!(
             "{name} is not a valid plan ({errors} error{})",
             if errors == 1 { "" } else { "s" }
-        ))
+        ));
+        failure.diagnostics = diagnostics;
+        failure
     }
 
     /// A ledger that cannot be opened or read: a wrong `--db`, a foreign or newer file, a
@@ -51,6 +57,7 @@ impl Failure {
         Failure {
             message: Some(message),
             code,
+            diagnostics: Vec::new(),
         }
     }
 }

@@ -52,6 +52,9 @@ fn main() {
     let code = match outcome {
         Ok(code) => code,
         Err(failure) => {
+            for diagnostic in &failure.diagnostics {
+                eprintln!("{diagnostic}");
+            }
             if let Some(message) = failure.message {
                 eprintln!("Error: {message}");
             }

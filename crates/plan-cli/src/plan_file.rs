@@ -145,10 +145,10 @@ pub(crate) fn prepare_source(
     let loaded = match load(source, format, &options) {
         Ok(loaded) => loaded,
         Err(invalid) => {
-            report(&invalid.plan_source, &invalid.issues);
             return Err(Failure::invalid_plan(
                 invalid.plan_source.name(),
                 invalid.error_count(),
+                render(&invalid.plan_source, &invalid.issues),
             ));
         }
     };
@@ -178,19 +178,29 @@ pub(crate) fn prepare_source(
         Err(issues) => {
             let mut all = loaded.warnings.clone();
             all.extend(issues);
-            report(&loaded.source, &all);
             let errors = all.iter().filter(|i| i.is_error()).count();
-            Err(Failure::invalid_plan(loaded.source.name(), errors))
+            Err(Failure::invalid_plan(
+                loaded.source.name(),
+                errors,
+                render(&loaded.source, &all),
+            ))
         }
     }
 }
 
 /// Prints each issue to stderr as a miette diagnostic with the plan's source.
 pub(crate) fn report(source: &Source, issues: &[Issue]) {
-    for issue in issues {
-        let diagnostic = source.diagnostic(issue);
-        eprintln!("{:?}", miette::Report::new(diagnostic));
+    for diagnostic in render(source, issues) {
+        eprintln!("{diagnostic}");
     }
+}
+
+/// Each issue as a miette diagnostic with the plan's source, as text.
+pub(crate) fn render(source: &Source, issues: &[Issue]) -> Vec<String> {
+    issues
+        .iter()
+        .map(|issue| format!("{:?}", miette::Report::new(source.diagnostic(issue))))
+        .collect()
 }
 
 /// Colours and links only on a terminal, and never with NO_COLOR; a fixed width elsewhere so

@@ -11,11 +11,30 @@ use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::toolbox::Toolbox;
 
+/// What a decision did: the ids decided, and what the run still waits for.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Decided {
+    pub(crate) run_id: String,
+    pub(crate) decided: Vec<String>,
+    pub(crate) still_waiting: Vec<String>,
+}
+
 pub(crate) fn approve(
     args: &ApproveArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
+    let decided = approve_calls(args, toolbox, ledger)?;
+    let names: Vec<&str> = decided.decided.iter().map(|id| display(id)).collect();
+    report(&decided, &format!("approved {}", names.join(", ")))
+}
+
+/// Approves what `args` names; see [`approve`].
+pub(crate) fn approve_calls(
+    args: &ApproveArgs,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<Decided, Failure> {
     let mut store = ledger.open_existing()?;
     let row = open_run(&store, &args.run)?;
     let rows = store.approvals(&row.run_id).map_err(Failure::ledger)?;
@@ -43,8 +62,7 @@ pub(crate) fn approve(
             .decide(&row.run_id, id, Decision::Approved, None)
             .map_err(Failure::ledger)?;
     }
-    let names: Vec<&str> = ids.iter().map(|id| display(id)).collect();
-    report(&store, &row, &format!("approved {}", names.join(", ")))
+    decided(&store, &row, ids)
 }
 
 pub(crate) fn reject(
@@ -52,6 +70,22 @@ pub(crate) fn reject(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
+    let decided = reject_calls(args, toolbox, ledger)?;
+    report(
+        &decided,
+        &format!(
+            "rejected {}: they fail with E_REJECTED and what depends on them is skipped",
+            decided.decided.join(", ")
+        ),
+    )
+}
+
+/// Rejects what `args` names; see [`reject`].
+pub(crate) fn reject_calls(
+    args: &RejectArgs,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<Decided, Failure> {
     let mut store = ledger.open_existing()?;
     let row = open_run(&store, &args.run)?;
     let rows = store.approvals(&row.run_id).map_err(Failure::ledger)?;
@@ -68,14 +102,7 @@ pub(crate) fn reject(
             .decide(&row.run_id, id, Decision::Rejected, Some(reason))
             .map_err(Failure::ledger)?;
     }
-    report(
-        &store,
-        &row,
-        &format!(
-            "rejected {}: they fail with E_REJECTED and what depends on them is skipped",
-            args.steps.join(", ")
-        ),
-    )
+    decided(&store, &row, args.steps.clone())
 }
 
 fn open_run(store: &Store, id: &str) -> Result<RunRow, Failure> {
@@ -147,18 +174,24 @@ fn display(id: &str) -> &str {
     if id == PLAN_APPROVAL { "the plan" } else { id }
 }
 
-/// Says what was decided, what still waits, and how to go on.
-fn report(store: &Store, row: &RunRow, done: &str) -> Result<i32, Failure> {
+fn decided(store: &Store, row: &RunRow, ids: Vec<String>) -> Result<Decided, Failure> {
     let rows = store.approvals(&row.run_id).map_err(Failure::ledger)?;
-    let waiting: Vec<&str> = pending(&rows).map(|r| display(&r.step_id)).collect();
-    let mut text = format!("{done} in run {}\n", row.run_id);
-    if !waiting.is_empty() {
+    Ok(Decided {
+        run_id: row.run_id.clone(),
+        decided: ids,
+        still_waiting: pending(&rows).map(|r| r.step_id.clone()).collect(),
+    })
+}
+
+/// Says what was decided, what still waits, and how to go on.
+fn report(decided: &Decided, done: &str) -> Result<i32, Failure> {
+    let run = &decided.run_id;
+    let mut text = format!("{done} in run {run}\n");
+    if !decided.still_waiting.is_empty() {
+        let waiting: Vec<&str> = decided.still_waiting.iter().map(|id| display(id)).collect();
         text.push_str(&format!("still waiting: {}\n", waiting.join(", ")));
     }
-    text.push_str(&format!(
-        "continue it with `plan-cli resume {}`\n",
-        row.run_id
-    ));
+    text.push_str(&format!("continue it with `plan-cli resume {run}`\n"));
     print(&text)?;
     Ok(0)
 }

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use plan_engine::{Approvals, EventSink, Fanout, Mode, Restored, RunError, RunOptions};
+use plan_engine::{Approvals, EventSink, Fanout, Mode, Restored, RunError, RunOptions, RunReport};
 use plan_graph::{LoadOptions, Plan, Source};
 use plan_store::{Decision, EventBuffer, NewRun, RunJournal, RunState};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::ledger::{execute_state, plan_of, status_of, stored_report};
+use super::ledger::{execute_state, plan_of, stored_report};
 use super::plans::{format_name, format_of};
 use super::{pretty, print};
 use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
@@ -63,9 +63,24 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         print(&text)?;
         return Ok(0);
     }
+    let json = args.execution.json;
+    let (report, plan) = start_run(ready, &args.approve, mode, &args.execution, toolbox, ledger)?;
+    print_outcome(&report, &plan, json)
+}
+
+/// Records a new run of a prepared plan and runs it; `approve` lists high-risk steps approved
+/// in advance.
+pub(crate) fn start_run(
+    ready: Ready,
+    approve: &[String],
+    mode: Mode,
+    execution: &ExecutionArgs,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<(RunReport, Arc<Plan>), Failure> {
     let gated: Vec<String> = ready.program.gated_steps();
     let mut approvals = Approvals::new();
-    for id in &args.approve {
+    for id in approve {
         if !super::approvals::can_wait(id, &gated) {
             let steps = if gated.is_empty() {
                 "the plan has none".to_owned()
@@ -81,7 +96,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
     let mut store = ledger.open()?;
     let run_id = ulid::Ulid::new().to_string();
     let options = json!({
-        "max_concurrency": args.execution.max_concurrency,
+        "max_concurrency": execution.max_concurrency,
         "mode": mode,
     });
     store
@@ -97,7 +112,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
             started_at: &plan_store::timestamp(SystemTime::now()),
         })
         .map_err(Failure::ledger)?;
-    for id in &args.approve {
+    for id in approve {
         store
             .decide(
                 &run_id,
@@ -118,7 +133,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         &run_id,
         store,
         start,
-        &args.execution,
+        execution,
         ledger,
         toolbox.runtime(),
     )
@@ -129,6 +144,17 @@ pub(crate) fn resume(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
+    let (report, plan) = continue_run(args, toolbox, ledger)?;
+    print_outcome(&report, &plan, args.execution.json)
+}
+
+/// Goes on with a stored run (a finished one, unless failures are to be retried, only gives
+/// its report).
+pub(crate) fn continue_run(
+    args: &ResumeArgs,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<(RunReport, Arc<Plan>), Failure> {
     let mut store = ledger.open_existing()?;
     let row = store.run(&args.run).map_err(Failure::ledger)?;
     if row.state == RunState::Running
@@ -143,15 +169,8 @@ pub(crate) fn resume(
         )));
     }
     if row.state == RunState::Finished && !args.retry_failed {
-        // Nothing left to run: print what it gave, as `run` did.
-        let report = stored_report(&store, &row)?;
-        let text = if args.execution.json {
-            pretty(&report)
-        } else {
-            output::summary(&report, &plan_of(&row)?)
-        };
-        print(&text)?;
-        return Ok(status_of(&row).exit_code());
+        // Nothing left to run: what it gave, as `run` reported it.
+        return Ok((stored_report(&store, &row)?, Arc::new(plan_of(&row)?)));
     }
     let mut source = Source::new(row.plan_name.clone(), row.plan_source.clone());
     let mut format = format_of(&row.plan_format);
@@ -241,6 +260,25 @@ pub(crate) fn resume(
     )
 }
 
+/// Prints a run's outcome as `run` does (the summary, or `--json`'s object) and gives the exit
+/// code of its status.
+pub(crate) fn print_outcome(report: &RunReport, plan: &Plan, json: bool) -> Result<i32, Failure> {
+    let run_id = &report.run_id;
+    let text = if json {
+        pretty(report)
+    } else {
+        output::summary(report, plan)
+    };
+    print(&text)?;
+    if report.task_status == plan_engine::TaskStatus::Stopped && !json {
+        eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
+    }
+    if report.task_status == plan_engine::TaskStatus::Waiting && !json {
+        print(&output::waiting(report))?;
+    }
+    Ok(report.task_status.exit_code())
+}
+
 /// The steps (and other fields) in which a plan file differs from a run's stored plan.
 fn differences(
     stored: &Plan,
@@ -250,10 +288,10 @@ fn differences(
     let given = match plan_graph::load(given.clone(), format, &LoadOptions::default()) {
         Ok(loaded) => loaded.plan,
         Err(invalid) => {
-            crate::plan_file::report(&invalid.plan_source, &invalid.issues);
             return Err(Failure::invalid_plan(
                 invalid.plan_source.name(),
                 invalid.error_count(),
+                crate::plan_file::render(&invalid.plan_source, &invalid.issues),
             ));
         }
     };
@@ -313,7 +351,7 @@ fn execute(
     args: &ExecutionArgs,
     ledger: &Ledger,
     runtime: &tokio::runtime::Runtime,
-) -> Result<i32, Failure> {
+) -> Result<(RunReport, Arc<Plan>), Failure> {
     let ledger_events = Arc::new(EventBuffer::default());
     let journal = RunJournal::new(store, run_id, ledger_events.clone()).map_err(Failure::ledger)?;
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![ledger_events];
@@ -394,19 +432,7 @@ fn execute(
             )));
         }
     };
-    let text = if args.json {
-        pretty(&report)
-    } else {
-        output::summary(&report, &plan)
-    };
-    print(&text)?;
-    if report.task_status == plan_engine::TaskStatus::Stopped && !args.json {
-        eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
-    }
-    if report.task_status == plan_engine::TaskStatus::Waiting && !args.json {
-        print(&output::waiting(&report))?;
-    }
-    Ok(report.task_status.exit_code())
+    Ok((report, plan))
 }
 
 /// Ctrl+C or SIGTERM stops the run: nothing new starts, running tools are cancelled, what
