@@ -61,6 +61,15 @@ pub(crate) enum Command {
     /// Export a run's state
     #[command(subcommand)]
     State(StateCommand),
+    /// plan-cli as an MCP server
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum McpCommand {
+    /// Serve plan_validate, plan_run, plan_status, plan_resume and plan_approve over stdio
+    Serve,
 }
 
 #[derive(Debug, clap::Args)]

@@ -7,6 +7,7 @@ use plan_store::Store;
 use crate::exit::Failure;
 
 /// The ledger file: `--db`, else `PLAN_DB`, else `.plan/state.db` (clap reads the first two).
+#[derive(Debug, Clone)]
 pub(crate) struct Ledger {
     path: PathBuf,
 }

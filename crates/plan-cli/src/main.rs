@@ -14,7 +14,7 @@ mod toolbox;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command, StateCommand};
+use crate::cli::{Cli, Command, McpCommand, StateCommand};
 use crate::ledger::Ledger;
 
 fn main() {
@@ -22,7 +22,7 @@ fn main() {
     let cli = Cli::parse();
     let ledger = Ledger::new(cli.db.as_deref());
     let toolbox = match toolbox::Toolbox::new(cli.mcp_config.as_deref()) {
-        Ok(toolbox) => toolbox,
+        Ok(toolbox) => std::sync::Arc::new(toolbox),
         Err(failure) => {
             if let Some(message) = failure.message {
                 eprintln!("Error: {message}");
@@ -46,6 +46,7 @@ fn main() {
         Command::State(StateCommand::Export { run, format }) => {
             commands::state_export(run, *format, &ledger)
         }
+        Command::Mcp(McpCommand::Serve) => commands::serve(toolbox.clone(), &ledger),
     };
     // MCP servers that were started stop before the process ends.
     toolbox.shutdown();

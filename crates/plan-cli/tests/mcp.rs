@@ -374,3 +374,82 @@ fn the_readme_mcp_example_runs_as_documented() {
     assert!(written.contains("FILES_SEEN = {\"content\":"));
     assert_eq!(record(&report, "5")["result"]["exit_code"], 0);
 }
+
+/// A client that is not ours: the official Python MCP SDK, driving `plan-cli mcp serve`.
+const PYTHON_CLIENT: &str = r#"
+import asyncio, json, sys, os
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "serve"], env=dict(os.environ))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            out = {}
+            tools = await session.list_tools()
+            out["tools"] = sorted(t.name for t in tools.tools)
+            plan = {"steps": [
+                {"id": "a", "tool": "echo", "args": {"x": 1}, "result_variable": "a"},
+                {"id": "deploy", "tool": "echo", "risk": "high", "args": {"y": "${a.x}"}, "depends_on": ["a"]}]}
+            run = await session.call_tool("plan_run", {"plan": plan})
+            out["run"] = run.structured_content
+            run_id = run.structured_content["run_id"]
+            approved = await session.call_tool("plan_approve", {"run_id": run_id, "steps": ["deploy"]})
+            out["approve"] = approved.structured_content
+            resumed = await session.call_tool("plan_resume", {"run_id": run_id})
+            out["resume"] = resumed.structured_content
+            status = await session.call_tool("plan_status", {"run_id": run_id})
+            out["status"] = status.structured_content["task_status"]
+            bad = await session.call_tool("plan_validate", {"plan": "steps:\n  - id: a\n    tool: nope\n"})
+            out["invalid"] = {"is_error": bad.is_error, "text": bad.content[0].text}
+            print(json.dumps(out))
+
+asyncio.run(main())
+"#;
+
+#[test]
+fn plan_cli_serves_mcp_to_the_python_sdk_client() {
+    let lab = Lab::new();
+    let script = lab.dir.path().join("client.py");
+    std::fs::write(&script, PYTHON_CLIENT).unwrap();
+    let output = std::process::Command::new(servers_dir().join("venv/bin/python"))
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        out["tools"],
+        json!([
+            "plan_approve",
+            "plan_resume",
+            "plan_run",
+            "plan_status",
+            "plan_validate"
+        ])
+    );
+    assert_eq!(out["run"]["task_status"], "WAITING");
+    assert_eq!(out["run"]["pending_approvals"][0]["args"], json!({"y": 1}));
+    assert_eq!(out["approve"]["decided"], json!(["deploy"]));
+    assert_eq!(out["resume"]["task_status"], "COMPLETED");
+    assert_eq!(out["resume"]["records"][1]["result"], json!({"y": 1}));
+    assert_eq!(out["status"], "COMPLETED");
+    assert_eq!(out["invalid"]["is_error"], true);
+    let text = out["invalid"]["text"].as_str().unwrap();
+    assert!(text.contains("unknown tool `nope`"), "{text}");
+    assert!(
+        text.contains("plan.yaml:3:11"),
+        "diagnostics keep line and column: {text}"
+    );
+    // The runs went to the ledger like any other.
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+}

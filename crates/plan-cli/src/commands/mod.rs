@@ -4,6 +4,7 @@ mod approvals;
 mod execute;
 mod ledger;
 mod plans;
+mod serve;
 
 use std::io::Write;
 
@@ -11,6 +12,7 @@ pub(crate) use approvals::{approve, reject};
 pub(crate) use execute::{resume, run};
 pub(crate) use ledger::{events, gc, runs, state_export, status};
 pub(crate) use plans::{plan, show, tools, validate};
+pub(crate) use serve::serve;
 
 use crate::exit::Failure;
 

@@ -1,0 +1,290 @@
+//! `plan-cli mcp serve`: plan-cli as an MCP server on stdio, so that an MCP client or an LLM
+//! agent can hand whole plans to it (seed 003's plan-as-a-tool, without an LLM inside).
+//!
+//! Its tools are the commands: `plan_validate`, `plan_run`, `plan_status`, `plan_resume`,
+//! `plan_approve`. Each answers with the same JSON the command prints with `--json`, as the
+//! result's structured content and as its text. stdout is the protocol, so nothing else is
+//! printed there; diagnostics go into the answers.
+
+use std::sync::Arc;
+
+use plan_graph::{Format, Source};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Map, Value, json};
+
+use super::approvals::{approve_calls, reject_calls};
+use super::execute::{continue_run, start_run};
+use super::ledger::stored_report;
+use crate::cli::{ApproveArgs, ExecutionArgs, RejectArgs, ResumeArgs};
+use crate::exit::Failure;
+use crate::ledger::Ledger;
+use crate::plan_file::prepare_source;
+use crate::toolbox::Toolbox;
+
+pub(crate) fn serve(toolbox: Arc<Toolbox>, ledger: &Ledger) -> Result<i32, Failure> {
+    let server = PlanServer {
+        toolbox: toolbox.clone(),
+        ledger: ledger.clone(),
+    };
+    toolbox.runtime().block_on(async {
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|error| Failure::internal(format!("cannot serve MCP on stdio: {error}")))?;
+        running
+            .waiting()
+            .await
+            .map_err(|error| Failure::internal(format!("the MCP server stopped: {error}")))?;
+        Ok(0)
+    })
+}
+
+#[derive(Clone)]
+struct PlanServer {
+    toolbox: Arc<Toolbox>,
+    ledger: Ledger,
+}
+
+fn tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
+    let Value::Object(schema) = schema else {
+        unreachable!("every schema here is an object")
+    };
+    Tool::new(name, description, Arc::new(schema))
+}
+
+fn tools() -> Vec<Tool> {
+    let plan = json!({
+        "description": "The plan: a JSON object, or its text (JSON or YAML)",
+        "type": ["object", "string"]
+    });
+    let run_id = json!({"type": "string", "description": "The run's id (or a unique prefix)"});
+    vec![
+        tool(
+            "plan_validate",
+            "Check a plan without running it: every error with its line and column.",
+            json!({"type": "object", "properties": {"plan": plan, "variables": {"type": "object"}}, "required": ["plan"]}),
+        ),
+        tool(
+            "plan_run",
+            "Run a plan and return its records, variables and task_status (as `plan-cli run --json`). High-risk steps wait unless listed in `approve`.",
+            json!({"type": "object", "properties": {
+                "plan": plan,
+                "variables": {"type": "object", "description": "Inputs; they win over the plan's variables"},
+                "approve": {"type": "array", "items": {"type": "string"}, "description": "High-risk steps approved in advance"},
+                "max_concurrency": {"type": "integer", "minimum": 1}
+            }, "required": ["plan"]}),
+        ),
+        tool(
+            "plan_status",
+            "A run's records and status, as `plan-cli status RUN --json`.",
+            json!({"type": "object", "properties": {"run_id": run_id}, "required": ["run_id"]}),
+        ),
+        tool(
+            "plan_resume",
+            "Continue a stopped, interrupted or waiting run; completed steps are not run again.",
+            json!({"type": "object", "properties": {"run_id": run_id, "retry_failed": {"type": "boolean"}}, "required": ["run_id"]}),
+        ),
+        tool(
+            "plan_approve",
+            "Approve (or with reject: true, refuse) a waiting run's high-risk steps; then plan_resume.",
+            json!({"type": "object", "properties": {
+                "run_id": run_id,
+                "steps": {"type": "array", "items": {"type": "string"}},
+                "all": {"type": "boolean", "description": "Everything the run waits for"},
+                "plan": {"type": "boolean", "description": "The plan itself (a run in approval mode)"},
+                "reject": {"type": "boolean"},
+                "reason": {"type": "string"}
+            }, "required": ["run_id"]}),
+        ),
+    ]
+}
+
+impl ServerHandler for PlanServer {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("plan-cli", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Run plans (graphs of tool calls) with plan-cli: validate, run, then status, approve and resume.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let args = request.arguments.unwrap_or_default();
+        let server = self.clone();
+        // The commands are synchronous and drive the runtime themselves.
+        let answer = tokio::task::spawn_blocking(move || server.answer(&name, &args))
+            .await
+            .unwrap_or_else(|error| Err(Failure::internal(format!("the call failed: {error}"))));
+        let result = match answer {
+            Ok(value) => {
+                let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.structured_content = Some(value);
+                result
+            }
+            Err(failure) => {
+                let mut text = failure.diagnostics.join("\n");
+                if let Some(message) = failure.message {
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(&message);
+                }
+                CallToolResult::error(vec![ContentBlock::text(text)])
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+impl PlanServer {
+    fn answer(&self, tool: &str, args: &Map<String, Value>) -> Result<Value, Failure> {
+        let string = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
+        let flag = |key: &str| args.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let strings = |key: &str| -> Vec<String> {
+            args.get(key)
+                .and_then(Value::as_array)
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let run_id = || string("run_id").ok_or_else(|| Failure::input("`run_id` is required"));
+        match tool {
+            "plan_validate" => {
+                let ready = self.prepare(args)?;
+                Ok(json!({
+                    "valid": true,
+                    "plan_id": ready.program.plan_id(),
+                    "steps": ready.program.len(),
+                    "needs_approval": ready.program.gated_steps(),
+                    "warnings": crate::plan_file::render(&ready.loaded.source, &ready.loaded.warnings),
+                }))
+            }
+            "plan_run" => {
+                let ready = self.prepare(args)?;
+                let execution = ExecutionArgs {
+                    json: true,
+                    max_concurrency: args
+                        .get("max_concurrency")
+                        .and_then(Value::as_u64)
+                        .and_then(|n| u32::try_from(n).ok()),
+                    events: None,
+                    state_file: None,
+                };
+                let mode = ready.program.mode();
+                let (report, _) = start_run(
+                    ready,
+                    &strings("approve"),
+                    mode,
+                    &execution,
+                    &self.toolbox,
+                    &self.ledger,
+                )?;
+                to_json(&report)
+            }
+            "plan_status" => {
+                let store = self.ledger.open_existing()?;
+                let row = store.run(&run_id()?).map_err(Failure::ledger)?;
+                to_json(&stored_report(&store, &row)?)
+            }
+            "plan_resume" => {
+                let resume = ResumeArgs {
+                    run: run_id()?,
+                    execution: ExecutionArgs {
+                        json: true,
+                        max_concurrency: None,
+                        events: None,
+                        state_file: None,
+                    },
+                    retry_failed: flag("retry_failed"),
+                    plan: None,
+                    force: false,
+                };
+                let (report, _) = continue_run(&resume, &self.toolbox, &self.ledger)?;
+                to_json(&report)
+            }
+            "plan_approve" => {
+                let steps = strings("steps");
+                let decided = if flag("reject") {
+                    let reject = RejectArgs {
+                        run: run_id()?,
+                        steps,
+                        reason: string("reason"),
+                    };
+                    reject_calls(&reject, &self.toolbox, &self.ledger)?
+                } else {
+                    let approve = ApproveArgs {
+                        run: run_id()?,
+                        steps,
+                        all: flag("all"),
+                        plan: flag("plan"),
+                    };
+                    approve_calls(&approve, &self.toolbox, &self.ledger)?
+                };
+                to_json(&decided)
+            }
+            other => Err(Failure::input(format!("no tool `{other}`"))),
+        }
+    }
+
+    /// The plan of a call: an object, or JSON or YAML text.
+    fn prepare(&self, args: &Map<String, Value>) -> Result<crate::plan_file::Ready, Failure> {
+        let (text, format) = match args.get("plan") {
+            Some(Value::String(text)) => {
+                let format = if serde_json::from_str::<Value>(text).is_ok() {
+                    Format::Json
+                } else {
+                    Format::Yaml
+                };
+                (text.clone(), format)
+            }
+            Some(plan @ Value::Object(_)) => (
+                serde_json::to_string_pretty(plan).unwrap_or_default(),
+                Format::Json,
+            ),
+            _ => return Err(Failure::input("`plan` must be a plan object or its text")),
+        };
+        let name = match format {
+            Format::Json => "plan.json",
+            Format::Yaml => "plan.yaml",
+        };
+        let inputs = match args.get("variables") {
+            Some(Value::Object(variables)) => variables.clone(),
+            None | Some(Value::Null) => Map::new(),
+            Some(_) => return Err(Failure::input("`variables` must be an object")),
+        };
+        prepare_source(
+            Source::new(name, text),
+            format,
+            "mcp-plan".to_owned(),
+            inputs,
+            &self.toolbox,
+        )
+    }
+}
+
+fn to_json(value: &impl serde::Serialize) -> Result<Value, Failure> {
+    serde_json::to_value(value).map_err(|error| Failure::internal(error.to_string()))
+}
