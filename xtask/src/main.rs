@@ -205,6 +205,13 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         results.push(json!({"kind": "engine", "result": bench_line(root, &args)?}));
     }
 
+    if wanted("mcp") {
+        // Needs a real MCP server: installed like for the tests.
+        prepare_mcp_servers(root)?;
+        let args = ["bench", "-q", "-p", "plan-tools", "--bench", "mcp"];
+        results.push(json!({"kind": "mcp", "result": bench_line(root, &args)?}));
+    }
+
     if wanted("resolve") {
         let args = ["bench", "-q", "-p", "plan-vars", "--bench", "resolve"];
         results.push(json!({"kind": "vars", "result": bench_line(root, &args)?}));
