@@ -453,3 +453,69 @@ fn plan_cli_serves_mcp_to_the_python_sdk_client() {
     let (_, runs) = lab.json(&["runs", "--json"]);
     assert_eq!(runs.as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn a_streamable_http_server_with_headers_from_the_environment() {
+    // A free port for the server: bind one, note it, let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = servers_dir()
+        .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let mut server = std::process::Command::new("node")
+        .arg(&script)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP server never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lab = Lab::new();
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {"remote": {
+            "url": format!("http://127.0.0.1:{port}/mcp"),
+            "headers": {"X-Token": "${env.PLAN_TEST_TOKEN}"}
+        }}}),
+    );
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [{"id": "sum", "tool": "remote.get-sum", "args": {"a": 40, "b": 2}}]}),
+    );
+    let output = lab
+        .cli()
+        .env("PLAN_TEST_TOKEN", "t0k3n")
+        .args(["run", path_str(&plan), "--json"])
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        record(&report, "sum")["result"],
+        "The sum of 40 and 2 is 42."
+    );
+    // Without the variable the configuration is refused, naming it.
+    lab.cli()
+        .env_remove("PLAN_TEST_TOKEN")
+        .args(["run", path_str(&plan)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "server `remote`: `${env.PLAN_TEST_TOKEN}` is not set in the environment",
+        ));
+}
