@@ -179,12 +179,14 @@ const ENGINE_WORKLOADS: &[(&str, bool)] = &[
     ("independent", false),
     ("independent", true),
     ("independent-100k", false),
+    ("independent-100k", true),
     ("layered", false),
     ("layered", true),
     ("chain", false),
     ("chain", true),
     ("map-100k", false),
     ("block-100k", false),
+    ("makespan", false),
 ];
 const ENGINE_BENCH: &[&str] = &["bench", "-q", "-p", "plan-engine", "--bench", "engine"];
 
@@ -220,12 +222,73 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
     if wanted("cli") {
         cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
         let binary = root.join("target/release/plan-cli");
-        let small = root.join("fixtures/28-seed000-no-args.json");
+        let small = out_dir.join("three-steps.json");
+        std::fs::write(
+            &small,
+            json!({"id": "three", "steps": [
+                {"id": "a", "tool": "echo", "args": {"n": 1}},
+                {"id": "b", "tool": "echo", "args": {"n": 2}, "depends_on": ["a"]},
+                {"id": "c", "tool": "echo", "args": {"n": 3}, "depends_on": ["b"]}
+            ]})
+            .to_string(),
+        )?;
         let cold = time_runs(&binary, &small, 21)?;
         results.push(json!({"kind": "cli", "result": {
-            "workload": "cold-start (2-step plan, whole process)",
-            "steps": 2, "runs": 21, "median_ms": ms(cold.wall),
+            "workload": "cold start (3-step plan, whole process, ledger on)",
+            "steps": 3, "runs": 21, "median_ms": ms(cold.wall),
             "peak_rss_mib": cold.peak_rss_mib,
+        }}));
+        let hundred_k = out_dir.join("independent-100k.json");
+        let steps: Vec<Value> = (0..100_000)
+            .map(|i| json!({"id": format!("s{i}"), "tool": "echo", "args": {"n": i}}))
+            .collect();
+        std::fs::write(
+            &hundred_k,
+            serde_json::to_string(
+                &json!({"id": "independent-100k", "max_concurrency": 64, "steps": steps}),
+            )?,
+        )?;
+        let whole = time_runs(&binary, &hundred_k, 3)?;
+        results.push(json!({"kind": "cli", "result": {
+            "workload": "100,000 independent echo steps (whole process, ledger on)",
+            "steps": 100_000, "runs": 3, "median_ms": ms(whole.wall),
+            "steps_per_sec": 100_000.0 / whole.wall.as_secs_f64(),
+            "peak_rss_mib": whole.peak_rss_mib,
+        }}));
+        let layered = out_dir.join("layered-50x200.json");
+        let mut rng = 7u64;
+        let mut next = move |bound: u64| {
+            // xorshift: a fixed graph on every run without another dependency.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % bound
+        };
+        let mut steps: Vec<Value> = Vec::with_capacity(10_000);
+        for layer in 0..50u64 {
+            for i in 0..200u64 {
+                let mut deps: Vec<String> = Vec::new();
+                while layer > 0 && deps.len() < 3 {
+                    let dep = format!("l{}-{}", layer - 1, next(200));
+                    if !deps.contains(&dep) {
+                        deps.push(dep);
+                    }
+                }
+                steps.push(json!({"id": format!("l{layer}-{i}"), "tool": "echo", "args": {"n": i}, "depends_on": deps}));
+            }
+        }
+        std::fs::write(
+            &layered,
+            serde_json::to_string(
+                &json!({"id": "layered", "max_concurrency": 64, "steps": steps}),
+            )?,
+        )?;
+        let whole = time_runs(&binary, &layered, 3)?;
+        results.push(json!({"kind": "cli", "result": {
+            "workload": "layered DAG 50×200 (whole process, ledger on)",
+            "steps": 10_000, "runs": 3, "median_ms": ms(whole.wall),
+            "steps_per_sec": 10_000.0 / whole.wall.as_secs_f64(),
+            "peak_rss_mib": whole.peak_rss_mib,
         }}));
         let big = out_dir.join("independent-10k.json");
         let steps: Vec<Value> = (0..10_000)
@@ -330,11 +393,17 @@ struct Timed {
 fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Timed> {
     let mut times = Vec::with_capacity(runs);
     let mut peak_kib = 0;
+    // Each run records into a fresh ledger of its own, as a first run would.
+    let db = plan.with_extension("db");
     for _ in 0..runs {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
         let started = Instant::now();
         let child = Command::new(binary)
             .args(["run", "--json"])
             .arg(plan)
+            .env("PLAN_DB", &db)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()?;

@@ -81,7 +81,9 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         .iter()
         .filter(|r| r.step_id != plan_graph::META_STEP_ID)
         .collect();
-    let label = |record: &Record| match plan.steps.iter().find(|s| s.id.0 == record.step_id) {
+    let by_id: std::collections::HashMap<&str, &plan_graph::Step> =
+        plan.steps.iter().map(|s| (s.id.0.as_str(), s)).collect();
+    let label = |record: &Record| match by_id.get(record.step_id.as_str()) {
         Some(step) if step.block.is_some() => format!("{} [block]", record.step_id),
         Some(step) => format!("{} [{}]", record.step_id, step.tool),
         // A map item or a block's node.

@@ -1,10 +1,13 @@
 //! Engine throughput: `cargo xtask bench` runs each workload in its own process (so peak RSS
 //! is per workload) and collects the JSON lines this prints.
 //!
-//! `cargo bench -p plan-engine --bench engine -- [WORKLOAD...]`; workloads: `independent`,
-//! `layered`, `chain`, `independent-100k`, `map-100k`. Each prints one JSON object: steps, the median wall
-//! time of the runs, steps per second, and peak RSS above the process's baseline per step.
-//! The tool is a no-op, so the figures are the engine's own cost.
+//! `cargo bench -p plan-engine --bench engine -- [WORKLOAD...] [--ledger]`; workloads:
+//! `independent` (10k), `independent-100k`, `layered` (50×200), `chain` (10k), `map-100k`,
+//! `block-100k`, `makespan`. Each prints one JSON object: steps, the median wall time of the
+//! runs, steps per second, and peak RSS above the process's baseline per step. The tool is
+//! `echo` (it returns its arguments, as the built-in does, without leaving the process), so
+//! the figures are the engine's own cost; `makespan` sleeps instead and reports how close the
+//! run comes to its critical path.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,13 +17,14 @@ use plan_engine::{Program, Registry, RunOptions, Tool, ToolContext, ToolError, T
 use plan_graph::{Format, LoadOptions, Plan, Source, load};
 use serde_json::{Value, json};
 
-struct Noop;
+/// The built-in `echo`, in-process: returns its arguments.
+struct Echo;
 
 #[async_trait]
-impl Tool for Noop {
+impl Tool for Echo {
     fn info(&self) -> ToolInfo {
         ToolInfo {
-            name: "noop".into(),
+            name: "echo".into(),
             description: String::new(),
             source: "bench".into(),
             risk: plan_engine::Risk::Low,
@@ -33,12 +37,42 @@ impl Tool for Noop {
     }
 }
 
+/// `sleep`: waits `ms` milliseconds, on a blocking thread with the OS's sleep: tokio's timer
+/// rounds every sleep up to its next 1 ms tick, which along a 40-step critical path adds tens
+/// of milliseconds that are the timer's, not the scheduler's. Returns how long it really slept.
+struct Sleep;
+
+#[async_trait]
+impl Tool for Sleep {
+    fn info(&self) -> ToolInfo {
+        ToolInfo {
+            name: "sleep".into(),
+            description: String::new(),
+            source: "bench".into(),
+            risk: plan_engine::Risk::Low,
+            input_schema: json!({}),
+        }
+    }
+
+    async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(0);
+        let slept = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            std::thread::sleep(Duration::from_millis(ms));
+            started.elapsed()
+        })
+        .await
+        .map_err(|e| ToolError::new("E_TOOL", e.to_string()))?;
+        Ok(json!({"slept_ms": ms, "actual_us": slept.as_micros() as u64}))
+    }
+}
+
 /// Plans are written as JSON text and loaded like any plan file, so the benchmark follows the
 /// format; the text is built directly (a `Value` tree of 100,000 steps would leave ~100 MB of
 /// freed memory resident and blur the memory figures).
 fn step(id: String, depends_on: Vec<String>) -> String {
     let deps = serde_json::to_string(&depends_on).unwrap_or_default();
-    format!(r#"{{"id":"{id}","tool":"noop","args":{{"n":1}},"depends_on":{deps}}}"#)
+    format!(r#"{{"id":"{id}","tool":"echo","args":{{"n":1}},"depends_on":{deps}}}"#)
 }
 
 fn plan(steps: Vec<String>, max_concurrency: usize) -> Plan {
@@ -118,7 +152,7 @@ fn map(count: usize) -> Plan {
         .map(|i| format!(r#"{{"id":{i},"name":"item {i}"}}"#))
         .collect();
     plan_from(&format!(
-        r#"{{"id":"bench-map","max_concurrency":64,"variables":{{"items":[{}]}},"steps":[{{"id":"m","tool":"noop","expand_on":"${{items}}","args":{{"name":"$each.name","i":"$index"}},"binds":{{"names":"$.name"}}}}]}}"#,
+        r#"{{"id":"bench-map","max_concurrency":64,"variables":{{"items":[{}]}},"steps":[{{"id":"m","tool":"echo","expand_on":"${{items}}","args":{{"name":"$each.name","i":"$index"}},"binds":{{"names":"$.name"}}}}]}}"#,
         items.join(",")
     ))
 }
@@ -127,9 +161,96 @@ fn map(count: usize) -> Plan {
 /// whether to go round again.
 fn block_loop(loops: usize) -> Plan {
     plan_from(&format!(
-        r#"{{"id":"bench-block","steps":[{{"id":"loop","args":{{"loops":{loops}}},"block":{{"entry_point":"a","max_steps":{},"nodes":{{"a":{{"tool":"noop","args":{{"n":1}}}},"b":{{"tool":"noop","args":{{"n":2}}}},"done":{{"tool":"noop","args":{{"n":3}}}}}},"transitions":{{"a":"b","b":[{{"condition":"more","target":"a"}},{{"condition":"default","target":"done"}}]}},"conditions":{{"more":"attempt < input.loops"}}}}}}]}}"#,
+        r#"{{"id":"bench-block","steps":[{{"id":"loop","args":{{"loops":{loops}}},"block":{{"entry_point":"a","max_steps":{},"nodes":{{"a":{{"tool":"echo","args":{{"n":1}}}},"b":{{"tool":"echo","args":{{"n":2}}}},"done":{{"tool":"echo","args":{{"n":3}}}}}},"transitions":{{"a":"b","b":[{{"condition":"more","target":"a"}},{{"condition":"default","target":"done"}}]}},"conditions":{{"more":"attempt < input.loops"}}}}}}]}}"#,
         2 * loops + 1
     ))
+}
+
+/// A seeded random DAG of `count` `sleep` steps of 1–50 ms: step `i` depends on up to 3 of
+/// the 40 steps before it. Returns the plan and its critical path (the longest chain of
+/// sleeps), which no schedule can beat.
+fn sleep_dag(count: usize) -> (Plan, Duration, Vec<Vec<usize>>) {
+    let mut rng = fastrand::Rng::with_seed(11);
+    let mut steps = Vec::with_capacity(count);
+    let mut finish: Vec<u64> = Vec::with_capacity(count);
+    let mut all_deps = Vec::with_capacity(count);
+    for i in 0..count {
+        let ms = rng.u64(1..=50);
+        let mut deps: Vec<usize> = Vec::new();
+        if i > 0 {
+            for _ in 0..rng.usize(0..=3) {
+                let dep = rng.usize(i.saturating_sub(40)..i);
+                if !deps.contains(&dep) {
+                    deps.push(dep);
+                }
+            }
+        }
+        let start = deps.iter().map(|&d| finish[d]).max().unwrap_or(0);
+        finish.push(start + ms);
+        all_deps.push(deps.clone());
+        let deps: Vec<String> = deps.iter().map(|d| format!("s{d}")).collect();
+        steps.push(format!(
+            r#"{{"id":"s{i}","tool":"sleep","args":{{"ms":{ms}}},"depends_on":{}}}"#,
+            serde_json::to_string(&deps).unwrap_or_default()
+        ));
+    }
+    let critical = finish.iter().copied().max().unwrap_or(0);
+    (
+        plan(steps, count),
+        Duration::from_millis(critical),
+        all_deps,
+    )
+}
+
+/// Workload 6: how close a run of 500 sleeps comes to its critical path (1.0 is the limit).
+fn makespan(runtime: &tokio::runtime::Runtime) -> Value {
+    let (plan, critical, deps) = sleep_dag(500);
+    let mut registry = Registry::new();
+    registry.register(Echo).register(Sleep);
+    let program = Arc::new(
+        Program::compile(&plan, "bench", &registry)
+            .unwrap_or_else(|_| unreachable!("bench plans are valid")),
+    );
+    let mut ratios = Vec::new();
+    let mut observed_ratios = Vec::new();
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let program = program.clone();
+        let started = Instant::now();
+        let report = runtime
+            .block_on(runtime.spawn(async move { run(&program, RunOptions::new("bench")).await }))
+            .expect("the run task does not panic")
+            .expect("no ledger");
+        let took = started.elapsed();
+        assert_eq!(report.task_status, plan_engine::TaskStatus::Completed);
+        ratios.push(took.as_secs_f64() / critical.as_secs_f64());
+        // The critical path of what the sleeps really took (the OS oversleeps a little).
+        let mut finish = vec![0u64; deps.len()];
+        for (i, record) in report.records.iter().take(deps.len()).enumerate() {
+            let actual = record
+                .result
+                .as_ref()
+                .and_then(|r| r["actual_us"].as_u64())
+                .unwrap_or(0);
+            let start = deps[i].iter().map(|&d| finish[d]).max().unwrap_or(0);
+            finish[i] = start + actual;
+        }
+        let observed = finish.iter().copied().max().unwrap_or(1) as f64 / 1e6;
+        observed_ratios.push(took.as_secs_f64() / observed);
+        times.push(took);
+    }
+    observed_ratios.sort_by(f64::total_cmp);
+    ratios.sort_by(f64::total_cmp);
+    times.sort();
+    json!({
+        "workload": "makespan (500 sleeps of 1–50 ms, seeded DAG)",
+        "steps": 500,
+        "runs": 5,
+        "median_ms": times[2].as_secs_f64() * 1e3,
+        "critical_path_ms": critical.as_secs_f64() * 1e3,
+        "makespan_over_critical_path": ratios[2],
+        "makespan_over_observed_critical_path": observed_ratios[2],
+    })
 }
 
 /// The number of items a map plan's `items` variable holds.
@@ -174,7 +295,7 @@ fn measure(
     let baseline = rss_kib("VmRSS:");
     let plan = make();
     let mut registry = Registry::new();
-    registry.register(Noop);
+    registry.register(Echo).register(Sleep);
     let compile_started = Instant::now();
     let program = Arc::new(
         Program::compile(&plan, "bench", &registry)
@@ -309,8 +430,9 @@ fn main() {
         let result = match name.as_str() {
             "independent" => measure(&name, || independent(10_000), 9, ledger, &runtime),
             "independent-100k" => measure(&name, || independent(100_000), 5, ledger, &runtime),
-            "layered" => measure(&name, || layered(20, 50), 9, ledger, &runtime),
-            "chain" => measure(&name, || chain(1_000), 9, ledger, &runtime),
+            "layered" => measure(&name, || layered(50, 200), 5, ledger, &runtime),
+            "chain" => measure(&name, || chain(10_000), 5, ledger, &runtime),
+            "makespan" => makespan(&runtime),
             "map-100k" => measure(&name, || map(100_000), 5, ledger, &runtime),
             "block-100k" => measure(&name, || block_loop(100_000), 3, ledger, &runtime),
             other => {

@@ -138,6 +138,9 @@ impl Store {
     fn setup(conn: Connection, path: &Path) -> Result<Store, StoreError> {
         // Several processes may share the file: wait for a writer rather than fail.
         conn.busy_timeout(Duration::from_secs(30))?;
+        // A journal's multi-row inserts come in a few shapes per table (full chunks and the
+        // last partial one); the default cache of 16 kept re-preparing them.
+        conn.set_prepared_statement_cache_capacity(128);
         schema::check_and_migrate(&conn, path)?;
         Ok(Store {
             conn,

@@ -264,12 +264,11 @@ pub(crate) fn continue_run(
 /// code of its status.
 pub(crate) fn print_outcome(report: &RunReport, plan: &Plan, json: bool) -> Result<i32, Failure> {
     let run_id = &report.run_id;
-    let text = if json {
-        pretty(report)
+    if json {
+        super::print_json(report)?;
     } else {
-        output::summary(report, plan)
-    };
-    print(&text)?;
+        print(&output::summary(report, plan))?;
+    }
     if report.task_status == plan_engine::TaskStatus::Stopped && !json {
         eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
     }

@@ -23,6 +23,24 @@ fn pretty(value: &impl serde::Serialize) -> String {
     text
 }
 
+/// Writes `value` as pretty JSON to stdout, streaming (a large run's records are not built
+/// into one string first); a closed pipe is not an error worth a message.
+fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
+    let stdout = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout);
+    let written = serde_json::to_writer_pretty(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match written {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(error) => Err(Failure::internal(format!(
+            "cannot write the output: {error}"
+        ))),
+    }
+}
+
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
 fn print(text: &str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
