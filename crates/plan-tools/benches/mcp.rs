@@ -132,16 +132,23 @@ fn main() {
         .expect("a runtime");
     let full = std::env::args().any(|a| a == "--bench");
     let calls = if full { 1_000 } else { 20 };
-    let rounds = if full { 5 } else { 1 };
-    let measure = |f: &dyn Fn() -> Duration| {
-        let mut times: Vec<Duration> = (0..rounds).map(|_| f()).collect();
+    let rounds = if full { 9 } else { 1 };
+    // The server's own speed drifts between runs by more than the engine costs, so the two
+    // ways are measured in alternation, round after round, and compared by their medians.
+    let (mut direct_seq, mut engine_seq, mut direct_16, mut engine_16) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        direct_seq.push(runtime.block_on(direct(&script, calls, 1)));
+        engine_seq.push(runtime.block_on(through_engine(&script, calls, 1)));
+        direct_16.push(runtime.block_on(direct(&script, calls, 16)));
+        engine_16.push(runtime.block_on(through_engine(&script, calls, 16)));
+    }
+    let median = |mut times: Vec<Duration>| {
         times.sort();
         times[times.len() / 2]
     };
-    let direct_seq = measure(&|| runtime.block_on(direct(&script, calls, 1)));
-    let engine_seq = measure(&|| runtime.block_on(through_engine(&script, calls, 1)));
-    let direct_16 = measure(&|| runtime.block_on(direct(&script, calls, 16)));
-    let engine_16 = measure(&|| runtime.block_on(through_engine(&script, calls, 16)));
+    let (direct_seq, engine_seq) = (median(direct_seq), median(engine_seq));
+    let (direct_16, engine_16) = (median(direct_16), median(engine_16));
     let overhead_us = (engine_seq.as_secs_f64() - direct_seq.as_secs_f64()) / calls as f64 * 1e6;
     println!(
         "{}",
