@@ -214,6 +214,12 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         results.push(json!({"kind": "mcp", "result": bench_line(root, &args)?}));
     }
 
+    if wanted("queue") {
+        cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
+        let binary = root.join("target/release/plan-cli");
+        results.extend(queue_bench(&binary, &out_dir)?);
+    }
+
     if wanted("resolve") {
         let args = ["bench", "-q", "-p", "plan-vars", "--bench", "resolve"];
         results.push(json!({"kind": "vars", "result": bench_line(root, &args)?}));
@@ -367,6 +373,113 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
 }
 
 /// Runs a benchmark binary through cargo and parses the JSON line it prints.
+/// Throughput through Redis on loopback: 10,000 `echo` steps with 4 workers, and 400 50 ms
+/// `sleep` steps with 1 and then 2 workers (8 steps at once each).
+fn queue_bench(binary: &Path, out_dir: &Path) -> Result<Vec<Value>> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .context("starting redis-server (apt-get install redis-server)")?;
+    let url = format!("redis://127.0.0.1:{port}");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if started.elapsed() > Duration::from_secs(10) {
+            bail!("redis-server did not start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let run = |plan: &Path, workers: usize, concurrency: u32| -> Result<Duration> {
+        let mut children = Vec::new();
+        for _ in 0..workers {
+            children.push(
+                Command::new(binary)
+                    .args([
+                        "worker",
+                        "--queue",
+                        &url,
+                        "--concurrency",
+                        &concurrency.to_string(),
+                    ])
+                    .stderr(std::process::Stdio::null())
+                    .spawn()?,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let db = plan.with_extension("db");
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+        let started = Instant::now();
+        let status = Command::new(binary)
+            .args(["run", "--json", "--queue", &url])
+            .arg(plan)
+            .env("PLAN_DB", &db)
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        let took = started.elapsed();
+        for child in &mut children {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        for mut child in children {
+            let _ = child.wait();
+        }
+        if !status.success() {
+            bail!("the queued run of {} failed ({status})", plan.display());
+        }
+        Ok(took)
+    };
+    let echo_plan = out_dir.join("queue-echo-10k.json");
+    let steps: Vec<Value> = (0..10_000)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "echo", "args": {"n": i}}))
+        .collect();
+    std::fs::write(
+        &echo_plan,
+        json!({"max_concurrency": 256, "steps": steps}).to_string(),
+    )?;
+    let sleep_plan = out_dir.join("queue-sleep-400.json");
+    let steps: Vec<Value> = (0..400)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "sleep", "args": {"ms": 50}}))
+        .collect();
+    std::fs::write(
+        &sleep_plan,
+        json!({"max_concurrency": 64, "steps": steps}).to_string(),
+    )?;
+    let echo = run(&echo_plan, 4, 64)?;
+    let one = run(&sleep_plan, 1, 8)?;
+    let two = run(&sleep_plan, 2, 8)?;
+    let _ = redis.kill();
+    let _ = redis.wait();
+    Ok(vec![
+        json!({"kind": "queue", "result": {
+            "workload": "10,000 echo steps through Redis, 4 workers (whole run)",
+            "steps": 10_000, "median_ms": ms(echo),
+            "steps_per_sec": 10_000.0 / echo.as_secs_f64(),
+        }}),
+        json!({"kind": "queue", "result": {
+            "workload": "400 sleep 50 ms steps, 2 workers vs 1 (8 at once each)",
+            "steps": 400, "median_ms": ms(two),
+            "steps_per_sec": 400.0 / two.as_secs_f64(),
+            "one_worker_ms": ms(one),
+            "speedup_two_over_one": one.as_secs_f64() / two.as_secs_f64(),
+        }}),
+    ])
+}
+
 fn bench_line(root: &Path, args: &[&str]) -> Result<Value> {
     let cargo_bin = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let output = Command::new(cargo_bin)

@@ -64,6 +64,27 @@ pub(crate) enum Command {
     /// plan-cli as an MCP server
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Run steps from a Redis queue for `run --queue` coordinators, until Ctrl+C or SIGTERM
+    Worker(WorkerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct WorkerArgs {
+    /// The Redis the coordinators use (`redis://HOST:PORT[/DB]`)
+    #[arg(long, env = "PLAN_QUEUE", hide_env_values = true, value_name = "URL")]
+    pub(crate) queue: String,
+    /// The stream steps come from
+    #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_STREAM)]
+    pub(crate) queue_name: String,
+    /// Most steps at once
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) concurrency: u32,
+    /// Only these tools (comma-separated); default: every tool it has
+    #[arg(long, value_name = "TOOLS", value_delimiter = ',')]
+    pub(crate) tools: Vec<String>,
+    /// How long a step may go untouched before another worker takes it over
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub(crate) visibility_timeout_ms: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -99,6 +120,12 @@ pub(crate) struct ExecutionArgs {
     /// Keep seed 004's execute-state document current in FILE while the run goes
     #[arg(long, value_name = "FILE")]
     pub(crate) state_file: Option<PathBuf>,
+    /// Run every step on workers through this Redis (`redis://HOST:PORT[/DB]`); see `worker`
+    #[arg(long, env = "PLAN_QUEUE", hide_env_values = true, value_name = "URL")]
+    pub(crate) queue: Option<String>,
+    /// The stream steps go to
+    #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_STREAM)]
+    pub(crate) queue_name: String,
 }
 
 #[derive(Debug, clap::Args)]

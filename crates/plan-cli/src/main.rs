@@ -52,6 +52,7 @@ fn main() {
             commands::state_export(run, *format, &ledger)
         }
         Command::Mcp(McpCommand::Serve) => commands::serve(toolbox.clone(), &ledger),
+        Command::Worker(args) => commands::worker(args, &toolbox),
     };
     // MCP servers that were started stop before the process ends.
     toolbox.shutdown();

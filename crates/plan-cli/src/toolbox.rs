@@ -20,6 +20,8 @@ pub(crate) struct Toolbox {
     builtins: Registry,
     servers: Option<McpServers>,
     runtime: tokio::runtime::Runtime,
+    /// With `--queue`: every tool call goes to the workers through it.
+    remote: std::sync::OnceLock<Arc<plan_queue::Dispatcher>>,
 }
 
 /// A plan's tools: the registry to compile it with, and the bare names that several servers
@@ -61,7 +63,31 @@ impl Toolbox {
             builtins: plan_tools::builtin_registry(),
             servers,
             runtime,
+            remote: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sends every tool call of later plans to the workers of the queue at `url`; fails at
+    /// once (exit 2, `E_QUEUE_UNAVAILABLE`) if Redis does not answer.
+    pub(crate) fn use_queue(&self, url: &str, stream: &str) -> Result<(), Failure> {
+        let queue = self
+            .runtime
+            .block_on(plan_queue::Queue::connect(url, stream))
+            .map_err(|error| Failure::input(error.to_string()))?;
+        let _ = self.remote.set(plan_queue::Dispatcher::new(queue));
+        Ok(())
+    }
+
+    /// The queue's dispatcher, with `--queue`.
+    pub(crate) fn remote(&self) -> Option<&Arc<plan_queue::Dispatcher>> {
+        self.remote.get()
+    }
+
+    /// Connects to a queue for a worker.
+    pub(crate) fn queue(&self, url: &str, stream: &str) -> Result<plan_queue::Queue, Failure> {
+        self.runtime
+            .block_on(plan_queue::Queue::connect(url, stream))
+            .map_err(|error| Failure::input(error.to_string()))
     }
 
     /// Whether an MCP configuration was found.
@@ -81,10 +107,7 @@ impl Toolbox {
         tools: impl IntoIterator<Item = &'a str>,
     ) -> Result<PlanTools, Failure> {
         let Some(servers) = &self.servers else {
-            return Ok(PlanTools {
-                registry: self.builtins.clone(),
-                ambiguous: BTreeMap::new(),
-            });
+            return self.with_servers(&[]);
         };
         let configured = servers.names();
         let mut needed = std::collections::BTreeSet::new();
@@ -153,6 +176,11 @@ impl Toolbox {
                 }
             }
         }
+        // With a queue, the same names, schemas and risks, but every call made by a worker.
+        let registry = match self.remote.get() {
+            Some(dispatcher) => dispatcher.remote(&registry),
+            None => registry,
+        };
         Ok(PlanTools {
             registry,
             ambiguous,

@@ -30,9 +30,16 @@ struct Start {
     stored_limit: Option<u32>,
     approvals: Approvals,
     mode: Mode,
+    /// With `--queue`: where the results of the run's calls come back.
+    remote: Option<Arc<plan_queue::Dispatcher>>,
 }
 
 pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
+    if let Some(url) = &args.execution.queue
+        && !args.dry_run
+    {
+        toolbox.use_queue(url, &args.execution.queue_name)?;
+    }
     let ready = prepare(&args.plan, toolbox, ledger)?;
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
     if args.dry_run || mode == Mode::Preview {
@@ -127,6 +134,7 @@ pub(crate) fn start_run(
         stored_limit: None,
         approvals,
         mode,
+        remote: toolbox.remote().cloned(),
     };
     execute(
         ready,
@@ -171,6 +179,9 @@ pub(crate) fn continue_run(
     if row.state == RunState::Finished && !args.retry_failed {
         // Nothing left to run: what it gave, as `run` reported it.
         return Ok((stored_report(&store, &row)?, Arc::new(plan_of(&row)?)));
+    }
+    if let Some(url) = &args.execution.queue {
+        toolbox.use_queue(url, &args.execution.queue_name)?;
     }
     let mut source = Source::new(row.plan_name.clone(), row.plan_source.clone());
     let mut format = format_of(&row.plan_format);
@@ -248,6 +259,7 @@ pub(crate) fn continue_run(
         stored_limit,
         approvals,
         mode,
+        remote: toolbox.remote().cloned(),
     };
     execute(
         ready,
@@ -388,8 +400,22 @@ fn execute(
 
     let program = Arc::new(ready.program);
     let plan = Arc::new(ready.loaded.plan);
+    let remote = start.remote.clone();
     let outcome = runtime.block_on(async {
         tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned()));
+        if let Some(remote) = &remote {
+            // Results of calls an earlier coordinator of this run made are picked up, and
+            // losing Redis stops the run (resumable) instead of hanging it.
+            if let Err(error) = remote.attach(run_id).await {
+                return Ok(Err(RunError::Journal(error.to_string())));
+            }
+            let (lost, stop) = (remote.lost(), cancel.clone());
+            tokio::spawn(async move {
+                lost.cancelled().await;
+                eprintln!("the queue was lost; the run stops and can be resumed");
+                stop.cancel();
+            });
+        }
         let state_writer = args.state_file.clone().map(|path| {
             let (plan, run_id, db) = (plan.clone(), run_id.to_owned(), ledger.path().to_path_buf());
             tokio::spawn(async move {
@@ -414,6 +440,14 @@ fn execute(
     }
     if let Some(path) = &args.state_file {
         write_state_file(ledger.path(), run_id, &plan, path).map_err(Failure::internal)?;
+    }
+    if let (Some(remote), Ok(Ok(report))) = (&remote, &outcome)
+        && !matches!(
+            report.task_status,
+            plan_engine::TaskStatus::Stopped | plan_engine::TaskStatus::Waiting
+        )
+    {
+        runtime.block_on(remote.forget(run_id));
     }
     let report = match outcome {
         Ok(Ok(report)) => report,
@@ -456,13 +490,13 @@ async fn stop_on_signals(cancel: CancellationToken, run_id: String) {
 }
 
 /// Ctrl+C (SIGINT) and SIGTERM, watched from the start so that none is missed.
-struct Signals {
+pub(crate) struct Signals {
     #[cfg(unix)]
     streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
 }
 
 impl Signals {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -477,7 +511,7 @@ impl Signals {
     }
 
     /// Waits for the next signal; false if signals cannot be watched.
-    async fn next(&mut self) -> bool {
+    pub(crate) async fn next(&mut self) -> bool {
         #[cfg(unix)]
         {
             let Some((interrupt, terminate)) = &mut self.streams else {

@@ -5,6 +5,7 @@ mod execute;
 mod ledger;
 mod plans;
 mod serve;
+mod worker;
 
 use std::io::Write;
 
@@ -13,6 +14,7 @@ pub(crate) use execute::{resume, run};
 pub(crate) use ledger::{events, gc, runs, state_export, status};
 pub(crate) use plans::{plan, show, tools, validate};
 pub(crate) use serve::serve;
+pub(crate) use worker::worker;
 
 use crate::exit::Failure;
 

@@ -192,6 +192,8 @@ impl PlanServer {
                         .and_then(|n| u32::try_from(n).ok()),
                     events: None,
                     state_file: None,
+                    queue: None,
+                    queue_name: plan_queue::DEFAULT_STREAM.to_owned(),
                 };
                 let mode = ready.program.mode();
                 let (report, _) = start_run(
@@ -217,6 +219,8 @@ impl PlanServer {
                         max_concurrency: None,
                         events: None,
                         state_file: None,
+                        queue: None,
+                        queue_name: plan_queue::DEFAULT_STREAM.to_owned(),
                     },
                     retry_failed: flag("retry_failed"),
                     plan: None,

@@ -1,0 +1,66 @@
+//! `plan-cli worker`: runs steps from a Redis queue for `run --queue` coordinators.
+
+use plan_queue::WorkerOptions;
+use tokio_util::sync::CancellationToken;
+
+use super::execute::Signals;
+use crate::cli::WorkerArgs;
+use crate::exit::Failure;
+use crate::toolbox::Toolbox;
+
+pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failure> {
+    let queue = toolbox.queue(&args.queue, &args.queue_name)?;
+    // Every tool it has (built-ins, and the tools of the MCP configuration's servers), or
+    // only those `--tools` names.
+    let all = toolbox.all(None)?.registry;
+    let mut tools = plan_engine::Registry::new();
+    for name in all.names() {
+        if (args.tools.is_empty() || args.tools.contains(&name))
+            && let Some(tool) = all.get(&name)
+        {
+            tools.register_as(name, tool.clone());
+        }
+    }
+    for wanted in &args.tools {
+        if all.get(wanted).is_none() {
+            return Err(Failure::input(format!(
+                "--tools: this worker has no tool `{wanted}` (`plan-cli tools` lists them)"
+            )));
+        }
+    }
+    let consumer = format!(
+        "{}-{}-{}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".to_owned()),
+        std::process::id(),
+        ulid::Ulid::new()
+    );
+    let options = WorkerOptions {
+        consumer: consumer.clone(),
+        concurrency: args.concurrency as usize,
+        visibility_timeout: std::time::Duration::from_millis(args.visibility_timeout_ms.max(1)),
+    };
+    eprintln!(
+        "worker {consumer}: taking steps from {} ({} tools, {} at once); Ctrl+C or SIGTERM drains and stops",
+        args.queue_name,
+        tools.names().len(),
+        args.concurrency
+    );
+    let stop = CancellationToken::new();
+    let stats = toolbox.runtime().block_on(async {
+        let signal_stop = stop.clone();
+        tokio::spawn(async move {
+            let mut signals = Signals::new();
+            if signals.next().await {
+                eprintln!("worker draining: finishing the steps it holds");
+                signal_stop.cancel();
+            }
+        });
+        plan_queue::work(queue, tools, options, stop).await
+    });
+    let stats = stats.map_err(|error| Failure::input(error.to_string()))?;
+    eprintln!(
+        "worker {consumer}: {} steps done ({} taken over from other workers)",
+        stats.done, stats.claimed
+    );
+    Ok(0)
+}

@@ -1,0 +1,276 @@
+//! Runs through a Redis queue: real `redis-server`s on free loopback ports, real worker
+//! processes, and `kill -9`.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Lab, path_str};
+use predicates::prelude::*;
+use serde_json::{Value, json};
+
+/// A `redis-server` of the test's own, stopped when dropped.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    /// Starts one, or says loudly why the test cannot run (redis-server is not installed:
+    /// `.ci/run` installs it with apt-get).
+    fn start() -> Option<Redis> {
+        let port = free_port();
+        Redis::on(port)
+    }
+
+    fn on(port: u16) -> Option<Redis> {
+        let child = match Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(error) => {
+                eprintln!(
+                    "\n*** SKIPPED: redis-server cannot be started ({error}); install it (apt-get install redis-server) ***\n"
+                );
+                return None;
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Redis { child, port })
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn worker(lab: &Lab, url: &str, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .env_remove("PLAN_QUEUE")
+        .args(["worker", "--queue", url])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn stop(mut child: Child, signal: &str) -> (Option<i32>, String) {
+    Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    let output = std::mem::replace(&mut child, Command::new("true").spawn().unwrap())
+        .wait_with_output()
+        .unwrap();
+    let _ = child.wait();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A 500-step plan: chains of ten, some steps sleeping so that workers hold work for a while.
+fn big_plan() -> Value {
+    let steps: Vec<Value> = (0..500)
+        .map(|i| {
+            let deps: Vec<String> = if i % 10 == 0 {
+                Vec::new()
+            } else {
+                vec![format!("s{}", i - 1)]
+            };
+            if i % 25 == 5 {
+                json!({"id": format!("s{i}"), "tool": "sleep", "args": {"ms": 150}, "depends_on": deps})
+            } else {
+                json!({"id": format!("s{i}"), "tool": "echo", "args": {"n": i}, "depends_on": deps})
+            }
+        })
+        .collect();
+    json!({"max_concurrency": 16, "steps": steps})
+}
+
+/// What must be the same whatever runs the steps: each record's id, outcome and result.
+fn outcomes(report: &Value) -> Vec<(String, bool, Value)> {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["step_id"].as_str().unwrap().to_owned(),
+                r["ok"].as_bool().unwrap(),
+                r.get("result").cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_unreachable_queue_fails_the_run_at_once() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {}}]}),
+    );
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    lab.cli()
+        .args(["run", path_str(&plan), "--queue", &url])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("E_QUEUE_UNAVAILABLE"));
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert!(runs.as_array().unwrap().is_empty(), "no run was started");
+}
+
+#[test]
+fn three_workers_one_killed_mid_run_give_the_in_process_records() {
+    let Some(redis) = Redis::start() else { return };
+    let lab = Lab::new();
+    let plan = lab.write("big.json", &big_plan());
+    let (code, expected) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 0);
+
+    let url = redis.url();
+    let workers: Vec<Child> = (0..3)
+        .map(|_| {
+            worker(
+                &lab,
+                &url,
+                &["--concurrency", "4", "--visibility-timeout-ms", "1000"],
+            )
+        })
+        .collect();
+    let coordinator = Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .args(["run", path_str(&plan), "--json", "--queue", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Mid-run, one worker dies without a chance to clean up: what it held is claimed by the
+    // others once the visibility timeout passes.
+    std::thread::sleep(Duration::from_millis(600));
+    let mut workers = workers.into_iter();
+    let victim = workers.next().unwrap();
+    let (code, _) = stop(victim, "KILL");
+    assert_eq!(code, None, "killed by a signal");
+    let output = coordinator.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["task_status"], "COMPLETED");
+    assert_eq!(
+        outcomes(&report),
+        outcomes(&expected),
+        "the same records as in-process"
+    );
+    // Each step is recorded once: the ledger's records are the report's, one per step.
+    let (_, status) = lab.json(&["status", report["run_id"].as_str().unwrap(), "--json"]);
+    let mut ids: Vec<String> = outcomes(&status).into_iter().map(|o| o.0).collect();
+    let total = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), total);
+    assert_eq!(total, 501);
+    let mut claimed = 0;
+    for survivor in workers {
+        let (code, log) = stop(survivor, "TERM");
+        assert_eq!(code, Some(0), "{log}");
+        claimed += log
+            .lines()
+            .find_map(|l| l.split(" (").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    assert!(
+        claimed >= 1,
+        "the survivors took over the dead worker's steps"
+    );
+}
+
+#[test]
+fn losing_redis_stops_the_run_and_resume_finishes_it() {
+    let Some(redis) = Redis::start() else { return };
+    let port = redis.port;
+    let lab = Lab::new();
+    let plan = lab.write(
+        "slow.json",
+        &json!({"steps": (0..20).map(|i| json!({"id": format!("s{i}"), "tool": "sleep", "args": {"ms": 200},
+            "depends_on": if i == 0 { vec![] } else { vec![format!("s{}", i - 1)] }})).collect::<Vec<_>>()}),
+    );
+    let url = redis.url();
+    let first = worker(&lab, &url, &[]);
+    let coordinator = Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .args(["run", path_str(&plan), "--json", "--queue", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(900));
+    drop(redis);
+    let output = coordinator.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["task_status"], "STOPPED");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    let done_before = outcomes(&report).iter().filter(|o| o.1).count();
+    assert!(
+        done_before >= 2,
+        "some steps finished before Redis went away"
+    );
+    let _ = stop(first, "KILL");
+
+    // Redis comes back (empty: it kept nothing), a worker with it, and the run goes on.
+    let redis = Redis::on(port).unwrap();
+    let second = worker(&lab, &redis.url(), &[]);
+    let (code, report) = lab.json(&["resume", &run, "--json", "--queue", &redis.url()]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["task_status"], "COMPLETED");
+    let _ = stop(second, "TERM");
+}
