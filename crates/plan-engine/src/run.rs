@@ -1505,6 +1505,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             attempt,
             cancel: attempt_cancel.clone(),
             progress,
+            deadline: timeout.map(|limit| attempt_started_at + limit),
         };
         let invocation = tool.call(args.clone(), ctx);
         let result = tokio::select! {

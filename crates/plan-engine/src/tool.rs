@@ -128,6 +128,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Where a long tool reports how far it got (`tool.progress` events), if anywhere.
     pub progress: Option<Progress>,
+    /// When the attempt times out (`timeout_ms`), if it can: a tool that hands the call on
+    /// (to a worker, a server) can pass the limit along.
+    pub deadline: Option<std::time::SystemTime>,
 }
 
 /// Reports a running tool's progress; each report becomes a `tool.progress` event.

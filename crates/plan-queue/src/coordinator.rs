@@ -209,6 +209,12 @@ impl Tool for RemoteTool {
             receiver
         };
         let arguments = serde_json::to_string(&args).unwrap_or_default();
+        // Milliseconds since the epoch, 0 for none: a worker does not start a call whose
+        // deadline has passed, and bounds the call by it.
+        let deadline = ctx.deadline.map_or(0, |at| {
+            at.duration_since(std::time::SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+        });
         let mut writer = dispatcher.queue.writer.clone();
         let added: redis::RedisResult<String> = redis::cmd("XADD")
             .arg(&dispatcher.queue.stream)
@@ -226,7 +232,9 @@ impl Tool for RemoteTool {
             .arg("args")
             .arg(arguments)
             .arg("key")
-            .arg(ctx.idempotency_key())
+            .arg(&job)
+            .arg("deadline")
+            .arg(deadline)
             .arg("reply")
             .arg(Queue::results_stream(&ctx.run_id))
             .query_async(&mut writer)

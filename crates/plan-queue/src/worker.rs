@@ -239,12 +239,25 @@ impl Job {
         };
         let args: Value = serde_json::from_str(field("args"))
             .map_err(|e| ToolError::invalid_args(format!("unreadable arguments: {e}")))?;
+        let deadline = field("deadline")
+            .parse::<u64>()
+            .ok()
+            .filter(|&ms| ms > 0)
+            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        let left = deadline.map(|at| at.duration_since(SystemTime::now()).unwrap_or_default());
+        if left == Some(Duration::ZERO) {
+            return Err(ToolError::retryable(
+                codes::E_TIMEOUT,
+                "the step's deadline passed before a worker could start it",
+            ));
+        }
         let ctx = ToolContext {
             run_id: Arc::from(field("run")),
             step_id: Arc::from(field("step")),
             attempt: field("attempt").parse().unwrap_or(1),
             cancel: CancellationToken::new(),
             progress: None,
+            deadline,
         };
         // While the tool runs, the entry is touched now and then, so that no other worker
         // takes it for the entry of a dead one.
@@ -264,8 +277,21 @@ impl Job {
                     .map(|_: redis::Value| Value::Null);
             }
         };
+        let bounded = async {
+            match left {
+                None => tool.call(args, ctx).await,
+                Some(left) => tokio::time::timeout(left, tool.call(args, ctx))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ToolError::retryable(
+                            codes::E_TIMEOUT,
+                            "the step ran past its deadline on the worker",
+                        ))
+                    }),
+            }
+        };
         tokio::select! {
-            outcome = tool.call(args, ctx) => outcome,
+            outcome = bounded => outcome,
             () = keep => unreachable!("touching the entry never ends"),
         }
     }

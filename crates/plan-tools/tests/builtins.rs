@@ -17,6 +17,7 @@ fn ctx(attempt: u32) -> ToolContext {
         attempt,
         cancel: CancellationToken::new(),
         progress: None,
+        deadline: None,
     }
 }
 
