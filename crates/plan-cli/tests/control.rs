@@ -206,14 +206,7 @@ fn interrupted_run(signals: &[&str]) -> (Lab, std::process::Output, Duration) {
         ]}),
     );
     let events = lab.dir.path().join("events.ndjson");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
-        .current_dir(lab.dir.path())
-        .env_remove("PLAN_DB")
-        .args(["run", path_str(&plan), "--events", path_str(&events)])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = lab.spawn(&["run", path_str(&plan), "--events", path_str(&events)]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !std::fs::read_to_string(&events)
         .unwrap_or_default()

@@ -3,6 +3,9 @@
 //! final records must equal those of a run that was never interrupted.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
+mod common;
+
+use common::outcomes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -86,21 +89,6 @@ fn kill_after(mut child: Child, delay: Duration) -> bool {
     }
 }
 
-fn records(report: &Value) -> Vec<(String, bool, Value)> {
-    report["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["step_id"].as_str().unwrap().to_owned(),
-                r["ok"].as_bool().unwrap(),
-                r["result"].clone(),
-            )
-        })
-        .collect()
-}
-
 fn executions(log: &Path) -> HashMap<String, usize> {
     let mut counts = HashMap::new();
     for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
@@ -121,7 +109,7 @@ fn kill_9_then_resume_loses_nothing_and_repeats_at_most_the_step_in_flight() {
     std::fs::write(&reference_plan, plan(&reference_log).to_string()).unwrap();
     let reference = lab.json(&["run", reference_plan.to_str().unwrap(), "--json"]);
     assert_eq!(reference["task_status"], "COMPLETED");
-    let reference_records = records(&reference);
+    let reference_records = outcomes(&reference);
 
     // A seeded generator, so a failure can be replayed.
     let mut seed: u64 = 0x5eed_1234;
@@ -177,7 +165,7 @@ fn kill_9_then_resume_loses_nothing_and_repeats_at_most_the_step_in_flight() {
             report["task_status"], "COMPLETED",
             "run {run_id} after {run_kills} kills"
         );
-        let mut got = records(&report);
+        let mut got = outcomes(&report);
         let mut want = reference_records.clone();
         // The meta record's duration differs; its ok and reason must not.
         assert_eq!(

@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Lab, path_str};
+use common::{Lab, free_port, path_str};
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
@@ -300,14 +300,7 @@ fn ctrl_c_stops_the_servers_too() {
         ]}),
     );
     let events = lab.dir.path().join("events.ndjson");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
-        .current_dir(lab.dir.path())
-        .env_remove("PLAN_DB")
-        .args(["run", path_str(&plan), "--events", path_str(&events)])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = lab.spawn(&["run", path_str(&plan), "--events", path_str(&events)]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&events)
         .unwrap_or_default()
@@ -458,12 +451,7 @@ fn plan_cli_serves_mcp_to_the_python_sdk_client() {
 
 #[test]
 fn a_streamable_http_server_with_headers_from_the_environment() {
-    // A free port for the server: bind one, note it, let it go.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let script = servers_dir()
         .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let mut server = std::process::Command::new("node")

@@ -7,7 +7,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Lab, path_str};
+use common::{Lab, free_port, outcomes, path_str};
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
@@ -69,25 +69,10 @@ impl Drop for Redis {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn worker(lab: &Lab, url: &str, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_plan-cli"))
-        .current_dir(lab.dir.path())
-        .env_remove("PLAN_DB")
-        .env_remove("PLAN_QUEUE")
-        .args(["worker", "--queue", url])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let mut args = vec!["worker", "--queue", url];
+    args.extend(extra);
+    lab.spawn(&args)
 }
 
 fn stop(mut child: Child, signal: &str) -> (Option<i32>, String) {
@@ -122,22 +107,6 @@ fn big_plan() -> Value {
         })
         .collect();
     json!({"max_concurrency": 16, "steps": steps})
-}
-
-/// What must be the same whatever runs the steps: each record's id, outcome and result.
-fn outcomes(report: &Value) -> Vec<(String, bool, Value)> {
-    report["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            (
-                r["step_id"].as_str().unwrap().to_owned(),
-                r["ok"].as_bool().unwrap(),
-                r.get("result").cloned().unwrap_or(Value::Null),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -175,14 +144,7 @@ fn three_workers_one_killed_mid_run_give_the_in_process_records() {
             )
         })
         .collect();
-    let coordinator = Command::new(env!("CARGO_BIN_EXE_plan-cli"))
-        .current_dir(lab.dir.path())
-        .env_remove("PLAN_DB")
-        .args(["run", path_str(&plan), "--json", "--queue", &url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
     // Mid-run, one worker dies without a chance to clean up: what it held is claimed by the
     // others once the visibility timeout passes.
     std::thread::sleep(Duration::from_millis(600));
@@ -239,14 +201,7 @@ fn losing_redis_stops_the_run_and_resume_finishes_it() {
     );
     let url = redis.url();
     let first = worker(&lab, &url, &[]);
-    let coordinator = Command::new(env!("CARGO_BIN_EXE_plan-cli"))
-        .current_dir(lab.dir.path())
-        .env_remove("PLAN_DB")
-        .args(["run", path_str(&plan), "--json", "--queue", &url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
     std::thread::sleep(Duration::from_millis(900));
     drop(redis);
     let output = coordinator.wait_with_output().unwrap();

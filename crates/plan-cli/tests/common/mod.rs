@@ -39,6 +39,20 @@ impl Lab {
         (output.status.code().unwrap(), value)
     }
 
+    /// Starts the binary in the lab without waiting for it, its stdout and stderr piped.
+    pub(crate) fn spawn(&self, args: &[&str]) -> std::process::Child {
+        std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+            .current_dir(self.dir.path())
+            .env("NO_COLOR", "1")
+            .env_remove("PLAN_DB")
+            .env_remove("PLAN_QUEUE")
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     pub(crate) fn write(&self, name: &str, plan: &Value) -> PathBuf {
         let path = self.dir.path().join(name);
         std::fs::write(&path, serde_json::to_string_pretty(plan).unwrap()).unwrap();
@@ -48,4 +62,29 @@ impl Lab {
 
 pub(crate) fn path_str(path: &Path) -> &str {
     path.to_str().unwrap()
+}
+
+/// What must not depend on how a run went about it: each record's id, outcome and result.
+pub(crate) fn outcomes(report: &Value) -> Vec<(String, bool, Value)> {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["step_id"].as_str().unwrap().to_owned(),
+                r["ok"].as_bool().unwrap(),
+                r.get("result").cloned().unwrap_or(Value::Null),
+            )
+        })
+        .collect()
+}
+
+/// A loopback port nothing listens on (bound, noted, let go).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
