@@ -100,7 +100,7 @@ fn big_plan() -> Value {
                 vec![format!("s{}", i - 1)]
             };
             if i % 25 == 5 {
-                json!({"id": format!("s{i}"), "tool": "sleep", "args": {"ms": 150}, "depends_on": deps})
+                json!({"id": format!("s{i}"), "tool": "sleep", "args": {"ms": 300}, "depends_on": deps})
             } else {
                 json!({"id": format!("s{i}"), "tool": "echo", "args": {"n": i}, "depends_on": deps})
             }
@@ -147,7 +147,7 @@ fn three_workers_one_killed_mid_run_give_the_in_process_records() {
     let coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
     // Mid-run, one worker dies without a chance to clean up: what it held is claimed by the
     // others once the visibility timeout passes.
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(500));
     let mut workers = workers.into_iter();
     let victim = workers.next().unwrap();
     let (code, _) = stop(victim, "KILL");
