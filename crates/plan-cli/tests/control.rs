@@ -399,3 +399,59 @@ fn rejecting_a_recovery_fails_the_block() {
         json!({"review": "rejected"})
     );
 }
+
+#[test]
+fn a_block_killed_mid_run_goes_on_from_its_last_finished_node() {
+    let lab = Lab::new();
+    // Each node notes that it ran, then takes a while.
+    let node = |name: &str| json!({"tool": "exec", "args": {"argv": ["sh", "-c", format!("echo {name} >> runs.log; sleep 0.3")]}});
+    let plan = lab.write(
+        "block.json",
+        &json!({"steps": [{"id": "review", "block": {
+            "entry_point": "a",
+            "nodes": {"a": node("a"), "b": node("b"), "c": node("c"), "d": node("d")},
+            "transitions": {"a": "b", "b": "c", "c": "d"}
+        }}]}),
+    );
+    let log = lab.dir.path().join("runs.log");
+    let mut child = lab.spawn(&["run", path_str(&plan), "--json"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains('c')
+    {
+        assert!(Instant::now() < deadline, "the block never reached c");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // `c` is running: a and b are done and committed.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let ran = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = ran.lines().collect();
+    assert_eq!(
+        lines,
+        ["a", "b", "c", "c", "d"],
+        "a and b are not run again; c, in flight at the kill, is"
+    );
+    let ids: Vec<&str> = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["step_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "review/a#1",
+            "review/b#1",
+            "review/c#1",
+            "review/d#1",
+            "review",
+            "__meta__"
+        ]
+    );
+}

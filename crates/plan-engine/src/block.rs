@@ -461,6 +461,15 @@ fn recovery_key(node_path: &str, recoveries: u32) -> String {
     format!("{node_path}@{}", recoveries + 1)
 }
 
+/// A top-level node run of a block that finished and was followed by a transition: its
+/// records (the node's, and a nested block's nodes'), and where the block now stands. The
+/// scheduler commits both, so a block interrupted later goes on from there.
+pub(crate) struct NodeDone {
+    pub(crate) step: usize,
+    pub(crate) records: Vec<Record>,
+    pub(crate) checkpoint: Value,
+}
+
 /// One run of a block step: what it reads, and the node records and attempts it makes.
 pub(crate) struct BlockRun {
     pub(crate) context: CallContext,
@@ -469,6 +478,12 @@ pub(crate) struct BlockRun {
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) records: Vec<Record>,
     pub(crate) attempts: Vec<Attempt>,
+    /// Where finished node runs are reported as they happen (only with a ledger); their
+    /// records go with the report and leave `records`.
+    pub(crate) progress: Option<(usize, tokio::sync::mpsc::UnboundedSender<NodeDone>)>,
+    /// 0 in the block step itself, more inside nested blocks (which report through their
+    /// node of the top-level block).
+    pub(crate) depth: u32,
 }
 
 type BlockFuture<'a> = Pin<Box<dyn Future<Output = BlockEnd> + Send + 'a>>;
@@ -661,6 +676,18 @@ impl BlockRun {
                 event.condition = condition;
             });
             current = next;
+            if self.depth == 0
+                && let Some((step, progress)) = &self.progress
+            {
+                let at = checkpoint(block, (current, steps), &visits, &results, 0, None, None);
+                // The records move to the scheduler, which keeps them from now on.
+                let done = NodeDone {
+                    step: *step,
+                    records: std::mem::take(&mut self.records),
+                    checkpoint: serde_json::to_value(&*at).unwrap_or(Value::Null),
+                };
+                let _ = progress.send(done);
+            }
         }
     }
 
@@ -732,10 +759,15 @@ impl BlockRun {
         inner: Option<Box<Checkpoint>>,
     ) -> NodeEnd {
         match node {
-            CompiledNode::Block(nested) => match self.run(nested, path, input, inner).await {
-                BlockEnd::Done(outcome) => NodeEnd::Ran(outcome, 0),
-                BlockEnd::Waiting(inner, pending) => NodeEnd::Waiting(Some(inner), pending),
-            },
+            CompiledNode::Block(nested) => {
+                self.depth += 1;
+                let end = self.run(nested, path, input, inner).await;
+                self.depth -= 1;
+                match end {
+                    BlockEnd::Done(outcome) => NodeEnd::Ran(outcome, 0),
+                    BlockEnd::Waiting(inner, pending) => NodeEnd::Waiting(Some(inner), pending),
+                }
+            }
             CompiledNode::Call {
                 tool,
                 tool_name,

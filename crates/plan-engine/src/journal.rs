@@ -43,12 +43,19 @@ pub struct Batch<'a> {
     pub variables: Vec<(&'a str, &'a Value)>,
     /// Attempts that ended.
     pub attempts: &'a [Attempt],
+    /// Where block steps still running stand after their last finished node, by step id
+    /// (opaque JSON, handed back in [`Restored::checkpoints`]): an interrupted block goes on
+    /// from there instead of from its entry point.
+    pub checkpoints: Vec<(&'a str, &'a Value)>,
 }
 
 impl Batch<'_> {
     /// True when there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty() && self.variables.is_empty() && self.attempts.is_empty()
+        self.records.is_empty()
+            && self.variables.is_empty()
+            && self.attempts.is_empty()
+            && self.checkpoints.is_empty()
     }
 }
 

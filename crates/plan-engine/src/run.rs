@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::{Approvals, Decision};
-use crate::block::{BlockEnd, BlockRun, Checkpoint, CompiledBlock};
+use crate::block::{BlockEnd, BlockRun, Checkpoint, CompiledBlock, NodeDone};
 use crate::event::{Event, EventKind, EventSink};
 use crate::guard::Guard;
 use crate::journal::{Attempt, Batch, Journal, Position, Restored, RunEnd};
@@ -208,9 +208,11 @@ struct BlockCall {
     env: BTreeMap<String, Value>,
     timeout: Option<Duration>,
     approvals: Arc<Approvals>,
-    /// Where the block stopped to wait in an earlier attempt at the run, and the node records
-    /// it had made by then.
-    from: Option<(Box<Checkpoint>, Vec<Record>)>,
+    /// Where the block stood when an earlier attempt at the run ended (it waited, or was
+    /// interrupted): it goes on from there.
+    from: Option<Box<Checkpoint>>,
+    /// Where finished node runs go to be committed as they happen (only with a journal).
+    progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
 }
 
 struct Finished {
@@ -260,6 +262,10 @@ struct Scheduler<'p> {
     block_waits: BTreeMap<usize, (String, Value)>,
     /// Where blocks stopped in an earlier attempt at the run, by step id.
     checkpoints: HashMap<String, Box<Checkpoint>>,
+    /// Where running blocks stand after their last finished node, to be committed.
+    pending_checkpoints: BTreeMap<String, Value>,
+    /// Running blocks report finished node runs here, when there is a journal.
+    block_progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
     guard: Option<Arc<Guard>>,
     jitter_seed: Option<u64>,
     /// With `fail_fast`: the first step (or item) that failed. Nothing starts after it.
@@ -309,6 +315,8 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         awaiting: Vec::new(),
         block_waits: BTreeMap::new(),
         checkpoints: HashMap::new(),
+        pending_checkpoints: BTreeMap::new(),
+        block_progress: None,
         guard: program
             .guards
             .clone()
@@ -319,6 +327,13 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
     let mode = options.mode.unwrap_or(program.mode);
     if mode == Mode::Preview {
         return Err(RunError::Preview);
+    }
+    // With a journal, blocks report each finished node so that it is committed at once.
+    let (progress_sender, mut progress) = tokio::sync::mpsc::unbounded_channel::<NodeDone>();
+    if scheduler.journal.is_some() {
+        scheduler.block_progress = Some(progress_sender);
+    } else {
+        drop(progress_sender);
     }
     scheduler.emit(|| {
         let mut event = Event::new(EventKind::RunStarted, &run_id);
@@ -357,6 +372,9 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
 
     let mut failure: Option<String> = None;
     let mut running: JoinSet<Finished> = JoinSet::new();
+    // When reported block progress is due to be committed, and when it last was.
+    let mut commit_due: Option<tokio::time::Instant> = None;
+    let mut last_progress_commit: Option<tokio::time::Instant> = None;
     // Task id → work, to fail the right step or item if a tool panics.
     let mut tasks: HashMap<tokio::task::Id, (usize, Option<usize>)> = HashMap::new();
     loop {
@@ -391,9 +409,51 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             };
             tasks.insert(handle.id(), (work.step, item));
         }
-        let Some(joined) = running.join_next_with_id().await else {
+        let joined = tokio::select! {
+            biased;
+            joined = running.join_next_with_id() => joined,
+            Some(done) = progress.recv() => {
+                scheduler.node_done(done);
+                while let Ok(done) = progress.try_recv() {
+                    scheduler.node_done(done);
+                }
+                // Committed at once, unless a progress commit was made less than
+                // PROGRESS_COMMIT_EVERY ago: a fast block loop reports thousands of nodes a
+                // second, and their commits are then grouped.
+                let now = tokio::time::Instant::now();
+                if last_progress_commit.is_some_and(|at| now < at + PROGRESS_COMMIT_EVERY) {
+                    commit_due.get_or_insert(now + PROGRESS_COMMIT_EVERY);
+                } else {
+                    last_progress_commit = Some(now);
+                    if failure.is_none()
+                        && let Err(error) = scheduler.commit()
+                    {
+                        failure = Some(error.0);
+                        halt.cancel();
+                    }
+                }
+                continue;
+            }
+            () = tokio::time::sleep_until(commit_due.unwrap_or_else(tokio::time::Instant::now)), if commit_due.is_some() => {
+                commit_due = None;
+                last_progress_commit = Some(tokio::time::Instant::now());
+                if failure.is_none()
+                    && let Err(error) = scheduler.commit()
+                {
+                    failure = Some(error.0);
+                    halt.cancel();
+                }
+                continue;
+            }
+        };
+        let Some(joined) = joined else {
             break;
         };
+        // Node reports sent before a block finished are taken first, so that they are in
+        // place before the block's own records.
+        while let Ok(done) = progress.try_recv() {
+            scheduler.node_done(done);
+        }
         let mut joined = Some(joined);
         // Everything else that finished meanwhile joins this turn's commit.
         while let Some(result) = joined.take().or_else(|| running.try_join_next_with_id()) {
@@ -546,6 +606,7 @@ impl Scheduler<'_> {
         if self.pending.is_empty()
             && self.pending_vars.is_empty()
             && self.pending_attempts.is_empty()
+            && self.pending_checkpoints.is_empty()
         {
             return Ok(());
         }
@@ -591,10 +652,16 @@ impl Scheduler<'_> {
                 self.redactor.string(&mut error.message);
             }
         }
+        let checkpoints: Vec<(&str, &Value)> = self
+            .pending_checkpoints
+            .iter()
+            .map(|(id, checkpoint)| (id.as_str(), checkpoint))
+            .collect();
         let batch = Batch {
             records,
             variables,
             attempts: &self.pending_attempts,
+            checkpoints,
         };
         let result = if batch.is_empty() {
             Ok(())
@@ -602,6 +669,7 @@ impl Scheduler<'_> {
             journal.commit(&batch)
         };
         drop(batch);
+        self.pending_checkpoints.clear();
         self.pending.clear();
         self.pending_vars.clear();
         self.pending_attempts.clear();
@@ -710,7 +778,8 @@ impl Scheduler<'_> {
                 env: self.env.clone(),
                 timeout: step.timeout,
                 approvals: self.approvals.clone(),
-                from: self.checkpoints.remove(&*step.id).map(|checkpoint| {
+                progress: self.block_progress.clone(),
+                from: self.checkpoints.remove(&*step.id).inspect(|_| {
                     // The node records the block made before it stopped, in their order.
                     let prefix = format!("{}/", step.id);
                     let mut prior: Vec<Record> = Vec::new();
@@ -723,7 +792,8 @@ impl Scheduler<'_> {
                         }
                     });
                     prior.sort_by_key(|record| self.restored_order.get(&record.step_id).copied());
-                    (checkpoint, prior)
+                    // The records of the block's next nodes are appended after these.
+                    self.nested.insert(step_index, prior);
                 }),
             }),
         })
@@ -831,6 +901,29 @@ impl Scheduler<'_> {
         value.is_array().then(|| value.clone())
     }
 
+    /// A running block finished a node: its records and the block's new position are
+    /// committed with the next batch.
+    fn node_done(&mut self, done: NodeDone) {
+        let NodeDone {
+            step,
+            records,
+            checkpoint,
+        } = done;
+        if self.records[step].is_some() {
+            return;
+        }
+        let nested = self.nested.entry(step).or_default();
+        for record in records {
+            self.pending.push(Position {
+                step,
+                item: Some(nested.len()),
+            });
+            nested.push(record);
+        }
+        self.pending_checkpoints
+            .insert(self.program.steps[step].id.to_string(), checkpoint);
+    }
+
     fn finish(&mut self, finished: Finished) {
         let Finished {
             step,
@@ -843,13 +936,17 @@ impl Scheduler<'_> {
             waiting,
         } = finished;
         self.pending_attempts.extend(log);
+        // A block's node records come before the block's own, like a map's items; they follow
+        // those it reported while it ran (and those of an earlier attempt).
         if !nested.is_empty() {
-            // A block's node records come before the block's own, like a map's items.
-            self.pending.extend((0..nested.len()).map(|k| Position {
-                step,
-                item: Some(k),
-            }));
-            self.nested.insert(step, nested);
+            let list = self.nested.entry(step).or_default();
+            for record in nested {
+                self.pending.push(Position {
+                    step,
+                    item: Some(list.len()),
+                });
+                list.push(record);
+            }
         }
         if let Some((checkpoint, pending)) = waiting {
             // The block waits, unsettled: its dependents wait with it, and the run halts
@@ -1409,17 +1506,17 @@ async fn execute(call: Call) -> Finished {
 /// Runs a block step; its `timeout_ms` bounds the whole block.
 async fn execute_block(call: BlockCall) -> Finished {
     let started = Instant::now();
-    let (from, prior) = match call.from {
-        Some((checkpoint, prior)) => (Some(checkpoint), prior),
-        None => (None, Vec::new()),
-    };
+    let from = call.from;
     let mut run = BlockRun {
         context: call.context,
         vars: call.vars,
         env: call.env,
         approvals: call.approvals,
-        records: prior,
+        // The scheduler holds the records of earlier attempts already.
+        records: Vec::new(),
         attempts: Vec::new(),
+        progress: call.progress.map(|sender| (call.step, sender)),
+        depth: 0,
     };
     let end = match call.timeout {
         None => run.run(&call.block, &call.step_id, &call.input, from).await,
@@ -1592,6 +1689,9 @@ where
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// How long reported block progress may wait for its commit.
+const PROGRESS_COMMIT_EVERY: Duration = Duration::from_millis(10);
 
 /// The reason of a step skipped by its `when` (or by an upstream one).
 const CONDITION_FALSE: &str = "condition false";

@@ -163,6 +163,22 @@ impl RunJournal {
             "INSERT INTO events (run_id, seq, event)",
             &event_rows,
         )?;
+        let checkpoints: Vec<[Value; 3]> = batch
+            .checkpoints
+            .iter()
+            .map(|(step_id, checkpoint)| {
+                [
+                    Value::Text(run_id.to_owned()),
+                    Value::Text((*step_id).to_owned()),
+                    Value::Text(checkpoint.to_string()),
+                ]
+            })
+            .collect();
+        insert_rows(
+            &transaction,
+            "INSERT OR REPLACE INTO checkpoints (run_id, step_id, checkpoint)",
+            &checkpoints,
+        )?;
         // The run's row is not touched here: it holds the whole plan document, and rewriting
         // it on every commit made large plans' runs crawl.
         transaction.commit()?;
@@ -207,6 +223,7 @@ impl Journal for RunJournal {
             records: Vec::new(),
             variables: Vec::new(),
             attempts: &[],
+            checkpoints: Vec::new(),
         };
         self.write(&empty, &events)
             .map_err(|error| JournalError(error.to_string()))?;

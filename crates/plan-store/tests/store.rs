@@ -181,6 +181,7 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
             ],
             variables: vec![("list", &list)],
             attempts: &[],
+            checkpoints: Vec::new(),
         })
         .unwrap();
     journal
@@ -194,6 +195,7 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
             )],
             variables: vec![],
             attempts: &attempts,
+            checkpoints: Vec::new(),
         })
         .unwrap();
     journal
@@ -264,6 +266,7 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
             records: vec![],
             variables: vec![],
             attempts: &[],
+            checkpoints: Vec::new(),
         })
         .unwrap();
     let store = journal.into_store();
@@ -371,6 +374,7 @@ fn forgotten_records_are_gone() {
             ],
             variables: vec![],
             attempts: &[],
+            checkpoints: Vec::new(),
         })
         .unwrap();
     let mut store = journal.into_store();
@@ -439,6 +443,7 @@ fn several_writers_share_one_file_without_lock_errors() {
                             )],
                             variables: vec![],
                             attempts: &[],
+                            checkpoints: Vec::new(),
                         })
                         .unwrap();
                 }
