@@ -32,4 +32,4 @@ pub use model::{
 };
 pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
 pub use source::{PathSegment, PlanPath, SourceMap};
-pub use validate::unknown_tool;
+pub use validate::{is_item_of, unknown_tool};

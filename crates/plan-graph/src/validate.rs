@@ -530,6 +530,15 @@ fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
         .join(", ")
 }
 
+/// Whether `id` has the shape of an item of map step `step`: `STEP-N` or `STEP[KEY]`.
+pub fn is_item_of(id: &str, step: &str) -> bool {
+    id.strip_prefix(step).is_some_and(|rest| {
+        rest.strip_prefix('-')
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            || (rest.starts_with('[') && rest.ends_with(']'))
+    })
+}
+
 /// A map step's items are `ID-N` or `ID[KEY]`: no other step may have an id of that shape.
 fn check_item_ids(plan: &Plan, issues: &mut Vec<Issue>) {
     for (m, map_step) in plan
@@ -538,14 +547,9 @@ fn check_item_ids(plan: &Plan, issues: &mut Vec<Issue>) {
         .enumerate()
         .filter(|(_, s)| s.expand.is_some())
     {
-        let prefix = format!("{}-", map_step.id);
-        let keyed = format!("{}[", map_step.id);
         for (i, step) in plan.steps.iter().enumerate() {
             let id = &step.id.0;
-            let numbered = id
-                .strip_prefix(&prefix)
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-            if i != m && (numbered || (id.starts_with(&keyed) && id.ends_with(']'))) {
+            if i != m && is_item_of(id, &map_step.id.0) {
                 issues.push(
                     Issue::error(
                         "plan::item_id",
@@ -626,4 +630,20 @@ fn pointer_path(base: PlanPath, pointer: &str) -> PlanPath {
         });
     }
     path
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn item_ids_have_two_shapes() {
+        use super::is_item_of;
+        assert!(is_item_of("deploy-0", "deploy"));
+        assert!(is_item_of("deploy-12", "deploy"));
+        assert!(is_item_of("deploy[prod]", "deploy"));
+        assert!(!is_item_of("deploy", "deploy"));
+        assert!(!is_item_of("deploy-", "deploy"));
+        assert!(!is_item_of("deploy-x", "deploy"));
+        assert!(!is_item_of("deployer-1", "deploy"));
+        assert!(!is_item_of("deploy[prod", "deploy"));
+    }
 }

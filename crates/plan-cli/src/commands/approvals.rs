@@ -159,15 +159,9 @@ fn check_gated(
 
 /// Whether `id` is one of the high-risk steps `gated`, or an item of one.
 pub(crate) fn can_wait(id: &str, gated: &[String]) -> bool {
-    gated.iter().any(|step| {
-        id.strip_prefix(step.as_str()).is_some_and(|rest| {
-            rest.is_empty()
-                || rest
-                    .strip_prefix('-')
-                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                || (rest.starts_with('[') && rest.ends_with(']'))
-        })
-    })
+    gated
+        .iter()
+        .any(|step| id == step || plan_graph::is_item_of(id, step))
 }
 
 fn display(id: &str) -> &str {
