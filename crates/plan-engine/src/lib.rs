@@ -26,6 +26,8 @@ pub use journal::{Attempt, Batch, Journal, JournalError, Position, Restored, Run
 pub use plan_graph::{Mode, Risk};
 pub use program::{DEFAULT_MAX_CONCURRENCY, PlannedCall, Program};
 pub use redact::REDACTED;
-pub use report::{PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus};
+pub use report::{
+    PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus, reasons,
+};
 pub use run::{RunError, RunOptions, run};
 pub use tool::{Progress, ProgressReport, Registry, Tool, ToolContext, ToolError, ToolInfo, codes};

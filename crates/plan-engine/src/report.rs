@@ -167,6 +167,19 @@ pub struct PendingApproval {
     pub reason: Option<String>,
 }
 
+/// The `reason`s of records of steps that did not run, where callers rebuild such records
+/// (`plan-cli status` of a run that has not ended).
+pub mod reasons {
+    /// `when` was false, or every unsatisfied dependency was skipped by its own condition.
+    pub const CONDITION_FALSE: &str = "condition false";
+    /// A `risk: high` call without a decision yet.
+    pub const AWAITING_APPROVAL: &str = "awaiting approval";
+    /// Not started because the run halted for approvals.
+    pub const WAITING_FOR_APPROVAL: &str = "not started: the run is waiting for an approval";
+    /// Not started because the run was stopped.
+    pub const STOPPED: &str = "the run stopped before it started";
+}
+
 /// The id under which the approval of a whole plan (`--mode approval`) is kept.
 pub const PLAN_APPROVAL: &str = plan_graph::PLAN_APPROVAL_ID;
 

@@ -37,7 +37,9 @@ use crate::program::{
     expand_items, item_ids, resolve_args,
 };
 use crate::redact::Redactor;
-use crate::report::{PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus};
+use crate::report::{
+    PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus, reasons,
+};
 use crate::retry;
 use crate::tool::{Progress, Tool, ToolContext, ToolError, codes};
 
@@ -537,7 +539,7 @@ impl Scheduler<'_> {
         match condition.holds(&self.vars) {
             Ok(true) => true,
             Ok(false) => {
-                self.record_not_run(step, true, true, CONDITION_FALSE.to_owned());
+                self.record_not_run(step, true, true, reasons::CONDITION_FALSE.to_owned());
                 self.settle(step, Outcome::ConditionFalse);
                 false
             }
@@ -1249,7 +1251,7 @@ impl Scheduler<'_> {
                     self.enqueue(d);
                 } else if only_conditions {
                     // Skipped by a condition upstream: skipped by condition too, not a failure.
-                    self.record_not_run(d, true, true, CONDITION_FALSE.to_owned());
+                    self.record_not_run(d, true, true, reasons::CONDITION_FALSE.to_owned());
                     self.outcomes[d] = Some(Outcome::ConditionFalse);
                     done.push(d);
                 } else {
@@ -1281,12 +1283,9 @@ impl Scheduler<'_> {
         // Why what never started did not. Only a `fail_fast` skip is final, and committed: a
         // stopped or waiting run starts the rest when it is resumed.
         let (reason, committed) = if stopped {
-            ("the run stopped before it started".to_owned(), false)
+            (reasons::STOPPED.to_owned(), false)
         } else if waiting {
-            (
-                "not started: the run is waiting for an approval".to_owned(),
-                false,
-            )
+            (reasons::WAITING_FOR_APPROVAL.to_owned(), false)
         } else if let Some(first) = &self.first_failure {
             (
                 format!("not started: `{first}` failed and the plan has `fail_fast: true`"),
@@ -1302,7 +1301,7 @@ impl Scheduler<'_> {
             self.awaiting.iter().map(|p| p.step_id.as_str()).collect();
         let reason_for = |id: &str| {
             if awaiting.contains(id) {
-                "awaiting approval".to_owned()
+                reasons::AWAITING_APPROVAL.to_owned()
             } else {
                 reason.clone()
             }
@@ -1692,9 +1691,6 @@ fn millis(duration: Duration) -> u64 {
 
 /// How long reported block progress may wait for its commit.
 const PROGRESS_COMMIT_EVERY: Duration = Duration::from_millis(10);
-
-/// The reason of a step skipped by its `when` (or by an upstream one).
-const CONDITION_FALSE: &str = "condition false";
 
 /// `["a","b"]`: the seed 000 form of a list of ids inside a reason.
 fn json_list(ids: &[&str]) -> String {

@@ -169,8 +169,8 @@ fn with_unsettled(
 ) -> Vec<Record> {
     let ids: std::collections::HashSet<&str> = plan.steps.iter().map(|s| s.id.0.as_str()).collect();
     let reason = match status {
-        TaskStatus::Waiting => "not started: the run is waiting for an approval",
-        TaskStatus::Stopped => "the run stopped before it started",
+        TaskStatus::Waiting => plan_engine::reasons::WAITING_FOR_APPROVAL,
+        TaskStatus::Stopped => plan_engine::reasons::STOPPED,
         _ => "not started yet",
     };
     let mut stored = stored.into_iter().peekable();
@@ -191,7 +191,7 @@ fn with_unsettled(
         }
         if !found {
             let reason = if pending.contains(&step.id.0.as_str()) {
-                "awaiting approval"
+                plan_engine::reasons::AWAITING_APPROVAL
             } else {
                 reason
             };
