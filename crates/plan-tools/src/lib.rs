@@ -11,13 +11,14 @@
 //! `exec` never goes through a shell: `argv[0]` is the program and each other item is one
 //! argument, so no value can become a second command. [`builtin_registry`] has them all.
 //!
-//! [`mcp`] makes the tools of MCP servers callable as `SERVER.tool`.
+//! `mcp` (the default feature `mcp`) makes the tools of MCP servers callable as `SERVER.tool`.
 #![deny(missing_docs)]
 
 mod args;
 mod basic;
 mod exec;
 mod http;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 
 pub use basic::{Echo, Fail, Sleep};
