@@ -130,16 +130,15 @@ impl Toolbox {
     /// Every tool, the tools of `only` (or of every server) included.
     pub(crate) fn all(&self, only: Option<&str>) -> Result<PlanTools, Failure> {
         let names = match (&self.servers, only) {
-            (_, Some(name)) => vec![name.to_owned()],
-            (Some(servers), None) => servers.names(),
+            (None, Some(name)) => {
+                return Err(Failure::input(format!(
+                    "--server {name}: there is no MCP configuration (give --mcp-config FILE, or write {DEFAULT_MCP_CONFIG})"
+                )));
+            }
             (None, None) => Vec::new(),
+            (Some(_), Some(name)) => vec![name.to_owned()],
+            (Some(servers), None) => servers.names(),
         };
-        if only.is_some() && self.servers.is_none() {
-            return Err(Failure::input(format!(
-                "--server {}: there is no MCP configuration (give --mcp-config FILE, or write {DEFAULT_MCP_CONFIG})",
-                names.join("")
-            )));
-        }
         self.with_servers(&names)
     }
 

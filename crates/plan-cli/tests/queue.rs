@@ -75,15 +75,13 @@ fn worker(lab: &Lab, url: &str, extra: &[&str]) -> Child {
     lab.spawn(&args)
 }
 
-fn stop(mut child: Child, signal: &str) -> (Option<i32>, String) {
+/// Sends `signal` to a worker and waits for it: its exit code and what it wrote to stderr.
+fn stop(child: Child, signal: &str) -> (Option<i32>, String) {
     Command::new("kill")
         .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
         .unwrap();
-    let output = std::mem::replace(&mut child, Command::new("true").spawn().unwrap())
-        .wait_with_output()
-        .unwrap();
-    let _ = child.wait();
+    let output = child.wait_with_output().unwrap();
     (
         output.status.code(),
         String::from_utf8_lossy(&output.stderr).into_owned(),

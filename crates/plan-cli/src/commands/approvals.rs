@@ -48,10 +48,7 @@ pub(crate) fn approve_calls(
         }
         pending
     } else {
-        let gated = gated_steps(&row, toolbox)?;
-        for id in &args.steps {
-            check_gated(id, &gated, &rows, &row)?;
-        }
+        check_all(&args.steps, &row, &rows, toolbox)?;
         args.steps.clone()
     };
     if args.plan && !ids.iter().any(|id| id == PLAN_APPROVAL) {
@@ -89,10 +86,7 @@ pub(crate) fn reject_calls(
     let mut store = ledger.open_existing()?;
     let row = open_run(&store, &args.run)?;
     let rows = store.approvals(&row.run_id).map_err(Failure::ledger)?;
-    let gated = gated_steps(&row, toolbox)?;
-    for id in &args.steps {
-        check_gated(id, &gated, &rows, &row)?;
-    }
+    check_all(&args.steps, &row, &rows, toolbox)?;
     let reason = args
         .reason
         .as_deref()
@@ -133,6 +127,18 @@ fn gated_steps(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, Failure> 
         ))
     })?;
     Ok(program.gated_steps())
+}
+
+/// Checks that each of `ids` can take a decision in run `row`.
+fn check_all(
+    ids: &[String],
+    row: &RunRow,
+    rows: &[ApprovalRow],
+    toolbox: &Toolbox,
+) -> Result<(), Failure> {
+    let gated = gated_steps(row, toolbox)?;
+    ids.iter()
+        .try_for_each(|id| check_gated(id, &gated, rows, row))
 }
 
 /// A decision must name something that can wait: a pending call, a high-risk step, or an
