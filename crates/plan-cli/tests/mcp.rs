@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Lab, free_port, path_str};
+use common::{Lab, free_port, path_str, record};
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
@@ -41,15 +41,6 @@ fn mcp_lab() -> Lab {
     std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
     lab.write(".plan/mcp.json", &config);
     lab
-}
-
-fn record<'a>(report: &'a Value, id: &str) -> &'a Value {
-    report["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["step_id"] == id)
-        .unwrap_or_else(|| panic!("no record {id} in {report}"))
 }
 
 /// Processes whose command line mentions `needle` (the lab's directory).

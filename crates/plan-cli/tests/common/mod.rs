@@ -88,3 +88,13 @@ pub(crate) fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The record of step (or item, or node) `id` in a `--json` report.
+pub(crate) fn record<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == id)
+        .unwrap_or_else(|| panic!("no record {id} in {report}"))
+}
