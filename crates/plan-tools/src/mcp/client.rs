@@ -139,11 +139,6 @@ impl McpTool {
     pub fn remote_name(&self) -> &str {
         &self.remote
     }
-
-    /// The server's name.
-    pub fn server_name(&self) -> &str {
-        &self.server.name
-    }
 }
 
 #[async_trait]
