@@ -3,13 +3,11 @@
 //! taken once: it is never asked for again, and a different decision on the same call is
 //! refused rather than silently replacing it.
 
-use std::collections::BTreeMap;
-
 use plan_engine::{Approvals, PendingApproval, TaskStatus};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
-use crate::runs::RunState;
+use crate::runs::{RunState, damaged};
 use crate::{Store, StoreError};
 
 /// Where an approval stands.
@@ -82,10 +80,7 @@ impl Store {
                  WHERE decision = 'pending'",
             )?;
             for request in pending {
-                let json = serde_json::to_string(request).map_err(|e| StoreError::Damaged {
-                    what: "approval",
-                    message: e.to_string(),
-                })?;
+                let json = serde_json::to_string(request).map_err(damaged("approval"))?;
                 insert.execute(params![run_id, request.step_id, json, now])?;
             }
             let mut keep = transaction.prepare(
@@ -171,10 +166,7 @@ impl Store {
             let request = request
                 .map(|text| serde_json::from_str(&text))
                 .transpose()
-                .map_err(|e| StoreError::Damaged {
-                    what: "approval",
-                    message: e.to_string(),
-                })?;
+                .map_err(damaged("approval"))?;
             approvals.push(ApprovalRow {
                 step_id,
                 decision: Decision::parse(&decision)?,
@@ -184,26 +176,6 @@ impl Store {
             });
         }
         Ok(approvals)
-    }
-
-    /// Where a run's waiting block steps stopped, by step id.
-    pub fn checkpoints(&self, run_id: &str) -> Result<BTreeMap<String, Value>, StoreError> {
-        let mut statement = self
-            .conn
-            .prepare("SELECT step_id, checkpoint FROM checkpoints WHERE run_id = ?1")?;
-        let rows = statement.query_map([run_id], |row| {
-            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
-        })?;
-        let mut checkpoints = BTreeMap::new();
-        for row in rows {
-            let (step_id, text) = row?;
-            let value = serde_json::from_str(&text).map_err(|e| StoreError::Damaged {
-                what: "checkpoint",
-                message: e.to_string(),
-            })?;
-            checkpoints.insert(step_id, value);
-        }
-        Ok(checkpoints)
     }
 
     /// The decisions taken on a run's approvals, for the engine.

@@ -82,10 +82,7 @@ impl RunJournal {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut records: Vec<[Value; 6]> = Vec::with_capacity(batch.records.len());
         for (position, record) in &batch.records {
-            let text = serde_json::to_string(record).map_err(|e| StoreError::Damaged {
-                what: "record",
-                message: e.to_string(),
-            })?;
+            let text = serde_json::to_string(record).map_err(crate::runs::damaged("record"))?;
             let item = position.item.map_or(Value::Null, |k| {
                 Value::Integer(i64::try_from(k).unwrap_or(i64::MAX))
             });

@@ -131,7 +131,8 @@ pub struct AttemptRow {
 
 const RUN_COLUMNS: &str = "run_id, plan_id, plan_name, plan_format, plan_source, plan_hash, inputs, options, state, task_status, owner_pid, started_at, updated_at, finished_at";
 
-fn damaged(what: &'static str) -> impl Fn(serde_json::Error) -> StoreError {
+/// A JSON error in a stored value of kind `what`, as a damaged-row error.
+pub(crate) fn damaged(what: &'static str) -> impl Fn(serde_json::Error) -> StoreError {
     move |error| StoreError::Damaged {
         what,
         message: error.to_string(),
@@ -280,6 +281,24 @@ impl Store {
                 ))
             })
             .collect()
+    }
+
+    /// Where a run's block steps that have not ended stand, by step id (see the engine's
+    /// `Batch::checkpoints`).
+    pub fn checkpoints(&self, run_id: &str) -> Result<BTreeMap<String, Value>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare("SELECT step_id, checkpoint FROM checkpoints WHERE run_id = ?1")?;
+        let rows = statement.query_map([run_id], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })?;
+        let mut checkpoints = BTreeMap::new();
+        for row in rows {
+            let (step_id, text) = row?;
+            let value = serde_json::from_str(&text).map_err(damaged("checkpoint"))?;
+            checkpoints.insert(step_id, value);
+        }
+        Ok(checkpoints)
     }
 
     /// A run's attempts, in the order they were recorded.
