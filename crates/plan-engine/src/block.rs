@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use crate::approval::{Approvals, Decision};
 use crate::event::{Event, EventKind};
 use crate::journal::Attempt;
-use crate::program::{CelJson, cel_context, check_schema, compile_schema};
+use crate::program::{NodeScope, check_schema, compile_schema, evaluate};
 use crate::report::{PendingApproval, Record, StepError};
 use crate::run::{CallContext, ToolCall, call_tool};
 use crate::tool::{Registry, Tool, codes};
@@ -716,38 +716,18 @@ impl BlockRun {
         input: &Value,
         attempt: u32,
     ) -> Result<bool, StepError> {
-        let failure = |message: String| {
+        let scope = NodeScope {
+            result,
+            input,
+            attempt,
+        };
+        evaluate(program, &self.vars, Some(scope)).map_err(|message| {
             reason(
                 codes::CONDITION_RESOLUTION_ERROR,
                 format!("condition `{name}` (`{text}`): {message}"),
                 json!({"condition": name, "expression": text}),
             )
-        };
-        let vars: BTreeMap<&str, CelJson<'_>> = self
-            .vars
-            .iter()
-            .map(|(k, v)| (k.as_str(), CelJson(v)))
-            .collect();
-        let mut context = cel_context();
-        context
-            .add_variable("result", CelJson(result))
-            .map_err(|e| failure(e.to_string()))?;
-        context
-            .add_variable("vars", vars)
-            .map_err(|e| failure(e.to_string()))?;
-        context
-            .add_variable("input", CelJson(input))
-            .map_err(|e| failure(e.to_string()))?;
-        context
-            .add_variable("attempt", i64::from(attempt))
-            .map_err(|e| failure(e.to_string()))?;
-        match program.execute(&context) {
-            Ok(cel::Value::Bool(holds)) => Ok(holds),
-            Ok(other) => Err(failure(format!(
-                "a condition must be true or false, not {other:?}"
-            ))),
-            Err(error) => Err(failure(error.to_string())),
-        }
+        })
     }
 
     async fn run_node(

@@ -53,24 +53,52 @@ impl Condition {
     /// True or false over the variables; anything else, or an evaluation error, is
     /// `E_CONDITION` naming the expression.
     pub(crate) fn holds(&self, vars: &BTreeMap<String, Arc<Value>>) -> Result<bool, StepError> {
-        let failure = |message: String| StepError {
+        evaluate(&self.program, vars, None).map_err(|message| StepError {
             code: codes::E_CONDITION.into(),
             message: format!("`when: {}`: {message}", self.text),
             details: None,
-        };
-        let object: BTreeMap<&str, CelJson<'_>> =
-            vars.iter().map(|(k, v)| (k.as_str(), CelJson(v))).collect();
-        let mut context = cel_context();
+        })
+    }
+}
+
+/// What a block's branch condition reads besides `vars`.
+pub(crate) struct NodeScope<'a> {
+    /// The node's result.
+    pub(crate) result: &'a Value,
+    /// The block's input.
+    pub(crate) input: &'a Value,
+    /// How many times the node has run.
+    pub(crate) attempt: u32,
+}
+
+/// Evaluates a compiled CEL condition over the run's variables (`vars`) and, in a block, the
+/// node's scope: true or false, or why not.
+pub(crate) fn evaluate(
+    program: &cel::Program,
+    vars: &BTreeMap<String, Arc<Value>>,
+    node: Option<NodeScope<'_>>,
+) -> Result<bool, String> {
+    let mut context = cel_context();
+    let object: BTreeMap<&str, CelJson<'_>> =
+        vars.iter().map(|(k, v)| (k.as_str(), CelJson(v))).collect();
+    context
+        .add_variable("vars", object)
+        .map_err(|e| e.to_string())?;
+    if let Some(node) = node {
         context
-            .add_variable("vars", object)
-            .map_err(|e| failure(e.to_string()))?;
-        match self.program.execute(&context) {
-            Ok(cel::Value::Bool(holds)) => Ok(holds),
-            Ok(other) => Err(failure(format!(
-                "a condition must be true or false, not {other:?}"
-            ))),
-            Err(error) => Err(failure(error.to_string())),
-        }
+            .add_variable("result", CelJson(node.result))
+            .map_err(|e| e.to_string())?;
+        context
+            .add_variable("input", CelJson(node.input))
+            .map_err(|e| e.to_string())?;
+        context
+            .add_variable("attempt", i64::from(node.attempt))
+            .map_err(|e| e.to_string())?;
+    }
+    match program.execute(&context) {
+        Ok(cel::Value::Bool(holds)) => Ok(holds),
+        Ok(other) => Err(format!("a condition must be true or false, not {other:?}")),
+        Err(error) => Err(error.to_string()),
     }
 }
 
