@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use plan_engine::{Registry, Tool};
+use plan_engine::Registry;
 use plan_tools::mcp::{McpConfig, McpServers};
 
 use crate::exit::Failure;
@@ -144,37 +144,13 @@ impl Toolbox {
 
     fn with_servers(&self, names: &[String]) -> Result<PlanTools, Failure> {
         let mut registry = self.builtins.clone();
-        let mut by_bare: BTreeMap<String, Vec<Arc<dyn Tool>>> = BTreeMap::new();
-        if let Some(servers) = &self.servers {
-            for name in names {
-                let tools = self
-                    .runtime
-                    .block_on(servers.tools(name))
-                    .map_err(|error| Failure::input(error.to_string()))?;
-                for tool in tools {
-                    let bare = tool.remote_name().to_owned();
-                    let tool: Arc<dyn Tool> = Arc::new(tool);
-                    registry.register_as(tool.info().name, tool.clone());
-                    by_bare.entry(bare).or_default().push(tool);
-                }
-            }
-        }
-        let mut ambiguous = BTreeMap::new();
-        for (bare, tools) in by_bare {
-            // A bare name works when exactly one server has it and no built-in does.
-            if self.builtins.get(&bare).is_some() {
-                continue;
-            }
-            match tools.as_slice() {
-                [only] => {
-                    registry.register_as(bare, only.clone());
-                }
-                several => {
-                    let names = several.iter().map(|t| t.info().name).collect();
-                    ambiguous.insert(bare, names);
-                }
-            }
-        }
+        let ambiguous = match &self.servers {
+            Some(servers) => self
+                .runtime
+                .block_on(servers.register(names, &mut registry))
+                .map_err(|error| Failure::input(error.to_string()))?,
+            None => BTreeMap::new(),
+        };
         // With a queue, the same names, schemas and risks, but every call made by a worker.
         let registry = match self.remote.get() {
             Some(dispatcher) => dispatcher.remote(&registry),

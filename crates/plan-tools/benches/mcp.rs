@@ -86,14 +86,10 @@ async fn through_engine(script: &PathBuf, calls: usize, at_once: usize) -> Durat
     let config = McpConfig::parse(&config.to_string(), &|_| None).expect("a valid config");
     let servers = McpServers::new(config);
     let mut registry = plan_tools::builtin_registry();
-    let tools = servers
-        .tools("everything")
+    servers
+        .register(&["everything".to_owned()], &mut registry)
         .await
         .expect("the server lists its tools");
-    for tool in tools {
-        let tool: Arc<dyn plan_engine::Tool> = Arc::new(tool);
-        registry.register_as(tool.info().name, tool);
-    }
     let steps: Vec<_> = (0..calls)
         .map(|i| {
             let deps = if at_once == 1 && i > 0 {

@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use plan_engine::{Progress, ProgressReport, Risk, Tool, ToolContext, ToolError, ToolInfo, codes};
+use plan_engine::{
+    Progress, ProgressReport, Registry, Risk, Tool, ToolContext, ToolError, ToolInfo, codes,
+};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ContentBlock, Implementation,
     InitializeRequestParams, NumberOrString, ProgressNotificationParam, ProgressToken,
@@ -91,6 +93,43 @@ impl McpServers {
             .collect())
     }
 
+    /// Adds the tools of the servers `names` (starting them) to `registry`: each as
+    /// `SERVER.tool`, and by its bare name when exactly one of these servers has it and
+    /// `registry` had no tool of that name before. Returns the bare names several servers
+    /// have, each with its qualified names, so that a plan using one can be told to choose.
+    pub async fn register(
+        &self,
+        names: &[String],
+        registry: &mut Registry,
+    ) -> Result<BTreeMap<String, Vec<String>>, McpError> {
+        let before = registry.clone();
+        let mut by_bare: BTreeMap<String, Vec<Arc<dyn Tool>>> = BTreeMap::new();
+        for name in names {
+            for tool in self.tools(name).await? {
+                let bare = tool.remote.clone();
+                let tool: Arc<dyn Tool> = Arc::new(tool);
+                registry.register_as(tool.info().name, tool.clone());
+                by_bare.entry(bare).or_default().push(tool);
+            }
+        }
+        let mut ambiguous = BTreeMap::new();
+        for (bare, tools) in by_bare {
+            if before.get(&bare).is_some() {
+                continue;
+            }
+            match tools.as_slice() {
+                [only] => {
+                    registry.register_as(bare, only.clone());
+                }
+                several => {
+                    let names = several.iter().map(|t| t.info().name).collect();
+                    ambiguous.insert(bare, names);
+                }
+            }
+        }
+        Ok(ambiguous)
+    }
+
     /// Stops every server that was started (a stdio server's process is ended).
     pub async fn shutdown(&self) {
         for server in self.servers.values() {
@@ -133,11 +172,6 @@ impl McpTool {
             remote: tool.name.into_owned(),
             info,
         }
-    }
-
-    /// The tool's name on its server (`read_file` for `fs.read_file`).
-    pub fn remote_name(&self) -> &str {
-        &self.remote
     }
 }
 
