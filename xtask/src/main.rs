@@ -6,6 +6,8 @@
 //!   `fixtures/snapshots/` (review changes with `cargo insta review`).
 //! - `bench`: the engine benchmarks, each workload in its own process, plus whole-binary runs;
 //!   prints a table and writes `target/bench/summary.json`.
+//! - `bench peer`: the same plans through the Python peer (mcp-cli 0.20.1, installed into
+//!   `target/peer-venv`) and the release binary, alternating, in one run; prints each ratio.
 //! - `prepare-mcp`: installs the real MCP servers the tests drive (npm and PyPI packages, at
 //!   pinned versions) into `target/mcp-servers`; `test` does this first.
 
@@ -14,6 +16,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+mod peer;
 use serde_json::{Value, json};
 
 fn main() -> Result<()> {
@@ -218,6 +222,13 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
         let binary = root.join("target/release/plan-cli");
         results.extend(queue_bench(&binary, &out_dir)?);
+    }
+
+    if only.iter().any(|o| o == "peer") {
+        // Not part of a plain `bench`: it installs the Python peer and takes minutes.
+        cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
+        let binary = root.join("target/release/plan-cli");
+        results.extend(peer::bench(root, &binary, &out_dir)?);
     }
 
     if wanted("resolve") {

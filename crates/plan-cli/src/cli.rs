@@ -126,6 +126,12 @@ pub(crate) struct ExecutionArgs {
     /// The stream steps go to
     #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_STREAM)]
     pub(crate) queue_name: String,
+    /// When results reach the ledger: `sync` (a step starts once what it depends on is
+    /// committed; a completed step never runs again after a crash), `async` (commits trail the
+    /// run; a crash may run recently completed steps again), `exit` (written when the run ends
+    /// or stops)
+    #[arg(long, value_name = "MODE", default_value = "sync", value_parser = ["sync", "async", "exit"])]
+    pub(crate) durability: String,
 }
 
 #[derive(Debug, clap::Args)]

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use plan_engine::{Event, EventKind, EventSink, PlannedCall, Record, RunReport};
+use plan_engine::PlannedCall;
+use plan_types::{Event, EventKind, EventSink, Record, RunReport};
 
 /// A progress bar on stderr, fed by events; absent when stderr is not a terminal.
 pub(crate) struct Progress {
@@ -97,7 +98,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
     let mut out = String::new();
     let (mut ok, mut failed, mut skipped, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
     let waits = |record: &Record| {
-        report.task_status == plan_engine::TaskStatus::Waiting
+        report.task_status == plan_types::TaskStatus::Waiting
             && record.skipped
             && !record.ok
             && record.upstream.is_none()
@@ -182,7 +183,7 @@ pub(crate) fn waiting(report: &RunReport) -> String {
     let mut out = String::from("waiting for approval:\n");
     let mut plan = false;
     for pending in &report.pending_approvals {
-        if pending.step_id == plan_engine::PLAN_APPROVAL {
+        if pending.step_id == plan_types::PLAN_APPROVAL {
             plan = true;
             out.push_str("  the plan (it runs in approval mode)\n");
             continue;

@@ -18,14 +18,14 @@ struct Redis {
 }
 
 impl Redis {
-    /// Starts one, or says loudly why the test cannot run (redis-server is not installed:
-    /// `.ci/run` installs it with apt-get).
-    fn start() -> Option<Redis> {
+    /// Starts one; a test that cannot start one fails (`.ci/run` installs redis-server with
+    /// apt-get).
+    fn start() -> Redis {
         let port = free_port();
         Redis::on(port)
     }
 
-    fn on(port: u16) -> Option<Redis> {
+    fn on(port: u16) -> Redis {
         let child = match Command::new("redis-server")
             .args([
                 "--port",
@@ -42,19 +42,16 @@ impl Redis {
             .spawn()
         {
             Ok(child) => child,
-            Err(error) => {
-                eprintln!(
-                    "\n*** SKIPPED: redis-server cannot be started ({error}); install it (apt-get install redis-server) ***\n"
-                );
-                return None;
-            }
+            Err(error) => panic!(
+                "redis-server cannot be started ({error}): install it (apt-get install redis-server)"
+            ),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "redis-server never listened");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(Redis { child, port })
+        Redis { child, port }
     }
 
     fn url(&self) -> String {
@@ -126,7 +123,7 @@ fn an_unreachable_queue_fails_the_run_at_once() {
 
 #[test]
 fn three_workers_one_killed_mid_run_give_the_in_process_records() {
-    let Some(redis) = Redis::start() else { return };
+    let redis = Redis::start();
     let lab = Lab::new();
     let plan = lab.write("big.json", &big_plan());
     let (code, expected) = lab.json(&["run", path_str(&plan), "--json"]);
@@ -189,7 +186,7 @@ fn three_workers_one_killed_mid_run_give_the_in_process_records() {
 
 #[test]
 fn losing_redis_stops_the_run_and_resume_finishes_it() {
-    let Some(redis) = Redis::start() else { return };
+    let redis = Redis::start();
     let port = redis.port;
     let lab = Lab::new();
     let plan = lab.write(
@@ -220,7 +217,7 @@ fn losing_redis_stops_the_run_and_resume_finishes_it() {
     let _ = stop(first, "KILL");
 
     // Redis comes back (empty: it kept nothing), a worker with it, and the run goes on.
-    let redis = Redis::on(port).unwrap();
+    let redis = Redis::on(port);
     let second = worker(&lab, &redis.url(), &[]);
     let (code, report) = lab.json(&["resume", &run, "--json", "--queue", &redis.url()]);
     assert_eq!(code, 0, "{report}");

@@ -222,7 +222,7 @@ fn makespan(runtime: &tokio::runtime::Runtime) -> Value {
             .expect("the run task does not panic")
             .expect("no ledger");
         let took = started.elapsed();
-        assert_eq!(report.task_status, plan_engine::TaskStatus::Completed);
+        assert_eq!(report.task_status, plan_types::TaskStatus::Completed);
         ratios.push(took.as_secs_f64() / critical.as_secs_f64());
         // The critical path of what the sleeps really took (the OS oversleeps a little).
         let mut finish = vec![0u64; deps.len()];
@@ -337,7 +337,7 @@ fn measure(
         times.push(started.elapsed());
         run_peaks.push(rss_kib("VmHWM:"));
         assert!(report.records.len() > steps);
-        assert_eq!(report.task_status, plan_engine::TaskStatus::Completed);
+        assert_eq!(report.task_status, plan_types::TaskStatus::Completed);
         drop(report);
         if ledger {
             db_bytes = ["", "-wal"]

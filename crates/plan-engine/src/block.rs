@@ -16,15 +16,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plan_graph::{Block, OnFailure, RetryPolicy, Risk, Transition};
+use plan_types::{
+    Approvals, Attempt, BlockPhase, BlockState, Decision, ErrorCode, Event, EventKind,
+    PendingApproval, Record, StepError,
+};
 use plan_vars::{Scope, ValueTemplate, Variables};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::approval::{Approvals, Decision};
-use crate::event::{Event, EventKind};
-use crate::journal::Attempt;
 use crate::program::{NodeScope, check_schema, compile_schema, evaluate};
-use crate::report::{PendingApproval, Record, StepError};
 use crate::run::{CallContext, ToolCall, call_tool};
 use crate::tool::{Registry, Tool, codes};
 
@@ -96,9 +96,9 @@ struct CompiledBranch {
     target: usize,
 }
 
-fn reason(code: &str, message: String, details: Value) -> StepError {
+fn reason(code: ErrorCode, message: String, details: Value) -> StepError {
     StepError {
-        code: code.to_owned(),
+        code,
         message,
         details: Some(details),
     }
@@ -314,39 +314,6 @@ pub(crate) struct Checkpoint {
     inner: Option<Box<Checkpoint>>,
 }
 
-/// A block step's state (seed 002): `READY` before it starts (or between nodes, which a
-/// ledger cannot see), `BUSY` while a node runs, `WAITING` for a decision, then `DONE`,
-/// `FAILED` or `SKIPPED`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum BlockPhase {
-    /// Not started.
-    Ready,
-    /// A node is running.
-    Busy,
-    /// Stopped at a node until an approval or a recovery is decided.
-    Waiting,
-    /// Finished with its last node's result.
-    Done,
-    /// Failed (its record says why).
-    Failed,
-    /// Skipped by its dependencies or its condition.
-    Skipped,
-}
-
-/// Where a block step is, as `status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlockState {
-    /// The block step.
-    pub step_id: String,
-    /// Its state.
-    pub state: BlockPhase,
-    /// The node it is at (`check`, or `inner/deploy` in a nested block): the one waiting or
-    /// running, or the last one that ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-}
-
 /// The state of each of the block steps `blocks`, from a run's records (as `run` reports them
 /// or the ledger keeps them, in plan order) and the checkpoints of the blocks that wait.
 pub fn block_states<'a>(
@@ -555,7 +522,7 @@ impl BlockRun {
                     Decision::Approved => recoveries += 1,
                     Decision::Rejected(why) => {
                         return Err(StepError {
-                            code: codes::E_REJECTED.into(),
+                            code: codes::E_REJECTED,
                             message: format!(
                                 "node `{node_path}` failed and running it again was refused ({why}): {}",
                                 error.message
@@ -772,7 +739,7 @@ impl BlockRun {
                     };
                     args.resolve(&scope)
                         .map_err(|error| StepError {
-                            code: codes::E_ARGS_UNRESOLVED.into(),
+                            code: codes::E_ARGS_UNRESOLVED,
                             message: error.to_string(),
                             details: None,
                         })
@@ -788,7 +755,7 @@ impl BlockRun {
                         Decision::Approved => {}
                         Decision::Rejected(why) => {
                             let error = StepError {
-                                code: codes::E_REJECTED.into(),
+                                code: codes::E_REJECTED,
                                 message: format!("the call was not approved: {why}"),
                                 details: None,
                             };

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 // Tokio's clock, so that paused-time tests see `max_duration_ms` pass.
 use tokio::time::Instant;
 
-use crate::report::StepError;
 use crate::tool::codes;
+use plan_types::StepError;
 
 /// The guards of one run and what it has used of them.
 pub(crate) struct Guard {
@@ -141,7 +141,7 @@ fn times(n: u64) -> String {
 
 fn stopped(guard: &str, limit: u64, why: String) -> StepError {
     StepError {
-        code: codes::E_GUARD.into(),
+        code: codes::E_GUARD,
         message: format!("guard `{guard}` ({limit}) stopped the call: {why}"),
         details: Some(json!({"guard": guard, "limit": limit})),
     }

@@ -12,10 +12,11 @@ use plan_vars::{Item, Placeholder, Root, Scope, Selector, Template, ValueTemplat
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::block::{BlockState, CompiledBlock, block_states, compile_block};
+use crate::block::{CompiledBlock, block_states, compile_block};
 use crate::redact::Redactor;
-use crate::report::{Record, StepError};
 use crate::tool::{Registry, Tool, codes};
+use plan_types::BlockState;
+use plan_types::{Record, StepError};
 
 /// Most steps running at once when neither the plan nor the caller says.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
@@ -54,7 +55,7 @@ impl Condition {
     /// `E_CONDITION` naming the expression.
     pub(crate) fn holds(&self, vars: &BTreeMap<String, Arc<Value>>) -> Result<bool, StepError> {
         evaluate(&self.program, vars, None).map_err(|message| StepError {
-            code: codes::E_CONDITION.into(),
+            code: codes::E_CONDITION,
             message: format!("`when: {}`: {message}", self.text),
             details: None,
         })
@@ -554,7 +555,7 @@ impl<'a> ItemValues<'a> {
 /// Resolves a step's arguments and checks them against its tool's schema.
 pub(crate) fn resolve_args(step: &CompiledStep, scope: &Scope<'_>) -> Result<Value, StepError> {
     let args = step.args.resolve(scope).map_err(|error| StepError {
-        code: codes::E_ARGS_UNRESOLVED.into(),
+        code: codes::E_ARGS_UNRESOLVED,
         message: error.to_string(),
         details: None,
     })?;
@@ -591,7 +592,7 @@ pub(crate) fn check_schema(
             .map(|(pointer, message)| format!("{pointer}: {message}"))
             .collect();
         return Err(StepError {
-            code: codes::E_ARGS_INVALID.into(),
+            code: codes::E_ARGS_INVALID,
             message: format!("arguments do not match the schema of `{}`: {}", tool_name, listing.join("; ")),
             details: Some(Value::Array(
                 violations
@@ -614,7 +615,7 @@ pub(crate) fn expand_items(
         ExpandSource::Placeholder(template) => match template.resolve(scope) {
             Ok(Value::Array(items)) => Ok(items),
             Ok(other) => Err(StepError {
-                code: codes::E_EXPAND_NOT_LIST.into(),
+                code: codes::E_EXPAND_NOT_LIST,
                 message: format!(
                     "`expand_on` `{}` is {}, not a list",
                     expand.on_text,
@@ -623,7 +624,7 @@ pub(crate) fn expand_items(
                 details: None,
             }),
             Err(error) => Err(StepError {
-                code: codes::E_ARGS_UNRESOLVED.into(),
+                code: codes::E_ARGS_UNRESOLVED,
                 message: error.to_string(),
                 details: None,
             }),
@@ -657,7 +658,7 @@ pub(crate) fn item_ids(
         let key = key_template
             .resolve(&values.scope(*scope))
             .map_err(|error| StepError {
-                code: codes::E_ARGS_UNRESOLVED.into(),
+                code: codes::E_ARGS_UNRESOLVED,
                 message: format!("`expand_key` for item {k}: {error}"),
                 details: None,
             })?;
@@ -666,7 +667,7 @@ pub(crate) fn item_ids(
             Value::Number(n) => n.to_string(),
             other => {
                 return Err(StepError {
-                    code: codes::E_EXPAND_KEY.into(),
+                    code: codes::E_EXPAND_KEY,
                     message: format!(
                         "`expand_key` must give a string or a number; for item {k} it gives {}",
                         kind(other)
@@ -677,7 +678,7 @@ pub(crate) fn item_ids(
         };
         if let Some(first) = seen.insert(text.clone(), k) {
             return Err(StepError {
-                code: codes::E_EXPAND_DUPLICATE_KEY.into(),
+                code: codes::E_EXPAND_DUPLICATE_KEY,
                 message: format!(
                     "`expand_key` gives `{text}` for items {first} and {k}; keys must be unique"
                 ),

@@ -3,8 +3,7 @@
 
 use serde_json::Value;
 
-use crate::event::Event;
-use crate::report::Record;
+use plan_types::{Event, Record};
 
 /// What replaces a secret.
 pub const REDACTED: &str = "[redacted]";

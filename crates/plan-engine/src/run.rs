@@ -10,38 +10,38 @@
 //! join the ready queue right behind it, run like steps, and the map step settles when the
 //! last item does, with its binds collected as lists in item order.
 //!
-//! With a [`Journal`], everything that settles is committed in batches: whatever completed
-//! since the last commit is written in one commit before any new call starts, so a step's
-//! result and binds are durable before a dependent runs, and a busy run pays one commit per
-//! turn of the loop rather than one per step.
+//! With a [`Journal`], everything that settles in one turn of the loop is one batch, handed to
+//! the ledger writer (`writer.rs`), which commits on a thread of its own. Under
+//! `Durability::Sync` a step whose dependencies settled in a batch not yet committed is held
+//! back until it is, so a step's result and binds are durable before a dependent runs; a step
+//! with nothing uncommitted upstream starts at once. The scheduler never waits for SQLite.
 
-use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use plan_graph::{Mode, RetryPolicy, RunIf};
+use plan_types::{
+    Approvals, Attempt, Batch, Decision, Durability, ErrorCode, Event, EventKind, EventSink,
+    Journal, PLAN_APPROVAL, PendingApproval, Position, Record, Restored, RunEnd, RunReport,
+    StepError, TaskStatus, reasons,
+};
 use plan_vars::Scope;
 use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{Approvals, Decision};
 use crate::block::{BlockEnd, BlockRun, Checkpoint, CompiledBlock, NodeDone};
-use crate::event::{Event, EventKind, EventSink};
 use crate::guard::Guard;
-use crate::journal::{Attempt, Batch, Journal, Position, Restored, RunEnd};
 use crate::program::{
     Action, CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program,
     expand_items, item_ids, resolve_args,
 };
 use crate::redact::Redactor;
-use crate::report::{
-    PLAN_APPROVAL, PendingApproval, Record, RunReport, StepError, TaskStatus, reasons,
-};
 use crate::retry;
 use crate::tool::{Progress, Tool, ToolContext, ToolError, codes};
+use crate::writer::{Durable, Writer};
 
 /// How to run a program.
 pub struct RunOptions {
@@ -56,8 +56,10 @@ pub struct RunOptions {
     pub env: BTreeMap<String, String>,
     /// Where events go, if anywhere.
     pub events: Option<Arc<dyn EventSink>>,
-    /// Where settled records go before dependents start, if anywhere.
+    /// Where settled records go, if anywhere (written on a thread of the engine's own).
     pub journal: Option<Box<dyn Journal>>,
+    /// When settled records must be in the journal: by default before a dependent starts.
+    pub durability: Durability,
     /// What an earlier, interrupted attempt at this run already settled (`resume`).
     pub restored: Option<Restored>,
     /// Cancelling it stops the run: no new step starts, running tools are cancelled, and the
@@ -84,6 +86,7 @@ impl RunOptions {
             env: BTreeMap::new(),
             events: None,
             journal: None,
+            durability: Durability::Sync,
             restored: None,
             cancel: CancellationToken::new(),
             approvals: Approvals::new(),
@@ -250,8 +253,16 @@ struct Scheduler<'p> {
     restored_items: HashMap<String, Record>,
     /// The ledger's order of restored block node records, by id.
     restored_order: HashMap<String, usize>,
-    journal: Option<Box<dyn Journal>>,
-    /// Settled since the last commit.
+    /// The ledger writer, with a journal.
+    writer: Option<Writer>,
+    /// Every batch up to this one is durable (`u64::MAX` when nothing needs to wait for it:
+    /// no journal, or a durability other than `sync`).
+    durable: u64,
+    /// The batch each step's record went into (0: durable before the run started).
+    settled_in: Vec<u64>,
+    /// Ready work whose dependencies' records are not durable yet.
+    held: Vec<Work>,
+    /// Settled since the last batch was sent.
     pending: Vec<Position>,
     pending_vars: Vec<String>,
     pending_attempts: Vec<Attempt>,
@@ -308,7 +319,10 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         nested: HashMap::new(),
         restored_items: HashMap::new(),
         restored_order: HashMap::new(),
-        journal: options.journal.take(),
+        writer: None,
+        durable: u64::MAX,
+        settled_in: vec![0; n],
+        held: Vec::new(),
         pending: Vec::new(),
         pending_vars: Vec::new(),
         pending_attempts: Vec::new(),
@@ -332,7 +346,15 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
     }
     // With a journal, blocks report each finished node so that it is committed at once.
     let (progress_sender, mut progress) = tokio::sync::mpsc::unbounded_channel::<NodeDone>();
-    if scheduler.journal.is_some() {
+    let mut durable = None;
+    if let Some(journal) = options.journal.take() {
+        let (writer, receiver) =
+            Writer::start(journal, options.durability).map_err(|e| RunError::Journal(e.0))?;
+        scheduler.writer = Some(writer);
+        if options.durability == Durability::Sync {
+            scheduler.durable = 0;
+        }
+        durable = Some(receiver);
         scheduler.block_progress = Some(progress_sender);
     } else {
         drop(progress_sender);
@@ -353,7 +375,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             args: None,
             reason: None,
         });
-        return scheduler.finalize(&options.run_id, started);
+        return scheduler.finalize(&options.run_id, started).await;
     }
     for i in 0..n {
         if scheduler.records[i].is_some() {
@@ -388,6 +410,11 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             if scheduler.is_settled(work.step, item) {
                 continue;
             }
+            if scheduler.needs(work.step) > scheduler.durable {
+                // What it depends on is not durable yet: it starts when it is.
+                scheduler.held.push(work);
+                continue;
+            }
             if item.is_none() && !scheduler.condition_holds(work.step) {
                 continue;
             }
@@ -399,21 +426,38 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             let Some(task) = scheduler.prepare(work.step, item, &halt) else {
                 continue;
             };
-            // What settled so far is durable before this call, which may depend on it, starts.
-            if let Err(error) = scheduler.commit() {
-                failure = Some(error.0);
-                halt.cancel();
-                break;
-            }
             let handle = match task {
                 Task::Call(call) => running.spawn(execute(call)),
                 Task::Block(block) => running.spawn(execute_block(block)),
             };
             tasks.insert(handle.id(), (work.step, item));
         }
+        // What settled while starting calls (skips, argument errors) goes to the writer too.
+        scheduler.flush();
+        let stalled = halt.is_cancelled() || scheduler.first_failure.is_some();
+        if running.is_empty() && (scheduler.held.is_empty() || stalled) {
+            break;
+        }
         let joined = tokio::select! {
             biased;
-            joined = running.join_next_with_id() => joined,
+            Some(joined) = running.join_next_with_id(), if !running.is_empty() => joined,
+            changed = async { durable.as_mut()?.changed().await.ok() }, if durable.is_some() => {
+                let now = durable.as_mut().map(|d| d.borrow_and_update().clone());
+                match (changed, now) {
+                    (Some(()), Some(Durable::Upto(upto))) => scheduler.release(upto),
+                    (_, Some(Durable::Failed(error))) => {
+                        failure.get_or_insert(error.0);
+                        halt.cancel();
+                        durable = None;
+                    }
+                    _ => {
+                        failure.get_or_insert_with(|| "the ledger writer stopped".to_owned());
+                        halt.cancel();
+                        durable = None;
+                    }
+                }
+                continue;
+            }
             Some(done) = progress.recv() => {
                 scheduler.node_done(done);
                 while let Ok(done) = progress.try_recv() {
@@ -427,29 +471,17 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                     commit_due.get_or_insert(now + PROGRESS_COMMIT_EVERY);
                 } else {
                     last_progress_commit = Some(now);
-                    if failure.is_none()
-                        && let Err(error) = scheduler.commit()
-                    {
-                        failure = Some(error.0);
-                        halt.cancel();
-                    }
+                    scheduler.flush();
                 }
                 continue;
             }
             () = tokio::time::sleep_until(commit_due.unwrap_or_else(tokio::time::Instant::now)), if commit_due.is_some() => {
                 commit_due = None;
                 last_progress_commit = Some(tokio::time::Instant::now());
-                if failure.is_none()
-                    && let Err(error) = scheduler.commit()
-                {
-                    failure = Some(error.0);
-                    halt.cancel();
-                }
+                scheduler.flush();
                 continue;
             }
-        };
-        let Some(joined) = joined else {
-            break;
+            else => break,
         };
         // Node reports sent before a block finished are taken first, so that they are in
         // place before the block's own records.
@@ -473,7 +505,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                             "the tool's task was aborted"
                         };
                         let error = StepError {
-                            code: codes::E_TOOL.into(),
+                            code: codes::E_TOOL,
                             message: message.into(),
                             details: None,
                         };
@@ -491,18 +523,13 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 }
             }
         }
-        if failure.is_none()
-            && let Err(error) = scheduler.commit()
-        {
-            failure = Some(error.0);
-            halt.cancel();
-        }
+        scheduler.flush();
     }
 
     if let Some(message) = failure {
         return Err(RunError::Journal(message));
     }
-    scheduler.finalize(&options.run_id, started)
+    scheduler.finalize(&options.run_id, started).await
 }
 
 impl Scheduler<'_> {
@@ -598,25 +625,67 @@ impl Scheduler<'_> {
         self.restored_items = by_id;
     }
 
-    /// Writes what settled since the last commit, if there is a journal. Once the caller has
-    /// cancelled, only successes are written: what was cancelled, and what it skipped, must
-    /// run again on resume.
-    fn commit(&mut self) -> Result<(), crate::journal::JournalError> {
-        let Some(journal) = self.journal.as_mut() else {
-            return Ok(());
+    /// The batch a dependent of `step` must see durable before it starts: the latest one
+    /// any of `step`'s dependencies settled in.
+    fn needs(&self, step: usize) -> u64 {
+        self.program.deps.deps[step]
+            .iter()
+            .map(|&dep| self.settled_in[dep])
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Batches up to `upto` are durable: work held for them becomes ready.
+    fn release(&mut self, upto: u64) {
+        if upto <= self.durable {
+            return;
+        }
+        self.durable = upto;
+        let held = std::mem::take(&mut self.held);
+        for work in held {
+            if self.needs(work.step) <= upto {
+                self.ready.push(Reverse(work));
+            } else {
+                self.held.push(work);
+            }
+        }
+    }
+
+    /// Puts a settled record in the next batch; a dependent of a step waits for that batch
+    /// to be durable. (Items and block nodes go straight to `pending`: nothing outside their
+    /// step depends on them.)
+    fn keep(&mut self, position: Position) {
+        if let Some(writer) = &self.writer {
+            if position.item.is_none() {
+                self.settled_in[position.step] = writer.next_batch();
+            }
+            self.pending.push(position);
+        }
+    }
+
+    /// Hands what settled since the last batch to the ledger writer, if there is a journal.
+    /// Once the caller has cancelled, only successes are written: what was cancelled, and what
+    /// it skipped, must run again on resume.
+    fn flush(&mut self) {
+        let Some(writer) = self.writer.as_mut() else {
+            self.pending.clear();
+            self.pending_vars.clear();
+            self.pending_attempts.clear();
+            self.pending_checkpoints.clear();
+            return;
         };
         if self.pending.is_empty()
             && self.pending_vars.is_empty()
             && self.pending_attempts.is_empty()
             && self.pending_checkpoints.is_empty()
         {
-            return Ok(());
+            return;
         }
         let stopping = self.stopping.is_cancelled();
-        let records: Vec<(Position, &Record)> = self
+        let records: Vec<(Position, Record)> = self
             .pending
-            .iter()
-            .filter_map(|&position| {
+            .drain(..)
+            .filter_map(|position| {
                 let record = match position.item {
                     None => self.records[position.step].as_ref(),
                     Some(k) => match self.maps.get(&position.step) {
@@ -627,55 +696,41 @@ impl Scheduler<'_> {
                             .and_then(|records| records.get(k)),
                     },
                 };
-                record.filter(|r| !stopping || r.ok).map(|r| (position, r))
+                record
+                    .filter(|r| !stopping || r.ok)
+                    .map(|r| (position, r.clone()))
             })
             .collect();
         // Secrets never reach the ledger: variables and attempt errors are redacted copies
         // (records already are). A resumed run reads `[redacted]` where a secret was bound.
-        let values: Vec<(&str, Cow<'_, Value>)> = self
+        let variables: Vec<(String, Arc<Value>)> = self
             .pending_vars
-            .iter()
+            .drain(..)
             .filter_map(|name| {
-                let value = &**self.vars.get(name)?;
+                let value = self.vars.get(&name)?;
                 if self.redactor.is_empty() {
-                    return Some((name.as_str(), Cow::Borrowed(value)));
+                    return Some((name, value.clone()));
                 }
-                let mut copy = value.clone();
+                let mut copy = (**value).clone();
                 self.redactor.value(&mut copy);
-                Some((name.as_str(), Cow::Owned(copy)))
+                Some((name, Arc::new(copy)))
             })
             .collect();
-        let variables: Vec<(&str, &Value)> = values
-            .iter()
-            .map(|(name, value)| (*name, value.as_ref()))
-            .collect();
-        for attempt in &mut self.pending_attempts {
+        let mut attempts = std::mem::take(&mut self.pending_attempts);
+        for attempt in &mut attempts {
             if let Some(error) = &mut attempt.error {
                 self.redactor.string(&mut error.message);
             }
         }
-        let checkpoints: Vec<(&str, &Value)> = self
-            .pending_checkpoints
-            .iter()
-            .map(|(id, checkpoint)| (id.as_str(), checkpoint))
+        let checkpoints = std::mem::take(&mut self.pending_checkpoints)
+            .into_iter()
             .collect();
-        let batch = Batch {
+        writer.send(Batch {
             records,
             variables,
-            attempts: &self.pending_attempts,
+            attempts,
             checkpoints,
-        };
-        let result = if batch.is_empty() {
-            Ok(())
-        } else {
-            journal.commit(&batch)
-        };
-        drop(batch);
-        self.pending_checkpoints.clear();
-        self.pending.clear();
-        self.pending_vars.clear();
-        self.pending_attempts.clear();
-        result
+        });
     }
 
     /// Resolves the arguments of a ready step or item and checks them against the tool's
@@ -717,7 +772,7 @@ impl Scheduler<'_> {
                 Decision::Approved => {}
                 Decision::Rejected(reason) => {
                     let error = StepError {
-                        code: codes::E_REJECTED.into(),
+                        code: codes::E_REJECTED,
                         message: format!("the call was not approved: {reason}"),
                         details: None,
                     };
@@ -751,7 +806,7 @@ impl Scheduler<'_> {
             events: self.events.clone(),
             redactor: self.redactor.clone(),
             cancel: halt.child_token(),
-            log_attempts: self.journal.is_some(),
+            log_attempts: self.writer.is_some(),
             guard: self.guard.clone(),
             jitter_seed: self.jitter_seed,
         };
@@ -916,10 +971,12 @@ impl Scheduler<'_> {
         }
         let nested = self.nested.entry(step).or_default();
         for record in records {
-            self.pending.push(Position {
-                step,
-                item: Some(nested.len()),
-            });
+            if self.writer.is_some() {
+                self.pending.push(Position {
+                    step,
+                    item: Some(nested.len()),
+                });
+            }
             nested.push(record);
         }
         self.pending_checkpoints
@@ -943,10 +1000,12 @@ impl Scheduler<'_> {
         if !nested.is_empty() {
             let list = self.nested.entry(step).or_default();
             for record in nested {
-                self.pending.push(Position {
-                    step,
-                    item: Some(list.len()),
-                });
+                if self.writer.is_some() {
+                    self.pending.push(Position {
+                        step,
+                        item: Some(list.len()),
+                    });
+                }
                 list.push(record);
             }
         }
@@ -999,7 +1058,7 @@ impl Scheduler<'_> {
                 selector
                     .select(value, &self.vars)
                     .map_err(|error| StepError {
-                        code: codes::E_BIND_UNRESOLVED.into(),
+                        code: codes::E_BIND_UNRESOLVED,
                         message: format!("bind `{name}`: {error}"),
                         details: None,
                     })
@@ -1061,7 +1120,7 @@ impl Scheduler<'_> {
         // the real result above.
         self.redactor.record(&mut record);
         map.records[k] = Some(record);
-        self.pending.push(Position {
+        self.keep(Position {
             step,
             item: Some(k),
         });
@@ -1115,7 +1174,7 @@ impl Scheduler<'_> {
                 message.push_str(&format!(" and {more} more"));
             }
             Err(StepError {
-                code: codes::E_MAP_ITEMS_FAILED.into(),
+                code: codes::E_MAP_ITEMS_FAILED,
                 message,
                 details: None,
             })
@@ -1172,7 +1231,7 @@ impl Scheduler<'_> {
         };
         self.redactor.record(&mut record);
         self.records[index] = Some(record);
-        self.pending.push(Position {
+        self.keep(Position {
             step: index,
             item: None,
         });
@@ -1197,7 +1256,7 @@ impl Scheduler<'_> {
         let mut record = not_run_record(step_id, skipped, reason);
         record.ok = ok;
         self.records[index] = Some(record);
-        self.pending.push(Position {
+        self.keep(Position {
             step: index,
             item: None,
         });
@@ -1277,7 +1336,7 @@ impl Scheduler<'_> {
 
     /// Ends the run: fills in what never started (if stopped), works out the status, commits
     /// the last batch and tells the journal how the run ended, then builds the report.
-    fn finalize(mut self, run_id: &str, started: Instant) -> Result<RunReport, RunError> {
+    async fn finalize(mut self, run_id: &str, started: Instant) -> Result<RunReport, RunError> {
         let stopped = self.stopping.is_cancelled();
         let waiting = !stopped && !self.awaiting.is_empty();
         // Why what never started did not. Only a `fail_fast` skip is final, and committed: a
@@ -1315,7 +1374,7 @@ impl Scheduler<'_> {
                 };
                 self.records[i] = Some(not_run_record(id, true, reason));
                 self.outcomes[i] = Some(Outcome::Skipped);
-                if committed {
+                if committed && self.writer.is_some() {
                     self.pending.push(Position {
                         step: i,
                         item: None,
@@ -1327,7 +1386,7 @@ impl Scheduler<'_> {
             for (k, record) in map.records.iter_mut().enumerate() {
                 if record.is_none() {
                     *record = Some(not_run_record(&map.ids[k], true, reason_for(&map.ids[k])));
-                    if committed {
+                    if committed && self.writer.is_some() {
                         self.pending.push(Position {
                             step,
                             item: Some(k),
@@ -1370,8 +1429,8 @@ impl Scheduler<'_> {
             event.duration_ms = Some(millis(elapsed));
             event
         });
-        self.commit().map_err(|e| RunError::Journal(e.0))?;
-        if let Some(journal) = self.journal.as_mut() {
+        self.flush();
+        if let Some(writer) = self.writer.take() {
             let end = if stopped {
                 RunEnd::Stopped
             } else if waiting {
@@ -1389,7 +1448,10 @@ impl Scheduler<'_> {
             } else {
                 RunEnd::Finished(status)
             };
-            journal.finish(end).map_err(|e| RunError::Journal(e.0))?;
+            writer
+                .finish(end)
+                .await
+                .map_err(|e| RunError::Journal(e.0))?;
         }
         let meta = Record::meta(status, millis(elapsed));
         let mut records: Vec<Record> = if self.maps.is_empty() && self.nested.is_empty() {
@@ -1464,10 +1526,10 @@ fn note_failure(
     guard: Option<&Guard>,
     first_failure: Option<&mut Option<Arc<str>>>,
     id: &str,
-    code: &str,
+    code: &ErrorCode,
 ) {
     if let Some(guard) = guard
-        && code != codes::E_GUARD
+        && *code != codes::E_GUARD
     {
         guard.failed();
     }
@@ -1526,7 +1588,7 @@ async fn execute_block(call: BlockCall) -> Finished {
         .await
         .unwrap_or_else(|_| {
             BlockEnd::Done(Err(StepError {
-                code: codes::E_TIMEOUT.into(),
+                code: codes::E_TIMEOUT,
                 message: format!(
                     "the block took longer than {} ms and was cancelled",
                     limit.as_millis()

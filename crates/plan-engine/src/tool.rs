@@ -7,59 +7,63 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use plan_graph::Risk;
+use plan_types::{ErrorCode, ProgressReport};
 use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// Stable error codes the engine itself produces; tools may use their own as well.
+/// The error codes the engine itself produces, as constants of [`ErrorCode`]; tools may use
+/// their own as well ([`ErrorCode::Other`]).
 pub mod codes {
+    use plan_types::ErrorCode;
+
     /// A tool reported a failure.
-    pub const E_TOOL: &str = "E_TOOL";
+    pub const E_TOOL: ErrorCode = ErrorCode::Tool;
     /// An attempt ran past its `timeout_ms` and was cancelled.
-    pub const E_TIMEOUT: &str = "E_TIMEOUT";
+    pub const E_TIMEOUT: ErrorCode = ErrorCode::Timeout;
     /// The resolved arguments do not fit the tool.
-    pub const E_ARGS_INVALID: &str = "E_ARGS_INVALID";
+    pub const E_ARGS_INVALID: ErrorCode = ErrorCode::ArgsInvalid;
     /// A placeholder in the arguments does not resolve.
-    pub const E_ARGS_UNRESOLVED: &str = "E_ARGS_UNRESOLVED";
+    pub const E_ARGS_UNRESOLVED: ErrorCode = ErrorCode::ArgsUnresolved;
     /// A bind selector does not match the step's result.
-    pub const E_BIND_UNRESOLVED: &str = "E_BIND_UNRESOLVED";
+    pub const E_BIND_UNRESOLVED: ErrorCode = ErrorCode::BindUnresolved;
     /// The run was cancelled while the step ran.
-    pub const E_CANCELLED: &str = "E_CANCELLED";
+    pub const E_CANCELLED: ErrorCode = ErrorCode::Cancelled;
     /// The connection to a remote tool failed.
-    pub const E_TRANSPORT: &str = "E_TRANSPORT";
+    pub const E_TRANSPORT: ErrorCode = ErrorCode::Transport;
     /// Reading or writing a file or a pipe failed.
-    pub const E_IO: &str = "E_IO";
+    pub const E_IO: ErrorCode = ErrorCode::Io;
     /// A step's `when` is not true or false, or cannot be evaluated.
-    pub const E_CONDITION: &str = "E_CONDITION";
+    pub const E_CONDITION: ErrorCode = ErrorCode::Condition;
     /// A map step's `expand_on` is not a list.
-    pub const E_EXPAND_NOT_LIST: &str = "E_EXPAND_NOT_LIST";
+    pub const E_EXPAND_NOT_LIST: ErrorCode = ErrorCode::ExpandNotList;
     /// A map item's key (from `expand_key`) is not a string or a number.
-    pub const E_EXPAND_KEY: &str = "E_EXPAND_KEY";
+    pub const E_EXPAND_KEY: ErrorCode = ErrorCode::ExpandKey;
     /// Two map items have the same key.
-    pub const E_EXPAND_DUPLICATE_KEY: &str = "E_EXPAND_DUPLICATE_KEY";
+    pub const E_EXPAND_DUPLICATE_KEY: ErrorCode = ErrorCode::ExpandDuplicateKey;
     /// Some items of a map step failed.
-    pub const E_MAP_ITEMS_FAILED: &str = "E_MAP_ITEMS_FAILED";
-    /// A block's graph does not validate (seed 002).
-    pub const INVALID_GRAPH: &str = "invalid_graph";
-    /// A block's transition names a node that does not exist (seed 002).
-    pub const UNKNOWN_NODE: &str = "unknown_node";
-    /// No branch of a block's transition matched (seed 002).
-    pub const NO_TRANSITION: &str = "no_transition";
-    /// A block ran more than `max_steps` nodes (seed 002).
-    pub const MAX_STEPS_EXCEEDED: &str = "max_steps_exceeded";
-    /// A block's condition is undefined, does not compile, or cannot be evaluated (seed 002).
-    pub const CONDITION_RESOLUTION_ERROR: &str = "condition_resolution_error";
+    pub const E_MAP_ITEMS_FAILED: ErrorCode = ErrorCode::MapItemsFailed;
+    /// A block's graph does not validate.
+    pub const INVALID_GRAPH: ErrorCode = ErrorCode::InvalidGraph;
+    /// A block's transition names a node that does not exist.
+    pub const UNKNOWN_NODE: ErrorCode = ErrorCode::UnknownNode;
+    /// No branch of a block's transition matched.
+    pub const NO_TRANSITION: ErrorCode = ErrorCode::NoTransition;
+    /// A block ran more than `max_steps` nodes.
+    pub const MAX_STEPS_EXCEEDED: ErrorCode = ErrorCode::MaxStepsExceeded;
+    /// A block's condition is undefined, does not compile, or cannot be evaluated.
+    pub const CONDITION_RESOLUTION_ERROR: ErrorCode = ErrorCode::ConditionResolutionError;
     /// A high-risk step's approval was refused (`plan-cli reject`).
-    pub const E_REJECTED: &str = "E_REJECTED";
+    pub const E_REJECTED: ErrorCode = ErrorCode::Rejected;
     /// A guard (a budget of the plan's `guards`) stopped the call before it was made.
-    pub const E_GUARD: &str = "E_GUARD";
+    pub const E_GUARD: ErrorCode = ErrorCode::Guard;
 }
 
 /// How a tool call failed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolError {
     /// A stable code such as `E_TIMEOUT`.
-    pub code: String,
+    pub code: ErrorCode,
     /// What happened.
     pub message: String,
     /// Whether trying again may succeed (timeouts, I/O, transport, the tool says so).
@@ -76,7 +80,7 @@ pub struct ToolError {
 
 impl ToolError {
     /// A failure that trying again will not fix.
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         ToolError {
             code: code.into(),
             message: message.into(),
@@ -87,7 +91,7 @@ impl ToolError {
     }
 
     /// A failure that may pass if tried again.
-    pub fn retryable(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn retryable(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
         ToolError {
             retryable: true,
             ..ToolError::new(code, message)
@@ -136,19 +140,6 @@ pub struct ToolContext {
 /// Reports a running tool's progress; each report becomes a `tool.progress` event.
 #[derive(Clone)]
 pub struct Progress(Arc<dyn Fn(ProgressReport) + Send + Sync>);
-
-/// One progress report: how far, out of how much (when known), and what is happening.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct ProgressReport {
-    /// How far the tool got (in its own units; increases).
-    pub progress: f64,
-    /// The total, when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub total: Option<f64>,
-    /// What is happening.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
 
 impl Progress {
     /// A reporter that hands each report to `report`.

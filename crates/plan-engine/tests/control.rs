@@ -4,13 +4,12 @@
 mod common;
 
 use common::*;
-use plan_engine::{
-    EventKind, Mode, PLAN_APPROVAL, PendingApproval, Program, RunError, RunOptions, TaskStatus, run,
-};
+use plan_engine::{Mode, Program, RunError, RunOptions, run};
 use plan_graph::{Format, LoadOptions, Source, load};
+use plan_types::{EventKind, PLAN_APPROVAL, PendingApproval, TaskStatus};
 use serde_json::{Value, json};
 
-fn pending(report: &plan_engine::RunReport) -> Vec<(String, Option<Value>)> {
+fn pending(report: &plan_types::RunReport) -> Vec<(String, Option<Value>)> {
     report
         .pending_approvals
         .iter()
@@ -431,20 +430,20 @@ async fn a_jitter_seed_makes_retry_delays_reproducible() {
 /// A journal that keeps what it is given, as a ledger would.
 #[derive(Default, Clone)]
 struct Kept(
-    std::sync::Arc<std::sync::Mutex<(Vec<plan_engine::Record>, Option<plan_engine::RunEnd>)>>,
+    std::sync::Arc<std::sync::Mutex<(Vec<plan_types::Record>, Option<plan_types::RunEnd>)>>,
 );
 
-impl plan_engine::Journal for Kept {
-    fn commit(&mut self, batch: &plan_engine::Batch<'_>) -> Result<(), plan_engine::JournalError> {
+impl plan_types::Journal for Kept {
+    fn commit(&mut self, batch: &plan_types::Batch) -> Result<(), plan_types::JournalError> {
         let mut kept = self.0.lock().expect("not poisoned");
         for (_, record) in &batch.records {
             kept.0.retain(|r| r.step_id != record.step_id);
-            kept.0.push((*record).clone());
+            kept.0.push(record.clone());
         }
         Ok(())
     }
 
-    fn finish(&mut self, end: plan_engine::RunEnd) -> Result<(), plan_engine::JournalError> {
+    fn finish(&mut self, end: plan_types::RunEnd) -> Result<(), plan_types::JournalError> {
         self.0.lock().expect("not poisoned").1 = Some(end);
         Ok(())
     }
@@ -482,7 +481,7 @@ async fn a_nested_block_waits_at_its_node_and_goes_on_from_there() {
     assert_eq!(report.blocks[0].node.as_deref(), Some("inner/deploy"));
     assert_eq!(called(&h), ["outer/first#1", "outer/inner#1/prepare#1"]);
     let (records, end) = kept.0.lock().unwrap().clone();
-    let Some(plan_engine::RunEnd::Waiting { checkpoints, .. }) = end else {
+    let Some(plan_types::RunEnd::Waiting { checkpoints, .. }) = end else {
         panic!("the run should have ended waiting");
     };
     assert_eq!(checkpoints.len(), 1);
@@ -494,7 +493,7 @@ async fn a_nested_block_waits_at_its_node_and_goes_on_from_there() {
     let report = h
         .run_with(plan, |o| {
             o.approvals.approve("outer/inner/deploy");
-            o.restored = Some(plan_engine::Restored {
+            o.restored = Some(plan_types::Restored {
                 records,
                 variables: Default::default(),
                 checkpoints: checkpoints.into_iter().collect(),

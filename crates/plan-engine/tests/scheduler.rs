@@ -6,11 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use plan_engine::{
-    EventKind, Program, Registry, RunOptions, RunReport, TaskStatus, Tool, ToolContext, ToolError,
-    ToolInfo, run,
-};
+use plan_engine::{Program, Registry, RunOptions, Tool, ToolContext, ToolError, ToolInfo, run};
 use plan_graph::{Format, LoadOptions, Source, load};
+use plan_types::{EventKind, RunReport, TaskStatus};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -450,7 +448,14 @@ fn previews_resolve_inputs_and_stand_in_for_later_results() {
     let calls = program.preview(&serde_json::Map::new(), &Default::default());
     let shown: Vec<(String, Value, Option<String>, Option<String>)> = calls
         .into_iter()
-        .map(|c| (c.step_id, c.args, c.expand_on, c.error.map(|e| e.code)))
+        .map(|c| {
+            (
+                c.step_id,
+                c.args,
+                c.expand_on,
+                c.error.map(|e| e.code.to_string()),
+            )
+        })
         .collect();
     assert_eq!(
         shown,
@@ -774,17 +779,17 @@ type Seen = Arc<Mutex<Vec<(String, Vec<String>)>>>;
 /// A journal in memory: what was committed, in order, and a switch to make it fail.
 #[derive(Clone, Default)]
 struct MemoryJournal {
-    committed: Arc<Mutex<Vec<plan_engine::Record>>>,
+    committed: Arc<Mutex<Vec<plan_types::Record>>>,
     commits: Arc<AtomicUsize>,
     fail_after: Option<usize>,
-    ended: Arc<Mutex<Option<plan_engine::RunEnd>>>,
+    ended: Arc<Mutex<Option<plan_types::RunEnd>>>,
 }
 
-impl plan_engine::Journal for MemoryJournal {
-    fn commit(&mut self, batch: &plan_engine::Batch<'_>) -> Result<(), plan_engine::JournalError> {
+impl plan_types::Journal for MemoryJournal {
+    fn commit(&mut self, batch: &plan_types::Batch) -> Result<(), plan_types::JournalError> {
         let n = self.commits.fetch_add(1, Ordering::SeqCst);
         if self.fail_after.is_some_and(|limit| n >= limit) {
-            return Err(plan_engine::JournalError("disk full".into()));
+            return Err(plan_types::JournalError("disk full".into()));
         }
         self.committed
             .lock()
@@ -793,7 +798,7 @@ impl plan_engine::Journal for MemoryJournal {
         Ok(())
     }
 
-    fn finish(&mut self, end: plan_engine::RunEnd) -> Result<(), plan_engine::JournalError> {
+    fn finish(&mut self, end: plan_types::RunEnd) -> Result<(), plan_types::JournalError> {
         *self.ended.lock().unwrap() = Some(end);
         Ok(())
     }
@@ -929,7 +934,7 @@ async fn a_result_is_committed_before_any_dependent_starts() {
     assert!(run.journal.commits.load(Ordering::SeqCst) <= 10);
     assert_eq!(
         *run.journal.ended.lock().unwrap(),
-        Some(plan_engine::RunEnd::Finished(TaskStatus::Completed))
+        Some(plan_types::RunEnd::Finished(TaskStatus::Completed))
     );
 }
 
@@ -948,7 +953,7 @@ async fn a_resumed_run_skips_what_settled_and_ends_with_the_same_records() {
 
     // As if the first attempt died after a, b and item m-1.
     let keep = ["a", "b", "m-1"];
-    let restored = plan_engine::Restored {
+    let restored = plan_types::Restored {
         checkpoints: Default::default(),
         records: full
             .records
@@ -986,7 +991,7 @@ async fn kept_failures_stay_failed_on_resume() {
         .await
         .unwrap();
     let again = JournalRun::new(plan, MemoryJournal::default());
-    let restored = plan_engine::Restored {
+    let restored = plan_types::Restored {
         checkpoints: Default::default(),
         records: first.records.clone(),
         variables: Default::default(),
@@ -1034,7 +1039,7 @@ async fn a_stopped_run_commits_only_what_succeeded() {
     );
     assert_eq!(
         *run.journal.ended.lock().unwrap(),
-        Some(plan_engine::RunEnd::Stopped)
+        Some(plan_types::RunEnd::Stopped)
     );
 }
 
@@ -1152,7 +1157,7 @@ fn error_of(report: &RunReport, id: &str) -> (String, String, Option<Value>) {
     let record = report.records.iter().find(|r| r.step_id == id).unwrap();
     let error = record.error.as_ref().unwrap();
     (
-        error.code.clone(),
+        error.code.to_string(),
         error.message.clone(),
         error.details.clone(),
     )

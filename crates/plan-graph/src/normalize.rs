@@ -14,10 +14,10 @@ use crate::source::PlanPath;
 pub(crate) const RESERVED_NAMES: &[&str] = &["each", "index", "key", "var", "env"];
 
 /// The id of the summary record; no step may take it.
-pub const META_STEP_ID: &str = "__meta__";
+pub const META_STEP_ID: &str = plan_types::META_STEP_ID;
 
 /// The id under which a whole plan's approval is kept (`--mode approval`); no step may take it.
-pub const PLAN_APPROVAL_ID: &str = "__plan__";
+pub const PLAN_APPROVAL_ID: &str = plan_types::PLAN_APPROVAL;
 
 pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
     let mut issues = Vec::new();

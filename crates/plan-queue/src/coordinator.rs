@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use plan_engine::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};
+use plan_types::ErrorCode;
 use redis::streams::StreamReadReply;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -289,7 +290,9 @@ fn decode(text: &str) -> Outcome {
     }
     let error = &value["error"];
     let mut tool_error = ToolError::new(
-        error["code"].as_str().unwrap_or(codes::E_TOOL),
+        error["code"]
+            .as_str()
+            .map_or(codes::E_TOOL, ErrorCode::from),
         error["message"]
             .as_str()
             .unwrap_or("the worker reported a failure"),

@@ -17,7 +17,7 @@ mod worker;
 use std::time::Duration;
 
 pub use coordinator::{Dispatcher, RemoteTool};
-pub use worker::{WorkerOptions, WorkerStats, work};
+pub use worker::{WorkerNotice, WorkerOptions, WorkerStats, work};
 
 /// The stream of steps when none is named.
 pub const DEFAULT_STREAM: &str = "plan:steps";

@@ -26,6 +26,33 @@ pub struct WorkerOptions {
     /// How long an entry may sit unacknowledged and untouched before another worker claims it
     /// (its worker is presumed dead). A busy worker touches its entries well within it.
     pub visibility_timeout: Duration,
+    /// Where the worker says what went wrong while it goes on (a failed read, a result it
+    /// could not write); the library prints nothing.
+    pub notices: Option<tokio::sync::mpsc::UnboundedSender<WorkerNotice>>,
+}
+
+/// Something that went wrong while a worker goes on working.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerNotice {
+    /// Reading the stream failed; the worker tries again shortly.
+    #[error("worker {consumer}: reading the queue failed: {error}")]
+    ReadFailed {
+        /// The worker.
+        consumer: String,
+        /// What Redis said.
+        error: String,
+    },
+    /// A call's result could not be written; the entry stays unacknowledged, so another
+    /// worker claims it and makes the call again.
+    #[error("worker {consumer}: cannot write the result of {job}: {error}")]
+    ResultNotWritten {
+        /// The worker.
+        consumer: String,
+        /// The call's key (`RUN/STEP#ATTEMPT`).
+        job: String,
+        /// What Redis said.
+        error: String,
+    },
 }
 
 /// What a worker did.
@@ -123,9 +150,12 @@ pub async fn work(
                     entries.extend(reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids));
                 }
                 Err(error) => {
-                    eprintln!(
-                        "worker {}: reading the queue failed: {error}",
-                        options.consumer
+                    notify(
+                        options.notices.as_ref(),
+                        WorkerNotice::ReadFailed {
+                            consumer: options.consumer.clone(),
+                            error: error.to_string(),
+                        },
                     );
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
@@ -139,6 +169,7 @@ pub async fn work(
                 queue: queue.clone(),
                 tools: tools.clone(),
                 consumer: options.consumer.clone(),
+                notices: options.notices.clone(),
                 visibility: options.visibility_timeout,
                 done: done.clone(),
             };
@@ -162,6 +193,13 @@ pub async fn work(
     })
 }
 
+fn notify(to: Option<&tokio::sync::mpsc::UnboundedSender<WorkerNotice>>, notice: WorkerNotice) {
+    if let Some(to) = to {
+        // A caller that stopped listening does not want to hear it.
+        let _ = to.send(notice);
+    }
+}
+
 /// `plan:workers` maps each worker to when it was last seen (milliseconds since the epoch).
 async fn heartbeat(queue: &Queue, consumer: &str) {
     let now = SystemTime::now()
@@ -180,6 +218,7 @@ struct Job {
     queue: Queue,
     tools: Arc<Registry>,
     consumer: String,
+    notices: Option<tokio::sync::mpsc::UnboundedSender<WorkerNotice>>,
     visibility: Duration,
     done: Arc<AtomicU64>,
 }
@@ -207,9 +246,13 @@ impl Job {
                 .await;
             if let Err(error) = written {
                 // Not acknowledged: another worker will claim it and run it again.
-                eprintln!(
-                    "worker {}: cannot write the result of {job}: {error}",
-                    self.consumer
+                notify(
+                    self.notices.as_ref(),
+                    WorkerNotice::ResultNotWritten {
+                        consumer: self.consumer.clone(),
+                        job,
+                        error: error.to_string(),
+                    },
                 );
                 return;
             }

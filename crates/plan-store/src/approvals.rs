@@ -3,7 +3,7 @@
 //! taken once: it is never asked for again, and a different decision on the same call is
 //! refused rather than silently replacing it.
 
-use plan_engine::{Approvals, PendingApproval, TaskStatus};
+use plan_types::{Approvals, PendingApproval, TaskStatus};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use plan_engine::{Batch, Event, EventSink, Journal, JournalError, RunEnd};
+use plan_types::{Batch, Event, EventSink, Journal, JournalError, RunEnd};
 use rusqlite::TransactionBehavior;
 use rusqlite::types::Value;
 
@@ -74,7 +74,7 @@ impl RunJournal {
         self.store
     }
 
-    fn write(&mut self, batch: &Batch<'_>, events: &[String]) -> Result<(), StoreError> {
+    fn write(&mut self, batch: &Batch, events: &[String]) -> Result<(), StoreError> {
         let run_id = self.run_id.as_str();
         let transaction = self
             .store
@@ -106,7 +106,7 @@ impl RunJournal {
             .map(|(name, value)| {
                 [
                     Value::Text(run_id.to_owned()),
-                    Value::Text((*name).to_owned()),
+                    Value::Text(name.clone()),
                     Value::Text(value.to_string()),
                 ]
             })
@@ -130,7 +130,7 @@ impl RunJournal {
                     attempt
                         .error
                         .as_ref()
-                        .map_or(Value::Null, |e| Value::Text(e.code.clone())),
+                        .map_or(Value::Null, |e| Value::Text(e.code.to_string())),
                     attempt
                         .error
                         .as_ref()
@@ -166,7 +166,7 @@ impl RunJournal {
             .map(|(step_id, checkpoint)| {
                 [
                     Value::Text(run_id.to_owned()),
-                    Value::Text((*step_id).to_owned()),
+                    Value::Text(step_id.clone()),
                     Value::Text(checkpoint.to_string()),
                 ]
             })
@@ -207,7 +207,7 @@ fn insert_rows<const N: usize>(
 }
 
 impl Journal for RunJournal {
-    fn commit(&mut self, batch: &Batch<'_>) -> Result<(), JournalError> {
+    fn commit(&mut self, batch: &Batch) -> Result<(), JournalError> {
         let events = self.events.take();
         self.write(batch, &events)
             .map_err(|error| JournalError(error.to_string()))
@@ -216,13 +216,7 @@ impl Journal for RunJournal {
     fn finish(&mut self, end: RunEnd) -> Result<(), JournalError> {
         // Events emitted since the last commit (`run.finished` among them).
         let events = self.events.take();
-        let empty = Batch {
-            records: Vec::new(),
-            variables: Vec::new(),
-            attempts: &[],
-            checkpoints: Vec::new(),
-        };
-        self.write(&empty, &events)
+        self.write(&Batch::default(), &events)
             .map_err(|error| JournalError(error.to_string()))?;
         let (state, status) = match end {
             RunEnd::Finished(status) => (RunState::Finished, Some(status)),

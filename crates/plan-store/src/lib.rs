@@ -3,13 +3,13 @@
 //!
 //! [`Store::open`] opens (or creates) a ledger file, applying schema migrations and refusing
 //! files that are not plan-cli ledgers or were written by a newer plan-cli. [`RunJournal`]
-//! implements the engine's [`plan_engine::Journal`]: each batch the scheduler hands it is one
-//! `BEGIN IMMEDIATE` transaction, committed before any dependent step starts. WAL mode with
-//! `synchronous=NORMAL` makes a commit survive `kill -9` of the process without an fsync per
-//! commit; `busy_timeout` lets several processes share one file.
+//! implements the [`plan_types::Journal`] port: each batch the engine's writer thread hands it
+//! is one `BEGIN IMMEDIATE` transaction. WAL mode with `synchronous=NORMAL` makes a commit
+//! survive `kill -9` of the process without an fsync per commit; `busy_timeout` lets several
+//! processes share one file.
 //!
-//! This is the only crate that knows SQL. It depends on `plan-engine` (and so on tokio) for
-//! the records, events and `Journal` trait it stores; reading a ledger needs no runtime.
+//! This is the only crate that knows SQL. It depends on `plan-types` alone for the records,
+//! events and the `Journal` port it stores: no async runtime, no plan parser, no engine.
 #![deny(missing_docs)]
 
 mod approvals;
@@ -17,7 +17,6 @@ mod journal;
 mod plans;
 mod runs;
 mod schema;
-pub mod state_file;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

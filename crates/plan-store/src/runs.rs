@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use plan_engine::{Record, TaskStatus};
+use plan_types::{Record, TaskStatus};
 use rusqlite::{OptionalExtension, params};
 use serde_json::{Map, Value};
 

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use plan_engine::{Attempt, Batch, Journal, Position, Record, RunEnd, StepError, TaskStatus};
 use plan_store::{EventBuffer, NewRun, RunJournal, RunState, Store, StoreError, StoredPlan};
+use plan_types::{Attempt, Batch, Journal, Position, Record, RunEnd, StepError, TaskStatus};
 use serde_json::{Map, Value, json};
 
 fn new_run<'a>(
@@ -162,25 +162,25 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
                         step: 1,
                         item: None,
                     },
-                    &m,
+                    m.clone(),
                 ),
                 (
                     Position {
                         step: 1,
                         item: Some(1),
                     },
-                    &m1,
+                    m1.clone(),
                 ),
                 (
                     Position {
                         step: 1,
                         item: Some(0),
                     },
-                    &m0,
+                    m0.clone(),
                 ),
             ],
-            variables: vec![("list", &list)],
-            attempts: &[],
+            variables: vec![("list".to_owned(), std::sync::Arc::new(list.clone()))],
+            attempts: Vec::new(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -191,10 +191,10 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
                     step: 0,
                     item: None,
                 },
-                &a,
+                a.clone(),
             )],
             variables: vec![],
-            attempts: &attempts,
+            attempts: attempts.to_vec(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -251,21 +251,21 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
     let events = Arc::new(EventBuffer::default());
     let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
     let event = |n: u32| {
-        let mut e: plan_engine::Event = serde_json::from_value(
+        let mut e: plan_types::Event = serde_json::from_value(
             json!({"type": "run.started", "run_id": "r", "attempt": n, "ts": "t"}),
         )
         .unwrap();
         e.attempt = n;
         e
     };
-    use plan_engine::EventSink;
+    use plan_types::EventSink;
     events.emit(&event(1));
     events.emit(&event(2));
     journal
         .commit(&Batch {
             records: vec![],
             variables: vec![],
-            attempts: &[],
+            attempts: Vec::new(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -362,18 +362,18 @@ fn forgotten_records_are_gone() {
                         step: 0,
                         item: None,
                     },
-                    &a,
+                    a.clone(),
                 ),
                 (
                     Position {
                         step: 1,
                         item: None,
                     },
-                    &b,
+                    b.clone(),
                 ),
             ],
             variables: vec![],
-            attempts: &[],
+            attempts: Vec::new(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -439,10 +439,10 @@ fn several_writers_share_one_file_without_lock_errors() {
                                     step: i,
                                     item: None,
                                 },
-                                &r,
+                                r.clone(),
                             )],
                             variables: vec![],
-                            attempts: &[],
+                            attempts: Vec::new(),
                             checkpoints: Vec::new(),
                         })
                         .unwrap();

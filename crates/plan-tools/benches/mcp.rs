@@ -11,9 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plan_engine::{Program, RunOptions, TaskStatus, run};
+use plan_engine::{Program, RunOptions, run};
 use plan_graph::{Format, LoadOptions, Source, load};
 use plan_tools::mcp::{McpConfig, McpServers};
+use plan_types::TaskStatus;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};

@@ -89,7 +89,7 @@ fn default_message() -> String {
 }
 
 fn default_code() -> String {
-    codes::E_TOOL.to_owned()
+    codes::E_TOOL.to_string()
 }
 
 #[async_trait]

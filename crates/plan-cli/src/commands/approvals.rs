@@ -1,8 +1,9 @@
 //! `approve` and `reject`: decisions on a run's high-risk calls, kept in the ledger and read by
 //! `resume`.
 
-use plan_engine::{PLAN_APPROVAL, Program};
+use plan_engine::Program;
 use plan_store::{ApprovalRow, Decision, RunRow, RunState, Store};
+use plan_types::PLAN_APPROVAL;
 
 use super::ledger::plan_of;
 use super::print;

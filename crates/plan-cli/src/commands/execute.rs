@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use plan_engine::{Approvals, EventSink, Fanout, Mode, Restored, RunError, RunOptions, RunReport};
+use plan_engine::{Mode, RunError, RunOptions};
 use plan_graph::{LoadOptions, Plan, Source};
 use plan_store::{Decision, EventBuffer, NewRun, RunJournal, RunState};
+use plan_types::{Approvals, EventSink, Fanout, Restored, RunReport};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -281,10 +282,10 @@ pub(crate) fn print_outcome(report: &RunReport, plan: &Plan, json: bool) -> Resu
     } else {
         print(&output::summary(report, plan))?;
     }
-    if report.task_status == plan_engine::TaskStatus::Stopped && !json {
+    if report.task_status == plan_types::TaskStatus::Stopped && !json {
         eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
     }
-    if report.task_status == plan_engine::TaskStatus::Waiting && !json {
+    if report.task_status == plan_types::TaskStatus::Waiting && !json {
         print(&output::waiting(report))?;
     }
     Ok(report.task_status.exit_code())
@@ -366,14 +367,17 @@ fn execute(
     let ledger_events = Arc::new(EventBuffer::default());
     let journal = RunJournal::new(store, run_id, ledger_events.clone()).map_err(Failure::ledger)?;
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![ledger_events];
-    if let Some(path) = &args.events {
-        let file = EventsFile::open(path).map_err(|error| {
+    let events_file = match &args.events {
+        Some(path) => Some(Arc::new(EventsFile::open(path).map_err(|error| {
             Failure::input(format!(
                 "cannot open events file `{}`: {error}",
                 path.display()
             ))
-        })?;
-        sinks.push(Arc::new(file));
+        })?)),
+        None => None,
+    };
+    if let Some(file) = &events_file {
+        sinks.push(file.clone());
     }
     let progress = if args.json {
         None
@@ -392,6 +396,7 @@ fn execute(
     options.env = ready.env;
     options.events = Some(Arc::new(Fanout(sinks)));
     options.journal = Some(Box::new(journal));
+    options.durability = args.durability.parse().map_err(Failure::input)?;
     options.restored = start.restored;
     options.approvals = start.approvals;
     options.mode = Some(start.mode);
@@ -438,13 +443,16 @@ fn execute(
     if let Some(progress) = &progress {
         progress.finish();
     }
+    if let Some(file) = &events_file {
+        file.close();
+    }
     if let Some(path) = &args.state_file {
         write_state_file(ledger.path(), run_id, &plan, path).map_err(Failure::internal)?;
     }
     if let (Some(remote), Ok(Ok(report))) = (&remote, &outcome)
         && !matches!(
             report.task_status,
-            plan_engine::TaskStatus::Stopped | plan_engine::TaskStatus::Waiting
+            plan_types::TaskStatus::Stopped | plan_types::TaskStatus::Waiting
         )
     {
         runtime.block_on(remote.forget(run_id));
@@ -485,7 +493,7 @@ async fn stop_on_signals(cancel: CancellationToken, run_id: String) {
         eprintln!(
             "exiting at once; what finished is in the ledger: continue with `plan-cli resume {run_id}`"
         );
-        std::process::exit(plan_engine::TaskStatus::Stopped.exit_code());
+        std::process::exit(plan_types::TaskStatus::Stopped.exit_code());
     }
 }
 

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use plan_engine::{Record, RunReport, TaskStatus};
 use plan_graph::{LoadOptions, Plan, Source};
 use plan_store::{RunRow, RunState, Store};
+use plan_types::{Record, RunReport, TaskStatus};
 use serde_json::{Value, json};
 
 use super::plans::format_of;
@@ -85,7 +85,7 @@ pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Fa
             .into_iter()
             .filter(|a| a.decision == plan_store::Decision::Pending)
             .map(|a| {
-                a.request.unwrap_or(plan_engine::PendingApproval {
+                a.request.unwrap_or(plan_types::PendingApproval {
                     step_id: a.step_id,
                     tool: None,
                     args: None,
@@ -124,32 +124,32 @@ fn busy_blocks(
     store: &Store,
     row: &RunRow,
     plan: &Plan,
-    blocks: &mut [plan_engine::BlockState],
+    blocks: &mut [plan_types::BlockState],
 ) -> Result<(), Failure> {
     let events = store
         .events_after(&row.run_id, 0)
         .map_err(Failure::ledger)?;
     for block in blocks
         .iter_mut()
-        .filter(|b| b.state == plan_engine::BlockPhase::Ready)
+        .filter(|b| b.state == plan_types::BlockPhase::Ready)
     {
         let mut entered = false;
         let mut node = None;
         for (_, text) in &events {
-            let Ok(event) = serde_json::from_str::<plan_engine::Event>(text) else {
+            let Ok(event) = serde_json::from_str::<plan_types::Event>(text) else {
                 continue;
             };
             if event.step_id.as_deref() != Some(block.step_id.as_str()) {
                 continue;
             }
             match event.kind {
-                plan_engine::EventKind::BlockEntered => entered = true,
-                plan_engine::EventKind::BlockTransition => node = event.to.clone(),
+                plan_types::EventKind::BlockEntered => entered = true,
+                plan_types::EventKind::BlockTransition => node = event.to.clone(),
                 _ => {}
             }
         }
         if entered {
-            block.state = plan_engine::BlockPhase::Busy;
+            block.state = plan_types::BlockPhase::Busy;
             block.node = node.or_else(|| {
                 let step = plan.steps.iter().find(|s| s.id.0 == block.step_id)?;
                 Some(step.block.as_ref()?.entry_point.clone())
@@ -169,8 +169,8 @@ fn with_unsettled(
 ) -> Vec<Record> {
     let ids: std::collections::HashSet<&str> = plan.steps.iter().map(|s| s.id.0.as_str()).collect();
     let reason = match status {
-        TaskStatus::Waiting => plan_engine::reasons::WAITING_FOR_APPROVAL,
-        TaskStatus::Stopped => plan_engine::reasons::STOPPED,
+        TaskStatus::Waiting => plan_types::reasons::WAITING_FOR_APPROVAL,
+        TaskStatus::Stopped => plan_types::reasons::STOPPED,
         _ => "not started yet",
     };
     let mut stored = stored.into_iter().peekable();
@@ -191,7 +191,7 @@ fn with_unsettled(
         }
         if !found {
             let reason = if pending.contains(&step.id.0.as_str()) {
-                plan_engine::reasons::AWAITING_APPROVAL
+                plan_types::reasons::AWAITING_APPROVAL
             } else {
                 reason
             };
@@ -332,8 +332,8 @@ pub(crate) fn execute_state(store: &Store, row: &RunRow, plan: &Plan) -> Result<
     let cwd = std::env::current_dir()
         .ok()
         .map(|d| d.display().to_string());
-    Ok(plan_store::state_file::execute_state(
-        plan_store::state_file::Inputs {
+    Ok(plan_run::state_file::execute_state(
+        plan_run::state_file::Inputs {
             run: row,
             plan,
             records: &records,

@@ -196,6 +196,7 @@ impl PlanServer {
                     state_file: None,
                     queue: None,
                     queue_name: plan_queue::DEFAULT_STREAM.to_owned(),
+                    durability: "sync".to_owned(),
                 };
                 let mode = ready.program.mode();
                 let (report, _) = start_run(
@@ -223,6 +224,7 @@ impl PlanServer {
                         state_file: None,
                         queue: None,
                         queue_name: plan_queue::DEFAULT_STREAM.to_owned(),
+                        durability: "sync".to_owned(),
                     },
                     retry_failed: flag("retry_failed"),
                     plan: None,

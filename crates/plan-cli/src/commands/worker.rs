@@ -34,10 +34,12 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
         std::process::id(),
         ulid::Ulid::new()
     );
+    let (notices, mut heard) = tokio::sync::mpsc::unbounded_channel();
     let options = WorkerOptions {
         consumer: consumer.clone(),
         concurrency: args.concurrency as usize,
         visibility_timeout: std::time::Duration::from_millis(args.visibility_timeout_ms.max(1)),
+        notices: Some(notices),
     };
     eprintln!(
         "worker {consumer}: taking steps from {} ({} tools, {} at once); Ctrl+C or SIGTERM drains and stops",
@@ -53,6 +55,11 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
             if signals.next().await {
                 eprintln!("worker draining: finishing the steps it holds");
                 signal_stop.cancel();
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(notice) = heard.recv().await {
+                eprintln!("{notice}");
             }
         });
         plan_queue::work(queue, tools, options, stop).await

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use plan_engine::{
-    Event, EventSink, Program, Registry, Risk, RunOptions, RunReport, Tool, ToolContext, ToolError,
-    ToolInfo, run,
+    Program, Registry, Risk, RunOptions, Tool, ToolContext, ToolError, ToolInfo, run,
 };
 use plan_graph::{Format, LoadOptions, Source, load};
+use plan_types::{Event, EventSink, RunReport};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -179,7 +179,7 @@ pub(crate) fn summary(report: &RunReport) -> Vec<(String, bool, bool, Option<Str
                 r.skipped,
                 r.reason
                     .clone()
-                    .or_else(|| r.error.as_ref().map(|e| e.code.clone())),
+                    .or_else(|| r.error.as_ref().map(|e| e.code.to_string())),
             )
         })
         .collect()

@@ -11,9 +11,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use plan_engine::{
-    Progress, ProgressReport, Registry, Risk, Tool, ToolContext, ToolError, ToolInfo, codes,
-};
+use plan_engine::{Progress, Registry, Risk, Tool, ToolContext, ToolError, ToolInfo, codes};
+use plan_types::ProgressReport;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ContentBlock, Implementation,
     InitializeRequestParams, NumberOrString, ProgressNotificationParam, ProgressToken,

@@ -5,11 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::SystemTime;
 
-use plan_engine::Record;
 use plan_graph::{Dependencies, Plan};
+use plan_store::{AttemptRow, RunRow, RunState};
+use plan_types::Record;
 use serde_json::{Map, Value, json};
-
-use crate::runs::{AttemptRow, RunRow, RunState};
 
 /// The schema version this writes.
 pub const SCHEMA_VERSION: &str = "2.0";
@@ -298,7 +297,7 @@ fn layers(plan: &Plan) -> (Vec<String>, Vec<usize>) {
 fn end_of(attempt: &AttemptRow) -> String {
     humantime::parse_rfc3339(&attempt.started_at)
         .map(|start| {
-            crate::timestamp(start + std::time::Duration::from_millis(attempt.duration_ms))
+            plan_store::timestamp(start + std::time::Duration::from_millis(attempt.duration_ms))
         })
         .unwrap_or_else(|_| attempt.started_at.clone())
 }

@@ -1,4 +1,5 @@
-//! What a run reports while it goes: one [`Event`] per thing that happened.
+//! What a run reports while it goes: one [`Event`] per thing that happened, one NDJSON line
+//! each.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -6,7 +7,8 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::report::{PendingApproval, TaskStatus};
+use crate::approval::PendingApproval;
+use crate::report::TaskStatus;
 
 /// The kinds of event, named as in the NDJSON output (`run.started`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,11 +104,12 @@ pub struct Event {
     pub pending: Option<Vec<PendingApproval>>,
     /// How far a tool got, on `tool.progress`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub progress: Option<crate::tool::ProgressReport>,
+    pub progress: Option<ProgressReport>,
 }
 
 impl Event {
-    pub(crate) fn new(kind: EventKind, run_id: &Arc<str>) -> Self {
+    /// An event of this kind, now, with every optional field empty.
+    pub fn new(kind: EventKind, run_id: &Arc<str>) -> Self {
         Event {
             kind,
             run_id: run_id.clone(),
@@ -129,7 +132,9 @@ impl Event {
         }
     }
 
-    pub(crate) fn step(mut self, step_id: &Arc<str>, attempt: u32) -> Self {
+    /// The same event, about attempt `attempt` of step `step_id`.
+    #[must_use]
+    pub fn step(mut self, step_id: &Arc<str>, attempt: u32) -> Self {
         self.step_id = Some(step_id.clone());
         self.attempt = attempt;
         self
@@ -151,4 +156,17 @@ impl EventSink for Fanout {
             sink.emit(event);
         }
     }
+}
+
+/// One progress report: how far, out of how much (when known), and what is happening.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgressReport {
+    /// How far the tool got (in its own units; increases).
+    pub progress: f64,
+    /// The total, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What is happening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }

@@ -1,10 +1,33 @@
-//! Approvals (seed 001): a `risk: high` step or map item runs only once approved. Without a
-//! decision it waits, the run goes on with everything that does not depend on it, and then
-//! halts `WAITING`; the caller collects decisions and resumes.
+//! Approvals: a `risk: high` step or map item runs only once approved. Without a decision it
+//! waits, the run goes on with everything that does not depend on it, and then halts
+//! `WAITING`; the caller collects decisions and resumes.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::report::PLAN_APPROVAL;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The id under which the approval of a whole plan (`--mode approval`) is kept.
+pub const PLAN_APPROVAL: &str = "__plan__";
+
+/// A call that waits for an approval: a `risk: high` step or map item, with the arguments it
+/// would be called with; or, with `step_id` [`PLAN_APPROVAL`], the whole plan (`--mode
+/// approval`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingApproval {
+    /// The step or map item (`deploy`, `deploy[prod]`), or [`PLAN_APPROVAL`].
+    pub step_id: String,
+    /// The tool it would call (none for the plan, or a block step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The resolved arguments (redacted), or a block's input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+    /// Why it waits, when not for a `risk: high` call: a block node that failed under
+    /// `on_failure: wait` (approve to run it again, reject to fail the block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
 
 /// Decisions on approvals, keyed by step id or map item id (`deploy`, `deploy[prod]`). A
 /// step's decision covers its items; an item's own decision wins over its step's.
@@ -16,10 +39,12 @@ pub struct Approvals {
 
 /// What was decided about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision<'a> {
+pub enum Decision<'a> {
+    /// It may run.
     Approved,
     /// Refused, with the reason given.
     Rejected(&'a str),
+    /// Nobody decided yet: it waits.
     Undecided,
 }
 
@@ -49,7 +74,7 @@ impl Approvals {
     }
 
     /// The decision on a step's call (`item` is the map item's id, if it is one).
-    pub(crate) fn decision(&self, step: &str, item: Option<&str>) -> Decision<'_> {
+    pub fn decision(&self, step: &str, item: Option<&str>) -> Decision<'_> {
         for id in item.into_iter().chain([step]) {
             if self.approved.contains(id) {
                 return Decision::Approved;

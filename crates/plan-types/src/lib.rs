@@ -1,0 +1,27 @@
+//! The stable, serializable types of a plan-cli run: what the engine produces, what the ledger
+//! keeps and what `--json` prints. Serde only, no runtime: a program that reads records,
+//! events or reports (or implements a ledger) depends on this crate alone.
+//!
+//! - [`Record`] is one step's outcome, [`StepError`] its error with an [`ErrorCode`];
+//!   [`TaskStatus`] is how a run ended; [`RunReport`] is the `--json` object.
+//! - [`Event`] is one line of the NDJSON event stream, sent to an [`EventSink`].
+//! - [`Approvals`] are decisions on `risk: high` calls; [`PendingApproval`] is one that waits.
+//! - [`Journal`] is the port the engine writes its ledger through, with [`Batch`]es of settled
+//!   records and [`Restored`] state for a resumed run.
+//!
+//! These shapes are a compatibility promise: they change only with a version bump.
+#![deny(missing_docs)]
+
+mod approval;
+mod code;
+mod event;
+mod journal;
+mod record;
+mod report;
+
+pub use approval::{Approvals, Decision, PLAN_APPROVAL, PendingApproval};
+pub use code::ErrorCode;
+pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
+pub use journal::{Attempt, Batch, Durability, Journal, JournalError, Position, Restored, RunEnd};
+pub use record::{META_STEP_ID, Record, StepError, reasons};
+pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};

@@ -1,0 +1,95 @@
+//! One step's outcome: a [`Record`], as mcp-cli's and `execute_plan`'s plans shape it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::code::ErrorCode;
+use crate::report::TaskStatus;
+
+/// The id of the summary record that ends every run's records.
+pub const META_STEP_ID: &str = "__meta__";
+
+/// A failed step's error as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepError {
+    /// A stable code such as `E_TOOL` or `E_TIMEOUT`.
+    pub code: ErrorCode,
+    /// What happened.
+    pub message: String,
+    /// Structured context, when the tool gave some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+impl StepError {
+    /// An error with this code and message, and no details.
+    pub fn new(code: impl Into<ErrorCode>, message: impl Into<String>) -> Self {
+        StepError {
+            code: code.into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+/// The outcome of one step (or map item, or block node).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// The step (or `__meta__`).
+    pub step_id: String,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// Whether it was skipped rather than run.
+    pub skipped: bool,
+    /// The tool's result, when it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it was skipped or blocked; for `__meta__`, the summary ending `task_status=…`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The error, when it failed. Boxed: most records have none, and a map's items make
+    /// many records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Box<StepError>>,
+    /// Attempts made (0 when it never ran).
+    pub attempts: u32,
+    /// Wall time from its first attempt to its end.
+    pub duration_ms: u64,
+    /// For a step skipped because of its dependencies: how each unsatisfied one ended
+    /// (`failed`, `skipped`, `blocked`, `rejected`), so a failure upstream is told apart from
+    /// a skip upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Box<BTreeMap<String, String>>>,
+}
+
+impl Record {
+    /// The `__meta__` record that ends every run's records.
+    pub fn meta(status: TaskStatus, duration_ms: u64) -> Record {
+        Record {
+            step_id: META_STEP_ID.to_owned(),
+            ok: status == TaskStatus::Completed,
+            skipped: false,
+            result: None,
+            reason: Some(format!("{}; task_status={status}", status.summary())),
+            error: None,
+            attempts: 0,
+            duration_ms,
+            upstream: None,
+        }
+    }
+}
+
+/// The `reason`s of records of steps that did not run, where callers rebuild such records
+/// (`plan-cli status` of a run that has not ended).
+pub mod reasons {
+    /// `when` was false, or every unsatisfied dependency was skipped by its own condition.
+    pub const CONDITION_FALSE: &str = "condition false";
+    /// A `risk: high` call without a decision yet.
+    pub const AWAITING_APPROVAL: &str = "awaiting approval";
+    /// Not started because the run halted for approvals.
+    pub const WAITING_FOR_APPROVAL: &str = "not started: the run is waiting for an approval";
+    /// Not started because the run was stopped.
+    pub const STOPPED: &str = "the run stopped before it started";
+}

@@ -1,0 +1,134 @@
+//! How a run ended: its [`TaskStatus`] and the [`RunReport`] that `--json` prints.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::approval::PendingApproval;
+use crate::record::Record;
+
+/// How the run as a whole ended. Precedence: BLOCKED > FAILED > PARTIAL > COMPLETED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskStatus {
+    /// Every step succeeded.
+    Completed,
+    /// Some steps were skipped, none failed.
+    Partial,
+    /// A step failed.
+    Failed,
+    /// A step depends on a step the plan does not have.
+    Blocked,
+    /// The run halted for an approval.
+    Waiting,
+    /// The run was stopped (Ctrl+C) before it finished; `resume` continues it.
+    Stopped,
+    /// The run is still going (only in reports read from a ledger while it runs).
+    Running,
+}
+
+impl TaskStatus {
+    /// The process exit code of `plan-cli run` for this status.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            TaskStatus::Completed => 0,
+            TaskStatus::Failed => 1,
+            TaskStatus::Partial => 3,
+            TaskStatus::Blocked => 4,
+            TaskStatus::Waiting => 5,
+            // The shell's convention for a process stopped by SIGINT.
+            TaskStatus::Stopped => 130,
+            TaskStatus::Running => 0,
+        }
+    }
+
+    /// `COMPLETED`, `FAILED`, …
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Completed => "COMPLETED",
+            TaskStatus::Partial => "PARTIAL",
+            TaskStatus::Failed => "FAILED",
+            TaskStatus::Blocked => "BLOCKED",
+            TaskStatus::Waiting => "WAITING",
+            TaskStatus::Stopped => "STOPPED",
+            TaskStatus::Running => "RUNNING",
+        }
+    }
+
+    /// What `__meta__`'s reason says before `task_status=…`.
+    pub fn summary(self) -> &'static str {
+        match self {
+            TaskStatus::Completed => "all steps succeeded",
+            TaskStatus::Partial => "some steps were skipped",
+            TaskStatus::Failed => "one or more steps failed",
+            TaskStatus::Blocked => "one or more steps depend on unknown steps",
+            TaskStatus::Waiting => "the run is waiting for an approval",
+            TaskStatus::Stopped => "the run was stopped before it finished",
+            TaskStatus::Running => "the run is still running",
+        }
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A block step's state: `READY` before it starts (or between nodes, which a ledger cannot
+/// see), `BUSY` while a node runs, `WAITING` for a decision, then `DONE`, `FAILED` or
+/// `SKIPPED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BlockPhase {
+    /// Not started.
+    Ready,
+    /// A node is running.
+    Busy,
+    /// Stopped at a node until an approval or a recovery is decided.
+    Waiting,
+    /// Finished with its last node's result.
+    Done,
+    /// Failed (its record says why).
+    Failed,
+    /// Skipped by its dependencies or its condition.
+    Skipped,
+}
+
+/// Where a block step is, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockState {
+    /// The block step.
+    pub step_id: String,
+    /// Its state.
+    pub state: BlockPhase,
+    /// The node it is at (`check`, or `inner/deploy` in a nested block): the one waiting or
+    /// running, or the last one that ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+/// A run's outcome: the `--json` output of `plan-cli run`, `status` and `resume`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The run.
+    pub run_id: String,
+    /// The plan.
+    pub plan_id: String,
+    /// The outcome.
+    pub task_status: TaskStatus,
+    /// Every step in plan order, then `__meta__`.
+    pub records: Vec<Record>,
+    /// Variables at the end: inputs and every bind. Shared with the run, not copied: a
+    /// plan's large lists appear here without a second copy.
+    pub variables: BTreeMap<String, Arc<Value>>,
+    /// What the run waits for, when it is `WAITING`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<PendingApproval>,
+    /// Each block step's state and node, in plan order (absent for plans without blocks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<BlockState>,
+}
