@@ -6,6 +6,9 @@
 //! counted), with its checkpoint on; plan-cli is timed as a whole process (parse, validate,
 //! run, print `--json`) with a fresh ledger each run. Both run the plans `peer/bench.py`
 //! generates (the peer's `noop` is plan-cli's `echo`).
+//!
+//! With `PLAN_BENCH_BASELINE=/path/to/an/older/plan-cli`, that binary runs the same plans in
+//! the same rounds too, for before-and-after figures from one run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -79,12 +82,13 @@ pub(crate) fn bench(root: &Path, binary: &Path, out_dir: &Path) -> Result<Vec<Va
     // bench.py keeps its scratch HOME and checkpoints beside itself: run a copy.
     let script = dir.join("bench.py");
     std::fs::copy(root.join("xtask/peer/bench.py"), &script)?;
+    let baseline = std::env::var_os("PLAN_BENCH_BASELINE").map(PathBuf::from);
     let load = load_average();
     let mut results = Vec::new();
     println!("machine load before: {load}");
     println!(
-        "{:<60} {:>11} {:>11} {:>8}",
-        "workload", "peer", "plan-cli", "ratio"
+        "{:<60} {:>11} {:>11} {:>8} {:>11} {:>8}",
+        "workload", "peer", "plan-cli", "ratio", "baseline", "ratio"
     );
     for scenario in SCENARIOS {
         let plan_path = dir.join(format!(
@@ -96,20 +100,30 @@ pub(crate) fn bench(root: &Path, binary: &Path, out_dir: &Path) -> Result<Vec<Va
         let db = dir.join("ledger.db");
         let mut peer_times = Vec::new();
         let mut ours = Vec::new();
+        let mut before = Vec::new();
         // Alternating, so that a noisy spell of the machine hits both sides alike.
         for _ in 0..scenario.rounds {
             peer_times.push(run_peer(&python, &script, scenario)?);
-            ours.push(run_ours(binary, &plan_path, &db, scenario)?);
+            ours.push(run_ours(binary, &plan_path, &db, scenario, true)?);
+            if let Some(old) = &baseline {
+                before.push(run_ours(old, &plan_path, &db, scenario, false)?);
+            }
         }
+        let before = (!before.is_empty()).then(|| median(&mut before));
         let peer = median(&mut peer_times);
         let plan_cli = median(&mut ours);
         let ratio = peer.as_secs_f64() / plan_cli.as_secs_f64();
         println!(
-            "{:<60} {:>9.1}ms {:>9.1}ms {:>7.2}×{}",
+            "{:<60} {:>9.1}ms {:>9.1}ms {:>7.2}× {:>11} {:>8}{}",
             scenario.name,
             ms(peer),
             ms(plan_cli),
             ratio,
+            before.map_or("-".to_owned(), |b| format!("{:.1}ms", ms(b))),
+            before.map_or("-".to_owned(), |b| format!(
+                "{:.2}×",
+                peer.as_secs_f64() / b.as_secs_f64()
+            )),
             scenario.ideal_ms.map_or(String::new(), |ideal| format!(
                 "  (plan-cli makespan {:.3} × the {ideal:.0} ms ideal)",
                 ms(plan_cli) / ideal
@@ -122,6 +136,7 @@ pub(crate) fn bench(root: &Path, binary: &Path, out_dir: &Path) -> Result<Vec<Va
                 "peer_median_ms": ms(peer),
                 "plan_cli_median_ms": ms(plan_cli),
                 "ratio": ratio,
+                "baseline_median_ms": before.map(ms),
                 "rounds": scenario.rounds,
                 "ideal_ms": scenario.ideal_ms,
                 "makespan_over_ideal": scenario.ideal_ms.map(|ideal| ms(plan_cli) / ideal),
@@ -229,14 +244,25 @@ fn run_peer(python: &Path, script: &Path, scenario: &Scenario) -> Result<Duratio
     Ok(Duration::from_secs_f64(seconds))
 }
 
-/// One whole-process run of plan-cli with a fresh ledger.
-fn run_ours(binary: &Path, plan: &Path, db: &Path, scenario: &Scenario) -> Result<Duration> {
+/// One whole-process run of plan-cli with a fresh ledger (`durability`: say `--durability
+/// sync`, which a baseline from before the flag does not know).
+fn run_ours(
+    binary: &Path,
+    plan: &Path,
+    db: &Path,
+    scenario: &Scenario,
+    durability: bool,
+) -> Result<Duration> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
     let started = Instant::now();
-    let status = Command::new(binary)
-        .args(["run", "--json", "--durability", "sync"])
+    let mut command = Command::new(binary);
+    command.args(["run", "--json"]);
+    if durability {
+        command.args(["--durability", "sync"]);
+    }
+    let status = command
         .args(["--max-concurrency", &scenario.max_concurrency.to_string()])
         .arg(plan)
         .env("PLAN_DB", db)

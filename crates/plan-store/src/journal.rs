@@ -10,23 +10,23 @@ use crate::runs::RunState;
 use crate::{Store, StoreError};
 
 /// Events waiting for the next commit. Register it as an event sink; the journal drains it, so
-/// events reach the ledger together with the records they describe.
+/// events reach the ledger together with the records they describe. The ledger's attempts
+/// are these events (`tool.called`, then `tool.succeeded` or `tool.failed`): a run written
+/// without this sink has none.
 #[derive(Default)]
-pub struct EventBuffer(Mutex<Vec<String>>);
+pub struct EventBuffer(Mutex<Vec<Event>>);
 
 impl EventSink for EventBuffer {
     fn emit(&self, event: &Event) {
-        if let Ok(line) = serde_json::to_string(event) {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(line);
-        }
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(event.clone());
     }
 }
 
 impl EventBuffer {
-    fn take(&self) -> Vec<String> {
+    fn take(&self) -> Vec<Event> {
         std::mem::take(
             &mut *self
                 .0
@@ -40,6 +40,8 @@ impl EventBuffer {
 pub struct RunJournal {
     store: Store,
     run_id: String,
+    /// The run's integer key, which its rows carry.
+    key: i64,
     events: Arc<EventBuffer>,
     next_seq: i64,
 }
@@ -56,14 +58,16 @@ impl RunJournal {
     /// A journal for a run already in the ledger (`begin_run` or `resume_run` first); events
     /// emitted to `events` are stored with each commit, after those already stored.
     pub fn new(store: Store, run_id: &str, events: Arc<EventBuffer>) -> Result<Self, StoreError> {
+        let key = store.run_key(run_id)?;
         let next_seq: i64 = store.conn.query_row(
-            "SELECT coalesce(max(seq), 0) + 1 FROM events WHERE run_id = ?1",
-            [run_id],
+            "SELECT coalesce(max(seq), 0) + 1 FROM run_events WHERE run = ?1",
+            [key],
             |row| row.get(0),
         )?;
         Ok(RunJournal {
             store,
             run_id: run_id.to_owned(),
+            key,
             events,
             next_seq,
         })
@@ -74,30 +78,29 @@ impl RunJournal {
         self.store
     }
 
-    fn write(&mut self, batch: &Batch, events: &[String]) -> Result<(), StoreError> {
+    fn write(&mut self, batch: &Batch, events: &[Event]) -> Result<(), StoreError> {
         let run_id = self.run_id.as_str();
+        let key = Value::Integer(self.key);
         let transaction = self
             .store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut records: Vec<[Value; 6]> = Vec::with_capacity(batch.records.len());
+        let mut records: Vec<[Value; 5]> = Vec::with_capacity(batch.records.len());
         for (position, record) in &batch.records {
-            let text = serde_json::to_string(record).map_err(crate::runs::damaged("record"))?;
             let item = position.item.map_or(Value::Null, |k| {
                 Value::Integer(i64::try_from(k).unwrap_or(i64::MAX))
             });
             records.push([
-                Value::Text(run_id.to_owned()),
+                key.clone(),
                 Value::Text(record.step_id.clone()),
                 Value::Integer(i64::try_from(position.step).unwrap_or(i64::MAX)),
                 item,
-                Value::Integer(i64::from(record.ok)),
-                Value::Text(text),
+                Value::Text(crate::runs::record_text(record)?),
             ]);
         }
         insert_rows(
             &transaction,
-            "INSERT OR REPLACE INTO records (run_id, step_id, position, item, ok, record)",
+            "INSERT OR REPLACE INTO step_records (run, step_id, position, item, record)",
             &records,
         )?;
         let variables: Vec<[Value; 3]> = batch
@@ -116,48 +119,14 @@ impl RunJournal {
             "INSERT OR REPLACE INTO variables (run_id, name, value)",
             &variables,
         )?;
-        let attempts: Vec<[Value; 8]> = batch
-            .attempts
-            .iter()
-            .map(|attempt| {
-                [
-                    Value::Text(run_id.to_owned()),
-                    Value::Text(attempt.step_id.to_string()),
-                    Value::Integer(i64::from(attempt.attempt)),
-                    Value::Text(crate::timestamp(attempt.started_at)),
-                    Value::Integer(i64::try_from(attempt.duration_ms).unwrap_or(i64::MAX)),
-                    Value::Integer(i64::from(attempt.error.is_none())),
-                    attempt
-                        .error
-                        .as_ref()
-                        .map_or(Value::Null, |e| Value::Text(e.code.to_string())),
-                    attempt
-                        .error
-                        .as_ref()
-                        .map_or(Value::Null, |e| Value::Text(e.message.clone())),
-                ]
-            })
-            .collect();
+        let mut event_rows: Vec<[Value; 10]> = Vec::with_capacity(events.len());
+        for (offset, event) in events.iter().enumerate() {
+            let seq = self.next_seq + i64::try_from(offset).unwrap_or(i64::MAX);
+            event_rows.push(crate::events::row(&key, seq, event)?);
+        }
         insert_rows(
             &transaction,
-            "INSERT INTO attempts (run_id, step_id, attempt, started_at, duration_ms, ok, error_code, error_message)",
-            &attempts,
-        )?;
-        let event_rows: Vec<[Value; 3]> = events
-            .iter()
-            .enumerate()
-            .map(|(offset, event)| {
-                let seq = self.next_seq + i64::try_from(offset).unwrap_or(i64::MAX);
-                [
-                    Value::Text(run_id.to_owned()),
-                    Value::Integer(seq),
-                    Value::Text(event.clone()),
-                ]
-            })
-            .collect();
-        insert_rows(
-            &transaction,
-            "INSERT INTO events (run_id, seq, event)",
+            "INSERT INTO run_events (run, seq, kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest)",
             &event_rows,
         )?;
         let checkpoints: Vec<[Value; 3]> = batch
@@ -185,7 +154,7 @@ impl RunJournal {
 }
 
 /// Rows per INSERT statement: one statement with many rows costs SQLite much less than as
-/// many statements, and 64 rows of up to 8 columns stays far below its parameter limit.
+/// many statements, and 64 rows of up to 10 columns stays far below its parameter limit.
 const ROWS_PER_STATEMENT: usize = 64;
 
 /// Inserts rows with multi-row `VALUES` lists, `ROWS_PER_STATEMENT` at a time.

@@ -13,6 +13,7 @@
 #![deny(missing_docs)]
 
 mod approvals;
+mod events;
 mod journal;
 mod plans;
 mod runs;

@@ -1,12 +1,13 @@
 //! Runs and what they recorded.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use plan_types::{Record, TaskStatus};
+use plan_types::{Event, Record, TaskStatus};
 use rusqlite::{OptionalExtension, params};
 use serde_json::{Map, Value};
 
+use crate::events::StoredEvent;
 use crate::{Store, StoreError};
 
 /// Where a run is in its life.
@@ -131,6 +132,27 @@ pub struct AttemptRow {
 
 const RUN_COLUMNS: &str = "run_id, plan_id, plan_name, plan_format, plan_source, plan_hash, inputs, options, state, task_status, owner_pid, started_at, updated_at, finished_at";
 
+/// A record as stored: its JSON without `step_id`, which is a column of its own.
+pub(crate) fn record_text(record: &Record) -> Result<String, StoreError> {
+    let mut value = serde_json::to_value(record).map_err(damaged("record"))?;
+    if let Some(fields) = value.as_object_mut() {
+        fields.shift_remove("step_id");
+    }
+    serde_json::to_string(&value).map_err(damaged("record"))
+}
+
+/// A record read back: its stored JSON with `step_id` put back first.
+fn read_record(step_id: &str, text: &str) -> Result<Record, StoreError> {
+    let mut record: Record = serde_json::from_str(&format!(
+        "{{\"step_id\":{},{}",
+        Value::String(step_id.to_owned()),
+        text.strip_prefix('{').unwrap_or(text)
+    ))
+    .map_err(damaged("record"))?;
+    record.step_id = step_id.to_owned();
+    Ok(record)
+}
+
 /// A JSON error in a stored value of kind `what`, as a damaged-row error.
 pub(crate) fn damaged(what: &'static str) -> impl Fn(serde_json::Error) -> StoreError {
     move |error| StoreError::Damaged {
@@ -144,8 +166,8 @@ impl Store {
     pub fn begin_run(&mut self, run: &NewRun<'_>) -> Result<(), StoreError> {
         let inputs = serde_json::to_string(run.inputs).map_err(damaged("inputs"))?;
         self.conn.execute(
-            "INSERT INTO runs (run_id, plan_id, plan_name, plan_format, plan_source, plan_hash, inputs, options, state, owner_pid, started_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?10)",
+            "INSERT INTO runs (run_id, plan_id, plan_name, plan_format, plan_source, plan_hash, inputs, options, state, owner_pid, started_at, updated_at, key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9, ?10, ?10, (SELECT coalesce(max(key), 0) + 1 FROM runs))",
             params![
                 run.run_id,
                 run.plan_id,
@@ -233,17 +255,39 @@ impl Store {
         Ok(rows)
     }
 
+    /// The integer key a run's rows carry.
+    pub(crate) fn run_key(&self, run_id: &str) -> Result<i64, StoreError> {
+        self.conn
+            .query_row("SELECT key FROM runs WHERE run_id = ?1", [run_id], |row| {
+                row.get(0)
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound {
+                what: "run",
+                id: run_id.to_owned(),
+            })
+    }
+
     /// A run's records, in plan order (a map step's items before the step).
     pub fn records(&self, run_id: &str) -> Result<Vec<Record>, StoreError> {
-        let mut statement = self
-            .conn
-            .prepare("SELECT record FROM records WHERE run_id = ?1 ORDER BY position, coalesce(item, 9223372036854775807)")?;
-        let texts: Vec<String> = statement
-            .query_map([run_id], |row| row.get(0))?
+        let key = self.run_key(run_id)?;
+        let mut statement = self.conn.prepare_cached(
+            "SELECT step_id, position, item, record FROM step_records WHERE run = ?1",
+        )?;
+        let mut rows: Vec<(i64, i64, String, String)> = statement
+            .query_map([key], |row| {
+                Ok((
+                    row.get(1)?,
+                    row.get::<_, Option<i64>>(2)?.unwrap_or(i64::MAX),
+                    row.get(0)?,
+                    row.get(3)?,
+                ))
+            })?
             .collect::<Result<_, _>>()?;
-        texts
-            .iter()
-            .map(|text| serde_json::from_str(text).map_err(damaged("record")))
+        // Sorted here rather than by an index: one index fewer on every write.
+        rows.sort_unstable_by_key(|&(position, item, _, _)| (position, item));
+        rows.iter()
+            .map(|(_, _, step_id, text)| read_record(step_id, text))
             .collect()
     }
 
@@ -251,8 +295,9 @@ impl Store {
     pub fn forget_records(&mut self, run_id: &str, step_ids: &[String]) -> Result<(), StoreError> {
         let transaction = self.conn.transaction()?;
         {
-            let mut records =
-                transaction.prepare("DELETE FROM records WHERE run_id = ?1 AND step_id = ?2")?;
+            let mut records = transaction.prepare(
+                "DELETE FROM step_records WHERE run = (SELECT key FROM runs WHERE run_id = ?1) AND step_id = ?2",
+            )?;
             // A block run again from its entry point no longer goes on from where it waited.
             let mut checkpoints = transaction
                 .prepare("DELETE FROM checkpoints WHERE run_id = ?1 AND step_id = ?2")?;
@@ -301,36 +346,79 @@ impl Store {
         Ok(checkpoints)
     }
 
-    /// A run's attempts, in the order they were recorded.
+    /// A run's attempts, in the order they were made: each is a `tool.called` event and the
+    /// `tool.succeeded` or `tool.failed` event of the same step and attempt.
     pub fn attempts(&self, run_id: &str) -> Result<Vec<AttemptRow>, StoreError> {
-        let mut statement = self.conn.prepare(
-            "SELECT step_id, attempt, started_at, duration_ms, ok, error_code, error_message FROM attempts WHERE run_id = ?1 ORDER BY id",
-        )?;
-        let rows = statement
-            .query_map([run_id], |row| {
-                Ok(AttemptRow {
-                    step_id: row.get(0)?,
-                    attempt: row.get(1)?,
-                    started_at: row.get(2)?,
-                    duration_ms: u64::try_from(row.get::<_, i64>(3)?).unwrap_or(0),
-                    ok: row.get(4)?,
-                    error_code: row.get(5)?,
-                    error_message: row.get(6)?,
-                })
-            })?
+        let key = self.run_key(run_id)?;
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT {} FROM run_events WHERE run = ?1 AND kind IN (1, 2, 3) ORDER BY seq",
+            StoredEvent::COLUMNS
+        ))?;
+        let events: Vec<StoredEvent> = statement
+            .query_map([key], |row| StoredEvent::read(row, 0))?
             .collect::<Result<_, _>>()?;
-        Ok(rows)
+        let mut attempts: Vec<AttemptRow> = Vec::new();
+        // Where each started attempt is in `attempts`, by step and attempt number.
+        let mut open: HashMap<(String, u32), usize> = HashMap::new();
+        for event in events {
+            let step_id = event.step_id.clone().unwrap_or_default();
+            match event.kind_name() {
+                Some("tool.called") => {
+                    open.insert((step_id.clone(), event.attempt), attempts.len());
+                    attempts.push(AttemptRow {
+                        step_id,
+                        attempt: event.attempt,
+                        started_at: crate::events::timestamp(event.ts_ms),
+                        duration_ms: 0,
+                        ok: false,
+                        error_code: None,
+                        error_message: None,
+                    });
+                }
+                Some(kind) => {
+                    let Some(&at) = open.get(&(step_id, event.attempt)) else {
+                        continue;
+                    };
+                    let attempt = &mut attempts[at];
+                    attempt.duration_ms = event
+                        .duration_ms
+                        .and_then(|ms| u64::try_from(ms).ok())
+                        .unwrap_or(0);
+                    attempt.ok = kind == "tool.succeeded";
+                    if !attempt.ok {
+                        let rest: Value = event
+                            .rest
+                            .as_deref()
+                            .map(serde_json::from_str)
+                            .transpose()
+                            .map_err(damaged("event"))?
+                            .unwrap_or(Value::Null);
+                        let text = |field: &str| rest["error"][field].as_str().map(str::to_owned);
+                        attempt.error_code = text("code");
+                        attempt.error_message = text("message");
+                    }
+                }
+                None => {}
+            }
+        }
+        Ok(attempts)
     }
 
-    /// A run's events after sequence number `after` (0 for all), as stored JSON lines.
-    pub fn events_after(&self, run_id: &str, after: i64) -> Result<Vec<(i64, String)>, StoreError> {
-        let mut statement = self
-            .conn
-            .prepare("SELECT seq, event FROM events WHERE run_id = ?1 AND seq > ?2 ORDER BY seq")?;
-        let rows = statement
-            .query_map(params![run_id, after], |row| Ok((row.get(0)?, row.get(1)?)))?
+    /// A run's events after sequence number `after` (0 for all), in order.
+    pub fn events_after(&self, run_id: &str, after: i64) -> Result<Vec<(i64, Event)>, StoreError> {
+        let key = self.run_key(run_id)?;
+        let mut statement = self.conn.prepare_cached(&format!(
+            "SELECT seq, {} FROM run_events WHERE run = ?1 AND seq > ?2 ORDER BY seq",
+            StoredEvent::COLUMNS
+        ))?;
+        let rows: Vec<(i64, StoredEvent)> = statement
+            .query_map(params![key, after], |row| {
+                Ok((row.get(0)?, StoredEvent::read(row, 1)?))
+            })?
             .collect::<Result<_, _>>()?;
-        Ok(rows)
+        rows.into_iter()
+            .map(|(seq, event)| Ok((seq, event.into_event(run_id)?)))
+            .collect()
     }
 
     /// Deletes runs that ended before `cutoff` (RFC 3339), with everything they recorded.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use plan_store::{EventBuffer, NewRun, RunJournal, RunState, Store, StoreError, StoredPlan};
-use plan_types::{Attempt, Batch, Journal, Position, Record, RunEnd, StepError, TaskStatus};
+use plan_types::{Batch, Journal, Position, Record, RunEnd, StepError, TaskStatus};
 use serde_json::{Map, Value, json};
 
 fn new_run<'a>(
@@ -104,7 +104,7 @@ fn a_ledger_from_a_newer_plan_cli_is_refused() {
             error,
             StoreError::TooNew {
                 found: 99,
-                supported: 3,
+                supported: 4,
                 ..
             }
         ),
@@ -146,13 +146,24 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
         record("m", false),
     );
     let list = json!([1, 2]);
-    let attempts = [Attempt {
-        step_id: Arc::from("a"),
-        attempt: 1,
-        started_at: SystemTime::now(),
-        duration_ms: 3,
-        error: None,
-    }];
+    // Attempts are the tool events: a failed first try of `a`, then a success.
+    use plan_types::EventSink;
+    let tool_event = |kind: &str, attempt: u32, more: Value| {
+        let mut fields = json!({"type": kind, "run_id": "r1", "step_id": "a", "attempt": attempt,
+            "ts": "2026-01-01T00:00:01.250Z", "tool": "echo"});
+        if let (Some(fields), Some(more)) = (fields.as_object_mut(), more.as_object()) {
+            fields.extend(more.clone());
+        }
+        serde_json::from_value::<plan_types::Event>(fields).unwrap()
+    };
+    events.emit(&tool_event("tool.called", 1, json!({})));
+    events.emit(&tool_event(
+        "tool.failed",
+        1,
+        json!({"duration_ms": 7, "error": {"code": "E_IO", "message": "flaky"}}),
+    ));
+    events.emit(&tool_event("tool.called", 2, json!({})));
+    events.emit(&tool_event("tool.succeeded", 2, json!({"duration_ms": 3})));
     // Committed out of order, across two batches: items of step 1, then step 0.
     journal
         .commit(&Batch {
@@ -194,7 +205,7 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
                 a.clone(),
             )],
             variables: vec![],
-            attempts: attempts.to_vec(),
+            attempts: Vec::new(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -231,13 +242,34 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
     assert_eq!(row.options, options);
     assert!(row.finished_at.is_some());
     let attempts = store.attempts("r1").unwrap();
+    let brief: Vec<_> = attempts
+        .iter()
+        .map(|a| {
+            (
+                a.step_id.as_str(),
+                a.attempt,
+                a.ok,
+                a.duration_ms,
+                a.error_code.as_deref(),
+                a.error_message.as_deref(),
+                a.started_at.as_str(),
+            )
+        })
+        .collect();
     assert_eq!(
-        (
-            attempts[0].step_id.as_str(),
-            attempts[0].attempt,
-            attempts[0].ok
-        ),
-        ("a", 1, true)
+        brief,
+        [
+            (
+                "a",
+                1,
+                false,
+                7,
+                Some("E_IO"),
+                Some("flaky"),
+                "2026-01-01T00:00:01.250Z"
+            ),
+            ("a", 2, true, 3, None, None, "2026-01-01T00:00:01.250Z")
+        ]
     );
 }
 
@@ -251,9 +283,10 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
     let events = Arc::new(EventBuffer::default());
     let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
     let event = |n: u32| {
-        let mut e: plan_types::Event = serde_json::from_value(
-            json!({"type": "run.started", "run_id": "r", "attempt": n, "ts": "t"}),
-        )
+        let mut e: plan_types::Event = serde_json::from_value(json!({
+            "type": "run.started", "run_id": "r", "attempt": n,
+            "ts": "2026-01-01T00:00:00.042Z", "plan_id": "p"
+        }))
         .unwrap();
         e.attempt = n;
         e
@@ -275,6 +308,8 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
         stored.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
         [1, 2]
     );
+    // An event reads back as it was emitted, field for field.
+    assert_eq!(stored[1].1, event(2));
     let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
     events.emit(&event(3));
     journal.finish(RunEnd::Stopped).unwrap();
@@ -457,4 +492,65 @@ fn several_writers_share_one_file_without_lock_errors() {
     for w in 0..4 {
         assert_eq!(store.records(&format!("run-{w}")).unwrap().len(), 200);
     }
+}
+
+/// A ledger written by plan-cli before the compact layout (schema 3, by the release of that
+/// time: `tests/data/ledger-v3.sql`) is migrated in place, and reads back as that plan-cli
+/// read it: the same records, the same events (`plan-cli events`), the same attempts.
+#[test]
+fn a_ledger_of_the_previous_layout_migrates_and_reads_back_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(include_str!("data/ledger-v3.sql"))
+        .unwrap();
+    drop(conn);
+    let store = Store::open(&path).unwrap();
+    let run = store.runs().unwrap().remove(0);
+
+    let records: Vec<Value> = store
+        .records(&run.run_id)
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::to_value(r).unwrap())
+        .collect();
+    let want: Vec<Value> =
+        serde_json::from_str(include_str!("data/ledger-v3-records.json")).unwrap();
+    assert_eq!(records, want);
+
+    let events: Vec<String> = store
+        .events_after(&run.run_id, 0)
+        .unwrap()
+        .iter()
+        .map(|(_, e)| serde_json::to_string(e).unwrap())
+        .collect();
+    let want: Vec<&str> = include_str!("data/ledger-v3-events.ndjson")
+        .lines()
+        .collect();
+    assert_eq!(events, want);
+
+    let attempts: Vec<Value> = store
+        .attempts(&run.run_id)
+        .unwrap()
+        .iter()
+        .map(|a| {
+            json!({"step_id": a.step_id, "attempt": a.attempt, "started_at": a.started_at,
+                "duration_ms": a.duration_ms, "ok": u8::from(a.ok),
+                "error_code": a.error_code, "error_message": a.error_message})
+        })
+        .collect();
+    let mut want: Vec<Value> =
+        serde_json::from_str(include_str!("data/ledger-v3-attempts.json")).unwrap();
+    // The old table listed attempts as they ended; they now come as they started.
+    let by_start = |a: &Value| {
+        (
+            a["started_at"].to_string(),
+            a["step_id"].to_string(),
+            a["attempt"].as_u64(),
+        )
+    };
+    let mut got = attempts.clone();
+    got.sort_by_key(by_start);
+    want.sort_by_key(by_start);
+    assert_eq!(got, want);
 }

@@ -135,10 +135,7 @@ fn busy_blocks(
     {
         let mut entered = false;
         let mut node = None;
-        for (_, text) in &events {
-            let Ok(event) = serde_json::from_str::<plan_types::Event>(text) else {
-                continue;
-            };
+        for (_, event) in &events {
             if event.step_id.as_deref() != Some(block.step_id.as_str()) {
                 continue;
             }
@@ -274,7 +271,9 @@ pub(crate) fn events(args: &EventsArgs, ledger: &Ledger) -> Result<i32, Failure>
         let lines = store
             .events_after(&row.run_id, after)
             .map_err(Failure::ledger)?;
-        for (seq, line) in &lines {
+        for (seq, event) in &lines {
+            let line =
+                serde_json::to_string(event).map_err(|e| Failure::internal(e.to_string()))?;
             print(&format!("{line}\n"))?;
             after = *seq;
         }

@@ -1,0 +1,181 @@
+//! Events as ledger rows: the fields every event of a step has are columns (the kind as a
+//! number, the time as milliseconds since the epoch), and only the rarer ones are kept as a
+//! JSON object. A row reads back as the same [`Event`], serialized the same way.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use plan_types::{Event, EventKind};
+use rusqlite::types::Value;
+use serde_json::Map;
+
+use crate::StoreError;
+use crate::runs::damaged;
+use crate::schema::EVENT_KINDS;
+
+/// The columns `run, seq, kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest` of one
+/// event of run `key`.
+pub(crate) fn row(key: &Value, seq: i64, event: &Event) -> Result<[Value; 10], StoreError> {
+    let kind = kind_number(event.kind)?;
+    let ts_ms = humantime::parse_rfc3339(&event.ts)
+        .ok()
+        .and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or(0, |since| {
+            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+        });
+    // What is left once the columns are taken out: nothing, for most events.
+    let mut rest = serde_json::to_value(event).map_err(damaged("event"))?;
+    let rest = match rest.as_object_mut() {
+        Some(fields) => {
+            for column in [
+                "type",
+                "run_id",
+                "step_id",
+                "attempt",
+                "ts",
+                "tool",
+                "duration_ms",
+                "ok",
+            ] {
+                fields.shift_remove(column);
+            }
+            if fields.is_empty() {
+                Value::Null
+            } else {
+                Value::Text(serde_json::to_string(fields).map_err(damaged("event"))?)
+            }
+        }
+        None => Value::Null,
+    };
+    let text = |value: &Option<Arc<str>>| {
+        value
+            .as_ref()
+            .map_or(Value::Null, |v| Value::Text(v.to_string()))
+    };
+    Ok([
+        key.clone(),
+        Value::Integer(seq),
+        Value::Integer(kind),
+        text(&event.step_id),
+        Value::Integer(i64::from(event.attempt)),
+        Value::Integer(ts_ms),
+        text(&event.tool),
+        event.duration_ms.map_or(Value::Null, |ms| {
+            Value::Integer(i64::try_from(ms).unwrap_or(i64::MAX))
+        }),
+        event
+            .ok
+            .map_or(Value::Null, |ok| Value::Integer(i64::from(ok))),
+        rest,
+    ])
+}
+
+/// The columns of one stored event, as read back.
+pub(crate) struct StoredEvent {
+    pub(crate) kind: i64,
+    pub(crate) step_id: Option<String>,
+    pub(crate) attempt: u32,
+    pub(crate) ts_ms: i64,
+    pub(crate) tool: Option<String>,
+    pub(crate) duration_ms: Option<i64>,
+    pub(crate) ok: Option<bool>,
+    pub(crate) rest: Option<String>,
+}
+
+impl StoredEvent {
+    /// The columns after `run, seq`, in the order [`row`] writes them.
+    pub(crate) const COLUMNS: &'static str =
+        "kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest";
+
+    /// Reads the columns starting at `first`.
+    pub(crate) fn read(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Self> {
+        Ok(StoredEvent {
+            kind: row.get(first)?,
+            step_id: row.get(first + 1)?,
+            attempt: row.get(first + 2)?,
+            ts_ms: row.get(first + 3)?,
+            tool: row.get(first + 4)?,
+            duration_ms: row.get(first + 5)?,
+            ok: row.get(first + 6)?,
+            rest: row.get(first + 7)?,
+        })
+    }
+
+    /// The kind's name (`tool.called`), if this build knows the number.
+    pub(crate) fn kind_name(&self) -> Option<&'static str> {
+        EVENT_KINDS
+            .iter()
+            .find(|(number, _)| *number == self.kind)
+            .map(|(_, name)| *name)
+    }
+
+    /// The event as it was emitted, for run `run_id`.
+    pub(crate) fn into_event(self, run_id: &str) -> Result<Event, StoreError> {
+        let kind = self.kind_name().ok_or_else(|| StoreError::Damaged {
+            what: "event",
+            message: format!("unknown event kind {}", self.kind),
+        })?;
+        let mut fields: Map<String, serde_json::Value> = match &self.rest {
+            Some(text) => serde_json::from_str(text).map_err(damaged("event"))?,
+            None => Map::new(),
+        };
+        fields.insert("type".into(), kind.into());
+        fields.insert("run_id".into(), run_id.into());
+        if let Some(step_id) = self.step_id {
+            fields.insert("step_id".into(), step_id.into());
+        }
+        fields.insert("attempt".into(), self.attempt.into());
+        fields.insert("ts".into(), timestamp(self.ts_ms).into());
+        if let Some(tool) = self.tool {
+            fields.insert("tool".into(), tool.into());
+        }
+        if let Some(ms) = self.duration_ms {
+            fields.insert("duration_ms".into(), ms.into());
+        }
+        if let Some(ok) = self.ok {
+            fields.insert("ok".into(), ok.into());
+        }
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(damaged("event"))
+    }
+}
+
+fn kind_number(kind: EventKind) -> Result<i64, StoreError> {
+    let name = serde_json::to_value(kind).map_err(damaged("event"))?;
+    EVENT_KINDS
+        .iter()
+        .find(|(_, known)| name == *known)
+        .map(|(number, _)| *number)
+        .ok_or_else(|| StoreError::Damaged {
+            what: "event",
+            message: format!("no stored number for the event kind {name}"),
+        })
+}
+
+/// Milliseconds since the epoch, as RFC 3339 with milliseconds (the events' `ts`).
+pub(crate) fn timestamp(ms: i64) -> String {
+    let at = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_kind_has_a_number() {
+        let kinds: Vec<EventKind> = EVENT_KINDS
+            .iter()
+            .map(|(_, name)| serde_json::from_value(serde_json::json!(name)))
+            .collect::<Result<_, _>>()
+            .unwrap_or_default();
+        assert_eq!(kinds.len(), EVENT_KINDS.len());
+        for kind in kinds {
+            assert!(kind_number(kind).is_ok());
+        }
+    }
+
+    #[test]
+    fn timestamps_keep_their_milliseconds() {
+        assert_eq!(timestamp(1_790_000_000_123), "2026-09-21T14:13:20.123Z");
+    }
+}
