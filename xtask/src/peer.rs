@@ -187,7 +187,10 @@ fn write_plan(python: &Path, script: &Path, scenario: &Scenario, out: &Path) -> 
          plan, _ = bench.SCENARIOS[{name:?}]()\n\
          plan = bench.apply_bind(plan) if {bind} else plan\n\
          print(json.dumps(plan))",
-        dir = script.parent().map(Path::display).map(|d| d.to_string()),
+        dir = script
+            .parent()
+            .map(|dir| dir.display().to_string())
+            .unwrap_or_default(),
         name = scenario.peer_scenario,
         bind = if scenario.bind { "True" } else { "False" },
     );

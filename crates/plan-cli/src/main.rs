@@ -7,6 +7,7 @@ mod cli;
 mod commands;
 mod events_file;
 mod exit;
+mod json_out;
 mod ledger;
 mod output;
 mod plan_file;

@@ -582,7 +582,7 @@ impl BlockRun {
                 step_id: node_path.clone(),
                 ok: outcome.is_ok(),
                 skipped: false,
-                result: outcome.as_ref().ok().cloned(),
+                result: outcome.as_ref().ok().cloned().map(Arc::new),
                 reason: None,
                 error: outcome.as_ref().err().cloned().map(Box::new),
                 attempts,

@@ -1,6 +1,8 @@
 //! Keeps secret values (the `${env.NAME}` the plan lists) out of every output: records,
 //! variables, events and previews. Tools still receive the real values.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use plan_types::{Event, Record};
@@ -67,8 +69,11 @@ impl Redactor {
     }
 
     pub(crate) fn record(&self, record: &mut Record) {
-        if let Some(result) = &mut record.result {
-            self.value(result);
+        if let Some(result) = &mut record.result
+            && !self.is_empty()
+        {
+            // A result shared with a variable is copied here: tools go on seeing the value.
+            self.value(Arc::make_mut(result));
         }
         if let Some(reason) = &mut record.reason {
             self.string(reason);

@@ -438,6 +438,25 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         if running.is_empty() && (scheduler.held.is_empty() || stalled) {
             break;
         }
+        if running.is_empty()
+            && scheduler.ready.is_empty()
+            && let Some(writer) = &scheduler.writer
+        {
+            // Nothing to do but wait for the ledger (a chain): commit here rather than wait
+            // for the writer thread to wake up and wake us back.
+            match writer.commit_now() {
+                Durable::Upto(upto) => scheduler.release(upto),
+                Durable::Failed(error) => {
+                    failure.get_or_insert(error.0);
+                    halt.cancel();
+                }
+            }
+            if scheduler.ready.is_empty() {
+                // Everything sent is committed and still nothing can start: nothing will.
+                break;
+            }
+            continue;
+        }
         let joined = tokio::select! {
             biased;
             Some(joined) = running.join_next_with_id(), if !running.is_empty() => joined,
@@ -890,7 +909,8 @@ impl Scheduler<'_> {
                     .insert(name.clone(), Arc::new(Value::Array(Vec::new())));
                 self.pending_vars.push(name.clone());
             }
-            self.record_executed(i, Ok(serde_json::json!({"items": 0})), 0, Duration::ZERO);
+            let empty = Arc::new(serde_json::json!({"items": 0}));
+            self.record_executed(i, Ok(empty), 0, Duration::ZERO);
             return;
         }
         let mut map = MapRun {
@@ -1031,7 +1051,7 @@ impl Scheduler<'_> {
     ) {
         match item {
             None => {
-                let outcome = outcome.and_then(|value| self.bind(step, value));
+                let outcome = outcome.and_then(|value| self.bind(step, Arc::new(value)));
                 self.record_executed(step, outcome, attempts, elapsed);
             }
             Some(k) => self.finish_item(step, k, outcome, attempts, elapsed),
@@ -1040,11 +1060,23 @@ impl Scheduler<'_> {
 
     /// Stores the step's binds, all or none: a selector that does not match the result fails
     /// the step.
-    fn bind(&mut self, index: usize, value: Value) -> Result<Value, StepError> {
-        let selected = self.select_binds(index, &value)?;
+    fn bind(&mut self, index: usize, value: Arc<Value>) -> Result<Arc<Value>, StepError> {
         let step = &self.program.steps[index];
+        // The whole result is shared with its variable, not copied (a deep result would be
+        // copied once per step that binds it).
+        let selected: Vec<Arc<Value>> = step
+            .binds
+            .iter()
+            .map(|(name, selector)| {
+                if selector.text() == "$" {
+                    Ok(value.clone())
+                } else {
+                    select_bind(name, selector, &value, &self.vars).map(Arc::new)
+                }
+            })
+            .collect::<Result<_, _>>()?;
         for ((name, _), value) in step.binds.iter().zip(selected) {
-            self.vars.insert(name.clone(), Arc::new(value));
+            self.vars.insert(name.clone(), value);
             self.pending_vars.push(name.clone());
         }
         Ok(value)
@@ -1054,15 +1086,7 @@ impl Scheduler<'_> {
         let step = &self.program.steps[index];
         step.binds
             .iter()
-            .map(|(name, selector)| {
-                selector
-                    .select(value, &self.vars)
-                    .map_err(|error| StepError {
-                        code: codes::E_BIND_UNRESOLVED,
-                        message: format!("bind `{name}`: {error}"),
-                        details: None,
-                    })
-            })
+            .map(|(name, selector)| select_bind(name, selector, value, &self.vars))
             .collect()
     }
 
@@ -1087,7 +1111,7 @@ impl Scheduler<'_> {
                 for (list, value) in map.collected.iter_mut().zip(selected) {
                     list[k] = value;
                 }
-                (true, Some(value), None)
+                (true, Some(Arc::new(value)), None)
             }
             Err(error) => {
                 map.failed.push(k);
@@ -1154,7 +1178,7 @@ impl Scheduler<'_> {
             // The items' records hold their results, and binds collect them as lists: the
             // step's own record only counts them (a copy of every result would double a
             // large map's memory and output).
-            Ok(serde_json::json!({"items": map.records.len()}))
+            Ok(Arc::new(serde_json::json!({"items": map.records.len()})))
         } else {
             map.failed.sort_unstable();
             let total = map.records.len();
@@ -1186,7 +1210,7 @@ impl Scheduler<'_> {
     fn record_executed(
         &mut self,
         index: usize,
-        outcome: Result<Value, StepError>,
+        outcome: Result<Arc<Value>, StepError>,
         attempts: u32,
         elapsed: Duration,
     ) {
@@ -1448,10 +1472,7 @@ impl Scheduler<'_> {
             } else {
                 RunEnd::Finished(status)
             };
-            writer
-                .finish(end)
-                .await
-                .map_err(|e| RunError::Journal(e.0))?;
+            writer.finish(end).map_err(|e| RunError::Journal(e.0))?;
         }
         let meta = Record::meta(status, millis(elapsed));
         let mut records: Vec<Record> = if self.maps.is_empty() && self.nested.is_empty() {
@@ -1504,6 +1525,20 @@ impl Scheduler<'_> {
             blocks,
         })
     }
+}
+
+/// What bind `name` selects from a result; a selector that does not match fails the step.
+fn select_bind(
+    name: &str,
+    selector: &plan_vars::Selector,
+    value: &Value,
+    vars: &BTreeMap<String, Arc<Value>>,
+) -> Result<Value, StepError> {
+    selector.select(value, vars).map_err(|error| StepError {
+        code: codes::E_BIND_UNRESOLVED,
+        message: format!("bind `{name}`: {error}"),
+        details: None,
+    })
 }
 
 fn not_run_record(step_id: &str, skipped: bool, reason: String) -> Record {

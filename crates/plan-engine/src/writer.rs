@@ -1,18 +1,22 @@
-//! The ledger writer: a thread of its own that owns the [`Journal`], so the scheduler hands
-//! it batches and goes on instead of waiting for SQLite.
+//! The ledger writer: the scheduler hands it batches and goes on instead of waiting for SQLite.
 //!
-//! Batches are numbered in the order the scheduler sends them. The writer takes every batch
-//! waiting in its channel and commits them together (group commit), then publishes the number
+//! Batches are numbered in the order the scheduler sends them and queued. A thread of the
+//! writer's own commits every queued batch together (group commit), then publishes the number
 //! of the last one on a watch channel: everything up to that number is durable. Under
 //! [`Durability::Sync`] the scheduler holds back a step whose dependencies settled in a batch
-//! not yet durable; under `async` nothing waits; under `exit` the writer keeps every batch
-//! and commits them once, when the run ends.
+//! not yet durable; when it has nothing else to do (a chain), it commits the queue itself
+//! ([`Writer::commit_now`]) rather than wait for the thread to wake up, take the queue and wake
+//! it back. Under `async` nothing waits; under `exit` the writer keeps every batch and commits
+//! them once, when the run ends.
+//!
+//! Whoever commits takes the journal's lock before it takes the queue, so batches are committed
+//! in the order they were sent, and sending never waits for a commit.
 
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread::JoinHandle;
 
 use plan_types::{Batch, Durability, Journal, JournalError, RunEnd};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 /// What the scheduler knows of the ledger: the last durable batch, or why writing stopped.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,14 +27,65 @@ pub(crate) enum Durable {
     Failed(JournalError),
 }
 
-enum Message {
-    Batch(u64, Batch),
-    Finish(RunEnd, oneshot::Sender<Result<(), JournalError>>),
+struct Ledger {
+    journal: Box<dyn Journal>,
+    failed: Option<JournalError>,
+    /// Under `exit`, everything waits here for the end of the run.
+    kept: Batch,
+    kept_upto: u64,
 }
 
-/// The scheduler's end of the writer thread.
+struct Shared {
+    ledger: Mutex<Ledger>,
+    queue: Mutex<Vec<(u64, Batch)>>,
+    durable: watch::Sender<Durable>,
+    durability: Durability,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while committing leaves nothing half-done that a lock could protect: SQLite
+    // rolls the transaction back.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// Commits every queued batch as one, in order, and publishes what is durable.
+    fn commit_queued(&self) {
+        let mut ledger = lock(&self.ledger);
+        let batches = std::mem::take(&mut *lock(&self.queue));
+        let Some(upto) = batches.last().map(|(number, _)| *number) else {
+            return;
+        };
+        let mut group = Batch::default();
+        for (_, batch) in batches {
+            group.append(batch);
+        }
+        if ledger.failed.is_some() {
+            // After a failure nothing more is written: later batches may depend on what was
+            // lost.
+            return;
+        }
+        if self.durability == Durability::Exit {
+            ledger.kept.append(group);
+            ledger.kept_upto = upto;
+            return;
+        }
+        match ledger.journal.commit(&group) {
+            Ok(()) => {
+                self.durable.send_replace(Durable::Upto(upto));
+            }
+            Err(error) => {
+                self.durable.send_replace(Durable::Failed(error.clone()));
+                ledger.failed = Some(error);
+            }
+        }
+    }
+}
+
+/// The scheduler's end of the writer.
 pub(crate) struct Writer {
-    sender: Option<mpsc::Sender<Message>>,
+    shared: Arc<Shared>,
+    wake: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     /// The number the next batch gets.
     next: u64,
@@ -43,19 +98,38 @@ impl Writer {
         journal: Box<dyn Journal>,
         durability: Durability,
     ) -> Result<(Writer, watch::Receiver<Durable>), JournalError> {
-        let (sender, receiver) = mpsc::channel();
-        let (durable_sender, durable) = watch::channel(Durable::Upto(0));
+        let (durable, receiver) = watch::channel(Durable::Upto(0));
+        let shared = Arc::new(Shared {
+            ledger: Mutex::new(Ledger {
+                journal,
+                failed: None,
+                kept: Batch::default(),
+                kept_upto: 0,
+            }),
+            queue: Mutex::new(Vec::new()),
+            durable,
+            durability,
+        });
+        let (wake, woken) = mpsc::channel::<()>();
+        let on_thread = shared.clone();
         let thread = std::thread::Builder::new()
             .name("plan-ledger".to_owned())
-            .spawn(move || write_loop(journal, durability, &receiver, &durable_sender))
+            .spawn(move || {
+                while woken.recv().is_ok() {
+                    // Wake-ups that came meanwhile are served by this one commit.
+                    while woken.try_recv().is_ok() {}
+                    on_thread.commit_queued();
+                }
+            })
             .map_err(|error| JournalError(format!("cannot start the ledger writer: {error}")))?;
         Ok((
             Writer {
-                sender: Some(sender),
+                shared,
+                wake: Some(wake),
                 thread: Some(thread),
                 next: 1,
             },
-            durable,
+            receiver,
         ))
     }
 
@@ -71,118 +145,50 @@ impl Writer {
         }
         let number = self.next;
         self.next += 1;
-        if let Some(sender) = &self.sender {
-            // A writer that is gone has published why on the watch channel.
-            let _ = sender.send(Message::Batch(number, batch));
+        lock(&self.shared.queue).push((number, batch));
+        if let Some(wake) = &self.wake {
+            // A thread that is gone has published why on the watch channel.
+            let _ = wake.send(());
         }
     }
 
-    /// Tells the writer how the run ended and waits until that, and every batch before it,
-    /// is written.
-    pub(crate) async fn finish(mut self, end: RunEnd) -> Result<(), JournalError> {
-        let (reply, answer) = oneshot::channel();
-        let sent = self
-            .sender
-            .take()
-            .is_some_and(|sender| sender.send(Message::Finish(end, reply)).is_ok());
-        let result = if sent {
-            answer
-                .await
-                .unwrap_or_else(|_| Err(JournalError("the ledger writer stopped".to_owned())))
-        } else {
-            Err(JournalError("the ledger writer stopped".to_owned()))
-        };
-        self.join();
-        result
+    /// Commits what is queued on the caller's thread, for a scheduler that has nothing to do
+    /// but wait for it; returns what is durable then.
+    pub(crate) fn commit_now(&self) -> Durable {
+        self.shared.commit_queued();
+        self.shared.durable.borrow().clone()
     }
 
-    fn join(&mut self) {
-        self.sender = None;
+    /// Writes what is left and tells the journal how the run ended.
+    pub(crate) fn finish(mut self, end: RunEnd) -> Result<(), JournalError> {
+        self.stop_thread();
+        self.shared.commit_queued();
+        let mut ledger = lock(&self.shared.ledger);
+        if let Some(error) = ledger.failed.take() {
+            return Err(error);
+        }
+        let kept = std::mem::take(&mut ledger.kept);
+        if !kept.is_empty() {
+            ledger.journal.commit(&kept)?;
+            let upto = ledger.kept_upto;
+            self.shared.durable.send_replace(Durable::Upto(upto));
+        }
+        ledger.journal.finish(end)
+    }
+
+    fn stop_thread(&mut self) {
+        self.wake = None;
         if let Some(thread) = self.thread.take() {
-            // The writer ends once its channel is closed; a panic there was already reported
-            // as a closed watch channel.
+            // The thread ends once its channel is closed and its commit is done.
             let _ = thread.join();
         }
     }
 }
 
 impl Drop for Writer {
-    /// A run that ends early (a ledger failure) still waits for the writer, so nothing
+    /// A run that ends early (a ledger failure) still waits for the thread, so nothing
     /// writes to the ledger after `run` returns.
     fn drop(&mut self) {
-        self.join();
-    }
-}
-
-fn write_loop(
-    mut journal: Box<dyn Journal>,
-    durability: Durability,
-    receiver: &mpsc::Receiver<Message>,
-    durable: &watch::Sender<Durable>,
-) {
-    let mut failed: Option<JournalError> = None;
-    // Under `exit`, everything waits here for the end of the run.
-    let mut kept = Batch::default();
-    let mut kept_upto = 0;
-    let mut waiting = receiver.recv().ok();
-    while let Some(message) = waiting.take() {
-        match message {
-            Message::Batch(number, batch) => {
-                let mut group = batch;
-                let mut upto = number;
-                // Everything already queued joins this commit.
-                loop {
-                    match receiver.try_recv() {
-                        Ok(Message::Batch(number, batch)) => {
-                            group.append(batch);
-                            upto = number;
-                        }
-                        Ok(finish) => {
-                            waiting = Some(finish);
-                            break;
-                        }
-                        Err(_) => break,
-                    }
-                }
-                if failed.is_some() {
-                    // After a failure nothing more is written: later batches may depend on
-                    // what was lost.
-                } else if durability == Durability::Exit {
-                    kept.append(group);
-                    kept_upto = upto;
-                } else {
-                    match journal.commit(&group) {
-                        Ok(()) => {
-                            durable.send_replace(Durable::Upto(upto));
-                        }
-                        Err(error) => {
-                            durable.send_replace(Durable::Failed(error.clone()));
-                            failed = Some(error);
-                        }
-                    }
-                }
-            }
-            Message::Finish(end, reply) => {
-                let result = match failed.take() {
-                    Some(error) => Err(error),
-                    None => {
-                        let kept = std::mem::take(&mut kept);
-                        let committed = if kept.is_empty() {
-                            Ok(())
-                        } else {
-                            journal.commit(&kept).map(|()| {
-                                durable.send_replace(Durable::Upto(kept_upto));
-                            })
-                        };
-                        committed.and_then(|()| journal.finish(end))
-                    }
-                };
-                let _ = reply.send(result);
-                return;
-            }
-        }
-        if waiting.is_none() {
-            waiting = receiver.recv().ok();
-        }
+        self.stop_thread();
     }
 }

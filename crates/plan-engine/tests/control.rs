@@ -517,6 +517,8 @@ async fn a_nested_block_waits_at_its_node_and_goes_on_from_there() {
     );
     assert_eq!(
         report.records[5].result,
-        Some(json!({"args": {"n": 4}, "key": "run1/outer/last#1"}))
+        Some(std::sync::Arc::new(
+            json!({"args": {"n": 4}, "key": "run1/outer/last#1"})
+        ))
     );
 }

@@ -493,7 +493,7 @@ fn records_of(report: &RunReport) -> Vec<(String, bool, Option<Value>, Option<St
             (
                 r.step_id.clone(),
                 r.ok,
-                r.result.clone(),
+                r.result.as_deref().cloned(),
                 r.error
                     .as_ref()
                     .map(|e| format!("{}: {}", e.code, e.message)),
@@ -532,7 +532,7 @@ async fn a_map_step_runs_each_item_and_collects_binds_in_item_order() {
     );
     assert_eq!(
         report.records[3].result,
-        Some(json!({"items": 3})),
+        Some(Arc::new(json!({"items": 3}))),
         "the map step's own record counts its items; their records hold the results"
     );
     // Items ran together; `after` waited for the slowest.
@@ -976,7 +976,7 @@ async fn a_resumed_run_skips_what_settled_and_ends_with_the_same_records() {
         report
             .records
             .iter()
-            .map(|r| (r.step_id.clone(), r.ok, r.result.clone()))
+            .map(|r| (r.step_id.clone(), r.ok, r.result.as_deref().cloned()))
             .collect()
     };
     assert_eq!(strip(&resumed), strip(&full));

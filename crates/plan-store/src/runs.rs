@@ -1,5 +1,6 @@
 //! Runs and what they recorded.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -132,23 +133,32 @@ pub struct AttemptRow {
 
 const RUN_COLUMNS: &str = "run_id, plan_id, plan_name, plan_format, plan_source, plan_hash, inputs, options, state, task_status, owner_pid, started_at, updated_at, finished_at";
 
-/// A record as stored: its JSON without `step_id`, which is a column of its own.
+/// A record as stored: its JSON without `step_id`, which is a column of its own. `step_id`
+/// is the first field a record serializes, so it is cut from the front of the text rather than
+/// by building a JSON value (a deep result would be copied once more).
 pub(crate) fn record_text(record: &Record) -> Result<String, StoreError> {
-    let mut value = serde_json::to_value(record).map_err(damaged("record"))?;
-    if let Some(fields) = value.as_object_mut() {
-        fields.shift_remove("step_id");
-    }
-    serde_json::to_string(&value).map_err(damaged("record"))
+    let text = serde_json::to_string(record).map_err(damaged("record"))?;
+    let id = serde_json::to_string(&record.step_id).map_err(damaged("record"))?;
+    let head = format!("{{\"step_id\":{id},");
+    Ok(match text.strip_prefix(&head) {
+        Some(rest) => format!("{{{rest}"),
+        // Not the shape expected: stored whole, which reads back the same.
+        None => text,
+    })
 }
 
 /// A record read back: its stored JSON with `step_id` put back first.
 fn read_record(step_id: &str, text: &str) -> Result<Record, StoreError> {
-    let mut record: Record = serde_json::from_str(&format!(
-        "{{\"step_id\":{},{}",
-        Value::String(step_id.to_owned()),
-        text.strip_prefix('{').unwrap_or(text)
-    ))
-    .map_err(damaged("record"))?;
+    let whole = if text.starts_with("{\"step_id\":") {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(format!(
+            "{{\"step_id\":{},{}",
+            Value::String(step_id.to_owned()),
+            text.strip_prefix('{').unwrap_or(text)
+        ))
+    };
+    let mut record: Record = serde_json::from_str(&whole).map_err(damaged("record"))?;
     record.step_id = step_id.to_owned();
     Ok(record)
 }

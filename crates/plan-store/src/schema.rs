@@ -184,24 +184,30 @@ pub(crate) fn check_and_migrate(conn: &Connection, path: &Path) -> Result<(), St
         path: path.to_path_buf(),
         why,
     };
-    // The first read is where a file that is not SQLite at all shows itself.
-    let application_id: i64 = conn
-        .pragma_query_value(None, "application_id", |row| row.get(0))
-        .map_err(|error| foreign(error.to_string()))?;
-    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    // One read transaction, so that the three reads see the same file: another process may
+    // be creating this ledger right now, and its tables come with its application id.
+    conn.execute_batch("BEGIN")?;
+    let read = (|| -> Result<(i64, i64, i64), StoreError> {
+        // The first read is where a file that is not SQLite at all shows itself.
+        let application_id: i64 = conn
+            .pragma_query_value(None, "application_id", |row| row.get(0))
+            .map_err(|error| foreign(error.to_string()))?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let tables: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))?;
+        Ok((application_id, version, tables))
+    })();
+    let _ = conn.execute_batch("COMMIT");
+    let (application_id, version, tables) = read?;
     if application_id != 0 && application_id != APPLICATION_ID {
         return Err(foreign(format!(
             "its application id is {application_id:#x}"
         )));
     }
-    if application_id == 0 {
-        let tables: i64 =
-            conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))?;
-        if tables > 0 {
-            return Err(foreign(format!(
-                "it is an SQLite database with {tables} tables of another program"
-            )));
-        }
+    if application_id == 0 && tables > 0 {
+        return Err(foreign(format!(
+            "it is an SQLite database with {tables} tables of another program"
+        )));
     }
     if version > VERSION {
         return Err(StoreError::TooNew {
@@ -212,8 +218,7 @@ pub(crate) fn check_and_migrate(conn: &Connection, path: &Path) -> Result<(), St
     }
     // WAL: readers never block the writer, and a commit is durable against a killed process
     // without an fsync per commit (synchronous=NORMAL).
-    let mode: String =
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    let mode = journal_mode_wal(conn)?;
     if !mode.eq_ignore_ascii_case("wal") && !mode.eq_ignore_ascii_case("memory") {
         return Err(StoreError::Open {
             path: path.to_path_buf(),
@@ -232,17 +237,44 @@ pub(crate) fn check_and_migrate(conn: &Connection, path: &Path) -> Result<(), St
     Ok(())
 }
 
+/// Switches the file to WAL. On a new file that other processes are opening too, SQLite
+/// answers "busy" at once rather than through the busy handler: try again for a while.
+fn journal_mode_wal(conn: &Connection) -> Result<String, StoreError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if error.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            result => return Ok(result?),
+        }
+    }
+}
+
 fn migrate(conn: &Connection, from: i64) -> Result<(), StoreError> {
     let start = usize::try_from(from).unwrap_or(0);
     for (index, migration) in MIGRATIONS.iter().enumerate().skip(start) {
-        // One transaction per migration, together with the version bump.
+        // One transaction per migration, together with the version bump. Several processes
+        // may open a new ledger at once: the version is read again under the write lock, and a
+        // migration another process made meanwhile is not made twice.
         let to = index + 1;
-        conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {migration}; PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {to}; COMMIT;"
-        ))
-        .inspect_err(|_| {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let migrated = (|| {
+            let now: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            if now < i64::try_from(to).unwrap_or(i64::MAX) {
+                conn.execute_batch(&format!(
+                    "{migration}; PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {to};"
+                ))?;
+            }
+            conn.execute_batch("COMMIT")
+        })();
+        if let Err(error) = migrated {
             let _ = conn.execute_batch("ROLLBACK");
-        })?;
+            return Err(error.into());
+        }
     }
     Ok(())
 }

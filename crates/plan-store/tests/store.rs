@@ -32,7 +32,7 @@ fn record(id: &str, ok: bool) -> Record {
         step_id: id.to_owned(),
         ok,
         skipped: false,
-        result: ok.then(|| json!({"id": id})),
+        result: ok.then(|| Arc::new(json!({"id": id}))),
         reason: None,
         error: (!ok).then(|| {
             Box::new(StepError {
@@ -553,4 +553,26 @@ fn a_ledger_of_the_previous_layout_migrates_and_reads_back_the_same() {
     got.sort_by_key(by_start);
     want.sort_by_key(by_start);
     assert_eq!(got, want);
+}
+
+/// Processes that open a new ledger at the same moment all get it, each migration made once.
+#[test]
+fn many_first_users_of_a_new_ledger_all_open_it() {
+    for round in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("state-{round}.db"));
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let openers: Vec<_> = (0..8)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    Store::open(&path).map(|_| ()).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        for opener in openers {
+            assert_eq!(opener.join().unwrap(), Ok(()), "round {round}");
+        }
+    }
 }

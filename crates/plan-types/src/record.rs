@@ -1,6 +1,7 @@
 //! One step's outcome: a [`Record`], as mcp-cli's and `execute_plan`'s plans shape it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -43,9 +44,11 @@ pub struct Record {
     pub ok: bool,
     /// Whether it was skipped rather than run.
     pub skipped: bool,
-    /// The tool's result, when it succeeded.
+    /// The tool's result, when it succeeded. Shared: a variable bound to the whole result
+    /// (`result_variable`, `binds: {x: "$"}`) and the ledger's copy of the record are the same
+    /// value, not copies of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
+    pub result: Option<Arc<Value>>,
     /// Why it was skipped or blocked; for `__meta__`, the summary ending `task_status=…`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

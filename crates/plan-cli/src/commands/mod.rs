@@ -19,18 +19,19 @@ pub(crate) use worker::worker;
 use crate::exit::Failure;
 
 fn pretty(value: &impl serde::Serialize) -> String {
-    let mut text = serde_json::to_string_pretty(value)
+    let mut text = crate::json_out::to_string(value)
         .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
     text.push('\n');
     text
 }
 
-/// Writes `value` as pretty JSON to stdout, streaming (a large run's records are not built
-/// into one string first); a closed pipe is not an error worth a message.
+/// Writes `value` as JSON to stdout (pretty at the top, compact below: `json_out`),
+/// streaming (a large run's records are not built into one string first); a closed pipe is not
+/// an error worth a message.
 fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
     let stdout = std::io::stdout().lock();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout);
-    let written = serde_json::to_writer_pretty(&mut out, value)
+    let written = crate::json_out::write(&mut out, value)
         .map_err(std::io::Error::from)
         .and_then(|()| out.write_all(b"\n"))
         .and_then(|()| out.flush());

@@ -137,7 +137,7 @@ impl ServerHandler for PlanServer {
             .unwrap_or_else(|error| Err(Failure::internal(format!("the call failed: {error}"))));
         let result = match answer {
             Ok(value) => {
-                let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+                let text = crate::json_out::to_string(&value).unwrap_or_default();
                 let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
                 result.structured_content = Some(value);
                 result
