@@ -43,6 +43,24 @@ impl Failure {
         failure
     }
 
+    /// A lifecycle step that could not be taken: refused requests and invalid plans are the
+    /// user's to fix (2), a failing ledger may be either, the rest is not (1).
+    pub(crate) fn lifecycle(error: plan_run::LifecycleError) -> Self {
+        use plan_run::LifecycleError;
+        match error {
+            LifecycleError::Ledger(error) => Failure::ledger(error),
+            LifecycleError::Refused(message) => Failure::input(message),
+            LifecycleError::InvalidPlan(invalid) => Failure::invalid_plan(
+                invalid.plan_source.name(),
+                invalid.error_count(),
+                crate::plan_file::render(&invalid.plan_source, &invalid.issues),
+            ),
+            error @ (LifecycleError::Journal { .. } | LifecycleError::Internal(_)) => {
+                Failure::internal(error.to_string())
+            }
+        }
+    }
+
     /// A ledger that cannot be opened or read: a wrong `--db`, a foreign or newer file, a
     /// read-only directory are the user's to fix (2); a failing disk is not (1).
     pub(crate) fn ledger(error: StoreError) -> Self {

@@ -3,17 +3,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use plan_engine::{Mode, RunError, RunOptions};
-use plan_graph::{LoadOptions, Plan, Source};
-use plan_store::{Decision, EventBuffer, NewRun, RunJournal, RunState};
-use plan_types::{Approvals, EventSink, Fanout, Restored, RunReport};
-use serde_json::{Value, json};
+use plan_engine::Mode;
+use plan_graph::Plan;
+use plan_types::RunReport;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::ledger::{execute_state, plan_of, stored_report};
-use super::plans::{format_name, format_of};
 use super::{pretty, print};
 use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
 use crate::events_file::EventsFile;
@@ -22,18 +19,6 @@ use crate::ledger::Ledger;
 use crate::output::{self, Progress};
 use crate::plan_file::{Ready, prepare, prepare_source};
 use crate::toolbox::Toolbox;
-
-/// What a run starts from besides its plan and flags.
-struct Start {
-    /// What an earlier attempt at the run settled (`resume`).
-    restored: Option<Restored>,
-    /// The `--max-concurrency` the run was started with.
-    stored_limit: Option<u32>,
-    approvals: Approvals,
-    mode: Mode,
-    /// With `--queue`: where the results of the run's calls come back.
-    remote: Option<Arc<plan_queue::Dispatcher>>,
-}
 
 pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
     if let Some(url) = &args.execution.queue
@@ -71,80 +56,62 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         print(&text)?;
         return Ok(0);
     }
-    let json = args.execution.json;
-    let (report, plan) = start_run(ready, &args.approve, mode, &args.execution, toolbox, ledger)?;
-    print_outcome(&report, &plan, json)
+    let start = plan_run::Start {
+        approve: args.approve.clone(),
+        mode,
+        ..plan_run::Start::new()
+    };
+    let frontend = Frontend::of(&args.execution)?;
+    let (report, plan) = start_run(ready, start, &frontend, toolbox, ledger)?;
+    print_outcome(&report, &plan, frontend.json)
+}
+
+/// How a run shows itself and what it writes besides the ledger: from `run` and `resume`'s
+/// flags, or plain for `mcp serve`.
+#[derive(Debug, Default)]
+pub(crate) struct Frontend {
+    /// `--json`: no progress bar.
+    pub(crate) json: bool,
+    pub(crate) max_concurrency: Option<u32>,
+    pub(crate) durability: plan_types::Durability,
+    /// `--events FILE`.
+    pub(crate) events: Option<PathBuf>,
+    /// `--state-file FILE`.
+    pub(crate) state_file: Option<PathBuf>,
+}
+
+impl Frontend {
+    fn of(args: &ExecutionArgs) -> Result<Self, Failure> {
+        Ok(Frontend {
+            json: args.json,
+            max_concurrency: args.max_concurrency,
+            durability: args.durability.parse().map_err(Failure::input)?,
+            events: args.events.clone(),
+            state_file: args.state_file.clone(),
+        })
+    }
 }
 
 /// Records a new run of a prepared plan and runs it; `approve` lists high-risk steps approved
 /// in advance.
 pub(crate) fn start_run(
     ready: Ready,
-    approve: &[String],
-    mode: Mode,
-    execution: &ExecutionArgs,
+    start: plan_run::Start,
+    frontend: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<(RunReport, Arc<Plan>), Failure> {
-    let gated: Vec<String> = ready.program.gated_steps();
-    let mut approvals = Approvals::new();
-    for id in approve {
-        if !super::approvals::can_wait(id, &gated) {
-            let steps = if gated.is_empty() {
-                "the plan has none".to_owned()
-            } else {
-                format!("the plan's are {}", gated.join(", "))
-            };
-            return Err(Failure::input(format!(
-                "--approve {id}: `{id}` is not a high-risk step ({steps})"
-            )));
-        }
-        approvals.approve(id.clone());
-    }
-    let mut store = ledger.open()?;
-    let run_id = ulid::Ulid::new().to_string();
-    let options = json!({
-        "max_concurrency": execution.max_concurrency,
-        "mode": mode,
-    });
-    store
-        .begin_run(&NewRun {
-            run_id: &run_id,
-            plan_id: ready.program.plan_id(),
-            plan_name: ready.loaded.source.name(),
-            plan_format: format_name(ready.format),
-            plan_source: ready.loaded.source.text(),
-            inputs: &ready.inputs,
-            options: &options,
-            owner_pid: std::process::id(),
-            started_at: &plan_store::timestamp(SystemTime::now()),
-        })
-        .map_err(Failure::ledger)?;
-    for id in approve {
-        store
-            .decide(
-                &run_id,
-                id,
-                Decision::Approved,
-                Some("approved with run --approve"),
-            )
-            .map_err(Failure::ledger)?;
-    }
-    let start = Start {
-        restored: None,
-        stored_limit: None,
-        approvals,
-        mode,
-        remote: toolbox.remote().cloned(),
-    };
-    execute(
-        ready,
+    let store = ledger.open()?;
+    let run_id = start.run_id.clone();
+    let prepared = prepared(ready);
+    let program_len = prepared.program.len();
+    drive(
         &run_id,
-        store,
-        start,
-        execution,
+        program_len,
+        frontend,
+        toolbox,
         ledger,
-        toolbox.runtime(),
+        |settings| plan_run::start(store, prepared, start, settings),
     )
 }
 
@@ -153,123 +120,59 @@ pub(crate) fn resume(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let (report, plan) = continue_run(args, toolbox, ledger)?;
-    print_outcome(&report, &plan, args.execution.json)
+    let options = plan_run::ResumeOptions {
+        retry_failed: args.retry_failed,
+        force: args.force,
+        plan: match &args.plan {
+            Some(file) => Some(crate::plan_file::read_source(file, ledger)?),
+            None => None,
+        },
+    };
+    let queue = args
+        .execution
+        .queue
+        .as_deref()
+        .map(|url| (url, args.execution.queue_name.as_str()));
+    let frontend = Frontend::of(&args.execution)?;
+    let (report, plan) = continue_run(&args.run, &options, queue, &frontend, toolbox, ledger)?;
+    print_outcome(&report, &plan, frontend.json)
 }
 
 /// Goes on with a stored run (a finished one, unless failures are to be retried, only gives
 /// its report).
 pub(crate) fn continue_run(
-    args: &ResumeArgs,
+    run: &str,
+    options: &plan_run::ResumeOptions,
+    queue: Option<(&str, &str)>,
+    frontend: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<(RunReport, Arc<Plan>), Failure> {
-    let mut store = ledger.open_existing()?;
-    let row = store.run(&args.run).map_err(Failure::ledger)?;
-    if row.state == RunState::Running
-        && let Some(pid) = row
-            .owner_pid
-            .filter(|&pid| pid != std::process::id() && process_alive(pid))
-        && !args.force
-    {
-        return Err(Failure::input(format!(
-            "run {} is still running in process {pid}; stop it first, or resume with --force if that process is not plan-cli",
-            row.run_id
-        )));
-    }
-    if row.state == RunState::Finished && !args.retry_failed {
-        // Nothing left to run: what it gave, as `run` reported it.
-        return Ok((stored_report(&store, &row)?, Arc::new(plan_of(&row)?)));
-    }
-    if let Some(url) = &args.execution.queue {
-        toolbox.use_queue(url, &args.execution.queue_name)?;
-    }
-    let mut source = Source::new(row.plan_name.clone(), row.plan_source.clone());
-    let mut format = format_of(&row.plan_format);
-    if let Some(file) = &args.plan {
-        let (given, given_format) = crate::plan_file::read_source(file, ledger)?;
-        if plan_store::plan_hash(given.text()) != row.plan_hash {
-            let changes = differences(&plan_of(&row)?, &given, given_format)?;
-            if !changes.is_empty() && !args.force {
-                return Err(Failure::input(format!(
-                    "{} is not the plan run {} ran: {}; resume without --plan to use the stored plan, or with --force to use this one",
-                    file.display(),
-                    row.run_id,
-                    changes.join(", ")
-                )));
-            }
-            if !changes.is_empty() {
-                source = given;
-                format = given_format;
-            }
-        }
+    let store = ledger.open_existing()?;
+    let from = match plan_run::prepare_resume(&store, run, options).map_err(Failure::lifecycle)? {
+        plan_run::Resumable::Finished(outcome) => return Ok((outcome.report, outcome.plan)),
+        plan_run::Resumable::Continue(from) => from,
+    };
+    if let Some((url, stream)) = queue {
+        toolbox.use_queue(url, stream)?;
     }
     let ready = prepare_source(
-        source,
-        format,
-        row.plan_id.clone(),
-        row.inputs.clone(),
+        from.source.clone(),
+        from.format,
+        from.row.plan_id.clone(),
+        from.row.inputs.clone(),
         toolbox,
     )?;
-    let mut records = store.records(&row.run_id).map_err(Failure::ledger)?;
-    if args.retry_failed {
-        // A failed step runs again; a failed block runs again from its entry point, so the
-        // records of its nodes (`STEP/NODE#N`) go too.
-        let failed: Vec<String> = records
-            .iter()
-            .filter(|r| r.error.is_some())
-            .map(|r| r.step_id.clone())
-            .collect();
-        let forgotten = |id: &str| {
-            failed
-                .iter()
-                .any(|f| id == f || id.starts_with(&format!("{f}/")))
-        };
-        let forget: Vec<String> = records
-            .iter()
-            .map(|r| r.step_id.clone())
-            .filter(|id| forgotten(id))
-            .collect();
-        store
-            .forget_records(&row.run_id, &forget)
-            .map_err(Failure::ledger)?;
-        records.retain(|r| !forgotten(&r.step_id));
-    }
-    let variables = store.variables(&row.run_id).map_err(Failure::ledger)?;
-    let approvals = store.decisions(&row.run_id).map_err(Failure::ledger)?;
-    let checkpoints = store.checkpoints(&row.run_id).map_err(Failure::ledger)?;
-    store
-        .resume_run(&row.run_id, std::process::id())
-        .map_err(Failure::ledger)?;
-    let stored_limit = row
-        .options
-        .get("max_concurrency")
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok());
-    let mode = row
-        .options
-        .get("mode")
-        .and_then(|mode| serde_json::from_value(mode.clone()).ok())
-        .unwrap_or(Mode::Auto);
-    let start = Start {
-        restored: Some(Restored {
-            records,
-            variables,
-            checkpoints,
-        }),
-        stored_limit,
-        approvals,
-        mode,
-        remote: toolbox.remote().cloned(),
-    };
-    execute(
-        ready,
-        &row.run_id,
-        store,
-        start,
-        &args.execution,
+    let run_id = from.row.run_id.clone();
+    let prepared = prepared(ready);
+    let program_len = prepared.program.len();
+    drive(
+        &run_id,
+        program_len,
+        frontend,
+        toolbox,
         ledger,
-        toolbox.runtime(),
+        |settings| plan_run::resume(store, from, prepared, settings),
     )
 }
 
@@ -291,82 +194,33 @@ pub(crate) fn print_outcome(report: &RunReport, plan: &Plan, json: bool) -> Resu
     Ok(report.task_status.exit_code())
 }
 
-/// The steps (and other fields) in which a plan file differs from a run's stored plan.
-fn differences(
-    stored: &Plan,
-    given: &Source,
-    format: plan_graph::Format,
-) -> Result<Vec<String>, Failure> {
-    let given = match plan_graph::load(given.clone(), format, &LoadOptions::default()) {
-        Ok(loaded) => loaded.plan,
-        Err(invalid) => {
-            return Err(Failure::invalid_plan(
-                invalid.plan_source.name(),
-                invalid.error_count(),
-                crate::plan_file::render(&invalid.plan_source, &invalid.issues),
-            ));
-        }
-    };
-    let as_json = |plan: &Plan| -> Vec<(String, Value)> {
-        plan.steps
-            .iter()
-            .map(|s| {
-                (
-                    s.id.0.clone(),
-                    serde_json::to_value(s).unwrap_or(Value::Null),
-                )
-            })
-            .collect()
-    };
-    let (old, new) = (as_json(stored), as_json(&given));
-    let mut changes = Vec::new();
-    for (id, step) in &old {
-        match new.iter().find(|(other, _)| other == id) {
-            None => changes.push(format!("step `{id}` was removed")),
-            Some((_, other)) if other != step => changes.push(format!("step `{id}` changed")),
-            Some(_) => {}
-        }
+fn prepared(ready: Ready) -> plan_run::Prepared {
+    plan_run::Prepared {
+        loaded: ready.loaded,
+        program: ready.program,
+        format: ready.format,
+        inputs: ready.inputs,
+        env: ready.env,
     }
-    for (id, _) in new
-        .iter()
-        .filter(|(id, _)| !old.iter().any(|(other, _)| other == id))
-    {
-        changes.push(format!("step `{id}` was added"));
-    }
-    let rest = |plan: &Plan| {
-        json!([
-            plan.variables,
-            plan.env,
-            plan.max_concurrency,
-            plan.retry,
-            plan.timeout_ms
-        ])
-    };
-    if rest(stored) != rest(&given) {
-        changes.push("the plan's variables or settings changed".to_owned());
-    }
-    Ok(changes)
 }
 
-/// Whether a process is alive (Linux: its /proc entry exists). Elsewhere, assume it is.
-fn process_alive(pid: u32) -> bool {
-    let proc = Path::new("/proc");
-    !proc.exists() || proc.join(pid.to_string()).exists()
-}
-
-/// Runs a prepared plan as run `run_id`, recording it in `store`.
-fn execute(
-    ready: Ready,
+/// Runs a start or a resume with what the terminal adds: the events file, the progress bar,
+/// Ctrl+C, the state file kept current, and a word when the queue is lost.
+fn drive<F>(
     run_id: &str,
-    store: plan_store::Store,
-    start: Start,
-    args: &ExecutionArgs,
+    steps: usize,
+    args: &Frontend,
+    toolbox: &Toolbox,
     ledger: &Ledger,
-    runtime: &tokio::runtime::Runtime,
-) -> Result<(RunReport, Arc<Plan>), Failure> {
-    let ledger_events = Arc::new(EventBuffer::default());
-    let journal = RunJournal::new(store, run_id, ledger_events.clone()).map_err(Failure::ledger)?;
-    let mut sinks: Vec<Arc<dyn EventSink>> = vec![ledger_events];
+    run: impl FnOnce(plan_run::Execution) -> F,
+) -> Result<(RunReport, Arc<Plan>), Failure>
+where
+    F: std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
+{
+    let mut settings = plan_run::Execution::new();
+    settings.max_concurrency = args.max_concurrency;
+    settings.durability = args.durability;
+    settings.queue = toolbox.remote().cloned();
     let events_file = match &args.events {
         Some(path) => Some(Arc::new(EventsFile::open(path).map_err(|error| {
             Failure::input(format!(
@@ -377,64 +231,39 @@ fn execute(
         None => None,
     };
     if let Some(file) = &events_file {
-        sinks.push(file.clone());
+        settings.events.push(file.clone());
     }
     let progress = if args.json {
         None
     } else {
-        Progress::for_terminal(ready.program.len()).map(Arc::new)
+        Progress::for_terminal(steps).map(Arc::new)
     };
     if let Some(progress) = &progress {
-        sinks.push(progress.clone());
+        settings.events.push(progress.clone());
     }
-    let mut options = RunOptions::new(run_id);
-    options.max_concurrency = args
-        .max_concurrency
-        .or(start.stored_limit)
-        .map(|n| n as usize);
-    options.inputs = ready.inputs;
-    options.env = ready.env;
-    options.events = Some(Arc::new(Fanout(sinks)));
-    options.journal = Some(Box::new(journal));
-    options.durability = args.durability.parse().map_err(Failure::input)?;
-    options.restored = start.restored;
-    options.approvals = start.approvals;
-    options.mode = Some(start.mode);
-    let cancel = CancellationToken::new();
-    options.cancel = cancel.clone();
-
-    let program = Arc::new(ready.program);
-    let plan = Arc::new(ready.loaded.plan);
-    let remote = start.remote.clone();
-    let outcome = runtime.block_on(async {
+    let cancel = settings.cancel.clone();
+    let lost = settings.queue.as_ref().map(|queue| queue.lost());
+    let outcome = toolbox.runtime().block_on(async {
         tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned()));
-        if let Some(remote) = &remote {
-            // Results of calls an earlier coordinator of this run made are picked up, and
-            // losing Redis stops the run (resumable) instead of hanging it.
-            if let Err(error) = remote.attach(run_id).await {
-                return Ok(Err(RunError::Journal(error.to_string())));
-            }
-            let (lost, stop) = (remote.lost(), cancel.clone());
+        if let Some(lost) = lost {
+            let stopped = cancel.clone();
             tokio::spawn(async move {
-                lost.cancelled().await;
-                eprintln!("the queue was lost; the run stops and can be resumed");
-                stop.cancel();
+                tokio::select! {
+                    () = lost.cancelled() => eprintln!("the queue was lost; the run stops and can be resumed"),
+                    () = stopped.cancelled() => {}
+                }
             });
         }
         let state_writer = args.state_file.clone().map(|path| {
-            let (plan, run_id, db) = (plan.clone(), run_id.to_owned(), ledger.path().to_path_buf());
+            let (run_id, db) = (run_id.to_owned(), ledger.path().to_path_buf());
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_millis(250)).await;
-                    let _ = write_state_file(&db, &run_id, &plan, &path);
+                    let _ = write_state_file(&db, &run_id, &path);
                 }
             })
         });
-        // The scheduler runs as a task on a worker thread: the steps it spawns then start on
-        // that worker's LIFO slot instead of waking another thread (a chain step costs ~4 µs
-        // instead of ~15–50 µs).
-        let engine = program.clone();
-        let outcome = tokio::spawn(async move { plan_engine::run(&engine, options).await }).await;
+        let outcome = run(settings).await;
         if let Some(writer) = state_writer {
             writer.abort();
         }
@@ -446,34 +275,11 @@ fn execute(
     if let Some(file) = &events_file {
         file.close();
     }
+    let outcome = outcome.map_err(Failure::lifecycle)?;
     if let Some(path) = &args.state_file {
-        write_state_file(ledger.path(), run_id, &plan, path).map_err(Failure::internal)?;
+        write_state_file(ledger.path(), run_id, path).map_err(Failure::internal)?;
     }
-    if let (Some(remote), Ok(Ok(report))) = (&remote, &outcome)
-        && !matches!(
-            report.task_status,
-            plan_types::TaskStatus::Stopped | plan_types::TaskStatus::Waiting
-        )
-    {
-        runtime.block_on(remote.forget(run_id));
-    }
-    let report = match outcome {
-        Ok(Ok(report)) => report,
-        Ok(Err(RunError::Preview)) => {
-            return Err(Failure::internal("a preview runs nothing"));
-        }
-        Ok(Err(RunError::Journal(message))) => {
-            return Err(Failure::internal(format!(
-                "the ledger could not be written, so run {run_id} stopped: {message}\nwhat was recorded before is kept: fix the cause, then `plan-cli resume {run_id}`"
-            )));
-        }
-        Err(error) => {
-            return Err(Failure::internal(format!(
-                "the engine stopped unexpectedly: {error}"
-            )));
-        }
-    };
-    Ok((report, plan))
+    Ok((outcome.report, outcome.plan))
 }
 
 /// Ctrl+C or SIGTERM stops the run: nothing new starts, running tools are cancelled, what
@@ -539,10 +345,12 @@ impl Signals {
 
 /// Writes the run's execute-state document to `path` atomically: a temporary file in the same
 /// directory, renamed over the old one, so a reader never sees half a document.
-fn write_state_file(db: &Path, run_id: &str, plan: &Plan, path: &PathBuf) -> Result<(), String> {
+fn write_state_file(db: &Path, run_id: &str, path: &PathBuf) -> Result<(), String> {
     let store = plan_store::Store::open(db).map_err(|e| e.to_string())?;
     let row = store.run(run_id).map_err(|e| e.to_string())?;
-    let document = execute_state(&store, &row, plan).map_err(|f| f.message.unwrap_or_default())?;
+    let plan = plan_run::plan_of(&row).map_err(|e| e.to_string())?;
+    let document = super::ledger::execute_state(&store, &row, &plan)
+        .map_err(|f| f.message.unwrap_or_default())?;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())

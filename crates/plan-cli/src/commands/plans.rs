@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use plan_graph::{Format, Plan};
+use plan_graph::Plan;
 use plan_store::StoredPlan;
 
 use super::{pretty, print};
@@ -125,7 +125,7 @@ pub(crate) fn plan(
             let source = plan_graph::Source::new(stored.name.clone(), stored.source.clone());
             let ready = prepare_source(
                 source,
-                format_of(&stored.format),
+                plan_run::format_of(&stored.format),
                 stored.plan_id.clone(),
                 Default::default(),
                 toolbox,
@@ -165,7 +165,7 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
         plan_id: ready.program.plan_id().to_owned(),
         title: ready.loaded.plan.title.clone(),
         name: file.display().to_string(),
-        format: format_name(format).to_owned(),
+        format: plan_run::format_name(format).to_owned(),
         hash: plan_store::plan_hash(&text),
         source: text,
         added_at: plan_store::timestamp(SystemTime::now()),
@@ -218,19 +218,4 @@ fn find(id: &str, ledger: &Ledger) -> Result<StoredPlan, Failure> {
         .find_plan(id)
         .map_err(Failure::ledger)?
         .ok_or_else(|| Failure::input(format!("no stored plan `{id}` (see `plan-cli plan list`)")))
-}
-
-pub(crate) fn format_name(format: Format) -> &'static str {
-    match format {
-        Format::Json => "json",
-        Format::Yaml => "yaml",
-    }
-}
-
-pub(crate) fn format_of(name: &str) -> Format {
-    if name == "yaml" {
-        Format::Yaml
-    } else {
-        Format::Json
-    }
 }

@@ -18,9 +18,8 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 
 use super::approvals::{approve_calls, reject_calls};
-use super::execute::{continue_run, start_run};
+use super::execute::{Frontend, continue_run, start_run};
 use super::ledger::stored_report;
-use crate::cli::{ApproveArgs, ExecutionArgs, RejectArgs, ResumeArgs};
 use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::plan_file::prepare_source;
@@ -186,27 +185,20 @@ impl PlanServer {
             }
             "plan_run" => {
                 let ready = self.prepare(args)?;
-                let execution = ExecutionArgs {
+                let frontend = Frontend {
                     json: true,
                     max_concurrency: args
                         .get("max_concurrency")
                         .and_then(Value::as_u64)
                         .and_then(|n| u32::try_from(n).ok()),
-                    events: None,
-                    state_file: None,
-                    queue: None,
-                    queue_name: plan_queue::DEFAULT_STREAM.to_owned(),
-                    durability: "sync".to_owned(),
+                    ..Frontend::default()
                 };
-                let mode = ready.program.mode();
-                let (report, _) = start_run(
-                    ready,
-                    &strings("approve"),
-                    mode,
-                    &execution,
-                    &self.toolbox,
-                    &self.ledger,
-                )?;
+                let start = plan_run::Start {
+                    approve: strings("approve"),
+                    mode: ready.program.mode(),
+                    ..plan_run::Start::new()
+                };
+                let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
                 to_json(&report)
             }
             "plan_status" => {
@@ -215,41 +207,42 @@ impl PlanServer {
                 to_json(&stored_report(&store, &row)?)
             }
             "plan_resume" => {
-                let resume = ResumeArgs {
-                    run: run_id()?,
-                    execution: ExecutionArgs {
-                        json: true,
-                        max_concurrency: None,
-                        events: None,
-                        state_file: None,
-                        queue: None,
-                        queue_name: plan_queue::DEFAULT_STREAM.to_owned(),
-                        durability: "sync".to_owned(),
-                    },
+                let options = plan_run::ResumeOptions {
                     retry_failed: flag("retry_failed"),
-                    plan: None,
-                    force: false,
+                    ..plan_run::ResumeOptions::default()
                 };
-                let (report, _) = continue_run(&resume, &self.toolbox, &self.ledger)?;
+                let frontend = Frontend {
+                    json: true,
+                    ..Frontend::default()
+                };
+                let (report, _) = continue_run(
+                    &run_id()?,
+                    &options,
+                    None,
+                    &frontend,
+                    &self.toolbox,
+                    &self.ledger,
+                )?;
                 to_json(&report)
             }
             "plan_approve" => {
                 let steps = strings("steps");
                 let decided = if flag("reject") {
-                    let reject = RejectArgs {
-                        run: run_id()?,
-                        steps,
-                        reason: string("reason"),
-                    };
-                    reject_calls(&reject, &self.toolbox, &self.ledger)?
+                    let reason = string("reason");
+                    reject_calls(
+                        &run_id()?,
+                        &steps,
+                        reason.as_deref(),
+                        &self.toolbox,
+                        &self.ledger,
+                    )?
                 } else {
-                    let approve = ApproveArgs {
-                        run: run_id()?,
+                    let decisions = plan_run::Decisions {
                         steps,
                         all: flag("all"),
                         plan: flag("plan"),
                     };
-                    approve_calls(&approve, &self.toolbox, &self.ledger)?
+                    approve_calls(&run_id()?, &decisions, &self.toolbox, &self.ledger)?
                 };
                 to_json(&decided)
             }

@@ -1,0 +1,159 @@
+//! Decisions on a waiting run's high-risk calls, kept in the ledger and read by `resume`.
+
+use plan_engine::{Program, Registry};
+use plan_store::{ApprovalRow, Decision, RunRow, RunState, Store};
+use plan_types::PLAN_APPROVAL;
+
+use crate::LifecycleError;
+use crate::report::plan_of;
+
+/// What to approve.
+#[derive(Debug, Clone, Default)]
+pub struct Decisions {
+    /// Steps or map items (`deploy`, `deploy[prod]`); a step covers its items.
+    pub steps: Vec<String>,
+    /// Everything the run waits for.
+    pub all: bool,
+    /// The plan itself (a run in approval mode).
+    pub plan: bool,
+}
+
+/// What a decision did: the ids decided, and what the run still waits for.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Decided {
+    /// The run.
+    pub run_id: String,
+    /// The ids decided.
+    pub decided: Vec<String>,
+    /// What the run still waits for.
+    pub still_waiting: Vec<String>,
+}
+
+/// Approves what `request` names in run `run` (its id or a unique prefix). `gated` gives the
+/// run's high-risk steps (see [`gated_steps`]); it is asked only when ids are named, since
+/// knowing them may mean starting the plan's MCP servers.
+pub fn approve(
+    store: &mut Store,
+    run: &str,
+    request: &Decisions,
+    gated: impl FnOnce(&RunRow) -> Result<Vec<String>, LifecycleError>,
+) -> Result<Decided, LifecycleError> {
+    let row = open_run(store, run)?;
+    let rows = store.approvals(&row.run_id)?;
+    let mut ids: Vec<String> = if request.all {
+        let pending: Vec<String> = pending(&rows).map(|r| r.step_id.clone()).collect();
+        if pending.is_empty() && !request.plan {
+            return Err(LifecycleError::Refused(format!(
+                "nothing in run {} waits for an approval",
+                row.run_id
+            )));
+        }
+        pending
+    } else {
+        check_all(&request.steps, &row, &rows, gated)?;
+        request.steps.clone()
+    };
+    if request.plan && !ids.iter().any(|id| id == PLAN_APPROVAL) {
+        ids.insert(0, PLAN_APPROVAL.to_owned());
+    }
+    for id in &ids {
+        store.decide(&row.run_id, id, Decision::Approved, None)?;
+    }
+    decided(store, &row, ids)
+}
+
+/// Rejects `steps` of run `run`: they fail with `E_REJECTED` and `reason`, and what depends on
+/// them is skipped. `gated` as for [`approve`].
+pub fn reject(
+    store: &mut Store,
+    run: &str,
+    steps: &[String],
+    reason: Option<&str>,
+    gated: impl FnOnce(&RunRow) -> Result<Vec<String>, LifecycleError>,
+) -> Result<Decided, LifecycleError> {
+    let row = open_run(store, run)?;
+    let rows = store.approvals(&row.run_id)?;
+    check_all(steps, &row, &rows, gated)?;
+    let reason = reason.unwrap_or("rejected without a reason");
+    for id in steps {
+        store.decide(&row.run_id, id, Decision::Rejected, Some(reason))?;
+    }
+    decided(store, &row, steps.to_vec())
+}
+
+/// The run's steps that wait for an approval, from the plan stored with it, compiled against
+/// `registry`.
+pub fn gated_steps(row: &RunRow, registry: &Registry) -> Result<Vec<String>, LifecycleError> {
+    let plan = plan_of(row)?;
+    let program = Program::compile(&plan, &row.plan_id, registry).map_err(|issues| {
+        LifecycleError::Refused(format!(
+            "the plan of run {} no longer compiles: {}",
+            row.run_id,
+            issues.first().map_or("", |i| i.message.as_str())
+        ))
+    })?;
+    Ok(program.gated_steps())
+}
+
+/// Whether `id` is one of the high-risk steps `gated`, or an item of one.
+pub fn can_wait(id: &str, gated: &[String]) -> bool {
+    gated
+        .iter()
+        .any(|step| id == step || plan_graph::is_item_of(id, step))
+}
+
+fn open_run(store: &Store, id: &str) -> Result<RunRow, LifecycleError> {
+    let row = store.run(id)?;
+    if row.state == RunState::Finished {
+        return Err(LifecycleError::Refused(format!(
+            "run {} has finished ({}): there is nothing left to approve",
+            row.run_id,
+            row.task_status.map_or("", |s| s.as_str())
+        )));
+    }
+    Ok(row)
+}
+
+fn pending(rows: &[ApprovalRow]) -> impl Iterator<Item = &ApprovalRow> {
+    rows.iter().filter(|r| r.decision == Decision::Pending)
+}
+
+/// Checks that each of `ids` can take a decision in run `row`: a pending call, a high-risk
+/// step, or an item of a high-risk map step (`deploy-0`, `deploy[prod]`).
+fn check_all(
+    ids: &[String],
+    row: &RunRow,
+    rows: &[ApprovalRow],
+    gated: impl FnOnce(&RunRow) -> Result<Vec<String>, LifecycleError>,
+) -> Result<(), LifecycleError> {
+    let gated = gated(row)?;
+    for id in ids {
+        if rows.iter().any(|r| r.step_id == *id) || can_wait(id, &gated) {
+            continue;
+        }
+        let waiting: Vec<&str> = pending(rows).map(|r| display(&r.step_id)).collect();
+        let mut message = format!(
+            "`{id}` needs no decision in run {}: it is not a high-risk step",
+            row.run_id
+        );
+        if !waiting.is_empty() {
+            message.push_str(&format!(" (waiting: {})", waiting.join(", ")));
+        }
+        return Err(LifecycleError::Refused(message));
+    }
+    Ok(())
+}
+
+/// How an approval id reads in a sentence.
+fn display(id: &str) -> &str {
+    if id == PLAN_APPROVAL { "the plan" } else { id }
+}
+
+fn decided(store: &Store, row: &RunRow, ids: Vec<String>) -> Result<Decided, LifecycleError> {
+    let rows = store.approvals(&row.run_id)?;
+    Ok(Decided {
+        run_id: row.run_id.clone(),
+        decided: ids,
+        still_waiting: pending(&rows).map(|r| r.step_id.clone()).collect(),
+    })
+}

@@ -1,0 +1,33 @@
+//! What can go wrong in a run's lifecycle.
+
+use plan_store::StoreError;
+
+/// Why a lifecycle step could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// The ledger could not be read or written.
+    #[error(transparent)]
+    Ledger(#[from] StoreError),
+    /// The request cannot be met as asked (a step that needs no decision, a run still owned by
+    /// a live process, a plan that is not the run's): the caller's to fix.
+    #[error("{0}")]
+    Refused(String),
+    /// A plan given to compare with a run's does not load.
+    #[error("{} is not a valid plan", .0.plan_source.name())]
+    InvalidPlan(Box<plan_graph::InvalidPlan>),
+    /// The ledger failed during the run, which stopped; what was committed stays, and the run
+    /// can be resumed.
+    #[error(
+        "the ledger could not be written, so run {run_id} stopped: {message}\nwhat was recorded before is kept: fix the cause, then `plan-cli resume {run_id}`"
+    )]
+    Journal {
+        /// The run.
+        run_id: String,
+        /// What the ledger said.
+        message: String,
+    },
+    /// Something that should not happen (a stored plan that no longer loads, the engine's
+    /// task lost).
+    #[error("{0}")]
+    Internal(String),
+}

@@ -1,0 +1,241 @@
+//! A stored run as `status` shows it: its report, its plan, its execute-state document.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use plan_graph::{Format, LoadOptions, Plan, Source};
+use plan_store::{RunRow, RunState, Store};
+use plan_types::{Record, RunReport, TaskStatus};
+use serde_json::Value;
+
+use crate::LifecycleError;
+
+/// The status a stored run reports: how it ended, or that it is still running or stopped.
+pub fn status_of(row: &RunRow) -> TaskStatus {
+    match row.state {
+        RunState::Finished => row.task_status.unwrap_or(TaskStatus::Failed),
+        RunState::Stopped => TaskStatus::Stopped,
+        RunState::Waiting => TaskStatus::Waiting,
+        RunState::Running => TaskStatus::Running,
+    }
+}
+
+/// The plan a run ran, as stored with it.
+pub fn plan_of(row: &RunRow) -> Result<Plan, LifecycleError> {
+    let source = Source::new(row.plan_name.clone(), row.plan_source.clone());
+    match plan_graph::load(source, format_of(&row.plan_format), &LoadOptions::default()) {
+        Ok(loaded) => Ok(loaded.plan),
+        Err(invalid) => Err(LifecycleError::Internal(format!(
+            "the plan stored with run {} no longer loads: {}",
+            row.run_id,
+            invalid
+                .issues
+                .first()
+                .map_or(String::new(), |i| i.message.clone())
+        ))),
+    }
+}
+
+/// How a run stores its plan's format.
+pub fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Json => "json",
+        Format::Yaml => "yaml",
+    }
+}
+
+/// The format a run stored as `name`.
+pub fn format_of(name: &str) -> Format {
+    if name == "yaml" {
+        Format::Yaml
+    } else {
+        Format::Json
+    }
+}
+
+/// The same object `run --json` printed (or would print), rebuilt from the ledger.
+pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> {
+    let plan = plan_of(row)?;
+    let status = status_of(row);
+    let pending = store.approvals(&row.run_id)?;
+    let pending: Vec<&str> = pending
+        .iter()
+        .filter(|a| a.decision == plan_store::Decision::Pending)
+        .map(|a| a.step_id.as_str())
+        .collect();
+    let stored = store.records(&row.run_id)?;
+    let mut records = with_unsettled(&plan, stored, status, &pending);
+    let elapsed = [Some(row.started_at.as_str()), row.finished_at.as_deref()]
+        .map(|t| t.and_then(|t| humantime::parse_rfc3339(t).ok()));
+    let duration = match elapsed {
+        [Some(start), Some(end)] => end.duration_since(start).unwrap_or(Duration::ZERO),
+        [Some(start), None] => SystemTime::now()
+            .duration_since(start)
+            .unwrap_or(Duration::ZERO),
+        _ => Duration::ZERO,
+    };
+    records.push(Record::meta(
+        status,
+        u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+    ));
+    let mut variables: BTreeMap<String, Arc<Value>> = plan
+        .variables
+        .iter()
+        .map(|(k, v)| (k.clone(), Arc::new(v.clone())))
+        .collect();
+    variables.extend(
+        row.inputs
+            .iter()
+            .map(|(k, v)| (k.clone(), Arc::new(v.clone()))),
+    );
+    variables.extend(store.variables(&row.run_id)?);
+    let pending_approvals = if status == TaskStatus::Waiting {
+        store
+            .approvals(&row.run_id)?
+            .into_iter()
+            .filter(|a| a.decision == plan_store::Decision::Pending)
+            .map(|a| {
+                a.request.unwrap_or(plan_types::PendingApproval {
+                    step_id: a.step_id,
+                    tool: None,
+                    args: None,
+                    reason: None,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let checkpoints = store.checkpoints(&row.run_id)?;
+    let block_ids = plan
+        .steps
+        .iter()
+        .filter(|s| s.block.is_some())
+        .map(|s| s.id.0.as_str());
+    let mut blocks = plan_engine::block_states(block_ids, &records, &checkpoints);
+    if row.state == RunState::Running {
+        busy_blocks(store, row, &plan, &mut blocks)?;
+    }
+    Ok(RunReport {
+        run_id: row.run_id.clone(),
+        plan_id: row.plan_id.clone(),
+        task_status: status,
+        records,
+        variables,
+        pending_approvals,
+        blocks,
+    })
+}
+
+/// Blocks of a live run that entered and have not ended are `BUSY`, at the node their last
+/// committed `block.transition` went to (or their entry point). Events reach the ledger with
+/// the scheduler's commits, so the node may lag behind by a node or two.
+fn busy_blocks(
+    store: &Store,
+    row: &RunRow,
+    plan: &Plan,
+    blocks: &mut [plan_types::BlockState],
+) -> Result<(), LifecycleError> {
+    let events = store.events_after(&row.run_id, 0)?;
+    for block in blocks
+        .iter_mut()
+        .filter(|b| b.state == plan_types::BlockPhase::Ready)
+    {
+        let mut entered = false;
+        let mut node = None;
+        for (_, event) in &events {
+            if event.step_id.as_deref() != Some(block.step_id.as_str()) {
+                continue;
+            }
+            match event.kind {
+                plan_types::EventKind::BlockEntered => entered = true,
+                plan_types::EventKind::BlockTransition => node = event.to.clone(),
+                _ => {}
+            }
+        }
+        if entered {
+            block.state = plan_types::BlockPhase::Busy;
+            block.node = node.or_else(|| {
+                let step = plan.steps.iter().find(|s| s.id.0 == block.step_id)?;
+                Some(step.block.as_ref()?.entry_point.clone())
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The stored records with a record for every step that has none yet (a run that is
+/// running, stopped or waiting), in plan order, as `run` reports them.
+fn with_unsettled(
+    plan: &Plan,
+    stored: Vec<Record>,
+    status: TaskStatus,
+    pending: &[&str],
+) -> Vec<Record> {
+    let ids: std::collections::HashSet<&str> = plan.steps.iter().map(|s| s.id.0.as_str()).collect();
+    let reason = match status {
+        TaskStatus::Waiting => plan_types::reasons::WAITING_FOR_APPROVAL,
+        TaskStatus::Stopped => plan_types::reasons::STOPPED,
+        _ => "not started yet",
+    };
+    let mut stored = stored.into_iter().peekable();
+    let mut records = Vec::with_capacity(plan.steps.len());
+    for step in &plan.steps {
+        let mut found = false;
+        // The store keeps plan order, a step's items and nodes right before the step.
+        while let Some(record) = stored.peek() {
+            if record.step_id == step.id.0 {
+                found = true;
+            } else if ids.contains(record.step_id.as_str()) {
+                break;
+            }
+            records.extend(stored.next());
+            if found {
+                break;
+            }
+        }
+        if !found {
+            let reason = if pending.contains(&step.id.0.as_str()) {
+                plan_types::reasons::AWAITING_APPROVAL
+            } else {
+                reason
+            };
+            records.push(Record {
+                step_id: step.id.0.clone(),
+                ok: false,
+                skipped: true,
+                result: None,
+                reason: Some(reason.to_owned()),
+                error: None,
+                attempts: 0,
+                duration_ms: 0,
+                upstream: None,
+            });
+        }
+    }
+    records.extend(stored);
+    records
+}
+
+/// A run's execute-state.json (schema 2.0) document, from the ledger; `project_path` is the
+/// directory the caller counts as the project's.
+pub fn execute_state(
+    store: &Store,
+    row: &RunRow,
+    plan: &Plan,
+    project_path: Option<&str>,
+) -> Result<Value, LifecycleError> {
+    let records = store.records(&row.run_id)?;
+    let attempts = store.attempts(&row.run_id)?;
+    Ok(crate::state_file::execute_state(
+        crate::state_file::Inputs {
+            run: row,
+            plan,
+            records: &records,
+            attempts: &attempts,
+            project_path,
+            now: SystemTime::now(),
+        },
+    ))
+}
