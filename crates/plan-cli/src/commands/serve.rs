@@ -9,12 +9,7 @@
 use std::sync::Arc;
 
 use plan_graph::{Format, Source};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
-};
-use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use plan_tools::mcp::server::{Answer, ServedTool, ServerInfo, Service, serve_stdio};
 use serde_json::{Map, Value, json};
 
 use super::approvals::{approve_calls, reject_calls};
@@ -26,39 +21,37 @@ use crate::plan_file::prepare_source;
 use crate::toolbox::Toolbox;
 
 pub(crate) fn serve(toolbox: Arc<Toolbox>, ledger: &Ledger) -> Result<i32, Failure> {
-    let server = PlanServer {
+    let server = Arc::new(PlanServer {
         toolbox: toolbox.clone(),
         ledger: ledger.clone(),
+    });
+    let info = ServerInfo {
+        name: "plan-cli",
+        version: env!("CARGO_PKG_VERSION"),
+        instructions: "Run plans (graphs of tool calls) with plan-cli: validate, run, then status, approve and resume.",
     };
-    toolbox.runtime().block_on(async {
-        let running = server
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|error| Failure::internal(format!("cannot serve MCP on stdio: {error}")))?;
-        running
-            .waiting()
-            .await
-            .map_err(|error| Failure::internal(format!("the MCP server stopped: {error}")))?;
-        Ok(0)
-    })
+    toolbox
+        .runtime()
+        .block_on(serve_stdio(info, server))
+        .map_err(|error| Failure::internal(error.to_string()))?;
+    Ok(0)
 }
 
-#[derive(Clone)]
 struct PlanServer {
     toolbox: Arc<Toolbox>,
     ledger: Ledger,
 }
 
 /// A tool of the server; `schema` is a JSON Schema object.
-fn tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
-    let schema = match schema {
-        Value::Object(schema) => schema,
-        _ => Map::new(),
-    };
-    Tool::new(name, description, Arc::new(schema))
+fn tool(name: &'static str, description: &'static str, input_schema: Value) -> ServedTool {
+    ServedTool {
+        name,
+        description,
+        input_schema,
+    }
 }
 
-fn tools() -> Vec<Tool> {
+fn tools() -> Vec<ServedTool> {
     let plan = json!({
         "description": "The plan: a JSON object, or its text (JSON or YAML)",
         "type": ["object", "string"]
@@ -105,54 +98,26 @@ fn tools() -> Vec<Tool> {
     ]
 }
 
-impl ServerHandler for PlanServer {
-    fn get_info(&self) -> InitializeResult {
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("plan-cli", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Run plans (graphs of tool calls) with plan-cli: validate, run, then status, approve and resume.",
-            )
+impl Service for PlanServer {
+    fn tools(&self) -> Vec<ServedTool> {
+        tools()
     }
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools()))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let name = request.name.to_string();
-        let args = request.arguments.unwrap_or_default();
-        let server = self.clone();
-        // The commands are synchronous and drive the runtime themselves.
-        let answer = tokio::task::spawn_blocking(move || server.answer(&name, &args))
-            .await
-            .unwrap_or_else(|error| Err(Failure::internal(format!("the call failed: {error}"))));
-        let result = match answer {
-            Ok(value) => {
-                let text = crate::json_out::to_string(&value).unwrap_or_default();
-                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-                result.structured_content = Some(value);
-                result
-            }
-            Err(failure) => {
-                let mut text = failure.diagnostics.join("\n");
-                if let Some(message) = failure.message {
-                    if !text.is_empty() {
-                        text.push('\n');
-                    }
-                    text.push_str(&message);
+    fn call(&self, name: &str, args: &Map<String, Value>) -> Answer {
+        self.answer(name, args).map_err(|failure| {
+            let mut text = failure.diagnostics.join("\n");
+            if let Some(message) = failure.message {
+                if !text.is_empty() {
+                    text.push('\n');
                 }
-                CallToolResult::error(vec![ContentBlock::text(text)])
+                text.push_str(&message);
             }
-        };
-        Ok(result.into())
+            text
+        })
+    }
+
+    fn text(&self, value: &Value) -> String {
+        crate::json_out::to_string(value).unwrap_or_default()
     }
 }
 
