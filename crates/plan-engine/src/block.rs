@@ -24,8 +24,10 @@ use plan_vars::{Scope, ValueTemplate, Variables};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::program::{NodeScope, check_schema, compile_schema, evaluate};
-use crate::run::{CallContext, ToolCall, call_tool};
+use crate::admit::{Admission, Gate, admit, executed_record};
+use crate::call::{CallContext, ToolCall, call_tool, millis};
+use crate::condition::{NodeScope, evaluate};
+use crate::schema::{check_schema, compile_schema};
 use crate::tool::{Registry, Tool, codes};
 
 /// A block bound to tools, its conditions compiled.
@@ -578,18 +580,13 @@ impl BlockRun {
             }
             recoveries = 0;
             visits[current] += 1;
-            let mut record = Record {
-                step_id: node_path.clone(),
-                ok: outcome.is_ok(),
-                skipped: false,
-                result: outcome.as_ref().ok().cloned().map(Arc::new),
-                reason: None,
-                error: outcome.as_ref().err().cloned().map(Box::new),
+            let record = executed_record(
+                node_path.clone(),
+                outcome.clone().map(Arc::new),
                 attempts,
-                duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                upstream: None,
-            };
-            self.context.redactor.record(&mut record);
+                millis(started.elapsed()),
+                &self.context.redactor,
+            );
             self.records.push(record);
             let result = match outcome {
                 Ok(result) => result,
@@ -745,40 +742,23 @@ impl BlockRun {
                         })
                         .and_then(|args| check_schema(schema.as_deref(), tool_name, args))
                 };
-                let args = match resolved {
-                    Ok(args) => args,
-                    Err(error) => return NodeEnd::Ran(Err(error), 0),
+                let key = approval_key(path);
+                let gate = Gate {
+                    tool: Some(tool_name),
+                    approval: gated.then_some((key.as_str(), None)),
+                    waits_as: &key,
                 };
-                if *gated {
-                    let key = approval_key(path);
-                    match self.approvals.decision(&key, None) {
-                        Decision::Approved => {}
-                        Decision::Rejected(why) => {
-                            let error = StepError {
-                                code: codes::E_REJECTED,
-                                message: format!("the call was not approved: {why}"),
-                                details: None,
-                            };
-                            return NodeEnd::Ran(Err(error), 0);
-                        }
-                        Decision::Undecided => {
-                            let mut args = args;
-                            self.context.redactor.value(&mut args);
-                            let pending = PendingApproval {
-                                step_id: key,
-                                tool: Some(tool_name.to_string()),
-                                args: Some(args),
-                                reason: None,
-                            };
-                            return NodeEnd::Waiting(None, pending);
-                        }
-                    }
-                }
-                if let Some(guard) = &self.context.guard
-                    && let Err(error) = guard.admit(tool_name, &args)
-                {
-                    return NodeEnd::Ran(Err(error), 0);
-                }
+                let args = match admit(
+                    resolved,
+                    &gate,
+                    &self.approvals,
+                    self.context.guard.as_deref(),
+                    &self.context.redactor,
+                ) {
+                    Admission::Call(args) => args,
+                    Admission::Fail(error) => return NodeEnd::Ran(Err(error), 0),
+                    Admission::Wait(pending) => return NodeEnd::Waiting(None, pending),
+                };
                 let call = ToolCall {
                     step_id: Arc::from(path),
                     tool_name: tool_name.clone(),

@@ -9,13 +9,17 @@
 //! decide where events and records go. The types it produces live in `plan-types`.
 #![deny(missing_docs)]
 
+mod admit;
 mod block;
+mod call;
+mod condition;
 mod guard;
 mod program;
 mod redact;
 mod report;
 mod retry;
 mod run;
+mod schema;
 mod tool;
 mod writer;
 

@@ -13,7 +13,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::block::{CompiledBlock, block_states, compile_block};
+use crate::condition::Condition;
 use crate::redact::Redactor;
+use crate::schema::{check_schema, compile_schema};
 use crate::tool::{Registry, Tool, codes};
 use plan_types::BlockState;
 use plan_types::{Record, StepError};
@@ -42,65 +44,6 @@ pub(crate) struct CompiledStep {
     /// `risk: high` (the step's own, else its tool's): runs only once approved.
     pub(crate) gated: bool,
     pub(crate) run_if: RunIf,
-}
-
-/// A step's `when`, compiled once.
-pub(crate) struct Condition {
-    pub(crate) program: cel::Program,
-    pub(crate) text: String,
-}
-
-impl Condition {
-    /// True or false over the variables; anything else, or an evaluation error, is
-    /// `E_CONDITION` naming the expression.
-    pub(crate) fn holds(&self, vars: &BTreeMap<String, Arc<Value>>) -> Result<bool, StepError> {
-        evaluate(&self.program, vars, None).map_err(|message| StepError {
-            code: codes::E_CONDITION,
-            message: format!("`when: {}`: {message}", self.text),
-            details: None,
-        })
-    }
-}
-
-/// What a block's branch condition reads besides `vars`.
-pub(crate) struct NodeScope<'a> {
-    /// The node's result.
-    pub(crate) result: &'a Value,
-    /// The block's input.
-    pub(crate) input: &'a Value,
-    /// How many times the node has run.
-    pub(crate) attempt: u32,
-}
-
-/// Evaluates a compiled CEL condition over the run's variables (`vars`) and, in a block, the
-/// node's scope: true or false, or why not.
-pub(crate) fn evaluate(
-    program: &cel::Program,
-    vars: &BTreeMap<String, Arc<Value>>,
-    node: Option<NodeScope<'_>>,
-) -> Result<bool, String> {
-    let mut context = cel_context();
-    let object: BTreeMap<&str, CelJson<'_>> =
-        vars.iter().map(|(k, v)| (k.as_str(), CelJson(v))).collect();
-    context
-        .add_variable("vars", object)
-        .map_err(|e| e.to_string())?;
-    if let Some(node) = node {
-        context
-            .add_variable("result", CelJson(node.result))
-            .map_err(|e| e.to_string())?;
-        context
-            .add_variable("input", CelJson(node.input))
-            .map_err(|e| e.to_string())?;
-        context
-            .add_variable("attempt", i64::from(node.attempt))
-            .map_err(|e| e.to_string())?;
-    }
-    match program.execute(&context) {
-        Ok(cel::Value::Bool(holds)) => Ok(holds),
-        Ok(other) => Err(format!("a condition must be true or false, not {other:?}")),
-        Err(error) => Err(error.to_string()),
-    }
 }
 
 /// What a map step runs over.
@@ -133,48 +76,6 @@ pub struct Program {
     /// Each bound variable and the first step that binds it (previews show its value as
     /// `<result of STEP>`).
     binders: BTreeMap<String, Arc<str>>,
-}
-
-/// A CEL context with the standard library. The library is built once for the process:
-/// `cel::Context::default()` builds it anew each time, which made a block's loop crawl.
-pub(crate) fn cel_context() -> cel::Context<'static, 'static> {
-    static STANDARD_LIBRARY: std::sync::OnceLock<Arc<cel::Env>> = std::sync::OnceLock::new();
-    cel::Context::with_env(
-        STANDARD_LIBRARY
-            .get_or_init(|| Arc::new(cel::Env::stdlib()))
-            .clone(),
-    )
-}
-
-/// JSON for CEL, with integers as signed where they fit: serde gives positive JSON integers as
-/// unsigned, and CEL refuses `uint + int`, so `vars.count + 1` would fail.
-pub(crate) struct CelJson<'a>(pub(crate) &'a Value);
-
-impl serde::Serialize for CelJson<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeSeq};
-        match self.0 {
-            Value::Number(n) => match n.as_i64() {
-                Some(i) => serializer.serialize_i64(i),
-                None => n.serialize(serializer),
-            },
-            Value::Array(items) => {
-                let mut seq = serializer.serialize_seq(Some(items.len()))?;
-                for item in items {
-                    seq.serialize_element(&CelJson(item))?;
-                }
-                seq.end()
-            }
-            Value::Object(map) => {
-                let mut out = serializer.serialize_map(Some(map.len()))?;
-                for (key, item) in map {
-                    out.serialize_entry(key, &CelJson(item))?;
-                }
-                out.end()
-            }
-            other => other.serialize(serializer),
-        }
-    }
 }
 
 /// One call a preview shows: what would be called, with what.
@@ -562,49 +463,6 @@ pub(crate) fn resolve_args(step: &CompiledStep, scope: &Scope<'_>) -> Result<Val
     check_schema(step.schema.as_deref(), &step.tool_name, args)
 }
 
-/// Checks resolved arguments against a tool's schema: `E_ARGS_INVALID` listing each violation
-/// with its JSON pointer, sorted.
-pub(crate) fn check_schema(
-    schema: Option<&jsonschema::Validator>,
-    tool_name: &str,
-    args: Value,
-) -> Result<Value, StepError> {
-    if let Some(schema) = schema
-        && !schema.is_valid(&args)
-    {
-        let mut violations: Vec<(String, String)> = schema
-            .iter_errors(&args)
-            .map(|error| {
-                let pointer = error.instance_path().to_string();
-                (
-                    if pointer.is_empty() {
-                        "/".to_owned()
-                    } else {
-                        pointer
-                    },
-                    error.to_string(),
-                )
-            })
-            .collect();
-        violations.sort();
-        let listing: Vec<String> = violations
-            .iter()
-            .map(|(pointer, message)| format!("{pointer}: {message}"))
-            .collect();
-        return Err(StepError {
-            code: codes::E_ARGS_INVALID,
-            message: format!("arguments do not match the schema of `{}`: {}", tool_name, listing.join("; ")),
-            details: Some(Value::Array(
-                violations
-                    .into_iter()
-                    .map(|(pointer, message)| serde_json::json!({"pointer": pointer, "message": message}))
-                    .collect(),
-            )),
-        });
-    }
-    Ok(args)
-}
-
 /// The list a map step runs over.
 pub(crate) fn expand_items(
     expand: &CompiledExpand,
@@ -723,22 +581,4 @@ fn compile_expand(expand: &plan_graph::Expand) -> Result<CompiledExpand, String>
         None => None,
     };
     Ok(CompiledExpand { on, on_text, key })
-}
-
-/// A validator, or none for schemas that accept every object (no need to check).
-pub(crate) fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator>>, String> {
-    let accepts_any_object = match schema {
-        Value::Object(map) => {
-            map.is_empty()
-                || (map.len() == 1 && map.get("type") == Some(&Value::String("object".into())))
-        }
-        Value::Bool(true) => true,
-        _ => false,
-    };
-    if accepts_any_object {
-        return Ok(None);
-    }
-    jsonschema::validator_for(schema)
-        .map(|v| Some(Arc::new(v)))
-        .map_err(|e| e.to_string())
 }

@@ -19,28 +19,29 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use plan_graph::{Mode, RetryPolicy, RunIf};
+use plan_graph::{Mode, RunIf};
 use plan_types::{
-    Approvals, Attempt, Batch, Decision, Durability, ErrorCode, Event, EventKind, EventSink,
-    Journal, PLAN_APPROVAL, PendingApproval, Position, Record, Restored, RunEnd, RunReport,
-    StepError, TaskStatus, reasons,
+    Approvals, Attempt, Batch, Durability, ErrorCode, Event, EventKind, EventSink, Journal,
+    PLAN_APPROVAL, PendingApproval, Position, Record, Restored, RunEnd, RunReport, StepError,
+    TaskStatus, reasons,
 };
 use plan_vars::Scope;
 use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::admit::{Admission, Gate, admit, executed_record};
 use crate::block::{BlockEnd, BlockRun, Checkpoint, CompiledBlock, NodeDone};
+use crate::call::{CallContext, ToolCall, call_tool, millis};
 use crate::guard::Guard;
 use crate::program::{
     Action, CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program,
     expand_items, item_ids, resolve_args,
 };
 use crate::redact::Redactor;
-use crate::retry;
-use crate::tool::{Progress, Tool, ToolContext, ToolError, codes};
+use crate::tool::codes;
 use crate::writer::{Durable, Writer};
 
 /// How to run a program.
@@ -157,42 +158,10 @@ struct MapRun {
     started: Instant,
 }
 
-/// What every tool call of a run shares.
-#[derive(Clone)]
-pub(crate) struct CallContext {
-    pub(crate) run_id: Arc<str>,
-    pub(crate) events: Option<Arc<dyn EventSink>>,
-    pub(crate) redactor: Arc<Redactor>,
-    pub(crate) cancel: CancellationToken,
-    /// Keep each attempt for the journal.
-    pub(crate) log_attempts: bool,
-    /// The plan's guards, which block nodes check too.
-    pub(crate) guard: Option<Arc<Guard>>,
-    pub(crate) jitter_seed: Option<u64>,
-}
-
-/// How a tool call (with its retries) ended.
-pub(crate) struct ToolFinished {
-    pub(crate) result: Result<Value, ToolError>,
-    pub(crate) attempts: u32,
-    pub(crate) log: Vec<Attempt>,
-}
-
 /// Work the scheduler starts: one tool call, or a whole block.
 enum Task {
     Call(Call),
     Block(BlockCall),
-}
-
-/// One tool call: what to call, with what, and how to retry and bound it. Steps, map items
-/// and block nodes all make their calls this way.
-pub(crate) struct ToolCall {
-    pub(crate) step_id: Arc<str>,
-    pub(crate) tool_name: Arc<str>,
-    pub(crate) tool: Arc<dyn Tool>,
-    pub(crate) args: Value,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) timeout: Option<Duration>,
 }
 
 /// A step's or map item's call, with where its outcome goes.
@@ -778,48 +747,31 @@ impl Scheduler<'_> {
                 (map.ids[k].clone(), resolve_args(step, &values.scope(base)))
             }
         };
-        let args = match resolved {
-            Ok(args) => args,
-            Err(error) => {
+        let item_id = item.map(|_| &*step_id);
+        let gate = Gate {
+            tool: matches!(step.action, Action::Tool(_)).then_some(&*step.tool_name),
+            approval: step.gated.then_some((&*step.id, item_id)),
+            waits_as: &step_id,
+        };
+        let args = match admit(
+            resolved,
+            &gate,
+            &self.approvals,
+            self.guard.as_deref(),
+            &self.redactor,
+        ) {
+            Admission::Call(args) => args,
+            Admission::Fail(error) => {
                 self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
                 return None;
             }
-        };
-        if step.gated {
-            let item_id = item.map(|_| &*step_id);
-            match self.approvals.decision(&step.id, item_id) {
-                Decision::Approved => {}
-                Decision::Rejected(reason) => {
-                    let error = StepError {
-                        code: codes::E_REJECTED,
-                        message: format!("the call was not approved: {reason}"),
-                        details: None,
-                    };
-                    self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
-                    return None;
-                }
-                Decision::Undecided => {
-                    // Waits, unsettled, so nothing that depends on it starts; the run halts
-                    // `WAITING` once nothing else can run.
-                    let mut args = args;
-                    self.redactor.value(&mut args);
-                    self.awaiting.push(PendingApproval {
-                        step_id: step_id.to_string(),
-                        tool: (!step.tool_name.is_empty()).then(|| step.tool_name.to_string()),
-                        args: Some(args),
-                        reason: None,
-                    });
-                    return None;
-                }
+            Admission::Wait(pending) => {
+                // Waits, unsettled, so nothing that depends on it starts; the run halts
+                // `WAITING` once nothing else can run.
+                self.awaiting.push(pending);
+                return None;
             }
-        }
-        if let Some(guard) = &self.guard
-            && matches!(step.action, Action::Tool(_))
-            && let Err(error) = guard.admit(&step.tool_name, &args)
-        {
-            self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
-            return None;
-        }
+        };
         let context = CallContext {
             run_id: self.run_id.clone(),
             events: self.events.clone(),
@@ -1129,20 +1081,19 @@ impl Scheduler<'_> {
         }
         let last = map.remaining == 0;
         let event_error = error.as_ref().and_then(|e| serde_json::to_value(e).ok());
-        let mut record = Record {
-            step_id: item_id.to_string(),
-            ok,
-            skipped: false,
-            result,
-            reason: None,
-            error: error.map(Box::new),
-            attempts,
-            duration_ms: millis(elapsed),
-            upstream: None,
-        };
         // Records leave the engine (and reach the ledger) redacted; binds were selected from
         // the real result above.
-        self.redactor.record(&mut record);
+        let outcome = match error {
+            Some(error) => Err(error),
+            None => Ok(result.unwrap_or_default()),
+        };
+        let record = executed_record(
+            item_id.to_string(),
+            outcome,
+            attempts,
+            millis(elapsed),
+            &self.redactor,
+        );
         map.records[k] = Some(record);
         self.keep(Position {
             step,
@@ -1238,22 +1189,13 @@ impl Scheduler<'_> {
                 &error.code,
             );
         }
-        let (result, error) = match outcome {
-            Ok(value) => (Some(value), None),
-            Err(error) => (None, Some(Box::new(error))),
-        };
-        let mut record = Record {
-            step_id: step_id.to_string(),
-            ok,
-            skipped: false,
-            result,
-            reason: None,
-            error,
+        let record = executed_record(
+            step_id.to_string(),
+            outcome,
             attempts,
-            duration_ms: millis(elapsed),
-            upstream: None,
-        };
-        self.redactor.record(&mut record);
+            millis(elapsed),
+            &self.redactor,
+        );
         self.records[index] = Some(record);
         self.keep(Position {
             step: index,
@@ -1646,144 +1588,6 @@ async fn execute_block(call: BlockCall) -> Finished {
         nested: run.records,
         waiting,
     }
-}
-
-/// Calls a tool, retrying retryable errors as `retry` allows; each attempt is bounded by
-/// `timeout` and stops when the run is cancelled.
-pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFinished {
-    let ToolCall {
-        step_id,
-        tool_name,
-        tool,
-        args,
-        retry,
-        timeout,
-    } = call;
-    let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {
-        if let Some(sink) = &context.events {
-            let mut event = Event::new(kind, &context.run_id).step(&step_id, attempt);
-            event.tool = Some(tool_name.clone());
-            fill(&mut event);
-            context.redactor.event(&mut event);
-            sink.emit(&event);
-        }
-    };
-    let mut log = Vec::new();
-    let mut attempt = 1;
-    loop {
-        emit(EventKind::ToolCalled, attempt, &|_| {});
-        let attempt_started = Instant::now();
-        let attempt_started_at = SystemTime::now();
-        let attempt_cancel = context.cancel.child_token();
-        let progress = context.events.clone().map(|sink| {
-            let (run_id, step_id, tool_name) =
-                (context.run_id.clone(), step_id.clone(), tool_name.clone());
-            let redactor = context.redactor.clone();
-            Progress::new(move |report| {
-                let mut event =
-                    Event::new(EventKind::ToolProgress, &run_id).step(&step_id, attempt);
-                event.tool = Some(tool_name.clone());
-                event.progress = Some(report);
-                if let Some(progress) = &mut event.progress
-                    && let Some(message) = &mut progress.message
-                {
-                    redactor.string(message);
-                }
-                sink.emit(&event);
-            })
-        });
-        let ctx = ToolContext {
-            run_id: context.run_id.clone(),
-            step_id: step_id.clone(),
-            attempt,
-            cancel: attempt_cancel.clone(),
-            progress,
-            deadline: timeout.map(|limit| attempt_started_at + limit),
-        };
-        let invocation = tool.call(args.clone(), ctx);
-        let result = tokio::select! {
-            biased;
-            () = context.cancel.cancelled() => Err(ToolError::new(codes::E_CANCELLED, "the run was cancelled while the tool ran")),
-            result = with_timeout(invocation, timeout) => result,
-        };
-        // Tells a tool that outlives its attempt (timed out, cancelled) to stop.
-        attempt_cancel.cancel();
-        let attempt_ms = millis(attempt_started.elapsed());
-        if context.log_attempts {
-            log.push(Attempt {
-                step_id: step_id.clone(),
-                attempt,
-                started_at: attempt_started_at,
-                duration_ms: attempt_ms,
-                error: result.as_ref().err().map(|e| StepError::from(e.clone())),
-            });
-        }
-        let error = match result {
-            Ok(value) => {
-                emit(EventKind::ToolSucceeded, attempt, &|event| {
-                    event.duration_ms = Some(attempt_ms)
-                });
-                return ToolFinished {
-                    result: Ok(value),
-                    attempts: attempt,
-                    log,
-                };
-            }
-            Err(error) => error,
-        };
-        emit(EventKind::ToolFailed, attempt, &|event| {
-            event.duration_ms = Some(attempt_ms);
-            event.error = serde_json::to_value(&error).ok();
-        });
-        let never_retried =
-            error.code == codes::E_ARGS_INVALID || error.code == codes::E_ARGS_UNRESOLVED;
-        let again = error.retryable
-            && !never_retried
-            && attempt < retry.attempts
-            && !context.cancel.is_cancelled();
-        if !again {
-            return ToolFinished {
-                result: Err(error),
-                attempts: attempt,
-                log,
-            };
-        }
-        let unit = retry::jitter_unit(context.jitter_seed, &step_id, attempt);
-        let delay = retry::delay(&retry, attempt, error.retry_after, unit);
-        emit(EventKind::StepRetrying, attempt + 1, &|event| {
-            event.tool = None;
-            event.delay_ms = Some(millis(delay));
-            event.error = serde_json::to_value(&error).ok();
-        });
-        tokio::select! {
-            () = context.cancel.cancelled() => return ToolFinished { result: Err(error), attempts: attempt, log },
-            () = tokio::time::sleep(delay) => {}
-        }
-        attempt += 1;
-    }
-}
-
-async fn with_timeout<F>(invocation: F, timeout: Option<Duration>) -> Result<Value, ToolError>
-where
-    F: Future<Output = Result<Value, ToolError>>,
-{
-    match timeout {
-        None => invocation.await,
-        Some(limit) => match tokio::time::timeout(limit, invocation).await {
-            Ok(result) => result,
-            Err(_) => Err(ToolError::retryable(
-                codes::E_TIMEOUT,
-                format!(
-                    "the attempt took longer than {} ms and was cancelled",
-                    limit.as_millis()
-                ),
-            )),
-        },
-    }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// How long reported block progress may wait for its commit.

@@ -1,0 +1,103 @@
+//! The one admission path of every call, whether a step's, a map item's or a block node's:
+//! its arguments resolved and checked against the tool's schema (by the caller, which knows the
+//! scope), then its approval, then the plan's guards. And the one way a call that ran, or was
+//! refused, becomes a record.
+
+use std::sync::Arc;
+
+use plan_types::{Approvals, Decision, PendingApproval, Record, StepError};
+use serde_json::Value;
+
+use crate::guard::Guard;
+use crate::redact::Redactor;
+use crate::tool::codes;
+
+/// What admission decided about a call.
+pub(crate) enum Admission {
+    /// Make the call with these arguments.
+    Call(Value),
+    /// Do not make it: it fails with this error (its arguments, a rejection, a guard).
+    Fail(StepError),
+    /// Do not make it yet: it waits for a decision.
+    Wait(PendingApproval),
+}
+
+/// What admission needs to know of a call besides its arguments.
+pub(crate) struct Gate<'a> {
+    /// The tool (none for a block step, which is not a call).
+    pub(crate) tool: Option<&'a str>,
+    /// For a `risk: high` call: the key its decision is kept under, and the map item's id
+    /// when it is one (an item's own decision wins over its step's).
+    pub(crate) approval: Option<(&'a str, Option<&'a str>)>,
+    /// The id a pending approval is listed under.
+    pub(crate) waits_as: &'a str,
+}
+
+/// Admits a call whose arguments resolved to `resolved`.
+pub(crate) fn admit(
+    resolved: Result<Value, StepError>,
+    gate: &Gate<'_>,
+    approvals: &Approvals,
+    guard: Option<&Guard>,
+    redactor: &Redactor,
+) -> Admission {
+    let args = match resolved {
+        Ok(args) => args,
+        Err(error) => return Admission::Fail(error),
+    };
+    if let Some((key, item)) = gate.approval {
+        match approvals.decision(key, item) {
+            Decision::Approved => {}
+            Decision::Rejected(reason) => {
+                return Admission::Fail(StepError::new(
+                    codes::E_REJECTED,
+                    format!("the call was not approved: {reason}"),
+                ));
+            }
+            Decision::Undecided => {
+                // The caller keeps it unsettled, so nothing that depends on it starts.
+                let mut args = args;
+                redactor.value(&mut args);
+                return Admission::Wait(PendingApproval {
+                    step_id: gate.waits_as.to_owned(),
+                    tool: gate.tool.filter(|t| !t.is_empty()).map(str::to_owned),
+                    args: Some(args),
+                    reason: None,
+                });
+            }
+        }
+    }
+    if let (Some(guard), Some(tool)) = (guard, gate.tool)
+        && let Err(error) = guard.admit(tool, &args)
+    {
+        return Admission::Fail(error);
+    }
+    Admission::Call(args)
+}
+
+/// The record of a call that ran (or was refused before it ran, with 0 attempts), redacted.
+pub(crate) fn executed_record(
+    step_id: String,
+    outcome: Result<Arc<Value>, StepError>,
+    attempts: u32,
+    duration_ms: u64,
+    redactor: &Redactor,
+) -> Record {
+    let (ok, result, error) = match outcome {
+        Ok(value) => (true, Some(value), None),
+        Err(error) => (false, None, Some(Box::new(error))),
+    };
+    let mut record = Record {
+        step_id,
+        ok,
+        skipped: false,
+        result,
+        reason: None,
+        error,
+        attempts,
+        duration_ms,
+        upstream: None,
+    };
+    redactor.record(&mut record);
+    record
+}

@@ -1,0 +1,186 @@
+//! One tool call, as steps, map items and block nodes all make it: attempts bounded by
+//! `timeout_ms`, retryable errors tried again with backoff, events for each attempt, and the
+//! attempts kept for the ledger.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use plan_graph::RetryPolicy;
+use plan_types::{Attempt, Event, EventKind, EventSink, StepError};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::guard::Guard;
+use crate::redact::Redactor;
+use crate::retry;
+use crate::tool::{Progress, Tool, ToolContext, ToolError, codes};
+
+/// What every tool call of a run shares.
+#[derive(Clone)]
+pub(crate) struct CallContext {
+    pub(crate) run_id: Arc<str>,
+    pub(crate) events: Option<Arc<dyn EventSink>>,
+    pub(crate) redactor: Arc<Redactor>,
+    pub(crate) cancel: CancellationToken,
+    /// Keep each attempt for the journal.
+    pub(crate) log_attempts: bool,
+    /// The plan's guards, which block nodes check too.
+    pub(crate) guard: Option<Arc<Guard>>,
+    pub(crate) jitter_seed: Option<u64>,
+}
+
+/// How a tool call (with its retries) ended.
+pub(crate) struct ToolFinished {
+    pub(crate) result: Result<Value, ToolError>,
+    pub(crate) attempts: u32,
+    pub(crate) log: Vec<Attempt>,
+}
+
+/// One tool call: what to call, with what, and how to retry and bound it. Steps, map items
+/// and block nodes all make their calls this way.
+pub(crate) struct ToolCall {
+    pub(crate) step_id: Arc<str>,
+    pub(crate) tool_name: Arc<str>,
+    pub(crate) tool: Arc<dyn Tool>,
+    pub(crate) args: Value,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) timeout: Option<Duration>,
+}
+
+/// Calls a tool, retrying retryable errors as `retry` allows; each attempt is bounded by
+/// `timeout` and stops when the run is cancelled.
+pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFinished {
+    let ToolCall {
+        step_id,
+        tool_name,
+        tool,
+        args,
+        retry,
+        timeout,
+    } = call;
+    let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {
+        if let Some(sink) = &context.events {
+            let mut event = Event::new(kind, &context.run_id).step(&step_id, attempt);
+            event.tool = Some(tool_name.clone());
+            fill(&mut event);
+            context.redactor.event(&mut event);
+            sink.emit(&event);
+        }
+    };
+    let mut log = Vec::new();
+    let mut attempt = 1;
+    loop {
+        emit(EventKind::ToolCalled, attempt, &|_| {});
+        let attempt_started = Instant::now();
+        let attempt_started_at = SystemTime::now();
+        let attempt_cancel = context.cancel.child_token();
+        let progress = context.events.clone().map(|sink| {
+            let (run_id, step_id, tool_name) =
+                (context.run_id.clone(), step_id.clone(), tool_name.clone());
+            let redactor = context.redactor.clone();
+            Progress::new(move |report| {
+                let mut event =
+                    Event::new(EventKind::ToolProgress, &run_id).step(&step_id, attempt);
+                event.tool = Some(tool_name.clone());
+                event.progress = Some(report);
+                if let Some(progress) = &mut event.progress
+                    && let Some(message) = &mut progress.message
+                {
+                    redactor.string(message);
+                }
+                sink.emit(&event);
+            })
+        });
+        let ctx = ToolContext {
+            run_id: context.run_id.clone(),
+            step_id: step_id.clone(),
+            attempt,
+            cancel: attempt_cancel.clone(),
+            progress,
+            deadline: timeout.map(|limit| attempt_started_at + limit),
+        };
+        let invocation = tool.call(args.clone(), ctx);
+        let result = tokio::select! {
+            biased;
+            () = context.cancel.cancelled() => Err(ToolError::new(codes::E_CANCELLED, "the run was cancelled while the tool ran")),
+            result = with_timeout(invocation, timeout) => result,
+        };
+        // Tells a tool that outlives its attempt (timed out, cancelled) to stop.
+        attempt_cancel.cancel();
+        let attempt_ms = millis(attempt_started.elapsed());
+        if context.log_attempts {
+            log.push(Attempt {
+                step_id: step_id.clone(),
+                attempt,
+                started_at: attempt_started_at,
+                duration_ms: attempt_ms,
+                error: result.as_ref().err().map(|e| StepError::from(e.clone())),
+            });
+        }
+        let error = match result {
+            Ok(value) => {
+                emit(EventKind::ToolSucceeded, attempt, &|event| {
+                    event.duration_ms = Some(attempt_ms)
+                });
+                return ToolFinished {
+                    result: Ok(value),
+                    attempts: attempt,
+                    log,
+                };
+            }
+            Err(error) => error,
+        };
+        emit(EventKind::ToolFailed, attempt, &|event| {
+            event.duration_ms = Some(attempt_ms);
+            event.error = serde_json::to_value(&error).ok();
+        });
+        let never_retried =
+            error.code == codes::E_ARGS_INVALID || error.code == codes::E_ARGS_UNRESOLVED;
+        let again = error.retryable
+            && !never_retried
+            && attempt < retry.attempts
+            && !context.cancel.is_cancelled();
+        if !again {
+            return ToolFinished {
+                result: Err(error),
+                attempts: attempt,
+                log,
+            };
+        }
+        let unit = retry::jitter_unit(context.jitter_seed, &step_id, attempt);
+        let delay = retry::delay(&retry, attempt, error.retry_after, unit);
+        emit(EventKind::StepRetrying, attempt + 1, &|event| {
+            event.tool = None;
+            event.delay_ms = Some(millis(delay));
+            event.error = serde_json::to_value(&error).ok();
+        });
+        tokio::select! {
+            () = context.cancel.cancelled() => return ToolFinished { result: Err(error), attempts: attempt, log },
+            () = tokio::time::sleep(delay) => {}
+        }
+        attempt += 1;
+    }
+}
+
+async fn with_timeout<F>(invocation: F, timeout: Option<Duration>) -> Result<Value, ToolError>
+where
+    F: Future<Output = Result<Value, ToolError>>,
+{
+    match timeout {
+        None => invocation.await,
+        Some(limit) => match tokio::time::timeout(limit, invocation).await {
+            Ok(result) => result,
+            Err(_) => Err(ToolError::retryable(
+                codes::E_TIMEOUT,
+                format!(
+                    "the attempt took longer than {} ms and was cancelled",
+                    limit.as_millis()
+                ),
+            )),
+        },
+    }
+}
+
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,111 @@
+//! CEL conditions: a step's `when` and a block's branch conditions, compiled once and
+//! evaluated over the run's variables (and, in a block, the node's result and input).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use plan_types::StepError;
+use serde_json::Value;
+
+use crate::tool::codes;
+
+/// A step's `when`, compiled once.
+pub(crate) struct Condition {
+    pub(crate) program: cel::Program,
+    pub(crate) text: String,
+}
+
+impl Condition {
+    /// True or false over the variables; anything else, or an evaluation error, is
+    /// `E_CONDITION` naming the expression.
+    pub(crate) fn holds(&self, vars: &BTreeMap<String, Arc<Value>>) -> Result<bool, StepError> {
+        evaluate(&self.program, vars, None).map_err(|message| StepError {
+            code: codes::E_CONDITION,
+            message: format!("`when: {}`: {message}", self.text),
+            details: None,
+        })
+    }
+}
+
+/// What a block's branch condition reads besides `vars`.
+pub(crate) struct NodeScope<'a> {
+    /// The node's result.
+    pub(crate) result: &'a Value,
+    /// The block's input.
+    pub(crate) input: &'a Value,
+    /// How many times the node has run.
+    pub(crate) attempt: u32,
+}
+
+/// Evaluates a compiled CEL condition over the run's variables (`vars`) and, in a block, the
+/// node's scope: true or false, or why not.
+pub(crate) fn evaluate(
+    program: &cel::Program,
+    vars: &BTreeMap<String, Arc<Value>>,
+    node: Option<NodeScope<'_>>,
+) -> Result<bool, String> {
+    let mut context = cel_context();
+    let object: BTreeMap<&str, CelJson<'_>> =
+        vars.iter().map(|(k, v)| (k.as_str(), CelJson(v))).collect();
+    context
+        .add_variable("vars", object)
+        .map_err(|e| e.to_string())?;
+    if let Some(node) = node {
+        context
+            .add_variable("result", CelJson(node.result))
+            .map_err(|e| e.to_string())?;
+        context
+            .add_variable("input", CelJson(node.input))
+            .map_err(|e| e.to_string())?;
+        context
+            .add_variable("attempt", i64::from(node.attempt))
+            .map_err(|e| e.to_string())?;
+    }
+    match program.execute(&context) {
+        Ok(cel::Value::Bool(holds)) => Ok(holds),
+        Ok(other) => Err(format!("a condition must be true or false, not {other:?}")),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// A CEL context with the standard library. The library is built once for the process:
+/// `cel::Context::default()` builds it anew each time, which made a block's loop crawl.
+pub(crate) fn cel_context() -> cel::Context<'static, 'static> {
+    static STANDARD_LIBRARY: std::sync::OnceLock<Arc<cel::Env>> = std::sync::OnceLock::new();
+    cel::Context::with_env(
+        STANDARD_LIBRARY
+            .get_or_init(|| Arc::new(cel::Env::stdlib()))
+            .clone(),
+    )
+}
+
+/// JSON for CEL, with integers as signed where they fit: serde gives positive JSON integers as
+/// unsigned, and CEL refuses `uint + int`, so `vars.count + 1` would fail.
+pub(crate) struct CelJson<'a>(pub(crate) &'a Value);
+
+impl serde::Serialize for CelJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => serializer.serialize_i64(i),
+                None => n.serialize(serializer),
+            },
+            Value::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&CelJson(item))?;
+                }
+                seq.end()
+            }
+            Value::Object(map) => {
+                let mut out = serializer.serialize_map(Some(map.len()))?;
+                for (key, item) in map {
+                    out.serialize_entry(key, &CelJson(item))?;
+                }
+                out.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
+}
