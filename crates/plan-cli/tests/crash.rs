@@ -230,3 +230,120 @@ fn kill_and_resume(durability: &str, kill_points: usize) -> Vec<(usize, usize)> 
     assert!(kills >= kill_points);
     repeated
 }
+
+/// A plan whose `max_tool_calls` runs out partway: a step, a map step's items, a looping
+/// block's nodes, then three steps of which the last two are stopped by the guard.
+fn guarded_plan() -> Value {
+    let slow = json!({"ms": 25});
+    json!({
+        "id": "guarded",
+        "max_concurrency": 1,
+        "variables": {"items": [1, 2, 3]},
+        "guards": {"max_tool_calls": 12},
+        "steps": [
+            {"id": "a", "tool": "sleep", "args": slow},
+            {"id": "m", "tool": "sleep", "expand_on": "${items}", "args": slow},
+            {"id": "review", "args": {"rounds": 2}, "block": {
+                "entry_point": "draft",
+                "nodes": {
+                    "draft": {"tool": "sleep", "args": slow},
+                    "check": {"tool": "sleep", "args": slow},
+                    "fix": {"tool": "sleep", "args": slow},
+                    "done": {"tool": "sleep", "args": slow}
+                },
+                "transitions": {
+                    "draft": "check",
+                    "check": [{"condition": "passed", "target": "done"}, {"condition": "default", "target": "fix"}],
+                    "fix": "check"
+                },
+                "conditions": {"passed": "attempt > input.rounds"}
+            }},
+            {"id": "c", "tool": "sleep", "args": slow},
+            {"id": "d", "tool": "sleep", "args": slow},
+            {"id": "e", "tool": "sleep", "args": slow}
+        ]
+    })
+}
+
+/// Each record's id, whether it succeeded, and its error code.
+fn verdicts(report: &Value) -> Vec<(String, bool, Value)> {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["step_id"] != "__meta__")
+        .map(|r| {
+            (
+                r["step_id"].as_str().unwrap().to_owned(),
+                r["ok"].as_bool().unwrap(),
+                r["error"]["code"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// `max_tool_calls` counts the same whether a run is killed with -9 and resumed, at any point
+/// (in a map step's items, inside a block, between steps), or runs through: the same calls are
+/// stopped by the guard.
+#[test]
+fn guards_count_the_same_across_kill_9_and_resume() {
+    let lab = Lab {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let plan_file = lab.dir.path().join("guarded.json");
+    std::fs::write(&plan_file, guarded_plan().to_string()).unwrap();
+    let reference = lab.json(&["run", plan_file.to_str().unwrap(), "--json"]);
+    assert_eq!(reference["task_status"], "FAILED", "{reference}");
+    let want = verdicts(&reference);
+    let stopped: Vec<&str> = want
+        .iter()
+        .filter(|(_, _, code)| code == "E_GUARD")
+        .map(|(id, _, _)| id.as_str())
+        .collect();
+    assert_eq!(
+        stopped,
+        ["d", "e"],
+        "the guard stops the 13th and 14th calls"
+    );
+
+    let mut seed: u64 = 0x9a4d_7e11;
+    let mut kills = 0;
+    let mut runs = 0;
+    while kills < 20 {
+        runs += 1;
+        let before = lab.newest_run();
+        let mut run_id = None;
+        let mut run_kills = 0;
+        let mut delay = || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            Duration::from_millis(20 + (seed >> 33) % 400)
+        };
+        while run_id.is_none() {
+            let child = lab
+                .command(&["run", plan_file.to_str().unwrap()])
+                .spawn()
+                .unwrap();
+            run_kills += usize::from(kill_after(child, delay()));
+            run_id = lab.newest_run().filter(|id| Some(id) != before.as_ref());
+        }
+        let run_id = run_id.unwrap();
+        loop {
+            let child = lab.command(&["resume", &run_id]).spawn().unwrap();
+            if kill_after(child, delay()) {
+                run_kills += 1;
+            } else {
+                break;
+            }
+        }
+        let report = lab.json(&["status", &run_id, "--json"]);
+        assert_eq!(
+            verdicts(&report),
+            want,
+            "run {run_id} after {run_kills} kills counted its calls differently"
+        );
+        kills += run_kills;
+        assert!(runs < 200, "kills never landed");
+    }
+}

@@ -42,6 +42,23 @@ pub(crate) struct CompiledBlock {
     invalid: Option<StepError>,
 }
 
+impl CompiledBlock {
+    /// The tool of the node at `path` inside this block (`check#2`, or `inner#1/deploy#1` in a
+    /// nested block), if it is a tool call.
+    pub(crate) fn tool_at(&self, path: &str) -> Option<&str> {
+        let (segment, rest) = path
+            .split_once('/')
+            .map_or((path, None), |(s, r)| (s, Some(r)));
+        let name = segment.split_once('#').map_or(segment, |(name, _)| name);
+        let at = self.names.iter().position(|n| n == name)?;
+        match (&self.nodes[at], rest) {
+            (CompiledNode::Call { tool_name, .. }, None) => Some(tool_name),
+            (CompiledNode::Block(inner), Some(rest)) => inner.tool_at(rest),
+            _ => None,
+        }
+    }
+}
+
 enum CompiledNode {
     Call {
         tool: Arc<dyn Tool>,

@@ -42,14 +42,11 @@ impl Guard {
         }
     }
 
-    /// Counts calls an earlier attempt at this run made (`resume`): budgets are per run.
-    pub(crate) fn restore_call(&self, tool: &str, failed: bool) {
+    /// Counts a call an earlier attempt at this run made (`resume`): budgets are per run.
+    pub(crate) fn restore_call(&self, tool: &str) {
         let mut used = self.lock();
         used.calls += 1;
         *used.per_tool.entry(tool.to_owned()).or_default() += 1;
-        if failed {
-            used.failures += 1;
-        }
     }
 
     /// Admits a call of `tool` with `args` and counts it, or says which guard stops it.
@@ -234,7 +231,7 @@ mod tests {
             max_tool_calls: Some(1),
             ..Guards::default()
         });
-        g.restore_call("echo", false);
+        g.restore_call("echo");
         assert!(g.admit("echo", &json!({})).is_err());
     }
 

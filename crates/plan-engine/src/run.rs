@@ -583,6 +583,9 @@ impl Scheduler<'_> {
             .filter(|(_, record)| record.step_id.contains('/'))
             .map(|(k, record)| (record.step_id.clone(), k))
             .collect();
+        if let Some(guard) = &self.guard {
+            restore_guard(program, guard, &restored.records);
+        }
         let mut by_id: HashMap<String, Record> = restored
             .records
             .into_iter()
@@ -596,12 +599,6 @@ impl Scheduler<'_> {
                 } else {
                     Outcome::Failed
                 };
-                if let Some(guard) = &self.guard
-                    && step.expand.is_none()
-                    && record.attempts > 0
-                {
-                    guard.restore_call(&step.tool_name, !record.ok);
-                }
                 if self.program.fail_fast && !record.ok {
                     self.first_failure.get_or_insert_with(|| step.id.clone());
                 }
@@ -883,11 +880,6 @@ impl Scheduler<'_> {
         for k in 0..count {
             match self.restored_items.remove(&*map.ids[k]) {
                 Some(record) => {
-                    if let Some(guard) = &self.guard
-                        && record.attempts > 0
-                    {
-                        guard.restore_call(&step.tool_name, !record.ok);
-                    }
                     let selected = match &record.result {
                         Some(result) if record.ok => self.select_binds(i, result).ok(),
                         _ => None,
@@ -1466,6 +1458,64 @@ impl Scheduler<'_> {
             pending_approvals,
             blocks,
         })
+    }
+}
+
+/// Counts what an earlier attempt at the run used of the guards, as the calls themselves
+/// counted it: every call whose record was committed (a step's, a map item's, a block node's;
+/// a call in flight when the run stopped runs again and counts then), and every failed step
+/// or item (not the guards' own stops, not a map step failed by its items).
+fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
+    let by_id: HashMap<&str, usize> = program
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, step)| (&*step.id, i))
+        .collect();
+    let failed = |record: &Record| {
+        record.error.as_ref().is_some_and(|error| {
+            error.code != codes::E_GUARD && error.code != codes::E_MAP_ITEMS_FAILED
+        })
+    };
+    for record in records {
+        let id = record.step_id.as_str();
+        let (tool, counts_failure) = if let Some(&i) = by_id.get(id) {
+            let step = &program.steps[i];
+            let calls = matches!(step.action, Action::Tool(_)) && step.expand.is_none();
+            (calls.then(|| &*step.tool_name), true)
+        } else if let Some((block, inside)) = id.split_once('/') {
+            // A block node: its failure is its block's, counted with the block's record.
+            let tool = by_id
+                .get(block)
+                .and_then(|&i| match &program.steps[i].action {
+                    Action::Block(compiled) => compiled.tool_at(inside),
+                    Action::Tool(_) => None,
+                });
+            (tool, false)
+        } else {
+            // A map item: `STEP-K` or `STEP[KEY]`.
+            let step = [
+                id.rsplit_once('-').map(|(s, _)| s),
+                id.split_once('[').map(|(s, _)| s),
+            ]
+            .into_iter()
+            .flatten()
+            .filter_map(|candidate| by_id.get(candidate))
+            .map(|&i| &program.steps[i])
+            .find(|step| step.expand.is_some() && plan_graph::is_item_of(id, &step.id));
+            match step {
+                Some(step) => (Some(&*step.tool_name), true),
+                None => continue,
+            }
+        };
+        if let Some(tool) = tool
+            && record.attempts > 0
+        {
+            guard.restore_call(tool);
+        }
+        if counts_failure && failed(record) {
+            guard.failed();
+        }
     }
 }
 
