@@ -129,6 +129,20 @@ struct Work {
     slot: usize,
 }
 
+/// What the scheduler knows of one step (the one place a step's run state lives).
+struct StepState {
+    /// Dependencies not settled yet.
+    remaining: usize,
+    /// Its final record, once it settled.
+    record: Option<Record>,
+    outcome: Option<Outcome>,
+    /// Whether it is (or was) in the ready queue, so it is queued once.
+    queued: bool,
+    /// The ledger batch its record went into (0: durable before the run started); a
+    /// dependent waits for that batch under `Durability::Sync`.
+    settled_in: u64,
+}
+
 /// A map step's list: shared with the variable it names when `expand_on` is `${name}`, so a
 /// large list is not copied; otherwise its own.
 enum Items {
@@ -209,11 +223,8 @@ struct Scheduler<'p> {
     redactor: Arc<Redactor>,
     vars: BTreeMap<String, Arc<Value>>,
     env: BTreeMap<String, Value>,
-    remaining: Vec<usize>,
-    records: Vec<Option<Record>>,
-    outcomes: Vec<Option<Outcome>>,
-    /// Whether a step is (or was) in the ready queue, so it is queued once.
-    queued: Vec<bool>,
+    /// Each step's state, in plan order.
+    steps: Vec<StepState>,
     ready: BinaryHeap<Reverse<Work>>,
     maps: HashMap<usize, MapRun>,
     /// Node records of block steps that finished.
@@ -227,8 +238,6 @@ struct Scheduler<'p> {
     /// Every batch up to this one is durable (`u64::MAX` when nothing needs to wait for it:
     /// no journal, or a durability other than `sync`).
     durable: u64,
-    /// The batch each step's record went into (0: durable before the run started).
-    settled_in: Vec<u64>,
     /// Ready work whose dependencies' records are not durable yet.
     held: Vec<Work>,
     /// Settled since the last batch was sent.
@@ -274,15 +283,18 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         redactor: Arc::new(Redactor::new(env.values().filter_map(Value::as_str))),
         vars: program.initial_variables(&options.inputs),
         env,
-        remaining: program.deps.deps.iter().map(Vec::len).collect(),
-        records: {
-            // One slot more for `__meta__`, so the final records can reuse this allocation.
-            let mut records = Vec::with_capacity(n + 1);
-            records.resize_with(n, || None);
-            records
-        },
-        outcomes: vec![None; n],
-        queued: vec![false; n],
+        steps: program
+            .deps
+            .deps
+            .iter()
+            .map(|deps| StepState {
+                remaining: deps.len(),
+                record: None,
+                outcome: None,
+                queued: false,
+                settled_in: 0,
+            })
+            .collect(),
         ready: BinaryHeap::new(),
         maps: HashMap::new(),
         nested: HashMap::new(),
@@ -290,7 +302,6 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         restored_order: HashMap::new(),
         writer: None,
         durable: u64::MAX,
-        settled_in: vec![0; n],
         held: Vec::new(),
         pending: Vec::new(),
         pending_vars: Vec::new(),
@@ -347,7 +358,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         return scheduler.finalize(&options.run_id, started).await;
     }
     for i in 0..n {
-        if scheduler.records[i].is_some() {
+        if scheduler.steps[i].record.is_some() {
             continue;
         }
         if !program.deps.unknown[i].is_empty() {
@@ -358,7 +369,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             let reason = format!("unknown dependency: {}", json_list(&unknown));
             scheduler.record_not_run(i, false, false, reason);
             scheduler.settle(i, Outcome::Blocked);
-        } else if scheduler.remaining[i] == 0 {
+        } else if scheduler.steps[i].remaining == 0 {
             scheduler.enqueue(i);
         }
     }
@@ -530,14 +541,14 @@ impl Scheduler<'_> {
     }
 
     fn enqueue(&mut self, step: usize) {
-        if !std::mem::replace(&mut self.queued[step], true) {
+        if !std::mem::replace(&mut self.steps[step].queued, true) {
             self.ready.push(Reverse(Work { step, slot: 0 }));
         }
     }
 
     fn is_settled(&self, step: usize, item: Option<usize>) -> bool {
         match item {
-            None => self.records[step].is_some(),
+            None => self.steps[step].record.is_some(),
             Some(k) => self
                 .maps
                 .get(&step)
@@ -602,7 +613,7 @@ impl Scheduler<'_> {
                 if self.program.fail_fast && !record.ok {
                     self.first_failure.get_or_insert_with(|| step.id.clone());
                 }
-                self.records[i] = Some(record);
+                self.steps[i].record = Some(record);
                 self.settle(i, outcome);
             }
         }
@@ -615,7 +626,7 @@ impl Scheduler<'_> {
     fn needs(&self, step: usize) -> u64 {
         self.program.deps.deps[step]
             .iter()
-            .map(|&dep| self.settled_in[dep])
+            .map(|&dep| self.steps[dep].settled_in)
             .max()
             .unwrap_or(0)
     }
@@ -642,7 +653,7 @@ impl Scheduler<'_> {
     fn keep(&mut self, position: Position) {
         if let Some(writer) = &self.writer {
             if position.item.is_none() {
-                self.settled_in[position.step] = writer.next_batch();
+                self.steps[position.step].settled_in = writer.next_batch();
             }
             self.pending.push(position);
         }
@@ -672,7 +683,7 @@ impl Scheduler<'_> {
             .drain(..)
             .filter_map(|position| {
                 let record = match position.item {
-                    None => self.records[position.step].as_ref(),
+                    None => self.steps[position.step].record.as_ref(),
                     Some(k) => match self.maps.get(&position.step) {
                         Some(map) => map.records[k].as_ref(),
                         None => self
@@ -930,7 +941,7 @@ impl Scheduler<'_> {
             records,
             checkpoint,
         } = done;
-        if self.records[step].is_some() {
+        if self.steps[step].record.is_some() {
             return;
         }
         let nested = self.nested.entry(step).or_default();
@@ -1188,7 +1199,7 @@ impl Scheduler<'_> {
             millis(elapsed),
             &self.redactor,
         );
-        self.records[index] = Some(record);
+        self.steps[index].record = Some(record);
         self.keep(Position {
             step: index,
             item: None,
@@ -1213,7 +1224,7 @@ impl Scheduler<'_> {
         });
         let mut record = not_run_record(step_id, skipped, reason);
         record.ok = ok;
-        self.records[index] = Some(record);
+        self.steps[index].record = Some(record);
         self.keep(Position {
             step: index,
             item: None,
@@ -1222,10 +1233,11 @@ impl Scheduler<'_> {
 
     /// How a settled step ended, in a word, for a dependent's `upstream`.
     fn ended(&self, step: usize) -> &'static str {
-        match self.outcomes[step] {
+        match self.steps[step].outcome {
             Some(Outcome::Succeeded) => "succeeded",
             Some(Outcome::Failed) => {
-                let rejected = self.records[step]
+                let rejected = self.steps[step]
+                    .record
                     .as_ref()
                     .and_then(|r| r.error.as_ref())
                     .is_some_and(|e| e.code == codes::E_REJECTED);
@@ -1243,16 +1255,16 @@ impl Scheduler<'_> {
     /// turn releases its own dependents).
     fn settle(&mut self, index: usize, outcome: Outcome) {
         let program = self.program;
-        self.outcomes[index] = Some(outcome);
+        self.steps[index].outcome = Some(outcome);
         let mut done = vec![index];
         while let Some(i) = done.pop() {
             for &d in &program.deps.dependents[i] {
-                self.remaining[d] -= 1;
-                if self.remaining[d] != 0 || self.records[d].is_some() {
+                self.steps[d].remaining -= 1;
+                if self.steps[d].remaining != 0 || self.steps[d].record.is_some() {
                     continue;
                 }
                 let deps = &program.deps.deps[d];
-                let succeeded = |dep: &usize| self.outcomes[*dep] == Some(Outcome::Succeeded);
+                let succeeded = |dep: &usize| self.steps[*dep].outcome == Some(Outcome::Succeeded);
                 let runs = match program.steps[d].run_if {
                     RunIf::AllSuccess => deps.iter().all(succeeded),
                     RunIf::AllDone => true,
@@ -1260,7 +1272,7 @@ impl Scheduler<'_> {
                 };
                 let only_conditions = deps.iter().all(|&dep| {
                     matches!(
-                        self.outcomes[dep],
+                        self.steps[dep].outcome,
                         Some(Outcome::Succeeded | Outcome::ConditionFalse)
                     )
                 });
@@ -1269,7 +1281,7 @@ impl Scheduler<'_> {
                 } else if only_conditions {
                     // Skipped by a condition upstream: skipped by condition too, not a failure.
                     self.record_not_run(d, true, true, reasons::CONDITION_FALSE.to_owned());
-                    self.outcomes[d] = Some(Outcome::ConditionFalse);
+                    self.steps[d].outcome = Some(Outcome::ConditionFalse);
                     done.push(d);
                 } else {
                     let unsatisfied: Vec<usize> =
@@ -1282,10 +1294,10 @@ impl Scheduler<'_> {
                         .map(|&u| (program.steps[u].id.to_string(), self.ended(u).to_owned()))
                         .collect();
                     self.record_not_run(d, false, true, reason);
-                    if let Some(record) = &mut self.records[d] {
+                    if let Some(record) = &mut self.steps[d].record {
                         record.upstream = Some(Box::new(upstream));
                     }
-                    self.outcomes[d] = Some(Outcome::Skipped);
+                    self.steps[d].outcome = Some(Outcome::Skipped);
                     done.push(d);
                 }
             }
@@ -1323,15 +1335,15 @@ impl Scheduler<'_> {
                 reason.clone()
             }
         };
-        for i in 0..self.records.len() {
-            if self.records[i].is_none() {
+        for i in 0..self.steps.len() {
+            if self.steps[i].record.is_none() {
                 let id = &self.program.steps[i].id;
                 let reason = match self.block_waits.get(&i) {
                     Some((why, _)) => why.clone(),
                     None => reason_for(id),
                 };
-                self.records[i] = Some(not_run_record(id, true, reason));
-                self.outcomes[i] = Some(Outcome::Skipped);
+                self.steps[i].record = Some(not_run_record(id, true, reason));
+                self.steps[i].outcome = Some(Outcome::Skipped);
                 if committed && self.writer.is_some() {
                     self.pending.push(Position {
                         step: i,
@@ -1354,7 +1366,7 @@ impl Scheduler<'_> {
             }
         }
         drop(awaiting);
-        let has = |wanted: Outcome| self.outcomes.contains(&Some(wanted));
+        let has = |wanted: Outcome| self.steps.iter().any(|s| s.outcome == Some(wanted));
         let status = if stopped {
             TaskStatus::Stopped
         } else if waiting {
@@ -1410,17 +1422,19 @@ impl Scheduler<'_> {
         }
         let meta = Record::meta(status, millis(elapsed));
         let mut records: Vec<Record> = if self.maps.is_empty() && self.nested.is_empty() {
-            // `map` over `into_iter` collects in place: no second copy of the records.
-            self.records
-                .into_iter()
-                .map(|record| record.unwrap_or_else(unreachable_record))
-                .collect()
+            let mut records = Vec::with_capacity(self.steps.len() + 1);
+            records.extend(
+                self.steps
+                    .into_iter()
+                    .map(|step| step.record.unwrap_or_else(unreachable_record)),
+            );
+            records
         } else {
             // A map step's items come right before the step's own record.
             let items: usize = self.maps.values().map(|m| m.records.len()).sum::<usize>()
                 + self.nested.values().map(Vec::len).sum::<usize>();
-            let mut records = Vec::with_capacity(self.records.len() + items + 1);
-            for (i, record) in self.records.into_iter().enumerate() {
+            let mut records = Vec::with_capacity(self.steps.len() + items + 1);
+            for (i, record) in self.steps.into_iter().map(|s| s.record).enumerate() {
                 if let Some(map) = self.maps.remove(&i) {
                     records.extend(
                         map.records
