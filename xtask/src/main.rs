@@ -224,6 +224,12 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         results.extend(queue_bench(&binary, &out_dir)?);
     }
 
+    if wanted("ledger") {
+        cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
+        let binary = root.join("target/release/plan-cli");
+        results.push(ledger_bench(&binary, &out_dir)?);
+    }
+
     if only.iter().any(|o| o == "peer") {
         // Not part of a plain `bench`: it installs the Python peer and takes minutes.
         cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
@@ -381,6 +387,72 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
     )?;
     println!("\nwritten to {}", summary.display());
     Ok(())
+}
+
+/// A new 10,000-step run on a fresh ledger and on one already holding 1,000,000 recorded
+/// steps (ten earlier runs of 100,000), alternating, five rounds each.
+fn ledger_bench(binary: &Path, out_dir: &Path) -> Result<Value> {
+    let write_plan = |name: &str, n: usize| -> Result<PathBuf> {
+        let path = out_dir.join(name);
+        let steps: Vec<Value> = (0..n)
+            .map(|i| json!({"id": format!("s{i}"), "tool": "echo", "args": {"n": i}}))
+            .collect();
+        std::fs::write(
+            &path,
+            serde_json::to_string(&json!({"id": name, "max_concurrency": 64, "steps": steps}))?,
+        )?;
+        Ok(path)
+    };
+    let big_plan = write_plan("ledger-fill-100k.json", 100_000)?;
+    let plan = write_plan("ledger-run-10k.json", 10_000)?;
+    let full = out_dir.join("ledger-1m.db");
+    let fresh = out_dir.join("ledger-fresh.db");
+    let remove = |db: &Path| {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+    };
+    remove(&full);
+    for _ in 0..10 {
+        let status = Command::new(binary)
+            .args(["run", "--json"])
+            .arg(&big_plan)
+            .env("PLAN_DB", &full)
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("filling the ledger failed ({status})");
+        }
+    }
+    let time = |db: &Path| -> Result<Duration> {
+        let started = Instant::now();
+        let status = Command::new(binary)
+            .args(["run", "--json"])
+            .arg(&plan)
+            .env("PLAN_DB", db)
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("the 10k run failed ({status})");
+        }
+        Ok(started.elapsed())
+    };
+    let (mut on_fresh, mut on_full) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        remove(&fresh);
+        on_fresh.push(time(&fresh)?);
+        on_full.push(time(&full)?);
+    }
+    on_fresh.sort();
+    on_full.sort();
+    let (a, b) = (on_fresh[2], on_full[2]);
+    let size = std::fs::metadata(&full).map_or(0, |m| m.len());
+    Ok(json!({"kind": "ledger", "result": {
+        "workload": "10,000 echo steps on a ledger holding 1,000,000 steps vs a fresh one",
+        "steps": 10_000, "median_ms": ms(b), "fresh_median_ms": ms(a),
+        "slowdown": b.as_secs_f64() / a.as_secs_f64(),
+        "ledger_bytes": size,
+    }}))
 }
 
 /// Runs a benchmark binary through cargo and parses the JSON line it prints.

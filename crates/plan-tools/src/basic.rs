@@ -60,9 +60,25 @@ impl Tool for Sleep {
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
         let SleepArgs { ms } = parse("sleep", args)?;
         tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!({"slept_ms": ms})),
+            () = sleep_precisely(Duration::from_millis(ms)) => Ok(json!({"slept_ms": ms})),
             () = ctx.cancel.cancelled() => Err(ToolError::new(codes::E_CANCELLED, "sleep was cancelled")),
         }
+    }
+}
+
+/// Sleeps `duration`, not a millisecond more: tokio's timer rounds every sleep up to its next
+/// 1 ms tick, so a chain of short sleeps drifts a millisecond a step. The last 2 ms are slept
+/// on a blocking thread, with the operating system's finer timer.
+async fn sleep_precisely(duration: Duration) {
+    let deadline = std::time::Instant::now() + duration;
+    let coarse = duration.saturating_sub(Duration::from_millis(2));
+    if !coarse.is_zero() {
+        tokio::time::sleep(coarse).await;
+    }
+    let rest = deadline.saturating_duration_since(std::time::Instant::now());
+    if !rest.is_zero() {
+        // A blocking thread that cannot be had (a runtime shutting down) just ends the wait.
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
     }
 }
 
