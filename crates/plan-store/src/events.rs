@@ -13,43 +13,72 @@ use crate::StoreError;
 use crate::runs::damaged;
 use crate::schema::EVENT_KINDS;
 
-/// The columns `run, seq, kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest` of one
-/// event of run `key`.
-pub(crate) fn row(key: &Value, seq: i64, event: &Event) -> Result<[Value; 10], StoreError> {
-    let kind = kind_number(event.kind)?;
-    let ts_ms = humantime::parse_rfc3339(&event.ts)
-        .ok()
-        .and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok())
-        .map_or(0, |since| {
-            i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
-        });
-    let rest = Rest::of(event);
-    let rest = if rest.is_empty() {
-        Value::Null
-    } else {
-        Value::Text(serde_json::to_string(&rest).map_err(damaged("event"))?)
-    };
-    let text = |value: &Option<Arc<str>>| {
-        value
-            .as_ref()
-            .map_or(Value::Null, |v| Value::Text(v.to_string()))
-    };
-    Ok([
-        key.clone(),
-        Value::Integer(seq),
-        Value::Integer(kind),
-        text(&event.step_id),
-        Value::Integer(i64::from(event.attempt)),
-        Value::Integer(ts_ms),
-        text(&event.tool),
-        event.duration_ms.map_or(Value::Null, |ms| {
-            Value::Integer(i64::try_from(ms).unwrap_or(i64::MAX))
-        }),
-        event
-            .ok
-            .map_or(Value::Null, |ok| Value::Integer(i64::from(ok))),
-        rest,
-    ])
+/// An event as the ledger keeps it, made when the event is emitted: smaller than the event (no
+/// text timestamp, the rare fields already JSON), since a busy run's events wait in memory for
+/// the next commit.
+#[derive(Debug, Clone)]
+pub(crate) struct EventRow {
+    kind: i64,
+    step_id: Option<Arc<str>>,
+    attempt: u32,
+    ts_ms: i64,
+    tool: Option<Arc<str>>,
+    duration_ms: Option<u64>,
+    ok: Option<bool>,
+    rest: Option<String>,
+}
+
+impl EventRow {
+    /// The row of `event`.
+    pub(crate) fn of(event: &Event) -> Result<Self, StoreError> {
+        let ts_ms = humantime::parse_rfc3339(&event.ts)
+            .ok()
+            .and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map_or(0, |since| {
+                i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+            });
+        let rest = Rest::of(event);
+        let rest = if rest.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string(&rest).map_err(damaged("event"))?)
+        };
+        Ok(EventRow {
+            kind: kind_number(event.kind)?,
+            step_id: event.step_id.clone(),
+            attempt: event.attempt,
+            ts_ms,
+            tool: event.tool.clone(),
+            duration_ms: event.duration_ms,
+            ok: event.ok,
+            rest,
+        })
+    }
+
+    /// The columns `run, seq, kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest`, for
+    /// run `key` at number `seq`.
+    pub(crate) fn values(&self, key: &Value, seq: i64) -> [Value; 10] {
+        let text = |value: &Option<Arc<str>>| {
+            value
+                .as_ref()
+                .map_or(Value::Null, |v| Value::Text(v.to_string()))
+        };
+        [
+            key.clone(),
+            Value::Integer(seq),
+            Value::Integer(self.kind),
+            text(&self.step_id),
+            Value::Integer(i64::from(self.attempt)),
+            Value::Integer(self.ts_ms),
+            text(&self.tool),
+            self.duration_ms.map_or(Value::Null, |ms| {
+                Value::Integer(i64::try_from(ms).unwrap_or(i64::MAX))
+            }),
+            self.ok
+                .map_or(Value::Null, |ok| Value::Integer(i64::from(ok))),
+            self.rest.clone().map_or(Value::Null, Value::Text),
+        ]
+    }
 }
 
 /// The fields of an event that are not columns: none, for most events. (A test checks that
@@ -230,7 +259,9 @@ mod tests {
             Some(18),
             "every field is set"
         );
-        let row = row(&Value::Integer(1), 1, &event).unwrap_or_else(|e| panic!("{e}"));
+        let row = EventRow::of(&event)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .values(&Value::Integer(1), 1);
         let text = |v: &Value| match v {
             Value::Text(t) => Some(t.clone()),
             _ => None,

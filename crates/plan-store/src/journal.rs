@@ -6,6 +6,7 @@ use plan_types::{Batch, Event, EventSink, Journal, JournalError, RunEnd};
 use rusqlite::TransactionBehavior;
 use rusqlite::types::Value;
 
+use crate::events::EventRow;
 use crate::runs::RunState;
 use crate::{Store, StoreError};
 
@@ -14,19 +15,22 @@ use crate::{Store, StoreError};
 /// are these events (`tool.called`, then `tool.succeeded` or `tool.failed`): a run written
 /// without this sink has none.
 #[derive(Default)]
-pub struct EventBuffer(Mutex<Vec<Event>>);
+pub struct EventBuffer(Mutex<Vec<EventRow>>);
 
 impl EventSink for EventBuffer {
     fn emit(&self, event: &Event) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(event.clone());
+        // Every kind has a number (a unit test checks), so a row is always made.
+        if let Ok(row) = EventRow::of(event) {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(row);
+        }
     }
 }
 
 impl EventBuffer {
-    fn take(&self) -> Vec<Event> {
+    fn take(&self) -> Vec<EventRow> {
         std::mem::take(
             &mut *self
                 .0
@@ -78,7 +82,7 @@ impl RunJournal {
         self.store
     }
 
-    fn write(&mut self, batch: &Batch, events: &[Event]) -> Result<(), StoreError> {
+    fn write(&mut self, batch: &Batch, events: &[EventRow]) -> Result<(), StoreError> {
         let run_id = self.run_id.as_str();
         let key = Value::Integer(self.key);
         let transaction = self
@@ -122,7 +126,7 @@ impl RunJournal {
         let mut event_rows: Vec<[Value; 10]> = Vec::with_capacity(events.len());
         for (offset, event) in events.iter().enumerate() {
             let seq = self.next_seq + i64::try_from(offset).unwrap_or(i64::MAX);
-            event_rows.push(crate::events::row(&key, seq, event)?);
+            event_rows.push(event.values(&key, seq));
         }
         insert_rows(
             &transaction,
