@@ -103,15 +103,13 @@ pub(crate) fn start_run(
 ) -> Result<(RunReport, Arc<Plan>), Failure> {
     let store = ledger.open()?;
     let run_id = start.run_id.clone();
-    let prepared = prepared(ready);
-    let program_len = prepared.program.len();
     drive(
         &run_id,
-        program_len,
+        ready,
         frontend,
         toolbox,
         ledger,
-        |settings| plan_run::start(store, prepared, start, settings),
+        |prepared, settings| plan_run::start(store, prepared, start, settings),
     )
 }
 
@@ -164,15 +162,13 @@ pub(crate) fn continue_run(
         toolbox,
     )?;
     let run_id = from.row.run_id.clone();
-    let prepared = prepared(ready);
-    let program_len = prepared.program.len();
     drive(
         &run_id,
-        program_len,
+        ready,
         frontend,
         toolbox,
         ledger,
-        |settings| plan_run::resume(store, from, prepared, settings),
+        |prepared, settings| plan_run::resume(store, from, prepared, settings),
     )
 }
 
@@ -208,15 +204,17 @@ fn prepared(ready: Ready) -> plan_run::Prepared {
 /// Ctrl+C, the state file kept current, and a word when the queue is lost.
 fn drive<F>(
     run_id: &str,
-    steps: usize,
+    ready: Ready,
     args: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
-    run: impl FnOnce(plan_run::Execution) -> F,
+    run: impl FnOnce(plan_run::Prepared, plan_run::Execution) -> F,
 ) -> Result<(RunReport, Arc<Plan>), Failure>
 where
     F: std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
 {
+    let prepared = prepared(ready);
+    let steps = prepared.program.len();
     let mut settings = plan_run::Execution::new();
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
@@ -263,7 +261,7 @@ where
                 }
             })
         });
-        let outcome = run(settings).await;
+        let outcome = run(prepared, settings).await;
         if let Some(writer) = state_writer {
             writer.abort();
         }
