@@ -470,14 +470,14 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                     commit_due.get_or_insert(now + PROGRESS_COMMIT_EVERY);
                 } else {
                     last_progress_commit = Some(now);
-                    scheduler.flush();
+                    scheduler.flush_block_progress();
                 }
                 continue;
             }
             () = tokio::time::sleep_until(commit_due.unwrap_or_else(tokio::time::Instant::now)), if commit_due.is_some() => {
                 commit_due = None;
                 last_progress_commit = Some(tokio::time::Instant::now());
-                scheduler.flush();
+                scheduler.flush_block_progress();
                 continue;
             }
             else => break,
@@ -659,6 +659,22 @@ impl Scheduler<'_> {
         }
     }
 
+    /// Sends what running blocks reported, and under `Durability::Sync` commits it before
+    /// going on: a block's next node does not wait for its last one's commit (a block loop
+    /// would crawl), so its finished nodes are made durable as soon as they are reported.
+    fn flush_block_progress(&mut self) {
+        self.flush();
+        if self.durable != u64::MAX
+            && let Some(writer) = &self.writer
+        {
+            match writer.commit_now() {
+                Durable::Upto(upto) => self.release(upto),
+                // The failure reaches the run loop through the watch channel.
+                Durable::Failed(_) => {}
+            }
+        }
+    }
+
     /// Hands what settled since the last batch to the ledger writer, if there is a journal.
     /// Once the caller has cancelled, only successes are written: what was cancelled, and what
     /// it skipped, must run again on resume.
@@ -721,12 +737,20 @@ impl Scheduler<'_> {
         let checkpoints = std::mem::take(&mut self.pending_checkpoints)
             .into_iter()
             .collect();
-        writer.send(Batch {
+        let behind = writer.send(Batch {
             records,
             variables,
             attempts,
             checkpoints,
         });
+        if behind {
+            // The ledger is the bottleneck: help it rather than queue more copies.
+            match writer.commit_now() {
+                Durable::Upto(upto) => self.release(upto),
+                // The failure reaches the run loop through the watch channel.
+                Durable::Failed(_) => {}
+            }
+        }
     }
 
     /// Resolves the arguments of a ready step or item and checks them against the tool's

@@ -18,6 +18,9 @@ use std::thread::JoinHandle;
 use plan_types::{Batch, Durability, Journal, JournalError, RunEnd};
 use tokio::sync::watch;
 
+/// Records waiting for the writer beyond which the scheduler helps it commit.
+const BACKLOG: usize = 8192;
+
 /// What the scheduler knows of the ledger: the last durable batch, or why writing stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Durable {
@@ -139,17 +142,25 @@ impl Writer {
     }
 
     /// Hands a batch to the writer. An empty batch is not sent (its number is not used).
-    pub(crate) fn send(&mut self, batch: Batch) {
+    /// Returns whether the writer has fallen behind (more than [`BACKLOG`] records wait): the
+    /// caller should then help with [`Writer::commit_now`], so that a run whose steps outpace
+    /// the ledger does not pile up copies of its records in memory.
+    pub(crate) fn send(&mut self, batch: Batch) -> bool {
         if batch.is_empty() {
-            return;
+            return false;
         }
         let number = self.next;
         self.next += 1;
-        lock(&self.shared.queue).push((number, batch));
+        let waiting = {
+            let mut queue = lock(&self.shared.queue);
+            queue.push((number, batch));
+            queue.iter().map(|(_, b)| b.records.len()).sum::<usize>()
+        };
         if let Some(wake) = &self.wake {
             // A thread that is gone has published why on the watch channel.
             let _ = wake.send(());
         }
+        waiting > BACKLOG
     }
 
     /// Commits what is queued on the caller's thread, for a scheduler that has nothing to do
