@@ -1,4 +1,4 @@
-//! Seed 004's `execute-state.json` (schema 2.0), made from a run in the ledger: layers are the
+//! A task executor's `execute-state.json` (schema 2.0), made from a run in the ledger: layers are the
 //! steps' `layer` fields when the plan gives them, else the plan's topological levels; tasks are
 //! the steps and map items, with their attempts and errors.
 
@@ -179,7 +179,7 @@ pub fn execute_state(inputs: Inputs<'_>) -> Value {
 
     let status = match (run.state, run.task_status) {
         (RunState::Running, _) => "in_progress".to_owned(),
-        // Seed 004 has no waiting state: a run halted for approvals is stopped until resumed.
+        // The schema has no waiting state: a run halted for approvals is stopped until resumed.
         (RunState::Stopped | RunState::Waiting, _) => "stopped".to_owned(),
         (RunState::Finished, Some(status)) => status.as_str().to_ascii_lowercase(),
         (RunState::Finished, None) => "finished".to_owned(),
