@@ -7,18 +7,19 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use plan_engine::{Progress, Registry, Risk, Tool, ToolContext, ToolError, ToolInfo, codes};
 use plan_types::ProgressReport;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ContentBlock, Implementation,
-    InitializeRequestParams, NumberOrString, ProgressNotificationParam, ProgressToken,
-    RequestMetaObject,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientCapabilities, ClientRequest, ContentBlock, Implementation, InitializeRequestParams,
+    NumberOrString, ProgressNotificationParam, ProgressToken, ServerResult,
 };
-use rmcp::service::{NotificationContext, RoleClient, RunningService, ServiceError};
+use rmcp::service::{
+    NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError,
+};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::Value;
@@ -195,17 +196,45 @@ impl Tool for McpTool {
         })?;
         let mut params = CallToolRequestParams::new(self.remote.clone());
         params.arguments = Some(arguments);
-        // Progress notifications for this call come back with its token.
-        let token = self.server.watch_progress(ctx.progress.clone());
-        if let Some(token) = &token {
-            params.meta = Some(RequestMetaObject::with_progress_token(token.clone()));
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let peer = service.peer().clone();
+        let handle = match peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            Err(error) => return Err(self.server.failed(&service, error).await),
+        };
+        // rmcp puts a progress token of its own on every request (replacing any the caller
+        // set), so progress for this call comes back with the handle's token: watched from
+        // before the server can have answered anything.
+        let token = handle.progress_token.clone();
+        if let Some(progress) = ctx.progress.clone() {
+            self.server.watch_progress(token.clone(), progress);
         }
-        let outcome = service.call_tool(params).await;
-        if let Some(token) = &token {
-            self.server.unwatch_progress(token);
-        }
+        let mut abandoned = Abandoned {
+            peer: peer.clone(),
+            id: Some(handle.id.clone()),
+        };
+        let outcome = handle.await_response().await;
+        abandoned.id = None;
+        self.server.unwatch_progress(&token);
         match outcome {
-            Ok(result) => result_value(result),
+            Ok(ServerResult::CallToolResult(result)) => result_value(result),
+            Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::new(
+                codes::E_TOOL,
+                format!(
+                    "MCP server `{}`: the tool asked for input, which a plan cannot give",
+                    self.server.name
+                ),
+            )),
+            Ok(_) => Err(ToolError::retryable(
+                codes::E_TRANSPORT,
+                format!(
+                    "MCP server `{}` answered the call with something other than a result",
+                    self.server.name
+                ),
+            )),
             Err(error) => Err(self.server.failed(&service, error).await),
         }
     }
@@ -393,15 +422,13 @@ impl Server {
         }
     }
 
-    fn watch_progress(&self, progress: Option<Progress>) -> Option<ProgressToken> {
-        static NEXT: AtomicI64 = AtomicI64::new(1);
-        let progress = progress?;
-        let token = NEXT.fetch_add(1, Ordering::Relaxed);
-        self.progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(token, progress);
-        Some(ProgressToken(NumberOrString::Number(token)))
+    fn watch_progress(&self, token: ProgressToken, progress: Progress) {
+        if let NumberOrString::Number(n) = token.0 {
+            self.progress
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(n, progress);
+        }
     }
 
     fn unwatch_progress(&self, token: &ProgressToken) {
@@ -420,6 +447,32 @@ impl Server {
         } else {
             let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
             format!("; its stderr ends with:\n{}", lines.join("\n"))
+        }
+    }
+}
+
+/// A call whose future is dropped (its timeout passed, the run was cancelled) is cancelled on
+/// the server too, as rmcp's own `call_tool` does.
+struct Abandoned {
+    peer: rmcp::service::Peer<RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let peer = self.peer.clone();
+            runtime.spawn(async move {
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the call was abandoned by plan-cli".to_owned()),
+                    ))
+                    .await;
+            });
         }
     }
 }
