@@ -43,6 +43,19 @@ fn mcp_lab() -> Lab {
     lab
 }
 
+/// Runs `plan` with `--json` and `--events`: the exit code, the report and the events' text.
+fn run_with_events(lab: &Lab, plan: &Path) -> (i32, Value, String) {
+    let events = lab.dir.path().join("events.ndjson");
+    let (code, report) = lab.json(&[
+        "run",
+        path_str(plan),
+        "--json",
+        "--events",
+        path_str(&events),
+    ]);
+    (code, report, std::fs::read_to_string(&events).unwrap())
+}
+
 /// Processes whose command line mentions `needle` (the lab's directory).
 fn processes_mentioning(needle: &str) -> Vec<String> {
     let output = std::process::Command::new("ps")
@@ -132,14 +145,7 @@ fn structured_content_text_progress_and_timeouts_from_the_everything_server() {
              "timeout_ms": 1500, "retry": {"attempts": 1}}
         ]}),
     );
-    let events = lab.dir.path().join("events.ndjson");
-    let (code, report) = lab.json(&[
-        "run",
-        path_str(&plan),
-        "--json",
-        "--events",
-        path_str(&events),
-    ]);
+    let (code, report, events) = run_with_events(&lab, &plan);
     assert_eq!(code, 1, "{report}");
     let structured = &record(&report, "structured")["result"];
     assert!(structured["temperature"].is_number(), "{structured}");
@@ -147,8 +153,7 @@ fn structured_content_text_progress_and_timeouts_from_the_everything_server() {
     assert_eq!(record(&report, "long")["ok"], true);
     let timed_out = &record(&report, "too-long")["error"];
     assert_eq!(timed_out["code"], "E_TIMEOUT");
-    let progress: Vec<Value> = std::fs::read_to_string(&events)
-        .unwrap()
+    let progress: Vec<Value> = events
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|e| e["type"] == "tool.progress" && e["step_id"] == "long")
@@ -177,17 +182,9 @@ fn progress_comes_back_whatever_calls_came_first() {
             {"id": "long", "tool": "everything.trigger-long-running-operation", "args": {"duration": 2, "steps": 4}}
         ]}),
     );
-    let events = lab.dir.path().join("events.ndjson");
-    let (code, report) = lab.json(&[
-        "run",
-        path_str(&plan),
-        "--json",
-        "--events",
-        path_str(&events),
-    ]);
+    let (code, report, events) = run_with_events(&lab, &plan);
     assert_eq!(code, 0, "{report}");
-    let progress = std::fs::read_to_string(&events)
-        .unwrap()
+    let progress = events
         .lines()
         .filter(|line| line.contains("\"tool.progress\"") && line.contains("\"step_id\":\"long\""))
         .count();
