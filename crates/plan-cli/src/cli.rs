@@ -117,7 +117,7 @@ pub(crate) struct ExecutionArgs {
     /// Append events to FILE as NDJSON while the run goes
     #[arg(long, value_name = "FILE")]
     pub(crate) events: Option<PathBuf>,
-    /// Keep seed 004's execute-state document current in FILE while the run goes
+    /// Keep the execute-state.json document (schema 2.0) current in FILE while the run goes
     #[arg(long, value_name = "FILE")]
     pub(crate) state_file: Option<PathBuf>,
     /// Run every step on workers through this Redis (`redis://HOST:PORT[/DB]`); see `worker`
@@ -218,7 +218,7 @@ pub(crate) struct ResumeArgs {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum GraphFormat {
-    /// Seed 003's terminal picture
+    /// mcp-cli's terminal picture
     Ascii,
     /// A Mermaid flowchart
     Mermaid,
@@ -306,7 +306,7 @@ pub(crate) enum PlanCommand {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum StateFormat {
-    /// Seed 004's execute-state document, schema 2.0
+    /// The execute-state.json document, schema 2.0
     ExecuteState,
 }
 

@@ -83,11 +83,14 @@ fn help_is_the_cli_reference() {
 #[test]
 fn exit_codes_follow_the_task_status() {
     plan_cli()
-        .args(["run", fixture("02-seed003-refactor.json").to_str().unwrap()])
+        .args(["run", fixture("02-mcp-cli-refactor.json").to_str().unwrap()])
         .assert()
         .code(0);
     plan_cli()
-        .args(["run", fixture("01-seed000-example.json").to_str().unwrap()])
+        .args([
+            "run",
+            fixture("01-execute-plan-example.json").to_str().unwrap(),
+        ])
         .assert()
         .code(1);
     plan_cli()
@@ -221,7 +224,7 @@ fn events_are_appended_as_ndjson() {
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.ndjson");
     let (code, report) = run_json(&[
-        fixture("01-seed000-example.json").to_str().unwrap(),
+        fixture("01-execute-plan-example.json").to_str().unwrap(),
         "--events",
         events.to_str().unwrap(),
     ]);
@@ -254,7 +257,7 @@ fn events_are_appended_as_ndjson() {
 
     // A second run appends.
     run_json(&[
-        fixture("28-seed000-no-args.json").to_str().unwrap(),
+        fixture("28-execute-plan-no-args.json").to_str().unwrap(),
         "--events",
         events.to_str().unwrap(),
     ]);
@@ -335,7 +338,7 @@ fn snapshot_show(fixture_name: &str, prefix: &str) {
 
 #[test]
 fn show_draws_the_dag_three_ways() {
-    snapshot_show("03-seed003-diamond.json", "show");
+    snapshot_show("03-mcp-cli-diamond.json", "show");
 }
 
 #[test]
@@ -364,7 +367,7 @@ fn validate_reports_success_and_warnings() {
     plan_cli()
         .args([
             "validate",
-            fixture("02-seed003-refactor.json").to_str().unwrap(),
+            fixture("02-mcp-cli-refactor.json").to_str().unwrap(),
         ])
         .assert()
         .code(0)
@@ -483,7 +486,7 @@ fn dry_run_expands_maps_whose_list_is_known() {
     let output = plan_cli()
         .args([
             "run",
-            fixture("39-seed001-map.json").to_str().unwrap(),
+            fixture("39-map-executor-map.json").to_str().unwrap(),
             "--dry-run",
         ])
         .output()

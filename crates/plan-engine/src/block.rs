@@ -1,7 +1,7 @@
-//! Composite blocks (seed 002): a graph of nodes run one at a time from an entry point, each
+//! Composite blocks: a graph of nodes run one at a time from an entry point, each
 //! followed by its transition, until a node has none; loops are bounded by `max_steps`.
 //!
-//! The loop is seed 002's reference algorithm: count the step (fail with `max_steps_exceeded`
+//! The loop is the composite-block reference algorithm: count the step (fail with `max_steps_exceeded`
 //! past the limit), run the node (a failed node fails the block), stop with the node's result if
 //! it has no transition, else take the first branch whose condition holds (`default` always
 //! does) or fail with `no_transition`. Conditions are CEL over `result`, `vars`, `input` and

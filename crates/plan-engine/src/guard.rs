@@ -1,4 +1,4 @@
-//! The plan's `guards` (seed 003): budgets checked before every call. A call a guard stops
+//! The plan's `guards` (as mcp-cli has them): budgets checked before every call. A call a guard stops
 //! fails with `E_GUARD` naming the guard, and its tool is never called.
 //!
 //! Steps and map items are admitted by the scheduler, one at a time in its loop, so which call

@@ -1681,7 +1681,7 @@ async fn execute_block(call: BlockCall) -> Finished {
 /// How long reported block progress may wait for its commit.
 const PROGRESS_COMMIT_EVERY: Duration = Duration::from_millis(10);
 
-/// `["a","b"]`: the seed 000 form of a list of ids inside a reason.
+/// `["a","b"]`: execute_plan's form of a list of ids inside a reason.
 fn json_list(ids: &[&str]) -> String {
     serde_json::to_string(ids).unwrap_or_default()
 }

@@ -3,12 +3,12 @@
 //!
 //! [`load`] turns text into a [`Plan`] or an [`InvalidPlan`] listing every [`Issue`] with its
 //! location; [`Source::diagnostic`] renders an issue as a miette diagnostic pointing at the
-//! plan's line and column. The loader accepts every seed's form: `id`/`index`/`step_id`,
+//! plan's line and column. The loader accepts every source format's form: `id`/`index`/`step_id`,
 //! `depends_on`/`dependsOn`, `result_variable` and `binds`, mcp-cli's `tool_calls` with one
-//! call, ids written as numbers. It is strict where the seeds were lax: unknown fields,
+//! call, ids written as numbers. It is strict where those executors were lax: unknown fields,
 //! duplicate ids, cycles, several calls in one step and unordered reads of bound variables are
 //! errors, never silently fixed. Unknown dependencies are a warning: at run time they block
-//! the step (seed 000).
+//! the step (as execute_plan does).
 //!
 //! This crate does no I/O. It compiles `when` and block conditions with the `cel` crate, only
 //! to report a condition that does not compile at load time.

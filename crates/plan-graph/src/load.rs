@@ -1,4 +1,4 @@
-//! Text → [`Plan`]: parse, normalise the seeds' aliases and forms, validate.
+//! Text → [`Plan`]: parse, normalise the formats' aliases and forms, validate.
 
 use std::path::Path;
 

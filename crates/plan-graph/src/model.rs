@@ -1,4 +1,4 @@
-//! The plan as written: serde types with every alias of the seeds, unknown fields refused.
+//! The plan as written: serde types with every alias of the formats it accepts, unknown fields refused.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -7,7 +7,7 @@ use serde::de::{self, IgnoredAny, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-/// A step identifier. Plans may write it as a string or (YAML `id: 1`, seed 003) a number.
+/// A step identifier. Plans may write it as a string or (YAML `id: 1`, as mcp-cli plans do) a number.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct StepId(pub String);
@@ -197,11 +197,11 @@ pub struct Step {
     /// and so are the steps that depend on it only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
-    /// Makes this a composite step (seed 002): a graph of nodes run from an entry point along
+    /// Makes this a composite step: a graph of nodes run from an entry point along
     /// transitions. Its `tool` is empty and its `args` are the block's `input`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub block: Option<Block>,
-    /// The layer the step belongs to in seed 004's state file (by default its topological
+    /// The layer the step belongs to in the execute-state.json state file (by default its topological
     /// level).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer: Option<String>,
@@ -230,7 +230,7 @@ pub enum Risk {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunIf {
-    /// Every dependency succeeded (seed 000; the default).
+    /// Every dependency succeeded (execute_plan's rule; the default).
     #[default]
     AllSuccess,
     /// Every dependency finished, however it ended: teardown and cleanup steps.
@@ -245,7 +245,7 @@ impl RunIf {
     }
 }
 
-/// How a run starts (seed 001's modes). The CLI's `--mode` wins over the plan's.
+/// How a run starts (the map-style executor's modes). The CLI's `--mode` wins over the plan's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -258,7 +258,7 @@ pub enum Mode {
     Approval,
 }
 
-/// Budgets a run may not exceed (seed 003's guards). A call a guard stops fails with `E_GUARD`
+/// Budgets a run may not exceed (mcp-cli's guards). A call a guard stops fails with `E_GUARD`
 /// and is never made.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -292,7 +292,7 @@ pub struct Guards {
     pub max_repeats: Option<u64>,
 }
 
-/// What a map step runs over (seed 001's `expandOn` / `expandKey`).
+/// What a map step runs over (the map-style executor's `expandOn` / `expandKey`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Expand {
     /// A placeholder naming a list (`$var.items`, `${items}`), or a literal list.
@@ -303,7 +303,7 @@ pub struct Expand {
     pub key: Option<String>,
 }
 
-/// A composite block (seed 002): nodes run one at a time from `entry_point`, each followed by
+/// A composite block: nodes run one at a time from `entry_point`, each followed by
 /// its transition, until a node has none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -334,7 +334,7 @@ pub struct Block {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnFailure {
-    /// The block fails with the node's error (seed 002).
+    /// The block fails with the node's error.
     #[default]
     Fail,
     /// The block (and the run) waits `WAITING` until someone approves running the node again

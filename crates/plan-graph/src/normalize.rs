@@ -1,4 +1,4 @@
-//! Raw plan → [`Plan`]: the seeds' forms folded into one, with an issue for each thing that
+//! Raw plan → [`Plan`]: the accepted formats folded into one, with an issue for each thing that
 //! cannot be folded.
 
 use std::collections::BTreeMap;

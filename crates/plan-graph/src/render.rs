@@ -1,11 +1,11 @@
-//! Pictures of a plan's DAG: the ASCII of seed 003, Mermaid and Graphviz DOT.
+//! Pictures of a plan's DAG: mcp-cli's ASCII, Mermaid and Graphviz DOT.
 
 use std::fmt::Write as _;
 
 use crate::dag::Dependencies;
 use crate::model::{Block, Plan, Transition};
 
-/// The mark before a step in the ASCII picture (seed 003).
+/// The mark before a step in the ASCII picture (mcp-cli's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
     /// `○`
@@ -29,7 +29,7 @@ impl Mark {
     }
 }
 
-/// Seed 003's picture: one block per topological level, `∥` on steps that run beside an
+/// mcp-cli's picture: one block per topological level, `∥` on steps that run beside an
 /// earlier one of their level, `← after:` naming dependencies.
 pub fn ascii(plan: &Plan, mark: &dyn Fn(usize) -> Mark) -> String {
     let deps = Dependencies::new(plan);

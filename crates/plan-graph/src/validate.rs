@@ -378,9 +378,9 @@ fn condition_reads(condition: &str) -> Vec<String> {
     names
 }
 
-/// Seed 002's validation, before anything runs: the entry point and every transition's source
+/// The composite-block validation, before anything runs: the entry point and every transition's source
 /// and target are nodes, every branch's condition exists and compiles, every node is one call
-/// or one nested block. Messages start with the seed's reason (`invalid_graph`, …).
+/// or one nested block. Messages start with the specification's reason (`invalid_graph`, …).
 fn check_block(
     block: &crate::model::Block,
     at: &PlanPath,

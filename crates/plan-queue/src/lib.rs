@@ -1,4 +1,4 @@
-//! Redis-backed workers (seed 001's queue, on Redis Streams with a consumer group).
+//! Redis-backed workers (the map-style executor's queue, on Redis Streams with a consumer group).
 //!
 //! The coordinator keeps the ledger and the scheduling; only tool calls travel. Each call of a
 //! [`RemoteTool`] is one entry on the steps stream (`plan:steps` by default) with its resolved

@@ -1,4 +1,4 @@
-//! The plan registry (seed 003's `/plan` commands): plans stored by id, to run by id.
+//! The plan registry (mcp-cli's `/plan` commands): plans stored by id, to run by id.
 
 use rusqlite::{OptionalExtension, params};
 

@@ -5,7 +5,7 @@
 //! | form | meaning |
 //! |---|---|
 //! | `${name}`, `${name.a.b}`, `${name.list[0]}`, `${name["key with space"]}` | a variable |
-//! | `$var.name.path` (also `${var.name}`) | a variable (seed 001 form) |
+//! | `$var.name.path` (also `${var.name}`) | a variable (the map-style executor's form) |
 //! | `$each`, `$each.path`, `$index`, `$key` (also braced) | the current item of a map step |
 //! | `${env.NAME}` | an environment value the plan lists under `env:` |
 //! | `$$` | a literal `$` (so `$${x}` is the text `${x}`) |

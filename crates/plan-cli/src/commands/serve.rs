@@ -1,5 +1,5 @@
 //! `plan-cli mcp serve`: plan-cli as an MCP server on stdio, so that an MCP client or an LLM
-//! agent can hand whole plans to it (seed 003's plan-as-a-tool, without an LLM inside).
+//! agent can hand whole plans to it (mcp-cli's plan-as-a-tool, without an LLM inside).
 //!
 //! Its tools are the commands: `plan_validate`, `plan_run`, `plan_status`, `plan_resume`,
 //! `plan_approve`. Each answers with the same JSON the command prints with `--json`, as the

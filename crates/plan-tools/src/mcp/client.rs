@@ -240,7 +240,7 @@ impl Tool for McpTool {
     }
 }
 
-/// seed 003's reading of a result: `structuredContent`, else a single text item (parsed when
+/// mcp-cli's reading of a result: `structuredContent`, else a single text item (parsed when
 /// it is a JSON object or array), else the content list. `isError` fails the call.
 fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
     let text_of = |content: &[ContentBlock]| -> Vec<String> {
