@@ -1,4 +1,4 @@
-//! Loading plans: every seed's form, and every kind of invalid plan with its location.
+//! Loading plans: every accepted source format's form, and every kind of invalid plan with its location.
 
 use plan_graph::{Format, InvalidPlan, LoadOptions, LoadedPlan, Plan, Source, load};
 use serde_json::json;
