@@ -418,18 +418,12 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         if running.is_empty() && (scheduler.held.is_empty() || stalled) {
             break;
         }
-        if running.is_empty()
-            && scheduler.ready.is_empty()
-            && let Some(writer) = &scheduler.writer
-        {
+        if running.is_empty() && scheduler.ready.is_empty() && scheduler.writer.is_some() {
             // Nothing to do but wait for the ledger (a chain): commit here rather than wait
             // for the writer thread to wake up and wake us back.
-            match writer.commit_now() {
-                Durable::Upto(upto) => scheduler.release(upto),
-                Durable::Failed(error) => {
-                    failure.get_or_insert(error.0);
-                    halt.cancel();
-                }
+            if let Some(error) = scheduler.commit_here() {
+                failure.get_or_insert(error.0);
+                halt.cancel();
             }
             if scheduler.ready.is_empty() {
                 // Everything sent is committed and still nothing can start: nothing will.
@@ -665,13 +659,22 @@ impl Scheduler<'_> {
     fn flush_block_progress(&mut self) {
         self.flush();
         if self.durable != u64::MAX
-            && let Some(writer) = &self.writer
+            && self.writer.is_some()
         {
-            match writer.commit_now() {
-                Durable::Upto(upto) => self.release(upto),
-                // The failure reaches the run loop through the watch channel.
-                Durable::Failed(_) => {}
+            // A failure reaches the run loop through the watch channel.
+            let _ = self.commit_here();
+        }
+    }
+
+    /// Commits what is queued for the ledger on this thread and releases the work it held;
+    /// gives the ledger's failure, if it failed.
+    fn commit_here(&mut self) -> Option<plan_types::JournalError> {
+        match self.writer.as_ref()?.commit_now() {
+            Durable::Upto(upto) => {
+                self.release(upto);
+                None
             }
+            Durable::Failed(error) => Some(error),
         }
     }
 
@@ -744,12 +747,9 @@ impl Scheduler<'_> {
             checkpoints,
         });
         if behind {
-            // The ledger is the bottleneck: help it rather than queue more copies.
-            match writer.commit_now() {
-                Durable::Upto(upto) => self.release(upto),
-                // The failure reaches the run loop through the watch channel.
-                Durable::Failed(_) => {}
-            }
+            // The ledger is the bottleneck: help it rather than queue more copies. A failure
+            // reaches the run loop through the watch channel.
+            let _ = self.commit_here();
         }
     }
 

@@ -40,7 +40,8 @@ struct Ledger {
 
 struct Shared {
     ledger: Mutex<Ledger>,
-    queue: Mutex<Vec<(u64, Batch)>>,
+    /// Batches not yet taken by a commit, and how many records they hold.
+    queue: Mutex<(Vec<(u64, Batch)>, usize)>,
     durable: watch::Sender<Durable>,
     durability: Durability,
 }
@@ -55,7 +56,11 @@ impl Shared {
     /// Commits every queued batch as one, in order, and publishes what is durable.
     fn commit_queued(&self) {
         let mut ledger = lock(&self.ledger);
-        let batches = std::mem::take(&mut *lock(&self.queue));
+        let batches = {
+            let mut queue = lock(&self.queue);
+            queue.1 = 0;
+            std::mem::take(&mut queue.0)
+        };
         let Some(upto) = batches.last().map(|(number, _)| *number) else {
             return;
         };
@@ -109,7 +114,7 @@ impl Writer {
                 kept: Batch::default(),
                 kept_upto: 0,
             }),
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::new((Vec::new(), 0)),
             durable,
             durability,
         });
@@ -153,8 +158,9 @@ impl Writer {
         self.next += 1;
         let waiting = {
             let mut queue = lock(&self.shared.queue);
-            queue.push((number, batch));
-            queue.iter().map(|(_, b)| b.records.len()).sum::<usize>()
+            queue.1 += batch.records.len();
+            queue.0.push((number, batch));
+            queue.1
         };
         if let Some(wake) = &self.wake {
             // A thread that is gone has published why on the watch channel.
