@@ -658,9 +658,7 @@ impl Scheduler<'_> {
     /// would crawl), so its finished nodes are made durable as soon as they are reported.
     fn flush_block_progress(&mut self) {
         self.flush();
-        if self.durable != u64::MAX
-            && self.writer.is_some()
-        {
+        if self.durable != u64::MAX && self.writer.is_some() {
             // A failure reaches the run loop through the watch channel.
             let _ = self.commit_here();
         }

@@ -13,19 +13,20 @@ use crate::StoreError;
 use crate::runs::damaged;
 use crate::schema::EVENT_KINDS;
 
-/// An event as the ledger keeps it, made when the event is emitted: smaller than the event (no
-/// text timestamp, the rare fields already JSON), since a busy run's events wait in memory for
-/// the next commit.
+/// An event as the ledger keeps it (the columns of `run_events` after `run, seq`), made when
+/// the event is emitted: smaller than the event (no text timestamp, the rare fields already
+/// JSON), since a busy run's events wait in memory for the next commit. Read back, it gives the
+/// same event.
 #[derive(Debug, Clone)]
 pub(crate) struct EventRow {
-    kind: i64,
-    step_id: Option<Arc<str>>,
-    attempt: u32,
-    ts_ms: i64,
-    tool: Option<Arc<str>>,
-    duration_ms: Option<u64>,
-    ok: Option<bool>,
-    rest: Option<String>,
+    pub(crate) kind: i64,
+    pub(crate) step_id: Option<Arc<str>>,
+    pub(crate) attempt: u32,
+    pub(crate) ts_ms: i64,
+    pub(crate) tool: Option<Arc<str>>,
+    pub(crate) duration_ms: Option<u64>,
+    pub(crate) ok: Option<bool>,
+    pub(crate) rest: Option<String>,
 }
 
 impl EventRow {
@@ -138,32 +139,25 @@ impl<'a> Rest<'a> {
     }
 }
 
-/// The columns of one stored event, as read back.
-pub(crate) struct StoredEvent {
-    pub(crate) kind: i64,
-    pub(crate) step_id: Option<String>,
-    pub(crate) attempt: u32,
-    pub(crate) ts_ms: i64,
-    pub(crate) tool: Option<String>,
-    pub(crate) duration_ms: Option<i64>,
-    pub(crate) ok: Option<bool>,
-    pub(crate) rest: Option<String>,
-}
-
-impl StoredEvent {
-    /// The columns after `run, seq`, in the order [`row`] writes them.
+impl EventRow {
+    /// The columns after `run, seq`, in the order [`EventRow::values`] gives them.
     pub(crate) const COLUMNS: &'static str =
         "kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest";
 
     /// Reads the columns starting at `first`.
     pub(crate) fn read(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Self> {
-        Ok(StoredEvent {
+        let text = |at: usize| -> rusqlite::Result<Option<Arc<str>>> {
+            Ok(row.get::<_, Option<String>>(at)?.map(Arc::from))
+        };
+        Ok(EventRow {
             kind: row.get(first)?,
-            step_id: row.get(first + 1)?,
+            step_id: text(first + 1)?,
             attempt: row.get(first + 2)?,
             ts_ms: row.get(first + 3)?,
-            tool: row.get(first + 4)?,
-            duration_ms: row.get(first + 5)?,
+            tool: text(first + 4)?,
+            duration_ms: row
+                .get::<_, Option<i64>>(first + 5)?
+                .and_then(|ms| u64::try_from(ms).ok()),
             ok: row.get(first + 6)?,
             rest: row.get(first + 7)?,
         })
@@ -190,12 +184,12 @@ impl StoredEvent {
         fields.insert("type".into(), kind.into());
         fields.insert("run_id".into(), run_id.into());
         if let Some(step_id) = self.step_id {
-            fields.insert("step_id".into(), step_id.into());
+            fields.insert("step_id".into(), step_id.as_ref().into());
         }
         fields.insert("attempt".into(), self.attempt.into());
         fields.insert("ts".into(), timestamp(self.ts_ms).into());
         if let Some(tool) = self.tool {
-            fields.insert("tool".into(), tool.into());
+            fields.insert("tool".into(), tool.as_ref().into());
         }
         if let Some(ms) = self.duration_ms {
             fields.insert("duration_ms".into(), ms.into());
@@ -231,15 +225,47 @@ mod tests {
 
     #[test]
     fn every_event_kind_has_a_number() {
-        let kinds: Vec<EventKind> = EVENT_KINDS
-            .iter()
-            .map(|(_, name)| serde_json::from_value(serde_json::json!(name)))
-            .collect::<Result<_, _>>()
-            .unwrap_or_default();
-        assert_eq!(kinds.len(), EVENT_KINDS.len());
-        for kind in kinds {
-            assert!(kind_number(kind).is_ok());
-        }
+        // Written out so that a kind added to `EventKind` stops this from compiling until it
+        // is listed here, and then fails until it has a number.
+        let listed = |kind: EventKind| match kind {
+            EventKind::RunStarted
+            | EventKind::ToolCalled
+            | EventKind::ToolSucceeded
+            | EventKind::ToolFailed
+            | EventKind::StepRetrying
+            | EventKind::StepSkipped
+            | EventKind::StepExecuted
+            | EventKind::RunFinished
+            | EventKind::BlockEntered
+            | EventKind::BlockTransition
+            | EventKind::ToolProgress
+            | EventKind::ApprovalAwaiting => kind,
+        };
+        let all = [
+            EventKind::RunStarted,
+            EventKind::ToolCalled,
+            EventKind::ToolSucceeded,
+            EventKind::ToolFailed,
+            EventKind::StepRetrying,
+            EventKind::StepSkipped,
+            EventKind::StepExecuted,
+            EventKind::RunFinished,
+            EventKind::BlockEntered,
+            EventKind::BlockTransition,
+            EventKind::ToolProgress,
+            EventKind::ApprovalAwaiting,
+        ];
+        let mut numbers: Vec<i64> = all
+            .into_iter()
+            .map(|kind| kind_number(listed(kind)).unwrap_or_else(|e| panic!("{e}")))
+            .collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(
+            numbers.len(),
+            all.len(),
+            "each kind has a number of its own"
+        );
     }
 
     #[test]
@@ -259,29 +285,23 @@ mod tests {
             Some(18),
             "every field is set"
         );
+        // Through SQLite, as the journal writes it and `events_after` reads it.
+        let conn = rusqlite::Connection::open_in_memory().unwrap_or_else(|e| panic!("{e}"));
+        conn.execute_batch(&format!("CREATE TABLE t (run, seq, {})", EventRow::COLUMNS))
+            .unwrap_or_else(|e| panic!("{e}"));
         let row = EventRow::of(&event)
             .unwrap_or_else(|e| panic!("{e}"))
             .values(&Value::Integer(1), 1);
-        let text = |v: &Value| match v {
-            Value::Text(t) => Some(t.clone()),
-            _ => None,
-        };
-        let int = |v: &Value| match v {
-            Value::Integer(i) => Some(*i),
-            _ => None,
-        };
-        let stored = StoredEvent {
-            kind: int(&row[2]).unwrap_or(-1),
-            step_id: text(&row[3]),
-            attempt: int(&row[4])
-                .and_then(|a| u32::try_from(a).ok())
-                .unwrap_or(0),
-            ts_ms: int(&row[5]).unwrap_or(0),
-            tool: text(&row[6]),
-            duration_ms: int(&row[7]),
-            ok: int(&row[8]).map(|ok| ok != 0),
-            rest: text(&row[9]),
-        };
+        conn.execute(
+            "INSERT INTO t VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            rusqlite::params_from_iter(row.iter()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let stored = conn
+            .query_row(&format!("SELECT {} FROM t", EventRow::COLUMNS), [], |row| {
+                EventRow::read(row, 0)
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(stored.into_event("r").ok(), Some(event));
     }
 

@@ -8,7 +8,7 @@ use plan_types::{Event, Record, TaskStatus};
 use rusqlite::{OptionalExtension, params};
 use serde_json::{Map, Value};
 
-use crate::events::StoredEvent;
+use crate::events::EventRow;
 use crate::{Store, StoreError};
 
 /// Where a run is in its life.
@@ -362,16 +362,16 @@ impl Store {
         let key = self.run_key(run_id)?;
         let mut statement = self.conn.prepare_cached(&format!(
             "SELECT {} FROM run_events WHERE run = ?1 AND kind IN (1, 2, 3) ORDER BY seq",
-            StoredEvent::COLUMNS
+            EventRow::COLUMNS
         ))?;
-        let events: Vec<StoredEvent> = statement
-            .query_map([key], |row| StoredEvent::read(row, 0))?
+        let events: Vec<EventRow> = statement
+            .query_map([key], |row| EventRow::read(row, 0))?
             .collect::<Result<_, _>>()?;
         let mut attempts: Vec<AttemptRow> = Vec::new();
         // Where each started attempt is in `attempts`, by step and attempt number.
         let mut open: HashMap<(String, u32), usize> = HashMap::new();
         for event in events {
-            let step_id = event.step_id.clone().unwrap_or_default();
+            let step_id = event.step_id.as_deref().unwrap_or_default().to_owned();
             match event.kind_name() {
                 Some("tool.called") => {
                     open.insert((step_id.clone(), event.attempt), attempts.len());
@@ -390,10 +390,7 @@ impl Store {
                         continue;
                     };
                     let attempt = &mut attempts[at];
-                    attempt.duration_ms = event
-                        .duration_ms
-                        .and_then(|ms| u64::try_from(ms).ok())
-                        .unwrap_or(0);
+                    attempt.duration_ms = event.duration_ms.unwrap_or(0);
                     attempt.ok = kind == "tool.succeeded";
                     if !attempt.ok {
                         let rest: Value = event
@@ -419,11 +416,11 @@ impl Store {
         let key = self.run_key(run_id)?;
         let mut statement = self.conn.prepare_cached(&format!(
             "SELECT seq, {} FROM run_events WHERE run = ?1 AND seq > ?2 ORDER BY seq",
-            StoredEvent::COLUMNS
+            EventRow::COLUMNS
         ))?;
-        let rows: Vec<(i64, StoredEvent)> = statement
+        let rows: Vec<(i64, EventRow)> = statement
             .query_map(params![key, after], |row| {
-                Ok((row.get(0)?, StoredEvent::read(row, 1)?))
+                Ok((row.get(0)?, EventRow::read(row, 1)?))
             })?
             .collect::<Result<_, _>>()?;
         rows.into_iter()
