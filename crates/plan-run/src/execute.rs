@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use plan_engine::{Mode, Program, RunError, RunOptions};
 use plan_graph::{Format, LoadOptions, LoadedPlan, Plan, Source};
+#[cfg(feature = "queue")]
 use plan_queue::Dispatcher;
 use plan_store::{Decision, EventBuffer, NewRun, RunJournal, RunRow, RunState, Store};
 use plan_types::{Approvals, Durability, EventSink, Fanout, Restored, RunReport};
@@ -44,7 +45,9 @@ pub struct Execution {
     /// Cancelling it stops the run (resumably).
     pub cancel: CancellationToken,
     /// Run every call on queue workers through this dispatcher (its tools must be the ones the
-    /// program was compiled against). Losing the queue stops the run, resumably.
+    /// program was compiled against). Losing the queue stops the run, resumably. (Feature
+    /// `queue`.)
+    #[cfg(feature = "queue")]
     pub queue: Option<Arc<Dispatcher>>,
 }
 
@@ -56,6 +59,7 @@ impl Execution {
             durability: Durability::Sync,
             events: Vec::new(),
             cancel: CancellationToken::new(),
+            #[cfg(feature = "queue")]
             queue: None,
         }
     }
@@ -412,6 +416,7 @@ async fn execute(
         run_id: run_id.to_owned(),
         message,
     };
+    #[cfg(feature = "queue")]
     if let Some(queue) = &execution.queue {
         // Results of calls an earlier coordinator of this run made are picked up, and losing
         // the queue stops the run (resumable) instead of hanging it.
@@ -441,6 +446,7 @@ async fn execute(
             )));
         }
     };
+    #[cfg(feature = "queue")]
     if let Some(queue) = &execution.queue
         && !matches!(
             report.task_status,
