@@ -407,12 +407,7 @@ fn ledger_bench(binary: &Path, out_dir: &Path) -> Result<Value> {
     let plan = write_plan("ledger-run-10k.json", 10_000)?;
     let full = out_dir.join("ledger-1m.db");
     let fresh = out_dir.join("ledger-fresh.db");
-    let remove = |db: &Path| {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-        }
-    };
-    remove(&full);
+    remove_ledger(&full);
     for _ in 0..10 {
         let status = Command::new(binary)
             .args(["run", "--json"])
@@ -439,7 +434,7 @@ fn ledger_bench(binary: &Path, out_dir: &Path) -> Result<Value> {
     };
     let (mut on_fresh, mut on_full) = (Vec::new(), Vec::new());
     for _ in 0..5 {
-        remove(&fresh);
+        remove_ledger(&fresh);
         on_fresh.push(time(&fresh)?);
         on_full.push(time(&full)?);
     }
@@ -502,9 +497,7 @@ fn queue_bench(binary: &Path, out_dir: &Path) -> Result<Vec<Value>> {
         }
         std::thread::sleep(Duration::from_millis(300));
         let db = plan.with_extension("db");
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-        }
+        remove_ledger(&db);
         let started = Instant::now();
         let status = Command::new(binary)
             .args(["run", "--json", "--queue", &url])
@@ -592,9 +585,7 @@ fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Timed> {
     // Each run records into a fresh ledger of its own, as a first run would.
     let db = plan.with_extension("db");
     for _ in 0..runs {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-        }
+        remove_ledger(&db);
         let started = Instant::now();
         let child = Command::new(binary)
             .args(["run", "--json"])
@@ -640,6 +631,13 @@ fn wait_with_rusage(child: &std::process::Child) -> Result<(i32, i64)> {
         -1
     };
     Ok((code, rusage.ru_maxrss))
+}
+
+/// Deletes a ledger file with its WAL and shared-memory files, so a run starts on a fresh one.
+fn remove_ledger(db: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
 }
 
 fn ms(duration: Duration) -> f64 {

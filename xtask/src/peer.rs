@@ -15,6 +15,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+use crate::ms;
 use serde_json::{Value, json};
 
 const PEER_PACKAGE: &str = "mcp-cli==0.20.1";
@@ -256,9 +258,7 @@ fn run_ours(
     scenario: &Scenario,
     durability: bool,
 ) -> Result<Duration> {
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-    }
+    crate::remove_ledger(db);
     let started = Instant::now();
     let mut command = Command::new(binary);
     command.args(["run", "--json"]);
@@ -283,12 +283,8 @@ fn median(times: &mut [Duration]) -> Duration {
     times[times.len() / 2]
 }
 
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
-}
-
 /// The 1-, 5- and 15-minute load averages, to note how busy the machine was.
-pub(crate) fn load_average() -> String {
+fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|text| {
             text.split_whitespace()
