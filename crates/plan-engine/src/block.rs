@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use plan_graph::{Block, OnFailure, RetryPolicy, Risk, Transition};
 use plan_types::{
-    Approvals, Attempt, BlockPhase, BlockState, Decision, ErrorCode, Event, EventKind,
-    PendingApproval, Record, StepError,
+    Approvals, BlockPhase, BlockState, Decision, ErrorCode, Event, EventKind, PendingApproval,
+    Record, StepError,
 };
 use plan_vars::{Scope, ValueTemplate, Variables};
 use serde::{Deserialize, Serialize};
@@ -456,14 +456,13 @@ pub(crate) struct NodeDone {
     pub(crate) checkpoint: Value,
 }
 
-/// One run of a block step: what it reads, and the node records and attempts it makes.
+/// One run of a block step: what it reads, and the node records it makes.
 pub(crate) struct BlockRun {
     pub(crate) context: CallContext,
     pub(crate) vars: BTreeMap<String, Arc<Value>>,
     pub(crate) env: BTreeMap<String, Value>,
     pub(crate) approvals: Arc<Approvals>,
     pub(crate) records: Vec<Record>,
-    pub(crate) attempts: Vec<Attempt>,
     /// Where finished node runs are reported as they happen (only with a ledger); their
     /// records go with the report and leave `records`.
     pub(crate) progress: Option<(usize, tokio::sync::mpsc::UnboundedSender<NodeDone>)>,
@@ -785,7 +784,6 @@ impl BlockRun {
                     timeout: *timeout,
                 };
                 let finished = call_tool(&self.context, call).await;
-                self.attempts.extend(finished.log);
                 NodeEnd::Ran(finished.result.map_err(StepError::from), finished.attempts)
             }
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use plan_graph::RetryPolicy;
-use plan_types::{Attempt, Event, EventKind, EventSink, StepError};
+use plan_types::{Event, EventKind, EventSink};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -22,8 +22,6 @@ pub(crate) struct CallContext {
     pub(crate) events: Option<Arc<dyn EventSink>>,
     pub(crate) redactor: Arc<Redactor>,
     pub(crate) cancel: CancellationToken,
-    /// Keep each attempt for the journal.
-    pub(crate) log_attempts: bool,
     /// The plan's guards, which block nodes check too.
     pub(crate) guard: Option<Arc<Guard>>,
     pub(crate) jitter_seed: Option<u64>,
@@ -33,7 +31,6 @@ pub(crate) struct CallContext {
 pub(crate) struct ToolFinished {
     pub(crate) result: Result<Value, ToolError>,
     pub(crate) attempts: u32,
-    pub(crate) log: Vec<Attempt>,
 }
 
 /// One tool call: what to call, with what, and how to retry and bound it. Steps, map items
@@ -67,7 +64,6 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             sink.emit(&event);
         }
     };
-    let mut log = Vec::new();
     let mut attempt = 1;
     loop {
         emit(EventKind::ToolCalled, attempt, &|_| {});
@@ -108,15 +104,6 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         // Tells a tool that outlives its attempt (timed out, cancelled) to stop.
         attempt_cancel.cancel();
         let attempt_ms = millis(attempt_started.elapsed());
-        if context.log_attempts {
-            log.push(Attempt {
-                step_id: step_id.clone(),
-                attempt,
-                started_at: attempt_started_at,
-                duration_ms: attempt_ms,
-                error: result.as_ref().err().map(|e| StepError::from(e.clone())),
-            });
-        }
         let error = match result {
             Ok(value) => {
                 emit(EventKind::ToolSucceeded, attempt, &|event| {
@@ -125,7 +112,6 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
                 return ToolFinished {
                     result: Ok(value),
                     attempts: attempt,
-                    log,
                 };
             }
             Err(error) => error,
@@ -144,7 +130,6 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             return ToolFinished {
                 result: Err(error),
                 attempts: attempt,
-                log,
             };
         }
         let unit = retry::jitter_unit(context.jitter_seed, &step_id, attempt);
@@ -155,7 +140,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             event.error = serde_json::to_value(&error).ok();
         });
         tokio::select! {
-            () = context.cancel.cancelled() => return ToolFinished { result: Err(error), attempts: attempt, log },
+            () = context.cancel.cancelled() => return ToolFinished { result: Err(error), attempts: attempt },
             () = tokio::time::sleep(delay) => {}
         }
         attempt += 1;

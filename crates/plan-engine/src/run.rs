@@ -23,9 +23,8 @@ use std::time::{Duration, Instant};
 
 use plan_graph::{Mode, RunIf};
 use plan_types::{
-    Approvals, Attempt, Batch, Durability, ErrorCode, Event, EventKind, EventSink, Journal,
-    PLAN_APPROVAL, PendingApproval, Position, Record, Restored, RunEnd, RunReport, StepError,
-    TaskStatus, reasons,
+    Approvals, Batch, Durability, ErrorCode, Event, EventKind, EventSink, Journal, PLAN_APPROVAL,
+    PendingApproval, Position, Record, Restored, RunEnd, RunReport, StepError, TaskStatus, reasons,
 };
 use plan_vars::Scope;
 use serde_json::{Map, Value};
@@ -209,7 +208,6 @@ struct Finished {
     result: Result<Value, StepError>,
     attempts: u32,
     elapsed: Duration,
-    log: Vec<Attempt>,
     /// A block's node records, in the order they ran.
     nested: Vec<Record>,
     /// A block that stopped to wait: where, and for what.
@@ -243,7 +241,6 @@ struct Scheduler<'p> {
     /// Settled since the last batch was sent.
     pending: Vec<Position>,
     pending_vars: Vec<String>,
-    pending_attempts: Vec<Attempt>,
     /// Set when the caller cancels: from then on only successes are committed.
     stopping: CancellationToken,
     approvals: Arc<Approvals>,
@@ -305,7 +302,6 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         held: Vec::new(),
         pending: Vec::new(),
         pending_vars: Vec::new(),
-        pending_attempts: Vec::new(),
         stopping: options.cancel.clone(),
         approvals: Arc::new(std::mem::take(&mut options.approvals)),
         awaiting: Vec::new(),
@@ -508,7 +504,6 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                             result: Err(error),
                             attempts: 1,
                             elapsed: Duration::ZERO,
-                            log: Vec::new(),
                             nested: Vec::new(),
                             waiting: None,
                         });
@@ -683,13 +678,11 @@ impl Scheduler<'_> {
         let Some(writer) = self.writer.as_mut() else {
             self.pending.clear();
             self.pending_vars.clear();
-            self.pending_attempts.clear();
             self.pending_checkpoints.clear();
             return;
         };
         if self.pending.is_empty()
             && self.pending_vars.is_empty()
-            && self.pending_attempts.is_empty()
             && self.pending_checkpoints.is_empty()
         {
             return;
@@ -729,19 +722,12 @@ impl Scheduler<'_> {
                 Some((name, Arc::new(copy)))
             })
             .collect();
-        let mut attempts = std::mem::take(&mut self.pending_attempts);
-        for attempt in &mut attempts {
-            if let Some(error) = &mut attempt.error {
-                self.redactor.string(&mut error.message);
-            }
-        }
         let checkpoints = std::mem::take(&mut self.pending_checkpoints)
             .into_iter()
             .collect();
         let behind = writer.send(Batch {
             records,
             variables,
-            attempts,
             checkpoints,
         });
         if behind {
@@ -807,7 +793,6 @@ impl Scheduler<'_> {
             events: self.events.clone(),
             redactor: self.redactor.clone(),
             cancel: halt.child_token(),
-            log_attempts: self.writer.is_some(),
             guard: self.guard.clone(),
             jitter_seed: self.jitter_seed,
         };
@@ -987,11 +972,9 @@ impl Scheduler<'_> {
             result,
             attempts,
             elapsed,
-            log,
             nested,
             waiting,
         } = finished;
-        self.pending_attempts.extend(log);
         // A block's node records come before the block's own, like a map's items; they follow
         // those it reported while it ran (and those of an earlier attempt).
         if !nested.is_empty() {
@@ -1621,7 +1604,6 @@ async fn execute(call: Call) -> Finished {
         result: done.result.map_err(StepError::from),
         attempts: done.attempts,
         elapsed: started.elapsed(),
-        log: done.log,
         nested: Vec::new(),
         waiting: None,
     }
@@ -1638,7 +1620,6 @@ async fn execute_block(call: BlockCall) -> Finished {
         approvals: call.approvals,
         // The scheduler holds the records of earlier attempts already.
         records: Vec::new(),
-        attempts: Vec::new(),
         progress: call.progress.map(|sender| (call.step, sender)),
         depth: 0,
     };
@@ -1670,7 +1651,6 @@ async fn execute_block(call: BlockCall) -> Finished {
         result,
         attempts: 1,
         elapsed: started.elapsed(),
-        log: run.attempts,
         nested: run.records,
         waiting,
     }

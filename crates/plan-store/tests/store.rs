@@ -191,7 +191,6 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
                 ),
             ],
             variables: vec![("list".to_owned(), std::sync::Arc::new(list.clone()))],
-            attempts: Vec::new(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -205,7 +204,6 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
                 a.clone(),
             )],
             variables: vec![],
-            attempts: Vec::new(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -298,7 +296,6 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
         .commit(&Batch {
             records: vec![],
             variables: vec![],
-            attempts: Vec::new(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -408,7 +405,6 @@ fn forgotten_records_are_gone() {
                 ),
             ],
             variables: vec![],
-            attempts: Vec::new(),
             checkpoints: Vec::new(),
         })
         .unwrap();
@@ -477,7 +473,6 @@ fn several_writers_share_one_file_without_lock_errors() {
                                 r.clone(),
                             )],
                             variables: vec![],
-                            attempts: Vec::new(),
                             checkpoints: Vec::new(),
                         })
                         .unwrap();

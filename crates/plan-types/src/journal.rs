@@ -1,17 +1,16 @@
-//! The port the engine writes its ledger through: batches of settled records, bound variables
-//! and attempts, and how the run ended.
+//! The port the engine writes its ledger through: batches of settled records and bound variables
+//! (attempts are the tool events that go with them), and how the run ended.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::approval::PendingApproval;
-use crate::record::{Record, StepError};
+use crate::record::Record;
 use crate::report::TaskStatus;
 
 /// Where a record belongs in plan order: a step, or item `k` of a map step (items come right
@@ -24,21 +23,6 @@ pub struct Position {
     pub item: Option<usize>,
 }
 
-/// One try of one step or item.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Attempt {
-    /// The step or item.
-    pub step_id: Arc<str>,
-    /// 1 for the first try.
-    pub attempt: u32,
-    /// When it started.
-    pub started_at: SystemTime,
-    /// How long it took.
-    pub duration_ms: u64,
-    /// How it failed, if it did.
-    pub error: Option<StepError>,
-}
-
 /// Everything that settled since the last batch. Owned: the engine hands it to its ledger
 /// writer and goes on.
 #[derive(Debug, Default)]
@@ -47,8 +31,6 @@ pub struct Batch {
     pub records: Vec<(Position, Record)>,
     /// Variables bound (or rebound), with their values then; a later entry for a name wins.
     pub variables: Vec<(String, Arc<Value>)>,
-    /// Attempts that ended.
-    pub attempts: Vec<Attempt>,
     /// Where block steps still running stand after their last finished node, by step id
     /// (opaque JSON, handed back in [`Restored::checkpoints`]): an interrupted block goes on
     /// from there instead of from its entry point. A later entry for a step wins.
@@ -58,17 +40,13 @@ pub struct Batch {
 impl Batch {
     /// True when there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-            && self.variables.is_empty()
-            && self.attempts.is_empty()
-            && self.checkpoints.is_empty()
+        self.records.is_empty() && self.variables.is_empty() && self.checkpoints.is_empty()
     }
 
     /// Adds a later batch to this one, so that both are written in one commit.
     pub fn append(&mut self, later: Batch) {
         self.records.extend(later.records);
         self.variables.extend(later.variables);
-        self.attempts.extend(later.attempts);
         self.checkpoints.extend(later.checkpoints);
     }
 }

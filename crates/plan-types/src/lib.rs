@@ -22,6 +22,6 @@ mod report;
 pub use approval::{Approvals, Decision, PLAN_APPROVAL, PendingApproval};
 pub use code::ErrorCode;
 pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
-pub use journal::{Attempt, Batch, Durability, Journal, JournalError, Position, Restored, RunEnd};
+pub use journal::{Batch, Durability, Journal, JournalError, Position, Restored, RunEnd};
 pub use record::{META_STEP_ID, Record, StepError, reasons};
 pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};
