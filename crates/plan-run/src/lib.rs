@@ -17,7 +17,7 @@ mod decide;
 mod error;
 mod execute;
 mod report;
-pub mod state_file;
+mod state_file;
 
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, reject};
 pub use error::LifecycleError;

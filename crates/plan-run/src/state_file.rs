@@ -11,23 +11,23 @@ use plan_types::Record;
 use serde_json::{Map, Value, json};
 
 /// The schema version this writes.
-pub const SCHEMA_VERSION: &str = "2.0";
+pub(crate) const SCHEMA_VERSION: &str = "2.0";
 
 /// Everything the document is made from.
 #[derive(Debug, Clone, Copy)]
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// The run.
-    pub run: &'a RunRow,
+    pub(crate) run: &'a RunRow,
     /// Its plan.
-    pub plan: &'a Plan,
+    pub(crate) plan: &'a Plan,
     /// Its records so far, in plan order.
-    pub records: &'a [Record],
+    pub(crate) records: &'a [Record],
     /// Its attempts so far.
-    pub attempts: &'a [AttemptRow],
+    pub(crate) attempts: &'a [AttemptRow],
     /// The directory the run was started from.
-    pub project_path: Option<&'a str>,
+    pub(crate) project_path: Option<&'a str>,
     /// Now, for the elapsed time of a run still going.
-    pub now: SystemTime,
+    pub(crate) now: SystemTime,
 }
 
 struct Task<'a> {
@@ -37,7 +37,7 @@ struct Task<'a> {
 }
 
 /// The state document.
-pub fn execute_state(inputs: Inputs<'_>) -> Value {
+pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
     let Inputs {
         run,
         plan,

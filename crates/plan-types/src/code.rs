@@ -95,11 +95,6 @@ impl ErrorCode {
                 .map_or("", |(_, text)| text),
         }
     }
-
-    /// Whether the engine itself produces this code (not a tool's own).
-    pub fn is_named(&self) -> bool {
-        !matches!(self, ErrorCode::Other(_))
-    }
 }
 
 impl From<&str> for ErrorCode {
@@ -169,7 +164,7 @@ mod tests {
         let code = ErrorCode::from("E_RATE_LIMITED");
         assert_eq!(code, ErrorCode::Other("E_RATE_LIMITED".into()));
         assert_eq!(code, "E_RATE_LIMITED");
-        assert!(!code.is_named());
-        assert!(ErrorCode::Tool.is_named());
+        assert!(matches!(code, ErrorCode::Other(_)));
+        assert!(!matches!(ErrorCode::from("E_TOOL"), ErrorCode::Other(_)));
     }
 }
