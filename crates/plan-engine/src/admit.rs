@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use plan_types::{Approvals, Decision, PendingApproval, Record, StepError};
+use plan_types::{Approvals, PendingApproval, Record, StepError, Verdict};
 use serde_json::Value;
 
 use crate::guard::Guard;
@@ -47,14 +47,14 @@ pub(crate) fn admit(
     };
     if let Some((key, item)) = gate.approval {
         match approvals.decision(key, item) {
-            Decision::Approved => {}
-            Decision::Rejected(reason) => {
+            Verdict::Approved => {}
+            Verdict::Rejected(reason) => {
                 return Admission::Fail(StepError::new(
                     codes::E_REJECTED,
                     format!("the call was not approved: {reason}"),
                 ));
             }
-            Decision::Undecided => {
+            Verdict::Undecided => {
                 // The caller keeps it unsettled, so nothing that depends on it starts.
                 let mut args = args;
                 redactor.value(&mut args);

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use plan_graph::{Block, OnFailure, RetryPolicy, Risk, Transition};
 use plan_types::{
-    Approvals, BlockPhase, BlockState, Decision, ErrorCode, Event, EventKind, PendingApproval,
-    Record, StepError,
+    Approvals, BlockPhase, BlockState, ErrorCode, Event, EventKind, PendingApproval, Record,
+    StepError, Verdict,
 };
 use plan_vars::{Scope, ValueTemplate, Variables};
 use serde::{Deserialize, Serialize};
@@ -537,8 +537,8 @@ impl BlockRun {
             if let Some(error) = failure.take() {
                 let key = recovery_key(&node_path, recoveries);
                 match self.approvals.decision(&key, None) {
-                    Decision::Approved => recoveries += 1,
-                    Decision::Rejected(why) => {
+                    Verdict::Approved => recoveries += 1,
+                    Verdict::Rejected(why) => {
                         return Err(StepError {
                             code: codes::E_REJECTED,
                             message: format!(
@@ -548,7 +548,7 @@ impl BlockRun {
                             details: Some(json!({"node": name, "path": node_path, "error": error})),
                         });
                     }
-                    Decision::Undecided => {
+                    Verdict::Undecided => {
                         let pending = self.recovery_request(&key, &error);
                         let at = (current, steps);
                         let checkpoint =

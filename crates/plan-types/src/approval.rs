@@ -39,7 +39,7 @@ pub struct Approvals {
 
 /// What was decided about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision<'a> {
+pub enum Verdict<'a> {
     /// It may run.
     Approved,
     /// Refused, with the reason given.
@@ -74,16 +74,16 @@ impl Approvals {
     }
 
     /// The decision on a step's call (`item` is the map item's id, if it is one).
-    pub fn decision(&self, step: &str, item: Option<&str>) -> Decision<'_> {
+    pub fn decision(&self, step: &str, item: Option<&str>) -> Verdict<'_> {
         for id in item.into_iter().chain([step]) {
             if self.approved.contains(id) {
-                return Decision::Approved;
+                return Verdict::Approved;
             }
             if let Some(reason) = self.rejected.get(id) {
-                return Decision::Rejected(reason);
+                return Verdict::Rejected(reason);
             }
         }
-        Decision::Undecided
+        Verdict::Undecided
     }
 }
 
@@ -98,13 +98,13 @@ mod tests {
         approvals.reject("deploy[prod]", "not on a Friday");
         assert_eq!(
             approvals.decision("deploy", Some("deploy[dev]")),
-            Decision::Approved
+            Verdict::Approved
         );
         assert_eq!(
             approvals.decision("deploy", Some("deploy[prod]")),
-            Decision::Rejected("not on a Friday")
+            Verdict::Rejected("not on a Friday")
         );
-        assert_eq!(approvals.decision("other", None), Decision::Undecided);
+        assert_eq!(approvals.decision("other", None), Verdict::Undecided);
     }
 
     #[test]
@@ -112,7 +112,7 @@ mod tests {
         let mut approvals = Approvals::new();
         approvals.reject("a", "no");
         approvals.approve("a");
-        assert_eq!(approvals.decision("a", None), Decision::Approved);
+        assert_eq!(approvals.decision("a", None), Verdict::Approved);
         assert!(!approvals.plan_approved());
         approvals.approve(PLAN_APPROVAL);
         assert!(approvals.plan_approved());

@@ -19,7 +19,7 @@ mod journal;
 mod record;
 mod report;
 
-pub use approval::{Approvals, Decision, PLAN_APPROVAL, PendingApproval};
+pub use approval::{Approvals, PLAN_APPROVAL, PendingApproval, Verdict};
 pub use code::ErrorCode;
 pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
 pub use journal::{Batch, Durability, Journal, JournalError, Position, Restored, RunEnd};
