@@ -8,6 +8,9 @@
 //!   prints a table and writes `target/bench/summary.json`.
 //! - `bench peer`: the same plans through the Python peer (mcp-cli 0.20.1, installed into
 //!   `target/peer-venv`) and the release binary, alternating, in one run; prints each ratio.
+//! - `fuzz [--inputs N] [--seed S]`: the loader's fuzz harness (crates/plan-fuzz) in release
+//!   mode: mutated and generated plans through loading, validation, diagnostics and dry run;
+//!   failing inputs are saved in `target/fuzz`. The tests run a short pass.
 //! - `prepare-mcp`: installs the real MCP servers the tests drive (npm and PyPI packages, at
 //!   pinned versions) into `target/mcp-servers`; `test` does this first.
 
@@ -28,13 +31,28 @@ fn main() -> Result<()> {
         Some("test-fixtures") => cargo(&root, &["test", "-p", "plan-cli", "--test", "fixtures"]),
         Some("bench") => bench(&root, &args[1..]),
         Some("prepare-mcp") => prepare_mcp_servers(&root).map(|_| ()),
+        Some("fuzz") => fuzz(&root, &args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test | test-fixtures | bench [WORKLOAD...] | prepare-mcp>"
+                "usage: cargo xtask <test | test-fixtures | bench [WORKLOAD...] | fuzz [--inputs N] [--seed S] | prepare-mcp>"
             );
             std::process::exit(2);
         }
     }
+}
+
+fn fuzz(root: &Path, extra: &[String]) -> Result<()> {
+    cargo(root, &["build", "--release", "-p", "plan-fuzz"])?;
+    let status = Command::new(root.join("target/release/plan-fuzz"))
+        .args(["--fixtures", "fixtures", "--out", "target/fuzz"])
+        .args(extra)
+        .current_dir(root)
+        .status()
+        .context("running plan-fuzz")?;
+    if !status.success() {
+        bail!("the fuzz harness found failures (inputs saved in target/fuzz)");
+    }
+    Ok(())
 }
 
 fn project_root() -> PathBuf {

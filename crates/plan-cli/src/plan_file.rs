@@ -141,6 +141,7 @@ pub(crate) fn prepare_source(
         provided_variables,
         known_tools: check_tools.then(|| registry.names()),
         ambiguous_tools: tools.ambiguous.clone(),
+        ..LoadOptions::default()
     };
     let loaded = match load(source, format, &options) {
         Ok(loaded) => loaded,

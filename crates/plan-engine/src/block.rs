@@ -239,7 +239,7 @@ pub(crate) fn compile_block(
                             });
                             continue;
                         };
-                        match cel::Program::compile(text) {
+                        match plan_graph::compile_condition(text) {
                             Ok(program) => Some((program, text.clone())),
                             Err(error) => {
                                 invalid.get_or_insert_with(|| {

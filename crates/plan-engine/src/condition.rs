@@ -44,6 +44,15 @@ pub(crate) fn evaluate(
     vars: &BTreeMap<String, Arc<Value>>,
     node: Option<NodeScope<'_>>,
 ) -> Result<bool, String> {
+    // cel recurses over the expression and the values; see plan_graph::on_condition_stack.
+    plan_graph::on_condition_stack(|| evaluate_here(program, vars, node))
+}
+
+fn evaluate_here(
+    program: &cel::Program,
+    vars: &BTreeMap<String, Arc<Value>>,
+    node: Option<NodeScope<'_>>,
+) -> Result<bool, String> {
     let mut context = cel_context();
     let object: BTreeMap<&str, CelJson<'_>> =
         vars.iter().map(|(k, v)| (k.as_str(), CelJson(v))).collect();

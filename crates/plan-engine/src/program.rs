@@ -193,7 +193,7 @@ impl Program {
             }
             let when = match &step.when {
                 None => None,
-                Some(text) => match cel::Program::compile(text) {
+                Some(text) => match plan_graph::compile_condition(text) {
                     Ok(program) => Some(Condition {
                         program,
                         text: text.clone(),

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use petgraph::algo::tarjan_scc;
+use petgraph::algo::kosaraju_scc;
 use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::model::{Plan, StepId};
@@ -57,7 +57,9 @@ impl Dependencies {
                 graph.add_edge(nodes[i], nodes[d], ());
             }
         }
-        let mut cycles: Vec<Vec<usize>> = tarjan_scc(&graph)
+        // kosaraju_scc walks without recursion: tarjan_scc recursed once per step and a long cycle
+        // overflowed the stack.
+        let mut cycles: Vec<Vec<usize>> = kosaraju_scc(&graph)
             .into_iter()
             .filter_map(|component| {
                 let members: HashSet<usize> = component.iter().map(|n| n.index()).collect();

@@ -126,11 +126,16 @@ pub struct Source {
 }
 
 impl Source {
-    /// Wraps a plan's text; `name` is the file name shown in diagnostics.
+    /// Wraps a plan's text; `name` is the file name shown in diagnostics. A byte-order mark
+    /// (editors on Windows write one) is dropped: it is not part of the document.
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
+        let mut text = text.into();
+        if text.starts_with('\u{feff}') {
+            text.drain(..'\u{feff}'.len_utf8());
+        }
         Source {
             name: name.into(),
-            text: Arc::new(text.into()),
+            text: Arc::new(text),
             map: Arc::default(),
         }
     }
@@ -148,12 +153,24 @@ impl Source {
     /// The byte range of a location, built on first use.
     pub fn range(&self, location: &Location) -> Option<Range<usize>> {
         let map = || self.map.get_or_init(|| SourceMap::build(&self.text));
-        match location {
+        let range = match location {
             Location::Path { path, key: false } => map().value(path),
             Location::Path { path, key: true } => map().key(path),
             Location::Span(range) => Some(range.clone()),
             Location::Nowhere => None,
+        }?;
+        // A parser's position may fall inside a character (a column counted in bytes, a
+        // one-byte span at a multibyte character): widen it to whole characters.
+        let text = self.text.as_str();
+        let mut start = range.start.min(text.len());
+        while !text.is_char_boundary(start) {
+            start -= 1;
         }
+        let mut end = range.end.clamp(start, text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        Some(start..end)
     }
 
     pub(crate) fn key_near(&self, name: &str, offset: usize) -> Option<Range<usize>> {
@@ -164,7 +181,11 @@ impl Source {
 
     /// Line (1-based) and column (1-based, in characters) of a byte offset.
     pub fn line_column(&self, offset: usize) -> (usize, usize) {
-        let before = &self.text[..offset.min(self.text.len())];
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &self.text[..offset];
         let line = before.matches('\n').count() + 1;
         let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
         (line, column)
@@ -174,25 +195,106 @@ impl Source {
     pub fn diagnostic(&self, issue: &Issue) -> PlanDiagnostic {
         let label_range =
             |location: &Location| self.range(location).map(|range| self.first_line(range));
-        let mut labels = Vec::new();
+        let mut spans: Vec<(Range<usize>, &str)> = Vec::new();
         if let Some(range) = label_range(&issue.location) {
-            labels.push(LabeledSpan::new_primary_with_span(
-                Some(issue.label.clone()),
-                range,
-            ));
+            spans.push((range, &issue.label));
         }
         for (location, label) in &issue.related {
             if let Some(range) = label_range(location) {
-                labels.push(LabeledSpan::new_with_span(Some(label.clone()), range));
+                spans.push((range, label));
             }
         }
-        let position = labels.first().map(|l| self.line_column(l.offset()));
+        let position = spans
+            .first()
+            .map(|(range, _)| self.line_column(range.start));
+        let whole =
+            || DiagnosticSource::Whole(NamedSource::new(self.name.clone(), self.text.clone()));
+        let (source, spans) = match (spans.first(), position) {
+            (Some((primary, _)), Some((line, column))) => {
+                match self.excerpt(primary.clone(), line, column) {
+                    Some((excerpt, window)) => {
+                        // Only the labels on the excerpt's line can be shown.
+                        let shift = excerpt.shift;
+                        let spans = spans
+                            .into_iter()
+                            .filter(|(range, _)| {
+                                range.start >= window.start && range.start <= window.end
+                            })
+                            .map(|(range, label)| {
+                                let end = range.end.min(window.end);
+                                (
+                                    (range.start + shift - window.start)
+                                        ..(end + shift - window.start),
+                                    label,
+                                )
+                            })
+                            .collect();
+                        (DiagnosticSource::Excerpt(excerpt), spans)
+                    }
+                    None => (whole(), spans),
+                }
+            }
+            _ => (whole(), spans),
+        };
+        let labels = spans
+            .into_iter()
+            .enumerate()
+            .map(|(i, (range, label))| {
+                if i == 0 {
+                    LabeledSpan::new_primary_with_span(Some(label.to_owned()), range)
+                } else {
+                    LabeledSpan::new_with_span(Some(label.to_owned()), range)
+                }
+            })
+            .collect();
         PlanDiagnostic {
             issue: issue.clone(),
-            source: NamedSource::new(self.name.clone(), self.text.clone()),
+            source,
             labels,
             position,
         }
+    }
+
+    /// For a location on a very long line (a minified plan), the part of the line around it:
+    /// a terminal cannot show the line whole, and miette cannot draw columns past 65,535.
+    /// Returns the excerpt and the byte range of the text it shows.
+    fn excerpt(
+        &self,
+        primary: Range<usize>,
+        line: usize,
+        column: usize,
+    ) -> Option<(Excerpt, Range<usize>)> {
+        const LONG_LINE: usize = 240;
+        const CONTEXT: usize = 80;
+        let text = self.text.as_str();
+        let line_start = text[..primary.start].rfind('\n').map_or(0, |i| i + 1);
+        let line_end = text[primary.start..]
+            .find('\n')
+            .map_or(text.len(), |i| primary.start + i);
+        if line_end - line_start <= LONG_LINE {
+            return None;
+        }
+        let floor = |mut at: usize| {
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            at
+        };
+        let start = floor(primary.start.saturating_sub(CONTEXT).max(line_start));
+        let end = floor((primary.end.min(primary.start + CONTEXT) + CONTEXT).min(line_end));
+        let lead = if start > line_start { "…" } else { "" };
+        let tail = if end < line_end { "…" } else { "" };
+        let shown = format!("{lead}{}{tail}", &text[start..end]);
+        Some((
+            Excerpt {
+                name: self.name.clone(),
+                text: shown,
+                line: line - 1,
+                skipped_columns: column - 1 - text[start..primary.start].chars().count(),
+                shift: lead.len(),
+            },
+            start..end,
+        ))
     }
 
     /// Shortens a range that spans lines (a whole mapping) to the rest of its first line.
@@ -205,12 +307,68 @@ impl Source {
     }
 }
 
+/// The text a diagnostic shows: the whole plan, or one excerpt of a long line.
+#[derive(Debug)]
+enum DiagnosticSource {
+    Whole(NamedSource<Arc<String>>),
+    Excerpt(Excerpt),
+}
+
+/// Part of one line of the plan, numbered as in the plan.
+#[derive(Debug)]
+struct Excerpt {
+    name: String,
+    text: String,
+    /// The line's number, from 0.
+    line: usize,
+    /// Characters of the line before the excerpt.
+    skipped_columns: usize,
+    /// Bytes the excerpt starts with that are not the plan's (the ellipsis).
+    shift: usize,
+}
+
+impl SourceCode for DiagnosticSource {
+    fn read_span<'a>(
+        &'a self,
+        span: &miette::SourceSpan,
+        context_lines_before: usize,
+        context_lines_after: usize,
+    ) -> Result<Box<dyn miette::SpanContents<'a> + 'a>, miette::MietteError> {
+        match self {
+            DiagnosticSource::Whole(source) => {
+                source.read_span(span, context_lines_before, context_lines_after)
+            }
+            DiagnosticSource::Excerpt(excerpt) => {
+                let inner =
+                    excerpt
+                        .text
+                        .read_span(span, context_lines_before, context_lines_after)?;
+                // miette's column is a byte offset into the excerpt; the plan's is counted in
+                // characters, as `PlanDiagnostic::position` counts it.
+                let bytes = inner.column().clamp(excerpt.shift, excerpt.text.len());
+                let column = excerpt
+                    .text
+                    .get(excerpt.shift..bytes)
+                    .map_or(0, |shown| shown.chars().count());
+                Ok(Box::new(miette::MietteSpanContents::new_named(
+                    excerpt.name.clone(),
+                    inner.data(),
+                    *inner.span(),
+                    inner.line() + excerpt.line,
+                    excerpt.skipped_columns + column,
+                    inner.line_count(),
+                )))
+            }
+        }
+    }
+}
+
 /// An [`Issue`] together with the plan's source, ready for miette to render.
 #[derive(Debug)]
 pub struct PlanDiagnostic {
     /// The issue.
     pub issue: Issue,
-    source: NamedSource<Arc<String>>,
+    source: DiagnosticSource,
     labels: Vec<LabeledSpan>,
     position: Option<(usize, usize)>,
 }

@@ -14,6 +14,7 @@
 //! to report a condition that does not compile at load time.
 #![deny(missing_docs)]
 
+mod condition;
 mod dag;
 mod issue;
 mod load;
@@ -23,9 +24,15 @@ pub mod render;
 mod source;
 mod validate;
 
+pub use condition::{
+    ConditionError, MAX_CONDITION_BYTES, MAX_CONDITION_NESTING, MAX_CONDITION_OPERATORS,
+    compile_condition, on_condition_stack,
+};
 pub use dag::Dependencies;
 pub use issue::{Issue, Location, PlanDiagnostic, Severity, Source};
-pub use load::{Format, InvalidPlan, LoadOptions, LoadedPlan, load, load_variables};
+pub use load::{
+    Format, InvalidPlan, LoadOptions, LoadedPlan, MAX_PLAN_BYTES, load, load_variables,
+};
 pub use model::{
     Block, Branch, Expand, Guards, Jitter, Mode, Node, OnFailure, Plan, RetryPolicy, Risk, RunIf,
     Step, StepId, Transition,

@@ -42,6 +42,8 @@ pub struct LoadOptions {
     /// Bare tool names that several MCP servers have, with their qualified names: a step
     /// naming one is told to choose.
     pub ambiguous_tools: std::collections::BTreeMap<String, Vec<String>>,
+    /// The largest document read, in bytes ([`MAX_PLAN_BYTES`] when `None`).
+    pub max_bytes: Option<usize>,
 }
 
 /// A valid plan with the source it came from and any warnings.
@@ -72,12 +74,35 @@ impl InvalidPlan {
     }
 }
 
+/// The largest plan document read, in bytes: ten times a 100,000-step plan. JSON and YAML
+/// also bound nesting (128 levels), and conditions have their own limits
+/// ([`crate::MAX_CONDITION_BYTES`]).
+pub const MAX_PLAN_BYTES: usize = 128 * 1024 * 1024;
+
 /// Parses, normalises and validates a plan.
 pub fn load(
     source: Source,
     format: Format,
     options: &LoadOptions,
 ) -> Result<LoadedPlan, InvalidPlan> {
+    let limit = options.max_bytes.unwrap_or(MAX_PLAN_BYTES);
+    if source.text().len() > limit {
+        let issue = Issue {
+            location: Location::Nowhere,
+            ..Issue::error(
+                "plan::too_large",
+                PlanPath::root(),
+                format!(
+                    "the plan is {} bytes; at most {limit} are read",
+                    source.text().len()
+                ),
+            )
+        };
+        return Err(InvalidPlan {
+            plan_source: source,
+            issues: vec![issue],
+        });
+    }
     let raw = match parse::<RawPlan>(&source, format) {
         Ok(raw) => raw,
         Err(issue) => {
@@ -155,7 +180,9 @@ fn parse<T: DeserializeOwned>(source: &Source, format: Format) -> Result<T, Box<
 
 fn json_issue(source: &Source, error: &serde_json::Error, path: PlanPath) -> Issue {
     let text = source.text();
-    let offset = offset_of(text, error.line(), error.column().saturating_sub(1));
+    // serde_json counts columns in bytes.
+    let line_start = offset_of(text, error.line(), 0);
+    let offset = (line_start + error.column().saturating_sub(1)).min(text.len());
     let message = error.to_string();
     let suffix = format!(" at line {} column {}", error.line(), error.column());
     let message = message.strip_suffix(&suffix).unwrap_or(&message);

@@ -327,14 +327,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
 /// A `when` condition must compile as CEL; it is compiled again (once) by the engine.
 fn normalize_when(when: Option<String>, at: &PlanPath, issues: &mut Vec<Issue>) -> Option<String> {
     let text = when?;
-    if let Err(error) = cel::Program::compile(&text) {
-        let first = error.to_string();
-        let message = first
-            .lines()
-            .next()
-            .unwrap_or("invalid expression")
-            .trim_start_matches("ERROR: ")
-            .to_owned();
+    if let Err(message) = crate::compile_condition(&text) {
         issues.push(
             Issue::error("plan::condition", at.clone().key("when"), format!("`when` is not a valid CEL expression: {message}"))
                 .help("a condition reads the variables as `vars.NAME`, e.g. `vars.count > 0 && vars.mode == 'full'`"),

@@ -80,12 +80,19 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
     }
 
     let cycles = deps.cycles();
+    // A long cycle is named by its first steps: a message and labels for thousands of steps
+    // would bury the point.
+    const SHOWN: usize = 8;
     for cycle in &cycles {
-        let names: Vec<String> = cycle
+        let mut names: Vec<String> = cycle
             .iter()
-            .chain(cycle.first())
+            .take(SHOWN)
             .map(|&i| format!("`{}`", plan.steps[i].id))
             .collect();
+        if cycle.len() > SHOWN {
+            names.push(format!("… ({} more)", cycle.len() - SHOWN));
+        }
+        names.push(format!("`{}`", plan.steps[cycle[0]].id));
         let first = cycle[0];
         let next = cycle.get(1).copied().unwrap_or(first);
         let at = plan.steps[first]
@@ -100,7 +107,7 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
         )
         .label("this dependency closes the cycle")
         .help("each step waits for the next, so none can start; remove one of these dependencies");
-        for j in 1..cycle.len() {
+        for j in 1..cycle.len().min(SHOWN) {
             let (from, to) = (cycle[j], cycle[(j + 1) % cycle.len()]);
             if let Some(k) = plan.steps[from]
                 .depends_on
@@ -415,13 +422,7 @@ fn check_block(
         ));
     }
     for (name, text) in &block.conditions {
-        if let Err(error) = cel::Program::compile(text) {
-            let message = error.to_string();
-            let first = message
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim_start_matches("ERROR: ");
+        if let Err(first) = crate::compile_condition(text) {
             issues.push(Issue::error(
                 "plan::block",
                 at.clone().key("conditions").key(name),

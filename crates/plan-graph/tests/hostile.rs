@@ -1,0 +1,121 @@
+//! Inputs that once crashed the loader (found by the fuzz harness, `cargo xtask fuzz`): each
+//! loads to a plan or to issues that render, on a thread with a tokio worker's 2 MiB stack.
+
+use plan_graph::{Format, LoadOptions, Source, load};
+
+/// Loads and renders every issue as the CLI does; returns the rendered text.
+fn load_and_render(text: String, format: Format) -> String {
+    std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || {
+            let handler = miette::GraphicalReportHandler::new_themed(
+                miette::GraphicalTheme::unicode_nocolor(),
+            )
+            .with_width(100);
+            let mut out = String::new();
+            if let Err(invalid) = load(Source::new("plan", text), format, &LoadOptions::default()) {
+                for issue in &invalid.issues {
+                    let diagnostic = invalid.plan_source.diagnostic(issue);
+                    handler
+                        .render_report(&mut out, &diagnostic)
+                        .expect("renders");
+                }
+            }
+            out
+        })
+        .expect("a thread starts")
+        .join()
+        .expect("no panic and no overflow")
+}
+
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_plan() {
+    let text = "\u{feff}{\"steps\":[{\"id\":\"a\",\"tool\":\"echo\"}]}".to_owned();
+    assert_eq!(load_and_render(text, Format::Json), "");
+    let text = "\u{feff}steps:\n- id: a\n  tool: echo\n".to_owned();
+    assert_eq!(load_and_render(text, Format::Yaml), "");
+}
+
+#[test]
+fn errors_at_multibyte_characters_point_at_whole_characters() {
+    // serde_json counts columns in bytes; the error is inside `日`.
+    let out = load_and_render("{\"steps\": [日本]}".to_owned(), Format::Json);
+    assert!(out.contains("plan:1:12"), "{out}");
+    let out = load_and_render(
+        "steps:\n  - id: a\n   ด tool: echo\n".to_owned(),
+        Format::Yaml,
+    );
+    assert!(out.contains("plan::syntax"), "{out}");
+    let out = load_and_render(
+        "{\"steps\":[{\"id\":\"é日\",\"tool\":\"日本\",\"x🦀\":1}]}".to_owned(),
+        Format::Json,
+    );
+    assert!(out.contains("unknown field `x🦀`"), "{out}");
+}
+
+#[test]
+fn an_error_far_along_a_minified_line_shows_an_excerpt_with_its_real_column() {
+    let steps: Vec<String> = (0..3000)
+        .map(|i| format!("{{\"id\":\"s{i}\",\"tool\":\"echo\",\"args\":{{\"v\":\"日本日本\"}}}}"))
+        .collect();
+    let text = format!(
+        "{{\"steps\":[{},{{\"id\":\"bad\",\"tool\":\"echo\",\"nope\":1}}]}}",
+        steps.join(",")
+    );
+    let column = text[..text.find("\"nope\"").expect("present")]
+        .chars()
+        .count()
+        + 1;
+    let out = load_and_render(text, Format::Json);
+    assert!(
+        out.contains(&format!("plan:1:{column}]")),
+        "expected column {column}: {out}"
+    );
+    assert!(out.contains("…"), "{out}");
+    assert!(out.lines().all(|line| line.chars().count() < 400), "{out}");
+}
+
+#[test]
+fn a_long_cycle_is_reported_without_recursion_and_named_by_its_first_steps() {
+    let n = 30_000;
+    let steps: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "{{\"id\":\"s{i}\",\"tool\":\"echo\",\"depends_on\":[\"s{}\"]}}",
+                (i + 1) % n
+            )
+        })
+        .collect();
+    let out = load_and_render(format!("{{\"steps\":[{}]}}", steps.join(",")), Format::Json);
+    assert!(out.contains("… (29992 more) →"), "{out}");
+}
+
+#[test]
+fn conditions_past_the_limits_are_errors() {
+    for when in [
+        format!("{}1", "1+".repeat(25_000)),
+        format!("{}1{}", "(".repeat(5_000), ")".repeat(5_000)),
+        format!("'{}\\\\q' == 'x'", "é".repeat(300_000)),
+    ] {
+        let text =
+            format!("{{\"steps\":[{{\"id\":\"a\",\"tool\":\"echo\",\"when\":\"{when}\"}}]}}");
+        let out = load_and_render(text, Format::Json);
+        assert!(out.contains("plan::condition"), "{out}");
+        assert!(out.contains("a condition may"), "{out}");
+    }
+}
+
+#[test]
+fn a_plan_past_the_size_limit_is_refused() {
+    let options = LoadOptions {
+        max_bytes: Some(10),
+        ..LoadOptions::default()
+    };
+    let invalid = load(
+        Source::new("plan", "{\"steps\": []}"),
+        Format::Json,
+        &options,
+    )
+    .expect_err("too large");
+    assert_eq!(invalid.issues[0].code, "plan::too_large");
+}
