@@ -36,6 +36,7 @@ impl Toolbox {
     pub(crate) fn new(config: Option<&Path>) -> Result<Self, Failure> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
+            .thread_stack_size(plan_types::json::VALUE_THREAD_STACK)
             .build()
             .map_err(|error| {
                 Failure::internal(format!("cannot start the async runtime: {error}"))

@@ -403,3 +403,57 @@ fn secrets_never_reach_the_ledger() {
         "the secret is in the ledger file"
     );
 }
+
+#[test]
+fn values_nested_deeper_than_json_parsers_allow_are_read_back() {
+    // The test's own values nest deep too: give it the stack the binary gives its threads.
+    std::thread::Builder::new()
+        .stack_size(plan_types::json::VALUE_THREAD_STACK)
+        .spawn(deep_values_round_trip)
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn deep_values_round_trip() {
+    // Each step echoes its dependency's result, so the last value nests 400 deep: past
+    // serde_json's default limit of 128, which once made the ledger unreadable after the run.
+    let lab = Lab::new();
+    let steps: Vec<Value> = (0..400)
+        .map(|i| {
+            let mut step =
+                json!({"id": format!("s{i}"), "tool": "echo", "result_variable": format!("r{i}")});
+            if i > 0 {
+                step["depends_on"] = json!([format!("s{}", i - 1)]);
+                step["args"] = json!({"prev": format!("${{r{}}}", i - 1)});
+            }
+            step
+        })
+        .collect();
+    let plan = lab.write("chain.json", &json!({"steps": steps}));
+    let deep = |args: &[&str]| {
+        let output = lab.cli().args(args).output().unwrap();
+        let text = String::from_utf8(output.stdout).unwrap();
+        let value: Value = plan_types::json::from_str(&text).unwrap_or_else(|e| {
+            panic!("{args:?}: {e}\n{}", String::from_utf8_lossy(&output.stderr))
+        });
+        (output.status.code().unwrap(), value)
+    };
+    let (code, report) = deep(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    let (code, status) = deep(&["status", &run_id, "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(without_durations(status), without_durations(report.clone()));
+    let (code, resumed) = deep(&["resume", &run_id, "--json"]);
+    assert_eq!(code, 0);
+    let records = resumed["records"].as_array().unwrap();
+    let last = records.iter().find(|r| r["step_id"] == "s399").unwrap();
+    let mut last = &last["result"];
+    let mut depth = 0;
+    while let Some(inner) = last.get("prev") {
+        last = inner;
+        depth += 1;
+    }
+    assert_eq!(depth, 399);
+}

@@ -122,6 +122,7 @@ impl Writer {
         let on_thread = shared.clone();
         let thread = std::thread::Builder::new()
             .name("plan-ledger".to_owned())
+            .stack_size(plan_types::json::VALUE_THREAD_STACK)
             .spawn(move || {
                 while woken.recv().is_ok() {
                     // Wake-ups that came meanwhile are served by this one commit.

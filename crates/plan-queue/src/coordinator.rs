@@ -279,7 +279,7 @@ pub(crate) fn encode(outcome: &Outcome) -> String {
 }
 
 fn decode(text: &str) -> Outcome {
-    let value: Value = serde_json::from_str(text).map_err(|e| {
+    let value: Value = plan_types::json::from_str(text).map_err(|e| {
         ToolError::new(
             codes::E_TOOL,
             format!("a worker sent an unreadable result: {e}"),

@@ -280,7 +280,7 @@ impl Job {
                 format!("worker {} has no tool `{}`", self.consumer, field("tool")),
             ));
         };
-        let args: Value = serde_json::from_str(field("args"))
+        let args: Value = plan_types::json::from_str(field("args"))
             .map_err(|e| ToolError::invalid_args(format!("unreadable arguments: {e}")))?;
         let deadline = field("deadline")
             .parse::<u64>()

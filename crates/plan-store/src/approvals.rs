@@ -164,7 +164,7 @@ impl Store {
         for row in rows {
             let (step_id, decision, reason, request, at) = row?;
             let request = request
-                .map(|text| serde_json::from_str(&text))
+                .map(|text| plan_types::json::from_str(&text))
                 .transpose()
                 .map_err(damaged("approval"))?;
             approvals.push(ApprovalRow {

@@ -178,7 +178,7 @@ impl EventRow {
             message: format!("unknown event kind {}", self.kind),
         })?;
         let mut fields: Map<String, serde_json::Value> = match &self.rest {
-            Some(text) => serde_json::from_str(text).map_err(damaged("event"))?,
+            Some(text) => plan_types::json::from_str(text).map_err(damaged("event"))?,
             None => Map::new(),
         };
         fields.insert("type".into(), kind.into());

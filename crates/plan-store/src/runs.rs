@@ -158,7 +158,7 @@ fn read_record(step_id: &str, text: &str) -> Result<Record, StoreError> {
             text.strip_prefix('{').unwrap_or(text)
         ))
     };
-    let mut record: Record = serde_json::from_str(&whole).map_err(damaged("record"))?;
+    let mut record: Record = plan_types::json::from_str(&whole).map_err(damaged("record"))?;
     record.step_id = step_id.to_owned();
     Ok(record)
 }
@@ -332,7 +332,7 @@ impl Store {
             .map(|(name, text)| {
                 Ok((
                     name,
-                    Arc::new(serde_json::from_str(&text).map_err(damaged("variable"))?),
+                    Arc::new(plan_types::json::from_str(&text).map_err(damaged("variable"))?),
                 ))
             })
             .collect()
@@ -350,7 +350,7 @@ impl Store {
         let mut checkpoints = BTreeMap::new();
         for row in rows {
             let (step_id, text) = row?;
-            let value = serde_json::from_str(&text).map_err(damaged("checkpoint"))?;
+            let value = plan_types::json::from_str(&text).map_err(damaged("checkpoint"))?;
             checkpoints.insert(step_id, value);
         }
         Ok(checkpoints)
@@ -396,7 +396,7 @@ impl Store {
                         let rest: Value = event
                             .rest
                             .as_deref()
-                            .map(serde_json::from_str)
+                            .map(|text| plan_types::json::from_str(text))
                             .transpose()
                             .map_err(damaged("event"))?
                             .unwrap_or(Value::Null);
@@ -453,8 +453,8 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<RunRow, StoreErro
             plan_format: row.get(3)?,
             plan_source: row.get(4)?,
             plan_hash: row.get(5)?,
-            inputs: serde_json::from_str(&inputs).map_err(damaged("inputs"))?,
-            options: serde_json::from_str(&options).map_err(damaged("options"))?,
+            inputs: plan_types::json::from_str(&inputs).map_err(damaged("inputs"))?,
+            options: plan_types::json::from_str(&options).map_err(damaged("options"))?,
             state: RunState::parse(&state)?,
             task_status: task_status
                 .map(|s| serde_json::from_value(Value::String(s)).map_err(damaged("task status")))

@@ -9,6 +9,8 @@
 //! - [`Journal`] is the port the engine writes its ledger through, with [`Batch`]es of settled
 //!   records and [`Restored`] state for a resumed run.
 //!
+//! - [`json`] reads back JSON of any nesting depth.
+//!
 //! These shapes are a compatibility promise: they change only with a version bump.
 #![deny(missing_docs)]
 
@@ -16,6 +18,7 @@ mod approval;
 mod code;
 mod event;
 mod journal;
+pub mod json;
 mod record;
 mod report;
 
