@@ -396,7 +396,7 @@ impl Store {
                         let rest: Value = event
                             .rest
                             .as_deref()
-                            .map(|text| plan_types::json::from_str(text))
+                            .map(plan_types::json::from_str)
                             .transpose()
                             .map_err(damaged("event"))?
                             .unwrap_or(Value::Null);
