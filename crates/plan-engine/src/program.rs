@@ -364,11 +364,14 @@ impl Program {
                 .collect();
             let planned =
                 |step_id: String, resolved: Result<Value, StepError>, expand_on: Option<String>| {
-                    let (mut args, error) = match resolved {
+                    let (mut args, mut error) = match resolved {
                         Ok(args) => (args, None),
                         Err(error) => (Value::Null, Some(error)),
                     };
                     redactor.value(&mut args);
+                    if let Some(error) = &mut error {
+                        redactor.error(error);
+                    }
                     PlannedCall {
                         step_id,
                         tool: step.tool_name.to_string(),
@@ -398,7 +401,7 @@ impl Program {
                 continue;
             };
             match expand_items(expand, &plain) {
-                Ok(items) => match item_ids(step, expand, &items, &plain) {
+                Ok(items) => match item_ids(step, expand, &items, &plain, &redactor) {
                     Ok(ItemNames { ids, keys }) => {
                         for (k, (id, item)) in ids.iter().zip(&items).enumerate() {
                             let values = ItemValues {
@@ -497,6 +500,7 @@ pub(crate) fn item_ids(
     expand: &CompiledExpand,
     items: &[Value],
     scope: &Scope<'_>,
+    redactor: &Redactor,
 ) -> Result<ItemNames, StepError> {
     let Some(key_template) = &expand.key else {
         let ids = (0..items.len())
@@ -520,8 +524,10 @@ pub(crate) fn item_ids(
                 message: format!("`expand_key` for item {k}: {error}"),
                 details: None,
             })?;
+        // An item's id is shown everywhere (records, events, the ledger, status): it is made
+        // without secrets. Two keys that differ only in a secret then collide, and say so.
         let text = match &key {
-            Value::String(text) => text.clone(),
+            Value::String(text) => redactor.redacted(text),
             Value::Number(n) => n.to_string(),
             other => {
                 return Err(StepError {

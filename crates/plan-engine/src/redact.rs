@@ -10,35 +10,107 @@ use plan_types::{Event, Record};
 /// What replaces a secret.
 pub const REDACTED: &str = "[redacted]";
 
+/// Finds every secret in text, in the forms it takes on the way out of a tool.
+///
+/// A secret rarely comes back verbatim: a URL lowercases a host and percent-encodes a path, a
+/// hostname with non-ASCII letters becomes punycode, a JSON error message escapes quotes. Each
+/// secret is searched for in all of those forms, ignoring ASCII case, so that a form not
+/// listed here differs from one that is at most by case.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Redactor {
-    /// Non-empty secret values, longest first so that a secret containing another is
-    /// replaced whole.
-    secrets: Vec<String>,
+    /// None when there is nothing to hide.
+    matcher: Option<aho_corasick::AhoCorasick>,
+}
+
+/// Bytes a URL may carry unencoded in every part of it.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+/// What the WHATWG URL standard encodes in a path (and, less `{}`, in a query or fragment).
+const PATH: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'<')
+    .add(b'>')
+    .add(b'`')
+    .add(b'?')
+    .add(b'{')
+    .add(b'}');
+
+/// The forms a secret may take in a tool's output or error.
+fn forms(secret: &str) -> Vec<String> {
+    let mut forms = vec![
+        secret.to_owned(),
+        secret.to_lowercase(),
+        secret.to_uppercase(),
+    ];
+    for base in forms.clone() {
+        let json = serde_json::to_string(&base).unwrap_or_default();
+        forms.push(json[1..json.len().saturating_sub(1).max(1)].to_owned());
+        for set in [UNRESERVED, PATH, percent_encoding::CONTROLS] {
+            let encoded = percent_encoding::utf8_percent_encode(&base, set).to_string();
+            forms.push(encoded.replace("%20", "+"));
+            forms.push(encoded);
+        }
+        if let Ok(host) = idna::domain_to_ascii(&base) {
+            forms.push(host);
+        }
+    }
+    forms.retain(|form| !form.is_empty());
+    forms.sort();
+    forms.dedup();
+    forms
 }
 
 impl Redactor {
     pub(crate) fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut secrets: Vec<String> = values
+        let patterns: Vec<String> = values
             .into_iter()
             .filter(|v| !v.is_empty())
-            .map(str::to_owned)
+            .flat_map(forms)
             .collect();
-        secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        secrets.dedup();
-        Redactor { secrets }
+        if patterns.is_empty() {
+            return Redactor { matcher: None };
+        }
+        // Leftmost-longest: a secret containing another is replaced whole.
+        let matcher = aho_corasick::AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .build(&patterns)
+            .ok();
+        Redactor { matcher }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.secrets.is_empty()
+        self.matcher.is_none()
+    }
+
+    /// Whether the text holds a secret in any of its forms.
+    pub(crate) fn finds(&self, text: &str) -> bool {
+        self.matcher.as_ref().is_some_and(|m| m.is_match(text))
     }
 
     pub(crate) fn string(&self, text: &mut String) {
-        for secret in &self.secrets {
-            if text.contains(secret.as_str()) {
-                *text = text.replace(secret.as_str(), REDACTED);
-            }
+        if let Some(matcher) = &self.matcher
+            && matcher.is_match(text.as_str())
+        {
+            let mut out = String::with_capacity(text.len());
+            matcher.replace_all_with(text, &mut out, |_, _, out| {
+                out.push_str(REDACTED);
+                true
+            });
+            *text = out;
         }
+    }
+
+    /// A redacted copy of the text.
+    pub(crate) fn redacted(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        self.string(&mut text);
+        text
     }
 
     /// Redacts every string in the value, object keys included.
@@ -50,9 +122,7 @@ impl Redactor {
             Value::String(text) => self.string(text),
             Value::Array(items) => items.iter_mut().for_each(|item| self.value(item)),
             Value::Object(map) => {
-                let needs_new_keys = map
-                    .keys()
-                    .any(|k| self.secrets.iter().any(|s| k.contains(s.as_str())));
+                let needs_new_keys = map.keys().any(|k| self.finds(k));
                 if needs_new_keys {
                     let entries = std::mem::take(map);
                     for (mut key, mut item) in entries {
@@ -79,10 +149,14 @@ impl Redactor {
             self.string(reason);
         }
         if let Some(error) = &mut record.error {
-            self.string(&mut error.message);
-            if let Some(details) = &mut error.details {
-                self.value(details);
-            }
+            self.error(error);
+        }
+    }
+
+    pub(crate) fn error(&self, error: &mut plan_types::StepError) {
+        self.string(&mut error.message);
+        if let Some(details) = &mut error.details {
+            self.value(details);
         }
     }
 
@@ -95,6 +169,17 @@ impl Redactor {
         }
         if let Some(reason) = &mut event.reason {
             self.string(reason);
+        }
+        if let Some(message) = event.progress.as_mut().and_then(|p| p.message.as_mut()) {
+            self.string(message);
+        }
+        for pending in event.pending.iter_mut().flatten() {
+            if let Some(args) = &mut pending.args {
+                self.value(args);
+            }
+            if let Some(reason) = &mut pending.reason {
+                self.string(reason);
+            }
         }
     }
 }
@@ -113,6 +198,32 @@ mod tests {
         assert_eq!(
             value,
             json!({"token": "[redacted]", "url": "https://x/?k=[redacted]&j=[redacted]", "[redacted]": [1, "a [redacted]"]})
+        );
+    }
+
+    #[test]
+    fn secrets_are_found_in_the_forms_urls_and_json_give_them() {
+        let secret = "Hunter2 \"é\"/x";
+        let redactor = Redactor::new([secret]);
+        for form in [
+            "Hunter2 \"é\"/x",
+            "hunter2 \"é\"/x",
+            "HUNTER2 \"É\"/X",
+            "Hunter2 \\\"é\\\"/x",
+            "Hunter2%20%22%C3%A9%22%2Fx",
+            "hunter2%20%22%c3%a9%22/x",
+            "Hunter2+%22%C3%A9%22/x",
+        ] {
+            let mut text = format!("before {form} after");
+            redactor.string(&mut text);
+            assert_eq!(text, "before [redacted] after", "{form}");
+        }
+        let host = Redactor::new(["bücher"]);
+        let mut text = "error sending request for url (http://xn--bcher-kva.invalid/)".to_owned();
+        host.string(&mut text);
+        assert_eq!(
+            text,
+            "error sending request for url (http://[redacted].invalid/)"
         );
     }
 

@@ -858,7 +858,7 @@ impl Scheduler<'_> {
             |shared| Ok(Items::Shared(shared)),
         );
         let expanded = expanded.and_then(|items| {
-            let names = item_ids(step, expand, items.as_slice(), &scope)?;
+            let names = item_ids(step, expand, items.as_slice(), &scope, &self.redactor)?;
             Ok((items, names.ids, names.keys))
         });
         let (items, ids, keys) = match expanded {

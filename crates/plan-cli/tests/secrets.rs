@@ -1,0 +1,176 @@
+//! Secrets (the values of the environment variables a plan lists) never leave the process
+//! unredacted: a plan sends them through every tool, in ids, errors and URLs, and every output
+//! is searched for them in any case and encoding.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+mod common;
+
+use common::{Lab, path_str};
+
+/// Quotes, spaces, capitals and non-ASCII; `hunter2` survives every encoding tried (JSON
+/// escaping, percent-encoding, case changes).
+const SECRET: &str = "Hunter2 \"Quoted\" Wört";
+/// A secret that is a valid hostname label with capitals and a non-ASCII letter: URLs
+/// lowercase it and spell it in punycode (`xn--geheimwrt-…`).
+const HOST_SECRET: &str = "GeheimWört";
+
+fn plan() -> Value {
+    json!({
+        "env": ["PLAN_TEST_S", "PLAN_TEST_H"],
+        "steps": [
+            {"id": "echoed", "tool": "echo", "args": {"auth": "Bearer ${env.PLAN_TEST_S}"}, "result_variable": "sent"},
+            {"id": "printed", "tool": "exec", "args": {"argv": ["printf", "%s", "${env.PLAN_TEST_S}"]}},
+            {"id": "in_stderr", "tool": "exec", "args": {"argv": ["ls", "/nonexistent/${env.PLAN_TEST_S}"]}},
+            {"id": "in_cwd", "tool": "exec", "args": {"argv": ["true"], "cwd": "/nonexistent/${env.PLAN_TEST_S}"}},
+            {"id": "failed", "tool": "fail", "args": {"message": "cannot log in with ${env.PLAN_TEST_S}"}},
+            {"id": "fetched", "tool": "http", "args": {"url": "http://${env.PLAN_TEST_H}.invalid/${env.PLAN_TEST_S}", "timeout_ms": 2000}},
+            {"id": "schema", "tool": "sleep", "args": {"ms": "${env.PLAN_TEST_S}"}},
+            {"id": "mapped", "tool": "echo", "expand_on": ["a"], "expand_key": "k-${env.PLAN_TEST_S}", "args": {"v": "${each}"}},
+            {"id": "bad_path", "tool": "echo", "args": {"v": "${env.PLAN_TEST_S.field}"}},
+            {"id": "gated", "tool": "echo", "risk": "high", "depends_on": ["echoed"], "args": {"token": "${env.PLAN_TEST_S}", "prev": "${sent}"}},
+        ]
+    })
+}
+
+/// Where a secret was found in `text`, in any of its forms, or None.
+fn leak(text: &str) -> Option<String> {
+    let lower = text.to_lowercase();
+    for needle in ["hunter2", "geheim", "wört", "w%c3%b6rt", "xn--"] {
+        if let Some(at) = lower.find(needle) {
+            let start = lower[..at]
+                .char_indices()
+                .rev()
+                .nth(60)
+                .map_or(0, |(i, _)| i);
+            let end = (at + 80).min(lower.len());
+            let end = (end..=lower.len())
+                .find(|&i| lower.is_char_boundary(i))
+                .unwrap_or(lower.len());
+            return Some(format!("`{needle}` in …{}…", &lower[start..end]));
+        }
+    }
+    None
+}
+
+fn assert_clean(what: &str, bytes: &[u8]) {
+    if let Some(found) = leak(&String::from_utf8_lossy(bytes)) {
+        panic!("the secret leaks through {what}: {found}");
+    }
+}
+
+fn run_cli(lab: &Lab, args: &[&str]) -> std::process::Output {
+    lab.cli()
+        .env("PLAN_TEST_S", SECRET)
+        .env("PLAN_TEST_H", HOST_SECRET)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn assert_output_clean(what: &str, output: &std::process::Output) {
+    assert_clean(&format!("{what} (stdout)"), &output.stdout);
+    assert_clean(&format!("{what} (stderr)"), &output.stderr);
+}
+
+fn ledger_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    std::fs::read_dir(dir.join(".plan"))
+        .unwrap()
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            (
+                path.display().to_string(),
+                std::fs::read(&path).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn no_output_holds_a_secret_in_any_form() {
+    let lab = Lab::new();
+    let plan = lab.write("secrets.json", &plan());
+    let plan = path_str(&plan);
+
+    let dry = run_cli(&lab, &["run", plan, "--dry-run"]);
+    assert_output_clean("the dry run", &dry);
+    let dry_json = run_cli(&lab, &["run", plan, "--dry-run", "--json"]);
+    assert_output_clean("the dry run's JSON", &dry_json);
+    let dry_report: Value = serde_json::from_slice(&dry_json.stdout).unwrap();
+    assert!(
+        dry_report["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["error"].is_object()),
+        "the dry run shows the call that would fail: {dry_report}"
+    );
+
+    let human = run_cli(
+        &lab,
+        &[
+            "run",
+            plan,
+            "--events",
+            "events.ndjson",
+            "--state-file",
+            "state.json",
+        ],
+    );
+    assert_output_clean("the human output", &human);
+    let run = run_cli(&lab, &["run", plan, "--json"]);
+    assert_output_clean("--json", &run);
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+
+    // The secret went where it was sent: the tools saw it, the outputs do not.
+    let record = |id: &str| {
+        report["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["step_id"].as_str().is_some_and(|s| s.starts_with(id)))
+            .unwrap_or_else(|| panic!("no record {id}: {report}"))
+            .clone()
+    };
+    assert_eq!(
+        record("echoed")["result"]["auth"],
+        json!("Bearer [redacted]")
+    );
+    assert_eq!(record("printed")["result"]["stdout"], json!("[redacted]"));
+    assert_eq!(
+        record("failed")["error"]["message"],
+        json!("cannot log in with [redacted]")
+    );
+    assert_eq!(record("mapped[")["step_id"], json!("mapped[k-[redacted]]"));
+    for id in ["in_stderr", "in_cwd", "fetched", "schema", "bad_path"] {
+        assert_eq!(record(id)["ok"], json!(false), "{id}: {}", record(id));
+    }
+    assert_eq!(report["task_status"], json!("WAITING"), "{report}");
+
+    assert_clean(
+        "the events file",
+        &std::fs::read(lab.dir.path().join("events.ndjson")).unwrap(),
+    );
+    assert_clean(
+        "the state file",
+        &std::fs::read(lab.dir.path().join("state.json")).unwrap(),
+    );
+    for args in [
+        vec!["status", run_id.as_str(), "--json"],
+        vec!["status", run_id.as_str()],
+        vec!["runs"],
+        vec!["runs", "--json"],
+        vec!["events", run_id.as_str()],
+        vec!["resume", run_id.as_str(), "--json"],
+    ] {
+        let output = run_cli(&lab, &args);
+        assert_output_clean(&args.join(" "), &output);
+    }
+    for (name, bytes) in ledger_files(lab.dir.path()) {
+        assert_clean(&format!("the ledger file {name}"), &bytes);
+    }
+}
