@@ -27,6 +27,17 @@ pub(crate) struct Cli {
         value_name = "FILE"
     )]
     pub(crate) mcp_config: Option<PathBuf>,
+    /// Environment variables `exec`'s programs get besides PATH, HOME, USER, LOGNAME, LANG,
+    /// LC_ALL, LC_CTYPE, TZ, TMPDIR and TERM (comma-separated); plan-cli's other variables
+    /// never reach them
+    #[arg(
+        long,
+        global = true,
+        env = "PLAN_ENV_PASSTHROUGH",
+        value_delimiter = ',',
+        value_name = "NAMES"
+    )]
+    pub(crate) env_passthrough: Vec<String>,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -89,8 +100,41 @@ pub(crate) struct WorkerArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum McpCommand {
-    /// Serve plan_validate, plan_run, plan_status, plan_resume and plan_approve over stdio
-    Serve,
+    /// Serve plan_validate, plan_run, plan_status, plan_resume and plan_approve over stdio.
+    /// A client gets only what the operator allows: by default the low-risk tools, no
+    /// environment variables, and no approvals
+    Serve(ServeArgs),
+}
+
+/// What `mcp serve` lets its clients do (docs/security.md).
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Also let clients' plans use this tool (repeatable; `*` for every tool). By default
+    /// they may use the low-risk tools only: echo, sleep, fail, and the tools an MCP server
+    /// marks read-only; not exec or http
+    #[arg(long = "allow-tool", value_name = "TOOL")]
+    pub(crate) allow_tools: Vec<String>,
+    /// Let clients' plans read this environment variable with `env:` (repeatable; by default
+    /// none)
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub(crate) allow_env: Vec<String>,
+    /// The folder `exec` runs programs in; a `cwd` outside it is refused (default: the current
+    /// folder)
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workdir: Option<PathBuf>,
+    /// Let clients approve high-risk steps (by default only `plan-cli approve` can; clients
+    /// may always reject)
+    #[arg(long)]
+    pub(crate) allow_client_approval: bool,
+    /// The largest plan a client may send, in bytes
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
+    pub(crate) max_plan_bytes: usize,
+    /// The most steps a client's plan may have
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub(crate) max_steps: usize,
+    /// How long one call may run a plan; then the run stops (resumable) and the call answers
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub(crate) max_run_time: std::time::Duration,
 }
 
 #[derive(Debug, clap::Args)]

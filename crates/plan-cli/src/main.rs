@@ -13,6 +13,8 @@ mod output;
 mod plan_file;
 mod toolbox;
 
+use std::path::PathBuf;
+
 use clap::Parser;
 
 // glibc's malloc serialises the engine's threads on its arena locks (a third of a 100,000-step
@@ -27,7 +29,12 @@ fn main() {
     plan_file::install_diagnostic_hook();
     let cli = Cli::parse();
     let ledger = Ledger::new(cli.db.as_deref());
-    let toolbox = match toolbox::Toolbox::new(cli.mcp_config.as_deref()) {
+    let mut exec = plan_tools::Exec::default().passing(cli.env_passthrough.iter().cloned());
+    if let Command::Mcp(McpCommand::Serve(args)) = &cli.command {
+        let workdir = args.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
+        exec = exec.confined_to(workdir);
+    }
+    let toolbox = match toolbox::Toolbox::new(cli.mcp_config.as_deref(), exec) {
         Ok(toolbox) => std::sync::Arc::new(toolbox),
         Err(failure) => {
             if let Some(message) = failure.message {
@@ -52,7 +59,7 @@ fn main() {
         Command::State(StateCommand::Export { run, format }) => {
             commands::state_export(run, *format, &ledger)
         }
-        Command::Mcp(McpCommand::Serve) => commands::serve(toolbox.clone(), &ledger),
+        Command::Mcp(McpCommand::Serve(args)) => commands::serve(args, toolbox.clone(), &ledger),
         Command::Worker(args) => commands::worker(args, &toolbox),
     };
     // MCP servers that were started stop before the process ends.

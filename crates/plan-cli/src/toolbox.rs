@@ -33,7 +33,8 @@ pub(crate) struct PlanTools {
 
 impl Toolbox {
     /// The built-ins, and the servers of `config` (or of `.plan/mcp.json` when it exists).
-    pub(crate) fn new(config: Option<&Path>) -> Result<Self, Failure> {
+    /// `exec` is the built-in `exec` as the operator configured it.
+    pub(crate) fn new(config: Option<&Path>, exec: plan_tools::Exec) -> Result<Self, Failure> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_stack_size(plan_types::json::VALUE_THREAD_STACK)
@@ -61,7 +62,11 @@ impl Toolbox {
             }
         };
         Ok(Toolbox {
-            builtins: plan_tools::builtin_registry(),
+            builtins: {
+                let mut builtins = plan_tools::builtin_registry();
+                builtins.register(exec);
+                builtins
+            },
             servers,
             runtime,
             remote: std::sync::OnceLock::new(),

@@ -403,7 +403,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 async def main():
-    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "serve"], env=dict(os.environ))
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "serve", "--allow-client-approval"], env=dict(os.environ))
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()

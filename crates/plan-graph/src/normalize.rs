@@ -327,9 +327,15 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
 /// A `when` condition must compile as CEL; it is compiled again (once) by the engine.
 fn normalize_when(when: Option<String>, at: &PlanPath, issues: &mut Vec<Issue>) -> Option<String> {
     let text = when?;
-    if let Err(message) = crate::compile_condition(&text) {
+    if let Err(error) = crate::compile_condition(&text) {
+        let message = match error {
+            crate::ConditionError::Invalid(message) => {
+                format!("is not a valid CEL expression: {message}")
+            }
+            limit => format!("is too large: {limit}"),
+        };
         issues.push(
-            Issue::error("plan::condition", at.clone().key("when"), format!("`when` is not a valid CEL expression: {message}"))
+            Issue::error("plan::condition", at.clone().key("when"), format!("`when` {message}"))
                 .help("a condition reads the variables as `vars.NAME`, e.g. `vars.count > 0 && vars.mode == 'full'`"),
         );
     }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -16,8 +17,72 @@ use crate::args::{SOURCE, parse};
 
 /// Runs `argv[0]` with the other items as its arguments. Each item is passed to the program
 /// as it is: no shell parses it, so a value from a placeholder can never start a command.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Exec;
+///
+/// The program does not inherit plan-cli's environment: it gets [`Exec::BASE_ENV`], the names
+/// the operator passes through ([`Exec::passing`]), and the step's own `env`. With a root
+/// ([`Exec::confined_to`]), `cwd` is resolved inside it and may not leave it.
+#[derive(Debug, Clone, Default)]
+pub struct Exec {
+    passthrough: Vec<String>,
+    root: Option<PathBuf>,
+}
+
+impl Exec {
+    /// What every program gets from plan-cli's environment, when set: enough to find programs
+    /// and to run in the user's locale, nothing that is usually a credential.
+    pub const BASE_ENV: &[&str] = &[
+        "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM",
+    ];
+
+    /// Also passes these variables of plan-cli's environment to every program.
+    #[must_use]
+    pub fn passing(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.passthrough.extend(names);
+        self
+    }
+
+    /// Runs programs in `root` (the default `cwd`); a `cwd` outside it is refused.
+    #[must_use]
+    pub fn confined_to(mut self, root: PathBuf) -> Self {
+        self.root = Some(root);
+        self
+    }
+
+    fn working_directory(&self, cwd: Option<&str>) -> Result<Option<PathBuf>, ToolError> {
+        let wanted = match (&self.root, cwd) {
+            (None, None) => return Ok(None),
+            (None, Some(cwd)) => PathBuf::from(cwd),
+            (Some(root), None) => root.clone(),
+            (Some(root), Some(cwd)) => root.join(cwd),
+        };
+        let resolved = std::fs::canonicalize(&wanted).map_err(|error| {
+            ToolError::new(
+                codes::E_ARGS_INVALID,
+                format!("`exec` cannot use `cwd` {}: {error}", wanted.display()),
+            )
+        })?;
+        if !resolved.is_dir() {
+            return Err(ToolError::new(
+                codes::E_ARGS_INVALID,
+                format!("`exec`'s `cwd` {} is not a folder", wanted.display()),
+            ));
+        }
+        if let Some(root) = &self.root {
+            let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
+            if !resolved.starts_with(&root) {
+                return Err(ToolError::new(
+                    codes::E_ARGS_INVALID,
+                    format!(
+                        "`exec`'s `cwd` {} is outside the folder programs may run in ({})",
+                        wanted.display(),
+                        root.display()
+                    ),
+                ));
+            }
+        }
+        Ok(Some(resolved))
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,9 +136,25 @@ impl Tool for Exec {
                 "`exec` arguments: `argv` needs at least the program",
             ));
         };
+        let has_nul = |text: &String| text.contains('\0');
+        if args.argv.iter().any(has_nul) || args.env.iter().any(|(k, v)| has_nul(k) || has_nul(v)) {
+            return Err(ToolError::invalid_args(
+                "`exec` arguments: a program's arguments and environment cannot hold a NUL character",
+            ));
+        }
+        let cwd = self.working_directory(args.cwd.as_deref())?;
         let mut command = Command::new(program);
+        command.args(rest).env_clear();
+        for name in Exec::BASE_ENV
+            .iter()
+            .copied()
+            .chain(self.passthrough.iter().map(String::as_str))
+        {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
         command
-            .args(rest)
             .envs(&args.env)
             .stdin(if args.stdin.is_some() {
                 Stdio::piped()
@@ -84,7 +165,7 @@ impl Tool for Exec {
             .stderr(Stdio::piped())
             // Dropping the future (timeout, cancellation) kills the process.
             .kill_on_drop(true);
-        if let Some(cwd) = &args.cwd {
+        if let Some(cwd) = &cwd {
             command.current_dir(cwd);
         }
         let mut child = command.spawn().map_err(|error| match error.kind() {

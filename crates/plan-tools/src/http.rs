@@ -13,9 +13,62 @@ use crate::args::{SOURCE, parse};
 
 /// Makes one HTTP request. Fails on a 4xx or 5xx status unless `check` is false; 429 and 5xx
 /// failures are retryable and honour `Retry-After`.
-#[derive(Debug, Default)]
+///
+/// Bounded by default: a request (body included) takes at most [`Http::DEFAULT_TIMEOUT`]
+/// unless `timeout_ms` says otherwise, and a response body is read up to
+/// [`Http::DEFAULT_MAX_BYTES`] (`max_bytes`) and refused past it, without holding more.
+/// Redirects are followed up to 10 times; to another origin only [`Http::SAFE_HEADERS`] go along,
+/// and a body is never sent there again.
+#[derive(Debug)]
 pub struct Http {
     client: OnceLock<reqwest::Client>,
+    timeout: Duration,
+    max_bytes: u64,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            client: OnceLock::new(),
+            timeout: Http::DEFAULT_TIMEOUT,
+            max_bytes: Http::DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+impl Http {
+    /// How long a request may take when its step does not say.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The largest response body read when its step does not say.
+    pub const DEFAULT_MAX_BYTES: u64 = 16 * 1024 * 1024;
+
+    /// The request headers that follow a redirect to another origin: they describe what is
+    /// asked for, never who asks. Everything else (`Authorization`, cookies, `X-Api-Key`, …) stays
+    /// with the origin it was written for.
+    pub const SAFE_HEADERS: &[&str] = &[
+        "accept",
+        "accept-language",
+        "accept-encoding",
+        "user-agent",
+        "cache-control",
+        "idempotency-key",
+    ];
+
+    /// With other defaults for `timeout_ms` and `max_bytes`.
+    pub fn with_defaults(timeout: Duration, max_bytes: u64) -> Self {
+        Http {
+            timeout,
+            max_bytes,
+            ..Http::default()
+        }
+    }
+}
+
+const MAX_REDIRECTS: usize = 10;
+
+enum Body {
+    Json(Value),
+    Text(String),
 }
 
 #[derive(Deserialize)]
@@ -32,6 +85,8 @@ struct HttpArgs {
     body: Option<String>,
     #[serde(default)]
     timeout_ms: Option<u64>,
+    #[serde(default)]
+    max_bytes: Option<u64>,
     #[serde(default = "yes")]
     check: bool,
 }
@@ -61,7 +116,8 @@ impl Tool for Http {
                     "headers": {"type": "object", "additionalProperties": {"type": "string"}},
                     "json": {},
                     "body": {"type": "string"},
-                    "timeout_ms": {"type": "integer", "minimum": 1},
+                    "timeout_ms": {"type": "integer", "minimum": 1, "default": 30000},
+                    "max_bytes": {"type": "integer", "minimum": 1, "default": 16777216},
                     "check": {"type": "boolean", "default": true}
                 },
                 "required": ["url"],
@@ -84,26 +140,95 @@ impl Tool for Http {
                     args.method
                 ))
             })?;
-        let url = reqwest::Url::parse(&args.url).map_err(|error| {
+        let mut url = reqwest::Url::parse(&args.url).map_err(|error| {
             ToolError::invalid_args(format!("`http` arguments: bad url `{}`: {error}", args.url))
         })?;
-        let client = self.client.get_or_init(reqwest::Client::new);
-        let mut request = client.request(method, url);
-        for (name, value) in &args.headers {
-            request = request.header(name, value);
-        }
-        if let Some(body) = &args.json {
-            request = request.json(body);
-        } else if let Some(body) = args.body {
-            request = request.body(body);
-        }
-        if let Some(ms) = args.timeout_ms {
-            request = request.timeout(Duration::from_millis(ms));
-        }
-        request = request.header("Idempotency-Key", ctx.idempotency_key());
-        let response = tokio::select! {
-            response = request.send() => response.map_err(|error| transport_error(&args.url, &error))?,
-            () = ctx.cancel.cancelled() => return Err(ToolError::new(codes::E_CANCELLED, "the request was cancelled")),
+        check_scheme(&url)?;
+        let client = self.client.get_or_init(|| {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_else(|_| reqwest::Client::new())
+        });
+        let timeout = args.timeout_ms.map_or(self.timeout, Duration::from_millis);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut method = method;
+        let mut headers = args.headers.clone();
+        let mut body = match (args.json, args.body) {
+            (Some(json), _) => Some(Body::Json(json)),
+            (None, Some(text)) => Some(Body::Text(text)),
+            (None, None) => None,
+        };
+        let mut redirects = 0;
+        let mut response = loop {
+            let mut request = client.request(method.clone(), url.clone());
+            for (name, value) in &headers {
+                request = request.header(name, value);
+            }
+            request = match &body {
+                Some(Body::Json(json)) => request.json(json),
+                Some(Body::Text(text)) => request.body(text.clone()),
+                None => request,
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            request = request
+                .timeout(left)
+                .header("Idempotency-Key", ctx.idempotency_key());
+            let response = tokio::select! {
+                response = request.send() => response.map_err(|error| transport_error(&args.url, &error))?,
+                () = ctx.cancel.cancelled() => return Err(ToolError::new(codes::E_CANCELLED, "the request was cancelled")),
+            };
+            let status = response.status().as_u16();
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok());
+            let (true, Some(location)) = (matches!(status, 301 | 302 | 303 | 307 | 308), location)
+            else {
+                break response;
+            };
+            redirects += 1;
+            if redirects > MAX_REDIRECTS {
+                return Err(ToolError::new(
+                    "E_HTTP_REDIRECT",
+                    format!("{}: more than {MAX_REDIRECTS} redirects", args.url),
+                ));
+            }
+            let next = url.join(location).map_err(|error| {
+                ToolError::new(
+                    "E_HTTP_REDIRECT",
+                    format!(
+                        "{}: redirected to a bad url `{location}`: {error}",
+                        args.url
+                    ),
+                )
+            })?;
+            check_scheme(&next)?;
+            let other_origin = next.origin() != url.origin();
+            if matches!(status, 301..=303)
+                && !(method == reqwest::Method::GET || method == reqwest::Method::HEAD)
+            {
+                // As browsers do: the redirect is followed with a GET, without the body.
+                method = reqwest::Method::GET;
+                body = None;
+                headers.retain(|name, _| !name.eq_ignore_ascii_case("content-type"));
+            }
+            if other_origin {
+                if body.is_some() {
+                    return Err(ToolError::new(
+                        "E_HTTP_REDIRECT",
+                        format!(
+                            "{} redirected a request with a body to another origin ({}); the body is not sent there",
+                            args.url,
+                            next.origin().ascii_serialization()
+                        ),
+                    ));
+                }
+                headers.retain(|name, _| {
+                    Http::SAFE_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+                });
+            }
+            url = next;
         };
         let status = response.status();
         let mut headers = Map::new();
@@ -129,10 +254,36 @@ impl Tool for Http {
             .get("content-type")
             .and_then(Value::as_str)
             .is_some_and(|ct| ct.contains("json"));
-        let text = response
-            .text()
-            .await
-            .map_err(|error| transport_error(&args.url, &error))?;
+        let limit = args.max_bytes.unwrap_or(self.max_bytes);
+        let too_large = || {
+            ToolError::new(
+                "E_HTTP_TOO_LARGE",
+                format!(
+                    "{}: the response body is larger than {limit} bytes (`max_bytes`)",
+                    args.url
+                ),
+            )
+        };
+        if response
+            .content_length()
+            .is_some_and(|length| length > limit)
+        {
+            return Err(too_large());
+        }
+        // Read as it comes, so that no more than the limit is ever held.
+        let mut bytes = Vec::new();
+        loop {
+            let chunk = tokio::select! {
+                chunk = response.chunk() => chunk.map_err(|error| transport_error(&args.url, &error))?,
+                () = ctx.cancel.cancelled() => return Err(ToolError::new(codes::E_CANCELLED, "the request was cancelled")),
+            };
+            let Some(chunk) = chunk else { break };
+            if (bytes.len() + chunk.len()) as u64 > limit {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         let mut result = json!({"status": status.as_u16(), "headers": headers});
         match is_json
             .then(|| serde_json::from_str::<Value>(&text).ok())
@@ -160,7 +311,21 @@ impl Tool for Http {
     }
 }
 
+/// Only http and https: anything else is the plan's error, never worth a retry.
+fn check_scheme(url: &reqwest::Url) -> Result<(), ToolError> {
+    match url.scheme() {
+        "http" | "https" => Ok(()),
+        other => Err(ToolError::invalid_args(format!(
+            "`http` arguments: the url scheme `{other}` is not allowed (http or https)"
+        ))),
+    }
+}
+
 fn transport_error(url: &str, error: &reqwest::Error) -> ToolError {
+    if error.is_builder() {
+        // The request could not even be built (a bad header, say): retrying cannot help.
+        return ToolError::invalid_args(format!("{url}: {error}"));
+    }
     if error.is_timeout() {
         return ToolError::retryable(codes::E_TIMEOUT, format!("{url}: the request timed out"));
     }

@@ -9,7 +9,8 @@
 //! | `http` | `{"method", "url", "headers", "json" \| "body", "timeout_ms", "check"}` | `{"status", "headers", "json" \| "body"}` |
 //!
 //! `exec` never goes through a shell: `argv[0]` is the program and each other item is one
-//! argument, so no value can become a second command. [`builtin_registry`] has them all.
+//! argument, so no value can become a second command. Its programs get only the environment
+//! the operator allows ([`Exec::BASE_ENV`] and [`Exec::passing`]). [`builtin_registry`] has them all.
 //!
 //! `mcp` (the default feature `mcp`) makes the tools of MCP servers callable as `SERVER.tool`.
 #![deny(missing_docs)]
@@ -32,7 +33,7 @@ pub fn builtin_registry() -> plan_engine::Registry {
         .register(Echo)
         .register(Sleep)
         .register(Fail)
-        .register(Exec)
+        .register(Exec::default())
         .register(Http::default());
     registry
 }

@@ -92,7 +92,7 @@ async fn fail_fails_as_told() {
 async fn exec_runs_argv_without_a_shell() {
     let hostile = "$(touch /tmp/plan-cli-pwned); rm -rf / ; echo `id`";
     let result = call(
-        &Exec,
+        &Exec::default(),
         json!({"argv": ["printf", "%s|%s", hostile, "two words"]}),
     )
     .await
@@ -106,7 +106,7 @@ async fn exec_runs_argv_without_a_shell() {
 async fn exec_passes_stdin_env_and_cwd() {
     let dir = tempfile::tempdir().unwrap();
     let result = call(
-        &Exec,
+        &Exec::default(),
         json!({"argv": ["sh", "-c", "cat; printf ' %s ' \"$GREETING\"; pwd"], "stdin": "from stdin", "env": {"GREETING": "hi"}, "cwd": dir.path()}),
     )
     .await
@@ -121,7 +121,7 @@ async fn exec_passes_stdin_env_and_cwd() {
 #[tokio::test]
 async fn exec_fails_on_non_zero_exit_unless_unchecked() {
     let args = json!({"argv": ["sh", "-c", "echo partial; echo 'it broke' >&2; exit 3"]});
-    let error = call(&Exec, args.clone()).await.unwrap_err();
+    let error = call(&Exec::default(), args.clone()).await.unwrap_err();
     assert_eq!(error.code, "E_EXIT_STATUS");
     assert_eq!(error.message, "`sh` exited with status 3: it broke");
     assert!(!error.retryable);
@@ -129,14 +129,14 @@ async fn exec_fails_on_non_zero_exit_unless_unchecked() {
 
     let mut unchecked = args;
     unchecked["check"] = json!(false);
-    let result = call(&Exec, unchecked).await.unwrap();
+    let result = call(&Exec::default(), unchecked).await.unwrap();
     assert_eq!(result["exit_code"], json!(3));
     assert_eq!(result["stderr"], json!("it broke\n"));
 }
 
 #[tokio::test]
 async fn exec_reports_missing_programs_and_kills_on_timeout() {
-    let error = call(&Exec, json!({"argv": ["definitely-not-a-program-xyz"]}))
+    let error = call(&Exec::default(), json!({"argv": ["definitely-not-a-program-xyz"]}))
         .await
         .unwrap_err();
     assert_eq!(error.code, "E_EXEC_SPAWN");
@@ -145,7 +145,7 @@ async fn exec_reports_missing_programs_and_kills_on_timeout() {
         "cannot run `definitely-not-a-program-xyz`: program not found"
     );
     assert_eq!(
-        call(&Exec, json!({"argv": []})).await.unwrap_err().code,
+        call(&Exec::default(), json!({"argv": []})).await.unwrap_err().code,
         "E_ARGS_INVALID"
     );
 
@@ -154,7 +154,7 @@ async fn exec_reports_missing_programs_and_kills_on_timeout() {
     let start = Instant::now();
     let script = format!("sleep 2; touch {}", marker.display());
     let error = call(
-        &Exec,
+        &Exec::default(),
         json!({"argv": ["sh", "-c", script], "timeout_ms": 100}),
     )
     .await
@@ -370,5 +370,289 @@ async fn http_transport_failures_and_timeouts_are_retryable() {
     assert_eq!(
         call(&Http::default(), both).await.unwrap_err().code,
         "E_ARGS_INVALID"
+    );
+}
+
+/// Reads a request's head and body (by Content-Length) from a socket.
+async fn read_request(socket: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap_or(0))
+        })
+        .unwrap_or(0);
+    while buffer.len() < head_end + length {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+    Some((
+        head,
+        String::from_utf8_lossy(&buffer[head_end..]).to_string(),
+    ))
+}
+
+/// A server that answers every request with `answer(head)`; it counts the requests it saw.
+async fn answering(
+    answer: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static,
+) -> (String, Arc<std::sync::Mutex<Vec<(String, String)>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let answer = Arc::new(answer);
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (answer, log) = (answer.clone(), log.clone());
+            tokio::spawn(async move {
+                if let Some((head, body)) = read_request(&mut socket).await {
+                    let bytes = answer(&head);
+                    log.lock().unwrap().push((head, body));
+                    let _ = socket.write_all(&bytes).await;
+                }
+            });
+        }
+    });
+    (format!("http://{address}"), seen)
+}
+
+fn redirect(status: &str, location: &str) -> Vec<u8> {
+    format!("HTTP/1.1 {status}\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        .into_bytes()
+}
+
+fn ok_text(text: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+        text.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn http_has_a_default_timeout_for_a_silent_server() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket); // accepted, never answered
+        }
+    });
+    assert_eq!(Http::DEFAULT_TIMEOUT, Duration::from_secs(30));
+    let http = Http::with_defaults(Duration::from_millis(300), Http::DEFAULT_MAX_BYTES);
+    let started = Instant::now();
+    let error = call(&http, json!({"url": format!("http://{address}/")}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code.as_str(), "E_TIMEOUT", "{}", error.message);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn http_stops_reading_a_body_past_its_cap() {
+    // An endless chunked body: the cap stops it, holding no more than the cap.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = read_request(&mut socket).await;
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
+                while socket.write_all(chunk.as_bytes()).await.is_ok() {}
+            });
+        }
+    });
+    let error = call(
+        &Http::default(),
+        json!({"url": format!("http://{address}/"), "max_bytes": 100_000}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        (error.code.as_str(), error.retryable),
+        ("E_HTTP_TOO_LARGE", false)
+    );
+    // A declared length past the cap is refused before the body is read.
+    let (base, _) = answering(|_| {
+        b"HTTP/1.1 200 OK\r\nContent-Length: 999999999\r\nConnection: close\r\n\r\n".to_vec()
+    })
+    .await;
+    let http = Http::with_defaults(Http::DEFAULT_TIMEOUT, 1000);
+    let error = call(&http, json!({"url": base})).await.unwrap_err();
+    assert_eq!(error.code.as_str(), "E_HTTP_TOO_LARGE");
+}
+
+#[tokio::test]
+async fn redirects_to_another_origin_keep_only_safe_headers_and_never_resend_a_body() {
+    let (elsewhere, seen_elsewhere) = answering(|_| ok_text("there")).await;
+    let target = format!("{elsewhere}/landing");
+    let (origin, seen_origin) = answering(move |head| {
+        if head.starts_with("GET /same ") {
+            redirect("302 Found", "/final")
+        } else if head.starts_with("GET /final ") {
+            ok_text("here")
+        } else if head.contains(" /temporary ") {
+            redirect("307 Temporary Redirect", &target)
+        } else {
+            redirect("302 Found", &target)
+        }
+    })
+    .await;
+    let headers =
+        json!({"X-Api-Key": "k-123", "Authorization": "Bearer t", "Accept": "text/plain"});
+
+    // Same origin: everything goes along.
+    let result = call(
+        &Http::default(),
+        json!({"url": format!("{origin}/same"), "headers": headers}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result["body"], json!("here"));
+    let last = seen_origin
+        .lock()
+        .unwrap()
+        .last()
+        .unwrap()
+        .0
+        .to_ascii_lowercase();
+    assert!(last.contains("x-api-key: k-123"), "{last}");
+
+    // Another origin: only the safe headers.
+    let result = call(
+        &Http::default(),
+        json!({"url": format!("{origin}/away"), "headers": headers}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result["body"], json!("there"));
+    let head = seen_elsewhere.lock().unwrap()[0].0.to_ascii_lowercase();
+    assert!(head.contains("accept: text/plain"), "{head}");
+    assert!(
+        !head.contains("x-api-key") && !head.contains("authorization"),
+        "{head}"
+    );
+
+    // A 307 would re-send the body to the other origin: refused, and nothing reaches it.
+    let before = seen_elsewhere.lock().unwrap().len();
+    let error = call(
+        &Http::default(),
+        json!({"method": "POST", "url": format!("{origin}/temporary"), "json": {"secret": 1}}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        (error.code.as_str(), error.retryable),
+        ("E_HTTP_REDIRECT", false)
+    );
+    assert_eq!(seen_elsewhere.lock().unwrap().len(), before);
+
+    // A 302 after a POST is followed with a GET, without the body.
+    call(
+        &Http::default(),
+        json!({"method": "POST", "url": format!("{origin}/away"), "body": "private"}),
+    )
+    .await
+    .unwrap();
+    let (head, body) = seen_elsewhere.lock().unwrap().last().unwrap().clone();
+    assert!(head.starts_with("GET /landing"), "{head}");
+    assert_eq!(body, "");
+}
+
+#[tokio::test]
+async fn only_http_and_https_and_the_refusal_is_not_retried() {
+    for url in ["ftp://example.invalid/x", "file:///etc/passwd"] {
+        let error = call(&Http::default(), json!({"url": url}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (error.code.as_str(), error.retryable),
+            ("E_ARGS_INVALID", false),
+            "{url}"
+        );
+    }
+    let (origin, _) = answering(|_| redirect("302 Found", "file:///etc/passwd")).await;
+    let error = call(&Http::default(), json!({"url": origin}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.code.as_str(), error.retryable),
+        ("E_ARGS_INVALID", false)
+    );
+}
+
+#[tokio::test]
+async fn exec_gives_programs_only_the_allowed_environment() {
+    // set_var is unsafe in edition 2024 (and unsafe code is forbidden here), so the test uses
+    // a variable the test process already has that is not in the base list (cargo sets many).
+    let name = std::env::vars()
+        .map(|(name, _)| name)
+        .find(|name| !Exec::BASE_ENV.contains(&name.as_str()) && !name.contains('='))
+        .expect("the test's environment has a variable beyond the base list");
+    let printenv = |exec: Exec| {
+        let name = name.clone();
+        async move {
+            call(&exec, json!({"argv": ["printenv", name], "check": false}))
+                .await
+                .unwrap()
+        }
+    };
+    let hidden = printenv(Exec::default()).await;
+    assert_eq!(hidden["exit_code"], json!(1), "{hidden}");
+    let passed = printenv(Exec::default().passing([name.clone()])).await;
+    assert_eq!(passed["exit_code"], json!(0), "{passed}");
+    let path = call(&Exec::default(), json!({"argv": ["printenv", "PATH"]}))
+        .await
+        .unwrap();
+    assert!(!path["stdout"].as_str().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn exec_refuses_nul_and_names_a_missing_cwd() {
+    let error = call(&Exec::default(), json!({"argv": ["echo", "a\u{0}b"]}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.code.as_str(), error.retryable),
+        ("E_ARGS_INVALID", false)
+    );
+    let error = call(
+        &Exec::default(),
+        json!({"argv": ["pwd"], "cwd": "/no/such/folder"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.code.as_str(), "E_ARGS_INVALID");
+    assert!(
+        error.message.contains("/no/such/folder"),
+        "{}",
+        error.message
+    );
+    assert!(
+        !error.message.contains("cannot run `pwd`"),
+        "{}",
+        error.message
     );
 }

@@ -78,6 +78,8 @@ pub(crate) struct Frontend {
     pub(crate) events: Option<PathBuf>,
     /// `--state-file FILE`.
     pub(crate) state_file: Option<PathBuf>,
+    /// The run stops (resumably) after this long: `mcp serve --max-run-time`.
+    pub(crate) time_limit: Option<Duration>,
 }
 
 impl Frontend {
@@ -88,6 +90,7 @@ impl Frontend {
             durability: args.durability.parse().map_err(Failure::input)?,
             events: args.events.clone(),
             state_file: args.state_file.clone(),
+            time_limit: None,
         })
     }
 }
@@ -250,6 +253,13 @@ where
                     () = lost.cancelled() => eprintln!("the queue was lost; the run stops and can be resumed"),
                     () = stopped.cancelled() => {}
                 }
+            });
+        }
+        if let Some(limit) = args.time_limit {
+            let stop = cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                stop.cancel();
             });
         }
         let state_writer = args.state_file.clone().map(|path| {

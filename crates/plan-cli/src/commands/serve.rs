@@ -6,24 +6,40 @@
 //! result's structured content and as its text. stdout is the protocol, so nothing else is
 //! printed there; diagnostics go into the answers.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
-use plan_graph::{Format, Source};
+use plan_graph::{Format, Plan, Source};
 use plan_tools::mcp::server::{Answer, ServedTool, ServerInfo, Service, serve_stdio};
 use serde_json::{Map, Value, json};
 
 use super::approvals::{approve_calls, reject_calls};
 use super::execute::{Frontend, continue_run, start_run};
 use super::ledger::stored_report;
+use crate::cli::ServeArgs;
 use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::plan_file::prepare_source;
 use crate::toolbox::Toolbox;
 
-pub(crate) fn serve(toolbox: Arc<Toolbox>, ledger: &Ledger) -> Result<i32, Failure> {
+pub(crate) fn serve(
+    args: &ServeArgs,
+    toolbox: Arc<Toolbox>,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
     let server = Arc::new(PlanServer {
         toolbox: toolbox.clone(),
         ledger: ledger.clone(),
+        policy: Policy {
+            every_tool: args.allow_tools.iter().any(|t| t == "*"),
+            tools: args.allow_tools.iter().cloned().collect(),
+            env: args.allow_env.iter().cloned().collect(),
+            client_approval: args.allow_client_approval,
+            max_plan_bytes: args.max_plan_bytes,
+            max_steps: args.max_steps,
+            max_run_time: args.max_run_time,
+        },
     });
     let info = ServerInfo {
         name: "plan-cli",
@@ -40,6 +56,22 @@ pub(crate) fn serve(toolbox: Arc<Toolbox>, ledger: &Ledger) -> Result<i32, Failu
 struct PlanServer {
     toolbox: Arc<Toolbox>,
     ledger: Ledger,
+    policy: Policy,
+}
+
+/// What the operator lets clients do (`mcp serve`'s flags). A client is anyone who can write
+/// to the server's stdin: it gets none of the operator's powers unless given them here.
+struct Policy {
+    /// `--allow-tool '*'`.
+    every_tool: bool,
+    /// Tools allowed beyond the low-risk ones, as plans name them or as `SERVER.tool`.
+    tools: BTreeSet<String>,
+    /// Environment variables plans may list under `env:`.
+    env: BTreeSet<String>,
+    client_approval: bool,
+    max_plan_bytes: usize,
+    max_steps: usize,
+    max_run_time: Duration,
 }
 
 /// A tool of the server; `schema` is a JSON Schema object.
@@ -149,9 +181,13 @@ impl PlanServer {
                 }))
             }
             "plan_run" => {
+                if !strings("approve").is_empty() {
+                    self.check_approval()?;
+                }
                 let ready = self.prepare(args)?;
                 let frontend = Frontend {
                     json: true,
+                    time_limit: Some(self.policy.max_run_time),
                     max_concurrency: args
                         .get("max_concurrency")
                         .and_then(Value::as_u64)
@@ -172,16 +208,26 @@ impl PlanServer {
                 to_json(&stored_report(&store, &row)?)
             }
             "plan_resume" => {
+                // A run is resumed with its stored plan: it meets the same policy as a new one
+                // (a run the operator started may use more than clients may).
+                let run_id = run_id()?;
+                {
+                    let store = self.ledger.open_existing()?;
+                    let row = store.run(&run_id).map_err(Failure::ledger)?;
+                    let plan = plan_run::plan_of(&row).map_err(Failure::lifecycle)?;
+                    self.check_plan(&plan)?;
+                }
                 let options = plan_run::ResumeOptions {
                     retry_failed: flag("retry_failed"),
                     ..plan_run::ResumeOptions::default()
                 };
                 let frontend = Frontend {
                     json: true,
+                    time_limit: Some(self.policy.max_run_time),
                     ..Frontend::default()
                 };
                 let (report, _) = continue_run(
-                    &run_id()?,
+                    &run_id,
                     &options,
                     None,
                     &frontend,
@@ -202,6 +248,7 @@ impl PlanServer {
                         &self.ledger,
                     )?
                 } else {
+                    self.check_approval()?;
                     let decisions = plan_run::Decisions {
                         steps,
                         all: flag("all"),
@@ -232,6 +279,13 @@ impl PlanServer {
             ),
             _ => return Err(Failure::input("`plan` must be a plan object or its text")),
         };
+        if text.len() > self.policy.max_plan_bytes {
+            return Err(Failure::input(format!(
+                "the plan is {} bytes; this server takes plans of at most {} (`mcp serve --max-plan-bytes`)",
+                text.len(),
+                self.policy.max_plan_bytes
+            )));
+        }
         let name = match format {
             Format::Json => "plan.json",
             Format::Yaml => "plan.yaml",
@@ -241,13 +295,78 @@ impl PlanServer {
             None | Some(Value::Null) => Map::new(),
             Some(_) => return Err(Failure::input("`variables` must be an object")),
         };
-        prepare_source(
+        let ready = prepare_source(
             Source::new(name, text),
             format,
             "mcp-plan".to_owned(),
             inputs,
             &self.toolbox,
-        )
+        )?;
+        self.check_plan(&ready.loaded.plan)?;
+        Ok(ready)
+    }
+
+    /// Refuses a plan that needs more than the operator allows: tools, environment
+    /// variables, size.
+    fn check_plan(&self, plan: &Plan) -> Result<(), Failure> {
+        let policy = &self.policy;
+        if plan.steps.len() > policy.max_steps {
+            return Err(Failure::input(format!(
+                "the plan has {} steps; this server runs plans of at most {} (`mcp serve --max-steps`)",
+                plan.steps.len(),
+                policy.max_steps
+            )));
+        }
+        let env: Vec<String> = plan
+            .env
+            .iter()
+            .filter(|name| !policy.env.contains(*name))
+            .map(|name| format!("`{name}`"))
+            .collect();
+        if !env.is_empty() {
+            return Err(Failure::input(format!(
+                "this server does not let plans read the environment variable{} {}; its operator can allow one with `plan-cli mcp serve --allow-env NAME`",
+                if env.len() == 1 { "" } else { "s" },
+                env.join(", ")
+            )));
+        }
+        if policy.every_tool {
+            return Ok(());
+        }
+        let names = plan.tool_names();
+        let tools = self.toolbox.for_plan(names.iter().copied())?;
+        let refused: Vec<String> = names
+            .iter()
+            .filter(|name| {
+                if policy.tools.contains(**name) {
+                    return false;
+                }
+                // A tool no server has is the plan's error, reported by validation.
+                tools.registry.get(name).is_some_and(|tool| {
+                    let info = tool.info();
+                    let qualified = format!("{}.{}", info.source, info.name);
+                    info.risk != plan_engine::Risk::Low && !policy.tools.contains(&qualified)
+                })
+            })
+            .map(|name| format!("`{name}`"))
+            .collect();
+        if !refused.is_empty() {
+            return Err(Failure::input(format!(
+                "this server does not let clients use {} (only low-risk tools unless its operator allows more with `plan-cli mcp serve --allow-tool NAME`)",
+                refused.join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses approvals from a client unless the operator allows them.
+    fn check_approval(&self) -> Result<(), Failure> {
+        if self.policy.client_approval {
+            return Ok(());
+        }
+        Err(Failure::input(
+            "this server does not let clients approve high-risk steps: its operator approves with `plan-cli approve RUN STEP` (or starts it with `--allow-client-approval`); clients may reject",
+        ))
     }
 }
 

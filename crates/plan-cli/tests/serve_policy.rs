@@ -1,0 +1,219 @@
+//! `mcp serve` gives a client only what its operator allows. Each attack is driven through
+//! the official Python MCP SDK client (installed by `cargo xtask prepare-mcp`) and must be
+//! refused, with the server alive afterwards.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+mod common;
+
+use common::{Lab, path_str};
+
+fn python() -> PathBuf {
+    let python =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-servers/venv/bin/python");
+    assert!(
+        python.exists(),
+        "the Python MCP SDK is not installed: run `cargo xtask prepare-mcp` (`cargo xtask test` does it)"
+    );
+    python
+}
+
+/// Calls the server's tools in order, each `[tool, args]`, and prints one JSON answer per
+/// call: `{"is_error", "text", "content"}`.
+const CLIENT: &str = r#"
+import asyncio, json, sys, os
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    server_args = json.loads(sys.argv[2])
+    calls = json.loads(sys.argv[3])
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "serve"] + server_args, env=dict(os.environ))
+    answers = []
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            for tool, args in calls:
+                result = await session.call_tool(tool, args)
+                answers.append({"is_error": bool(result.is_error), "text": result.content[0].text if result.content else "", "content": result.structured_content})
+    print(json.dumps(answers))
+
+asyncio.run(main())
+"#;
+
+fn serve(lab: &Lab, server_args: &[&str], calls: &Value) -> Vec<Value> {
+    let script = lab.dir.path().join("client.py");
+    std::fs::write(&script, CLIENT).unwrap();
+    let output = std::process::Command::new(python())
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .env("SECRET_TOKEN", "tok-123-secret")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .arg(json!(server_args).to_string())
+        .arg(calls.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice::<Value>(&output.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn step(tool: &str, args: Value) -> Value {
+    json!({"steps": [{"id": "a", "tool": tool, "args": args}]})
+}
+
+fn refused(answer: &Value, says: &str) {
+    assert_eq!(answer["is_error"], json!(true), "{answer}");
+    let text = answer["text"].as_str().unwrap();
+    assert!(text.contains(says), "expected `{says}` in: {text}");
+}
+
+#[test]
+fn by_default_a_client_gets_low_risk_tools_no_environment_and_no_approvals() {
+    let lab = Lab::new();
+    let ok_plan = json!({"steps": [
+        {"id": "a", "tool": "echo", "args": {"x": 1}},
+        {"id": "deploy", "tool": "echo", "risk": "high", "depends_on": ["a"]}]});
+    let answers = serve(
+        &lab,
+        &["--max-plan-bytes", "20000", "--max-steps", "50"],
+        &json!([
+            ["plan_run", {"plan": step("exec", json!({"argv": ["printenv", "SECRET_TOKEN"]}))}],
+            ["plan_run", {"plan": step("http", json!({"url": "http://127.0.0.1:9/"}))}],
+            ["plan_run", {"plan": {"env": ["SECRET_TOKEN"], "steps": [{"id": "a", "tool": "echo", "args": {"t": "${env.SECRET_TOKEN}"}}]}}],
+            ["plan_validate", {"plan": step("exec", json!({"argv": ["true"]}))}],
+            ["plan_run", {"plan": ok_plan, "approve": ["deploy"]}],
+            ["plan_run", {"plan": ok_plan}],
+            ["plan_validate", {"plan": {"steps": [{"id": "a", "tool": "echo", "when": format!("{}1", "1+".repeat(6000))}]}}],
+            ["plan_validate", {"plan": {"steps": (0..51).map(|i| json!({"id": format!("s{i}"), "tool": "echo"})).collect::<Vec<_>>()}}],
+            ["plan_validate", {"plan": {"steps": [{"id": "a", "tool": "echo", "args": {"pad": "x".repeat(30_000)}}]}}],
+            ["plan_validate", {"plan": ok_plan}],
+        ]),
+    );
+    refused(&answers[0], "does not let clients use `exec`");
+    refused(&answers[1], "does not let clients use `http`");
+    refused(
+        &answers[2],
+        "does not let plans read the environment variable `SECRET_TOKEN`",
+    );
+    refused(&answers[3], "does not let clients use `exec`");
+    refused(&answers[4], "does not let clients approve");
+    // The run waits for the operator; the client cannot approve it, but may reject it.
+    assert_eq!(
+        answers[5]["content"]["task_status"],
+        json!("WAITING"),
+        "{}",
+        answers[5]
+    );
+    refused(&answers[6], "`when` is too large: it is 12001 bytes long");
+    refused(&answers[7], "at most 50 (`mcp serve --max-steps`)");
+    refused(&answers[8], "takes plans of at most 20000");
+    // After all of that the server is alive and answers.
+    assert_eq!(answers[9]["is_error"], json!(false), "{}", answers[9]);
+
+    let run_id = answers[5]["content"]["run_id"].as_str().unwrap().to_owned();
+    let answers = serve(
+        &lab,
+        &[],
+        &json!([
+            ["plan_approve", {"run_id": run_id, "steps": ["deploy"]}],
+            ["plan_approve", {"run_id": run_id, "all": true}],
+            ["plan_approve", {"run_id": run_id, "steps": ["deploy"], "reject": true, "reason": "not today"}],
+        ]),
+    );
+    refused(&answers[0], "does not let clients approve");
+    refused(&answers[1], "does not let clients approve");
+    assert_eq!(answers[2]["is_error"], json!(false), "{}", answers[2]);
+    // The operator's own approval still works.
+    let (_, status) = lab.json(&["status", &run_id, "--json"]);
+    assert_eq!(status["task_status"], json!("WAITING"));
+}
+
+#[test]
+fn what_the_operator_allows_is_still_bounded() {
+    let lab = Lab::new();
+    let work = lab.dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let answers = serve(
+        &lab,
+        &[
+            "--allow-tool",
+            "exec",
+            "--workdir",
+            path_str(&work),
+            "--max-run-time",
+            "1s",
+        ],
+        &json!([
+            // exec's programs do not inherit the server's environment.
+            ["plan_run", {"plan": step("exec", json!({"argv": ["printenv", "SECRET_TOKEN"], "check": false}))}],
+            // They run in the operator's folder, and cannot leave it.
+            ["plan_run", {"plan": step("exec", json!({"argv": ["pwd"]}))}],
+            ["plan_run", {"plan": step("exec", json!({"argv": ["pwd"], "cwd": ".."}))}],
+            ["plan_run", {"plan": step("exec", json!({"argv": ["pwd"], "cwd": "/"}))}],
+            // A call runs a plan for at most --max-run-time; the run stops, resumable.
+            ["plan_run", {"plan": step("sleep", json!({"ms": 20_000}))}],
+            // http is still refused.
+            ["plan_run", {"plan": step("http", json!({"url": "http://127.0.0.1:9/"}))}],
+        ]),
+    );
+    let record = |answer: &Value| answer["content"]["records"][0].clone();
+    assert_eq!(
+        record(&answers[0])["result"]["stdout"],
+        json!(""),
+        "{}",
+        answers[0]
+    );
+    assert_eq!(record(&answers[0])["result"]["exit_code"], json!(1));
+    let pwd = record(&answers[1])["result"]["stdout"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(Path::new(&pwd), work.canonicalize().unwrap());
+    for answer in &answers[2..4] {
+        let error = &record(answer)["error"];
+        assert_eq!(error["code"], json!("E_ARGS_INVALID"), "{answer}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("outside the folder"),
+            "{answer}"
+        );
+    }
+    assert_eq!(
+        answers[4]["content"]["task_status"],
+        json!("STOPPED"),
+        "{}",
+        answers[4]
+    );
+    refused(&answers[5], "does not let clients use `http`");
+}
+
+#[test]
+fn a_client_cannot_resume_a_run_that_uses_more_than_clients_may() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "op.json",
+        &json!({"steps": [
+            {"id": "gate", "tool": "echo", "risk": "high"},
+            {"id": "x", "tool": "exec", "args": {"argv": ["true"]}, "depends_on": ["gate"]}]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5, "{report}");
+    let run_id = report["run_id"].as_str().unwrap();
+    let answers = serve(&lab, &[], &json!([["plan_resume", {"run_id": run_id}]]));
+    refused(&answers[0], "does not let clients use `exec`");
+}
