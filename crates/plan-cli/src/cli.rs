@@ -64,7 +64,7 @@ pub(crate) enum Command {
     Status(RunIdArgs),
     /// Print a run's events as NDJSON
     Events(EventsArgs),
-    /// Delete finished runs older than a given age
+    /// Delete finished runs older than a given age, overwriting what they recorded
     Gc(GcArgs),
     /// Store, list, show and remove plans in the ledger
     #[command(subcommand)]
@@ -319,6 +319,9 @@ pub(crate) struct GcArgs {
     /// Age of the runs to delete, e.g. `30d`, `12h`
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
     pub(crate) older_than: std::time::Duration,
+    /// Also delete runs that stopped or wait for an approval (they could still be resumed)
+    #[arg(long)]
+    pub(crate) unfinished: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -234,6 +234,53 @@ fn gc_deletes_old_finished_runs() {
 }
 
 #[test]
+fn gc_spares_runs_that_can_resume_and_overwrites_what_it_deletes() {
+    let lab = Lab::new();
+    let finished = lab.write(
+        "done.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {"mark": "gc-marker-7f3a9c"}}]}),
+    );
+    let waiting = lab.write(
+        "wait.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "risk": "high"}]}),
+    );
+    lab.cli()
+        .args(["run", path_str(&finished)])
+        .assert()
+        .code(0);
+    lab.cli().args(["run", path_str(&waiting)]).assert().code(5);
+    let raw = || {
+        let mut bytes = std::fs::read(lab.dir.path().join(".plan/state.db")).unwrap();
+        bytes.extend(std::fs::read(lab.dir.path().join(".plan/state.db-wal")).unwrap_or_default());
+        bytes
+    };
+    let marker = b"gc-marker-7f3a9c";
+    assert!(raw().windows(marker.len()).any(|w| w == marker));
+    lab.cli()
+        .args(["gc", "--older-than", "0s"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("deleted 1 run "));
+    assert!(
+        !raw().windows(marker.len()).any(|w| w == marker),
+        "the deleted run's result is still in the file"
+    );
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(
+        runs.as_array().unwrap().len(),
+        1,
+        "the waiting run is kept: {runs}"
+    );
+    lab.cli()
+        .args(["gc", "--older-than", "0s", "--unfinished"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("deleted 1 run "));
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs, json!([]));
+}
+
+#[test]
 fn the_execute_state_document_follows_seed_004() {
     let lab = Lab::new();
     let plan = lab.write("p.json", &json!({"max_concurrency": 2, "steps": [

@@ -231,12 +231,18 @@ impl Store {
         if let Some(row) = exact {
             return row;
         }
-        let pattern = format!("{}%", id.replace(['%', '_'], ""));
+        if id.is_empty() {
+            return Err(StoreError::NotFound {
+                what: "run",
+                id: id.to_owned(),
+            });
+        }
+        // A literal prefix: LIKE would read `%` and `_` in the id as wildcards.
         let mut statement = self.conn.prepare(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE run_id LIKE ?1 ORDER BY run_id LIMIT 10"
+            "SELECT {RUN_COLUMNS} FROM runs WHERE substr(run_id, 1, length(?1)) = ?1 ORDER BY run_id LIMIT 10"
         ))?;
         let matches: Vec<RunRow> = statement
-            .query_map([pattern], run_row)?
+            .query_map([id], run_row)?
             .collect::<Result<Result<_, _>, _>>()??;
         match matches.len() {
             0 => Err(StoreError::NotFound {
@@ -428,13 +434,30 @@ impl Store {
             .collect()
     }
 
-    /// Deletes runs that ended before `cutoff` (RFC 3339), with everything they recorded.
-    /// Running runs are kept. Returns how many were deleted.
-    pub fn gc(&mut self, cutoff: &str) -> Result<usize, StoreError> {
+    /// Deletes finished runs that ended before `cutoff` (RFC 3339), with everything they
+    /// recorded; with `unfinished_too`, also runs that stopped or wait (they could still be
+    /// resumed). Running runs are always kept. Returns how many were deleted.
+    ///
+    /// What is deleted is overwritten, in the database file and its write-ahead log: a deleted
+    /// run's results cannot be read back from the file.
+    pub fn gc(&mut self, cutoff: &str, unfinished_too: bool) -> Result<usize, StoreError> {
+        let states = if unfinished_too {
+            "state != 'running'"
+        } else {
+            "state = 'finished'"
+        };
+        self.conn.pragma_update(None, "secure_delete", true)?;
         let deleted = self.conn.execute(
-            "DELETE FROM runs WHERE state != 'running' AND finished_at < ?1",
+            &format!("DELETE FROM runs WHERE {states} AND finished_at < ?1"),
             [cutoff],
-        )?;
+        );
+        self.conn.pragma_update(None, "secure_delete", false)?;
+        let deleted = deleted?;
+        if deleted > 0 {
+            // Until a checkpoint, the log still holds the pages as they were before.
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        }
         Ok(deleted)
     }
 }

@@ -352,6 +352,13 @@ fn runs_are_found_by_prefix_listed_newest_first_and_collected() {
         store.run("zzz").unwrap_err(),
         StoreError::NotFound { .. }
     ));
+    // Ids match by literal prefix: no wildcards, and an empty id matches nothing.
+    for id in ["", "%", "_", "01_", "0%"] {
+        assert!(
+            matches!(store.run(id).unwrap_err(), StoreError::NotFound { .. }),
+            "{id:?}"
+        );
+    }
     let order: Vec<String> = store
         .runs()
         .unwrap()
@@ -366,8 +373,10 @@ fn runs_are_found_by_prefix_listed_newest_first_and_collected() {
     store.end_run("01BBB", RunState::Stopped, None).unwrap();
     // Everything ended "now"; a cutoff in the future deletes both ended runs, never a running one.
     let future = plan_store::timestamp(SystemTime::now() + Duration::from_secs(60));
-    assert_eq!(store.gc("2000-01-01T00:00:00.000Z").unwrap(), 0);
-    assert_eq!(store.gc(&future).unwrap(), 2);
+    assert_eq!(store.gc("2000-01-01T00:00:00.000Z", true).unwrap(), 0);
+    // A stopped run could still be resumed: kept unless asked for.
+    assert_eq!(store.gc(&future, false).unwrap(), 1);
+    assert_eq!(store.gc(&future, true).unwrap(), 1);
     let left: Vec<String> = store
         .runs()
         .unwrap()

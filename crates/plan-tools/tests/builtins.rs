@@ -136,16 +136,22 @@ async fn exec_fails_on_non_zero_exit_unless_unchecked() {
 
 #[tokio::test]
 async fn exec_reports_missing_programs_and_kills_on_timeout() {
-    let error = call(&Exec::default(), json!({"argv": ["definitely-not-a-program-xyz"]}))
-        .await
-        .unwrap_err();
+    let error = call(
+        &Exec::default(),
+        json!({"argv": ["definitely-not-a-program-xyz"]}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(error.code, "E_EXEC_SPAWN");
     assert_eq!(
         error.message,
         "cannot run `definitely-not-a-program-xyz`: program not found"
     );
     assert_eq!(
-        call(&Exec::default(), json!({"argv": []})).await.unwrap_err().code,
+        call(&Exec::default(), json!({"argv": []}))
+            .await
+            .unwrap_err()
+            .code,
         "E_ARGS_INVALID"
     );
 

@@ -115,7 +115,7 @@ pub(crate) fn gc(args: &GcArgs, ledger: &Ledger) -> Result<i32, Failure> {
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let deleted = ledger
         .open()?
-        .gc(&plan_store::timestamp(cutoff))
+        .gc(&plan_store::timestamp(cutoff), args.unfinished)
         .map_err(Failure::ledger)?;
     print(&format!(
         "deleted {deleted} run{} that ended before {}\n",
