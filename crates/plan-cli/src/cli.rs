@@ -34,6 +34,7 @@ pub(crate) struct Cli {
         long,
         global = true,
         env = "PLAN_ENV_PASSTHROUGH",
+        hide_env_values = true,
         value_delimiter = ',',
         value_name = "NAMES"
     )]

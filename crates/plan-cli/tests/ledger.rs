@@ -504,3 +504,47 @@ fn deep_values_round_trip() {
     }
     assert_eq!(depth, 399);
 }
+
+#[test]
+fn resume_reports_items_and_nodes_that_finished_before_it() {
+    // The map step and the block finish, then the run waits; the resumed run's report must
+    // have every record `status` has, the items' and nodes' included.
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [
+            {"id": "m", "tool": "echo", "expand_on": [1, 2, 3], "args": {"v": "${each}"}},
+            {"id": "b", "block": {
+                "entry_point": "one",
+                "nodes": {"one": {"tool": "echo"}, "two": {"tool": "echo"}},
+                "transitions": {"one": "two"}}},
+            {"id": "gate", "tool": "echo", "risk": "high", "depends_on": ["m", "b"]},
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5, "{report}");
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli()
+        .args(["approve", &run_id, "gate"])
+        .assert()
+        .code(0);
+    let (code, resumed) = lab.json(&["resume", &run_id, "--json"]);
+    assert_eq!(code, 0, "{resumed}");
+    let (_, status) = lab.json(&["status", &run_id, "--json"]);
+    let ids = |report: &Value| -> Vec<String> {
+        report["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["step_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    for id in ["m-0", "m-1", "m-2", "b/one#1", "b/two#1"] {
+        assert!(
+            ids(&resumed).contains(&id.to_owned()),
+            "{id} missing: {:?}",
+            ids(&resumed)
+        );
+    }
+    assert_eq!(ids(&resumed), ids(&status));
+}

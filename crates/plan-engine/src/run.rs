@@ -586,14 +586,24 @@ impl Scheduler<'_> {
         if let Some(guard) = &self.guard {
             restore_guard(program, guard, &restored.records);
         }
-        let mut by_id: HashMap<String, Record> = restored
+        let kept: Vec<Record> = restored
             .records
             .into_iter()
             .filter(|record| !record.skipped && (record.ok || record.error.is_some()))
+            .collect();
+        let order: Vec<String> = kept.iter().map(|r| r.step_id.clone()).collect();
+        let mut by_id: HashMap<String, Record> = kept
+            .into_iter()
             .map(|record| (record.step_id.clone(), record))
             .collect();
+        // Map and block steps that finished before: their items' and nodes' records are
+        // reported with them, as `status` reports them (they run no more).
+        let mut finished_parents: HashMap<&str, usize> = HashMap::new();
         for (i, step) in program.steps.iter().enumerate() {
             if let Some(record) = by_id.remove(&*step.id) {
+                if step.expand.is_some() || matches!(step.action, Action::Block(_)) {
+                    finished_parents.insert(&step.id, i);
+                }
                 let outcome = if record.ok {
                     Outcome::Succeeded
                 } else {
@@ -604,6 +614,15 @@ impl Scheduler<'_> {
                 }
                 self.steps[i].record = Some(record);
                 self.settle(i, outcome);
+            }
+        }
+        if !finished_parents.is_empty() {
+            for id in order {
+                if let Some(&i) = parent_of(&id, &finished_parents)
+                    && let Some(record) = by_id.remove(&id)
+                {
+                    self.nested.entry(i).or_default().push(record);
+                }
             }
         }
         // What is left are map items, used when their step expands.
@@ -1478,6 +1497,23 @@ impl Scheduler<'_> {
             blocks,
         })
     }
+}
+
+/// The step among `parents` that an item (`STEP-N`, `STEP[KEY]`) or a block node's run
+/// (`STEP/NODE#K`) belongs to.
+fn parent_of<'a>(id: &str, parents: &'a HashMap<&str, usize>) -> Option<&'a usize> {
+    if let Some((step, _)) = id.split_once('/')
+        && let Some(i) = parents.get(step)
+    {
+        return Some(i);
+    }
+    id.match_indices(['[', '-'])
+        .map(|(at, _)| &id[..at])
+        .find_map(|step| {
+            parents
+                .get(step)
+                .filter(|_| plan_graph::is_item_of(id, step))
+        })
 }
 
 /// Counts what an earlier attempt at the run used of the guards, as the calls themselves
