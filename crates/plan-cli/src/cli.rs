@@ -171,6 +171,10 @@ pub(crate) struct ExecutionArgs {
     /// The stream steps go to
     #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_STREAM)]
     pub(crate) queue_name: String,
+    /// How long the queue may stay unreachable before the run stops (it can be resumed);
+    /// meanwhile plan-cli reconnects
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub(crate) queue_outage: std::time::Duration,
     /// When results reach the ledger: `sync` (a step starts once what it depends on is
     /// committed; a completed step never runs again after a crash), `async` (commits trail the
     /// run; a crash may run recently completed steps again), `exit` (written when the run ends

@@ -75,12 +75,19 @@ impl Toolbox {
 
     /// Sends every tool call of later plans to the workers of the queue at `url`; fails at
     /// once (exit 2, `E_QUEUE_UNAVAILABLE`) if Redis does not answer.
-    pub(crate) fn use_queue(&self, url: &str, stream: &str) -> Result<(), Failure> {
+    pub(crate) fn use_queue(
+        &self,
+        url: &str,
+        stream: &str,
+        outage: std::time::Duration,
+    ) -> Result<(), Failure> {
         let queue = self
             .runtime
             .block_on(plan_queue::Queue::connect(url, stream))
             .map_err(|error| Failure::input(error.to_string()))?;
-        let _ = self.remote.set(plan_queue::Dispatcher::new(queue));
+        let _ = self
+            .remote
+            .set(plan_queue::Dispatcher::with_outage(queue, outage));
         Ok(())
     }
 

@@ -196,7 +196,15 @@ fn losing_redis_stops_the_run_and_resume_finishes_it() {
     );
     let url = redis.url();
     let first = worker(&lab, &url, &[]);
-    let coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
+    let coordinator = lab.spawn(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--queue",
+        &url,
+        "--queue-outage",
+        "2s",
+    ]);
     std::thread::sleep(Duration::from_millis(900));
     drop(redis);
     let output = coordinator.wait_with_output().unwrap();
@@ -223,4 +231,62 @@ fn losing_redis_stops_the_run_and_resume_finishes_it() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["task_status"], "COMPLETED");
     let _ = stop(second, "TERM");
+}
+
+#[test]
+fn workers_and_the_coordinator_reconnect_when_redis_restarts() {
+    let redis = Redis::start();
+    let port = redis.port;
+    let lab = Lab::new();
+    let plan = lab.write(
+        "slow.json",
+        &json!({"steps": (0..12).map(|i| json!({"id": format!("s{i}"), "tool": "sleep", "args": {"ms": 200},
+            "depends_on": if i == 0 { vec![] } else { vec![format!("s{}", i - 1)] }})).collect::<Vec<_>>()}),
+    );
+    let url = redis.url();
+    let first = worker(&lab, &url, &[]);
+    let coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
+    std::thread::sleep(Duration::from_millis(700));
+    // Redis goes away and comes back empty (no persistence): what was queued is gone.
+    drop(redis);
+    std::thread::sleep(Duration::from_millis(1500));
+    let redis = Redis::on(port);
+    let output = coordinator.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["task_status"], "COMPLETED", "{report}");
+    let (_, worker_stderr) = stop(first, "TERM");
+    assert!(
+        worker_stderr.contains("reconnected to the queue"),
+        "{worker_stderr}"
+    );
+    drop(redis);
+}
+
+#[test]
+fn a_run_on_a_queue_nobody_serves_says_it_waits() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let plan = lab.write("one.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+    let url = redis.url();
+    let mut coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
+    let mut stderr = coordinator.stderr.take().unwrap();
+    let said = std::thread::spawn(move || {
+        let mut text = String::new();
+        let mut buffer = [0u8; 512];
+        while !text.contains("waiting for a worker") {
+            match std::io::Read::read(&mut stderr, &mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => text.push_str(&String::from_utf8_lossy(&buffer[..n])),
+            }
+        }
+        text
+    });
+    let text = said.join().unwrap();
+    assert!(text.contains("waiting for a worker"), "{text}");
+    let serving = worker(&lab, &url, &[]);
+    let output = coordinator.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let _ = stop(serving, "TERM");
 }

@@ -21,26 +21,44 @@ type Outcome = Result<Value, ToolError>;
 pub struct Dispatcher {
     queue: Queue,
     /// Calls waiting for their result, by job id (`RUN/STEP#ATTEMPT`).
-    waiting: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
+    waiting: Mutex<HashMap<String, Waiting>>,
     /// Results no call was waiting for yet: those of an earlier coordinator of the same run,
     /// found when a resumed run reads its results stream from the start.
     early: Mutex<HashMap<String, Outcome>>,
     /// Runs whose results stream is read.
     attached: Mutex<HashSet<String>>,
     lost: CancellationToken,
+    /// How long Redis may stay unreachable before the run is given up.
+    give_up_after: Duration,
 }
 
-/// How long Redis may stay unreachable before the coordinator gives the run up.
-const GIVE_UP_AFTER: Duration = Duration::from_secs(5);
+/// A call a worker has not answered yet: where its result goes, and its entry, to add again
+/// if Redis comes back without it.
+struct Waiting {
+    result: oneshot::Sender<Outcome>,
+    entry: Vec<(&'static str, String)>,
+}
+
+/// How long Redis may stay unreachable, by default, before the coordinator gives the run up
+/// (it can be resumed); meanwhile it reconnects, waiting longer each time.
+pub const DEFAULT_OUTAGE: Duration = Duration::from_secs(30);
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const LAST_BACKOFF: Duration = Duration::from_secs(2);
 
 impl Dispatcher {
     pub fn new(queue: Queue) -> Arc<Self> {
+        Dispatcher::with_outage(queue, DEFAULT_OUTAGE)
+    }
+
+    /// A dispatcher that gives a run up once Redis has been unreachable for `outage`.
+    pub fn with_outage(queue: Queue, outage: Duration) -> Arc<Self> {
         Arc::new(Dispatcher {
             queue,
             waiting: Mutex::default(),
             early: Mutex::default(),
             attached: Mutex::default(),
             lost: CancellationToken::new(),
+            give_up_after: outage,
         })
     }
 
@@ -67,6 +85,7 @@ impl Dispatcher {
         tokio::spawn(async move {
             let mut last = "0".to_owned();
             let mut failing_since: Option<tokio::time::Instant> = None;
+            let mut backoff = FIRST_BACKOFF;
             loop {
                 let reply: redis::RedisResult<Option<StreamReadReply>> = redis::cmd("XREAD")
                     .arg("COUNT")
@@ -81,6 +100,7 @@ impl Dispatcher {
                 match reply {
                     Ok(reply) => {
                         failing_since = None;
+                        backoff = FIRST_BACKOFF;
                         for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
                             last.clone_from(&entry.id);
                             let field = |name: &str| -> Option<String> {
@@ -96,11 +116,17 @@ impl Dispatcher {
                     }
                     Err(error) => {
                         let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
-                        if since.elapsed() >= GIVE_UP_AFTER {
+                        if since.elapsed() >= this.give_up_after {
                             this.give_up(&error.to_string());
                             return;
                         }
-                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(LAST_BACKOFF);
+                        // A blocking read's connection does not come back by itself.
+                        if let Ok(fresh) = this.queue.reader().await {
+                            connection = fresh;
+                            this.requeue_if_lost().await;
+                        }
                     }
                 }
                 if this.lost.is_cancelled() {
@@ -109,6 +135,47 @@ impl Dispatcher {
             }
         });
         Ok(())
+    }
+
+    /// After a reconnection: if Redis came back without the steps stream (it restarted
+    /// without persistence), the calls still waiting are added again. Delivery was at least
+    /// once already; the first result of each call is the one taken.
+    async fn requeue_if_lost(&self) {
+        let mut writer = self.queue.writer.clone();
+        let exists: redis::RedisResult<i64> = redis::cmd("EXISTS")
+            .arg(&self.queue.stream)
+            .query_async(&mut writer)
+            .await;
+        if exists != Ok(0) {
+            return;
+        }
+        let entries: Vec<Vec<(&'static str, String)>> = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|w| w.entry.clone())
+            .collect();
+        for entry in entries {
+            let _ = add_entry(&self.queue, &entry).await;
+        }
+    }
+
+    /// How many workers have shown a sign of life in the last 10 seconds.
+    pub async fn live_workers(&self) -> Result<usize, QueueError> {
+        let mut writer = self.queue.writer.clone();
+        let beats: HashMap<String, u64> = redis::cmd("HGETALL")
+            .arg("plan:workers")
+            .query_async(&mut writer)
+            .await
+            .map_err(|e| self.queue.error(e.to_string()))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Ok(beats
+            .values()
+            .filter(|&&at| now.saturating_sub(at) < 10_000)
+            .count())
     }
 
     /// Hands a result to the call waiting for it; a second result of one call is ignored.
@@ -120,7 +187,7 @@ impl Dispatcher {
             .remove(&job);
         match waiter {
             Some(waiter) => {
-                let _ = waiter.send(outcome);
+                let _ = waiter.result.send(outcome);
             }
             None => {
                 self.early
@@ -142,7 +209,9 @@ impl Dispatcher {
             .drain()
             .collect();
         for (_, waiter) in waiting {
-            let _ = waiter.send(Err(unavailable(format!("the queue was lost: {why}"))));
+            let _ = waiter
+                .result
+                .send(Err(unavailable(format!("the queue was lost: {why}"))));
         }
     }
 
@@ -194,6 +263,24 @@ impl Tool for RemoteTool {
         }
         // One key per attempt: a retry is a new entry, a redelivery of the same entry is not.
         let job = format!("{}#{}", ctx.idempotency_key(), ctx.attempt);
+        let arguments = serde_json::to_string(&args).unwrap_or_default();
+        // Milliseconds since the epoch, 0 for none: a worker does not start a call whose
+        // deadline has passed, and bounds the call by it.
+        let deadline = ctx.deadline.map_or(0, |at| {
+            at.duration_since(std::time::SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64)
+        });
+        let entry: Vec<(&'static str, String)> = vec![
+            ("job", job.clone()),
+            ("run", ctx.run_id.to_string()),
+            ("step", ctx.step_id.to_string()),
+            ("attempt", ctx.attempt.to_string()),
+            ("tool", self.name.clone()),
+            ("args", arguments),
+            ("key", job.clone()),
+            ("deadline", deadline.to_string()),
+            ("reply", Queue::results_stream(&ctx.run_id)),
+        ];
         let receiver = {
             let mut waiting = dispatcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(outcome) = dispatcher
@@ -206,40 +293,16 @@ impl Tool for RemoteTool {
                 return outcome;
             }
             let (sender, receiver) = oneshot::channel();
-            waiting.insert(job.clone(), sender);
+            waiting.insert(
+                job.clone(),
+                Waiting {
+                    result: sender,
+                    entry: entry.clone(),
+                },
+            );
             receiver
         };
-        let arguments = serde_json::to_string(&args).unwrap_or_default();
-        // Milliseconds since the epoch, 0 for none: a worker does not start a call whose
-        // deadline has passed, and bounds the call by it.
-        let deadline = ctx.deadline.map_or(0, |at| {
-            at.duration_since(std::time::SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64)
-        });
-        let mut writer = dispatcher.queue.writer.clone();
-        let added: redis::RedisResult<String> = redis::cmd("XADD")
-            .arg(&dispatcher.queue.stream)
-            .arg("*")
-            .arg("job")
-            .arg(&job)
-            .arg("run")
-            .arg(&*ctx.run_id)
-            .arg("step")
-            .arg(&*ctx.step_id)
-            .arg("attempt")
-            .arg(ctx.attempt)
-            .arg("tool")
-            .arg(&self.name)
-            .arg("args")
-            .arg(arguments)
-            .arg("key")
-            .arg(&job)
-            .arg("deadline")
-            .arg(deadline)
-            .arg("reply")
-            .arg(Queue::results_stream(&ctx.run_id))
-            .query_async(&mut writer)
-            .await;
+        let added = add_entry(&dispatcher.queue, &entry).await;
         if let Err(error) = added {
             dispatcher
                 .waiting
@@ -256,6 +319,17 @@ impl Tool for RemoteTool {
             }
         }
     }
+}
+
+/// Adds a call's entry to the steps stream.
+async fn add_entry(queue: &Queue, entry: &[(&'static str, String)]) -> redis::RedisResult<String> {
+    let mut command = redis::cmd("XADD");
+    command.arg(&queue.stream).arg("*");
+    for (field, value) in entry {
+        command.arg(*field).arg(value);
+    }
+    let mut writer = queue.writer.clone();
+    command.query_async(&mut writer).await
 }
 
 fn unavailable(message: String) -> ToolError {

@@ -16,7 +16,7 @@ mod worker;
 
 use std::time::Duration;
 
-pub use coordinator::{Dispatcher, RemoteTool};
+pub use coordinator::{DEFAULT_OUTAGE, Dispatcher, RemoteTool};
 pub use worker::{WorkerNotice, WorkerOptions, WorkerStats, work};
 
 /// The stream of steps when none is named.

@@ -34,7 +34,14 @@ pub struct WorkerOptions {
 /// Something that went wrong while a worker goes on working.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WorkerNotice {
-    /// Reading the stream failed; the worker tries again shortly.
+    /// The worker reads the queue again after it failed (Redis restarted, say).
+    #[error("worker {consumer}: reconnected to the queue")]
+    Reconnected {
+        /// The worker.
+        consumer: String,
+    },
+    /// Reading the stream failed; the worker reconnects and tries again, waiting longer
+    /// each time (up to 5 s).
     #[error("worker {consumer}: reading the queue failed: {error}")]
     ReadFailed {
         /// The worker.
@@ -73,20 +80,9 @@ pub async fn work(
     stop: CancellationToken,
 ) -> Result<WorkerStats, QueueError> {
     let mut writer = queue.writer.clone();
-    let created: redis::RedisResult<String> = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(&queue.stream)
-        .arg(GROUP)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query_async(&mut writer)
-        .await;
-    if let Err(error) = created
-        && error.code() != Some("BUSYGROUP")
-    {
-        return Err(queue.error(format!("cannot join the consumer group: {error}")));
-    }
+    join_group(&queue).await?;
     let mut reader = queue.reader().await?;
+    let mut backoff = FIRST_BACKOFF;
     let tools = Arc::new(tools);
     let slots = Arc::new(Semaphore::new(options.concurrency.max(1)));
     let done = Arc::new(AtomicU64::new(0));
@@ -147,6 +143,7 @@ pub async fn work(
                 .await;
             match reply {
                 Ok(reply) => {
+                    backoff = FIRST_BACKOFF;
                     entries.extend(reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids));
                 }
                 Err(error) => {
@@ -157,7 +154,24 @@ pub async fn work(
                             error: error.to_string(),
                         },
                     );
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = stop.cancelled() => {}
+                    }
+                    backoff = (backoff * 2).min(LAST_BACKOFF);
+                    // The connection a blocking read holds does not come back by itself: a new
+                    // one, and the group again (a Redis that restarted empty has none).
+                    if let Ok(fresh) = queue.reader().await
+                        && join_group(&queue).await.is_ok()
+                    {
+                        reader = fresh;
+                        notify(
+                            options.notices.as_ref(),
+                            WorkerNotice::Reconnected {
+                                consumer: options.consumer.clone(),
+                            },
+                        );
+                    }
                 }
             }
         }
@@ -201,6 +215,29 @@ fn notify(to: Option<&tokio::sync::mpsc::UnboundedSender<WorkerNotice>>, notice:
 }
 
 /// `plan:workers` maps each worker to when it was last seen (milliseconds since the epoch).
+/// The first wait after a failed read; it doubles up to [`LAST_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const LAST_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Creates the consumer group (and the stream) unless it exists.
+async fn join_group(queue: &Queue) -> Result<(), QueueError> {
+    let mut writer = queue.writer.clone();
+    let created: redis::RedisResult<String> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&queue.stream)
+        .arg(GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut writer)
+        .await;
+    match created {
+        Err(error) if error.code() != Some("BUSYGROUP") => {
+            Err(queue.error(format!("cannot join the consumer group: {error}")))
+        }
+        _ => Ok(()),
+    }
+}
+
 async fn heartbeat(queue: &Queue, consumer: &str) {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)

@@ -24,7 +24,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
     if let Some(url) = &args.execution.queue
         && !args.dry_run
     {
-        toolbox.use_queue(url, &args.execution.queue_name)?;
+        toolbox.use_queue(url, &args.execution.queue_name, args.execution.queue_outage)?;
     }
     let ready = prepare(&args.plan, toolbox, ledger)?;
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
@@ -129,11 +129,13 @@ pub(crate) fn resume(
             None => None,
         },
     };
-    let queue = args
-        .execution
-        .queue
-        .as_deref()
-        .map(|url| (url, args.execution.queue_name.as_str()));
+    let queue = args.execution.queue.as_deref().map(|url| {
+        (
+            url,
+            args.execution.queue_name.as_str(),
+            args.execution.queue_outage,
+        )
+    });
     let frontend = Frontend::of(&args.execution)?;
     let (report, plan) = continue_run(&args.run, &options, queue, &frontend, toolbox, ledger)?;
     print_outcome(&report, &plan, frontend.json)
@@ -144,7 +146,7 @@ pub(crate) fn resume(
 pub(crate) fn continue_run(
     run: &str,
     options: &plan_run::ResumeOptions,
-    queue: Option<(&str, &str)>,
+    queue: Option<(&str, &str, Duration)>,
     frontend: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
@@ -154,8 +156,8 @@ pub(crate) fn continue_run(
         plan_run::Resumable::Finished(outcome) => return Ok((outcome.report, outcome.plan)),
         plan_run::Resumable::Continue(from) => from,
     };
-    if let Some((url, stream)) = queue {
-        toolbox.use_queue(url, stream)?;
+    if let Some((url, stream, outage)) = queue {
+        toolbox.use_queue(url, stream, outage)?;
     }
     let ready = prepare_source(
         from.source.clone(),
@@ -244,8 +246,35 @@ where
     }
     let cancel = settings.cancel.clone();
     let lost = settings.queue.as_ref().map(|queue| queue.lost());
+    let dispatcher = settings.queue.clone();
     let outcome = toolbox.runtime().block_on(async {
         tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned()));
+        if let Some(dispatcher) = dispatcher {
+            // Calls on a queue nobody serves wait; say so rather than sit silent.
+            let stopped = cancel.clone();
+            tokio::spawn(async move {
+                let mut said = false;
+                while !stopped.is_cancelled() {
+                    match dispatcher.live_workers().await {
+                        Ok(0) if !said => {
+                            eprintln!(
+                                "waiting for a worker: no worker serves the queue (start one with `plan-cli worker --queue URL`)"
+                            );
+                            said = true;
+                        }
+                        Ok(n) if n > 0 && said => {
+                            eprintln!("a worker is serving the queue; the run goes on");
+                            said = false;
+                        }
+                        _ => {}
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                        () = stopped.cancelled() => {}
+                    }
+                }
+            });
+        }
         if let Some(lost) = lost {
             let stopped = cancel.clone();
             tokio::spawn(async move {
