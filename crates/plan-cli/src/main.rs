@@ -67,11 +67,12 @@ fn main() {
     let code = match outcome {
         Ok(code) => code,
         Err(failure) => {
+            // Diagnostics are miette's, coloured on a terminal: left as they are.
             for diagnostic in &failure.diagnostics {
                 eprintln!("{diagnostic}");
             }
             if let Some(message) = failure.message {
-                eprintln!("Error: {message}");
+                eprintln!("Error: {}", output::terminal_safe(&message));
             }
             failure.code
         }

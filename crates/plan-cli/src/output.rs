@@ -253,3 +253,22 @@ fn duration(ms: u64) -> String {
         format!("{:.2}s", ms as f64 / 1000.0)
     }
 }
+
+/// Text for a terminal: control characters that came from a plan or a tool (an id with an
+/// escape sequence in it, say) are shown as `\u{1b}`, never sent to the terminal to act on.
+/// Newlines and tabs stay.
+pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}

@@ -496,3 +496,25 @@ fn dry_run_expands_maps_whose_list_is_known() {
         String::from_utf8_lossy(&output.stdout)
     );
 }
+
+#[test]
+fn control_characters_from_a_plan_never_reach_the_terminal_raw() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "p.json",
+        &json!({"steps": [{"id": "a\u{1b}[2J\u{7}", "tool": "echo"}]}),
+    );
+    let output = plan_cli()
+        .current_dir(dir.path())
+        .args(["run", plan.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
+        "{stdout:?}"
+    );
+    assert!(stdout.contains("a\\u{1b}[2J\\u{7}"), "{stdout}");
+}

@@ -548,3 +548,25 @@ fn resume_reports_items_and_nodes_that_finished_before_it() {
     }
     assert_eq!(ids(&resumed), ids(&status));
 }
+
+#[test]
+fn a_state_file_that_cannot_be_written_is_refused_before_the_run() {
+    let lab = Lab::new();
+    let plan = lab.write("p.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+    for (state, says) in [
+        ("/dev/null", "is not a regular file"),
+        (".", "is not a regular file"),
+        ("no/such/folder/state.json", "cannot write in"),
+    ] {
+        lab.cli()
+            .args(["run", path_str(&plan), "--state-file", state])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+    }
+    // Nothing ran.
+    assert!(!lab.dir.path().join(".plan/state.db").exists());
+    // And the device is still one.
+    let null = std::fs::metadata("/dev/null").unwrap().file_type();
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(&null));
+}

@@ -155,26 +155,28 @@ fn parse<T: DeserializeOwned>(source: &Source, format: Format) -> Result<T, Box<
                 }
             }
         }
-        Format::Yaml => serde_saphyr::from_str(text).map_err(|error| {
-            let offset = error.location().map_or(0, |location| {
-                let line = usize::try_from(location.line()).unwrap_or(1);
-                let column = usize::try_from(location.column()).unwrap_or(1);
-                offset_of(text, line, column.saturating_sub(1))
-            });
-            let message = yaml_message(&error);
-            let schema = [
-                "unknown field",
-                "duplicate field",
-                "missing field",
-                "invalid type",
-                "invalid value",
-                "invalid length",
-                "unknown variant",
-            ]
-            .iter()
-            .any(|phrase| message.contains(phrase));
-            Box::new(serde_issue(source, &message, offset, !schema))
-        }),
+        Format::Yaml => {
+            serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|error| {
+                let offset = error.location().map_or(0, |location| {
+                    let line = usize::try_from(location.line()).unwrap_or(1);
+                    let column = usize::try_from(location.column()).unwrap_or(1);
+                    offset_of(text, line, column.saturating_sub(1))
+                });
+                let message = yaml_message(&error);
+                let schema = [
+                    "unknown field",
+                    "duplicate field",
+                    "missing field",
+                    "invalid type",
+                    "invalid value",
+                    "invalid length",
+                    "unknown variant",
+                ]
+                .iter()
+                .any(|phrase| message.contains(phrase));
+                Box::new(serde_issue(source, &message, offset, !schema))
+            })
+        }
     }
 }
 
@@ -197,6 +199,17 @@ fn json_issue(source: &Source, error: &serde_json::Error, path: PlanPath) -> Iss
         issue.location = Location::Span(range);
     }
     issue
+}
+
+/// YAML 1.2's core schema, not 1.1's: `yes`, `no`, `on`, `off`, `y` and `n` are strings, as
+/// are `1_000` and numbers written with a leading zero (`012`, kept as written rather than
+/// read as 12.0).
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options.underscored_numbers_as_strings = true;
+    options.leading_zero_numbers_as_strings = true;
+    options
 }
 
 /// serde-saphyr's Display adds `error: line L column C:` and a snippet; diagnostics draw

@@ -566,3 +566,15 @@ fn blocks_are_validated_before_anything_runs() {
     let both = r#"{"steps": [{"id": "r", "tool": "echo", "block": {"entry_point": "a", "nodes": {"a": {"tool": "echo"}}}}]}"#;
     assert!(load(Source::new("b.json", both), Format::Json, &options).is_err());
 }
+
+#[test]
+fn yaml_is_read_as_yaml_1_2_not_1_1() {
+    let plan = plan(
+        "steps:\n  - id: a\n    tool: echo\n    args: {b: y, c: on, d: no, e: yes, t: true, n: 012, o: 0o14, u: 1_000, i: 12}\n",
+        Format::Yaml,
+    );
+    assert_eq!(
+        serde_json::Value::Object(plan.steps[0].args.clone()),
+        json!({"b": "y", "c": "on", "d": "no", "e": "yes", "t": true, "n": "012", "o": 12, "u": "1_000", "i": 12})
+    );
+}

@@ -56,9 +56,8 @@ pub fn approve(
     if request.plan && !ids.iter().any(|id| id == PLAN_APPROVAL) {
         ids.insert(0, PLAN_APPROVAL.to_owned());
     }
-    for id in &ids {
-        store.decide(&row.run_id, id, Decision::Approved, None)?;
-    }
+    // One transaction: an approval of several calls is never half made.
+    store.decide_all(&row.run_id, &ids, Decision::Approved, None)?;
     decided(store, &row, ids)
 }
 
@@ -75,9 +74,7 @@ pub fn reject(
     let rows = store.approvals(&row.run_id)?;
     check_all(steps, &row, &rows, gated)?;
     let reason = reason.unwrap_or("rejected without a reason");
-    for id in steps {
-        store.decide(&row.run_id, id, Decision::Rejected, Some(reason))?;
-    }
+    store.decide_all(&row.run_id, steps, Decision::Rejected, Some(reason))?;
     decided(store, &row, steps.to_vec())
 }
 

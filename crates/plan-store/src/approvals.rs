@@ -112,33 +112,48 @@ impl Store {
         decision: Decision,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
+        self.decide_all(run_id, &[step_id.to_owned()], decision, reason)
+    }
+
+    /// Decides several approvals in one transaction: all of them, or (when one was decided
+    /// the other way) none.
+    pub fn decide_all(
+        &mut self,
+        run_id: &str,
+        step_ids: &[String],
+        decision: Decision,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
         let now = crate::timestamp(std::time::SystemTime::now());
         let transaction = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let existing: Option<String> = transaction
-            .query_row(
-                "SELECT decision FROM approvals WHERE run_id = ?1 AND step_id = ?2",
-                params![run_id, step_id],
-                |row| row.get(0),
-            )
-            .optional()?;
-        match existing.as_deref().map(Decision::parse).transpose()? {
-            Some(Decision::Pending) | None => {
-                transaction.execute(
-                    "INSERT INTO approvals (run_id, step_id, decision, reason, decided_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (run_id, step_id) DO UPDATE
-                     SET decision = excluded.decision, reason = excluded.reason, decided_at = excluded.decided_at",
-                    params![run_id, step_id, decision.as_str(), reason, now],
-                )?;
-            }
-            Some(same) if same == decision => {}
-            Some(other) => {
-                return Err(StoreError::Decided {
-                    step_id: step_id.to_owned(),
-                    decision: other.as_str(),
-                });
+        for step_id in step_ids {
+            let existing: Option<String> = transaction
+                .query_row(
+                    "SELECT decision FROM approvals WHERE run_id = ?1 AND step_id = ?2",
+                    params![run_id, step_id],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            match existing.as_deref().map(Decision::parse).transpose()? {
+                Some(Decision::Pending) | None => {
+                    transaction.execute(
+                        "INSERT INTO approvals (run_id, step_id, decision, reason, decided_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5)
+                         ON CONFLICT (run_id, step_id) DO UPDATE
+                         SET decision = excluded.decision, reason = excluded.reason, decided_at = excluded.decided_at",
+                        params![run_id, step_id, decision.as_str(), reason, now],
+                    )?;
+                }
+                Some(same) if same == decision => {}
+                Some(other) => {
+                    // Dropping the transaction rolls back the ones decided before this one.
+                    return Err(StoreError::Decided {
+                        step_id: step_id.to_owned(),
+                        decision: other.as_str(),
+                    });
+                }
             }
         }
         transaction.commit()?;

@@ -580,3 +580,55 @@ fn many_first_users_of_a_new_ledger_all_open_it() {
         }
     }
 }
+
+#[test]
+fn deciding_several_approvals_is_all_or_nothing() {
+    use plan_store::Decision;
+    use plan_types::PendingApproval;
+    let mut store = Store::in_memory().unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let pending = |id: &str| PendingApproval {
+        step_id: id.to_owned(),
+        tool: Some("echo".to_owned()),
+        args: None,
+        reason: None,
+    };
+    store
+        .halt_for_approvals("r", &[pending("a"), pending("b"), pending("c")], &[])
+        .unwrap();
+    store
+        .decide("r", "b", Decision::Rejected, Some("no"))
+        .unwrap();
+    let ids = ["a", "b", "c"].map(str::to_owned);
+    let refused = store.decide_all("r", &ids, Decision::Approved, None);
+    assert!(
+        matches!(refused, Err(StoreError::Decided { .. })),
+        "{refused:?}"
+    );
+    let decisions: Vec<(String, Decision)> = store
+        .approvals("r")
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.step_id, row.decision))
+        .collect();
+    // `a` was approved before `b` was found rejected: rolled back with the rest.
+    assert!(
+        decisions.contains(&("a".to_owned(), Decision::Pending)),
+        "{decisions:?}"
+    );
+    assert!(
+        decisions.contains(&("c".to_owned(), Decision::Pending)),
+        "{decisions:?}"
+    );
+    store
+        .decide_all(
+            "r",
+            &["a".to_owned(), "c".to_owned()],
+            Decision::Approved,
+            None,
+        )
+        .unwrap();
+}

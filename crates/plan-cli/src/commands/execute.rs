@@ -84,6 +84,9 @@ pub(crate) struct Frontend {
 
 impl Frontend {
     fn of(args: &ExecutionArgs) -> Result<Self, Failure> {
+        if let Some(path) = &args.state_file {
+            check_state_file(path)?;
+        }
         Ok(Frontend {
             json: args.json,
             max_concurrency: args.max_concurrency,
@@ -382,16 +385,41 @@ impl Signals {
 
 /// Writes the run's execute-state document to `path` atomically: a temporary file in the same
 /// directory, renamed over the old one, so a reader never sees half a document.
+/// Before the run, not after it: the state file is a regular file (it is replaced whole, so a
+/// device or a folder there would be lost) in a folder plan-cli can write.
+fn check_state_file(path: &Path) -> Result<(), Failure> {
+    if let Ok(metadata) = std::fs::metadata(path)
+        && !metadata.is_file()
+    {
+        return Err(Failure::input(format!(
+            "--state-file {} is not a regular file; it would be replaced",
+            path.display()
+        )));
+    }
+    let dir = state_dir(path);
+    tempfile::NamedTempFile::new_in(dir).map_err(|error| {
+        Failure::input(format!(
+            "--state-file {}: cannot write in {}: {error}",
+            path.display(),
+            dir.display()
+        ))
+    })?;
+    Ok(())
+}
+
+fn state_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 fn write_state_file(db: &Path, run_id: &str, path: &PathBuf) -> Result<(), String> {
     let store = plan_store::Store::open(db).map_err(|e| e.to_string())?;
     let row = store.run(run_id).map_err(|e| e.to_string())?;
     let plan = plan_run::plan_of(&row).map_err(|e| e.to_string())?;
     let document = super::ledger::execute_state(&store, &row, &plan)
         .map_err(|f| f.message.unwrap_or_default())?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = state_dir(path);
     let mut file = tempfile::NamedTempFile::new_in(dir)
         .map_err(|e| format!("cannot write the state file in {}: {e}", dir.display()))?;
     serde_json::to_writer_pretty(&mut file, &document).map_err(|e| e.to_string())?;

@@ -46,6 +46,7 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
 fn print(text: &str) -> Result<(), Failure> {
+    let text = crate::output::terminal_safe(text);
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
