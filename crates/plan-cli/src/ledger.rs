@@ -35,6 +35,30 @@ impl Ledger {
         Store::open(&self.path).map_err(Failure::ledger)
     }
 
+    /// Opens an existing ledger to read it: read-only when this process may not write it (a
+    /// ledger in a read-only folder can still be listed and inspected).
+    pub(crate) fn open_reader(&self) -> Result<Store, Failure> {
+        if !self.exists() {
+            return self.open_existing();
+        }
+        let dir = self
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        // SQLite writes beside the file (its log), so the folder must be writable too.
+        let writable = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .is_ok()
+            && tempfile::NamedTempFile::new_in(dir).is_ok();
+        if writable {
+            self.open()
+        } else {
+            Store::open_read_only(&self.path).map_err(Failure::ledger)
+        }
+    }
+
     /// Opens the ledger for reading, refusing to create one that is not there.
     pub(crate) fn open_existing(&self) -> Result<Store, Failure> {
         if !self.exists() {

@@ -570,3 +570,60 @@ fn a_state_file_that_cannot_be_written_is_refused_before_the_run() {
     let null = std::fs::metadata("/dev/null").unwrap().file_type();
     assert!(std::os::unix::fs::FileTypeExt::is_char_device(&null));
 }
+
+#[test]
+fn a_ledger_in_a_read_only_folder_can_still_be_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::new();
+    let plan = lab.write("p.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 0);
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    let mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let folder = lab.dir.path().join(".plan");
+    for entry in std::fs::read_dir(&folder).unwrap() {
+        mode(&entry.unwrap().path(), 0o444);
+    }
+    mode(&folder, 0o555);
+    mode(lab.dir.path(), 0o755);
+    // Permissions do not bind root: as root, read as the user `nobody`.
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .unwrap()
+        .stdout
+        == b"0\n";
+    let read = |args: &[&str]| {
+        let mut command = if root {
+            let mut command = std::process::Command::new("setpriv");
+            command
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_plan-cli"));
+            command
+        } else {
+            std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        };
+        let output = command
+            .args(args)
+            .current_dir(lab.dir.path())
+            .env_remove("PLAN_DB")
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = read(&["runs"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains(&run_id), "{stdout}");
+    let (code, stdout, stderr) = read(&["status", &run_id, "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("\"COMPLETED\""), "{stdout}");
+    let (code, _, stderr) = read(&["events", &run_id]);
+    assert_eq!(code, Some(0), "{stderr}");
+    mode(&folder, 0o755);
+}

@@ -130,6 +130,41 @@ impl Store {
         Store::setup(conn, path)
     }
 
+    /// Opens an existing ledger for reading only: for a ledger in a folder (or a file) this
+    /// process may not write. Nothing is created or migrated, so the ledger must already be
+    /// of this version.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        let open = |uri: String| -> Result<Store, StoreError> {
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_URI
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let conn = Connection::open_with_flags(uri, flags)?;
+            conn.busy_timeout(Duration::from_secs(30))?;
+            schema::check_readable(&conn, path)?;
+            Ok(Store {
+                conn,
+                path: path.to_path_buf(),
+            })
+        };
+        let file = path
+            .to_string_lossy()
+            .replace('%', "%25")
+            .replace('?', "%3f")
+            .replace('#', "%23");
+        // A ledger in write-ahead-log mode needs its shared-memory file, which a read-only
+        // folder cannot hold; then the file is read as it is on disk (`immutable`), which is
+        // what it is when nobody can write beside it.
+        open(format!("file:{file}?mode=ro"))
+            .or_else(|_| open(format!("file:{file}?immutable=1")))
+            .map_err(|error| match error {
+                StoreError::Sqlite(error) => StoreError::Open {
+                    path: path.to_path_buf(),
+                    message: error.to_string(),
+                },
+                other => other,
+            })
+    }
+
     /// A ledger in memory, for tests and for runs that keep nothing.
     pub fn in_memory() -> Result<Store, StoreError> {
         Store::setup(Connection::open_in_memory()?, Path::new(":memory:"))

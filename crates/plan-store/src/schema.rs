@@ -179,6 +179,39 @@ pub(crate) const EVENT_KINDS: &[(i64, &str)] = &[
 /// The schema version this build writes.
 pub(crate) const VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// For a read-only connection: the file is this program's ledger, of this very version.
+pub(crate) fn check_readable(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let foreign = |why: String| StoreError::Foreign {
+        path: path.to_path_buf(),
+        why,
+    };
+    let application_id: i64 = conn
+        .pragma_query_value(None, "application_id", |row| row.get(0))
+        .map_err(|error| foreign(error.to_string()))?;
+    if application_id != APPLICATION_ID {
+        return Err(foreign(format!(
+            "its application id is {application_id:#x}"
+        )));
+    }
+    let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    if version > VERSION {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found: version,
+            supported: VERSION,
+        });
+    }
+    if version < VERSION {
+        return Err(StoreError::Open {
+            path: path.to_path_buf(),
+            message: format!(
+                "it is a ledger of an older plan-cli (schema {version}, this one reads {VERSION}) and cannot be upgraded without write access"
+            ),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn check_and_migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     let foreign = |why: String| StoreError::Foreign {
         path: path.to_path_buf(),

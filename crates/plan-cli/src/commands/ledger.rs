@@ -25,7 +25,7 @@ pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Fa
 
 pub(crate) fn runs(args: &JsonArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let rows = if ledger.exists() {
-        ledger.open()?.runs().map_err(Failure::ledger)?
+        ledger.open_reader()?.runs().map_err(Failure::ledger)?
     } else {
         Vec::new()
     };
@@ -64,7 +64,7 @@ pub(crate) fn runs(args: &JsonArgs, ledger: &Ledger) -> Result<i32, Failure> {
 }
 
 pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> {
-    let store = ledger.open_existing()?;
+    let store = ledger.open_reader()?;
     let row = store.run(&args.run).map_err(Failure::ledger)?;
     let report = stored_report(&store, &row)?;
     let text = if args.json {
@@ -78,7 +78,7 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
 }
 
 pub(crate) fn events(args: &EventsArgs, ledger: &Ledger) -> Result<i32, Failure> {
-    let store = ledger.open_existing()?;
+    let store = ledger.open_reader()?;
     let row = store.run(&args.run).map_err(Failure::ledger)?;
     let mut after = 0;
     loop {
@@ -131,7 +131,7 @@ pub(crate) fn state_export(
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let StateFormat::ExecuteState = format;
-    let store = ledger.open_existing()?;
+    let store = ledger.open_reader()?;
     let row = store.run(run).map_err(Failure::ledger)?;
     let document = execute_state(&store, &row, &plan_of(&row)?)?;
     print(&pretty(&document))?;
