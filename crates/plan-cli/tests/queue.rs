@@ -85,6 +85,23 @@ fn stop(child: Child, signal: &str) -> (Option<i32>, String) {
     )
 }
 
+/// Waits for a process, killing it (and failing) if it takes longer than `limit`: a lost call
+/// must fail a test, not hang it.
+fn finish_within(child: Child, limit: Duration) -> std::process::Output {
+    let pid = child.id();
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(child.wait_with_output());
+    });
+    match receive.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("the process did not finish within {limit:?}");
+        }
+    }
+}
+
 /// A 500-step plan: chains of ten, some steps sleeping so that workers hold work for a while.
 fn big_plan() -> Value {
     let steps: Vec<Value> = (0..500)
@@ -251,7 +268,7 @@ fn workers_and_the_coordinator_reconnect_when_redis_restarts() {
     drop(redis);
     std::thread::sleep(Duration::from_millis(1500));
     let redis = Redis::on(port);
-    let output = coordinator.wait_with_output().unwrap();
+    let output = finish_within(coordinator, Duration::from_secs(90));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -286,7 +303,7 @@ fn a_run_on_a_queue_nobody_serves_says_it_waits() {
     let text = said.join().unwrap();
     assert!(text.contains("waiting for a worker"), "{text}");
     let serving = worker(&lab, &url, &[]);
-    let output = coordinator.wait_with_output().unwrap();
+    let output = finish_within(coordinator, Duration::from_secs(60));
     assert_eq!(output.status.code(), Some(0));
     let _ = stop(serving, "TERM");
 }

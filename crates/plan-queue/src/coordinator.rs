@@ -30,6 +30,8 @@ pub struct Dispatcher {
     lost: CancellationToken,
     /// How long Redis may stay unreachable before the run is given up.
     give_up_after: Duration,
+    /// A key this coordinator sets in Redis: gone after a reconnection, Redis lost its data.
+    marker: String,
 }
 
 /// A call a worker has not answered yet: where its result goes, and its entry, to add again
@@ -59,7 +61,21 @@ impl Dispatcher {
             attached: Mutex::default(),
             lost: CancellationToken::new(),
             give_up_after: outage,
+            marker: format!("plan:coordinator:{}", ulid::Ulid::new()),
         })
+    }
+
+    /// Sets this coordinator's marker key (for a week: a marker that expired only makes a
+    /// later reconnection add the waiting calls again, which delivery at least once allows).
+    async fn set_marker(&self) -> redis::RedisResult<()> {
+        let mut writer = self.queue.writer.clone();
+        redis::cmd("SET")
+            .arg(&self.marker)
+            .arg(1)
+            .arg("EX")
+            .arg(7 * 24 * 3600)
+            .query_async(&mut writer)
+            .await
     }
 
     /// Cancelled when Redis is lost for good: the caller should stop the run (it can be
@@ -79,6 +95,9 @@ impl Dispatcher {
         {
             return Ok(());
         }
+        self.set_marker()
+            .await
+            .map_err(|e| self.queue.error(e.to_string()))?;
         let mut connection = self.queue.reader().await?;
         let key = Queue::results_stream(run_id);
         let this = self.clone();
@@ -137,16 +156,18 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// After a reconnection: if Redis came back without the steps stream (it restarted
-    /// without persistence), the calls still waiting are added again. Delivery was at least
-    /// once already; the first result of each call is the one taken.
+    /// After a reconnection: if Redis came back without this coordinator's marker (it
+    /// restarted without persistence, so the steps stream went too), the calls still waiting
+    /// are added again. Delivery was at least once already; the first result of each call is
+    /// the one taken. (The stream itself is no sign: a worker that reconnected first has
+    /// created it anew, empty.)
     async fn requeue_if_lost(&self) {
         let mut writer = self.queue.writer.clone();
         let exists: redis::RedisResult<i64> = redis::cmd("EXISTS")
-            .arg(&self.queue.stream)
+            .arg(&self.marker)
             .query_async(&mut writer)
             .await;
-        if exists != Ok(0) {
+        if exists != Ok(0) || self.set_marker().await.is_err() {
             return;
         }
         let entries: Vec<Vec<(&'static str, String)>> = self

@@ -182,35 +182,9 @@ async fn serve() -> String {
                 return;
             };
             tokio::spawn(async move {
-                let mut buffer = vec![0u8; 65536];
-                let mut read = 0;
-                let head_end = loop {
-                    let n = socket.read(&mut buffer[read..]).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    read += n;
-                    if let Some(end) = buffer[..read].windows(4).position(|w| w == b"\r\n\r\n") {
-                        break end + 4;
-                    }
+                let Some((head, body)) = read_request(&mut socket).await else {
+                    return;
                 };
-                let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().parse().unwrap_or(0))
-                    })
-                    .unwrap_or(0);
-                while read < head_end + length {
-                    let n = socket.read(&mut buffer[read..]).await.unwrap_or(0);
-                    if n == 0 {
-                        break;
-                    }
-                    read += n;
-                }
-                let body = String::from_utf8_lossy(&buffer[head_end..read]).to_string();
                 let mut parts = head.split_whitespace();
                 let method = parts.next().unwrap_or("").to_owned();
                 let path = parts.next().unwrap_or("").to_owned();

@@ -41,33 +41,41 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
         visibility_timeout: std::time::Duration::from_millis(args.visibility_timeout_ms.max(1)),
         notices: Some(notices),
     };
-    eprintln!(
+    say(&format!(
         "worker {consumer}: taking steps from {} ({} tools, {} at once); Ctrl+C or SIGTERM drains and stops",
         args.queue_name,
         tools.names().len(),
         args.concurrency
-    );
+    ));
     let stop = CancellationToken::new();
     let stats = toolbox.runtime().block_on(async {
         let signal_stop = stop.clone();
         tokio::spawn(async move {
             let mut signals = Signals::new();
             if signals.next().await {
-                eprintln!("worker draining: finishing the steps it holds");
+                // Stop first: with its stderr closed (its parent gone), a print would fail,
+                // and a worker must still stop when told.
                 signal_stop.cancel();
+                say("worker draining: finishing the steps it holds");
             }
         });
         tokio::spawn(async move {
             while let Some(notice) = heard.recv().await {
-                eprintln!("{notice}");
+                say(&notice.to_string());
             }
         });
         plan_queue::work(queue, tools, options, stop).await
     });
     let stats = stats.map_err(|error| Failure::input(error.to_string()))?;
-    eprintln!(
+    say(&format!(
         "worker {consumer}: {} steps done ({} taken over from other workers)",
         stats.done, stats.claimed
-    );
+    ));
     Ok(0)
+}
+
+/// A line on stderr; a stderr that cannot be written (closed) is not worth stopping for.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
