@@ -627,3 +627,35 @@ fn a_ledger_in_a_read_only_folder_can_still_be_read() {
     assert_eq!(code, Some(0), "{stderr}");
     mode(&folder, 0o755);
 }
+
+#[test]
+fn processes_started_together_on_a_new_ledger_all_run() {
+    // Separate processes, not threads: each races to create and migrate the same new file.
+    let lab = Lab::new();
+    let plan = lab.write("p.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+    for round in 0..5 {
+        let db = lab.dir.path().join(format!("new-{round}.db"));
+        let started: Vec<std::process::Child> = (0..8)
+            .map(|_| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+                    .current_dir(lab.dir.path())
+                    .args(["--db", path_str(&db), "run", path_str(&plan), "--json"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in started {
+            let output = child.wait_with_output().unwrap();
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "round {round}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let (_, runs) = lab.json(&["--db", path_str(&db), "runs", "--json"]);
+        assert_eq!(runs.as_array().unwrap().len(), 8, "round {round}");
+    }
+}
