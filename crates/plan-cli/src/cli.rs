@@ -127,15 +127,21 @@ pub(crate) struct ServeArgs {
     /// may always reject)
     #[arg(long)]
     pub(crate) allow_client_approval: bool,
-    /// The largest plan a client may send, in bytes
-    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
-    pub(crate) max_plan_bytes: usize,
-    /// The most steps a client's plan may have
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub(crate) max_steps: usize,
+    /// The largest plan a client may send, in bytes [default: 1048576]
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) max_plan_bytes: Option<usize>,
+    /// The most steps a client's plan may have [default: 1000]
+    #[arg(long, value_name = "N")]
+    pub(crate) max_steps: Option<usize>,
     /// How long one call may run a plan; then the run stops (resumable) and the call answers
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
-    pub(crate) max_run_time: std::time::Duration,
+    /// [default: 10m]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) max_run_time: Option<std::time::Duration>,
+    /// The operator's policy as a JSON file: {"allow_tools", "allow_env", "workdir",
+    /// "allow_client_approval", "max_plan_bytes", "max_steps", "max_run_time"}; flags add to
+    /// its lists and win over its values
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -13,8 +13,6 @@ mod output;
 mod plan_file;
 mod toolbox;
 
-use std::path::PathBuf;
-
 use clap::Parser;
 
 // glibc's malloc serialises the engine's threads on its arena locks (a third of a 100,000-step
@@ -30,9 +28,20 @@ fn main() {
     let cli = Cli::parse();
     let ledger = Ledger::new(cli.db.as_deref());
     let mut exec = plan_tools::Exec::default().passing(cli.env_passthrough.iter().cloned());
+    let mut policy = None;
     if let Command::Mcp(McpCommand::Serve(args)) = &cli.command {
-        let workdir = args.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
-        exec = exec.confined_to(workdir);
+        match commands::Policy::of(args) {
+            Ok(read) => {
+                exec = exec.confined_to(read.workdir.clone());
+                policy = Some(read);
+            }
+            Err(failure) => {
+                if let Some(message) = failure.message {
+                    eprintln!("Error: {}", output::terminal_safe(&message));
+                }
+                std::process::exit(failure.code);
+            }
+        }
     }
     let toolbox = match toolbox::Toolbox::new(cli.mcp_config.as_deref(), exec) {
         Ok(toolbox) => std::sync::Arc::new(toolbox),
@@ -59,7 +68,10 @@ fn main() {
         Command::State(StateCommand::Export { run, format }) => {
             commands::state_export(run, *format, &ledger)
         }
-        Command::Mcp(McpCommand::Serve(args)) => commands::serve(args, toolbox.clone(), &ledger),
+        Command::Mcp(McpCommand::Serve(_)) => policy
+            .take()
+            .ok_or_else(|| exit::Failure::internal("the policy of `mcp serve` was not read"))
+            .and_then(|policy| commands::serve(policy, toolbox.clone(), &ledger)),
         Command::Worker(args) => commands::worker(args, &toolbox),
     };
     // MCP servers that were started stop before the process ends.

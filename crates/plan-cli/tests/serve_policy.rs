@@ -217,3 +217,51 @@ fn a_client_cannot_resume_a_run_that_uses_more_than_clients_may() {
     let answers = serve(&lab, &[], &json!([["plan_resume", {"run_id": run_id}]]));
     refused(&answers[0], "does not let clients use `exec`");
 }
+
+#[test]
+fn the_operator_can_give_the_policy_as_a_file() {
+    let lab = Lab::new();
+    let work = lab.dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let policy = lab.write(
+        "policy.json",
+        &json!({"allow_tools": ["exec"], "workdir": path_str(&work), "max_steps": 2, "max_run_time": "1m"}),
+    );
+    let answers = serve(
+        &lab,
+        &["--policy", path_str(&policy)],
+        &json!([
+            ["plan_run", {"plan": step("exec", json!({"argv": ["pwd"]}))}],
+            ["plan_validate", {"plan": {"steps": [
+                {"id": "a", "tool": "echo"}, {"id": "b", "tool": "echo"}, {"id": "c", "tool": "echo"}]}}],
+            ["plan_run", {"plan": step("http", json!({"url": "http://127.0.0.1:9/"}))}],
+        ]),
+    );
+    let pwd = answers[0]["content"]["records"][0]["result"]["stdout"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(
+        Path::new(&pwd),
+        work.canonicalize().unwrap(),
+        "{}",
+        answers[0]
+    );
+    refused(&answers[1], "at most 2 (`mcp serve --max-steps`)");
+    refused(&answers[2], "does not let clients use `http`");
+
+    // A policy that does not parse stops the server before it serves.
+    let bad = lab.write("bad.json", &json!({"allow_tool": ["exec"]}));
+    let output = lab
+        .cli()
+        .args(["mcp", "serve", "--policy", path_str(&bad)])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("is not a valid policy: unknown field `allow_tool`"),
+        "{stderr}"
+    );
+}

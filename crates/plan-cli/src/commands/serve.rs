@@ -24,22 +24,14 @@ use crate::plan_file::prepare_source;
 use crate::toolbox::Toolbox;
 
 pub(crate) fn serve(
-    args: &ServeArgs,
+    policy: Policy,
     toolbox: Arc<Toolbox>,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let server = Arc::new(PlanServer {
         toolbox: toolbox.clone(),
         ledger: ledger.clone(),
-        policy: Policy {
-            every_tool: args.allow_tools.iter().any(|t| t == "*"),
-            tools: args.allow_tools.iter().cloned().collect(),
-            env: args.allow_env.iter().cloned().collect(),
-            client_approval: args.allow_client_approval,
-            max_plan_bytes: args.max_plan_bytes,
-            max_steps: args.max_steps,
-            max_run_time: args.max_run_time,
-        },
+        policy,
     });
     let info = ServerInfo {
         name: "plan-cli",
@@ -59,9 +51,10 @@ struct PlanServer {
     policy: Policy,
 }
 
-/// What the operator lets clients do (`mcp serve`'s flags). A client is anyone who can write
-/// to the server's stdin: it gets none of the operator's powers unless given them here.
-struct Policy {
+/// What the operator lets clients do (`mcp serve`'s flags and `--policy` file). A client is
+/// anyone who can write to the server's stdin: it gets none of the operator's powers unless
+/// given them here.
+pub(crate) struct Policy {
     /// `--allow-tool '*'`.
     every_tool: bool,
     /// Tools allowed beyond the low-risk ones, as plans name them or as `SERVER.tool`.
@@ -72,6 +65,87 @@ struct Policy {
     max_plan_bytes: usize,
     max_steps: usize,
     max_run_time: Duration,
+    /// Where `exec` runs programs.
+    pub(crate) workdir: std::path::PathBuf,
+}
+
+/// The `--policy` file: the same powers as the flags.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    allow_tools: Vec<String>,
+    #[serde(default)]
+    allow_env: Vec<String>,
+    workdir: Option<std::path::PathBuf>,
+    #[serde(default)]
+    allow_client_approval: bool,
+    max_plan_bytes: Option<usize>,
+    max_steps: Option<usize>,
+    #[serde(default, with = "humantime_serde_opt")]
+    max_run_time: Option<Duration>,
+}
+
+/// `"10m"` in the policy file, as on the command line.
+mod humantime_serde_opt {
+    use std::time::Duration;
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        let text: Option<String> = serde::Deserialize::deserialize(deserializer)?;
+        text.map(|t| humantime::parse_duration(&t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+impl Policy {
+    /// The policy of `mcp serve`: its `--policy` file, with the flags added and winning.
+    pub(crate) fn of(args: &ServeArgs) -> Result<Policy, Failure> {
+        let file = match &args.policy {
+            None => PolicyFile::default(),
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|error| {
+                    Failure::input(format!(
+                        "cannot read the policy {}: {error}",
+                        path.display()
+                    ))
+                })?;
+                serde_json::from_str(&text).map_err(|error| {
+                    Failure::input(format!("{} is not a valid policy: {error}", path.display()))
+                })?
+            }
+        };
+        let tools: BTreeSet<String> = file
+            .allow_tools
+            .into_iter()
+            .chain(args.allow_tools.iter().cloned())
+            .collect();
+        Ok(Policy {
+            every_tool: tools.contains("*"),
+            tools,
+            env: file
+                .allow_env
+                .into_iter()
+                .chain(args.allow_env.iter().cloned())
+                .collect(),
+            client_approval: file.allow_client_approval || args.allow_client_approval,
+            max_plan_bytes: args
+                .max_plan_bytes
+                .or(file.max_plan_bytes)
+                .unwrap_or(1024 * 1024),
+            max_steps: args.max_steps.or(file.max_steps).unwrap_or(1000),
+            max_run_time: args
+                .max_run_time
+                .or(file.max_run_time)
+                .unwrap_or(Duration::from_secs(600)),
+            workdir: args
+                .workdir
+                .clone()
+                .or(file.workdir)
+                .unwrap_or_else(|| std::path::PathBuf::from(".")),
+        })
+    }
 }
 
 /// A tool of the server; `schema` is a JSON Schema object.
