@@ -332,7 +332,10 @@ pub(crate) struct GcArgs {
     pub(crate) older_than: std::time::Duration,
     /// Also delete runs that stopped or wait for an approval (they could still be resumed)
     #[arg(long)]
-    pub(crate) unfinished: bool,
+    pub(crate) include_unfinished: bool,
+    /// List the runs that would be deleted, and delete nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -257,6 +257,23 @@ fn gc_spares_runs_that_can_resume_and_overwrites_what_it_deletes() {
     let marker = b"gc-marker-7f3a9c";
     assert!(raw().windows(marker.len()).any(|w| w == marker));
     lab.cli()
+        .args([
+            "gc",
+            "--older-than",
+            "0s",
+            "--dry-run",
+            "--include-unfinished",
+        ])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("would delete 2 runs"));
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(
+        runs.as_array().unwrap().len(),
+        2,
+        "a dry run deletes nothing"
+    );
+    lab.cli()
         .args(["gc", "--older-than", "0s"])
         .assert()
         .code(0)
@@ -272,7 +289,7 @@ fn gc_spares_runs_that_can_resume_and_overwrites_what_it_deletes() {
         "the waiting run is kept: {runs}"
     );
     lab.cli()
-        .args(["gc", "--older-than", "0s", "--unfinished"])
+        .args(["gc", "--older-than", "0s", "--include-unfinished"])
         .assert()
         .code(0)
         .stdout(predicate::str::starts_with("deleted 1 run "));

@@ -434,6 +434,18 @@ impl Store {
             .collect()
     }
 
+    /// The runs [`Store::gc`] would delete, oldest first.
+    pub fn expired(&self, cutoff: &str, unfinished_too: bool) -> Result<Vec<RunRow>, StoreError> {
+        let mut statement = self.conn.prepare(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE {} AND finished_at < ?1 ORDER BY finished_at, run_id",
+            expired_states(unfinished_too)
+        ))?;
+        let rows = statement
+            .query_map([cutoff], run_row)?
+            .collect::<Result<Result<Vec<_>, _>, _>>()??;
+        Ok(rows)
+    }
+
     /// Deletes finished runs that ended before `cutoff` (RFC 3339), with everything they
     /// recorded; with `unfinished_too`, also runs that stopped or wait (they could still be
     /// resumed). Running runs are always kept. Returns how many were deleted.
@@ -441,11 +453,7 @@ impl Store {
     /// What is deleted is overwritten, in the database file and its write-ahead log: a deleted
     /// run's results cannot be read back from the file.
     pub fn gc(&mut self, cutoff: &str, unfinished_too: bool) -> Result<usize, StoreError> {
-        let states = if unfinished_too {
-            "state != 'running'"
-        } else {
-            "state = 'finished'"
-        };
+        let states = expired_states(unfinished_too);
         self.conn.pragma_update(None, "secure_delete", true)?;
         let deleted = self.conn.execute(
             &format!("DELETE FROM runs WHERE {states} AND finished_at < ?1"),
@@ -459,6 +467,15 @@ impl Store {
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
         }
         Ok(deleted)
+    }
+}
+
+/// The states of runs `gc` may delete.
+fn expired_states(unfinished_too: bool) -> &'static str {
+    if unfinished_too {
+        "state != 'running'"
+    } else {
+        "state = 'finished'"
     }
 }
 

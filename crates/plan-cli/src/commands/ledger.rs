@@ -113,14 +113,35 @@ pub(crate) fn gc(args: &GcArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let cutoff = SystemTime::now()
         .checked_sub(args.older_than)
         .unwrap_or(SystemTime::UNIX_EPOCH);
+    let cutoff = plan_store::timestamp(cutoff);
+    if args.dry_run {
+        let rows = ledger
+            .open_reader()?
+            .expired(&cutoff, args.include_unfinished)
+            .map_err(Failure::ledger)?;
+        let mut text = format!(
+            "would delete {} run{} that ended before {cutoff}\n",
+            rows.len(),
+            if rows.len() == 1 { "" } else { "s" }
+        );
+        for row in &rows {
+            text.push_str(&format!(
+                "  {}  {}  {}\n",
+                row.run_id,
+                plan_run::status_of(row),
+                row.plan_id
+            ));
+        }
+        print(&text)?;
+        return Ok(0);
+    }
     let deleted = ledger
         .open()?
-        .gc(&plan_store::timestamp(cutoff), args.unfinished)
+        .gc(&cutoff, args.include_unfinished)
         .map_err(Failure::ledger)?;
     print(&format!(
-        "deleted {deleted} run{} that ended before {}\n",
+        "deleted {deleted} run{} that ended before {cutoff}\n",
         if deleted == 1 { "" } else { "s" },
-        plan_store::timestamp(cutoff)
     ))?;
     Ok(0)
 }
