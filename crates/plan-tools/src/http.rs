@@ -175,7 +175,7 @@ impl Tool for Http {
                 .timeout(left)
                 .header("Idempotency-Key", ctx.idempotency_key());
             let response = tokio::select! {
-                response = request.send() => response.map_err(|error| transport_error(&args.url, &error))?,
+                response = request.send() => response.map_err(|error| transport_error(&args.url, error))?,
                 () = ctx.cancel.cancelled() => return Err(ToolError::new(codes::E_CANCELLED, "the request was cancelled")),
             };
             let status = response.status().as_u16();
@@ -274,7 +274,7 @@ impl Tool for Http {
         let mut bytes = Vec::new();
         loop {
             let chunk = tokio::select! {
-                chunk = response.chunk() => chunk.map_err(|error| transport_error(&args.url, &error))?,
+                chunk = response.chunk() => chunk.map_err(|error| transport_error(&args.url, error))?,
                 () = ctx.cancel.cancelled() => return Err(ToolError::new(codes::E_CANCELLED, "the request was cancelled")),
             };
             let Some(chunk) = chunk else { break };
@@ -321,7 +321,11 @@ fn check_scheme(url: &reqwest::Url) -> Result<(), ToolError> {
     }
 }
 
-fn transport_error(url: &str, error: &reqwest::Error) -> ToolError {
+/// The error of a request to `url`, named by the url as the plan wrote it: reqwest's own copy
+/// is normalised (a lowercased host, in punycode; a percent-encoded path), which a user would
+/// not recognise and which hides a secret from all but the redactor's widest search.
+fn transport_error(url: &str, error: reqwest::Error) -> ToolError {
+    let error = error.without_url();
     if error.is_builder() {
         // The request could not even be built (a bad header, say): retrying cannot help.
         return ToolError::invalid_args(format!("{url}: {error}"));
@@ -330,7 +334,7 @@ fn transport_error(url: &str, error: &reqwest::Error) -> ToolError {
         return ToolError::retryable(codes::E_TIMEOUT, format!("{url}: the request timed out"));
     }
     // reqwest's Display stops at the outermost cause; the innermost says what really failed.
-    let mut cause: &dyn std::error::Error = error;
+    let mut cause: &dyn std::error::Error = &error;
     while let Some(inner) = cause.source() {
         cause = inner;
     }
