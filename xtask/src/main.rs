@@ -8,7 +8,7 @@
 //!   prints a table and writes `target/bench/summary.json`.
 //! - `bench peer`: the same plans through the Python peer (mcp-cli 0.20.1, installed into
 //!   `target/peer-venv`) and the release binary, alternating, in one run; prints each ratio.
-//! - `fuzz [--inputs N] [--seed S]`: the loader's fuzz harness (crates/plan-fuzz) in release
+//! - `fuzz [--inputs N] [--seed S]`: the loader's fuzz harness (xtask/fuzz) in release
 //!   mode: mutated and generated plans through loading, validation, diagnostics and dry run;
 //!   failing inputs are saved in `target/fuzz`. The tests run a short pass.
 //! - `prepare-mcp`: installs the real MCP servers the tests drive (npm and PyPI packages, at
