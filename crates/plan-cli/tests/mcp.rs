@@ -6,21 +6,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Lab, free_port, path_str, record};
+use common::{Lab, free_port, path_str, record, servers_dir};
 use predicates::prelude::*;
 use serde_json::{Value, json};
-
-fn servers_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-servers");
-    assert!(
-        dir.join("installed.txt").exists(),
-        "the MCP servers are not installed: run `cargo xtask prepare-mcp` (`cargo xtask test` does it)"
-    );
-    dir
-}
 
 /// A lab whose `.plan/mcp.json` names the three servers; the filesystem server may use the
 /// lab's directory only.

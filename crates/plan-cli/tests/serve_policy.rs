@@ -12,13 +12,7 @@ mod common;
 use common::{Lab, path_str};
 
 fn python() -> PathBuf {
-    let python =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-servers/venv/bin/python");
-    assert!(
-        python.exists(),
-        "the Python MCP SDK is not installed: run `cargo xtask prepare-mcp` (`cargo xtask test` does it)"
-    );
-    python
+    common::servers_dir().join("venv/bin/python")
 }
 
 /// Calls the server's tools in order, each `[tool, args]`, and prints one JSON answer per

@@ -98,3 +98,14 @@ pub(crate) fn record<'a>(report: &'a Value, id: &str) -> &'a Value {
         .find(|r| r["step_id"] == id)
         .unwrap_or_else(|| panic!("no record {id} in {report}"))
 }
+
+/// Where `cargo xtask prepare-mcp` installed the MCP servers and the Python MCP SDK; a test
+/// that needs them fails when they are missing.
+pub(crate) fn servers_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-servers");
+    assert!(
+        dir.join("installed.txt").exists(),
+        "the MCP servers are not installed: run `cargo xtask prepare-mcp` (`cargo xtask test` does it)"
+    );
+    dir
+}
