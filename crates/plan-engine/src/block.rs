@@ -449,11 +449,14 @@ fn recovery_key(node_path: &str, recoveries: u32) -> String {
 
 /// A top-level node run of a block that finished and was followed by a transition: its
 /// records (the node's, and a nested block's nodes'), and where the block now stands. The
-/// scheduler commits both, so a block interrupted later goes on from there.
+/// scheduler commits both, so a block interrupted later goes on from there, and then says so
+/// on `committed`: the next node depends on this one, so it starts only once this one is
+/// durable (a node is never run again after its result was seen).
 pub(crate) struct NodeDone {
     pub(crate) step: usize,
     pub(crate) records: Vec<Record>,
     pub(crate) checkpoint: Value,
+    pub(crate) committed: tokio::sync::oneshot::Sender<()>,
 }
 
 /// One run of a block step: what it reads, and the node records it makes.
@@ -661,12 +664,27 @@ impl BlockRun {
             {
                 let at = checkpoint(block, (current, steps), &visits, &results, 0, None, None);
                 // The records move to the scheduler, which keeps them from now on.
+                let (committed, durable) = tokio::sync::oneshot::channel();
                 let done = NodeDone {
                     step: *step,
                     records: std::mem::take(&mut self.records),
                     checkpoint: serde_json::to_value(&*at).unwrap_or(Value::Null),
+                    committed,
                 };
-                let _ = progress.send(done);
+                let stopped = progress.send(done).is_err()
+                    || tokio::select! {
+                        answer = durable => answer.is_err(),
+                        () = self.context.cancel.cancelled() => true,
+                    };
+                if stopped {
+                    // The ledger failed or the run is stopping: the next node must not start
+                    // on a result that may not be kept.
+                    return Err(reason(
+                        codes::E_CANCELLED,
+                        format!("the run stopped after node `{name}`"),
+                        json!({"node": name}),
+                    ));
+                }
             }
         }
     }

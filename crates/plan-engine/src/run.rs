@@ -254,6 +254,8 @@ struct Scheduler<'p> {
     pending_checkpoints: BTreeMap<String, Value>,
     /// Running blocks report finished node runs here, when there is a journal.
     block_progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
+    /// Blocks waiting for a reported node to be durable, with the batch that holds it.
+    node_waiters: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     guard: Option<Arc<Guard>>,
     jitter_seed: Option<u64>,
     /// With `fail_fast`: the first step (or item) that failed. Nothing starts after it.
@@ -309,6 +311,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         checkpoints: HashMap::new(),
         pending_checkpoints: BTreeMap::new(),
         block_progress: None,
+        node_waiters: Vec::new(),
         guard: program
             .guards
             .clone()
@@ -372,9 +375,6 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
 
     let mut failure: Option<String> = None;
     let mut running: JoinSet<Finished> = JoinSet::new();
-    // When reported block progress is due to be committed, and when it last was.
-    let mut commit_due: Option<tokio::time::Instant> = None;
-    let mut last_progress_commit: Option<tokio::time::Instant> = None;
     // Task id → work, to fail the right step or item if a tool panics.
     let mut tasks: HashMap<tokio::task::Id, (usize, Option<usize>)> = HashMap::new();
     loop {
@@ -438,11 +438,13 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                         failure.get_or_insert(error.0);
                         halt.cancel();
                         durable = None;
+                        scheduler.node_waiters.clear();
                     }
                     _ => {
                         failure.get_or_insert_with(|| "the ledger writer stopped".to_owned());
                         halt.cancel();
                         durable = None;
+                        scheduler.node_waiters.clear();
                     }
                 }
                 continue;
@@ -452,21 +454,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 while let Ok(done) = progress.try_recv() {
                     scheduler.node_done(done);
                 }
-                // Committed at once, unless a progress commit was made less than
-                // PROGRESS_COMMIT_EVERY ago: a fast block loop reports thousands of nodes a
-                // second, and their commits are then grouped.
-                let now = tokio::time::Instant::now();
-                if last_progress_commit.is_some_and(|at| now < at + PROGRESS_COMMIT_EVERY) {
-                    commit_due.get_or_insert(now + PROGRESS_COMMIT_EVERY);
-                } else {
-                    last_progress_commit = Some(now);
-                    scheduler.flush_block_progress();
-                }
-                continue;
-            }
-            () = tokio::time::sleep_until(commit_due.unwrap_or_else(tokio::time::Instant::now)), if commit_due.is_some() => {
-                commit_due = None;
-                last_progress_commit = Some(tokio::time::Instant::now());
+                // Each reporting block waits for this commit before its next node.
                 scheduler.flush_block_progress();
                 continue;
             }
@@ -645,6 +633,13 @@ impl Scheduler<'_> {
             return;
         }
         self.durable = upto;
+        let (durable, waiting) = std::mem::take(&mut self.node_waiters)
+            .into_iter()
+            .partition(|(batch, _)| *batch <= upto);
+        self.node_waiters = waiting;
+        for (_, block) in durable {
+            let _ = block.send(());
+        }
         let held = std::mem::take(&mut self.held);
         for work in held {
             if self.needs(work.step) <= upto {
@@ -667,9 +662,8 @@ impl Scheduler<'_> {
         }
     }
 
-    /// Sends what running blocks reported, and under `Durability::Sync` commits it before
-    /// going on: a block's next node does not wait for its last one's commit (a block loop
-    /// would crawl), so its finished nodes are made durable as soon as they are reported.
+    /// Sends what running blocks reported, and under `Durability::Sync` commits it at once:
+    /// each of those blocks waits for the commit before it starts its next node.
     fn flush_block_progress(&mut self) {
         self.flush();
         if self.durable != u64::MAX && self.writer.is_some() {
@@ -966,9 +960,20 @@ impl Scheduler<'_> {
             step,
             records,
             checkpoint,
+            committed,
         } = done;
         if self.steps[step].record.is_some() {
             return;
+        }
+        match &self.writer {
+            // Durable once the batch now being gathered is committed.
+            Some(writer) if self.durable != u64::MAX => {
+                self.node_waiters.push((writer.next_batch(), committed));
+            }
+            // Nothing to wait for: no journal, or a durability that does not wait.
+            _ => {
+                let _ = committed.send(());
+            }
         }
         let nested = self.nested.entry(step).or_default();
         for record in records {
@@ -1691,9 +1696,6 @@ async fn execute_block(call: BlockCall) -> Finished {
         waiting,
     }
 }
-
-/// How long reported block progress may wait for its commit.
-const PROGRESS_COMMIT_EVERY: Duration = Duration::from_millis(10);
 
 /// `["a","b"]`: execute_plan's form of a list of ids inside a reason.
 fn json_list(ids: &[&str]) -> String {

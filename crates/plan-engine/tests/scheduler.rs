@@ -939,6 +939,30 @@ async fn a_result_is_committed_before_any_dependent_starts() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_block_node_starts_only_once_the_node_before_it_is_committed() {
+    let node = || json!({"tool": "probe", "args": {"ms": 5}});
+    let plan = json!({"steps": [{"id": "review", "block": {
+        "entry_point": "a",
+        "nodes": {"a": node(), "b": node(), "c": node()},
+        "transitions": {"a": "b", "b": "c"}
+    }}]});
+    let run = JournalRun::new(plan, MemoryJournal::default());
+    let report = run.run(|_| {}).await.unwrap();
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    let seen = run.seen.lock().unwrap().clone();
+    let called: Vec<&str> = seen.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(called, ["review/a#1", "review/b#1", "review/c#1"]);
+    for (i, (id, committed)) in seen.iter().enumerate() {
+        for (before, _) in &seen[..i] {
+            assert!(
+                committed.contains(before),
+                "{id} started before {before} was committed (committed: {committed:?})"
+            );
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_resumed_run_skips_what_settled_and_ends_with_the_same_records() {
     let plan = json!({"steps": [
         probe("a", &[]),
