@@ -148,9 +148,13 @@ pub(crate) struct ServeArgs {
 pub(crate) struct PlanArgs {
     /// The plan file (.json, .yaml or .yml), the id of a stored plan, or `-` for JSON on stdin
     pub(crate) plan: PathBuf,
-    /// Set a variable (the value is parsed as JSON when it parses, else taken as a string)
+    /// Set a variable to a string (read as JSON only where the plan's default for NAME is a
+    /// number, boolean, list or object)
     #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
-    pub(crate) vars: Vec<(String, serde_json::Value)>,
+    pub(crate) vars: Vec<(String, String)>,
+    /// Set a variable to a JSON value (`--var-json n=3`, `--var-json 'tags=["a","b"]'`)
+    #[arg(long = "var-json", value_name = "NAME=JSON", value_parser = parse_json_var)]
+    pub(crate) json_vars: Vec<(String, serde_json::Value)>,
     /// Read variables from a JSON or YAML object; `--var` wins over it, it wins over the plan
     #[arg(long = "vars", value_name = "FILE")]
     pub(crate) vars_file: Option<PathBuf>,
@@ -383,16 +387,21 @@ pub(crate) enum StateCommand {
     },
 }
 
-fn parse_var(text: &str) -> Result<(String, serde_json::Value), String> {
+fn parse_var(text: &str) -> Result<(String, String), String> {
     let Some((name, value)) = text.split_once('=') else {
         return Err(format!("expected NAME=VALUE, got `{text}`"));
     };
     if name.is_empty() {
         return Err("the variable name is empty".to_owned());
     }
-    let value =
-        serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
-    Ok((name.to_owned(), value))
+    Ok((name.to_owned(), value.to_owned()))
+}
+
+fn parse_json_var(text: &str) -> Result<(String, serde_json::Value), String> {
+    let (name, value) = parse_var(text)?;
+    let value = plan_types::json::from_str(&value)
+        .map_err(|error| format!("`{value}` is not JSON ({error}); for a string, use --var"))?;
+    Ok((name, value))
 }
 
 fn parse_age(text: &str) -> Result<std::time::Duration, String> {
@@ -405,20 +414,28 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn var_values_are_json_when_they_parse() {
-        assert_eq!(super::parse_var("n=3"), Ok(("n".into(), json!(3))));
-        assert_eq!(
-            super::parse_var("o={\"a\":[1]}"),
-            Ok(("o".into(), json!({"a": [1]})))
+    fn var_values_are_kept_as_text() {
+        let var = |text| super::parse_var(text);
+        assert_eq!(var("version=1.10"), Ok(("version".into(), "1.10".into())));
+        assert_eq!(var("n=3"), Ok(("n".into(), "3".into())));
+        assert_eq!(var("s=hello world"), Ok(("s".into(), "hello world".into())));
+        assert_eq!(var("e="), Ok(("e".into(), String::new())));
+        assert_eq!(var("eq=a=b"), Ok(("eq".into(), "a=b".into())));
+        assert!(var("novalue").is_err());
+        assert!(var("=3").is_err());
+    }
+
+    #[test]
+    fn json_vars_must_be_json() {
+        let var = |text| super::parse_json_var(text);
+        assert_eq!(var("n=3"), Ok(("n".into(), json!(3))));
+        assert_eq!(var("o={\"a\":[1]}"), Ok(("o".into(), json!({"a": [1]}))));
+        assert_eq!(var("s=\"1.10\""), Ok(("s".into(), json!("1.10"))));
+        let error = var("s=hello").unwrap_err();
+        assert!(
+            error.contains("not JSON") && error.contains("--var"),
+            "{error}"
         );
-        assert_eq!(
-            super::parse_var("s=hello world"),
-            Ok(("s".into(), json!("hello world")))
-        );
-        assert_eq!(super::parse_var("e="), Ok(("e".into(), json!(""))));
-        assert_eq!(super::parse_var("eq=a=b"), Ok(("eq".into(), json!("a=b"))));
-        assert!(super::parse_var("novalue").is_err());
-        assert!(super::parse_var("=3").is_err());
     }
 
     #[test]

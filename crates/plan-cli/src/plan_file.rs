@@ -20,7 +20,7 @@ pub(crate) struct Ready {
     pub(crate) program: Program,
     /// JSON or YAML: kept with a run so `resume` reads the plan as it was.
     pub(crate) format: Format,
-    /// `--vars FILE` overlaid with `--var`.
+    /// The plan's variables as given: `--vars FILE` overlaid with `--var` and `--var-json`.
     pub(crate) inputs: Map<String, Value>,
     /// Values of the environment variables the plan lists under `env:` (unset ones left out).
     pub(crate) env: BTreeMap<String, String>,
@@ -63,9 +63,97 @@ pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Forma
     }
 }
 
-/// `--vars FILE`, then `--var` over it.
-pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Map<String, Value>, Failure> {
-    let mut inputs = Map::new();
+/// The variables a run is given, before the plan says how `--var` text is read.
+#[derive(Debug, Default)]
+pub(crate) struct Inputs {
+    /// Typed values: `--vars FILE` overlaid with `--var-json`, a stored run's, or an MCP
+    /// client's.
+    pub(crate) typed: Map<String, Value>,
+    /// `--var NAME=TEXT`: a string, unless the plan's default for NAME is a number, a
+    /// boolean, a list or an object; then TEXT is read as JSON.
+    pub(crate) text: Vec<(String, String)>,
+    /// Given on the command line: names the plan neither defines nor reads are warned of
+    /// (a stored run's or an MCP client's are not: they were checked before, or are the
+    /// client's business).
+    pub(crate) check_names: bool,
+}
+
+impl From<Map<String, Value>> for Inputs {
+    fn from(typed: Map<String, Value>) -> Self {
+        Inputs {
+            typed,
+            text: Vec::new(),
+            check_names: false,
+        }
+    }
+}
+
+impl Inputs {
+    /// Every name given.
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.typed.keys().cloned().collect();
+        names.extend(self.text.iter().map(|(name, _)| name.clone()));
+        names
+    }
+
+    /// The values, typed by the plan's defaults; warns of names the plan neither defines nor
+    /// reads (a typo would otherwise go unnoticed until a step reads the default).
+    fn resolve(self, plan: &plan_graph::Plan) -> Result<Map<String, Value>, Failure> {
+        let Inputs {
+            mut typed,
+            text,
+            check_names,
+        } = self;
+        if check_names {
+            let mut known: Vec<String> = plan.variables.keys().cloned().collect();
+            known.extend(plan_graph::variables_read(plan));
+            let given = typed.keys().chain(text.iter().map(|(name, _)| name));
+            for name in given {
+                if known.contains(name) {
+                    continue;
+                }
+                let hint = plan_graph::closest(name, &known)
+                    .map(|near| format!(" (did you mean `{near}`?)"))
+                    .unwrap_or_default();
+                eprintln!(
+                    "warning: variable `{name}` is given, but the plan neither defines nor reads it{hint}"
+                );
+            }
+        }
+        for (name, text) in text {
+            let value = match plan.variables.get(&name) {
+                Some(default) if !default.is_string() && !default.is_null() => {
+                    serde_json::from_str(&text).map_err(|_| {
+                        Failure::input(format!(
+                            "--var {name}={text}: the plan's default for `{name}` is {} ({default}), so the value is read as JSON, and `{text}` is not JSON; \
+                             quote a string as --var-json '{name}=\"{text}\"'",
+                            json_kind(default),
+                        ))
+                    })?
+                }
+                _ => Value::String(text),
+            };
+            typed.insert(name, value);
+        }
+        Ok(typed)
+    }
+}
+
+/// "a number", "a list", …: what a JSON value is, for messages.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// `--vars FILE`, then `--var` and `--var-json` over it.
+pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Inputs, Failure> {
+    let mut typed = Map::new();
     if let Some(path) = &args.vars_file {
         let text = std::fs::read_to_string(path).map_err(|error| {
             Failure::input(format!(
@@ -75,7 +163,7 @@ pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Map<String, Value>, Failure
         })?;
         let source = Source::new(path.display().to_string(), text);
         match load_variables(source, Format::from_path(path)) {
-            Ok(variables) => inputs = variables,
+            Ok(variables) => typed = variables,
             Err(invalid) => {
                 report(&invalid.plan_source, &invalid.issues);
                 return Err(Failure::input(format!(
@@ -85,8 +173,20 @@ pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Map<String, Value>, Failure
             }
         }
     }
-    inputs.extend(args.vars.iter().cloned());
-    Ok(inputs)
+    for (name, _) in &args.vars {
+        if args.json_vars.iter().any(|(other, _)| other == name) {
+            return Err(Failure::input(format!(
+                "variable `{name}` is given by both --var and --var-json; give it once"
+            )));
+        }
+        typed.remove(name);
+    }
+    typed.extend(args.json_vars.iter().cloned());
+    Ok(Inputs {
+        typed,
+        text: args.vars.clone(),
+        check_names: true,
+    })
 }
 
 /// Loads, validates and compiles the plan `args` names; prints warnings; every error becomes
@@ -117,10 +217,10 @@ pub(crate) fn prepare_source(
     source: Source,
     format: Format,
     fallback_id: String,
-    inputs: Map<String, Value>,
+    inputs: Inputs,
     toolbox: &Toolbox,
 ) -> Result<Ready, Failure> {
-    let provided_variables: Vec<String> = inputs.keys().cloned().collect();
+    let provided_variables = inputs.names();
     // With MCP servers configured, a first reading finds the tools the plan names, so that
     // only their servers start. If it fails, the full reading below reports why, without
     // checking tools.
@@ -153,6 +253,7 @@ pub(crate) fn prepare_source(
             ));
         }
     };
+    let inputs = inputs.resolve(&loaded.plan)?;
     let id = loaded.plan.id.clone().unwrap_or(fallback_id);
     match Program::compile(&loaded.plan, &id, registry) {
         Ok(program) => {

@@ -151,27 +151,94 @@ fn a_plan_can_come_from_stdin() {
 }
 
 #[test]
-fn vars_override_plan_variables_and_parse_as_json() {
+fn var_values_are_strings_unless_the_plan_default_is_not() {
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(
         dir.path(),
         "vars.json",
-        &json!({"variables": {"n": 1, "who": "plan"}, "steps": [{"id": "a", "tool": "echo", "args": {"n": "${n}", "who": "${who}", "extra": "${extra}"}}]}),
+        &json!({"variables": {"n": 1, "flags": [], "version": "1.0", "who": "plan"}, "steps": [{"id": "a", "tool": "echo", "args": {
+            "n": "${n}", "flags": "${flags}", "version": "${version}", "who": "${who}", "extra": "${extra}", "typed": "${typed}"
+        }}]}),
     );
     let (code, report) = run_json(&[
         plan.to_str().unwrap(),
         "--var",
         "n=41",
         "--var",
-        "who=the cli",
+        "flags=[\"-v\"]",
         "--var",
-        "extra=[1,2]",
+        "version=1.10",
+        "--var",
+        "who=10",
+        "--var",
+        "extra=1e3",
+        "--var-json",
+        "typed={\"a\": [1, 2]}",
     ]);
-    assert_eq!(code, 0);
+    assert_eq!(code, 0, "{report}");
     assert_eq!(
         report["records"][0]["result"],
-        json!({"n": 41, "who": "the cli", "extra": [1, 2]})
+        json!({"n": 41, "flags": ["-v"], "version": "1.10", "who": "10", "extra": "1e3", "typed": {"a": [1, 2]}})
     );
+}
+
+#[test]
+fn bad_var_values_and_unknown_names_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "vars.json",
+        &json!({"variables": {"count": 1, "version": "1.0"}, "steps": [{"id": "a", "tool": "echo", "args": {"c": "${count}", "v": "${version}"}}]}),
+    );
+    let plan = plan.to_str().unwrap();
+    // A number default: the text must be JSON.
+    let output = plan_cli()
+        .args(["run", plan, "--var", "count=many"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the plan's default for `count` is a number (1)")
+            && stderr.contains("`many` is not JSON"),
+        "{stderr}"
+    );
+    // --var-json must be JSON.
+    let output = plan_cli()
+        .args(["run", plan, "--var-json", "version=1.x"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("`1.x` is not JSON"), "{stderr}");
+    // One name, two flags.
+    let output = plan_cli()
+        .args(["run", plan, "--var", "version=2", "--var-json", "version=2"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("given by both --var and --var-json"),
+        "{stderr}"
+    );
+    // A typo runs, with a warning naming the nearest variable.
+    let output = plan_cli()
+        .args(["run", plan, "--var", "verison=2", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("warning: variable `verison` is given, but the plan neither defines nor reads it (did you mean `version`?)"),
+        "{stderr}"
+    );
+    // A name the plan reads without a default is not warned of.
+    let output = plan_cli()
+        .args(["run", plan, "--var", "version=2", "--json"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("warning"));
 }
 
 #[test]

@@ -31,7 +31,7 @@ pub use condition::{
 pub use dag::Dependencies;
 pub use issue::{Issue, Location, PlanDiagnostic, Severity, Source};
 pub use load::{
-    Format, InvalidPlan, LoadOptions, LoadedPlan, MAX_PLAN_BYTES, load, load_variables,
+    Format, InvalidPlan, LoadOptions, LoadedPlan, MAX_PLAN_BYTES, closest, load, load_variables,
 };
 pub use model::{
     Block, Branch, Expand, Guards, Jitter, Mode, Node, OnFailure, Plan, RetryPolicy, Risk, RunIf,
@@ -39,4 +39,4 @@ pub use model::{
 };
 pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
 pub use source::{PathSegment, PlanPath, SourceMap};
-pub use validate::{is_item_of, unknown_tool};
+pub use validate::{is_item_of, unknown_tool, variables_read};

@@ -306,8 +306,8 @@ fn expected_names(message: &str) -> Vec<String> {
         .collect()
 }
 
-/// The candidate nearest to `name`, if it is near enough to be a typo.
-pub(crate) fn closest<'c>(name: &str, candidates: &'c [String]) -> Option<&'c str> {
+/// The candidate nearest to `name`, if it is near enough to be a typo (for "did you mean").
+pub fn closest<'c>(name: &str, candidates: &'c [String]) -> Option<&'c str> {
     candidates
         .iter()
         .map(|c| (strsim::levenshtein(name, c), c.as_str()))

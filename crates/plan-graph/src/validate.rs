@@ -531,6 +531,22 @@ fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
         .join(", ")
 }
 
+/// The names of the variables a plan reads anywhere (placeholders in arguments, `expand_on`,
+/// `expand_key`, block nodes, and `vars.NAME` in conditions), whether or not it defines them.
+pub fn variables_read(plan: &Plan) -> std::collections::BTreeSet<String> {
+    let mut ignored = Vec::new();
+    plan.steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, step)| placeholders_of(step, i, &mut ignored))
+        .flatten()
+        .filter_map(|(placeholder, _, _)| match placeholder.root {
+            Root::Var(name) => Some(name),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether `id` has the shape of an item of map step `step`: `STEP-N` or `STEP[KEY]`.
 pub fn is_item_of(id: &str, step: &str) -> bool {
     id.strip_prefix(step).is_some_and(|rest| {

@@ -578,3 +578,18 @@ fn yaml_is_read_as_yaml_1_2_not_1_1() {
         json!({"b": "y", "c": "on", "d": "no", "e": "yes", "t": true, "n": "012", "o": 12, "u": "1_000", "i": 12})
     );
 }
+
+#[test]
+fn variables_read_lists_every_name_a_plan_reads() {
+    let plan = plan(
+        r#"{"variables": {"unused": 1}, "steps": [
+            {"id": "a", "tool": "echo", "args": {"x": "${version}", "y": ["$var.flags"], "h": "$${HOME}"}},
+            {"id": "m", "tool": "echo", "expand_on": "${files}", "args": {"f": "$each"}},
+            {"id": "w", "tool": "echo", "when": "vars.deploy == true"},
+            {"id": "b", "block": {"entry_point": "n", "nodes": {"n": {"tool": "echo", "args": {"t": "${target}"}}}}}
+        ]}"#,
+        Format::Json,
+    );
+    let read: Vec<String> = plan_graph::variables_read(&plan).into_iter().collect();
+    assert_eq!(read, ["deploy", "files", "flags", "target", "version"]);
+}

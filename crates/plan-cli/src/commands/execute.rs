@@ -166,7 +166,7 @@ pub(crate) fn continue_run(
         from.source.clone(),
         from.format,
         from.row.plan_id.clone(),
-        from.row.inputs.clone(),
+        from.row.inputs.clone().into(),
         toolbox,
     )?;
     let run_id = from.row.run_id.clone();

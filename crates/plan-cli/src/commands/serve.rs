@@ -373,7 +373,7 @@ impl PlanServer {
             Source::new(name, text),
             format,
             "mcp-plan".to_owned(),
-            inputs,
+            inputs.into(),
             &self.toolbox,
         )?;
         self.check_plan(&ready.loaded.plan)?;
