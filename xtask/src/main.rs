@@ -81,7 +81,8 @@ fn cargo(root: &Path, args: &[&str]) -> Result<()> {
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     // The MCP tests drive real servers, installed in target/mcp-servers.
     prepare_mcp_servers(root)?;
-    let mut args = vec!["test", "--workspace", "--all-targets"];
+    // Every test binary runs even after one fails, so one run shows every failure.
+    let mut args = vec!["test", "--workspace", "--all-targets", "--no-fail-fast"];
     args.extend(extra.iter().map(String::as_str));
     let mut totals = Totals::default();
     let all_targets = cargo_test(root, &args, &mut totals);

@@ -215,9 +215,15 @@ pub(crate) fn waiting(report: &RunReport) -> String {
 /// What `--dry-run` prints without `--json`.
 pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
     let plural = if calls.len() == 1 { "" } else { "s" };
+    let failing = calls.iter().filter(|call| call.error.is_some()).count();
     let mut out = format!(
-        "dry run of `{plan_id}`: {} call{plural}, none made\n",
-        calls.len()
+        "dry run of `{plan_id}`: {} call{plural}, none made{}\n",
+        calls.len(),
+        if failing == 0 {
+            String::new()
+        } else {
+            format!("; {failing} would fail")
+        }
     );
     for call in calls {
         let after = if call.depends_on.is_empty() {

@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Read};
 use std::path::Path;
 
 use plan_engine::Program;
-use plan_graph::{Format, Issue, LoadOptions, LoadedPlan, Source, load, load_variables};
+use plan_graph::{Format, Issue, LoadOptions, LoadedPlan, Severity, Source, load, load_variables};
 use serde_json::{Map, Value};
 
 use crate::cli::PlanArgs;
@@ -195,10 +195,18 @@ pub(crate) fn prepare(
     args: &PlanArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
+    arguments: Severity,
 ) -> Result<Ready, Failure> {
     let inputs = read_inputs(args)?;
     let (source, format) = read_source(&args.plan, ledger)?;
-    prepare_source(source, format, default_plan_id(&args.plan), inputs, toolbox)
+    prepare_source(
+        source,
+        format,
+        default_plan_id(&args.plan),
+        inputs,
+        toolbox,
+        arguments,
+    )
 }
 
 /// The plan id used when a plan has none: the file name without extension (`stdin` for `-`).
@@ -212,13 +220,16 @@ pub(crate) fn default_plan_id(path: &Path) -> String {
     )
 }
 
-/// Loads, validates and compiles plan text.
+/// Loads, validates and compiles plan text. Arguments that break their tool's schema before
+/// the run (see `Program::check_arguments`) are `arguments`: errors for `validate`, warnings
+/// where the run is to go on (each such call then fails with E_ARGS_INVALID).
 pub(crate) fn prepare_source(
     source: Source,
     format: Format,
     fallback_id: String,
     inputs: Inputs,
     toolbox: &Toolbox,
+    arguments: Severity,
 ) -> Result<Ready, Failure> {
     let provided_variables = inputs.names();
     // With MCP servers configured, a first reading finds the tools the plan names, so that
@@ -255,7 +266,22 @@ pub(crate) fn prepare_source(
     };
     let inputs = inputs.resolve(&loaded.plan)?;
     let id = loaded.plan.id.clone().unwrap_or(fallback_id);
-    match Program::compile(&loaded.plan, &id, registry) {
+    let mut loaded = loaded;
+    let compiled = Program::compile(&loaded.plan, &id, registry).and_then(|program| {
+        // Arguments that break their tool's schema with what is known before the run.
+        let mut problems = program.check_arguments(&inputs);
+        match arguments {
+            Severity::Error if !problems.is_empty() => Err(problems),
+            _ => {
+                for problem in &mut problems {
+                    problem.severity = Severity::Warning;
+                }
+                loaded.warnings.extend(problems);
+                Ok(program)
+            }
+        }
+    });
+    match compiled {
         Ok(program) => {
             report(&loaded.source, &loaded.warnings);
             // Only the variables the plan lists are read, and only here: the engine reads no
@@ -267,7 +293,6 @@ pub(crate) fn prepare_source(
                 .collect();
             // The program holds its own copy of the variables; the plan's is not needed again
             // (a large list would otherwise be held twice for the whole run).
-            let mut loaded = loaded;
             loaded.plan.variables = Map::new();
             Ok(Ready {
                 loaded,

@@ -585,3 +585,87 @@ fn control_characters_from_a_plan_never_reach_the_terminal_raw() {
     );
     assert!(stdout.contains("a\\u{1b}[2J\\u{7}"), "{stdout}");
 }
+
+#[test]
+fn validate_checks_arguments_against_the_tools_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("p.yaml"),
+        "variables: {wait: soon}\nsteps:\n  - id: list\n    tool: exec\n    args: {cmd: \"ls -la\"}\n  - id: get\n    tool: http\n    args: {uri: \"http://127.0.0.1:9/\"}\n  - id: nap\n    tool: sleep\n    args: {ms: \"${wait}\"}\n",
+    )
+    .unwrap();
+    let plan = dir.path().join("p.yaml");
+    let plan = plan.to_str().unwrap();
+    let output = plan_cli().args(["validate", plan]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "× `exec` needs the argument `argv`",
+        "× `exec` has no argument `cmd`",
+        "p.yaml:5:12]",
+        "× `http` needs the argument `url`",
+        "× `http` has no argument `uri`",
+        "did you mean `url`?",
+        "/ms: \"soon\" is not of type \"integer\"",
+        "p.yaml:11:16]",
+        "is not a valid plan (5 errors)",
+    ] {
+        assert!(stderr.contains(expected), "{expected}\n{stderr}");
+    }
+    // A variable given with the right type fixes that one (`--var wait=5` would be the string
+    // "5": the plan's default is a string).
+    let output = plan_cli()
+        .args(["validate", plan, "--var-json", "wait=5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("(4 errors)") && !stderr.contains("soon"),
+        "{stderr}"
+    );
+
+    // `run` warns of the same and goes on: each call fails with E_ARGS_INVALID, as before.
+    let output = plan_cli().args(["run", plan, "--json"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("⚠ `exec` needs the argument `argv`"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["records"][0]["error"]["code"], "E_ARGS_INVALID");
+
+    // A dry run that finds a call that would fail exits 1; one that does not, 0.
+    let output = plan_cli()
+        .args(["run", plan, "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.starts_with("dry run of `p`: 3 calls, none made; 3 would fail\n"),
+        "{stdout}"
+    );
+    let fine = write_plan(
+        dir.path(),
+        "fine.json",
+        &json!({"steps": [
+            {"id": "a", "tool": "echo", "args": {"ms": 5}, "result_variable": "a"},
+            {"id": "b", "tool": "sleep", "args": {"ms": "${a.ms}"}, "depends_on": ["a"]}
+        ]}),
+    );
+    let output = plan_cli()
+        .args(["run", fine.to_str().unwrap(), "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "a value only the run gives is not blamed: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    plan_cli()
+        .args(["validate", fine.to_str().unwrap()])
+        .assert()
+        .success();
+}

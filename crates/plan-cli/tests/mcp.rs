@@ -526,3 +526,28 @@ fn a_streamable_http_server_with_headers_from_the_environment() {
             "server `remote`: `${env.PLAN_TEST_TOKEN}` is not set in the environment",
         ));
 }
+
+#[test]
+fn validate_checks_arguments_against_an_mcp_tools_schema() {
+    let lab = mcp_lab();
+    let plan = lab.write(
+        "check.json",
+        &json!({"steps": [
+            {"id": "ok", "tool": "fs.read_text_file", "args": {"path": "notes.txt"}},
+            {"id": "bad", "tool": "fs.read_text_file", "args": {"file": "notes.txt"}}
+        ]}),
+    );
+    let output = lab
+        .cli()
+        .args(["validate", path_str(&plan)])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("`fs.read_text_file` needs the argument `path`")
+            && stderr.contains("takes: path (required), tail, head")
+            && stderr.contains("is not a valid plan (1 error)"),
+        "{stderr}"
+    );
+}

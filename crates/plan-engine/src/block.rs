@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plan_graph::{Block, OnFailure, RetryPolicy, Risk, Transition};
+use plan_graph::{Block, Issue, OnFailure, PlanPath, RetryPolicy, Risk, Transition};
 use plan_types::{
     Approvals, BlockPhase, BlockState, ErrorCode, Event, EventKind, PendingApproval, Record,
     StepError, Verdict,
@@ -27,6 +27,7 @@ use serde_json::{Map, Value, json};
 use crate::admit::{Admission, Gate, admit, executed_record};
 use crate::call::{CallContext, ToolCall, call_tool, millis};
 use crate::condition::{NodeScope, evaluate};
+use crate::program::argument_issues;
 use crate::schema::{check_schema, compile_schema};
 use crate::tool::{Registry, Tool, codes};
 
@@ -87,6 +88,40 @@ impl CompiledBlock {
             }
         }
         keys
+    }
+}
+
+impl CompiledBlock {
+    /// The schema violations of its nodes' arguments (nested blocks' included) that hold
+    /// whatever the run brings; see [`crate::Program::check_arguments`].
+    pub(crate) fn check_arguments(
+        &self,
+        scope: &Scope<'_>,
+        path: PlanPath,
+        issues: &mut Vec<Issue>,
+    ) {
+        for (name, node) in self.names.iter().zip(&self.nodes) {
+            let at = path.clone().key("nodes").key(name);
+            match node {
+                CompiledNode::Call {
+                    tool,
+                    tool_name,
+                    args,
+                    schema: Some(schema),
+                    ..
+                } => argument_issues(
+                    &**tool,
+                    tool_name,
+                    schema,
+                    args,
+                    scope,
+                    at.key("args"),
+                    issues,
+                ),
+                CompiledNode::Call { schema: None, .. } => {}
+                CompiledNode::Block(block) => block.check_arguments(scope, at.key("block"), issues),
+            }
+        }
     }
 }
 

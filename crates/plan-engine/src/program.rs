@@ -355,6 +355,10 @@ impl Program {
                 _ => None,
             }
         };
+        // The same stand-ins, for checking arguments: a value the run gives is never blamed.
+        let unknown = |placeholder: &Placeholder| {
+            stand_in(placeholder).map(|_| crate::schema::UNKNOWN.to_owned())
+        };
         let mut calls = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
             let depends_on: Vec<String> = self.deps.deps[i]
@@ -390,11 +394,11 @@ impl Program {
             // The step as one call, its items' values standing in (for a map step whose list
             // only a step's result gives, `expand_on` says what it will run over).
             let whole_step = |expand_on: Option<String>| {
-                let scope = Scope {
-                    stand_in: Some(&stand_in),
-                    ..plain
-                };
-                planned(step.id.to_string(), resolve_args(step, &scope), expand_on)
+                planned(
+                    step.id.to_string(),
+                    preview_args(step, plain, &stand_in, &unknown),
+                    expand_on,
+                )
             };
             let Some(expand) = &step.expand else {
                 calls.push(whole_step(None));
@@ -409,11 +413,9 @@ impl Program {
                                 index: Value::from(k),
                                 key: keys.as_ref().map(|keys| &keys[k]),
                             };
-                            let scope = Scope {
-                                stand_in: Some(&stand_in),
-                                ..values.scope(plain)
-                            };
-                            calls.push(planned(id.to_string(), resolve_args(step, &scope), None));
+                            let scope = values.scope(plain);
+                            let args = preview_args(step, scope, &stand_in, &unknown);
+                            calls.push(planned(id.to_string(), args, None));
                         }
                     }
                     Err(error) => calls.push(planned(step.id.to_string(), Err(error), None)),
@@ -425,6 +427,47 @@ impl Program {
             }
         }
         calls
+    }
+
+    /// Arguments that break their tool's schema whatever the run brings, found before it
+    /// starts (`validate`, and a warning from `run`): steps' and block nodes' arguments are
+    /// resolved with what is known — literals, the plan's variables overlaid with `inputs` —
+    /// and a value only the run gives (a step's result, a map item, a block's input or node
+    /// results, the environment) is never blamed. Each issue is at the offending argument.
+    pub fn check_arguments(&self, inputs: &Map<String, Value>) -> Vec<Issue> {
+        let mut vars = self.initial_variables(inputs);
+        // A variable a step binds has its value only once that step ran.
+        vars.retain(|name, _| !self.binders.contains_key(name));
+        let unknown = |_: &Placeholder| Some(crate::schema::UNKNOWN.to_owned());
+        let scope = Scope {
+            vars: Some(&vars),
+            stand_in: Some(&unknown),
+            ..Scope::default()
+        };
+        let mut issues = Vec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            let path = PlanPath::step(i);
+            match &step.action {
+                Action::Tool(tool) => {
+                    if let Some(schema) = &step.schema {
+                        let at = path.key("args");
+                        argument_issues(
+                            &**tool,
+                            &step.tool_name,
+                            schema,
+                            &step.args,
+                            &scope,
+                            at,
+                            &mut issues,
+                        );
+                    }
+                }
+                Action::Block(block) => {
+                    block.check_arguments(&scope, path.key("block"), &mut issues)
+                }
+            }
+        }
+        issues
     }
 
     fn expand_source_is_pending(
@@ -454,6 +497,147 @@ impl<'a> ItemValues<'a> {
             ..base
         }
     }
+}
+
+/// The schema violations of one call's arguments that hold whatever the run brings, as
+/// issues at `path` (the call's `args`): a missing argument at `args`, one the tool does not
+/// take at its key (with the nearest one it does take), others at the value.
+pub(crate) fn argument_issues(
+    tool: &dyn Tool,
+    tool_name: &str,
+    schema: &jsonschema::Validator,
+    args: &ValueTemplate,
+    scope: &Scope<'_>,
+    path: PlanPath,
+    issues: &mut Vec<Issue>,
+) {
+    // With every placeholder standing in, only an out-of-range path can fail to resolve; the
+    // run reports that one.
+    let Ok(args) = args.resolve(scope) else {
+        return;
+    };
+    let violations = crate::schema::known_violations(schema, &args);
+    if violations.is_empty() {
+        return;
+    }
+    let input_schema = tool.info().input_schema;
+    let properties: Vec<String> = input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default();
+    let required: Vec<&str> = input_schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let takes = if properties.is_empty() {
+        format!("`{tool_name}` takes no named arguments")
+    } else {
+        let listed: Vec<String> = properties
+            .iter()
+            .map(|name| {
+                if required.contains(&name.as_str()) {
+                    format!("{name} (required)")
+                } else {
+                    name.clone()
+                }
+            })
+            .collect();
+        format!("`{tool_name}` takes: {}", listed.join(", "))
+    };
+    for violation in violations {
+        let mut at = path.clone();
+        for raw in violation.pointer.split('/').skip(1) {
+            let segment = raw.replace("~1", "/").replace("~0", "~");
+            at = match segment.parse::<usize>() {
+                Ok(index) => at.index(index),
+                Err(_) => at.key(&segment),
+            };
+        }
+        let top = violation.pointer.is_empty();
+        if top && !violation.unexpected.is_empty() {
+            for name in &violation.unexpected {
+                let hint = match plan_graph::closest(name, &properties) {
+                    Some(near) => format!("did you mean `{near}`? {takes}"),
+                    None => takes.clone(),
+                };
+                issues.push(
+                    Issue::error(
+                        "plan::args_invalid",
+                        at.clone().key(name),
+                        format!("`{tool_name}` has no argument `{name}`"),
+                    )
+                    .at_key()
+                    .label("not an argument of this tool")
+                    .help(hint),
+                );
+            }
+            continue;
+        }
+        let (message, label) = match (&violation.missing, top) {
+            (Some(name), true) => (
+                format!("`{tool_name}` needs the argument `{name}`"),
+                format!("no `{name}` here"),
+            ),
+            _ => {
+                let shown = if top { "/" } else { violation.pointer.as_str() };
+                let message = format!(
+                    "the arguments do not match the schema of `{tool_name}`: {shown}: {}",
+                    violation.message
+                );
+                (message, "does not match".to_owned())
+            }
+        };
+        issues.push(
+            Issue::error("plan::args_invalid", at, message)
+                .label(label)
+                .help(format!(
+                    "{takes}; as written, the call fails with E_ARGS_INVALID"
+                )),
+        );
+    }
+}
+
+/// A step's arguments as a preview shows them (`shown` standing in for what the run gives),
+/// failing as the call would: unresolved, or against its tool's schema where the known
+/// values already break it (checked with `unknown` standing in).
+fn preview_args(
+    step: &CompiledStep,
+    scope: Scope<'_>,
+    shown: &plan_vars::StandIn<'_>,
+    unknown: &plan_vars::StandIn<'_>,
+) -> Result<Value, StepError> {
+    let unresolved = |error: plan_vars::ResolveError| StepError {
+        code: codes::E_ARGS_UNRESOLVED,
+        message: error.to_string(),
+        details: None,
+    };
+    let args = step
+        .args
+        .resolve(&Scope {
+            stand_in: Some(shown),
+            ..scope
+        })
+        .map_err(unresolved)?;
+    if let Some(schema) = &step.schema {
+        let checked = step
+            .args
+            .resolve(&Scope {
+                stand_in: Some(unknown),
+                ..scope
+            })
+            .map_err(unresolved)?;
+        let violations = crate::schema::known_violations(schema, &checked);
+        if !violations.is_empty() {
+            let listed = violations.into_iter().map(|v| (v.pointer, v.message));
+            return Err(crate::schema::invalid_args(
+                &step.tool_name,
+                listed.collect(),
+            ));
+        }
+    }
+    Ok(args)
 }
 
 /// Resolves a step's arguments and checks them against its tool's schema.

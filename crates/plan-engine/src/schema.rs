@@ -19,35 +19,94 @@ pub(crate) fn check_schema(
     {
         let mut violations: Vec<(String, String)> = schema
             .iter_errors(&args)
-            .map(|error| {
-                let pointer = error.instance_path().to_string();
-                (
-                    if pointer.is_empty() {
-                        "/".to_owned()
-                    } else {
-                        pointer
-                    },
-                    error.to_string(),
-                )
-            })
+            .map(|error| (error.instance_path().to_string(), error.to_string()))
             .collect();
         violations.sort();
-        let listing: Vec<String> = violations
-            .iter()
-            .map(|(pointer, message)| format!("{pointer}: {message}"))
-            .collect();
-        return Err(StepError {
-            code: codes::E_ARGS_INVALID,
-            message: format!("arguments do not match the schema of `{}`: {}", tool_name, listing.join("; ")),
-            details: Some(Value::Array(
-                violations
-                    .into_iter()
-                    .map(|(pointer, message)| serde_json::json!({"pointer": pointer, "message": message}))
-                    .collect(),
-            )),
-        });
+        return Err(invalid_args(tool_name, violations));
     }
     Ok(args)
+}
+
+/// `E_ARGS_INVALID` listing each violation (JSON pointer, message) in order.
+pub(crate) fn invalid_args(tool_name: &str, violations: Vec<(String, String)>) -> StepError {
+    let violations: Vec<(String, String)> = violations
+        .into_iter()
+        .map(|(pointer, message)| {
+            let pointer = if pointer.is_empty() {
+                "/".to_owned()
+            } else {
+                pointer
+            };
+            (pointer, message)
+        })
+        .collect();
+    let listing: Vec<String> = violations
+        .iter()
+        .map(|(pointer, message)| format!("{pointer}: {message}"))
+        .collect();
+    StepError {
+        code: codes::E_ARGS_INVALID,
+        message: format!(
+            "arguments do not match the schema of `{}`: {}",
+            tool_name,
+            listing.join("; ")
+        ),
+        details: Some(Value::Array(
+            violations
+                .into_iter()
+                .map(|(pointer, message)| serde_json::json!({"pointer": pointer, "message": message}))
+                .collect(),
+        )),
+    }
+}
+
+/// Stands in, when arguments are checked before a run, for a value only the run can give (a
+/// step's result, a map item, a block's input, the environment).
+pub(crate) const UNKNOWN: &str = "\u{1}value known at run time\u{1}";
+
+/// One way arguments break a schema.
+pub(crate) struct Violation {
+    /// JSON pointer to the value (empty for the arguments themselves).
+    pub(crate) pointer: String,
+    pub(crate) message: String,
+    /// A required property missing, or properties the schema does not allow.
+    pub(crate) missing: Option<String>,
+    pub(crate) unexpected: Vec<String>,
+}
+
+/// The schema violations of `args` that hold whatever [`UNKNOWN`] stands for: a violation at
+/// a value holding it is dropped, unless it is about the keys of an object (a property
+/// missing or not allowed), which no value can change.
+pub(crate) fn known_violations(schema: &jsonschema::Validator, args: &Value) -> Vec<Violation> {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    fn holds_unknown(value: &Value) -> bool {
+        match value {
+            Value::String(text) => text.contains(UNKNOWN),
+            Value::Array(items) => items.iter().any(holds_unknown),
+            Value::Object(map) => map.values().any(holds_unknown),
+            _ => false,
+        }
+    }
+    let mut violations: Vec<Violation> = schema
+        .iter_errors(args)
+        .filter_map(|error| {
+            let (missing, unexpected) = match error.kind() {
+                Kind::Required { property } => (property.as_str().map(str::to_owned), Vec::new()),
+                Kind::AdditionalProperties { unexpected } => (None, unexpected.clone()),
+                _ if holds_unknown(error.instance()) => return None,
+                _ => (None, Vec::new()),
+            };
+            Some(Violation {
+                pointer: error.instance_path().to_string(),
+                message: error.to_string(),
+                missing,
+                unexpected,
+            })
+        })
+        .collect();
+    violations.sort_by(|a, b| (&a.pointer, &a.message).cmp(&(&b.pointer, &b.message)));
+    violations.dedup_by(|a, b| a.pointer == b.pointer && a.message == b.message);
+    violations
 }
 
 /// A validator, or none for schemas that accept every object (no need to check).

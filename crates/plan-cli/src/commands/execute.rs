@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plan_engine::Mode;
-use plan_graph::Plan;
+use plan_graph::{Plan, Severity};
 use plan_types::RunReport;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -26,7 +26,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
     {
         toolbox.use_queue(url, &args.execution.queue_name, args.execution.queue_outage)?;
     }
-    let ready = prepare(&args.plan, toolbox, ledger)?;
+    let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
     if args.dry_run || mode == Mode::Preview {
         let calls = ready.program.preview(&ready.inputs, &ready.env);
@@ -54,7 +54,10 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
             text
         };
         print(&text)?;
-        return Ok(0);
+        // A dry run that finds a call that would fail says so in its exit code, as the run
+        // would.
+        let would_fail = args.dry_run && calls.iter().any(|call| call.error.is_some());
+        return Ok(i32::from(would_fail));
     }
     let start = plan_run::Start {
         approve: args.approve.clone(),
@@ -168,6 +171,7 @@ pub(crate) fn continue_run(
         from.row.plan_id.clone(),
         from.row.inputs.clone().into(),
         toolbox,
+        Severity::Warning,
     )?;
     let run_id = from.row.run_id.clone();
     drive(

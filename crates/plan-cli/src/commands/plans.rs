@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::SystemTime;
 
-use plan_graph::Plan;
+use plan_graph::{Plan, Severity};
 use plan_store::StoredPlan;
 
 use super::{pretty, print};
@@ -18,7 +18,7 @@ pub(crate) fn validate(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let ready = prepare(args, toolbox, ledger)?;
+    let ready = prepare(args, toolbox, ledger, Severity::Error)?;
     let warnings = ready.loaded.warnings.len();
     let steps = ready.program.len();
     let mut line = format!(
@@ -42,7 +42,7 @@ pub(crate) fn validate(
 }
 
 pub(crate) fn show(args: &ShowArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
-    let ready = prepare(&args.plan, toolbox, ledger)?;
+    let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
     print(&draw(
         &ready.loaded.plan,
         ready.program.plan_id(),
@@ -129,6 +129,7 @@ pub(crate) fn plan(
                 stored.plan_id.clone(),
                 Default::default(),
                 toolbox,
+                Severity::Warning,
             )?;
             print(&draw(&ready.loaded.plan, ready.program.plan_id(), *format))?;
             Ok(0)
@@ -160,6 +161,7 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
         default_plan_id(file),
         Default::default(),
         toolbox,
+        Severity::Warning,
     )?;
     let stored = StoredPlan {
         plan_id: ready.program.plan_id().to_owned(),

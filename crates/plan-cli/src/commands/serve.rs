@@ -7,6 +7,8 @@
 //! printed there; diagnostics go into the answers.
 
 use std::collections::BTreeSet;
+
+use plan_graph::Severity;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -245,7 +247,7 @@ impl PlanServer {
         let run_id = || string("run_id").ok_or_else(|| Failure::input("`run_id` is required"));
         match tool {
             "plan_validate" => {
-                let ready = self.prepare(args)?;
+                let ready = self.prepare(args, Severity::Error)?;
                 Ok(json!({
                     "valid": true,
                     "plan_id": ready.program.plan_id(),
@@ -258,7 +260,7 @@ impl PlanServer {
                 if !strings("approve").is_empty() {
                     self.check_approval()?;
                 }
-                let ready = self.prepare(args)?;
+                let ready = self.prepare(args, Severity::Warning)?;
                 let frontend = Frontend {
                     json: true,
                     time_limit: Some(self.policy.max_run_time),
@@ -337,7 +339,11 @@ impl PlanServer {
     }
 
     /// The plan of a call: an object, or JSON or YAML text.
-    fn prepare(&self, args: &Map<String, Value>) -> Result<crate::plan_file::Ready, Failure> {
+    fn prepare(
+        &self,
+        args: &Map<String, Value>,
+        arguments: Severity,
+    ) -> Result<crate::plan_file::Ready, Failure> {
         let (text, format) = match args.get("plan") {
             Some(Value::String(text)) => {
                 let format = if serde_json::from_str::<Value>(text).is_ok() {
@@ -375,6 +381,7 @@ impl PlanServer {
             "mcp-plan".to_owned(),
             inputs.into(),
             &self.toolbox,
+            arguments,
         )?;
         self.check_plan(&ready.loaded.plan)?;
         Ok(ready)

@@ -1,0 +1,140 @@
+//! Arguments checked against tools' schemas before a run: what is known is checked, what only
+//! the run gives is never blamed.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+use async_trait::async_trait;
+use plan_engine::{Program, Registry, Risk, Tool, ToolContext, ToolError, ToolInfo};
+use plan_graph::{Format, LoadOptions, Source, load};
+use serde_json::{Map, Value, json};
+
+/// A tool that takes `n` (an integer, required) and `name` (lower-case letters).
+struct Typed;
+
+#[async_trait]
+impl Tool for Typed {
+    fn info(&self) -> ToolInfo {
+        ToolInfo {
+            name: "typed".into(),
+            description: "test".into(),
+            source: "test".into(),
+            risk: Risk::Low,
+            input_schema: json!({
+                "type": "object",
+                "properties": {"n": {"type": "integer"}, "name": {"type": "string", "pattern": "^[a-z]+$"}},
+                "required": ["n"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    async fn call(&self, args: Value, _: ToolContext) -> Result<Value, ToolError> {
+        Ok(args)
+    }
+}
+
+fn program(plan: Value) -> (Program, plan_graph::Source) {
+    let mut registry = Registry::new();
+    registry.register(Typed);
+    let loaded = load(
+        Source::new("t.json", plan.to_string()),
+        Format::Json,
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let program = Program::compile(&loaded.plan, "t", &registry).unwrap();
+    (program, loaded.source)
+}
+
+/// Each issue as (line, column, message).
+fn found(plan: Value, inputs: Value) -> Vec<(usize, usize, String)> {
+    let (program, source) = program(plan);
+    let inputs: Map<String, Value> = serde_json::from_value(inputs).unwrap();
+    program
+        .check_arguments(&inputs)
+        .into_iter()
+        .map(|issue| {
+            assert!(issue.is_error());
+            let diagnostic = source.diagnostic(&issue);
+            let (line, column) = diagnostic.position().unwrap();
+            (line, column, issue.message)
+        })
+        .collect()
+}
+
+#[test]
+fn literal_arguments_are_checked_where_they_are_written() {
+    let plan = json!({"env": ["TOKEN"], "variables": {"count": "three", "good": 3}, "steps": [
+        {"id": "ok", "tool": "typed", "args": {"n": 1, "name": "abc"}},
+        {"id": "missing", "tool": "typed", "args": {"name": "abc"}},
+        {"id": "typo", "tool": "typed", "args": {"n": 1, "nmae": "abc"}},
+        {"id": "wrong", "tool": "typed", "args": {"n": "one"}},
+        {"id": "from_var", "tool": "typed", "args": {"n": "${count}"}},
+        {"id": "from_good_var", "tool": "typed", "args": {"n": "${good}"}},
+        {"id": "from_step", "tool": "typed", "args": {"n": "${out}"}, "depends_on": ["bind"]},
+        {"id": "bind", "tool": "typed", "args": {"n": 1}, "result_variable": "out"},
+        {"id": "from_env", "tool": "typed", "args": {"n": 1, "name": "${env.TOKEN}"}},
+        {"id": "from_item", "tool": "typed", "args": {"n": "$each"}, "expand_on": "${out}", "depends_on": ["bind"]},
+        {"id": "partly", "tool": "typed", "args": {"n": 1, "name": "x-${out}"}, "depends_on": ["bind"]},
+        {"id": "block", "block": {"entry_point": "a", "nodes": {
+            "a": {"tool": "typed", "args": {"n": "${input.n}"}},
+            "b": {"tool": "typed", "args": {"n": true}}
+        }, "transitions": {"a": "b"}}}
+    ]});
+    let issues = found(plan.clone(), json!({}));
+    let messages: Vec<&str> = issues.iter().map(|(_, _, m)| m.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "`typed` needs the argument `n`",
+            "`typed` has no argument `nmae`",
+            "the arguments do not match the schema of `typed`: /n: \"one\" is not of type \"integer\"",
+            "the arguments do not match the schema of `typed`: /n: \"three\" is not of type \"integer\"",
+            "the arguments do not match the schema of `typed`: /n: true is not of type \"integer\"",
+        ],
+        "values a step, an item, the environment or a block's input give are not blamed: {issues:?}"
+    );
+    // Each is at what is wrong (the plan is one line of JSON: columns tell them apart).
+    let text = plan.to_string();
+    let column_of = |needle: &str| text.find(needle).unwrap() + 1;
+    assert_eq!(issues[1].1, column_of("\"nmae\""));
+    assert_eq!(issues[2].1, column_of("\"one\""));
+    assert_eq!(issues[4].1, column_of("true"));
+
+    // Inputs win over the plan's variables.
+    let issues = found(plan, json!({"count": 3, "good": "x"}));
+    let messages: Vec<&str> = issues.iter().map(|(_, _, m)| m.as_str()).collect();
+    assert!(
+        messages.contains(&"the arguments do not match the schema of `typed`: /n: \"x\" is not of type \"integer\""),
+        "{messages:?}"
+    );
+    assert!(
+        !messages.iter().any(|m| m.contains("three")),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn previews_fail_only_what_would_fail() {
+    let (program, _) = program(json!({"steps": [
+        {"id": "bind", "tool": "typed", "args": {"n": 1}, "result_variable": "out"},
+        {"id": "later", "tool": "typed", "args": {"n": "${out.n}"}, "depends_on": ["bind"]},
+        {"id": "bad", "tool": "typed", "args": {"n": 1, "extra": "${out}"}, "depends_on": ["bind"]},
+    ]}));
+    let calls = program.preview(&Map::new(), &Default::default());
+    let errors: Vec<Option<String>> = calls
+        .iter()
+        .map(|c| c.error.as_ref().map(|e| e.message.clone()))
+        .collect();
+    assert_eq!(errors[0], None);
+    assert_eq!(
+        errors[1], None,
+        "`<result of bind>` is not blamed for not being an integer"
+    );
+    assert_eq!(
+        errors[2].as_deref(),
+        Some(
+            "arguments do not match the schema of `typed`: /: Additional properties are not allowed ('extra' was unexpected)"
+        )
+    );
+    assert_eq!(calls[1].args, json!({"n": "<result of bind>"}));
+}
