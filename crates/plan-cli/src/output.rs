@@ -97,6 +97,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         .unwrap_or(0);
     let mut out = String::new();
     let (mut ok, mut failed, mut skipped, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
+    let mut interrupted = 0;
     let waits = |record: &Record| {
         report.task_status == plan_types::TaskStatus::Waiting
             && record.skipped
@@ -124,6 +125,19 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
                 String::new()
             };
             format!("✓ {id:<width$}  {}{retries}", duration(record.duration_ms))
+        } else if let Some(error) = record
+            .error
+            .as_ref()
+            .filter(|error| error.code == plan_engine::codes::E_CANCELLED)
+        {
+            // Stopped with the run (Ctrl+C, SIGTERM, a time limit): not kept as a failure in
+            // the ledger, so resume runs it again.
+            interrupted += 1;
+            format!(
+                "■ {id:<width$}  {}  interrupted: {}; it runs again on resume",
+                duration(record.duration_ms),
+                error.message
+            )
         } else if let Some(error) = &record.error {
             failed += 1;
             let attempts = if record.attempts > 1 {
@@ -156,6 +170,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
     let mut counts = vec![format!("{ok} ok")];
     for (n, what) in [
         (failed, "failed"),
+        (interrupted, "interrupted"),
         (skipped, "skipped"),
         (blocked, "blocked"),
         (waiting, "waiting"),

@@ -450,3 +450,81 @@ fn a_block_killed_mid_run_goes_on_from_its_last_finished_node() {
         ]
     );
 }
+
+#[test]
+fn ctrl_c_on_a_terminal_stops_exec_children_and_resume_runs_the_step_again() {
+    use std::os::unix::process::CommandExt;
+    let lab = Lab::new();
+    // The step notes each start, leaves a background child (which a shell does not pass
+    // SIGINT to) and waits for it.
+    let script = "echo started >> starts.log; sleep 60 & echo $! > child.pid; wait";
+    let plan = lab.write(
+        "job.json",
+        &json!({"steps": [
+            {"id": "job", "tool": "exec", "args": {"argv": ["sh", "-c", script]}, "timeout_ms": 120000}
+        ]}),
+    );
+    // As a terminal runs it: plan-cli leads a foreground process group, and Ctrl+C sends
+    // SIGINT to that whole group.
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        .current_dir(lab.dir.path())
+        .env("NO_COLOR", "1")
+        .env_remove("PLAN_DB")
+        .args(["run", path_str(&plan)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid_file = lab.dir.path().join("child.pid");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let grandchild = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the step never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // `--`: without it, `kill` may read the negative group id as an option.
+    let group = format!("-{}", child.id());
+    let status = std::process::Command::new("kill")
+        .args(["-s", "INT", "--", &group])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{output:?}");
+    // The step's own children are stopped with it.
+    let alive = || std::path::Path::new(&format!("/proc/{grandchild}")).exists();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !alive(),
+        "the exec step's background child outlived the run"
+    );
+    // Interrupted, not failed: resume runs it again.
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs[0]["task_status"], "STOPPED");
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    std::fs::remove_file(&pid_file).unwrap();
+    let resumed = lab.spawn(&["resume", &run, "--json"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pid_file.exists() {
+        assert!(Instant::now() < deadline, "resume never ran the step again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Stopped the same way (SIGTERM), so that its own child is stopped too.
+    let status = std::process::Command::new("kill")
+        .args(["-s", "TERM", &resumed.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(resumed.wait_with_output().unwrap().status.code(), Some(130));
+    let starts = std::fs::read_to_string(lab.dir.path().join("starts.log")).unwrap();
+    assert_eq!(starts.lines().count(), 2);
+}

@@ -95,11 +95,19 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             progress,
             deadline: timeout.map(|limit| attempt_started_at + limit),
         };
-        let invocation = tool.call(args.clone(), ctx);
+        let invocation = with_timeout(tool.call(args.clone(), ctx), timeout);
+        tokio::pin!(invocation);
         let result = tokio::select! {
             biased;
-            () = context.cancel.cancelled() => Err(ToolError::new(codes::E_CANCELLED, "the run was cancelled while the tool ran")),
-            result = with_timeout(invocation, timeout) => result,
+            () = context.cancel.cancelled() => {
+                // The tool sees the cancellation too (its token is a child of the run's): it
+                // gets a moment to stop what it started (exec stops its process group) before
+                // it is dropped. Whatever it returns, the call was cancelled: resume runs it
+                // again.
+                let _ = tokio::time::timeout(CANCEL_GRACE, &mut invocation).await;
+                Err(ToolError::new(codes::E_CANCELLED, "the run was cancelled while the tool ran"))
+            }
+            result = &mut invocation => result,
         };
         // Tells a tool that outlives its attempt (timed out, cancelled) to stop.
         attempt_cancel.cancel();
@@ -146,6 +154,9 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         attempt += 1;
     }
 }
+
+/// How long a cancelled tool may take to stop what it started before it is dropped.
+const CANCEL_GRACE: Duration = Duration::from_secs(3);
 
 async fn with_timeout<F>(invocation: F, timeout: Option<Duration>) -> Result<Value, ToolError>
 where

@@ -163,8 +163,13 @@ impl Tool for Exec {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            // Dropping the future (timeout, cancellation) kills the process.
+            // Dropping the future kills the process (the group is stopped below first).
             .kill_on_drop(true);
+        // Its own process group: Ctrl+C on a terminal reaches plan-cli alone, which cancels
+        // the run and stops the group (children of the program included) itself, so a step
+        // stopped that way is never recorded as failed by a signal.
+        #[cfg(unix)]
+        command.process_group(0);
         if let Some(cwd) = &cwd {
             command.current_dir(cwd);
         }
@@ -185,27 +190,58 @@ impl Tool for Exec {
                 let _ = pipe.write_all(input.as_bytes()).await;
             });
         }
-        let wait = child.wait_with_output();
-        let output = tokio::select! {
-            output = wait => output.map_err(|error| ToolError::retryable(codes::E_IO, format!("waiting for `{program}`: {error}")))?,
-            () = ctx.cancel.cancelled() => return Err(ToolError::new(codes::E_CANCELLED, format!("`{program}` was killed: the run was cancelled"))),
-            () = sleep_opt(args.timeout_ms) => {
-                return Err(ToolError::retryable(
-                    codes::E_TIMEOUT,
-                    format!("`{program}` ran longer than {} ms and was killed", args.timeout_ms.unwrap_or_default()),
-                ));
+        // The program leads its own process group: the group's id is its pid, which stays
+        // valid for the group after the program itself exited.
+        let group = child.id();
+        let stdout = tokio::spawn(read_all(child.stdout.take()));
+        let stderr = tokio::spawn(read_all(child.stderr.take()));
+        // Done when the program has exited and its pipes are closed (a background child of it
+        // may hold them open longer); until then, cancellation and the timeout stop it.
+        let finished = {
+            let done = async {
+                let status = child.wait().await;
+                let (stdout, stderr) = (stdout.await, stderr.await);
+                (
+                    status,
+                    stdout.unwrap_or_default(),
+                    stderr.unwrap_or_default(),
+                )
+            };
+            tokio::select! {
+                done = done => Some(done),
+                () = ctx.cancel.cancelled() => None,
+                () = sleep_opt(args.timeout_ms) => None,
             }
         };
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        let mut result =
-            json!({"exit_code": output.status.code(), "stdout": stdout, "stderr": stderr});
+        let Some((status, stdout, stderr)) = finished else {
+            stop_group(&mut child, group).await;
+            return Err(if ctx.cancel.is_cancelled() {
+                ToolError::new(
+                    codes::E_CANCELLED,
+                    format!("`{program}` was stopped: the run was cancelled"),
+                )
+            } else {
+                ToolError::retryable(
+                    codes::E_TIMEOUT,
+                    format!(
+                        "`{program}` ran longer than {} ms and was killed",
+                        args.timeout_ms.unwrap_or_default()
+                    ),
+                )
+            });
+        };
+        let status = status.map_err(|error| {
+            ToolError::retryable(codes::E_IO, format!("waiting for `{program}`: {error}"))
+        })?;
+        let stdout = String::from_utf8_lossy(&stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&stderr).into_owned();
+        let mut result = json!({"exit_code": status.code(), "stdout": stdout, "stderr": stderr});
         #[cfg(unix)]
-        if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&output.status) {
+        if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
             result["signal"] = json!(signal);
         }
-        if args.check && !output.status.success() {
-            let status = match output.status.code() {
+        if args.check && !status.success() {
+            let status = match status.code() {
                 Some(code) => format!("exited with status {code}"),
                 None => "was killed by a signal".to_owned(),
             };
@@ -224,6 +260,34 @@ impl Tool for Exec {
         }
         Ok(result)
     }
+}
+
+/// Everything a pipe gives until it closes (nothing for no pipe).
+async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut bytes = Vec::new();
+    if let Some(mut pipe) = pipe {
+        let _ = pipe.read_to_end(&mut bytes).await;
+    }
+    bytes
+}
+
+/// How long a stopped program's process group has to exit after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Stops a program and every process of its group: SIGTERM, then SIGKILL for what is left
+/// after [`STOP_GRACE`] (and for whatever the program started that outlived it).
+async fn stop_group(child: &mut tokio::process::Child, group: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = group.and_then(|pid| i32::try_from(pid).ok()) {
+        use nix::sys::signal::{Signal, killpg};
+        let group = nix::unistd::Pid::from_raw(pid);
+        let _ = killpg(group, Signal::SIGTERM);
+        let _ = tokio::time::timeout(STOP_GRACE, child.wait()).await;
+        // ESRCH once every process of the group is gone: nothing to do.
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    let _ = child.kill().await;
 }
 
 async fn sleep_opt(ms: Option<u64>) {
