@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "plan-cli", version, about, long_about = None)]
 pub(crate) struct Cli {
-    /// The ledger file (default .plan/state.db under the current directory)
+    /// The ledger file (default: state.db in the nearest .plan/ folder here or above, as git
+    /// finds .git; else ./.plan/state.db)
     #[arg(
         long,
         global = true,
@@ -18,7 +19,7 @@ pub(crate) struct Cli {
     )]
     pub(crate) db: Option<PathBuf>,
     /// MCP servers whose tools plans may call, as every MCP client writes them
-    /// (`{"mcpServers": {...}}`; default .plan/mcp.json when it exists)
+    /// (`{"mcpServers": {...}}`; default: mcp.json in the nearest .plan/ folder, when there)
     #[arg(
         long,
         global = true,
@@ -233,7 +234,7 @@ impl From<RunMode> for plan_graph::Mode {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ApproveArgs {
-    /// The run (its id, or a unique prefix of it)
+    /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
     /// The steps or map items to approve (`deploy`, `deploy[prod]`); a step covers its items
     #[arg(value_name = "STEP", required_unless_present_any = ["all", "plan"])]
@@ -248,7 +249,7 @@ pub(crate) struct ApproveArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct RejectArgs {
-    /// The run (its id, or a unique prefix of it)
+    /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
     /// The steps or map items to refuse
     #[arg(value_name = "STEP", required = true)]
@@ -260,7 +261,7 @@ pub(crate) struct RejectArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ResumeArgs {
-    /// The run (its id, or a unique prefix of it)
+    /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
     #[command(flatten)]
     pub(crate) execution: ExecutionArgs,
@@ -313,7 +314,7 @@ pub(crate) struct JsonArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct RunIdArgs {
-    /// The run (its id, or a unique prefix of it)
+    /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
     /// Print the same JSON object as `run --json`
     #[arg(long)]
@@ -322,7 +323,7 @@ pub(crate) struct RunIdArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct EventsArgs {
-    /// The run (its id, or a unique prefix of it)
+    /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
     /// Keep printing new events until the run ends
     #[arg(long)]
@@ -379,7 +380,7 @@ pub(crate) enum StateFormat {
 pub(crate) enum StateCommand {
     /// Print a run's state document
     Export {
-        /// The run (its id, or a unique prefix of it)
+        /// The run: its id, a unique prefix of it, or `last` for the newest run
         run: String,
         /// The document's format
         #[arg(long, value_enum, default_value = "execute-state")]

@@ -6,20 +6,37 @@ use plan_store::Store;
 
 use crate::exit::Failure;
 
-/// The ledger file: `--db`, else `PLAN_DB`, else `.plan/state.db` (clap reads the first two).
+/// The ledger file: `--db`, else `PLAN_DB` (clap reads those two), else `state.db` in the
+/// project's `.plan/` folder (see [`project_dir`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Ledger {
     path: PathBuf,
 }
 
+/// The project's `.plan/` folder: the nearest one in the current directory or above it, the
+/// way git finds `.git`, so every command run anywhere inside a project uses its ledger and
+/// MCP configuration. `None` outside any project (the first run then makes `./.plan/`).
+pub(crate) fn project_dir() -> Option<PathBuf> {
+    let here = std::env::current_dir().ok()?;
+    nearest_plan_dir(&here)
+}
+
+fn nearest_plan_dir(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .map(|dir| dir.join(".plan"))
+        // A `.plan` file (finger's, in a home folder) is not a project.
+        .find(|candidate| candidate.is_dir())
+}
+
 impl Ledger {
-    pub(crate) fn new(db: Option<&Path>) -> Self {
-        Ledger {
-            path: db.map_or_else(
-                || PathBuf::from(plan_store::DEFAULT_PATH),
-                Path::to_path_buf,
-            ),
-        }
+    pub(crate) fn new(db: Option<&Path>, project: Option<&Path>) -> Self {
+        let path = match (db, project) {
+            (Some(db), _) => db.to_path_buf(),
+            (None, Some(project)) => project.join("state.db"),
+            (None, None) => PathBuf::from(plan_store::DEFAULT_PATH),
+        };
+        Ledger { path }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -68,5 +85,26 @@ impl Ledger {
             )));
         }
         self.open()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nearest_plan_dir;
+
+    #[test]
+    fn the_nearest_plan_folder_upward_wins_and_plan_files_do_not_count() {
+        let root = tempfile::tempdir().unwrap();
+        let project = root.path().join("project");
+        let deep = project.join("src/module");
+        std::fs::create_dir_all(&deep).unwrap();
+        assert_eq!(nearest_plan_dir(&deep), None);
+        std::fs::create_dir_all(project.join(".plan")).unwrap();
+        assert_eq!(nearest_plan_dir(&deep), Some(project.join(".plan")));
+        // A nearer `.plan` file is not a project folder.
+        std::fs::write(deep.join(".plan"), "finger plan").unwrap();
+        assert_eq!(nearest_plan_dir(&deep), Some(project.join(".plan")));
+        std::fs::create_dir_all(project.join("src/.plan")).unwrap();
+        assert_eq!(nearest_plan_dir(&deep), Some(project.join("src/.plan")));
     }
 }

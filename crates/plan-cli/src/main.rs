@@ -26,7 +26,8 @@ use crate::ledger::Ledger;
 fn main() {
     plan_file::install_diagnostic_hook();
     let cli = Cli::parse();
-    let ledger = Ledger::new(cli.db.as_deref());
+    let project = ledger::project_dir();
+    let ledger = Ledger::new(cli.db.as_deref(), project.as_deref());
     let mut exec = plan_tools::Exec::default().passing(cli.env_passthrough.iter().cloned());
     let mut policy = None;
     if let Command::Mcp(McpCommand::Serve(args)) = &cli.command {
@@ -43,7 +44,12 @@ fn main() {
             }
         }
     }
-    let toolbox = match toolbox::Toolbox::new(cli.mcp_config.as_deref(), exec) {
+    let mcp_config = cli.mcp_config.clone().or_else(|| {
+        project
+            .map(|dir| dir.join(toolbox::MCP_CONFIG_NAME))
+            .filter(|path| path.exists())
+    });
+    let toolbox = match toolbox::Toolbox::new(mcp_config.as_deref(), exec) {
         Ok(toolbox) => std::sync::Arc::new(toolbox),
         Err(failure) => {
             if let Some(message) = failure.message {

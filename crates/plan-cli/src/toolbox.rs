@@ -5,7 +5,7 @@
 //! must still be connected when it runs.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use plan_engine::Registry;
@@ -14,7 +14,8 @@ use plan_tools::mcp::{McpConfig, McpServers};
 use crate::exit::Failure;
 
 /// Where the MCP configuration is when `--mcp-config` is not given (read only if it exists).
-pub(crate) const DEFAULT_MCP_CONFIG: &str = ".plan/mcp.json";
+/// The MCP configuration's name in the project's `.plan/` folder.
+pub(crate) const MCP_CONFIG_NAME: &str = "mcp.json";
 
 pub(crate) struct Toolbox {
     builtins: Registry,
@@ -32,7 +33,8 @@ pub(crate) struct PlanTools {
 }
 
 impl Toolbox {
-    /// The built-ins, and the servers of `config` (or of `.plan/mcp.json` when it exists).
+    /// The built-ins, and the servers of `config` (`--mcp-config`, else the project's
+    /// `.plan/mcp.json` when it exists).
     /// `exec` is the built-in `exec` as the operator configured it.
     pub(crate) fn new(config: Option<&Path>, exec: plan_tools::Exec) -> Result<Self, Failure> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -42,10 +44,7 @@ impl Toolbox {
             .map_err(|error| {
                 Failure::internal(format!("cannot start the async runtime: {error}"))
             })?;
-        let path = match config {
-            Some(path) => Some(path.to_path_buf()),
-            None => Some(PathBuf::from(DEFAULT_MCP_CONFIG)).filter(|p| p.exists()),
-        };
+        let path = config.map(Path::to_path_buf);
         let servers = match path {
             None => None,
             Some(path) => {
@@ -145,7 +144,7 @@ impl Toolbox {
         let names = match (&self.servers, only) {
             (None, Some(name)) => {
                 return Err(Failure::input(format!(
-                    "--server {name}: there is no MCP configuration (give --mcp-config FILE, or write {DEFAULT_MCP_CONFIG})"
+                    "--server {name}: there is no MCP configuration (give --mcp-config FILE, or write .plan/{MCP_CONFIG_NAME})"
                 )));
             }
             (None, None) => Vec::new(),

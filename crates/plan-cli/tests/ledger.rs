@@ -676,3 +676,68 @@ fn processes_started_together_on_a_new_ledger_all_run() {
         assert_eq!(runs.as_array().unwrap().len(), 8, "round {round}");
     }
 }
+
+#[test]
+fn the_ledger_and_mcp_config_are_found_upward_as_git_finds_dot_git() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {}}]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 0);
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    // From a folder deep inside the project: the same ledger, no new one.
+    let deep = lab.dir.path().join("src/module");
+    std::fs::create_dir_all(&deep).unwrap();
+    let output = lab
+        .cli()
+        .current_dir(&deep)
+        .args(["runs"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains(&run),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let output = lab
+        .cli()
+        .current_dir(&deep)
+        .args(["run", "../../p.json", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    assert!(!deep.join(".plan").exists(), "no second ledger");
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    // `last` is the newest run, wherever a run id is asked for.
+    let (_, last) = lab.json(&["status", "last", "--json"]);
+    assert_eq!(last["run_id"], runs[0]["run_id"]);
+    assert_ne!(last["run_id"].as_str(), Some(run.as_str()));
+    // The project's MCP configuration is found the same way: a broken one is reported from
+    // anywhere inside.
+    std::fs::write(lab.dir.path().join(".plan/mcp.json"), "{not json").unwrap();
+    let output = lab
+        .cli()
+        .current_dir(&deep)
+        .args(["tools"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(".plan/mcp.json"), "{stderr}");
+    // Outside any project, an empty listing names where it looked.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let output = lab
+        .cli()
+        .current_dir(elsewhere.path())
+        .args(["runs"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "no runs yet in .plan/state.db\n"
+    );
+}

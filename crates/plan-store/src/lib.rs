@@ -32,6 +32,9 @@ pub use runs::{AttemptRow, NewRun, RunRow, RunState};
 /// Where the ledger lives when neither `--db` nor `PLAN_DB` says.
 pub const DEFAULT_PATH: &str = ".plan/state.db";
 
+/// The run id that names the newest run (`plan-cli status last`).
+pub const LAST_RUN: &str = "last";
+
 /// Why the ledger could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -1,5 +1,6 @@
 //! Runs and what they recorded.
 
+use crate::LAST_RUN;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -218,8 +219,25 @@ impl Store {
         Ok(())
     }
 
-    /// The run with this id, or with this unique id prefix.
+    /// The run with this id, or with this unique id prefix, or the newest run for
+    /// [`LAST_RUN`] (`last`, which no run id can start with: ids are upper case).
     pub fn run(&self, id: &str) -> Result<RunRow, StoreError> {
+        if id == LAST_RUN {
+            return self
+                .conn
+                .query_row(
+                    &format!("SELECT {RUN_COLUMNS} FROM runs ORDER BY started_at DESC, run_id DESC LIMIT 1"),
+                    [],
+                    run_row,
+                )
+                .optional()?
+                .unwrap_or_else(|| {
+                    Err(StoreError::NotFound {
+                        what: "run",
+                        id: LAST_RUN.to_owned(),
+                    })
+                });
+        }
         let exact = self
             .conn
             .query_row(

@@ -366,6 +366,8 @@ fn runs_are_found_by_prefix_listed_newest_first_and_collected() {
         .map(|r| r.run_id)
         .collect();
     assert_eq!(order, ["01BBB", "01AAB", "01AAA"]);
+    // `last` names the newest run.
+    assert_eq!(store.run(plan_store::LAST_RUN).unwrap().run_id, "01BBB");
 
     store
         .end_run("01AAA", RunState::Finished, Some(TaskStatus::Completed))

@@ -44,7 +44,7 @@ pub(crate) fn runs(args: &JsonArgs, ledger: &Ledger) -> Result<i32, Failure> {
             .collect();
         pretty(&list)
     } else if rows.is_empty() {
-        "no runs yet\n".to_owned()
+        format!("no runs yet in {}\n", ledger.path().display())
     } else {
         let width = rows.iter().map(|r| r.plan_id.len()).max().unwrap_or(0);
         rows.iter()
