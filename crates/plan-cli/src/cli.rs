@@ -79,6 +79,23 @@ pub(crate) enum Command {
     Mcp(McpCommand),
     /// Run steps from a Redis queue for `run --queue` coordinators, until Ctrl+C or SIGTERM
     Worker(WorkerArgs),
+    /// Start a project here: a `.plan/` folder (its ledger) and a commented starter plan
+    Init(InitArgs),
+    /// Print a shell completion script (`plan-cli completions bash > /etc/bash_completion.d/plan-cli`)
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct InitArgs {
+    /// Where to write the starter plan
+    #[arg(default_value = "plan.yaml")]
+    pub(crate) plan: PathBuf,
+    /// Overwrite the plan file if it exists
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 #[derive(Debug, clap::Args)]

@@ -26,6 +26,15 @@ use crate::ledger::Ledger;
 fn main() {
     plan_file::install_diagnostic_hook();
     let cli = Cli::parse();
+    // Commands that need neither a ledger nor tools.
+    let early = match &cli.command {
+        Command::Init(args) => Some(commands::init(args)),
+        Command::Completions { shell } => Some(commands::completions(*shell)),
+        _ => None,
+    };
+    if let Some(outcome) = early {
+        exit_with(outcome);
+    }
     let project = ledger::project_dir();
     let ledger = Ledger::new(cli.db.as_deref(), project.as_deref());
     let mut exec = plan_tools::Exec::default().passing(cli.env_passthrough.iter().cloned());
@@ -79,9 +88,17 @@ fn main() {
             .ok_or_else(|| exit::Failure::internal("the policy of `mcp serve` was not read"))
             .and_then(|policy| commands::serve(policy, toolbox.clone(), &ledger)),
         Command::Worker(args) => commands::worker(args, &toolbox),
+        Command::Init(_) | Command::Completions { .. } => Err(exit::Failure::internal(
+            "handled before the ledger is opened",
+        )),
     };
     // MCP servers that were started stop before the process ends.
     toolbox.shutdown();
+    exit_with(outcome);
+}
+
+/// Prints a failure (its diagnostics and message) and exits with the outcome's code.
+fn exit_with(outcome: Result<i32, exit::Failure>) -> ! {
     let code = match outcome {
         Ok(code) => code,
         Err(failure) => {

@@ -741,3 +741,43 @@ fn the_ledger_and_mcp_config_are_found_upward_as_git_finds_dot_git() {
         "no runs yet in .plan/state.db\n"
     );
 }
+
+#[test]
+fn init_starts_a_project_whose_starter_plan_validates_and_runs() {
+    let lab = Lab::new();
+    let output = lab.cli().args(["init"]).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(lab.dir.path().join(".plan").is_dir());
+    let text = std::fs::read_to_string(lab.dir.path().join("plan.yaml")).unwrap();
+    assert!(text.starts_with("# A starter plan"), "commented: {text}");
+    lab.cli()
+        .args(["validate", "plan.yaml"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "is a valid plan: `starter`, 4 steps",
+        ));
+    let (code, report) = lab.json(&["run", "plan.yaml", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["task_status"], "COMPLETED");
+    // It never overwrites a plan unless told to.
+    std::fs::write(lab.dir.path().join("plan.yaml"), "mine").unwrap();
+    let output = lab.cli().args(["init"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("plan.yaml exists; give --force"));
+    assert_eq!(
+        std::fs::read_to_string(lab.dir.path().join("plan.yaml")).unwrap(),
+        "mine"
+    );
+    lab.cli().args(["init", "--force"]).assert().success();
+    // Completion scripts name the commands.
+    for shell in ["bash", "zsh", "fish"] {
+        let output = lab.cli().args(["completions", shell]).output().unwrap();
+        assert!(output.status.success());
+        let script = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            script.contains("resume") && script.contains("validate"),
+            "{shell}"
+        );
+    }
+}

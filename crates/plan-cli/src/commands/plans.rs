@@ -221,3 +221,42 @@ fn find(id: &str, ledger: &Ledger) -> Result<StoredPlan, Failure> {
         .map_err(Failure::ledger)?
         .ok_or_else(|| Failure::input(format!("no stored plan `{id}` (see `plan-cli plan list`)")))
 }
+
+/// The plan `init` writes: commented, and it runs as it is.
+const STARTER_PLAN: &str = include_str!("../starter.yaml");
+
+/// `init`: makes `.plan/` here (the project's ledger and MCP configuration go there, and every
+/// command run below this folder finds it) and writes a starter plan.
+pub(crate) fn init(args: &crate::cli::InitArgs) -> Result<i32, Failure> {
+    if args.plan.exists() && !args.force {
+        return Err(Failure::input(format!(
+            "{} exists; give --force to overwrite it, or another file name",
+            args.plan.display()
+        )));
+    }
+    std::fs::create_dir_all(".plan")
+        .map_err(|error| Failure::input(format!("cannot create .plan/: {error}")))?;
+    std::fs::write(&args.plan, STARTER_PLAN).map_err(|error| {
+        Failure::input(format!("cannot write {}: {error}", args.plan.display()))
+    })?;
+    let plan = args.plan.display();
+    print(&format!(
+        "created .plan/ (the ledger of this project) and {plan}\n\
+         next: plan-cli validate {plan}; plan-cli run {plan}\n"
+    ))?;
+    Ok(0)
+}
+
+/// `completions SHELL`: the completion script on stdout.
+pub(crate) fn completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(
+        shell,
+        &mut crate::cli::Cli::command(),
+        "plan-cli",
+        &mut script,
+    );
+    print(&String::from_utf8_lossy(&script))?;
+    Ok(0)
+}
