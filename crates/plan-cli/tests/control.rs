@@ -70,6 +70,14 @@ fn an_approval_round_trip_waits_approves_and_resumes() {
         .code(2)
         .stderr(predicate::str::contains("`lint` needs no decision in run"))
         .stderr(predicate::str::contains("(waiting: deploy)"));
+    // A name that is no step at all is a typo, and said so.
+    lab.cli()
+        .args(["approve", &run, "deplyo"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "has no step `deplyo` (did you mean `deploy`?)",
+        ));
 
     // Resuming before a decision halts again, and calls nothing twice.
     let (code, _) = lab.json(&["resume", &run, "--json"]);

@@ -129,10 +129,27 @@ fn check_all(
             continue;
         }
         let waiting: Vec<&str> = pending(rows).map(|r| display(&r.step_id)).collect();
-        let mut message = format!(
-            "`{id}` needs no decision in run {}: it is not a high-risk step",
-            row.run_id
-        );
+        // A name that is no step of the plan at all is most likely a typo.
+        let steps: Vec<String> = plan_of(row)
+            .map(|plan| plan.steps.iter().map(|s| s.id.0.clone()).collect())
+            .unwrap_or_default();
+        let step = id.split('/').next().unwrap_or(id);
+        let known = steps
+            .iter()
+            .any(|s| s == step || plan_graph::is_item_of(step, s));
+        let mut message = if known || steps.is_empty() {
+            format!(
+                "`{id}` needs no decision in run {}: it is not a high-risk step",
+                row.run_id
+            )
+        } else {
+            let mut candidates = steps.clone();
+            candidates.extend(waiting.iter().map(|w| (*w).to_owned()));
+            let hint = plan_graph::closest(id, &candidates)
+                .map(|near| format!(" (did you mean `{near}`?)"))
+                .unwrap_or_default();
+            format!("run {} has no step `{id}`{hint}", row.run_id)
+        };
         if !waiting.is_empty() {
             message.push_str(&format!(" (waiting: {})", waiting.join(", ")));
         }

@@ -68,8 +68,10 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
     });
     let stats = stats.map_err(|error| Failure::input(error.to_string()))?;
     say(&format!(
-        "worker {consumer}: {} steps done ({} taken over from other workers)",
-        stats.done, stats.claimed
+        "worker {consumer}: {} step{} done ({} taken over from other workers)",
+        stats.done,
+        if stats.done == 1 { "" } else { "s" },
+        stats.claimed
     ));
     Ok(0)
 }
