@@ -1,77 +1,281 @@
 //! What a person sees: a live progress line on a terminal, then one line per step.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use plan_engine::PlannedCall;
 use plan_types::{Event, EventKind, EventSink, Record, RunReport};
 
-/// A progress bar on stderr, fed by events; absent when stderr is not a terminal.
-pub(crate) struct Progress {
-    bar: ProgressBar,
-    running: AtomicU64,
-    retries: AtomicU64,
+/// What a run shows while it runs, on stderr, fed by events: the run id first, then a line
+/// when a step starts and when it ends (block nodes too; map items only when they fail),
+/// printed as it happens. On a terminal a progress bar stays below the lines, naming the
+/// running steps and counting map items apart from steps; elsewhere (a CI log) each line
+/// starts with its time.
+pub(crate) struct Live {
+    bar: Option<ProgressBar>,
+    /// Top-level steps: id → how a line names it (`build [exec]`).
+    steps: HashMap<String, String>,
+    /// Map steps' ids, to name the step an item belongs to.
+    maps: Vec<String>,
+    state: Mutex<LiveState>,
 }
 
-impl Progress {
-    pub(crate) fn for_terminal(total: usize) -> Option<Self> {
-        if !std::io::stderr().is_terminal() {
-            return None;
-        }
-        let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
-        let style = ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} steps  {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        bar.enable_steady_tick(Duration::from_millis(100));
-        Some(Progress {
-            bar,
-            running: AtomicU64::new(0),
-            retries: AtomicU64::new(0),
-        })
-    }
-
-    pub(crate) fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
+#[derive(Default)]
+struct LiveState {
+    /// Top-level steps running, in start order, with the node a block is at.
+    running: Vec<(String, Option<String>)>,
+    items_started: u64,
+    items_done: u64,
+    retries: u64,
 }
 
-impl Progress {
-    fn show_counts(&self, running: u64) {
-        let retries = self.retries.load(Ordering::Relaxed);
-        self.bar.set_message(match retries {
-            0 => format!("{running} running"),
-            1 => format!("{running} running, 1 retry"),
-            n => format!("{running} running, {n} retries"),
+impl Live {
+    /// For a run of `plan`: a bar when stderr is a terminal.
+    pub(crate) fn new(plan: &plan_graph::Plan) -> Self {
+        let steps: HashMap<String, String> = plan
+            .steps
+            .iter()
+            .map(|step| {
+                let kind = if step.block.is_some() {
+                    "block"
+                } else {
+                    step.tool.as_str()
+                };
+                (step.id.0.clone(), format!("{} [{kind}]", step.id.0))
+            })
+            .collect();
+        let maps = plan
+            .steps
+            .iter()
+            .filter(|step| step.expand.is_some())
+            .map(|step| step.id.0.clone())
+            .collect();
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::with_draw_target(
+                Some(steps.len() as u64),
+                ProgressDrawTarget::stderr(),
+            );
+            let style = ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:20} {pos}/{len} steps  {wide_msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar
         });
+        Live {
+            bar,
+            steps,
+            maps,
+            state: Mutex::new(LiveState::default()),
+        }
+    }
+
+    /// Prints a line above the bar, or with the time (`ts`, RFC 3339) in front of it where
+    /// there is no bar.
+    pub(crate) fn say(&self, line: &str, ts: Option<&str>) {
+        let line = terminal_safe(line);
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => {
+                let now;
+                let ts = match ts {
+                    Some(ts) => ts,
+                    None => {
+                        now = humantime::format_rfc3339_millis(std::time::SystemTime::now())
+                            .to_string();
+                        &now
+                    }
+                };
+                // `2026-11-23T01:45:06.123Z` → `01:45:06.123`
+                let time = ts.get(11..23).unwrap_or(ts);
+                eprintln!("{time} {line}");
+            }
+        }
+    }
+
+    /// Clears the bar (before the summary is printed).
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LiveState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The bar's message: what runs, and how far the map items are.
+    fn show(&self, state: &LiveState) {
+        let Some(bar) = &self.bar else {
+            return;
+        };
+        let mut parts = Vec::new();
+        if !state.running.is_empty() {
+            let names: Vec<String> = state
+                .running
+                .iter()
+                .map(|(id, node)| match node {
+                    Some(node) => format!("{id} at {node}"),
+                    None => id.clone(),
+                })
+                .collect();
+            parts.push(format!("running: {}", names.join(", ")));
+        }
+        if state.items_started > 0 {
+            parts.push(format!(
+                "items: {}/{} done",
+                state.items_done, state.items_started
+            ));
+        }
+        match state.retries {
+            0 => {}
+            1 => parts.push("1 retry".to_owned()),
+            n => parts.push(format!("{n} retries")),
+        }
+        bar.set_message(parts.join(" · "));
+    }
+
+    fn error_text(event: &Event) -> String {
+        let field = |name: &str| {
+            event
+                .error
+                .as_ref()
+                .and_then(|error| error.get(name))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        format!("{}: {}", field("code"), field("message"))
     }
 }
 
-impl EventSink for Progress {
+impl EventSink for Live {
     fn emit(&self, event: &Event) {
+        let ts = Some(event.ts.as_str());
+        let id = event.step_id.as_deref().unwrap_or("");
+        let label = self.steps.get(id);
+        let node = id.contains('/');
+        let mut state = self.lock();
         match event.kind {
-            EventKind::ToolCalled if event.attempt == 1 => {
-                let running = self.running.fetch_add(1, Ordering::Relaxed) + 1;
-                self.show_counts(running);
+            EventKind::RunStarted => {
+                let plan = event.plan_id.as_deref().unwrap_or("");
+                let n = self.steps.len();
+                let plural = if n == 1 { "" } else { "s" };
+                self.say(
+                    &format!("run {} · plan `{plan}` · {n} step{plural}", event.run_id),
+                    ts,
+                );
+            }
+            EventKind::ToolCalled | EventKind::BlockEntered if event.attempt <= 1 => {
+                if let Some(label) = label {
+                    if !state.running.iter().any(|(r, _)| r == id) {
+                        state.running.push((id.to_owned(), None));
+                    }
+                    self.say(&format!("▶ {label}"), ts);
+                } else if node {
+                    let (top, rest) = id.split_once('/').unwrap_or((id, ""));
+                    if let Some(entry) = state.running.iter_mut().find(|(r, _)| r == top) {
+                        entry.1 = Some(rest.to_owned());
+                    }
+                    if event.kind == EventKind::ToolCalled {
+                        let tool = event.tool.as_deref().unwrap_or("");
+                        self.say(&format!("▶ {id} [{tool}]"), ts);
+                    }
+                } else {
+                    state.items_started += 1;
+                    // The first item of a map step starts the step.
+                    let map = self.maps.iter().find(|m| plan_graph::is_item_of(id, m));
+                    if let Some(map) = map
+                        && !state.running.iter().any(|(r, _)| r == map)
+                    {
+                        state.running.push((map.clone(), None));
+                        let label = self.steps.get(map).map_or(map.as_str(), String::as_str);
+                        self.say(&format!("▶ {label}  (map)"), ts);
+                    }
+                }
+            }
+            EventKind::ToolSucceeded | EventKind::ToolFailed if node => {
+                let took = duration(event.duration_ms.unwrap_or(0));
+                if event.kind == EventKind::ToolSucceeded {
+                    self.say(&format!("✓ {id}  {took}"), ts);
+                } else {
+                    self.say(&format!("✗ {id}  {took}  {}", Self::error_text(event)), ts);
+                }
             }
             EventKind::StepRetrying => {
-                self.retries.fetch_add(1, Ordering::Relaxed);
-                self.show_counts(self.running.load(Ordering::Relaxed));
+                state.retries += 1;
+                let delay = duration(event.delay_ms.unwrap_or(0));
+                self.say(
+                    &format!(
+                        "↻ {id} failed ({}); attempt {} in {delay}",
+                        Self::error_text(event),
+                        event.attempt
+                    ),
+                    ts,
+                );
             }
             EventKind::StepExecuted => {
-                let running = self
-                    .running
-                    .fetch_sub(1, Ordering::Relaxed)
-                    .saturating_sub(1);
-                self.show_counts(running);
-                self.bar.inc(1);
+                let took = duration(event.duration_ms.unwrap_or(0));
+                let ok = event.ok.unwrap_or(false);
+                let cancelled = event
+                    .error
+                    .as_ref()
+                    .and_then(|e| e.get("code"))
+                    .and_then(serde_json::Value::as_str)
+                    == Some("E_CANCELLED");
+                match label {
+                    Some(label) => {
+                        state.running.retain(|(r, _)| r != id);
+                        if let Some(bar) = &self.bar {
+                            bar.inc(1);
+                        }
+                        let line = if ok {
+                            format!("✓ {label}  {took}")
+                        } else if cancelled {
+                            format!("■ {label}  {took}  interrupted; it runs again on resume")
+                        } else {
+                            format!("✗ {label}  {took}  {}", Self::error_text(event))
+                        };
+                        self.say(&line, ts);
+                    }
+                    None => {
+                        state.items_done += 1;
+                        if !ok && !cancelled {
+                            self.say(&format!("✗ {id}  {took}  {}", Self::error_text(event)), ts);
+                        }
+                    }
+                }
             }
-            EventKind::StepSkipped => self.bar.inc(1),
+            EventKind::StepSkipped => {
+                if let Some(label) = label {
+                    if let Some(bar) = &self.bar {
+                        bar.inc(1);
+                    }
+                    let reason = event.reason.as_deref().unwrap_or("");
+                    self.say(&format!("- {label}  skipped: {reason}"), ts);
+                }
+            }
+            EventKind::ApprovalAwaiting => {
+                let waiting: Vec<&str> = event
+                    .pending
+                    .iter()
+                    .flatten()
+                    .map(|p| p.step_id.as_str())
+                    .collect();
+                self.say(
+                    &format!("… waiting for approval: {}", waiting.join(", ")),
+                    ts,
+                );
+            }
             _ => {}
         }
+        self.show(&state);
     }
 }
 
@@ -104,8 +308,19 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
             && !record.ok
             && record.upstream.is_none()
     };
+    // Counts are of the plan's steps; map items and block nodes are shown, and counted apart.
+    let (mut items, mut nodes) = (0, 0);
     for record in &steps {
         let id = label(record);
+        if !by_id.contains_key(record.step_id.as_str()) {
+            if record.step_id.contains('/') {
+                nodes += 1;
+            } else {
+                items += 1;
+            }
+            out.push_str(&part_line(record, &id, width));
+            continue;
+        }
         let line = if waits(record) {
             // Not started because the run halted for approvals: it runs on resume.
             waiting += 1;
@@ -180,16 +395,44 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         }
     }
     let total = report.records.last().map_or(0, |meta| meta.duration_ms);
+    let count = steps.len() - items - nodes;
+    let mut parts = String::new();
+    for (n, what) in [(items, "map item"), (nodes, "block node")] {
+        match n {
+            0 => {}
+            1 => parts.push_str(&format!(", 1 {what}")),
+            n => parts.push_str(&format!(", {n} {what}s")),
+        }
+    }
     out.push_str(&format!(
-        "{}: {} step{} ({}) in {} · run {}\n",
+        "{}: {count} step{} ({}){parts} in {} · run {}\n",
         report.task_status,
-        steps.len(),
-        if steps.len() == 1 { "" } else { "s" },
+        if count == 1 { "" } else { "s" },
         counts.join(", "),
         duration(total),
         report.run_id
     ));
     out
+}
+
+/// The line of a map item or a block node in the summary.
+fn part_line(record: &Record, id: &str, width: usize) -> String {
+    let line = if record.ok && !record.skipped {
+        format!("✓ {id:<width$}  {}", duration(record.duration_ms))
+    } else if let Some(error) = &record.error {
+        format!(
+            "✗ {id:<width$}  {}  {}: {}",
+            duration(record.duration_ms),
+            error.code,
+            error.message
+        )
+    } else {
+        format!(
+            "- {id:<width$}  {}",
+            record.reason.as_deref().unwrap_or("not run")
+        )
+    };
+    line + "\n"
 }
 
 /// What a `WAITING` run waits for, and how to go on.

@@ -16,7 +16,7 @@ use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
 use crate::events_file::EventsFile;
 use crate::exit::Failure;
 use crate::ledger::Ledger;
-use crate::output::{self, Progress};
+use crate::output::{self, Live};
 use crate::plan_file::{Ready, prepare, prepare_source};
 use crate::toolbox::Toolbox;
 
@@ -226,7 +226,6 @@ where
     F: std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
 {
     let prepared = prepared(ready);
-    let steps = prepared.program.len();
     let mut settings = plan_run::Execution::new();
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
@@ -243,19 +242,16 @@ where
     if let Some(file) = &events_file {
         settings.events.push(file.clone());
     }
-    let progress = if args.json {
-        None
-    } else {
-        Progress::for_terminal(steps).map(Arc::new)
-    };
-    if let Some(progress) = &progress {
-        settings.events.push(progress.clone());
+    // `--json` keeps stdout for its object and stderr quiet: `--events` is the live feed.
+    let live = (!args.json).then(|| Arc::new(Live::new(&prepared.loaded.plan)));
+    if let Some(live) = &live {
+        settings.events.push(live.clone());
     }
     let cancel = settings.cancel.clone();
     let lost = settings.queue.as_ref().map(|queue| queue.lost());
     let dispatcher = settings.queue.clone();
     let outcome = toolbox.runtime().block_on(async {
-        tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned()));
+        tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned(), live.clone()));
         if let Some(dispatcher) = dispatcher {
             // Calls on a queue nobody serves wait; say so rather than sit silent.
             let stopped = cancel.clone();
@@ -313,8 +309,8 @@ where
         }
         outcome
     });
-    if let Some(progress) = &progress {
-        progress.finish();
+    if let Some(live) = &live {
+        live.finish();
     }
     if let Some(file) = &events_file {
         file.close();
@@ -330,16 +326,24 @@ where
 /// succeeded stays in the ledger, and `resume` continues. A second one exits at once: every
 /// commit is a transaction, so the ledger stays consistent, and the calls in flight run again
 /// on resume.
-async fn stop_on_signals(cancel: CancellationToken, run_id: String) {
+async fn stop_on_signals(cancel: CancellationToken, run_id: String, live: Option<Arc<Live>>) {
+    // Above the progress bar when there is one, so that no line is left half drawn.
+    let say = |line: &str| match &live {
+        Some(live) => live.say(line, None),
+        None => eprintln!("{line}"),
+    };
     let mut signals = Signals::new();
     if !signals.next().await {
         return;
     }
     cancel.cancel();
-    eprintln!(
+    say(&format!(
         "stopping run {run_id}: running steps are cancelled, nothing new starts (press Ctrl+C again to exit at once)"
-    );
+    ));
     if signals.next().await {
+        if let Some(live) = &live {
+            live.finish();
+        }
         eprintln!(
             "exiting at once; what finished is in the ledger: continue with `plan-cli resume {run_id}`"
         );

@@ -1,0 +1,127 @@
+//! What a run shows while it runs: lines as they happen, in a CI log (a pipe) and in a
+//! terminal (a real pseudo-terminal).
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::time::{Duration, Instant};
+
+use common::{Lab, path_str};
+use serde_json::json;
+
+fn slow_plan(lab: &Lab) -> std::path::PathBuf {
+    lab.write(
+        "slow.json",
+        &json!({"steps": [
+            {"id": "first", "tool": "echo", "args": {}},
+            {"id": "wait", "tool": "sleep", "args": {"ms": 1500}, "depends_on": ["first"]},
+            {"id": "items", "tool": "echo", "expand_on": [1, 2, 3], "args": {"n": "$each"}, "depends_on": ["first"]},
+            {"id": "broken", "tool": "fail", "args": {"message": "on purpose"}, "depends_on": ["wait"]}
+        ]}),
+    )
+}
+
+#[test]
+fn in_a_log_each_line_comes_as_it_happens_with_its_time() {
+    let lab = Lab::new();
+    let plan = slow_plan(&lab);
+    let mut child = lab.spawn(&["run", path_str(&plan)]);
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    // Lines arrive while the run still runs: `wait` has started and the process is alive.
+    loop {
+        let line = lines.next().unwrap().unwrap();
+        seen.push(line.clone());
+        if line.contains("▶ wait [sleep]") {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the line came only at the end"
+            );
+            break;
+        }
+    }
+    seen.extend(lines.map(Result::unwrap));
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    // The run id first; every line starts with the time.
+    let time = |line: &str| {
+        let stamp = line.split(' ').next().unwrap();
+        stamp.len() == 12 && stamp.as_bytes()[2] == b':' && stamp.as_bytes()[8] == b'.'
+    };
+    assert!(seen.iter().all(|l| time(l)), "{seen:#?}");
+    assert!(
+        seen[0].contains(" run 01") && seen[0].contains("plan `slow` · 4 steps"),
+        "{seen:#?}"
+    );
+    let position = |needle: &str| {
+        seen.iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no `{needle}` in {seen:#?}"))
+    };
+    assert!(position("▶ first [echo]") < position("✓ first [echo]"));
+    assert!(position("▶ wait [sleep]") < position("✓ wait [sleep]"));
+    assert!(position("▶ items [echo]  (map)") < position("✓ items [echo]"));
+    assert!(position("✗ broken [fail]") > position("✓ wait [sleep]"));
+    assert!(seen[position("✗ broken [fail]")].contains("E_TOOL: on purpose"));
+    // Items are not lines of their own unless they fail.
+    assert!(!seen.iter().any(|l| l.contains("items-0")), "{seen:#?}");
+    // The summary still goes to stdout.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("FAILED: 4 steps (3 ok, 1 failed), 3 map items in"),
+        "items are counted apart from steps: {stdout}"
+    );
+}
+
+#[test]
+fn on_a_terminal_a_bar_names_the_running_step_and_lines_stay_above_it() {
+    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+    let lab = Lab::new();
+    let plan = slow_plan(&lab);
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: 30,
+            cols: 120,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_plan-cli"));
+    command.args(["run", path_str(&plan)]);
+    command.cwd(lab.dir.path());
+    command.env("NO_COLOR", "1");
+    command.env_remove("PLAN_DB");
+    let mut child = pair.slave.spawn_command(command).unwrap();
+    drop(pair.slave);
+    let mut reader = pair.master.try_clone_reader().unwrap();
+    let (sender, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut chunk = [0u8; 4096];
+        // A pseudo-terminal reports EIO once the other side is closed: the end.
+        while let Ok(n) = reader.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&chunk[..n]);
+        }
+        let _ = sender.send(all);
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the run did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(pair.master);
+    let screen = String::from_utf8_lossy(&received.recv_timeout(Duration::from_secs(10)).unwrap())
+        .into_owned();
+    // The bar counts steps, not items, and names what runs.
+    assert!(screen.contains("/4 steps"), "{screen}");
+    assert!(screen.contains("running: wait"), "{screen}");
+    assert!(screen.contains("items: 3/3 done"), "{screen}");
+    // Lines carry no time on a terminal, and the summary follows.
+    assert!(screen.contains("▶ wait [sleep]"), "{screen}");
+    assert!(screen.contains("FAILED: 4 steps"), "{screen}");
+}
