@@ -64,6 +64,8 @@ pub(crate) enum Command {
     Runs(JsonArgs),
     /// Print a run's records as `run` does
     Status(RunIdArgs),
+    /// Print what a run's steps put out: exec's stdout and stderr, http's body, MCP text
+    Logs(LogsArgs),
     /// Print a run's events as NDJSON
     Events(EventsArgs),
     /// Delete finished runs older than a given age, overwriting what they recorded
@@ -86,6 +88,14 @@ pub(crate) enum Command {
         /// The shell
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LogsArgs {
+    /// The run: its id, a unique prefix of it, or `last` for the newest run
+    pub(crate) run: String,
+    /// Only this step (a map step's items and a block's nodes included), or one item or node
+    pub(crate) step: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -184,6 +194,9 @@ pub(crate) struct ExecutionArgs {
     /// Print one JSON object with every record instead of a summary
     #[arg(long)]
     pub(crate) json: bool,
+    /// Show each step's output (as `logs` prints it) under its line in the summary
+    #[arg(long, conflicts_with = "json")]
+    pub(crate) show_results: bool,
     /// Most steps running at once (overrides the plan's `max_concurrency`; default 4)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_concurrency: Option<u32>,

@@ -78,6 +78,7 @@ fn main() {
         Command::Runs(args) => commands::runs(args, &ledger),
         Command::Status(args) => commands::status(args, &ledger),
         Command::Events(args) => commands::events(args, &ledger),
+        Command::Logs(args) => commands::logs(args, &ledger),
         Command::Gc(args) => commands::gc(args, &ledger),
         Command::Plan(command) => commands::plan(command, &toolbox, &ledger),
         Command::State(StateCommand::Export { run, format }) => {

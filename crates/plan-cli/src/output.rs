@@ -280,7 +280,7 @@ impl EventSink for Live {
 }
 
 /// One line per step (its id and tool, then what happened), then the outcome.
-pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
+pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results: bool) -> String {
     let steps: Vec<&Record> = report
         .records
         .iter()
@@ -360,12 +360,16 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
             } else {
                 String::new()
             };
+            // The end of what it put out, where the failure usually is (`logs` has it all).
             format!(
-                "✗ {id:<width$}  {}  {}: {}{attempts}",
+                "✗ {id:<width$}  {}  {}: {}{attempts}\n{}",
                 duration(record.duration_ms),
                 error.code,
-                error.message
+                error.message,
+                output_tail(record, 5)
             )
+            .trim_end()
+            .to_owned()
         } else if record.skipped {
             skipped += 1;
             format!(
@@ -381,6 +385,11 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan) -> String {
         };
         out.push_str(&line);
         out.push('\n');
+        if show_results && record.ok && !record.skipped {
+            for text in step_output(record).lines() {
+                out.push_str(&format!("    │ {text}\n"));
+            }
+        }
     }
     let mut counts = vec![format!("{ok} ok")];
     for (n, what) in [
@@ -535,4 +544,64 @@ pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// What a step put out, as text: exec's stdout then stderr (marked), http's body, an MCP
+/// tool's text, a failure's message with the output its details hold; else its result as JSON.
+pub(crate) fn step_output(record: &Record) -> String {
+    fn of(value: &serde_json::Value) -> Option<String> {
+        let object = value.as_object()?;
+        let text = |key: &str| object.get(key).and_then(serde_json::Value::as_str);
+        if text("stdout").is_some() || text("stderr").is_some() {
+            let mut out = text("stdout").unwrap_or("").to_owned();
+            if let Some(stderr) = text("stderr").filter(|e| !e.is_empty()) {
+                if !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str("[stderr]\n");
+                out.push_str(stderr);
+            }
+            return Some(out);
+        }
+        if let Some(body) = text("body").or_else(|| text("content")) {
+            return Some(body.to_owned());
+        }
+        let json = object.get("json")?;
+        serde_json::to_string_pretty(json).ok()
+    }
+    if let Some(error) = &record.error {
+        let mut out = format!("{}: {}\n", error.code, error.message);
+        if let Some(details) = error.details.as_ref().and_then(of) {
+            out.push_str(&details);
+        }
+        return terminal_safe(&out).into_owned();
+    }
+    let Some(result) = record.result.as_deref() else {
+        return record.reason.clone().unwrap_or_default();
+    };
+    let text = of(result).unwrap_or_else(|| match result {
+        serde_json::Value::String(text) => text.clone(),
+        serde_json::Value::Null => String::new(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    });
+    terminal_safe(&text).into_owned()
+}
+
+/// The last `lines` lines of what a failed step put out, indented, for the summary.
+fn output_tail(record: &Record, lines: usize) -> String {
+    let Some(details) = record
+        .error
+        .as_ref()
+        .and_then(|error| error.details.as_ref())
+        .filter(|details| details.get("stdout").is_some() || details.get("stderr").is_some())
+    else {
+        return String::new();
+    };
+    let mut copy = record.clone();
+    copy.error = None;
+    copy.result = Some(std::sync::Arc::new(details.clone()));
+    let text = step_output(&copy);
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = &all[all.len().saturating_sub(lines)..];
+    tail.iter().map(|line| format!("    │ {line}\n")).collect()
 }

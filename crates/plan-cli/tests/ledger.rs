@@ -781,3 +781,62 @@ fn init_starts_a_project_whose_starter_plan_validates_and_runs() {
         );
     }
 }
+
+#[test]
+fn logs_print_what_steps_put_out_and_the_summary_shows_a_failures_tail() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "build.json",
+        &json!({"steps": [
+            {"id": "build", "tool": "exec", "args": {"argv": ["sh", "-c", "echo compiling; echo 'warning: unused' >&2"]}},
+            {"id": "test", "tool": "exec", "args": {"argv": ["sh", "-c", "for i in 1 2 3 4 5 6 7 8; do echo case $i ok; done; echo 'assertion failed: left == right' >&2; exit 1"]}, "depends_on": ["build"]},
+            {"id": "m", "tool": "echo", "expand_on": ["a"], "args": {"x": "$each"}}
+        ]}),
+    );
+    let output = lab.cli().args(["run", path_str(&plan)]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let summary = String::from_utf8_lossy(&output.stdout);
+    // The failure's last lines, under its line.
+    assert!(
+        summary
+            .contains("    │ case 8 ok\n    │ [stderr]\n    │ assertion failed: left == right\n"),
+        "{summary}"
+    );
+    assert!(!summary.contains("case 3 ok"), "only the tail: {summary}");
+
+    let logs = lab.cli().args(["logs", "last"]).output().unwrap();
+    assert!(logs.status.success());
+    let text = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        text.starts_with("── build (ok) ──\ncompiling\n[stderr]\nwarning: unused\n── test (failed) ──\nE_EXIT_STATUS:"),
+        "{text}"
+    );
+    assert!(text.contains("case 1 ok\ncase 2 ok"), "{text}");
+    assert!(
+        text.contains("── m-0 (ok) ──\n{\n  \"x\": \"a\"\n}"),
+        "{text}"
+    );
+    // One step, a map step's items, and a step that is not there.
+    let one = lab.cli().args(["logs", "last", "build"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&one.stdout),
+        "── build (ok) ──\ncompiling\n[stderr]\nwarning: unused\n"
+    );
+    let items = lab.cli().args(["logs", "last", "m"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&items.stdout).contains("── m-0 (ok) ──"));
+    // `--show-results` puts each output under its line.
+    let shown = lab
+        .cli()
+        .args(["run", path_str(&plan), "--show-results"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("✓ build [exec]")
+            && shown.contains("ms\n    │ compiling\n    │ [stderr]\n    │ warning: unused\n"),
+        "{shown}"
+    );
+    let missing = lab.cli().args(["logs", "last", "nope"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("has no records for step `nope`"));
+}

@@ -99,6 +99,17 @@ struct ExecArgs {
     /// Fail the step when the program exits with a non-zero status (the default).
     #[serde(default = "yes")]
     check: bool,
+    /// Most bytes of stdout, and of stderr, kept in the result (and so in the ledger); the
+    /// rest is read and dropped, and `stdout_truncated`/`stderr_truncated` say so.
+    #[serde(default = "default_max_output")]
+    max_output_bytes: usize,
+}
+
+/// What `max_output_bytes` is unless a step says otherwise: 1 MiB per stream.
+const DEFAULT_MAX_OUTPUT: usize = 1 << 20;
+
+fn default_max_output() -> usize {
+    DEFAULT_MAX_OUTPUT
 }
 
 fn yes() -> bool {
@@ -121,7 +132,8 @@ impl Tool for Exec {
                     "env": {"type": "object", "additionalProperties": {"type": "string"}},
                     "stdin": {"type": "string"},
                     "timeout_ms": {"type": "integer", "minimum": 1},
-                    "check": {"type": "boolean", "default": true}
+                    "check": {"type": "boolean", "default": true},
+                    "max_output_bytes": {"type": "integer", "minimum": 0, "default": DEFAULT_MAX_OUTPUT}
                 },
                 "required": ["argv"],
                 "additionalProperties": false
@@ -193,8 +205,9 @@ impl Tool for Exec {
         // The program leads its own process group: the group's id is its pid, which stays
         // valid for the group after the program itself exited.
         let group = child.id();
-        let stdout = tokio::spawn(read_all(child.stdout.take()));
-        let stderr = tokio::spawn(read_all(child.stderr.take()));
+        let cap = args.max_output_bytes;
+        let stdout = tokio::spawn(read_all(child.stdout.take(), cap));
+        let stderr = tokio::spawn(read_all(child.stderr.take(), cap));
         // Done when the program has exited and its pipes are closed (a background child of it
         // may hold them open longer); until then, cancellation and the timeout stop it.
         let finished = {
@@ -233,9 +246,16 @@ impl Tool for Exec {
         let status = status.map_err(|error| {
             ToolError::retryable(codes::E_IO, format!("waiting for `{program}`: {error}"))
         })?;
+        let ((stdout, stdout_truncated), (stderr, stderr_truncated)) = (stdout, stderr);
         let stdout = String::from_utf8_lossy(&stdout).into_owned();
         let stderr = String::from_utf8_lossy(&stderr).into_owned();
         let mut result = json!({"exit_code": status.code(), "stdout": stdout, "stderr": stderr});
+        if stdout_truncated {
+            result["stdout_truncated"] = json!(true);
+        }
+        if stderr_truncated {
+            result["stderr_truncated"] = json!(true);
+        }
         #[cfg(unix)]
         if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
             result["signal"] = json!(signal);
@@ -262,14 +282,28 @@ impl Tool for Exec {
     }
 }
 
-/// Everything a pipe gives until it closes (nothing for no pipe).
-async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+/// What a pipe gives until it closes, the first `cap` bytes of it kept (nothing for no pipe),
+/// and whether more came. The rest is read and dropped, so the program never blocks on a full
+/// pipe.
+async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>, cap: usize) -> (Vec<u8>, bool) {
     use tokio::io::AsyncReadExt;
-    let mut bytes = Vec::new();
-    if let Some(mut pipe) = pipe {
-        let _ = pipe.read_to_end(&mut bytes).await;
+    let mut kept = Vec::new();
+    let mut truncated = false;
+    let Some(mut pipe) = pipe else {
+        return (kept, truncated);
+    };
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&chunk[..n.min(room)]);
+                truncated |= n > room;
+            }
+        }
     }
-    bytes
+    (kept, truncated)
 }
 
 /// How long a stopped program's process group has to exit after SIGTERM before SIGKILL.

@@ -172,6 +172,45 @@ async fn exec_reports_missing_programs_and_kills_on_timeout() {
     assert!(!marker.exists(), "the process was killed, not left running");
 }
 
+#[tokio::test]
+async fn exec_keeps_at_most_max_output_bytes_of_each_stream() {
+    // 3 MB on stdout, a little on stderr: the program is never blocked, and the kept part is
+    // the first bytes.
+    let script = "head -c 3000000 /dev/zero | tr '\\0' x; echo err >&2";
+    let result = call(
+        &Exec::default(),
+        json!({"argv": ["sh", "-c", script], "max_output_bytes": 1000}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result["stdout"].as_str().unwrap(), "x".repeat(1000));
+    assert_eq!(result["stdout_truncated"], json!(true));
+    assert_eq!(result["stderr"], json!("err\n"));
+    assert!(result.get("stderr_truncated").is_none());
+    // The default keeps 1 MiB.
+    let result = call(&Exec::default(), json!({"argv": ["sh", "-c", script]}))
+        .await
+        .unwrap();
+    assert_eq!(result["stdout"].as_str().unwrap().len(), 1 << 20);
+}
+
+#[tokio::test]
+async fn a_timed_out_exec_stops_what_its_program_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("survived");
+    // The background child outlives `sh` unless the whole group is stopped.
+    let script = format!("(sleep 1; touch {}) & wait", marker.display());
+    let error = call(
+        &Exec::default(),
+        json!({"argv": ["sh", "-c", script], "timeout_ms": 100}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.code, "E_TIMEOUT");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!marker.exists(), "the program's child was left running");
+}
+
 /// Serves canned answers on loopback: `/json`, `/text`, `/status/N`, `/slow`, `/echo`.
 async fn serve() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -66,7 +66,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
     };
     let frontend = Frontend::of(&args.execution)?;
     let (report, plan) = start_run(ready, start, &frontend, toolbox, ledger)?;
-    print_outcome(&report, &plan, frontend.json)
+    print_outcome(&report, &plan, &frontend)
 }
 
 /// How a run shows itself and what it writes besides the ledger: from `run` and `resume`'s
@@ -75,6 +75,8 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
 pub(crate) struct Frontend {
     /// `--json`: no progress bar.
     pub(crate) json: bool,
+    /// `--show-results`: each step's output in the summary.
+    pub(crate) show_results: bool,
     pub(crate) max_concurrency: Option<u32>,
     pub(crate) durability: plan_types::Durability,
     /// `--events FILE`.
@@ -92,6 +94,7 @@ impl Frontend {
         }
         Ok(Frontend {
             json: args.json,
+            show_results: args.show_results,
             max_concurrency: args.max_concurrency,
             durability: args.durability.parse().map_err(Failure::input)?,
             events: args.events.clone(),
@@ -144,7 +147,7 @@ pub(crate) fn resume(
     });
     let frontend = Frontend::of(&args.execution)?;
     let (report, plan) = continue_run(&args.run, &options, queue, &frontend, toolbox, ledger)?;
-    print_outcome(&report, &plan, frontend.json)
+    print_outcome(&report, &plan, &frontend)
 }
 
 /// Goes on with a stored run (a finished one, unless failures are to be retried, only gives
@@ -186,12 +189,17 @@ pub(crate) fn continue_run(
 
 /// Prints a run's outcome as `run` does (the summary, or `--json`'s object) and gives the exit
 /// code of its status.
-pub(crate) fn print_outcome(report: &RunReport, plan: &Plan, json: bool) -> Result<i32, Failure> {
+pub(crate) fn print_outcome(
+    report: &RunReport,
+    plan: &Plan,
+    frontend: &Frontend,
+) -> Result<i32, Failure> {
+    let json = frontend.json;
     let run_id = &report.run_id;
     if json {
         super::print_json(report)?;
     } else {
-        print(&output::summary(report, plan))?;
+        print(&output::summary(report, plan, frontend.show_results))?;
     }
     if report.task_status == plan_types::TaskStatus::Stopped && !json {
         eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");

@@ -71,8 +71,60 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
         pretty(&report)
     } else {
         let plan = plan_of(&row)?;
-        output::summary(&report, &plan)
+        output::summary(&report, &plan, false)
     };
+    print(&text)?;
+    Ok(0)
+}
+
+/// `logs RUN [STEP]`: each record's output (see [`output::step_output`]) under a header.
+pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, Failure> {
+    let store = ledger.open_reader()?;
+    let row = store.run(&args.run).map_err(Failure::ledger)?;
+    let report = stored_report(&store, &row)?;
+    let records: Vec<&plan_types::Record> = report
+        .records
+        .iter()
+        .filter(|r| r.step_id != plan_graph::META_STEP_ID)
+        .filter(|r| match &args.step {
+            None => true,
+            Some(step) => {
+                r.step_id == *step
+                    || plan_graph::is_item_of(&r.step_id, step)
+                    || r.step_id.starts_with(&format!("{step}/"))
+            }
+        })
+        .collect();
+    if records.is_empty() {
+        let what = args
+            .step
+            .as_ref()
+            .map_or_else(String::new, |step| format!(" for step `{step}`"));
+        return Err(Failure::input(format!(
+            "run {} has no records{what} yet",
+            row.run_id
+        )));
+    }
+    let mut text = String::new();
+    for record in records {
+        let state = if record.ok && !record.skipped {
+            "ok"
+        } else if record.skipped {
+            "skipped"
+        } else {
+            "failed"
+        };
+        text.push_str(&format!("── {} ({state}) ──\n", record.step_id));
+        let out = output::step_output(record);
+        if out.is_empty() {
+            text.push_str("(no output)\n");
+        } else {
+            text.push_str(&out);
+            if !out.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+    }
     print(&text)?;
     Ok(0)
 }
