@@ -174,7 +174,7 @@ pub(crate) struct ServeArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct PlanArgs {
-    /// The plan file (.json, .yaml or .yml), the id of a stored plan, or `-` for JSON on stdin
+    /// The plan file (.json, .yaml or .yml), the id of a stored plan, or `-` for JSON or YAML on stdin
     pub(crate) plan: PathBuf,
     /// Set a variable to a string (read as JSON only where the plan's default for NAME is a
     /// number, boolean, list or object)

@@ -26,14 +26,21 @@ pub(crate) struct Ready {
     pub(crate) env: BTreeMap<String, String>,
 }
 
-/// The plan's text: from a file, from stdin (`-`), or else the stored plan with that id.
+/// The plan's text: from a file, from stdin (`-`, JSON or YAML), or else the stored plan with
+/// that id.
 pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Format), Failure> {
     if path == Path::new("-") {
         let mut text = String::new();
         std::io::stdin()
             .read_to_string(&mut text)
             .map_err(|error| Failure::input(format!("cannot read the plan from stdin: {error}")))?;
-        return Ok((Source::new("<stdin>", text), Format::Json));
+        // JSON when it looks like JSON (an object), else YAML.
+        let format = if text.trim_start().starts_with('{') {
+            Format::Json
+        } else {
+            Format::Yaml
+        };
+        return Ok((Source::new("<stdin>", text), format));
     }
     match std::fs::read_to_string(path) {
         Ok(text) => Ok((

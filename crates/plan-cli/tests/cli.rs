@@ -148,6 +148,15 @@ fn a_plan_can_come_from_stdin() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["plan_id"], "stdin");
     assert_eq!(report["records"][0]["result"], json!({"x": 1}));
+    // YAML too.
+    let output = plan_cli()
+        .args(["run", "-", "--json"])
+        .write_stdin("steps:\n  - id: a\n    tool: echo\n    args: {x: 2}\n")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["records"][0]["result"], json!({"x": 2}));
 }
 
 #[test]
@@ -533,7 +542,7 @@ fn vars_files_sit_between_the_plan_and_var_flags() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains(
-            "invalid type: sequence, expected a map",
+            "this must be an object (`key: value` pairs), not a list",
         ))
         .stderr(predicate::str::contains("is not a valid variables file"));
 }

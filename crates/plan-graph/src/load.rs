@@ -174,7 +174,8 @@ fn parse<T: DeserializeOwned>(source: &Source, format: Format) -> Result<T, Box<
                 ]
                 .iter()
                 .any(|phrase| message.contains(phrase));
-                Box::new(serde_issue(source, &message, offset, !schema))
+                let field = yaml_field(text, offset, &message);
+                Box::new(serde_issue(source, &message, offset, !schema, field))
             })
         }
     }
@@ -189,7 +190,11 @@ fn json_issue(source: &Source, error: &serde_json::Error, path: PlanPath) -> Iss
     let suffix = format!(" at line {} column {}", error.line(), error.column());
     let message = message.strip_suffix(&suffix).unwrap_or(&message);
     let syntax = error.is_syntax() || error.is_eof();
-    let mut issue = serde_issue(source, message, offset, syntax);
+    let field = path.0.iter().rev().find_map(|segment| match segment {
+        crate::source::PathSegment::Key(key) => Some(key.clone()),
+        crate::source::PathSegment::Index(_) => None,
+    });
+    let mut issue = serde_issue(source, message, offset, syntax, field);
     // serde_json reports a type error after the value; the path finds the value itself.
     if !syntax
         && issue.code == "plan::schema"
@@ -239,12 +244,19 @@ fn plan_path(path: &serde_path_to_error::Path) -> PlanPath {
 }
 
 /// Turns a serde message into an issue, pointing at the key it is about where it names one.
-fn serde_issue(source: &Source, message: &str, offset: usize, syntax: bool) -> Issue {
+fn serde_issue(
+    source: &Source,
+    message: &str,
+    offset: usize,
+    syntax: bool,
+    field: Option<String>,
+) -> Issue {
     let at_offset = || Location::Span(offset..(offset + 1).min(source.text().len()).max(offset));
     let mut issue = Issue {
         location: at_offset(),
         ..Issue::error("plan::syntax", PlanPath::root(), message)
     };
+    issue.message = plain_message(message, field.as_deref());
     if syntax {
         issue.label = "here".to_owned();
         return issue;
@@ -282,6 +294,127 @@ fn serde_issue(source: &Source, message: &str, offset: usize, syntax: bool) -> I
         issue.label = format!("this needs `{field}`");
     }
     issue
+}
+
+/// The field a YAML error at `offset` is about: the key just before the value on its line
+/// (`timeout_ms: -5`, `{attempts: many}`); for a value that starts its own line (a list or an
+/// object where the other was expected), the key above it that it belongs to.
+fn yaml_field(text: &str, offset: usize, message: &str) -> Option<String> {
+    let offset = offset.min(text.len());
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let before = text.get(start..offset)?;
+    let key_before = |prefix: &str| -> Option<String> {
+        let prefix = prefix.trim_end().strip_suffix(':')?;
+        let key: String = prefix
+            .chars()
+            .rev()
+            .take_while(|c| !matches!(c, ' ' | '{' | ',' | '[' | '-'))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let key = key.trim_matches('"').trim_matches('\'');
+        (!key.is_empty()).then(|| key.to_owned())
+    };
+    if let Some(key) = key_before(before) {
+        return Some(key);
+    }
+    let own_line = before.trim().is_empty() || before.trim() == "-";
+    if own_line && (message.contains("sequence start") || message.contains("mapping start")) {
+        // The nearest line above, less indented, that ends with `KEY:`.
+        let indent = before.len() - before.trim_start().len();
+        for line in text[..start].lines().rev() {
+            let line_indent = line.len() - line.trim_start().len();
+            if line.trim().is_empty() || line_indent >= indent {
+                continue;
+            }
+            return key_before(line.trim_start().trim_start_matches("- "));
+        }
+        return None;
+    }
+    // Else the key of the line the value is on.
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = text.get(start..line_end)?.trim_start();
+    let line = line.strip_prefix("- ").unwrap_or(line);
+    let (key, _) = line.split_once(':')?;
+    let key = key.trim();
+    (!key.is_empty() && !key.contains(' ')).then(|| key.to_owned())
+}
+
+/// A parser's message in the words of a plan's author: which field, what it must be.
+fn plain_message(message: &str, field: Option<&str>) -> String {
+    let named = |what: &str| match field {
+        Some(field) => format!("`{field}` must be {what}"),
+        None => format!("this must be {what}"),
+    };
+    // Serde's names for what it expected.
+    let kind = |expected: &str| -> Option<&'static str> {
+        Some(match expected.trim() {
+            "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number of 0 or more",
+            "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number",
+            "f32" | "f64" => "a number",
+            "a boolean" | "bool" => "true or false",
+            "a string" | "string" => "a string",
+            "a sequence" | "sequence" => "a list",
+            "a map" | "map" | "struct" => "an object (`key: value` pairs)",
+            _ => return None,
+        })
+    };
+    if let Some(rest) = message.strip_prefix("invalid ")
+        && let Some(what) = kind(rest)
+    {
+        return named(what);
+    }
+    // Serde's names for what it found.
+    let found = |found: &str| -> String {
+        match found {
+            "sequence" => "a list".to_owned(),
+            "map" => "an object".to_owned(),
+            "unit value" | "null" => "null".to_owned(),
+            other => other
+                .strip_prefix("string ")
+                .map(|text| format!("the string {text}"))
+                .or_else(|| {
+                    ["integer ", "floating point ", "boolean "]
+                        .iter()
+                        .find_map(|prefix| other.strip_prefix(prefix))
+                        .map(|value| value.trim_matches('`').to_owned())
+                })
+                .unwrap_or_else(|| other.to_owned()),
+        }
+    };
+    if let Some(rest) = message.strip_prefix("invalid type: ")
+        && let Some((what_found, expected)) = rest.split_once(", expected ")
+        && let Some(what) = kind(expected)
+    {
+        return format!("{}, not {}", named(what), found(what_found));
+    }
+    if let Some(rest) = message.strip_prefix("invalid value: ")
+        && let Some((found_value, expected)) = rest.split_once(", expected ")
+        && let Some(what) = kind(expected)
+    {
+        return format!("{}, not {}", named(what), found(found_value));
+    }
+    if message.starts_with("expected sequence start") {
+        return named("a list (`- item` lines, or `[a, b]`)");
+    }
+    if message.starts_with("expected mapping start") {
+        return named("an object (`key: value` lines)");
+    }
+    if let Some(rest) = message.strip_prefix("duplicate mapping key: ") {
+        let key = rest.split(',').next().unwrap_or(rest).trim();
+        return format!("`{key}` is written twice in the same object");
+    }
+    if let Some(what) = message.strip_prefix("EOF while parsing ") {
+        let what = match what {
+            "a list" => "a list (`[`) is not closed",
+            "an object" => "an object (`{`) is not closed",
+            "a string" => "a string (`\"`) is not closed",
+            _ => "a value is missing",
+        };
+        return format!("the document ends too early: {what}");
+    }
+    message.to_owned()
 }
 
 fn backticked_after(message: &str, prefix: &str) -> Option<String> {
@@ -338,6 +471,44 @@ mod tests {
         assert_eq!(super::offset_of("ab\ncdé f", 2, 4), 8);
         assert_eq!(super::offset_of("ab\ncd", 1, 0), 0);
         assert_eq!(super::offset_of("ab", 5, 5), 2);
+    }
+
+    #[test]
+    fn parser_messages_are_said_in_plan_words() {
+        use super::{plain_message, yaml_field};
+        assert_eq!(
+            plain_message("invalid u64", Some("timeout_ms")),
+            "`timeout_ms` must be a whole number of 0 or more"
+        );
+        assert_eq!(
+            plain_message(
+                "invalid type: string \"x\", expected a sequence",
+                Some("depends_on")
+            ),
+            "`depends_on` must be a list, not the string \"x\""
+        );
+        assert_eq!(
+            plain_message(
+                "duplicate mapping key: tool, set DuplicateKeyPolicy in Options if acceptable",
+                None
+            ),
+            "`tool` is written twice in the same object"
+        );
+        assert_eq!(
+            plain_message("EOF while parsing a value", None),
+            "the document ends too early: a value is missing"
+        );
+        assert_eq!(plain_message("something else", None), "something else");
+        let yaml = "steps:\n  id: a\n  - x: {attempts: many}\n";
+        assert_eq!(
+            yaml_field(yaml, 9, "expected sequence start").as_deref(),
+            Some("steps")
+        );
+        let at = yaml.find("many").unwrap();
+        assert_eq!(
+            yaml_field(yaml, at, "invalid u32").as_deref(),
+            Some("attempts")
+        );
     }
 
     #[test]

@@ -215,7 +215,7 @@ fn bad_types_and_syntax_point_at_the_position() {
         Format::Json,
         &[(
             "plan::schema",
-            "invalid type: string \"b\", expected a sequence",
+            "`depends_on` must be a list, not the string \"b\"",
             1,
             54,
         )],
@@ -223,7 +223,12 @@ fn bad_types_and_syntax_point_at_the_position() {
     check_errors(
         "{\"steps\": [",
         Format::Json,
-        &[("plan::syntax", "EOF while parsing a list", 1, 11)],
+        &[(
+            "plan::syntax",
+            "the document ends too early: a list (`[`) is not closed",
+            1,
+            11,
+        )],
     );
     check_errors(
         "{}",
@@ -486,7 +491,7 @@ fn variables_files_are_objects() {
         plan_graph::load_variables(Source::new("v.json", "[1]"), Format::Json).unwrap_err();
     assert_eq!(
         invalid.issues[0].message,
-        "invalid type: sequence, expected a map"
+        "this must be an object (`key: value` pairs), not a list"
     );
 }
 
