@@ -245,12 +245,31 @@ fn check_variables(
                         issues.push(
                             Issue::warning("plan::undefined_variable", path.clone(), format!("no step binds `{name}` and the plan's `variables` do not define it"))
                                 .label(format!("reads `{name}`"))
-                                .help(format!("give it with `--var {name}=VALUE` or `--vars FILE`, or the steps that read it will fail")),
+                                .help(undefined_help(name)),
                         );
                     }
                 }
             }
         }
+    }
+}
+
+/// What to do about a variable nothing defines. A name in capitals is most likely meant for
+/// a shell or the environment (`sh -c "echo ${HOME}"`): plan-cli reads `${...}` first.
+fn undefined_help(name: &str) -> String {
+    let give = format!(
+        "give it with `--var {name}=VALUE` or `--vars FILE`, or the steps that read it will fail"
+    );
+    let shell_like = name.chars().any(|c| c.is_ascii_uppercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if shell_like {
+        format!(
+            "for a literal `${{{name}}}` (for a shell or program to expand), write `$${{{name}}}`; to read the environment variable, list it under `env:` and write `${{env.{name}}}`; else {give}"
+        )
+    } else {
+        give
     }
 }
 
@@ -282,10 +301,17 @@ fn placeholders_of(
             return None;
         }
     };
+    // Each at the string it is written in, so a diagnostic underlines that string.
     let mut reads: Vec<(Placeholder, Place, PlanPath)> = template
-        .placeholders()
+        .placeholders_at()
         .into_iter()
-        .map(|p| (p.clone(), Place::Args, args_path.clone()))
+        .map(|(pointer, p)| {
+            (
+                p.clone(),
+                Place::Args,
+                pointer_path(args_path.clone(), &pointer),
+            )
+        })
         .collect();
     if let Some(expand) = &step.expand {
         // Malformed ones were reported by normalisation.

@@ -287,7 +287,7 @@ fn reading_a_bound_variable_needs_a_dependency() {
             "plan::unordered_read",
             "step `b` reads `x`, which step `a` binds, but does not depend on it",
             3,
-            39,
+            45,
         )],
     );
     check_errors(
@@ -333,7 +333,7 @@ fn placeholders_are_checked_at_load() {
             "plan::placeholder",
             "`$each.x` is only defined inside a map step (one with `expand_on`)",
             4,
-            11,
+            15,
         )],
     );
     let loaded = load_as(
@@ -443,7 +443,7 @@ fn map_steps_are_checked_at_load() {
             "plan::placeholder",
             "`$key` is only defined inside a map step that sets `expand_key`",
             5,
-            11,
+            15,
         )],
     );
     check_errors(
@@ -597,4 +597,27 @@ fn variables_read_lists_every_name_a_plan_reads() {
     );
     let read: Vec<String> = plan_graph::variables_read(&plan).into_iter().collect();
     assert_eq!(read, ["deploy", "files", "flags", "target", "version"]);
+}
+
+#[test]
+fn a_shell_variable_in_an_argument_gets_the_escape_as_help_at_its_string() {
+    let loaded = load_as(
+        "steps:\n  - id: a\n    tool: exec\n    args:\n      timeout_ms: 5\n      argv: [sh, -c, \"echo ${HOME}\"]\n",
+        Format::Yaml,
+    )
+    .unwrap();
+    let warning = &loaded.warnings[0];
+    assert_eq!(warning.code, "plan::undefined_variable");
+    assert!(
+        warning.help.as_deref().unwrap().starts_with(
+            "for a literal `${HOME}` (for a shell or program to expand), write `$${HOME}`"
+        ),
+        "{warning:?}"
+    );
+    let diagnostic = loaded.source.diagnostic(warning);
+    assert_eq!(
+        diagnostic.position(),
+        Some((6, 22)),
+        "at the string, not the args"
+    );
 }

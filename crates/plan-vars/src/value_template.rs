@@ -39,6 +39,13 @@ impl ValueTemplate {
         out
     }
 
+    /// Every placeholder with the JSON pointer of the string it is in, in document order.
+    pub fn placeholders_at(&self) -> Vec<(String, &Placeholder)> {
+        let mut out = Vec::new();
+        collect_at(&self.root, &mut String::new(), &mut out);
+        out
+    }
+
     /// Resolves every placeholder; the first one that does not resolve is the error.
     pub fn resolve(&self, scope: &Scope<'_>) -> Result<Value, ResolveError> {
         resolve_node(&self.root, scope)
@@ -90,6 +97,30 @@ fn compile_node(value: &Value, pointer: &mut String) -> Result<Node, ParseError>
         other => Node::Literal(other.clone()),
     };
     Ok(node)
+}
+
+fn collect_at<'a>(node: &'a Node, pointer: &mut String, out: &mut Vec<(String, &'a Placeholder)>) {
+    match node {
+        Node::Literal(_) => {}
+        Node::String(template) => out.extend(template.placeholders().map(|p| (pointer.clone(), p))),
+        Node::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let len = pointer.len();
+                pointer.push_str(&format!("/{i}"));
+                collect_at(item, pointer, out);
+                pointer.truncate(len);
+            }
+        }
+        Node::Object(entries) => {
+            for (key, item) in entries {
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                collect_at(item, pointer, out);
+                pointer.truncate(len);
+            }
+        }
+    }
 }
 
 fn collect<'a>(node: &'a Node, out: &mut Vec<&'a Placeholder>) {
