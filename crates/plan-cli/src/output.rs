@@ -301,7 +301,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
         .unwrap_or(0);
     let mut out = String::new();
     let (mut ok, mut failed, mut skipped, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
-    let mut interrupted = 0;
+    let (mut interrupted, mut running) = (0, 0);
     let waits = |record: &Record| {
         report.task_status == plan_types::TaskStatus::Waiting
             && record.skipped
@@ -321,7 +321,15 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
             out.push_str(&part_line(record, &id, width));
             continue;
         }
-        let line = if waits(record) {
+        let reason = record.reason.as_deref().unwrap_or("");
+        let line = if !record.ok && reason == plan_types::reasons::RUNNING {
+            // Read from the ledger while the run goes.
+            running += 1;
+            format!("▶ {id:<width$}  running")
+        } else if !record.ok && reason == plan_types::reasons::INTERRUPTED {
+            interrupted += 1;
+            format!("■ {id:<width$}  {reason}; it runs again on resume")
+        } else if waits(record) {
             // Not started because the run halted for approvals: it runs on resume.
             waiting += 1;
             format!("… {id:<width$}  {}", record.reason.as_deref().unwrap_or(""))
@@ -395,6 +403,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
     for (n, what) in [
         (failed, "failed"),
         (interrupted, "interrupted"),
+        (running, "running"),
         (skipped, "skipped"),
         (blocked, "blocked"),
         (waiting, "waiting"),

@@ -840,3 +840,56 @@ fn logs_print_what_steps_put_out_and_the_summary_shows_a_failures_tail() {
     assert_eq!(missing.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("has no records for step `nope`"));
 }
+
+#[test]
+fn status_shows_running_steps_live_and_a_killed_run_as_interrupted() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "live.json",
+        &json!({"steps": [
+            {"id": "quick", "tool": "echo", "args": {}},
+            {"id": "slow", "tool": "sleep", "args": {"ms": 60000}, "depends_on": ["quick"]},
+            {"id": "after", "tool": "echo", "args": {}, "depends_on": ["slow"]}
+        ]}),
+    );
+    let mut child = lab.spawn(&["run", path_str(&plan)]);
+    // While it runs, `slow` shows as running (its `tool.called` reaches the ledger although
+    // nothing settles for a minute).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        let output = lab
+            .cli()
+            .args(["status", "last", "--json"])
+            .output()
+            .unwrap();
+        if let Ok(status) = serde_json::from_slice::<Value>(&output.stdout)
+            && status["records"][1]["reason"] == "running"
+        {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "`slow` never showed as running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(status["task_status"], "RUNNING");
+    assert_eq!(status["records"][2]["reason"], "not started yet");
+    let text = lab.cli().args(["status", "last"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("▶ slow [sleep]  running"));
+
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs[0]["task_status"], "INTERRUPTED");
+    let (_, status) = lab.json(&["status", "last", "--json"]);
+    assert_eq!(status["task_status"], "INTERRUPTED");
+    assert_eq!(
+        status["records"][1]["reason"],
+        "interrupted: the run's process died while it ran"
+    );
+    assert_eq!(
+        status["records"][2]["reason"],
+        "the run's process died before it started"
+    );
+}

@@ -14,9 +14,13 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use plan_types::{Batch, Durability, Journal, JournalError, RunEnd};
 use tokio::sync::watch;
+
+/// How long the writer waits without a batch before it writes the journal's events alone.
+const EVENTS_EVERY: Duration = Duration::from_millis(500);
 
 /// Records waiting for the writer beyond which the scheduler helps it commit.
 const BACKLOG: usize = 8192;
@@ -53,6 +57,19 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// Lets the journal write what it holds besides batches (its events), unless writing
+    /// stopped or waits for the end.
+    fn commit_idle(&self) {
+        let mut ledger = lock(&self.ledger);
+        if ledger.failed.is_some() || self.durability == Durability::Exit {
+            return;
+        }
+        if let Err(error) = ledger.journal.flush() {
+            self.durable.send_replace(Durable::Failed(error.clone()));
+            ledger.failed = Some(error);
+        }
+    }
+
     /// Commits every queued batch as one, in order, and publishes what is durable.
     fn commit_queued(&self) {
         let mut ledger = lock(&self.ledger);
@@ -124,10 +141,19 @@ impl Writer {
             .name("plan-ledger".to_owned())
             .stack_size(plan_types::json::VALUE_THREAD_STACK)
             .spawn(move || {
-                while woken.recv().is_ok() {
-                    // Wake-ups that came meanwhile are served by this one commit.
-                    while woken.try_recv().is_ok() {}
-                    on_thread.commit_queued();
+                loop {
+                    match woken.recv_timeout(EVENTS_EVERY) {
+                        Ok(()) => {
+                            // Wake-ups that came meanwhile are served by this one commit.
+                            while woken.try_recv().is_ok() {}
+                            on_thread.commit_queued();
+                        }
+                        // Nothing settled for a while (a long step): what the journal holds
+                        // besides batches (events such as `tool.called`) is written, so that
+                        // `status` and `events` show the run as it goes.
+                        Err(mpsc::RecvTimeoutError::Timeout) => on_thread.commit_idle(),
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
                 }
             })
             .map_err(|error| JournalError(format!("cannot start the ledger writer: {error}")))?;

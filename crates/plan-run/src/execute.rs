@@ -368,10 +368,30 @@ pub fn owner_alive(row: &RunRow) -> Option<u32> {
         .filter(|&pid| pid != std::process::id() && process_alive(pid))
 }
 
-/// Whether a process is alive (Linux: its /proc entry exists). Elsewhere, assume it is.
+/// Whether a run marked running lost its process (killed, crashed): it will never finish by
+/// itself, and `resume` continues it.
+pub(crate) fn owner_died(row: &RunRow) -> bool {
+    row.state == RunState::Running
+        && row
+            .owner_pid
+            .is_some_and(|pid| pid != std::process::id() && !process_alive(pid))
+}
+
+/// Whether a process is alive (Linux: its /proc entry exists and it is not a zombie, dead
+/// but not yet reaped). Elsewhere, assume it is.
 fn process_alive(pid: u32) -> bool {
     let proc = Path::new("/proc");
-    !proc.exists() || proc.join(pid.to_string()).exists()
+    if !proc.exists() {
+        return true;
+    }
+    match std::fs::read_to_string(proc.join(pid.to_string()).join("stat")) {
+        // `PID (COMMAND) STATE ...`: the command may hold spaces and parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_none_or(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
 }
 
 /// What a run starts from besides its plan and execution settings.

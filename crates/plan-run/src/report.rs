@@ -17,6 +17,8 @@ pub fn status_of(row: &RunRow) -> TaskStatus {
         RunState::Finished => row.task_status.unwrap_or(TaskStatus::Failed),
         RunState::Stopped => TaskStatus::Stopped,
         RunState::Waiting => TaskStatus::Waiting,
+        // Marked running, but its process is gone: it will never finish by itself.
+        RunState::Running if crate::execute::owner_died(row) => TaskStatus::Interrupted,
         RunState::Running => TaskStatus::Running,
     }
 }
@@ -65,7 +67,14 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
         .map(|a| a.step_id.as_str())
         .collect();
     let stored = store.records(&row.run_id)?;
-    let mut records = with_unsettled(&plan, stored, status, &pending);
+    // Steps of a run that has not ended which were called (their records come when they
+    // settle): running, or cut off by the process's death.
+    let started: Vec<String> = if matches!(status, TaskStatus::Running | TaskStatus::Interrupted) {
+        started_steps(store, row, &plan)?
+    } else {
+        Vec::new()
+    };
+    let mut records = with_unsettled(&plan, stored, status, &pending, &started);
     let elapsed = [Some(row.started_at.as_str()), row.finished_at.as_deref()]
         .map(|t| t.and_then(|t| humantime::parse_rfc3339(t).ok()));
     let duration = match elapsed {
@@ -128,6 +137,41 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
     })
 }
 
+/// The steps of a run that were called in its current attempt (a `tool.called` of the step or
+/// of one of its map items or block nodes, or its block entered) since it last started or
+/// resumed.
+fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>, LifecycleError> {
+    let events = store.events_after(&row.run_id, 0)?;
+    // Only this attempt's: events after the last `run.started`.
+    let from = events
+        .iter()
+        .rposition(|(_, e)| e.kind == plan_types::EventKind::RunStarted)
+        .unwrap_or(0);
+    let mut started = Vec::new();
+    for (_, event) in &events[from..] {
+        if !matches!(
+            event.kind,
+            plan_types::EventKind::ToolCalled | plan_types::EventKind::BlockEntered
+        ) {
+            continue;
+        }
+        let Some(id) = event.step_id.as_deref() else {
+            continue;
+        };
+        let top = id.split('/').next().unwrap_or(id);
+        let step = plan
+            .steps
+            .iter()
+            .find(|s| s.id.0 == top || plan_graph::is_item_of(top, &s.id.0));
+        if let Some(step) = step
+            && !started.contains(&step.id.0)
+        {
+            started.push(step.id.0.clone());
+        }
+    }
+    Ok(started)
+}
+
 /// Blocks of a live run that entered and have not ended are `BUSY`, at the node their last
 /// committed `block.transition` went to (or their entry point). Events reach the ledger with
 /// the scheduler's commits, so the node may lag behind by a node or two.
@@ -172,12 +216,19 @@ fn with_unsettled(
     stored: Vec<Record>,
     status: TaskStatus,
     pending: &[&str],
+    started: &[String],
 ) -> Vec<Record> {
     let ids: std::collections::HashSet<&str> = plan.steps.iter().map(|s| s.id.0.as_str()).collect();
     let reason = match status {
         TaskStatus::Waiting => plan_types::reasons::WAITING_FOR_APPROVAL,
         TaskStatus::Stopped => plan_types::reasons::STOPPED,
+        TaskStatus::Interrupted => plan_types::reasons::NOT_STARTED_INTERRUPTED,
         _ => "not started yet",
+    };
+    let started_reason = if status == TaskStatus::Interrupted {
+        plan_types::reasons::INTERRUPTED
+    } else {
+        plan_types::reasons::RUNNING
     };
     let mut stored = stored.into_iter().peekable();
     let mut records = Vec::with_capacity(plan.steps.len());
@@ -198,6 +249,8 @@ fn with_unsettled(
         if !found {
             let reason = if pending.contains(&step.id.0.as_str()) {
                 plan_types::reasons::AWAITING_APPROVAL
+            } else if started.iter().any(|id| *id == step.id.0) {
+                started_reason
             } else {
                 reason
             };

@@ -186,6 +186,15 @@ impl Journal for RunJournal {
             .map_err(|error| JournalError(error.to_string()))
     }
 
+    fn flush(&mut self) -> Result<(), JournalError> {
+        let events = self.events.take();
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.write(&Batch::default(), &events)
+            .map_err(|error| JournalError(error.to_string()))
+    }
+
     fn finish(&mut self, end: RunEnd) -> Result<(), JournalError> {
         // Events emitted since the last commit (`run.finished` among them).
         let events = self.events.take();

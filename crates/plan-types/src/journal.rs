@@ -84,6 +84,13 @@ pub trait Journal: Send {
 
     /// Records how the run ended (after the last commit).
     fn finish(&mut self, end: RunEnd) -> Result<(), JournalError>;
+
+    /// Writes what the journal holds besides batches (events such as `tool.called`), when
+    /// nothing has settled for a while: a long step shows in the ledger as running. Nothing by
+    /// default.
+    fn flush(&mut self) -> Result<(), JournalError> {
+        Ok(())
+    }
 }
 
 /// When what settles reaches the ledger (the names are LangGraph's).

@@ -95,4 +95,10 @@ pub mod reasons {
     pub const WAITING_FOR_APPROVAL: &str = "not started: the run is waiting for an approval";
     /// Not started because the run was stopped.
     pub const STOPPED: &str = "the run stopped before it started";
+    /// Called and not settled yet, in a run that is still going.
+    pub const RUNNING: &str = "running";
+    /// Called and not settled when the run's process died: `resume` runs it again.
+    pub const INTERRUPTED: &str = "interrupted: the run's process died while it ran";
+    /// Not started when the run's process died.
+    pub const NOT_STARTED_INTERRUPTED: &str = "the run's process died before it started";
 }

@@ -28,6 +28,9 @@ pub enum TaskStatus {
     Stopped,
     /// The run is still going (only in reports read from a ledger while it runs).
     Running,
+    /// The run's process died before it finished (killed, crashed, the machine went down):
+    /// only in reports read from a ledger; `resume` continues it.
+    Interrupted,
 }
 
 impl TaskStatus {
@@ -40,7 +43,7 @@ impl TaskStatus {
             TaskStatus::Blocked => 4,
             TaskStatus::Waiting => 5,
             // The shell's convention for a process stopped by SIGINT.
-            TaskStatus::Stopped => 130,
+            TaskStatus::Stopped | TaskStatus::Interrupted => 130,
             TaskStatus::Running => 0,
         }
     }
@@ -55,6 +58,7 @@ impl TaskStatus {
             TaskStatus::Waiting => "WAITING",
             TaskStatus::Stopped => "STOPPED",
             TaskStatus::Running => "RUNNING",
+            TaskStatus::Interrupted => "INTERRUPTED",
         }
     }
 
@@ -68,6 +72,7 @@ impl TaskStatus {
             TaskStatus::Waiting => "the run is waiting for an approval",
             TaskStatus::Stopped => "the run was stopped before it finished",
             TaskStatus::Running => "the run is still running",
+            TaskStatus::Interrupted => "the run's process died before it finished",
         }
     }
 }
