@@ -249,7 +249,7 @@ fn with_unsettled(
         if !found {
             let reason = if pending.contains(&step.id.0.as_str()) {
                 plan_types::reasons::AWAITING_APPROVAL
-            } else if started.iter().any(|id| *id == step.id.0) {
+            } else if started.contains(&step.id.0) {
                 started_reason
             } else {
                 reason
