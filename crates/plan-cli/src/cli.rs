@@ -50,6 +50,11 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Continue a run that was stopped, interrupted, killed or waiting for approvals
     Resume(ResumeArgs),
+    /// Run steps of a run again, with every step that depends on them (finished runs too)
+    Retry(RetryArgs),
+    /// Stop a run: its process stops it as Ctrl+C would; a run whose process is gone, or one
+    /// waiting for approvals, is marked stopped. Either way `resume` can continue it
+    Cancel(CancelArgs),
     /// Approve high-risk steps (or the plan) of a run, then `resume` it
     Approve(ApproveArgs),
     /// Refuse a high-risk step of a run: it fails with E_REJECTED and its dependents skip
@@ -61,7 +66,7 @@ pub(crate) enum Command {
     /// List the tools plans can call
     Tools(ToolsArgs),
     /// List the runs in the ledger, newest first
-    Runs(JsonArgs),
+    Runs(RunsArgs),
     /// Print a run's records as `run` does
     Status(RunIdArgs),
     /// Print what a run's steps put out: exec's stdout and stderr, http's body, MCP text
@@ -88,6 +93,40 @@ pub(crate) enum Command {
         /// The shell
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunsArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Only runs with this status (COMPLETED, FAILED, PARTIAL, BLOCKED, WAITING, STOPPED,
+    /// RUNNING, INTERRUPTED; any case)
+    #[arg(long, value_name = "STATUS")]
+    pub(crate) status: Option<String>,
+    /// Only runs of this plan id
+    #[arg(long, value_name = "PLAN_ID")]
+    pub(crate) plan: Option<String>,
+    /// At most this many (the newest)
+    #[arg(long, value_name = "N")]
+    pub(crate) limit: Option<usize>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RetryArgs {
+    /// The run: its id, a unique prefix of it, or `last` for the newest run
+    pub(crate) run: String,
+    /// The steps to run again (their map items and block nodes too)
+    #[arg(required = true)]
+    pub(crate) steps: Vec<String>,
+    #[command(flatten)]
+    pub(crate) execution: ExecutionArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CancelArgs {
+    /// The run: its id, a unique prefix of it, or `last` for the newest run
+    pub(crate) run: String,
 }
 
 #[derive(Debug, clap::Args)]

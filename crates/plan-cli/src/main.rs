@@ -70,6 +70,8 @@ fn main() {
     let outcome = match &cli.command {
         Command::Run(args) => commands::run(args, &toolbox, &ledger),
         Command::Resume(args) => commands::resume(args, &toolbox, &ledger),
+        Command::Retry(args) => commands::retry(args, &toolbox, &ledger),
+        Command::Cancel(args) => commands::cancel(args, &ledger),
         Command::Approve(args) => commands::approve(args, &toolbox, &ledger),
         Command::Reject(args) => commands::reject(args, &toolbox, &ledger),
         Command::Validate(args) => commands::validate(args, &toolbox, &ledger),

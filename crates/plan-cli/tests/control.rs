@@ -536,3 +536,87 @@ fn ctrl_c_on_a_terminal_stops_exec_children_and_resume_runs_the_step_again() {
     let starts = std::fs::read_to_string(lab.dir.path().join("starts.log")).unwrap();
     assert_eq!(starts.lines().count(), 2);
 }
+
+#[test]
+fn retry_runs_a_step_again_with_what_depends_on_it() {
+    let lab = Lab::new();
+    let step = |id: &str, deps: &[&str]| json!({"id": id, "tool": "exec", "args": {"argv": ["sh", "-c", format!("echo {id} >> ran.log")]}, "depends_on": deps});
+    let plan = lab.write(
+        "chain.json",
+        &json!({"steps": [step("a", &[]), step("b", &["a"]), step("c", &["b"]), step("d", &["a"])]}),
+    );
+    let (code, _) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 0);
+    let (code, report) = lab.json(&["retry", "last", "b", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let ran = std::fs::read_to_string(lab.dir.path().join("ran.log")).unwrap();
+    let mut again: Vec<&str> = ran.lines().skip(4).collect();
+    again.sort_unstable();
+    assert_eq!(again, ["b", "c"], "b and its dependent c, not a or d");
+    assert_eq!(report["task_status"], "COMPLETED");
+    let output = lab.cli().args(["retry", "last", "bb"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("has no step `bb` (did you mean `b`?)"),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn cancel_stops_a_running_run_from_elsewhere_and_marks_a_waiting_one_stopped() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "slow.json",
+        &json!({"steps": [
+            {"id": "quick", "tool": "echo", "args": {}},
+            {"id": "slow", "tool": "sleep", "args": {"ms": 60000}, "depends_on": ["quick"]}
+        ]}),
+    );
+    let events = lab.dir.path().join("events.ndjson");
+    let child = lab.spawn(&["run", path_str(&plan), "--events", path_str(&events)]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .contains("\"slow\"")
+    {
+        assert!(Instant::now() < deadline, "the run never started `slow`");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = lab.cli().args(["cancel", "last"]).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("stopped (STOPPED)"),
+        "{output:?}"
+    );
+    assert_eq!(child.wait_with_output().unwrap().status.code(), Some(130));
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs[0]["task_status"], "STOPPED");
+    // A run waiting for an approval is marked stopped.
+    let gated = lab.write(
+        "gated.json",
+        &json!({"steps": [{"id": "deploy", "tool": "echo", "risk": "high", "args": {}}]}),
+    );
+    let (code, _) = lab.json(&["run", path_str(&gated), "--json"]);
+    assert_eq!(code, 5);
+    let output = lab.cli().args(["cancel", "last"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&output.stdout)
+            .contains("was waiting for approvals; it is stopped now"),
+        "{output:?}"
+    );
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs[0]["task_status"], "STOPPED");
+    // A finished run has nothing to cancel.
+    let done = lab.write(
+        "done.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {}}]}),
+    );
+    lab.json(&["run", path_str(&done), "--json"]);
+    let output = lab.cli().args(["cancel", "last"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains("has finished (COMPLETED): there is nothing to cancel"),
+        "{output:?}"
+    );
+}

@@ -893,3 +893,49 @@ fn status_shows_running_steps_live_and_a_killed_run_as_interrupted() {
         "the run's process died before it started"
     );
 }
+
+#[test]
+fn runs_filter_by_status_and_plan_and_show_aligned_durations() {
+    let lab = Lab::new();
+    let ok = lab.write(
+        "ok.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {}}]}),
+    );
+    let bad = lab.write(
+        "bad-plan.json",
+        &json!({"steps": [{"id": "a", "tool": "fail", "args": {}}]}),
+    );
+    for plan in [&ok, &bad, &ok] {
+        lab.json(&["run", path_str(plan), "--json"]);
+    }
+    let (_, failed) = lab.json(&["runs", "--status", "failed", "--json"]);
+    assert_eq!(failed.as_array().unwrap().len(), 1);
+    assert_eq!(failed[0]["plan_id"], "bad-plan");
+    assert!(failed[0]["duration_ms"].is_u64());
+    let (_, of_plan) = lab.json(&["runs", "--plan", "ok", "--json"]);
+    assert_eq!(of_plan.as_array().unwrap().len(), 2);
+    let (_, newest) = lab.json(&["runs", "--limit", "1", "--json"]);
+    assert_eq!(newest.as_array().unwrap().len(), 1);
+    assert_eq!(newest[0]["plan_id"], "ok");
+    // Columns line up whatever the status and plan id.
+    let output = lab.cli().args(["runs"]).output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    let (_, all) = lab.json(&["runs", "--json"]);
+    let starts: Vec<usize> = text
+        .lines()
+        .zip(all.as_array().unwrap())
+        .map(|(line, run)| line.find(run["started_at"].as_str().unwrap()).unwrap())
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] == w[1]), "{text}");
+    let ends: Vec<usize> = text.lines().map(str::len).collect();
+    assert!(
+        ends.windows(2).all(|w| w[0] == w[1]),
+        "durations end together: {text}"
+    );
+    let output = lab
+        .cli()
+        .args(["runs", "--status", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}

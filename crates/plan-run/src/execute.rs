@@ -173,6 +173,9 @@ pub async fn start(
 pub struct ResumeOptions {
     /// Run failed steps (and failed blocks, from their entry point) again.
     pub retry_failed: bool,
+    /// Run these steps again, and every step that depends on them (`plan-cli retry`), even
+    /// in a finished run.
+    pub retry_steps: Vec<String>,
     /// Resume even if the run's process seems alive, or with a plan that differs.
     pub force: bool,
     /// A plan to check against the run's stored one (with `force`, to run instead of it).
@@ -200,6 +203,8 @@ pub struct ResumeFrom {
     pub format: Format,
     /// Failed steps to run again (their records are dropped by [`resume`]).
     retry_failed: bool,
+    /// Steps to run again with their dependents.
+    retry_steps: Vec<String>,
 }
 
 /// Checks that run `run` (its id or a unique prefix) can be resumed: its owner is gone (or
@@ -219,7 +224,22 @@ pub fn prepare_resume(
             row.run_id
         )));
     }
-    if row.state == RunState::Finished && !options.retry_failed {
+    if !options.retry_steps.is_empty() {
+        let plan = plan_of(&row)?;
+        let ids: Vec<String> = plan.steps.iter().map(|s| s.id.0.clone()).collect();
+        for step in &options.retry_steps {
+            if !ids.contains(step) {
+                let hint = plan_graph::closest(step, &ids)
+                    .map(|near| format!(" (did you mean `{near}`?)"))
+                    .unwrap_or_default();
+                return Err(LifecycleError::Refused(format!(
+                    "run {} has no step `{step}`{hint}",
+                    row.run_id
+                )));
+            }
+        }
+    }
+    if row.state == RunState::Finished && !options.retry_failed && options.retry_steps.is_empty() {
         // Nothing left to run: what it gave, as `run` reported it.
         return Ok(Resumable::Finished(Outcome {
             report: report(store, &row)?,
@@ -252,6 +272,7 @@ pub fn prepare_resume(
         source,
         format,
         retry_failed: options.retry_failed,
+        retry_steps: options.retry_steps.clone(),
     })))
 }
 
@@ -264,21 +285,47 @@ pub async fn resume(
     execution: Execution,
 ) -> Result<Outcome, LifecycleError> {
     let ResumeFrom {
-        row, retry_failed, ..
+        row,
+        retry_failed,
+        retry_steps,
+        ..
     } = *from;
     let mut records = store.records(&row.run_id)?;
-    if retry_failed {
+    if retry_failed || !retry_steps.is_empty() {
         // A failed step runs again; a failed block runs again from its entry point, so the
-        // records of its nodes (`STEP/NODE#N`) go too.
-        let failed: Vec<String> = records
-            .iter()
-            .filter(|r| r.error.is_some())
-            .map(|r| r.step_id.clone())
-            .collect();
+        // records of its nodes (`STEP/NODE#N`) go too. A step named to run again goes with
+        // its map items, its nodes, and every step that depends on it.
+        let failed: Vec<String> = if retry_failed {
+            records
+                .iter()
+                .filter(|r| r.error.is_some())
+                .map(|r| r.step_id.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut again: Vec<String> = Vec::new();
+        if !retry_steps.is_empty() {
+            let plan = plan_of(&row)?;
+            let deps = plan_graph::Dependencies::new(&plan);
+            let named: Vec<usize> = retry_steps
+                .iter()
+                .filter_map(|id| plan.position(id))
+                .collect();
+            for (i, step) in plan.steps.iter().enumerate() {
+                if named.contains(&i) || deps.ancestors(i).iter().any(|a| named.contains(a)) {
+                    again.push(step.id.0.clone());
+                }
+            }
+        }
+        // A failed map step keeps its items that succeeded; a step run again loses them all.
         let forgotten = |id: &str| {
             failed
                 .iter()
                 .any(|f| id == f || id.starts_with(&format!("{f}/")))
+                || again.iter().any(|f| {
+                    id == f || id.starts_with(&format!("{f}/")) || plan_graph::is_item_of(id, f)
+                })
         };
         let forget: Vec<String> = records
             .iter()

@@ -132,11 +132,34 @@ pub(crate) fn resume(
 ) -> Result<i32, Failure> {
     let options = plan_run::ResumeOptions {
         retry_failed: args.retry_failed,
+        retry_steps: Vec::new(),
         force: args.force,
         plan: match &args.plan {
             Some(file) => Some(crate::plan_file::read_source(file, ledger)?),
             None => None,
         },
+    };
+    let queue = args.execution.queue.as_deref().map(|url| {
+        (
+            url,
+            args.execution.queue_name.as_str(),
+            args.execution.queue_outage,
+        )
+    });
+    let frontend = Frontend::of(&args.execution)?;
+    let (report, plan) = continue_run(&args.run, &options, queue, &frontend, toolbox, ledger)?;
+    print_outcome(&report, &plan, &frontend)
+}
+
+/// `retry RUN STEP...`: the run goes on with those steps and their dependents forgotten.
+pub(crate) fn retry(
+    args: &crate::cli::RetryArgs,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
+    let options = plan_run::ResumeOptions {
+        retry_steps: args.steps.clone(),
+        ..plan_run::ResumeOptions::default()
     };
     let queue = args.execution.queue.as_deref().map(|url| {
         (

@@ -8,7 +8,7 @@ use plan_types::RunReport;
 use serde_json::{Value, json};
 
 use super::{pretty, print};
-use crate::cli::{EventsArgs, GcArgs, JsonArgs, RunIdArgs, StateFormat};
+use crate::cli::{EventsArgs, GcArgs, RunIdArgs, StateFormat};
 use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::output;
@@ -23,12 +23,30 @@ pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Fa
     plan_run::report(store, row).map_err(Failure::lifecycle)
 }
 
-pub(crate) fn runs(args: &JsonArgs, ledger: &Ledger) -> Result<i32, Failure> {
-    let rows = if ledger.exists() {
+pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, Failure> {
+    let wanted_status = match &args.status {
+        None => None,
+        Some(text) => Some(
+            serde_json::from_value::<plan_types::TaskStatus>(Value::String(text.to_uppercase()))
+                .map_err(|_| {
+                    Failure::input(format!(
+                        "--status {text}: not a status (COMPLETED, FAILED, PARTIAL, BLOCKED, WAITING, STOPPED, RUNNING, INTERRUPTED)"
+                    ))
+                })?,
+        ),
+    };
+    let mut rows = if ledger.exists() {
         ledger.open_reader()?.runs().map_err(Failure::ledger)?
     } else {
         Vec::new()
     };
+    rows.retain(|row| {
+        wanted_status.is_none_or(|status| plan_run::status_of(row) == status)
+            && args.plan.as_ref().is_none_or(|plan| row.plan_id == *plan)
+    });
+    if let Some(limit) = args.limit {
+        rows.truncate(limit);
+    }
     let text = if args.json {
         let list: Vec<Value> = rows
             .iter()
@@ -39,28 +57,68 @@ pub(crate) fn runs(args: &JsonArgs, ledger: &Ledger) -> Result<i32, Failure> {
                     "task_status": plan_run::status_of(row),
                     "started_at": row.started_at,
                     "finished_at": row.finished_at,
+                    "duration_ms": run_duration(row).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 })
             })
             .collect();
         pretty(&list)
     } else if rows.is_empty() {
-        format!("no runs yet in {}\n", ledger.path().display())
+        let filtered = args.status.is_some() || args.plan.is_some();
+        if filtered {
+            "no runs match\n".to_owned()
+        } else {
+            format!("no runs yet in {}\n", ledger.path().display())
+        }
     } else {
-        let width = rows.iter().map(|r| r.plan_id.len()).max().unwrap_or(0);
+        let statuses: Vec<&str> = rows
+            .iter()
+            .map(|row| plan_run::status_of(row).as_str())
+            .collect();
+        let durations: Vec<String> = rows
+            .iter()
+            .map(|row| run_duration(row).map_or_else(|| "-".to_owned(), human_duration))
+            .collect();
+        let status_width = statuses.iter().map(|s| s.len()).max().unwrap_or(0);
+        let plan_width = rows
+            .iter()
+            .map(|r| r.plan_id.chars().count())
+            .max()
+            .unwrap_or(0);
+        let duration_width = durations.iter().map(String::len).max().unwrap_or(0);
         rows.iter()
-            .map(|row| {
+            .zip(statuses.iter().zip(&durations))
+            .map(|(row, (status, took))| {
                 format!(
-                    "{}  {:<9}  {:<width$}  {}\n",
-                    row.run_id,
-                    plan_run::status_of(row),
-                    row.plan_id,
-                    row.started_at
+                    "{}  {status:<status_width$}  {:<plan_width$}  {}  {took:>duration_width$}\n",
+                    row.run_id, row.plan_id, row.started_at
                 )
             })
             .collect()
     };
     print(&text)?;
     Ok(0)
+}
+
+/// How long a run took (or has taken so far, while it runs).
+fn run_duration(row: &RunRow) -> Option<Duration> {
+    let start = humantime::parse_rfc3339(&row.started_at).ok()?;
+    let end = match &row.finished_at {
+        Some(at) => humantime::parse_rfc3339(at).ok()?,
+        None if plan_run::status_of(row) == plan_types::TaskStatus::Running => SystemTime::now(),
+        None => humantime::parse_rfc3339(&row.updated_at).ok()?,
+    };
+    end.duration_since(start).ok()
+}
+
+/// `850ms`, `12.3s`, `4m05s`, `2h03m`.
+fn human_duration(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", duration.as_secs_f64()),
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, (ms / 1_000) % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
 }
 
 pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> {
@@ -75,6 +133,82 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
     };
     print(&text)?;
     Ok(0)
+}
+
+/// `cancel RUN`: a running run's process is asked to stop (SIGTERM: it stops as on Ctrl+C,
+/// keeping what finished); a run whose process is gone, or one waiting for approvals, is
+/// marked stopped here. `resume` continues it either way.
+pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i32, Failure> {
+    let mut store = ledger.open_existing()?;
+    let row = store.run(&args.run).map_err(Failure::ledger)?;
+    let run_id = row.run_id.clone();
+    let message = match row.state {
+        RunState::Finished => {
+            return Err(Failure::input(format!(
+                "run {run_id} has finished ({}): there is nothing to cancel",
+                plan_run::status_of(&row)
+            )));
+        }
+        RunState::Stopped => format!("run {run_id} is already stopped\n"),
+        RunState::Waiting => {
+            store
+                .end_run(&run_id, RunState::Stopped, None)
+                .map_err(Failure::ledger)?;
+            format!(
+                "run {run_id} was waiting for approvals; it is stopped now (`plan-cli resume {run_id}` continues it)\n"
+            )
+        }
+        RunState::Running => match plan_run::owner_alive(&row) {
+            Some(pid) => {
+                ask_to_stop(pid)?;
+                // Its process commits what finished and marks the run stopped.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                loop {
+                    let now = store.run(&run_id).map_err(Failure::ledger)?;
+                    if now.state != RunState::Running {
+                        break format!(
+                            "run {run_id} stopped ({}); `plan-cli resume {run_id}` continues it\n",
+                            plan_run::status_of(&now)
+                        );
+                    }
+                    if std::time::Instant::now() > deadline {
+                        break format!(
+                            "asked process {pid} to stop run {run_id}; it has not stopped yet\n"
+                        );
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+            None => {
+                store
+                    .end_run(&run_id, RunState::Stopped, None)
+                    .map_err(Failure::ledger)?;
+                format!(
+                    "run {run_id}'s process had died; it is marked stopped (`plan-cli resume {run_id}` continues it)\n"
+                )
+            }
+        },
+    };
+    print(&message)?;
+    Ok(0)
+}
+
+/// Sends SIGTERM to the process that owns a run.
+fn ask_to_stop(pid: u32) -> Result<(), Failure> {
+    #[cfg(unix)]
+    {
+        let pid = i32::try_from(pid)
+            .map_err(|_| Failure::internal(format!("process id {pid} is out of range")))?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .map_err(|error| Failure::input(format!("cannot signal process {pid}: {error}")))
+    }
+    #[cfg(not(unix))]
+    Err(Failure::input(format!(
+        "cannot signal process {pid} on this system: stop it there"
+    )))
 }
 
 /// `logs RUN [STEP]`: each record's output (see [`output::step_output`]) under a header.
