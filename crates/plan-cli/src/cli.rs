@@ -236,6 +236,11 @@ pub(crate) struct ExecutionArgs {
     /// Show each step's output (as `logs` prints it) under its line in the summary
     #[arg(long, conflicts_with = "json")]
     pub(crate) show_results: bool,
+    /// Where `exec` runs programs and a relative `cwd` resolves (default: the plan file's
+    /// folder, or the current directory for a plan from stdin or the ledger; a resumed run
+    /// keeps its own)
+    #[arg(long, value_name = "DIR")]
+    pub(crate) cwd: Option<PathBuf>,
     /// Most steps running at once (overrides the plan's `max_concurrency`; default 4)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_concurrency: Option<u32>,

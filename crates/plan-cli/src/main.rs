@@ -38,6 +38,11 @@ fn main() {
     let project = ledger::project_dir();
     let ledger = Ledger::new(cli.db.as_deref(), project.as_deref());
     let mut exec = plan_tools::Exec::default().passing(cli.env_passthrough.iter().cloned());
+    match working_dir(&cli.command, &ledger) {
+        Ok(Some(dir)) => exec = exec.in_dir(dir),
+        Ok(None) => {}
+        Err(failure) => exit_with(Err(failure)),
+    }
     let mut policy = None;
     if let Command::Mcp(McpCommand::Serve(args)) = &cli.command {
         match commands::Policy::of(args) {
@@ -98,6 +103,36 @@ fn main() {
     // MCP servers that were started stop before the process ends.
     toolbox.shutdown();
     exit_with(outcome);
+}
+
+/// Where this command's programs run: see `plan_file::working_dir`; a resumed or retried run
+/// keeps the folder it started with, unless `--cwd` says otherwise.
+fn working_dir(
+    command: &Command,
+    ledger: &Ledger,
+) -> Result<Option<std::path::PathBuf>, exit::Failure> {
+    let stored = |run: &str, cwd: Option<&std::path::Path>| {
+        if cwd.is_some() {
+            return plan_file::working_dir(cwd, std::path::Path::new("-"));
+        }
+        if !ledger.exists() {
+            return Ok(None);
+        }
+        let store = ledger.open_reader()?;
+        // An unknown run is reported by the command itself.
+        Ok(store
+            .run(run)
+            .ok()
+            .and_then(|row| plan_run::working_dir_of(&row)))
+    };
+    match command {
+        Command::Run(args) => {
+            plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan)
+        }
+        Command::Resume(args) => stored(&args.run, args.execution.cwd.as_deref()),
+        Command::Retry(args) => stored(&args.run, args.execution.cwd.as_deref()),
+        _ => Ok(None),
+    }
 }
 
 /// Prints a failure (its diagnostics and message) and exits with the outcome's code.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use plan_engine::Program;
 use plan_graph::{Format, Issue, LoadOptions, LoadedPlan, Severity, Source, load, load_variables};
@@ -352,4 +352,27 @@ pub(crate) fn install_diagnostic_hook() {
         }
         Box::new(options.build())
     }));
+}
+
+/// Where a run's programs run: `--cwd`, else the folder of the plan file (so that a plan's
+/// relative paths mean the same from any directory), else none (the current directory: a
+/// plan from stdin or the ledger). Absolute, so that `resume` finds it again.
+pub(crate) fn working_dir(cwd: Option<&Path>, plan: &Path) -> Result<Option<PathBuf>, Failure> {
+    let dir = match cwd {
+        Some(dir) => dir.to_path_buf(),
+        None if plan != Path::new("-") && plan.is_file() => match plan.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+        None => return Ok(None),
+    };
+    let absolute = std::fs::canonicalize(&dir)
+        .map_err(|error| Failure::input(format!("--cwd {}: {error}", dir.display())))?;
+    if !absolute.is_dir() {
+        return Err(Failure::input(format!(
+            "--cwd {}: not a folder",
+            dir.display()
+        )));
+    }
+    Ok(Some(absolute))
 }

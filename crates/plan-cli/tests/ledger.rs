@@ -939,3 +939,76 @@ fn runs_filter_by_status_and_plan_and_show_aligned_durations() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn programs_run_in_the_plan_files_folder_from_anywhere_and_resume_keeps_it() {
+    let lab = Lab::new();
+    let plans = lab.dir.path().join("plans");
+    std::fs::create_dir_all(&plans).unwrap();
+    std::fs::write(plans.join("data.txt"), "from the plan's folder\n").unwrap();
+    // `cat data.txt` only works where the plan is; the second read waits for an approval.
+    let plan = plans.join("p.json");
+    std::fs::write(
+        &plan,
+        json!({"steps": [
+            {"id": "read", "tool": "exec", "args": {"argv": ["cat", "data.txt"]}},
+            {"id": "again", "tool": "exec", "risk": "high", "args": {"argv": ["cat", "data.txt"]}, "depends_on": ["read"]},
+            {"id": "up", "tool": "exec", "args": {"argv": ["pwd"], "cwd": ".."}}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let elsewhere = lab.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::create_dir_all(elsewhere.join(".plan")).unwrap();
+    let run = |args: &[&str]| {
+        let output = lab
+            .cli()
+            .current_dir(&elsewhere)
+            .args(args)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        (output.status.code(), report)
+    };
+    let (code, report) = run(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, Some(5), "{report}");
+    assert_eq!(
+        report["records"][0]["result"]["stdout"],
+        "from the plan's folder\n"
+    );
+    let up = std::fs::canonicalize(lab.dir.path()).unwrap();
+    assert_eq!(
+        report["records"][2]["result"]["stdout"],
+        format!("{}\n", up.display()),
+        "a relative cwd is the plan's folder's"
+    );
+    // Resumed from yet another folder, the run keeps its folder.
+    lab.cli()
+        .current_dir(&elsewhere)
+        .args(["approve", "last", "again"])
+        .assert()
+        .success();
+    let (code, report) = run(&["resume", "last", "--json"]);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(
+        report["records"][1]["result"]["stdout"],
+        "from the plan's folder\n"
+    );
+    // --cwd says otherwise.
+    let (code, report) = run(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--cwd",
+        path_str(&elsewhere),
+    ]);
+    assert_eq!(code, Some(1), "no data.txt there: {report}");
+    let output = lab
+        .cli()
+        .args(["run", path_str(&plan), "--cwd", "/no/such/dir"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--cwd /no/such/dir"));
+}

@@ -90,6 +90,9 @@ pub struct Start {
     /// `Mode::Approval` waits for the plan's approval before the first step; a preview runs
     /// nothing and is refused here (see `Program::preview`).
     pub mode: Mode,
+    /// The folder the run's programs run in (kept with the run, so that `resume` runs them in
+    /// the same place; see [`working_dir_of`]).
+    pub working_dir: Option<String>,
 }
 
 impl Start {
@@ -99,8 +102,17 @@ impl Start {
             run_id: ulid::Ulid::new().to_string(),
             approve: Vec::new(),
             mode: Mode::Auto,
+            working_dir: None,
         }
     }
+}
+
+/// The folder a run's programs run in, as its start kept it.
+pub fn working_dir_of(row: &RunRow) -> Option<std::path::PathBuf> {
+    row.options
+        .get("working_dir")
+        .and_then(Value::as_str)
+        .map(std::path::PathBuf::from)
 }
 
 impl Default for Start {
@@ -120,6 +132,7 @@ pub async fn start(
         run_id,
         approve,
         mode,
+        working_dir,
     } = start;
     let gated: Vec<String> = prepared.program.gated_steps();
     let mut approvals = Approvals::new();
@@ -139,6 +152,7 @@ pub async fn start(
     let options = json!({
         "max_concurrency": execution.max_concurrency,
         "mode": mode,
+        "working_dir": working_dir,
     });
     store.begin_run(&NewRun {
         run_id: &run_id,

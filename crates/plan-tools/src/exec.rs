@@ -19,12 +19,15 @@ use crate::args::{SOURCE, parse};
 /// as it is: no shell parses it, so a value from a placeholder can never start a command.
 ///
 /// The program does not inherit plan-cli's environment: it gets [`Exec::BASE_ENV`], the names
-/// the operator passes through ([`Exec::passing`]), and the step's own `env`. With a root
-/// ([`Exec::confined_to`]), `cwd` is resolved inside it and may not leave it.
+/// the operator passes through ([`Exec::passing`]), and the step's own `env`. Programs run in
+/// the base folder ([`Exec::in_dir`], e.g. the plan file's folder) unless `cwd` says
+/// otherwise, and a relative `cwd` is resolved against it. With a root
+/// ([`Exec::confined_to`]), `cwd` is resolved inside the root and may not leave it.
 #[derive(Debug, Clone, Default)]
 pub struct Exec {
     passthrough: Vec<String>,
     root: Option<PathBuf>,
+    base: Option<PathBuf>,
 }
 
 impl Exec {
@@ -41,6 +44,14 @@ impl Exec {
         self
     }
 
+    /// Runs programs in `base` unless a step's `cwd` says otherwise; a relative `cwd` is
+    /// resolved against it (without a base: against plan-cli's current directory).
+    #[must_use]
+    pub fn in_dir(mut self, base: PathBuf) -> Self {
+        self.base = Some(base);
+        self
+    }
+
     /// Runs programs in `root` (the default `cwd`); a `cwd` outside it is refused.
     #[must_use]
     pub fn confined_to(mut self, root: PathBuf) -> Self {
@@ -50,8 +61,14 @@ impl Exec {
 
     fn working_directory(&self, cwd: Option<&str>) -> Result<Option<PathBuf>, ToolError> {
         let wanted = match (&self.root, cwd) {
-            (None, None) => return Ok(None),
-            (None, Some(cwd)) => PathBuf::from(cwd),
+            (None, None) => match &self.base {
+                None => return Ok(None),
+                Some(base) => base.clone(),
+            },
+            (None, Some(cwd)) => match &self.base {
+                Some(base) => base.join(cwd),
+                None => PathBuf::from(cwd),
+            },
             (Some(root), None) => root.clone(),
             (Some(root), Some(cwd)) => root.join(cwd),
         };

@@ -59,9 +59,12 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         let would_fail = args.dry_run && calls.iter().any(|call| call.error.is_some());
         return Ok(i32::from(would_fail));
     }
+    let working_dir =
+        crate::plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan)?;
     let start = plan_run::Start {
         approve: args.approve.clone(),
         mode,
+        working_dir: working_dir.map(|dir| dir.display().to_string()),
         ..plan_run::Start::new()
     };
     let frontend = Frontend::of(&args.execution)?;
