@@ -614,3 +614,58 @@ fn output_tail(record: &Record, lines: usize) -> String {
     let tail = &all[all.len().saturating_sub(lines)..];
     tail.iter().map(|line| format!("    │ {line}\n")).collect()
 }
+
+/// Whether stdout gets colour: a terminal, and NO_COLOR unset (<https://no-color.org>).
+pub(crate) fn stdout_in_colour() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// The summary with colour: each line's mark (✓ green, ✗ red, ■ … yellow, ▶ cyan, - dim), the
+/// output under a line dim, and the outcome's status bold in its colour.
+pub(crate) fn in_colour(summary: &str) -> String {
+    use anstyle::{AnsiColor, Style};
+    let paint =
+        |style: Style, text: &str| format!("{}{text}{}", style.render(), style.render_reset());
+    let green = AnsiColor::Green.on_default();
+    let red = AnsiColor::Red.on_default();
+    let yellow = AnsiColor::Yellow.on_default();
+    let cyan = AnsiColor::Cyan.on_default();
+    let dim = Style::new().dimmed();
+    let mut out = String::with_capacity(summary.len() + 64);
+    for line in summary.split_inclusive('\n') {
+        let (mark, rest) = match line.char_indices().nth(1) {
+            Some((at, ' ')) => line.split_at(at),
+            _ => ("", line),
+        };
+        let style = match mark {
+            "✓" => Some(green),
+            "✗" | "!" => Some(red),
+            "■" | "…" => Some(yellow),
+            "▶" => Some(cyan),
+            "-" => Some(dim),
+            _ => None,
+        };
+        if let Some(style) = style {
+            out.push_str(&paint(style, mark));
+            out.push_str(rest);
+        } else if line.starts_with("    │") {
+            out.push_str(&paint(dim, line.trim_end_matches('\n')));
+            out.push('\n');
+        } else if let Some((status, rest)) = line.split_once(": ")
+            && !status.is_empty()
+            && status.chars().all(|c| c.is_ascii_uppercase())
+        {
+            let colour = match status {
+                "COMPLETED" => green,
+                "FAILED" | "BLOCKED" => red,
+                _ => yellow,
+            };
+            out.push_str(&paint(colour.bold(), status));
+            out.push_str(": ");
+            out.push_str(rest);
+        } else {
+            out.push_str(line);
+        }
+    }
+    out
+}

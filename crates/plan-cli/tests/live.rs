@@ -75,11 +75,10 @@ fn in_a_log_each_line_comes_as_it_happens_with_its_time() {
     );
 }
 
-#[test]
-fn on_a_terminal_a_bar_names_the_running_step_and_lines_stay_above_it() {
+/// Runs plan-cli in a real pseudo-terminal (stdout and stderr both on it) with `env`; all it
+/// wrote.
+fn in_a_terminal(lab: &Lab, args: &[&str], env: &[(&str, &str)]) -> String {
     use portable_pty::{CommandBuilder, PtySize, native_pty_system};
-    let lab = Lab::new();
-    let plan = slow_plan(&lab);
     let pair = native_pty_system()
         .openpty(PtySize {
             rows: 30,
@@ -89,10 +88,13 @@ fn on_a_terminal_a_bar_names_the_running_step_and_lines_stay_above_it() {
         })
         .unwrap();
     let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_plan-cli"));
-    command.args(["run", path_str(&plan)]);
+    command.args(args);
     command.cwd(lab.dir.path());
-    command.env("NO_COLOR", "1");
     command.env_remove("PLAN_DB");
+    command.env_remove("NO_COLOR");
+    for (name, value) in env {
+        command.env(name, value);
+    }
     let mut child = pair.slave.spawn_command(command).unwrap();
     drop(pair.slave);
     let mut reader = pair.master.try_clone_reader().unwrap();
@@ -115,13 +117,39 @@ fn on_a_terminal_a_bar_names_the_running_step_and_lines_stay_above_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
     drop(pair.master);
-    let screen = String::from_utf8_lossy(&received.recv_timeout(Duration::from_secs(10)).unwrap())
-        .into_owned();
+    String::from_utf8_lossy(&received.recv_timeout(Duration::from_secs(10)).unwrap()).into_owned()
+}
+
+#[test]
+fn on_a_terminal_a_bar_names_the_running_step_and_lines_stay_above_it() {
+    let lab = Lab::new();
+    let plan = slow_plan(&lab);
+    let screen = in_a_terminal(&lab, &["run", path_str(&plan)], &[("NO_COLOR", "1")]);
     // The bar counts steps, not items, and names what runs.
     assert!(screen.contains("/4 steps"), "{screen}");
     assert!(screen.contains("running: wait"), "{screen}");
     assert!(screen.contains("items: 3/3 done"), "{screen}");
-    // Lines carry no time on a terminal, and the summary follows.
+    // Lines carry no time on a terminal, and the summary follows, without colour.
     assert!(screen.contains("▶ wait [sleep]"), "{screen}");
     assert!(screen.contains("FAILED: 4 steps"), "{screen}");
+    assert!(!screen.contains("\u{1b}[32m"), "NO_COLOR: {screen}");
+}
+
+#[test]
+fn the_summary_is_in_colour_on_a_terminal_unless_no_color() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "mixed.json",
+        &json!({"steps": [
+            {"id": "good", "tool": "echo", "args": {}},
+            {"id": "bad", "tool": "fail", "args": {}}
+        ]}),
+    );
+    let screen = in_a_terminal(&lab, &["run", path_str(&plan)], &[]);
+    assert!(screen.contains("\u{1b}[32m✓\u{1b}[0m good"), "{screen:?}");
+    assert!(screen.contains("\u{1b}[31m✗\u{1b}[0m bad"), "{screen:?}");
+    assert!(screen.contains("FAILED\u{1b}[0m: 2 steps"), "{screen:?}");
+    // Piped, never.
+    let output = lab.cli().args(["status", "last"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&output.stdout).contains('\u{1b}'));
 }

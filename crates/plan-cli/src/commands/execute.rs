@@ -225,7 +225,7 @@ pub(crate) fn print_outcome(
     if json {
         super::print_json(report)?;
     } else {
-        print(&output::summary(report, plan, frontend.show_results))?;
+        super::print_summary(&output::summary(report, plan, frontend.show_results))?;
     }
     if report.task_status == plan_types::TaskStatus::Stopped && !json {
         eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");

@@ -125,12 +125,12 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
     let store = ledger.open_reader()?;
     let row = store.run(&args.run).map_err(Failure::ledger)?;
     let report = stored_report(&store, &row)?;
-    let text = if args.json {
-        pretty(&report)
-    } else {
+    if !args.json {
         let plan = plan_of(&row)?;
-        output::summary(&report, &plan, false)
-    };
+        super::print_summary(&output::summary(&report, &plan, false))?;
+        return Ok(0);
+    }
+    let text = pretty(&report);
     print(&text)?;
     Ok(0)
 }

@@ -46,7 +46,21 @@ fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a message.
 fn print(text: &str) -> Result<(), Failure> {
-    let text = crate::output::terminal_safe(text);
+    write_out(&crate::output::terminal_safe(text))
+}
+
+/// A run's summary on stdout: made terminal-safe, then coloured where stdout is a terminal
+/// that wants colour (the only escapes that reach it are the colours added here).
+fn print_summary(summary: &str) -> Result<(), Failure> {
+    let safe = crate::output::terminal_safe(summary);
+    if crate::output::stdout_in_colour() {
+        write_out(&crate::output::in_colour(&safe))
+    } else {
+        write_out(&safe)
+    }
+}
+
+fn write_out(text: &str) -> Result<(), Failure> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
