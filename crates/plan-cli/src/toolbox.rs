@@ -154,6 +154,50 @@ impl Toolbox {
         self.with_servers(&names)
     }
 
+    /// Every tool that can be listed: as [`Toolbox::all`], but a server that cannot start or
+    /// answer is left out and named with its error, rather than failing the whole list.
+    pub(crate) fn listable(&self) -> (PlanTools, Vec<(String, String)>) {
+        let Some(servers) = &self.servers else {
+            return (
+                PlanTools {
+                    registry: self.builtins.clone(),
+                    ambiguous: BTreeMap::new(),
+                },
+                Vec::new(),
+            );
+        };
+        let mut working = Vec::new();
+        let mut broken = Vec::new();
+        for name in servers.names() {
+            let mut scratch = self.builtins.clone();
+            match self
+                .runtime
+                .block_on(servers.register(std::slice::from_ref(&name), &mut scratch))
+            {
+                Ok(_) => working.push(name),
+                Err(error) => broken.push((name, error.to_string())),
+            }
+        }
+        match self.with_servers(&working) {
+            Ok(tools) => (tools, broken),
+            Err(failure) => {
+                // Answered alone, not together: name them all.
+                broken.extend(
+                    working
+                        .into_iter()
+                        .map(|name| (name, failure.message.clone().unwrap_or_default())),
+                );
+                (
+                    PlanTools {
+                        registry: self.builtins.clone(),
+                        ambiguous: BTreeMap::new(),
+                    },
+                    broken,
+                )
+            }
+        }
+    }
+
     fn with_servers(&self, names: &[String]) -> Result<PlanTools, Failure> {
         let mut registry = self.builtins.clone();
         let ambiguous = match &self.servers {

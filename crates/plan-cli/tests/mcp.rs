@@ -551,3 +551,36 @@ fn validate_checks_arguments_against_an_mcp_tools_schema() {
         "{stderr}"
     );
 }
+
+#[test]
+fn one_broken_server_does_not_hide_the_others_tools() {
+    let lab = mcp_lab();
+    // The lab's three servers, and one that cannot start.
+    let config_path = lab.dir.path().join(".plan/mcp.json");
+    let mut config: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config["mcpServers"]["broken"] = json!({"command": "/no/such/server"});
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let output = lab.cli().args(["tools"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let listed = String::from_utf8_lossy(&output.stdout);
+    assert!(listed.contains("time.get_current_time"), "{listed}");
+    assert!(listed.contains("fs.read_text_file"), "{listed}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("MCP server `broken` is not listed") && stderr.contains("/no/such/server"),
+        "{stderr}"
+    );
+    // Columns line up whatever the server's name.
+    let columns: Vec<usize> = listed
+        .lines()
+        .map(|line| {
+            line.find("  builtin")
+                .or_else(|| line.find("  fs "))
+                .or_else(|| line.find("  time "))
+                .or_else(|| line.find("  everything "))
+                .unwrap()
+        })
+        .collect();
+    assert!(columns.windows(2).all(|w| w[0] == w[1]), "{listed}");
+}

@@ -67,7 +67,11 @@ fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
 }
 
 pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure> {
-    let tools = toolbox.all(args.server.as_deref())?;
+    // One server that does not start does not hide the others' tools.
+    let (tools, broken) = match args.server.as_deref() {
+        Some(_) => (toolbox.all(args.server.as_deref())?, Vec::new()),
+        None => toolbox.listable(),
+    };
     // Bare aliases of MCP tools are listed once, under their qualified names.
     let infos: Vec<plan_engine::ToolInfo> = tools
         .registry
@@ -85,13 +89,22 @@ pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure>
     let text = if args.json {
         pretty(&infos)
     } else {
-        let width = infos.iter().map(|i| i.name.len()).max().unwrap_or(0);
+        let width = infos
+            .iter()
+            .map(|i| i.name.chars().count())
+            .max()
+            .unwrap_or(0);
+        let source_width = infos
+            .iter()
+            .map(|i| i.source.chars().count())
+            .max()
+            .unwrap_or(0);
         infos
             .iter()
             .map(|info| {
                 let risk = serde_json::to_value(info.risk).unwrap_or_default();
                 format!(
-                    "{:<width$}  {:<8} {:<6} {}\n",
+                    "{:<width$}  {:<source_width$}  {:<6}  {}\n",
                     info.name,
                     info.source,
                     risk.as_str().unwrap_or(""),
@@ -101,7 +114,13 @@ pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure>
             .collect()
     };
     print(&text)?;
-    Ok(0)
+    for (server, error) in &broken {
+        eprintln!(
+            "MCP server `{server}` is not listed: {}",
+            crate::output::terminal_safe(error)
+        );
+    }
+    Ok(i32::from(!broken.is_empty()))
 }
 
 /// The first sentence of a description (MCP servers write paragraphs), for one line per tool.
