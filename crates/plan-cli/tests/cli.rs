@@ -678,3 +678,48 @@ fn validate_checks_arguments_against_the_tools_schemas() {
         .assert()
         .success();
 }
+
+#[test]
+fn expressions_turn_a_programs_output_into_a_list_to_map_over() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a.txt", "b.txt"] {
+        std::fs::write(dir.path().join(name), name).unwrap();
+    }
+    let plan = dir.path().join("files.yaml");
+    std::fs::write(
+        &plan,
+        "steps:\n  - id: files\n    tool: exec\n    args: {argv: [ls]}\n    binds:\n      names: \"${{ lines(result.stdout).filter(f, f.endsWith('.txt')) }}\"\n  - id: read\n    tool: exec\n    depends_on: [files]\n    expand_on: \"${names}\"\n    args: {argv: [cat, \"$each\"]}\n    binds: {text: \"${{ result.stdout.trim() }}\"}\n  - id: report\n    tool: echo\n    depends_on: [read]\n    args: {joined: \"${{ vars.text.join('+') }}\", count: \"${{ size(vars.names) }}\"}\n",
+    )
+    .unwrap();
+    let (code, report) = run_json(&[plan.to_str().unwrap()]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        report["variables"]["names"],
+        json!(["a.txt", "b.txt"]),
+        "no trailing empty line"
+    );
+    let last = &report["records"][4];
+    assert_eq!(last["step_id"], "report");
+    assert_eq!(last["result"], json!({"joined": "a.txt+b.txt", "count": 2}));
+    // A bad expression is a load error at its string; an unordered read too.
+    std::fs::write(
+        &plan,
+        "steps:\n  - id: a\n    tool: echo\n    args: {x: \"${{ 1 + }}\"}\n  - id: b\n    tool: echo\n    result_variable: out\n  - id: c\n    tool: echo\n    args: {y: \"${{ vars.out.x }}\"}\n",
+    )
+    .unwrap();
+    let output = plan_cli()
+        .args(["validate", plan.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("`${{ 1 + }}` is not a valid expression"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("files.yaml:4:15]"), "{stderr}");
+    assert!(
+        stderr.contains("step `c` reads `out`, which step `b` binds, but does not depend on it"),
+        "{stderr}"
+    );
+}

@@ -41,6 +41,8 @@ pub(crate) struct CompiledBlock {
     /// Set when the graph does not validate (reachable only without `plan_graph::load`, which
     /// refuses such plans): running the block fails with this reason.
     invalid: Option<StepError>,
+    /// The data expressions in its nodes' arguments, compiled.
+    expressions: crate::expression::Expressions,
 }
 
 impl CompiledBlock {
@@ -173,6 +175,7 @@ pub(crate) fn compile_block(
         .map(|(i, n)| (n.as_str(), i))
         .collect();
     let mut nodes = Vec::with_capacity(names.len());
+    let mut expressions = crate::expression::Expressions::default();
     for (name, node) in &block.nodes {
         nodes.push(match (&node.tool, &node.block) {
             (Some(tool_name), None) => {
@@ -181,6 +184,13 @@ pub(crate) fn compile_block(
                     .ok_or_else(|| format!("node `{name}`: unknown tool `{tool_name}`"))?;
                 let args = ValueTemplate::compile(&Value::Object(node.args.clone()))
                     .map_err(|e| format!("node `{name}`: malformed placeholder: {e}"))?;
+                for placeholder in args.placeholders() {
+                    if let plan_vars::Root::Expr(text) = &placeholder.root {
+                        expressions
+                            .add(text)
+                            .map_err(|e| format!("node `{name}`: `{placeholder}`: {e}"))?;
+                    }
+                }
                 let tool_risk = tool.info().risk;
                 CompiledNode::Call {
                     tool: tool.clone(),
@@ -317,6 +327,7 @@ pub(crate) fn compile_block(
         transitions,
         max_steps: block.max_steps,
         invalid,
+        expressions,
     })
 }
 
@@ -607,7 +618,14 @@ impl BlockRun {
             let nodes_value = Value::Object(results.clone());
             let node = &block.nodes[current];
             let (outcome, attempts) = match self
-                .run_node(node, &node_path, input, &nodes_value, inner.take())
+                .run_node(
+                    &block.expressions,
+                    node,
+                    &node_path,
+                    input,
+                    &nodes_value,
+                    inner.take(),
+                )
                 .await
             {
                 NodeEnd::Ran(outcome, attempts) => (outcome, attempts),
@@ -765,6 +783,7 @@ impl BlockRun {
 
     async fn run_node(
         &mut self,
+        expressions: &crate::expression::Expressions,
         node: &CompiledNode,
         path: &str,
         input: &Value,
@@ -798,9 +817,12 @@ impl BlockRun {
                         input,
                         nodes,
                     };
+                    let evaluate =
+                        |text: &str, scope: &Scope<'_>| expressions.evaluate(text, scope);
                     let scope = Scope {
                         vars: Some(&variables),
                         env: Some(&self.env),
+                        evaluate: Some(&evaluate),
                         ..Scope::default()
                     };
                     args.resolve(&scope)

@@ -13,6 +13,7 @@ mod admit;
 mod block;
 mod call;
 mod condition;
+mod expression;
 mod guard;
 mod program;
 mod redact;

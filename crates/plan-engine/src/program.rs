@@ -35,7 +35,7 @@ pub(crate) struct CompiledStep {
     pub(crate) tool_name: Arc<str>,
     pub(crate) action: Action,
     pub(crate) args: ValueTemplate,
-    pub(crate) binds: Vec<(String, Selector)>,
+    pub(crate) binds: Vec<(String, Bind)>,
     pub(crate) retry: RetryPolicy,
     pub(crate) timeout: Option<Duration>,
     pub(crate) expand: Option<CompiledExpand>,
@@ -44,6 +44,20 @@ pub(crate) struct CompiledStep {
     /// `risk: high` (the step's own, else its tool's): runs only once approved.
     pub(crate) gated: bool,
     pub(crate) run_if: RunIf,
+}
+
+/// What a bind takes from a step's result: a selector (`$.stdout`), or a data expression
+/// (`${{ result.stdout.trim() }}`) over `result` and `vars`.
+pub(crate) enum Bind {
+    Select(Selector),
+    Expression(String),
+}
+
+impl Bind {
+    /// The whole result (`$`): shared with the variable rather than copied.
+    pub(crate) fn is_whole(&self) -> bool {
+        matches!(self, Bind::Select(selector) if selector.text() == "$")
+    }
 }
 
 /// What a map step runs over.
@@ -76,6 +90,8 @@ pub struct Program {
     /// Each bound variable and the first step that binds it (previews show its value as
     /// `<result of STEP>`).
     binders: BTreeMap<String, Arc<str>>,
+    /// The data expressions (`${{ EXPR }}`) of every step, compiled.
+    pub(crate) expressions: crate::expression::Expressions,
 }
 
 /// One call a preview shows: what would be called, with what.
@@ -120,6 +136,7 @@ impl Program {
         let default_retry = plan.retry.clone().unwrap_or_default();
         let mut schemas: HashMap<&str, Option<Arc<jsonschema::Validator>>> = HashMap::new();
         let mut binders = BTreeMap::new();
+        let mut expressions = crate::expression::Expressions::default();
         for (i, step) in plan.steps.iter().enumerate() {
             let step_timeout = step
                 .timeout_ms
@@ -179,13 +196,30 @@ impl Program {
             };
             let mut binds = Vec::with_capacity(step.binds.len());
             for (name, selector) in &step.binds {
-                match selector.parse::<Selector>() {
-                    Ok(selector) => binds.push((name.clone(), selector)),
-                    Err(error) => issues.push(Issue::error(
-                        "plan::bind_selector",
-                        PlanPath::step(i).key("binds").key(name),
-                        format!("bad bind selector `{selector}`: {error}"),
-                    )),
+                let expression = selector
+                    .trim()
+                    .strip_prefix("${{")
+                    .and_then(|rest| rest.strip_suffix("}}"))
+                    .map(str::trim);
+                match expression {
+                    Some(text) => match expressions.add(text) {
+                        Ok(()) => binds.push((name.clone(), Bind::Expression(text.to_owned()))),
+                        Err(error) => issues.push(Issue::error(
+                            "plan::bind_selector",
+                            PlanPath::step(i).key("binds").key(name),
+                            format!(
+                                "bind `{name}`: `{selector}` is not a valid expression: {error}"
+                            ),
+                        )),
+                    },
+                    None => match selector.parse::<Selector>() {
+                        Ok(selector) => binds.push((name.clone(), Bind::Select(selector))),
+                        Err(error) => issues.push(Issue::error(
+                            "plan::bind_selector",
+                            PlanPath::step(i).key("binds").key(name),
+                            format!("bad bind selector `{selector}`: {error}"),
+                        )),
+                    },
                 }
                 binders
                     .entry(name.clone())
@@ -220,6 +254,28 @@ impl Program {
                     continue;
                 }
             };
+            // The data expressions in its arguments and `expand_on`, compiled once.
+            let written = args.placeholders().into_iter().chain(
+                expand
+                    .as_ref()
+                    .and_then(|expand| match &expand.on {
+                        ExpandSource::Placeholder(template) => Some(template.placeholders()),
+                        ExpandSource::Literal(_) => None,
+                    })
+                    .into_iter()
+                    .flatten(),
+            );
+            for placeholder in written {
+                if let Root::Expr(text) = &placeholder.root
+                    && let Err(message) = expressions.add(text)
+                {
+                    issues.push(Issue::error(
+                        "plan::expression",
+                        PlanPath::step(i).key("args"),
+                        format!("`{placeholder}` is not a valid expression: {message}"),
+                    ));
+                }
+            }
             steps.push(CompiledStep {
                 id: Arc::from(step.id.0.as_str()),
                 tool_name: Arc::from(step.tool.as_str()),
@@ -253,6 +309,7 @@ impl Program {
             mode: plan.mode.unwrap_or_default(),
             fail_fast: plan.fail_fast,
             binders,
+            expressions,
         })
     }
 
@@ -352,6 +409,8 @@ impl Program {
                 Root::Each | Root::Index | Root::Key => {
                     Some(format!("<{} of each item>", placeholder.text()))
                 }
+                // An expression over what only the run gives (it failed here).
+                Root::Expr(_) => Some(format!("<value of {}>", placeholder.text())),
                 _ => None,
             }
         };
@@ -386,9 +445,11 @@ impl Program {
                         when: step.when.as_ref().map(|c| c.text.clone()),
                     }
                 };
+            let evaluate = |text: &str, scope: &Scope<'_>| self.expressions.evaluate(text, scope);
             let plain = Scope {
                 vars: Some(&vars),
                 env: Some(&env_values),
+                evaluate: Some(&evaluate),
                 ..Scope::default()
             };
             // The step as one call, its items' values standing in (for a map step whose list
@@ -477,10 +538,18 @@ impl Program {
     ) -> bool {
         match &expand.on {
             ExpandSource::Literal(_) => false,
-            ExpandSource::Placeholder(template) => template
-                .as_placeholder()
-                .and_then(Placeholder::variable)
-                .is_some_and(|name| !vars.contains_key(name) && self.binders.contains_key(name)),
+            ExpandSource::Placeholder(template) => {
+                template.as_placeholder().is_some_and(|placeholder| {
+                    match &placeholder.root {
+                        Root::Var(name) => {
+                            !vars.contains_key(name) && self.binders.contains_key(name)
+                        }
+                        // An expression that could not be had yet reads what a step gives.
+                        Root::Expr(_) => true,
+                        _ => false,
+                    }
+                })
+            }
         }
     }
 }

@@ -758,10 +758,13 @@ impl Scheduler<'_> {
         item: Option<usize>,
         halt: &CancellationToken,
     ) -> Option<Task> {
-        let step = &self.program.steps[step_index];
+        let program = self.program;
+        let step = &program.steps[step_index];
+        let evaluate = |text: &str, scope: &Scope<'_>| program.expressions.evaluate(text, scope);
         let base = Scope {
             vars: Some(&self.vars),
             env: Some(&self.env),
+            evaluate: Some(&evaluate),
             ..Scope::default()
         };
         let (step_id, resolved) = match item {
@@ -861,9 +864,11 @@ impl Scheduler<'_> {
         let program = self.program;
         let step = &program.steps[i];
         let Some(expand) = &step.expand else { return };
+        let evaluate = |text: &str, scope: &Scope<'_>| program.expressions.evaluate(text, scope);
         let scope = Scope {
             vars: Some(&self.vars),
             env: Some(&self.env),
+            evaluate: Some(&evaluate),
             ..Scope::default()
         };
         let expanded = self.shared_list(expand).map_or_else(
@@ -1051,11 +1056,12 @@ impl Scheduler<'_> {
         let selected: Vec<Arc<Value>> = step
             .binds
             .iter()
-            .map(|(name, selector)| {
-                if selector.text() == "$" {
+            .map(|(name, bind)| {
+                if bind.is_whole() {
                     Ok(value.clone())
                 } else {
-                    select_bind(name, selector, &value, &self.vars).map(Arc::new)
+                    select_bind(name, bind, &value, &self.vars, &self.program.expressions)
+                        .map(Arc::new)
                 }
             })
             .collect::<Result<_, _>>()?;
@@ -1070,7 +1076,9 @@ impl Scheduler<'_> {
         let step = &self.program.steps[index];
         step.binds
             .iter()
-            .map(|(name, selector)| select_bind(name, selector, value, &self.vars))
+            .map(|(name, bind)| {
+                select_bind(name, bind, value, &self.vars, &self.program.expressions)
+            })
             .collect()
     }
 
@@ -1582,13 +1590,22 @@ fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
 /// What bind `name` selects from a result; a selector that does not match fails the step.
 fn select_bind(
     name: &str,
-    selector: &plan_vars::Selector,
+    bind: &crate::program::Bind,
     value: &Value,
     vars: &BTreeMap<String, Arc<Value>>,
+    expressions: &crate::expression::Expressions,
 ) -> Result<Value, StepError> {
-    selector.select(value, vars).map_err(|error| StepError {
+    let selected = match bind {
+        crate::program::Bind::Select(selector) => selector
+            .select(value, vars)
+            .map_err(|error| error.to_string()),
+        crate::program::Bind::Expression(text) => expressions
+            .evaluate_bind(text, value, vars)
+            .map_err(|error| format!("`${{{{ {text} }}}}`: {error}")),
+    };
+    selected.map_err(|message| StepError {
         code: codes::E_BIND_UNRESOLVED,
-        message: format!("bind `{name}`: {error}"),
+        message: format!("bind `{name}`: {message}"),
         details: None,
     })
 }

@@ -296,11 +296,29 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     for (name, selector) in raw.binds {
         let path = at.clone().key("binds").key(&name);
         check_bind_name(&name, path.clone(), issues);
-        if let Err(error) = selector.parse::<Selector>() {
-            issues.push(
-                Issue::error("plan::bind_selector", path, format!("bad bind selector `{selector}`: {error}"))
-                    .help("a selector is `$` (the whole result), `$.path` (part of it) or `$var.name.path`"),
-            );
+        let expression = selector
+            .trim()
+            .strip_prefix("${{")
+            .and_then(|rest| rest.strip_suffix("}}"))
+            .map(str::trim);
+        match expression {
+            // A data expression over `result` and `vars`.
+            Some(text) => {
+                if let Err(error) = crate::condition::compile_condition(text) {
+                    issues.push(
+                        Issue::error("plan::bind_selector", path, format!("bind `{name}`: `{selector}` is not a valid expression: {error}"))
+                            .help("a bind expression is CEL over `result` (the step's result) and `vars`: `${{ result.stdout.trim() }}`"),
+                    );
+                }
+            }
+            None => {
+                if let Err(error) = selector.parse::<Selector>() {
+                    issues.push(
+                        Issue::error("plan::bind_selector", path, format!("bad bind selector `{selector}`: {error}"))
+                            .help("a selector is `$` (the whole result), `$.path` (part of it), `$var.name.path`, or an expression `${{ result.stdout.trim() }}`"),
+                    );
+                }
+            }
         }
         binds.entry(name).or_insert(selector);
     }

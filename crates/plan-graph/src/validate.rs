@@ -179,6 +179,8 @@ fn check_variables(
         for (placeholder, place, path) in &reads {
             let name = match &placeholder.root {
                 Root::Var(name) => name,
+                // Turned into the variables they read by `placeholders_of`.
+                Root::Expr(_) => continue,
                 Root::Each | Root::Index => {
                     let allowed = match place {
                         Place::Args => step.expand.is_some(),
@@ -352,7 +354,43 @@ fn placeholders_of(
             }
         }
     }
-    Some(reads)
+    Some(expressions_as_reads(reads, issues))
+}
+
+/// Each data expression (`${{ EXPR }}`) checked as CEL (the same limits as a condition), and
+/// replaced by the variables it reads (`vars.NAME`), so that the ordering rules apply to them
+/// as to placeholders.
+fn expressions_as_reads(
+    reads: Vec<(Placeholder, Place, PlanPath)>,
+    issues: &mut Vec<Issue>,
+) -> Vec<(Placeholder, Place, PlanPath)> {
+    let mut out = Vec::with_capacity(reads.len());
+    for (placeholder, place, path) in reads {
+        let Root::Expr(expression) = &placeholder.root else {
+            out.push((placeholder, place, path));
+            continue;
+        };
+        if let Err(error) = crate::condition::compile_condition(expression) {
+            issues.push(
+                Issue::error(
+                    "plan::expression",
+                    path.clone(),
+                    format!("`{placeholder}` is not a valid expression: {error}"),
+                )
+                .label("this expression")
+                .help("expressions are CEL over `vars`, `each`, `index` and `key`: `${{ vars.files.stdout.trim().split('\\n') }}`"),
+            );
+            continue;
+        }
+        for name in condition_reads(expression) {
+            if let Ok(template) = Template::parse(&format!("${{{name}}}"))
+                && let Some(read) = template.as_placeholder()
+            {
+                out.push((read.clone(), place, path.clone()));
+            }
+        }
+    }
+    out
 }
 
 fn node_reads(

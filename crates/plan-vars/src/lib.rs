@@ -28,7 +28,7 @@ mod value_template;
 
 pub use error::{ParseError, ResolveError};
 pub use path::{Segment, kind};
-pub use scope::{Item, Scope, StandIn, Variables};
+pub use scope::{Evaluate, Item, Scope, StandIn, Variables};
 pub use selector::Selector;
 pub use template::{Placeholder, Root, Template};
 pub use value_template::ValueTemplate;

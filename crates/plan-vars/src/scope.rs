@@ -50,6 +50,9 @@ impl Variables for serde_json::Map<String, Value> {
     }
 }
 
+/// Evaluates a data expression (`${{ EXPR }}`, its text) over a scope (see [`Scope::evaluate`]).
+pub type Evaluate<'a> = dyn Fn(&str, &Scope<'_>) -> Result<Value, String> + 'a;
+
 /// Text to show, in a preview, for a placeholder that does not resolve (see [`Scope::stand_in`]).
 pub type StandIn<'a> = dyn Fn(&crate::Placeholder) -> Option<String> + 'a;
 
@@ -77,6 +80,9 @@ pub struct Scope<'a> {
     /// resolve (e.g. `<result of step 2>` for a variable a step will bind). `None` from the
     /// function, or no function, means the placeholder fails as usual.
     pub stand_in: Option<&'a StandIn<'a>>,
+    /// Evaluates data expressions; without it, a `${{ EXPR }}` does not resolve (this crate
+    /// knows no expression language).
+    pub evaluate: Option<&'a Evaluate<'a>>,
 }
 
 impl<'a> Scope<'a> {

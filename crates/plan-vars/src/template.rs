@@ -18,6 +18,9 @@ pub enum Root {
     Key,
     /// An environment value the plan lists under `env:`: `${env.NAME}`.
     Env(String),
+    /// A data expression, `${{ EXPR }}`: its text, evaluated by the caller's evaluator
+    /// ([`Scope::evaluate`]; plan-cli's is CEL).
+    Expr(String),
 }
 
 /// One parsed placeholder: a root and a path into it.
@@ -44,9 +47,20 @@ impl Placeholder {
         }
     }
 
-    /// Resolves the placeholder to the value it names.
-    pub fn resolve<'s>(&self, scope: &'s Scope<'_>) -> Result<&'s Value, ResolveError> {
-        self.lookup(scope).map_err(|reason| ResolveError {
+    /// Resolves the placeholder to the value it names (a data expression's is computed, so
+    /// owned).
+    pub fn resolve<'s>(
+        &self,
+        scope: &'s Scope<'_>,
+    ) -> Result<std::borrow::Cow<'s, Value>, ResolveError> {
+        let found = match &self.root {
+            Root::Expr(expression) => match scope.evaluate {
+                Some(evaluate) => evaluate(expression, scope).map(std::borrow::Cow::Owned),
+                None => Err("data expressions are not evaluated here".to_owned()),
+            },
+            _ => self.lookup(scope).map(std::borrow::Cow::Borrowed),
+        };
+        found.map_err(|reason| ResolveError {
             placeholder: self.text.clone(),
             reason,
         })
@@ -54,6 +68,7 @@ impl Placeholder {
 
     fn lookup<'s>(&self, scope: &'s Scope<'_>) -> Result<&'s Value, String> {
         let (root, label): (&Value, String) = match &self.root {
+            Root::Expr(_) => return Err("a data expression names no value".to_owned()),
             Root::Var(name) => match scope.vars.and_then(|vars| vars.get(name)) {
                 Some(value) => (value, name.clone()),
                 None => return Err(scope.missing_variable(name)),
@@ -83,6 +98,29 @@ impl Placeholder {
     /// `None` when the `$` does not start a placeholder (it is then literal text).
     fn parse_at(text: &str, offset: usize) -> Result<Option<(Placeholder, usize)>, ParseError> {
         let after = &text[1..];
+        if let Some(inner_and_rest) = after.strip_prefix("{{") {
+            // `${{ EXPR }}`: a data expression, up to the first `}}` outside quotes.
+            let close = find_expression_end(inner_and_rest).ok_or_else(|| {
+                ParseError::new(
+                    offset,
+                    "unterminated expression: `${{` without a closing `}}`",
+                )
+            })?;
+            let expression = inner_and_rest[..close].trim();
+            if expression.is_empty() {
+                return Err(ParseError::new(
+                    offset,
+                    "empty expression: expected CEL inside `${{ }}`",
+                ));
+            }
+            let len = 3 + close + 2;
+            let placeholder = Placeholder {
+                root: Root::Expr(expression.to_owned()),
+                path: Vec::new(),
+                text: String::new(),
+            };
+            return Ok(Some((placeholder.with_text(&text[..len]), len)));
+        }
         if let Some(inner_and_rest) = after.strip_prefix('{') {
             let close = find_closing_brace(inner_and_rest).ok_or_else(|| {
                 ParseError::new(
@@ -205,6 +243,36 @@ fn parse_braced(inner: &str, offset: usize) -> Result<Placeholder, ParseError> {
     })
 }
 
+/// Byte position of the `}}` that ends a data expression, skipping CEL's quoted strings.
+fn find_expression_end(text: &str) -> Option<usize> {
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut previous_brace = None;
+    for (i, c) in text.char_indices() {
+        if let Some(open) = quote {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                _ if c == open => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => {
+                quote = Some(c);
+                previous_brace = None;
+            }
+            '}' => match previous_brace {
+                Some(start) => return Some(start),
+                None => previous_brace = Some(i),
+            },
+            _ => previous_brace = None,
+        }
+    }
+    None
+}
+
 /// Byte position of the `}` that closes a placeholder, skipping quoted keys.
 fn find_closing_brace(text: &str) -> Option<usize> {
     let mut in_quotes = false;
@@ -295,7 +363,7 @@ impl Template {
     pub fn resolve(&self, scope: &Scope<'_>) -> Result<Value, ResolveError> {
         if let [Part::Value(placeholder)] = self.parts.as_slice() {
             return match placeholder.resolve(scope) {
-                Ok(value) => Ok(value.clone()),
+                Ok(value) => Ok(value.into_owned()),
                 Err(error) => stand_in(scope, placeholder).map(Value::String).ok_or(error),
             };
         }
@@ -304,8 +372,10 @@ impl Template {
             match part {
                 Part::Text(text) => out.push_str(text),
                 Part::Value(placeholder) => match placeholder.resolve(scope) {
-                    Ok(Value::String(text)) => out.push_str(text),
-                    Ok(other) => out.push_str(&other.to_string()),
+                    Ok(value) => match value.as_ref() {
+                        Value::String(text) => out.push_str(text),
+                        other => out.push_str(&other.to_string()),
+                    },
                     Err(error) => out.push_str(&stand_in(scope, placeholder).ok_or(error)?),
                 },
             }

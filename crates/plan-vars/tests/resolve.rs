@@ -262,3 +262,47 @@ fn env_placeholders_read_only_the_given_environment() {
         Err("`${env.OTHER}`: environment variable `OTHER` is not set (and a plan reads only those it lists under `env:`)".to_owned())
     );
 }
+
+#[test]
+fn data_expressions_are_parsed_whole_and_evaluated_by_the_caller() {
+    use plan_vars::Root;
+    let template = Template::parse("${{ vars.count + 1 }}").unwrap();
+    let placeholder = template.as_placeholder().unwrap();
+    assert_eq!(placeholder.root, Root::Expr("vars.count + 1".into()));
+    assert_eq!(placeholder.text(), "${{ vars.count + 1 }}");
+    // `}}` inside a quoted string does not end it; text around it is interpolated.
+    let template = Template::parse("a ${{ 'x}}y' + \"}}\" }} b").unwrap();
+    let found: Vec<&Root> = template.placeholders().map(|p| &p.root).collect();
+    assert_eq!(found, [&Root::Expr("'x}}y' + \"}}\"".into())]);
+    // The caller's evaluator gives the value; whole strings keep its type.
+    let vars = vars();
+    let evaluate =
+        |text: &str, _: &Scope<'_>| -> Result<Value, String> { Ok(json!({"text": text})) };
+    let scope = Scope {
+        evaluate: Some(&evaluate),
+        ..Scope::with_vars(&vars)
+    };
+    assert_eq!(
+        Template::parse("${{ 1 }}")
+            .unwrap()
+            .resolve(&scope)
+            .unwrap(),
+        json!({"text": "1"})
+    );
+    assert_eq!(
+        Template::parse("n=${{ 2 }}")
+            .unwrap()
+            .resolve(&scope)
+            .unwrap(),
+        json!("n={\"text\":\"2\"}")
+    );
+    // Without an evaluator an expression does not resolve; malformed ones do not parse.
+    check_err(
+        "${{ 1 }}",
+        "`${{ 1 }}`: data expressions are not evaluated here",
+    );
+    assert!(Template::parse("${{ 1 + 2 }").is_err());
+    assert!(Template::parse("${{   }}").is_err());
+    // `${` alone is still a placeholder, and `$${{` a literal.
+    check("$${{ x }}", json!("${{ x }}"));
+}

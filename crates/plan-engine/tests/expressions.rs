@@ -1,0 +1,64 @@
+//! Data expressions, `${{ EXPR }}`: text turned into data between steps.
+
+mod common;
+
+use common::Harness;
+use plan_types::TaskStatus;
+use serde_json::{Value, json};
+
+fn result<'a>(report: &'a plan_types::RunReport, id: &str) -> &'a Value {
+    report
+        .records
+        .iter()
+        .find(|r| r.step_id == id)
+        .and_then(|r| r.result.as_deref())
+        .unwrap_or_else(|| panic!("no result for {id}: {:#?}", report.records))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_list_found_at_run_time_is_mapped_over_and_fields_are_picked() {
+    let harness = Harness::new();
+    let report = harness
+        .run(json!({"variables": {"who": "  Ada  "}, "steps": [
+            // A tool's text output, as `ls` gives it: lines with a trailing newline.
+            {"id": "list", "tool": "work", "args": {"out": "a.txt\nb.txt\n", "json": "{\"n\": 2, \"tags\": [\"x\", \"y\"]}"},
+             "binds": {"files": "${{ lines(result.args.out) }}", "meta": "${{ parseJson(result.args.json) }}"}},
+            {"id": "each", "tool": "work", "depends_on": ["list"], "expand_on": "${{ lines(vars.list_out) }}",
+             "args": {"file": "${{ each.upperAscii() }}", "n": "${{ index + 1 }}"}},
+            {"id": "mapped", "tool": "work", "depends_on": ["list"], "expand_on": "${files}", "args": {"f": "$each", "up": "${{ each.upperAscii() }}", "n": "${{ index + 1 }}"}},
+            {"id": "use", "tool": "work", "depends_on": ["list"], "args": {
+                "tags": "${{ vars.meta.tags }}",
+                "count": "${{ size(vars.files) }}",
+                "text": "hello ${{ vars.who.trim() }}: ${{ vars.meta.tags.join(',') }}",
+                "json": "${{ toJson(vars.meta) }}"
+            }}
+        ]}))
+        .await;
+    assert_eq!(
+        report.task_status,
+        TaskStatus::Failed,
+        "{:#?}",
+        report.records
+    );
+    // `each` read a variable nothing defines: failed with a message naming the expression.
+    let each = report.records.iter().find(|r| r.step_id == "each").unwrap();
+    let error = each.error.as_ref().unwrap();
+    assert_eq!(error.code, "E_ARGS_UNRESOLVED");
+    assert!(
+        error.message.contains("${{ lines(vars.list_out) }}"),
+        "{}",
+        error.message
+    );
+    assert_eq!(
+        report.variables["files"].as_ref(),
+        &json!(["a.txt", "b.txt"])
+    );
+    assert_eq!(
+        result(&report, "mapped-1")["args"],
+        json!({"f": "b.txt", "up": "B.TXT", "n": 2})
+    );
+    assert_eq!(
+        result(&report, "use")["args"],
+        json!({"tags": ["x", "y"], "count": 2, "text": "hello Ada: x,y", "json": "{\"n\":2,\"tags\":[\"x\",\"y\"]}"})
+    );
+}
