@@ -620,3 +620,43 @@ fn cancel_stops_a_running_run_from_elsewhere_and_marks_a_waiting_one_stopped() {
         "{output:?}"
     );
 }
+
+#[test]
+fn a_program_dies_with_a_plan_cli_killed_by_sigkill() {
+    let lab = Lab::new();
+    // The program notes its pid (`$$$$`: a literal `$$` for the shell), then becomes `sleep`.
+    let plan = lab.write(
+        "long.json",
+        &json!({"steps": [{"id": "long", "tool": "exec", "args": {"argv": ["sh", "-c", "echo $$$$ > program.pid; exec sleep 60"]}}]}),
+    );
+    let mut child = lab.spawn(&["run", path_str(&plan)]);
+    let pid_file = lab.dir.path().join("program.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let program = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+        {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{program}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!alive(), "the program outlived plan-cli (kill -9)");
+}

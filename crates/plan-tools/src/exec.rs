@@ -172,7 +172,17 @@ impl Tool for Exec {
             ));
         }
         let cwd = self.working_directory(args.cwd.as_deref())?;
-        let mut command = Command::new(program);
+        let wrapper = death_wrapper();
+        let mut command = match wrapper {
+            // `setpriv --pdeathsig KILL -- PROGRAM ARGS...` sets the signal, then execs the
+            // program in place: same pid, group, pipes and folder.
+            Some(setpriv) => {
+                let mut command = Command::new(setpriv);
+                command.args(["--pdeathsig", "KILL", "--", program]);
+                command
+            }
+            None => Command::new(program),
+        };
         command.args(rest).env_clear();
         for name in Exec::BASE_ENV
             .iter()
@@ -277,6 +287,21 @@ impl Tool for Exec {
         if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
             result["signal"] = json!(signal);
         }
+        // The wrapper could not exec the program: the same errors as a direct spawn.
+        if wrapper.is_some()
+            && let Some(code @ (126 | 127)) = status.code()
+            && stderr.starts_with("setpriv: failed to execute")
+        {
+            let why = if code == 127 {
+                "program not found"
+            } else {
+                "permission denied"
+            };
+            return Err(ToolError::new(
+                "E_EXEC_SPAWN",
+                format!("cannot run `{program}`: {why}"),
+            ));
+        }
         if args.check && !status.success() {
             let status = match status.code() {
                 Some(code) => format!("exited with status {code}"),
@@ -297,6 +322,35 @@ impl Tool for Exec {
         }
         Ok(result)
     }
+}
+
+/// `setpriv`, when this Linux system has one that knows `--pdeathsig`: programs are started
+/// through it so that they get SIGKILL when plan-cli dies, even by SIGKILL (a killed run's
+/// programs would otherwise run on, and run again on resume). Setting a parent-death signal
+/// must happen in the child between fork and exec, which needs unsafe code here; setpriv
+/// (util-linux) does it and then execs the program in place. Found once per process.
+fn death_wrapper() -> Option<&'static std::path::Path> {
+    static WRAPPER: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    WRAPPER
+        .get_or_init(|| {
+            if !cfg!(target_os = "linux") {
+                return None;
+            }
+            let path = std::env::var_os("PATH")?;
+            let setpriv = std::env::split_paths(&path)
+                .map(|dir| dir.join("setpriv"))
+                .find(|candidate| candidate.is_file())?;
+            // An old setpriv without `--pdeathsig` would fail every call: checked once.
+            let works = std::process::Command::new(&setpriv)
+                .args(["--pdeathsig", "KILL", "--", "true"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success());
+            works.then_some(setpriv)
+        })
+        .as_deref()
 }
 
 /// What a pipe gives until it closes, the first `cap` bytes of it kept (nothing for no pipe),
