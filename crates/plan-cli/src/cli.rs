@@ -236,6 +236,9 @@ pub(crate) struct ExecutionArgs {
     /// Show each step's output (as `logs` prints it) under its line in the summary
     #[arg(long, conflicts_with = "json")]
     pub(crate) show_results: bool,
+    /// Stream what programs print, line by line as it comes, each line after its step's id
+    #[arg(short, long, conflicts_with = "json")]
+    pub(crate) verbose: bool,
     /// Where `exec` runs programs and a relative `cwd` resolves (default: the plan file's
     /// folder, or the current directory for a plan from stdin or the ledger; a resumed run
     /// keeps its own)

@@ -97,6 +97,12 @@ impl Live {
         }
     }
 
+    /// A line a step's program printed (`run -v`): after the step's id, `!` for stderr.
+    pub(crate) fn output(&self, step: &str, stream: &str, line: &str) {
+        let mark = if stream == "stderr" { "!" } else { "│" };
+        self.say(&format!("  {step} {mark} {line}"), None);
+    }
+
     /// Clears the bar (before the summary is printed).
     pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {

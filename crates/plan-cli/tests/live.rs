@@ -153,3 +153,44 @@ fn the_summary_is_in_colour_on_a_terminal_unless_no_color() {
     let output = lab.cli().args(["status", "last"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&output.stdout).contains('\u{1b}'));
 }
+
+#[test]
+fn verbose_streams_what_programs_print_as_it_comes_redacted() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "talk.json",
+        &json!({"env": ["PLAN_TEST_TOKEN"], "steps": [{"id": "talk", "tool": "exec", "args": {
+            "argv": ["sh", "-c", "echo first; echo \"token=$TOKEN\" >&2; sleep 1.5; echo second"],
+            "env": {"TOKEN": "${env.PLAN_TEST_TOKEN}"}
+        }}]}),
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        .current_dir(lab.dir.path())
+        .env("NO_COLOR", "1")
+        .env("PLAN_TEST_TOKEN", "s3cr3t-value")
+        .env_remove("PLAN_DB")
+        .args(["run", path_str(&plan), "-v"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = lines.next().unwrap().unwrap();
+        seen.push(line.clone());
+        if line.ends_with("  talk │ first") {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the line came only at the end"
+            );
+            break;
+        }
+    }
+    seen.extend(lines.map(Result::unwrap));
+    assert!(child.wait().unwrap().success());
+    let all = seen.join("\n");
+    assert!(all.contains("  talk ! token=[redacted]"), "{all}");
+    assert!(all.contains("  talk │ second"), "{all}");
+    assert!(!all.contains("s3cr3t-value"), "{all}");
+}

@@ -25,6 +25,8 @@ pub(crate) struct CallContext {
     /// The plan's guards, which block nodes check too.
     pub(crate) guard: Option<Arc<Guard>>,
     pub(crate) jitter_seed: Option<u64>,
+    /// Where tools' printed lines go (`run -v`).
+    pub(crate) output: Option<crate::tool::OutputSink>,
 }
 
 /// How a tool call (with its retries) ended.
@@ -94,6 +96,14 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             cancel: attempt_cancel.clone(),
             progress,
             deadline: timeout.map(|limit| attempt_started_at + limit),
+            output: context.output.clone().map(|sink| {
+                let (step_id, redactor) = (step_id.clone(), context.redactor.clone());
+                crate::tool::Output::new(move |stream, line| {
+                    let mut line = line.to_owned();
+                    redactor.string(&mut line);
+                    sink(&step_id, stream, &line);
+                })
+            }),
         };
         let invocation = with_timeout(tool.call(args.clone(), ctx), timeout);
         tokio::pin!(invocation);

@@ -29,4 +29,6 @@ pub use plan_graph::{Mode, Risk};
 pub use program::{DEFAULT_MAX_CONCURRENCY, PlannedCall, Program};
 pub use redact::REDACTED;
 pub use run::{RunError, RunOptions, run};
-pub use tool::{Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes};
+pub use tool::{
+    Output, OutputSink, Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes,
+};

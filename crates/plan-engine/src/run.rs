@@ -74,6 +74,8 @@ pub struct RunOptions {
     /// Makes retry delays reproducible: the jitter of attempt k of a step then depends only
     /// on the seed, the step and k.
     pub jitter_seed: Option<u64>,
+    /// Where tools send the lines they print as they come (`run -v`); none by default.
+    pub output: Option<crate::tool::OutputSink>,
 }
 
 impl RunOptions {
@@ -92,6 +94,7 @@ impl RunOptions {
             approvals: Approvals::new(),
             mode: None,
             jitter_seed: None,
+            output: None,
         }
     }
 }
@@ -258,6 +261,7 @@ struct Scheduler<'p> {
     node_waiters: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     guard: Option<Arc<Guard>>,
     jitter_seed: Option<u64>,
+    output: Option<crate::tool::OutputSink>,
     /// With `fail_fast`: the first step (or item) that failed. Nothing starts after it.
     first_failure: Option<Arc<str>>,
 }
@@ -317,6 +321,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             .clone()
             .map(|limits| Arc::new(Guard::new(limits))),
         jitter_seed: options.jitter_seed,
+        output: options.output.clone(),
         first_failure: None,
     };
     let mode = options.mode.unwrap_or(program.mode);
@@ -811,6 +816,7 @@ impl Scheduler<'_> {
             cancel: halt.child_token(),
             guard: self.guard.clone(),
             jitter_seed: self.jitter_seed,
+            output: self.output.clone(),
         };
         Some(match &step.action {
             Action::Tool(tool) => Task::Call(Call {

@@ -135,6 +135,35 @@ pub struct ToolContext {
     /// When the attempt times out (`timeout_ms`), if it can: a tool that hands the call on
     /// (to a worker, a server) can pass the limit along.
     pub deadline: Option<std::time::SystemTime>,
+    /// Where a tool that prints (a program's stdout and stderr) sends its lines as they come,
+    /// if anywhere (`run -v`). Secrets are redacted on the way.
+    pub output: Option<Output>,
+}
+
+/// Where a run's output lines go as tools print them: `(step_id, stream, line)`, with
+/// `stream` `stdout` or `stderr`.
+pub type OutputSink = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
+
+/// One call's end of an [`OutputSink`].
+#[derive(Clone)]
+pub struct Output(Arc<dyn Fn(&str, &str) + Send + Sync>);
+
+impl Output {
+    /// Hands each `(stream, line)` to `line`.
+    pub fn new(line: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
+        Output(Arc::new(line))
+    }
+
+    /// One line the tool printed on `stream` (`stdout`, `stderr`), without its newline.
+    pub fn line(&self, stream: &str, line: &str) {
+        (self.0)(stream, line);
+    }
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Output")
+    }
 }
 
 /// Reports a running tool's progress; each report becomes a `tool.progress` event.

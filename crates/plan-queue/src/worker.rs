@@ -338,6 +338,8 @@ impl Job {
             cancel: CancellationToken::new(),
             progress: None,
             deadline,
+            // A worker's programs print to nobody: results carry their output.
+            output: None,
         };
         // While the tool runs, the entry is touched now and then, so that no other worker
         // takes it for the entry of a dead one.

@@ -44,6 +44,8 @@ pub struct Execution {
     pub events: Vec<Arc<dyn EventSink>>,
     /// Cancelling it stops the run (resumably).
     pub cancel: CancellationToken,
+    /// Where tools send the lines they print as they come (`run -v`), if anywhere.
+    pub output: Option<plan_engine::OutputSink>,
     /// Run every call on queue workers through this dispatcher (its tools must be the ones the
     /// program was compiled against). Losing the queue stops the run, resumably. (Feature
     /// `queue`.)
@@ -59,6 +61,7 @@ impl Execution {
             durability: Durability::Sync,
             events: Vec::new(),
             cancel: CancellationToken::new(),
+            output: None,
             #[cfg(feature = "queue")]
             queue: None,
         }
@@ -485,6 +488,7 @@ async fn execute(
     options.inputs = prepared.inputs;
     options.env = prepared.env;
     options.events = Some(Arc::new(Fanout(sinks)));
+    options.output = execution.output.clone();
     options.journal = Some(Box::new(journal));
     options.durability = execution.durability;
     options.restored = from.restored;

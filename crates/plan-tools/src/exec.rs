@@ -233,8 +233,8 @@ impl Tool for Exec {
         // valid for the group after the program itself exited.
         let group = child.id();
         let cap = args.max_output_bytes;
-        let stdout = tokio::spawn(read_all(child.stdout.take(), cap));
-        let stderr = tokio::spawn(read_all(child.stderr.take(), cap));
+        let stdout = tokio::spawn(read_all(child.stdout.take(), cap, lines_of(&ctx, "stdout")));
+        let stderr = tokio::spawn(read_all(child.stderr.take(), cap, lines_of(&ctx, "stderr")));
         // Done when the program has exited and its pipes are closed (a background child of it
         // may hold them open longer); until then, cancellation and the timeout stop it.
         let finished = {
@@ -353,10 +353,49 @@ fn death_wrapper() -> Option<&'static std::path::Path> {
         .as_deref()
 }
 
+/// Lines printed on `stream`, handed to the run's output as they come (`run -v`), if it has one.
+struct Lines {
+    output: plan_engine::Output,
+    stream: &'static str,
+    /// The start of a line whose newline has not come yet.
+    partial: Vec<u8>,
+}
+
+impl Lines {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&line[..end]);
+            self.output.line(self.stream, text.trim_end_matches('\r'));
+        }
+    }
+
+    fn finish(&mut self) {
+        if !self.partial.is_empty() {
+            let text = String::from_utf8_lossy(&self.partial).into_owned();
+            self.output.line(self.stream, &text);
+            self.partial.clear();
+        }
+    }
+}
+
+fn lines_of(ctx: &ToolContext, stream: &'static str) -> Option<Lines> {
+    ctx.output.clone().map(|output| Lines {
+        output,
+        stream,
+        partial: Vec::new(),
+    })
+}
+
 /// What a pipe gives until it closes, the first `cap` bytes of it kept (nothing for no pipe),
 /// and whether more came. The rest is read and dropped, so the program never blocks on a full
-/// pipe.
-async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>, cap: usize) -> (Vec<u8>, bool) {
+/// pipe. With `lines`, every line also goes to the run's output as it comes.
+async fn read_all(
+    pipe: Option<impl tokio::io::AsyncRead + Unpin>,
+    cap: usize,
+    mut lines: Option<Lines>,
+) -> (Vec<u8>, bool) {
     use tokio::io::AsyncReadExt;
     let mut kept = Vec::new();
     let mut truncated = false;
@@ -368,11 +407,17 @@ async fn read_all(pipe: Option<impl tokio::io::AsyncRead + Unpin>, cap: usize) -
         match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if let Some(lines) = &mut lines {
+                    lines.feed(&chunk[..n]);
+                }
                 let room = cap.saturating_sub(kept.len());
                 kept.extend_from_slice(&chunk[..n.min(room)]);
                 truncated |= n > room;
             }
         }
+    }
+    if let Some(lines) = &mut lines {
+        lines.finish();
     }
     (kept, truncated)
 }

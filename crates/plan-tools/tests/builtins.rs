@@ -18,6 +18,7 @@ fn ctx(attempt: u32) -> ToolContext {
         cancel: CancellationToken::new(),
         progress: None,
         deadline: None,
+        output: None,
     }
 }
 

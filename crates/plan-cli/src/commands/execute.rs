@@ -80,6 +80,8 @@ pub(crate) struct Frontend {
     pub(crate) json: bool,
     /// `--show-results`: each step's output in the summary.
     pub(crate) show_results: bool,
+    /// `-v`: programs' lines streamed as they come.
+    pub(crate) verbose: bool,
     pub(crate) max_concurrency: Option<u32>,
     pub(crate) durability: plan_types::Durability,
     /// `--events FILE`.
@@ -98,6 +100,7 @@ impl Frontend {
         Ok(Frontend {
             json: args.json,
             show_results: args.show_results,
+            verbose: args.verbose,
             max_concurrency: args.max_concurrency,
             durability: args.durability.parse().map_err(Failure::input)?,
             events: args.events.clone(),
@@ -280,6 +283,12 @@ where
     let live = (!args.json).then(|| Arc::new(Live::new(&prepared.loaded.plan)));
     if let Some(live) = &live {
         settings.events.push(live.clone());
+        if args.verbose {
+            let live = live.clone();
+            settings.output = Some(Arc::new(move |step: &str, stream: &str, line: &str| {
+                live.output(step, stream, line);
+            }));
+        }
     }
     let cancel = settings.cancel.clone();
     let lost = settings.queue.as_ref().map(|queue| queue.lost());
