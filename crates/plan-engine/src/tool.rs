@@ -144,9 +144,12 @@ pub struct ToolContext {
 /// `stream` `stdout` or `stderr`.
 pub type OutputSink = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
 
+/// Takes one printed line: `(stream, line)`.
+type LineSink = dyn Fn(&str, &str) + Send + Sync;
+
 /// One call's end of an [`OutputSink`].
 #[derive(Clone)]
-pub struct Output(Arc<dyn Fn(&str, &str) + Send + Sync>);
+pub struct Output(Arc<LineSink>);
 
 impl Output {
     /// Hands each `(stream, line)` to `line`.
