@@ -94,9 +94,24 @@ fn evaluate_here(
     let value = program
         .execute(&context)
         .map_err(|error| error.to_string())?;
-    value
+    let json = value
         .json()
-        .map_err(|error| format!("its value cannot be JSON: {error}"))
+        .map_err(|error| format!("its value cannot be JSON: {error}"))?;
+    Ok(sorted(json))
+}
+
+/// `value` with every object's keys in order: CEL's maps have none, and the same plan and
+/// results must give the same records, byte for byte.
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
 
 /// CEL's standard library and its strings extension, built once for the process.
@@ -124,7 +139,7 @@ fn add_functions(context: &mut cel::Context<'_, '_>) -> Result<(), cel::Declarat
         let json = value
             .json()
             .map_err(|error| cel::ExecutionError::function_error("toJson", error))?;
-        Ok(cel::Value::String(Arc::new(json.to_string())))
+        Ok(cel::Value::String(Arc::new(sorted(json).to_string())))
     })?;
     context.add_function("lines", |text: Arc<String>| -> cel::Value {
         let lines: Vec<cel::Value> = text

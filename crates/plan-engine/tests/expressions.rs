@@ -30,7 +30,8 @@ async fn a_list_found_at_run_time_is_mapped_over_and_fields_are_picked() {
                 "tags": "${{ vars.meta.tags }}",
                 "count": "${{ size(vars.files) }}",
                 "text": "hello ${{ vars.who.trim() }}: ${{ vars.meta.tags.join(',') }}",
-                "json": "${{ toJson(vars.meta) }}"
+                "json": "${{ toJson(vars.meta) }}",
+                "obj": "${{ {'b': 1, 'a': 2, 'c': {'z': 1, 'y': 2}} }}"
             }}
         ]}))
         .await;
@@ -59,6 +60,12 @@ async fn a_list_found_at_run_time_is_mapped_over_and_fields_are_picked() {
     );
     assert_eq!(
         result(&report, "use")["args"],
-        json!({"tags": ["x", "y"], "count": 2, "text": "hello Ada: x,y", "json": "{\"n\":2,\"tags\":[\"x\",\"y\"]}"})
+        json!({"tags": ["x", "y"], "count": 2, "text": "hello Ada: x,y", "json": "{\"n\":2,\"tags\":[\"x\",\"y\"]}",
+               "obj": {"a": 2, "b": 1, "c": {"y": 2, "z": 1}}})
+    );
+    // CEL's maps have no order; records must: keys come sorted, whatever the hash seed.
+    assert_eq!(
+        serde_json::to_string(&result(&report, "use")["args"]["obj"]).unwrap(),
+        r#"{"a":2,"b":1,"c":{"y":2,"z":1}}"#
     );
 }

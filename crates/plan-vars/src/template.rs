@@ -243,11 +243,14 @@ fn parse_braced(inner: &str, offset: usize) -> Result<Placeholder, ParseError> {
     })
 }
 
-/// Byte position of the `}}` that ends a data expression, skipping CEL's quoted strings.
+/// Byte position of the `}}` that ends a data expression: the first outside CEL's quoted
+/// strings and outside the braces the expression opens itself (a map literal `{'a': {'b': 1}}`
+/// ends in `}}` too).
 fn find_expression_end(text: &str) -> Option<usize> {
     let mut quote: Option<char> = None;
     let mut escaped = false;
-    let mut previous_brace = None;
+    let mut depth = 0usize;
+    let mut pending = None;
     for (i, c) in text.char_indices() {
         if let Some(open) = quote {
             match c {
@@ -261,13 +264,21 @@ fn find_expression_end(text: &str) -> Option<usize> {
         match c {
             '\'' | '"' => {
                 quote = Some(c);
-                previous_brace = None;
+                pending = None;
             }
-            '}' => match previous_brace {
+            '{' => {
+                depth += 1;
+                pending = None;
+            }
+            '}' if depth > 0 => {
+                depth -= 1;
+                pending = None;
+            }
+            '}' => match pending {
                 Some(start) => return Some(start),
-                None => previous_brace = Some(i),
+                None => pending = Some(i),
             },
-            _ => previous_brace = None,
+            _ => pending = None,
         }
     }
     None

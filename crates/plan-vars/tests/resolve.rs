@@ -274,6 +274,12 @@ fn data_expressions_are_parsed_whole_and_evaluated_by_the_caller() {
     let template = Template::parse("a ${{ 'x}}y' + \"}}\" }} b").unwrap();
     let found: Vec<&Root> = template.placeholders().map(|p| &p.root).collect();
     assert_eq!(found, [&Root::Expr("'x}}y' + \"}}\"".into())]);
+    // A map literal's own closing braces do not end it either.
+    let template = Template::parse("${{ {'a': {'b': 1}} }}").unwrap();
+    assert_eq!(
+        template.as_placeholder().unwrap().root,
+        Root::Expr("{'a': {'b': 1}}".into())
+    );
     // The caller's evaluator gives the value; whole strings keep its type.
     let vars = vars();
     let evaluate =
