@@ -307,7 +307,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
         .unwrap_or(0);
     let mut out = String::new();
     let (mut ok, mut failed, mut skipped, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
-    let (mut interrupted, mut running) = (0, 0);
+    let (mut interrupted, mut running, mut not_started) = (0, 0, 0);
     let waits = |record: &Record| {
         report.task_status == plan_types::TaskStatus::Waiting
             && record.skipped
@@ -335,6 +335,18 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
         } else if !record.ok && reason == plan_types::reasons::INTERRUPTED {
             interrupted += 1;
             format!("■ {id:<width$}  {reason}; it runs again on resume")
+        } else if !record.ok
+            && record.upstream.is_none()
+            && [
+                plan_types::reasons::STOPPED,
+                plan_types::reasons::NOT_STARTED_INTERRUPTED,
+                "not started yet",
+            ]
+            .contains(&reason)
+        {
+            // Not skipped by anything: it has not had its turn (it runs on resume).
+            not_started += 1;
+            format!("· {id:<width$}  not started: {reason}")
         } else if waits(record) {
             // Not started because the run halted for approvals: it runs on resume.
             waiting += 1;
@@ -410,6 +422,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
         (failed, "failed"),
         (interrupted, "interrupted"),
         (running, "running"),
+        (not_started, "not started"),
         (skipped, "skipped"),
         (blocked, "blocked"),
         (waiting, "waiting"),

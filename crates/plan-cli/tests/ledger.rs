@@ -892,6 +892,13 @@ fn status_shows_running_steps_live_and_a_killed_run_as_interrupted() {
         status["records"][2]["reason"],
         "the run's process died before it started"
     );
+    let text = lab.cli().args(["status", "last"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("· after [echo]  not started: the run's process died before it started")
+            && text.contains("INTERRUPTED: 3 steps (1 ok, 1 interrupted, 1 not started)"),
+        "{text}"
+    );
 }
 
 #[test]

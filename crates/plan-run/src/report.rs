@@ -69,13 +69,19 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
     let stored = store.records(&row.run_id)?;
     // Steps of a run that has not ended which were called (their records come when they
     // settle): running, or cut off by the process's death.
-    let started: Vec<String> = if matches!(status, TaskStatus::Running | TaskStatus::Interrupted) {
+    let (started, last_event) = if matches!(status, TaskStatus::Running | TaskStatus::Interrupted) {
         started_steps(store, row, &plan)?
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
     let mut records = with_unsettled(&plan, stored, status, &pending, &started);
-    let elapsed = [Some(row.started_at.as_str()), row.finished_at.as_deref()]
+    // A run whose process died ran until its last event.
+    let ended = row.finished_at.as_deref().or_else(|| match status {
+        TaskStatus::Running => None,
+        TaskStatus::Interrupted => last_event.as_deref().or(Some(row.updated_at.as_str())),
+        _ => Some(row.updated_at.as_str()),
+    });
+    let elapsed = [Some(row.started_at.as_str()), ended]
         .map(|t| t.and_then(|t| humantime::parse_rfc3339(t).ok()));
     let duration = match elapsed {
         [Some(start), Some(end)] => end.duration_since(start).unwrap_or(Duration::ZERO),
@@ -139,9 +145,14 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
 
 /// The steps of a run that were called in its current attempt (a `tool.called` of the step or
 /// of one of its map items or block nodes, or its block entered) since it last started or
-/// resumed.
-fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>, LifecycleError> {
+/// resumed, and when its last event was.
+fn started_steps(
+    store: &Store,
+    row: &RunRow,
+    plan: &Plan,
+) -> Result<(Vec<String>, Option<String>), LifecycleError> {
     let events = store.events_after(&row.run_id, 0)?;
+    let last = events.last().map(|(_, event)| event.ts.clone());
     // Only this attempt's: events after the last `run.started`.
     let from = events
         .iter()
@@ -169,7 +180,7 @@ fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>
             started.push(step.id.0.clone());
         }
     }
-    Ok(started)
+    Ok((started, last))
 }
 
 /// Blocks of a live run that entered and have not ended are `BUSY`, at the node their last
