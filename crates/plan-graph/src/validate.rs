@@ -185,7 +185,7 @@ fn check_variables(
                     let allowed = match place {
                         Place::Args => step.expand.is_some(),
                         Place::ExpandKey => true,
-                        Place::ExpandOn | Place::When | Place::Block => false,
+                        Place::ExpandOn | Place::When | Place::Block | Place::Bind => false,
                     };
                     if !allowed {
                         let why = if *place == Place::ExpandOn {
@@ -283,6 +283,8 @@ enum Place {
     ExpandKey,
     When,
     Block,
+    /// A bind's expression.
+    Bind,
 }
 
 /// Every placeholder a step reads, with where it is; `None` (and an issue) if `args` holds
@@ -343,6 +345,19 @@ fn placeholders_of(
         let path = PlanPath::step(i).key("block");
         node_reads(block, &path, &mut reads);
     }
+    for (name, selector) in &step.binds {
+        // A bind's expression reads `vars.NAME` too (and `result`, its own step's).
+        // (One that does not compile was reported when the plan was read.)
+        if selector.trim_start().starts_with("${{")
+            && let Ok(template) = Template::parse(selector.trim())
+            && let Some(placeholder) = template.as_placeholder()
+            && let Root::Expr(text) = &placeholder.root
+            && crate::condition::compile_condition(text).is_ok()
+        {
+            let path = PlanPath::step(i).key("binds").key(name);
+            reads.push((placeholder.clone(), Place::Bind, path));
+        }
+    }
     if let Some(condition) = &step.when {
         // A condition reads `vars.NAME`: the same ordering rules apply as for placeholders.
         let path = PlanPath::step(i).key("when");
@@ -382,8 +397,19 @@ fn expressions_as_reads(
             );
             continue;
         }
-        for name in condition_reads(expression) {
-            if let Ok(template) = Template::parse(&format!("${{{name}}}"))
+        let mut names: Vec<String> = condition_reads(expression)
+            .into_iter()
+            .map(|name| format!("${{{name}}}"))
+            .collect();
+        // The map item, read by name: held to the same rules as `$each`, `$index`, `$key`.
+        let used = expression_identifiers(expression);
+        for item in ["each", "index", "key"] {
+            if used.contains(&item) {
+                names.push(format!("${item}"));
+            }
+        }
+        for text in names {
+            if let Ok(template) = Template::parse(&text)
                 && let Some(read) = template.as_placeholder()
             {
                 out.push((read.clone(), place, path.clone()));
@@ -391,6 +417,49 @@ fn expressions_as_reads(
         }
     }
     out
+}
+
+/// The names an expression uses on their own (not after a `.`, not called), outside strings.
+fn expression_identifiers(expression: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut previous = ' ';
+    let mut start: Option<usize> = None;
+    let bytes = expression
+        .char_indices()
+        .chain(std::iter::once((expression.len(), ' ')));
+    for (i, c) in bytes {
+        if let Some(open) = quote {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                _ if c == open => quote = None,
+                _ => {}
+            }
+            previous = c;
+            continue;
+        }
+        let word = c.is_alphanumeric() || c == '_';
+        match (start, word) {
+            (None, true) if previous != '.' && !previous.is_alphanumeric() => start = Some(i),
+            (Some(from), false) => {
+                let called = expression[i..].trim_start().starts_with('(');
+                if !called {
+                    names.push(&expression[from..i]);
+                }
+                start = None;
+            }
+            _ => {}
+        }
+        if c == '\'' || c == '"' {
+            quote = Some(c);
+        }
+        if !c.is_whitespace() {
+            previous = c;
+        }
+    }
+    names
 }
 
 fn node_reads(

@@ -621,3 +621,30 @@ fn a_shell_variable_in_an_argument_gets_the_escape_as_help_at_its_string() {
         "at the string, not the args"
     );
 }
+
+#[test]
+fn expressions_are_held_to_the_rules_of_placeholders() {
+    check_errors(
+        r#"{"steps": [
+  {"id": "a", "tool": "echo", "args": {"x": "${{ each.name }}"}},
+  {"id": "b", "tool": "echo", "result_variable": "out"},
+  {"id": "c", "tool": "echo", "binds": {"y": "${{ result.v + vars.out.n }}"}},
+  {"id": "m", "tool": "echo", "expand_on": [1], "args": {"i": "${{ index + 1 }}", "s": "${{ 'each' + vars.other.map(each, each) }}"}, "depends_on": ["b"]}
+]}"#,
+        Format::Json,
+        &[
+            (
+                "plan::placeholder",
+                "`$each` is only defined inside a map step (one with `expand_on`)",
+                2,
+                45,
+            ),
+            (
+                "plan::unordered_read",
+                "step `c` reads `out`, which step `b` binds, but does not depend on it",
+                4,
+                46,
+            ),
+        ],
+    );
+}
