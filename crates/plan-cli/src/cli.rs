@@ -13,6 +13,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Global options",
         env = "PLAN_DB",
         hide_env_values = true,
         value_name = "PATH"
@@ -23,6 +24,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Global options",
         env = "PLAN_MCP_CONFIG",
         hide_env_values = true,
         value_name = "FILE"
@@ -34,6 +36,7 @@ pub(crate) struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Global options",
         env = "PLAN_ENV_PASSTHROUGH",
         hide_env_values = true,
         value_delimiter = ',',
