@@ -106,9 +106,16 @@ pub fn load(
     let raw = match parse::<RawPlan>(&source, format) {
         Ok(raw) => raw,
         Err(issue) => {
+            // serde stops at the first problem; when the document itself reads, every step is
+            // read on its own so that each one's first problem is reported at once.
+            // (A document that does not read at all gives nothing here: serde's one issue.)
+            let mut issues = every_schema_issue(&source, format);
+            if issues.is_empty() {
+                issues.push(*issue);
+            }
             return Err(InvalidPlan {
                 plan_source: source,
-                issues: vec![*issue],
+                issues,
             });
         }
     };
@@ -125,6 +132,75 @@ pub fn load(
         source,
         warnings: issues,
     })
+}
+
+/// The structural problems of a document that reads as JSON or YAML but not as a plan: the
+/// first of each step (each read on its own), and the first of the rest. Empty when the
+/// document is not an object with a list of steps (the caller keeps serde's one issue).
+fn every_schema_issue(source: &Source, format: Format) -> Vec<Issue> {
+    let document: Value = match format {
+        Format::Json => match serde_json::from_str(source.text()) {
+            Ok(value) => value,
+            Err(_) => return Vec::new(),
+        },
+        Format::Yaml => match serde_saphyr::from_str_with_options(source.text(), yaml_options()) {
+            Ok(value) => value,
+            Err(_) => return Vec::new(),
+        },
+    };
+    let Value::Object(mut top) = document else {
+        return Vec::new();
+    };
+    let Some(Value::Array(steps)) = top.remove("steps") else {
+        return Vec::new();
+    };
+    let mut issues = Vec::new();
+    let mut read = |value: Value, base: PlanPath, step: bool| {
+        let result = if step {
+            serde_path_to_error::deserialize::<_, crate::model::RawStep>(value).map(drop)
+        } else {
+            serde_path_to_error::deserialize::<_, RawPlan>(value).map(drop)
+        };
+        if let Err(error) = result {
+            let mut path = base;
+            path.0.extend(plan_path(error.path()).0);
+            let field = path.0.iter().rev().find_map(|segment| match segment {
+                crate::source::PathSegment::Key(key) => Some(key.clone()),
+                crate::source::PathSegment::Index(_) => None,
+            });
+            let located = Location::Path {
+                path: path.clone(),
+                key: false,
+            };
+            // At the value the path names, or at the nearest part of it that is written.
+            let mut at = path.clone();
+            let offset = loop {
+                let here = Location::Path {
+                    path: at.clone(),
+                    key: false,
+                };
+                if let Some(range) = source.range(&here) {
+                    break range.start;
+                }
+                if at.0.pop().is_none() {
+                    break 0;
+                }
+            };
+            let mut issue = serde_issue(source, &error.inner().to_string(), offset, false, field);
+            if source.range(&located).is_some() && issue.code == "plan::schema" {
+                issue.location = located;
+            }
+            issues.push(issue);
+        }
+    };
+    for (i, step) in steps.into_iter().enumerate() {
+        read(step, PlanPath::step(i), true);
+    }
+    top.insert("steps".to_owned(), Value::Array(Vec::new()));
+    read(Value::Object(top), PlanPath::root(), false);
+    // In document order.
+    issues.sort_by_key(|issue| source.range(&issue.location).map_or(0, |range| range.start));
+    issues
 }
 
 /// Parses a variables file (`--vars FILE`): one JSON or YAML object of name → value.

@@ -173,7 +173,7 @@ fn structural_errors_name_the_field_and_its_position() {
         Format::Yaml,
         &[(
             "plan::schema",
-            "unknown variant `extreme`, expected one of low, medium, high",
+            "unknown variant `extreme`, expected one of `low`, `medium`, `high`",
             4,
             11,
         )],
@@ -201,7 +201,7 @@ fn structural_errors_name_the_field_and_its_position() {
         Format::Yaml,
         &[(
             "plan::schema",
-            "unknown variant `always`, expected one of all_success, all_done, any_success",
+            "unknown variant `always`, expected one of `all_success`, `all_done`, `any_success`",
             4,
             13,
         )],
@@ -645,6 +645,35 @@ fn expressions_are_held_to_the_rules_of_placeholders() {
                 4,
                 46,
             ),
+        ],
+    );
+}
+
+#[test]
+fn every_steps_structural_error_is_reported_at_once() {
+    check_errors(
+        "title: several\nmax_concurrency: many\nsteps:\n  - id: a\n    tool: echo\n    timeout_ms: -5\n  - id: b\n    tool: echo\n    depends_on: x\n  - id: c\n    tol: echo\n",
+        Format::Yaml,
+        &[
+            (
+                "plan::schema",
+                "`max_concurrency` must be a whole number of 0 or more, not the string \"many\"",
+                2,
+                18,
+            ),
+            (
+                "plan::schema",
+                "`timeout_ms` must be a whole number of 0 or more, not -5",
+                6,
+                17,
+            ),
+            (
+                "plan::schema",
+                "`depends_on` must be a list, not the string \"x\"",
+                9,
+                17,
+            ),
+            ("plan::unknown_field", "unknown field `tol`", 11, 5),
         ],
     );
 }
