@@ -63,7 +63,7 @@ pub(crate) enum Command {
     /// Refuse a high-risk step of a run: it fails with E_REJECTED and its dependents skip
     Reject(RejectArgs),
     /// Check a plan without running it
-    Validate(PlanArgs),
+    Validate(ValidateArgs),
     /// Draw a plan's dependency graph
     Show(ShowArgs),
     /// List the tools plans can call
@@ -96,6 +96,16 @@ pub(crate) enum Command {
         /// The shell
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ValidateArgs {
+    #[command(flatten)]
+    pub(crate) plan: PlanArgs,
+    /// Print one JSON object: {"valid", "plan_id", "steps", "needs_approval", "errors",
+    /// "warnings"}, each issue {"severity", "code", "message", "line", "column", "label", "help"}
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, clap::Args)]

@@ -12,6 +12,8 @@ pub(crate) struct Failure {
     pub(crate) code: i32,
     /// Rendered diagnostics (a plan's errors with their source), printed before the message.
     pub(crate) diagnostics: Vec<String>,
+    /// The same issues as data (`validate --json`).
+    pub(crate) issues: Vec<serde_json::Value>,
 }
 
 impl Failure {
@@ -21,6 +23,7 @@ impl Failure {
             message: Some(message.into()),
             code: INVALID_INPUT,
             diagnostics: Vec::new(),
+            issues: Vec::new(),
         }
     }
 
@@ -30,6 +33,7 @@ impl Failure {
             message: Some(message.into()),
             code: 1,
             diagnostics: Vec::new(),
+            issues: Vec::new(),
         }
     }
 
@@ -40,6 +44,18 @@ impl Failure {
             if errors == 1 { "" } else { "s" }
         ));
         failure.diagnostics = diagnostics;
+        failure
+    }
+
+    /// An invalid plan: its issues, rendered and as data.
+    pub(crate) fn plan_issues(source: &plan_graph::Source, issues: &[plan_graph::Issue]) -> Self {
+        let errors = issues.iter().filter(|i| i.is_error()).count();
+        let mut failure = Failure::invalid_plan(
+            source.name(),
+            errors,
+            crate::plan_file::render(source, issues),
+        );
+        failure.issues = crate::plan_file::issues_json(source, issues);
         failure
     }
 
@@ -76,6 +92,7 @@ impl Failure {
             message: Some(message),
             code,
             diagnostics: Vec::new(),
+            issues: Vec::new(),
         }
     }
 }

@@ -477,6 +477,13 @@ pub(crate) fn waiting(report: &RunReport) -> String {
     let run = &report.run_id;
     let mut out = String::from("waiting for approval:\n");
     let mut plan = false;
+    // The ids in one column, whatever their lengths.
+    let width = report
+        .pending_approvals
+        .iter()
+        .map(|pending| pending.step_id.chars().count())
+        .max()
+        .unwrap_or(0);
     for pending in &report.pending_approvals {
         if pending.step_id == plan_types::PLAN_APPROVAL {
             plan = true;
@@ -493,7 +500,7 @@ pub(crate) fn waiting(report: &RunReport) -> String {
                 format!("{}{args}", tool.as_deref().unwrap_or("block"))
             }
         };
-        out.push_str(&format!("  {}  {what}\n", pending.step_id));
+        out.push_str(&format!("  {:<width$}  {what}\n", pending.step_id));
     }
     if plan {
         out.push_str(&format!(

@@ -238,6 +238,40 @@ pub(crate) fn prepare_source(
     toolbox: &Toolbox,
     arguments: Severity,
 ) -> Result<Ready, Failure> {
+    prepare_source_with(
+        source,
+        format,
+        fallback_id,
+        inputs,
+        toolbox,
+        arguments,
+        true,
+    )
+}
+
+/// [`prepare`] for `validate --json`: arguments checked as errors, and nothing printed (the
+/// caller prints the issues as data).
+pub(crate) fn prepare_quietly(
+    args: &PlanArgs,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<Ready, Failure> {
+    let inputs = read_inputs(args)?;
+    let (source, format) = read_source(&args.plan, ledger)?;
+    let id = default_plan_id(&args.plan);
+    prepare_source_with(source, format, id, inputs, toolbox, Severity::Error, false)
+}
+
+/// [`prepare_source`], printing the warnings only when `print_warnings`.
+fn prepare_source_with(
+    source: Source,
+    format: Format,
+    fallback_id: String,
+    inputs: Inputs,
+    toolbox: &Toolbox,
+    arguments: Severity,
+    print_warnings: bool,
+) -> Result<Ready, Failure> {
     let provided_variables = inputs.names();
     // With MCP servers configured, a first reading finds the tools the plan names, so that
     // only their servers start. If it fails, the full reading below reports why, without
@@ -264,11 +298,7 @@ pub(crate) fn prepare_source(
     let loaded = match load(source, format, &options) {
         Ok(loaded) => loaded,
         Err(invalid) => {
-            return Err(Failure::invalid_plan(
-                invalid.plan_source.name(),
-                invalid.error_count(),
-                render(&invalid.plan_source, &invalid.issues),
-            ));
+            return Err(Failure::plan_issues(&invalid.plan_source, &invalid.issues));
         }
     };
     let inputs = inputs.resolve(&loaded.plan)?;
@@ -290,7 +320,9 @@ pub(crate) fn prepare_source(
     });
     match compiled {
         Ok(program) => {
-            report(&loaded.source, &loaded.warnings);
+            if print_warnings {
+                report(&loaded.source, &loaded.warnings);
+            }
             // Only the variables the plan lists are read, and only here: the engine reads no
             // environment.
             let env = program
@@ -312,12 +344,7 @@ pub(crate) fn prepare_source(
         Err(issues) => {
             let mut all = loaded.warnings.clone();
             all.extend(issues);
-            let errors = all.iter().filter(|i| i.is_error()).count();
-            Err(Failure::invalid_plan(
-                loaded.source.name(),
-                errors,
-                render(&loaded.source, &all),
-            ))
+            Err(Failure::plan_issues(&loaded.source, &all))
         }
     }
 }
@@ -334,6 +361,26 @@ pub(crate) fn render(source: &Source, issues: &[Issue]) -> Vec<String> {
     issues
         .iter()
         .map(|issue| format!("{:?}", miette::Report::new(source.diagnostic(issue))))
+        .collect()
+}
+
+/// Each issue as data: `{"severity", "code", "message", "line", "column", "label", "help"}`
+/// (`line` and `column` 1-based, null when the issue has no place in the text).
+pub(crate) fn issues_json(source: &Source, issues: &[Issue]) -> Vec<Value> {
+    issues
+        .iter()
+        .map(|issue| {
+            let position = source.diagnostic(issue).position();
+            serde_json::json!({
+                "severity": if issue.is_error() { "error" } else { "warning" },
+                "code": issue.code,
+                "message": issue.message,
+                "line": position.map(|(line, _)| line),
+                "column": position.map(|(_, column)| column),
+                "label": issue.label,
+                "help": issue.help,
+            })
+        })
         .collect()
 }
 

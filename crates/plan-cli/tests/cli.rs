@@ -723,3 +723,48 @@ fn expressions_turn_a_programs_output_into_a_list_to_map_over() {
         "{stderr}"
     );
 }
+
+#[test]
+fn validate_json_gives_every_issue_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("bad.yaml");
+    std::fs::write(
+        &plan,
+        "steps:\n  - id: a\n    tool: echo\n    timeout_ms: -5\n  - id: b\n    tol: echo\n",
+    )
+    .unwrap();
+    let output = plan_cli()
+        .args(["validate", plan.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["valid"], false);
+    assert_eq!(
+        report["errors"],
+        json!([
+            {"severity": "error", "code": "plan::schema", "message": "`timeout_ms` must be a whole number of 0 or more, not -5", "line": 4, "column": 17, "label": "here", "help": null},
+            {"severity": "error", "code": "plan::unknown_field", "message": "unknown field `tol`", "line": 6, "column": 5, "label": "not a field here", "help": "did you mean `tool`?"}
+        ])
+    );
+    let good = write_plan(
+        dir.path(),
+        "good.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {"x": "${nothing}"}}, {"id": "d", "tool": "echo", "risk": "high"}]}),
+    );
+    let output = plan_cli()
+        .args(["validate", good.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["valid"], true);
+    assert_eq!(report["steps"], 2);
+    assert_eq!(report["needs_approval"], json!(["d"]));
+    assert_eq!(report["warnings"][0]["code"], "plan::undefined_variable");
+}

@@ -7,17 +7,49 @@ use plan_graph::{Plan, Severity};
 use plan_store::StoredPlan;
 
 use super::{pretty, print};
-use crate::cli::{GraphFormat, JsonArgs, PlanArgs, PlanCommand, ShowArgs, ToolsArgs};
+use crate::cli::{GraphFormat, JsonArgs, PlanCommand, ShowArgs, ToolsArgs};
 use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::plan_file::{default_plan_id, prepare, prepare_source, read_source};
 use crate::toolbox::Toolbox;
 
 pub(crate) fn validate(
-    args: &PlanArgs,
+    args: &crate::cli::ValidateArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
+    if args.json {
+        // Diagnostics as data on stdout, not drawn on stderr.
+        return match crate::plan_file::prepare_quietly(&args.plan, toolbox, ledger) {
+            Ok(ready) => {
+                let warnings =
+                    crate::plan_file::issues_json(&ready.loaded.source, &ready.loaded.warnings);
+                print(&pretty(&serde_json::json!({
+                    "valid": true,
+                    "plan_id": ready.program.plan_id(),
+                    "steps": ready.program.len(),
+                    "needs_approval": ready.program.gated_steps(),
+                    "errors": [],
+                    "warnings": warnings,
+                })))?;
+                Ok(0)
+            }
+            Err(failure) if !failure.issues.is_empty() => {
+                let (errors, warnings): (Vec<_>, Vec<_>) = failure
+                    .issues
+                    .into_iter()
+                    .partition(|issue| issue["severity"] == "error");
+                print(&pretty(&serde_json::json!({
+                    "valid": false,
+                    "errors": errors,
+                    "warnings": warnings,
+                })))?;
+                Ok(failure.code)
+            }
+            Err(failure) => Err(failure),
+        };
+    }
+    let args = &args.plan;
     let ready = prepare(args, toolbox, ledger, Severity::Error)?;
     let warnings = ready.loaded.warnings.len();
     let steps = ready.program.len();
