@@ -155,7 +155,7 @@ fn every_schema_issue(source: &Source, format: Format) -> Vec<Issue> {
         return Vec::new();
     };
     let mut issues = Vec::new();
-    let mut read = |value: Value, base: PlanPath, step: bool| {
+    let read = |value: Value, base: PlanPath, step: bool| -> Option<Issue> {
         let result = if step {
             serde_path_to_error::deserialize::<_, crate::model::RawStep>(value).map(drop)
         } else {
@@ -190,14 +190,53 @@ fn every_schema_issue(source: &Source, format: Format) -> Vec<Issue> {
             if source.range(&located).is_some() && issue.code == "plan::schema" {
                 issue.location = located;
             }
-            issues.push(issue);
+            return Some(issue);
         }
+        None
+    };
+    // Every field's own first problem: the object read once per field, with only that field
+    // (and what the object cannot do without); the whole object's problem when none shows so.
+    let each_field = |object: Map<String, Value>, base: PlanPath, step: bool| -> Vec<Issue> {
+        let Some(whole) = read(Value::Object(object.clone()), base.clone(), step) else {
+            return Vec::new();
+        };
+        let kept: Vec<&str> = if step {
+            vec!["id", "index", "step_id"]
+        } else {
+            vec!["steps"]
+        };
+        let mut found = Vec::new();
+        for (key, value) in &object {
+            if kept.contains(&key.as_str()) {
+                continue;
+            }
+            let mut alone: Map<String, Value> = object
+                .iter()
+                .filter(|(k, _)| kept.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if !step {
+                alone.insert("steps".to_owned(), Value::Array(Vec::new()));
+            }
+            alone.insert(key.clone(), value.clone());
+            if let Some(issue) = read(Value::Object(alone), base.clone(), step) {
+                found.push(issue);
+            }
+        }
+        if found.is_empty() { vec![whole] } else { found }
     };
     for (i, step) in steps.into_iter().enumerate() {
-        read(step, PlanPath::step(i), true);
+        match step {
+            Value::Object(object) => issues.extend(each_field(object, PlanPath::step(i), true)),
+            other => {
+                if let Some(issue) = read(other, PlanPath::step(i), true) {
+                    issues.push(issue);
+                }
+            }
+        }
     }
     top.insert("steps".to_owned(), Value::Array(Vec::new()));
-    read(Value::Object(top), PlanPath::root(), false);
+    issues.extend(each_field(top, PlanPath::root(), false));
     // In document order.
     issues.sort_by_key(|issue| source.range(&issue.location).map_or(0, |range| range.start));
     issues

@@ -652,7 +652,7 @@ fn expressions_are_held_to_the_rules_of_placeholders() {
 #[test]
 fn every_steps_structural_error_is_reported_at_once() {
     check_errors(
-        "title: several\nmax_concurrency: many\nsteps:\n  - id: a\n    tool: echo\n    timeout_ms: -5\n  - id: b\n    tool: echo\n    depends_on: x\n  - id: c\n    tol: echo\n",
+        "title: several\nmax_concurrency: many\nsteps:\n  - id: a\n    tool: echo\n    timeout_ms: -5\n  - id: b\n    tool: echo\n    depends_on: x\n  - id: c\n    tol: echo\n    retry: {attempts: lots}\n",
         Format::Yaml,
         &[
             (
@@ -674,6 +674,13 @@ fn every_steps_structural_error_is_reported_at_once() {
                 17,
             ),
             ("plan::unknown_field", "unknown field `tol`", 11, 5),
+            // A second problem in the same step.
+            (
+                "plan::schema",
+                "`attempts` must be a whole number of 0 or more, not the string \"lots\"",
+                12,
+                23,
+            ),
         ],
     );
 }
