@@ -23,8 +23,6 @@ pub(crate) struct Cli {
     /// (`{"mcpServers": {...}}`; default: mcp.json in the nearest .plan/ folder, when there)
     #[arg(
         long,
-        global = true,
-        help_heading = "Global options",
         env = "PLAN_MCP_CONFIG",
         hide_env_values = true,
         value_name = "FILE"
@@ -35,8 +33,6 @@ pub(crate) struct Cli {
     /// never reach them
     #[arg(
         long,
-        global = true,
-        help_heading = "Global options",
         env = "PLAN_ENV_PASSTHROUGH",
         hide_env_values = true,
         value_delimiter = ',',
@@ -98,6 +94,32 @@ pub(crate) enum Command {
     },
 }
 
+/// Where tools come from and what programs get: for the commands that use tools (given before
+/// the command, they apply too).
+#[derive(Debug, Default, clap::Args)]
+pub(crate) struct ToolOptions {
+    /// MCP servers whose tools plans may call, as every MCP client writes them
+    /// (`{"mcpServers": {...}}`; default: mcp.json in the nearest .plan/ folder, when there)
+    #[arg(
+        long,
+        env = "PLAN_MCP_CONFIG",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub(crate) mcp_config: Option<PathBuf>,
+    /// Environment variables `exec`'s programs get besides PATH, HOME, USER, LOGNAME, LANG,
+    /// LC_ALL, LC_CTYPE, TZ, TMPDIR and TERM (comma-separated); plan-cli's other variables
+    /// never reach them
+    #[arg(
+        long,
+        env = "PLAN_ENV_PASSTHROUGH",
+        hide_env_values = true,
+        value_delimiter = ',',
+        value_name = "NAMES"
+    )]
+    pub(crate) env_passthrough: Vec<String>,
+}
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct ValidateArgs {
     #[command(flatten)]
@@ -106,6 +128,8 @@ pub(crate) struct ValidateArgs {
     /// "warnings"}, each issue {"severity", "code", "message", "line", "column", "label", "help"}
     #[arg(long)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, clap::Args)]
@@ -134,6 +158,8 @@ pub(crate) struct RetryArgs {
     pub(crate) steps: Vec<String>,
     #[command(flatten)]
     pub(crate) execution: ExecutionArgs,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, clap::Args)]
@@ -177,6 +203,8 @@ pub(crate) struct WorkerArgs {
     /// How long a step may go untouched before another worker takes it over
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub(crate) visibility_timeout_ms: u64,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, Subcommand)]
@@ -222,6 +250,8 @@ pub(crate) struct ServeArgs {
     /// its lists and win over its values
     #[arg(long, value_name = "FILE")]
     pub(crate) policy: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, clap::Args)]
@@ -300,6 +330,8 @@ pub(crate) struct RunArgs {
     /// Approve a high-risk step or map item in advance (repeatable)
     #[arg(long = "approve", value_name = "STEP")]
     pub(crate) approve: Vec<String>,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -335,6 +367,8 @@ pub(crate) struct ApproveArgs {
     /// Approve the plan itself (a run started with `--mode approval`)
     #[arg(long)]
     pub(crate) plan: bool,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, clap::Args)]
@@ -347,6 +381,8 @@ pub(crate) struct RejectArgs {
     /// Why; it becomes the step's error message
     #[arg(long, value_name = "TEXT")]
     pub(crate) reason: Option<String>,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, clap::Args)]
@@ -364,6 +400,8 @@ pub(crate) struct ResumeArgs {
     /// Resume even with a different `--plan`, or while the run's process seems alive
     #[arg(long)]
     pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -383,6 +421,8 @@ pub(crate) struct ShowArgs {
     /// How to draw it
     #[arg(long, value_enum, default_value = "ascii")]
     pub(crate) format: GraphFormat,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, clap::Args)]
@@ -393,6 +433,8 @@ pub(crate) struct ToolsArgs {
     /// Only the tools of this MCP server
     #[arg(long, value_name = "NAME")]
     pub(crate) server: Option<String>,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
 }
 
 #[derive(Debug, clap::Args)]
@@ -442,6 +484,8 @@ pub(crate) enum PlanCommand {
         /// Replace a stored plan with the same id
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        tool_options: ToolOptions,
     },
     /// List the stored plans
     List(JsonArgs),
@@ -452,6 +496,8 @@ pub(crate) enum PlanCommand {
         /// How to draw it
         #[arg(long, value_enum, default_value = "ascii")]
         format: GraphFormat,
+        #[command(flatten)]
+        tool_options: ToolOptions,
     },
     /// Remove a stored plan (its runs keep their own copy)
     Rm {
@@ -546,5 +592,27 @@ mod tests {
     fn the_cli_definition_is_consistent() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+    }
+}
+
+impl Command {
+    /// The tool options given after the command, for the commands that use tools.
+    pub(crate) fn tool_options(&self) -> Option<&ToolOptions> {
+        Some(match self {
+            Command::Run(args) => &args.tool_options,
+            Command::Resume(args) => &args.tool_options,
+            Command::Retry(args) => &args.tool_options,
+            Command::Approve(args) => &args.tool_options,
+            Command::Reject(args) => &args.tool_options,
+            Command::Validate(args) => &args.tool_options,
+            Command::Show(args) => &args.tool_options,
+            Command::Tools(args) => &args.tool_options,
+            Command::Worker(args) => &args.tool_options,
+            Command::Mcp(McpCommand::Serve(args)) => &args.tool_options,
+            Command::Plan(
+                PlanCommand::Add { tool_options, .. } | PlanCommand::Show { tool_options, .. },
+            ) => tool_options,
+            _ => return None,
+        })
     }
 }

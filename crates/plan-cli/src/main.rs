@@ -37,7 +37,18 @@ fn main() {
     }
     let project = ledger::project_dir();
     let ledger = Ledger::new(cli.db.as_deref(), project.as_deref());
-    let mut exec = plan_tools::Exec::default().passing(cli.env_passthrough.iter().cloned());
+    // Tool options count before the command and after it (after wins for the file).
+    let after = cli.command.tool_options();
+    let passthrough = cli
+        .env_passthrough
+        .iter()
+        .chain(
+            after
+                .into_iter()
+                .flat_map(|tools| tools.env_passthrough.iter()),
+        )
+        .cloned();
+    let mut exec = plan_tools::Exec::default().passing(passthrough);
     match working_dir(&cli.command, &ledger) {
         Ok(Some(dir)) => exec = exec.in_dir(dir),
         Ok(None) => {}
@@ -58,11 +69,14 @@ fn main() {
             }
         }
     }
-    let mcp_config = cli.mcp_config.clone().or_else(|| {
-        project
-            .map(|dir| dir.join(toolbox::MCP_CONFIG_NAME))
-            .filter(|path| path.exists())
-    });
+    let mcp_config = after
+        .and_then(|tools| tools.mcp_config.clone())
+        .or_else(|| cli.mcp_config.clone())
+        .or_else(|| {
+            project
+                .map(|dir| dir.join(toolbox::MCP_CONFIG_NAME))
+                .filter(|path| path.exists())
+        });
     let toolbox = match toolbox::Toolbox::new(mcp_config.as_deref(), exec) {
         Ok(toolbox) => std::sync::Arc::new(toolbox),
         Err(failure) => {

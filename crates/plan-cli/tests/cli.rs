@@ -768,3 +768,40 @@ fn validate_json_gives_every_issue_as_data() {
     assert_eq!(report["needs_approval"], json!(["d"]));
     assert_eq!(report["warnings"][0]["code"], "plan::undefined_variable");
 }
+
+#[test]
+fn tool_options_are_listed_only_where_tools_are_used_and_work_on_either_side() {
+    let help = |args: &[&str]| {
+        let output = plan_cli().args(args).output().unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    for command in ["runs", "status", "logs", "gc", "cancel", "init"] {
+        let text = help(&[command, "--help"]);
+        assert!(
+            !text.contains("--mcp-config") && !text.contains("--env-passthrough"),
+            "{command}: {text}"
+        );
+    }
+    for command in ["run", "resume", "validate", "tools", "worker"] {
+        assert!(
+            help(&[command, "--help"]).contains("--mcp-config"),
+            "{command}"
+        );
+    }
+    // Before the command or after it.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("mcp.json");
+    std::fs::write(
+        &config,
+        r#"{"mcpServers": {"broken": {"command": "/no/such/server"}}}"#,
+    )
+    .unwrap();
+    for args in [
+        vec!["--mcp-config", config.to_str().unwrap(), "tools"],
+        vec!["tools", "--mcp-config", config.to_str().unwrap()],
+    ] {
+        let output = plan_cli().args(&args).output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("MCP server `broken`"));
+    }
+}

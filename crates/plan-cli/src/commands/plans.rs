@@ -169,9 +169,9 @@ pub(crate) fn plan(
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     match command {
-        PlanCommand::Add { file, force } => add(file, *force, toolbox, ledger),
+        PlanCommand::Add { file, force, .. } => add(file, *force, toolbox, ledger),
         PlanCommand::List(JsonArgs { json }) => list(*json, ledger),
-        PlanCommand::Show { id, format } => {
+        PlanCommand::Show { id, format, .. } => {
             let stored = find(id, ledger)?;
             let source = plan_graph::Source::new(stored.name.clone(), stored.source.clone());
             let ready = prepare_source(
