@@ -546,6 +546,28 @@ fn parse_age(text: &str) -> Result<std::time::Duration, String> {
         .map_err(|error| format!("`{text}` is not an age like `30d` or `12h`: {error}"))
 }
 
+impl Command {
+    /// The tool options given after the command, for the commands that use tools.
+    pub(crate) fn tool_options(&self) -> Option<&ToolOptions> {
+        Some(match self {
+            Command::Run(args) => &args.tool_options,
+            Command::Resume(args) => &args.tool_options,
+            Command::Retry(args) => &args.tool_options,
+            Command::Approve(args) => &args.tool_options,
+            Command::Reject(args) => &args.tool_options,
+            Command::Validate(args) => &args.tool_options,
+            Command::Show(args) => &args.tool_options,
+            Command::Tools(args) => &args.tool_options,
+            Command::Worker(args) => &args.tool_options,
+            Command::Mcp(McpCommand::Serve(args)) => &args.tool_options,
+            Command::Plan(
+                PlanCommand::Add { tool_options, .. } | PlanCommand::Show { tool_options, .. },
+            ) => tool_options,
+            _ => return None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -592,27 +614,5 @@ mod tests {
     fn the_cli_definition_is_consistent() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
-    }
-}
-
-impl Command {
-    /// The tool options given after the command, for the commands that use tools.
-    pub(crate) fn tool_options(&self) -> Option<&ToolOptions> {
-        Some(match self {
-            Command::Run(args) => &args.tool_options,
-            Command::Resume(args) => &args.tool_options,
-            Command::Retry(args) => &args.tool_options,
-            Command::Approve(args) => &args.tool_options,
-            Command::Reject(args) => &args.tool_options,
-            Command::Validate(args) => &args.tool_options,
-            Command::Show(args) => &args.tool_options,
-            Command::Tools(args) => &args.tool_options,
-            Command::Worker(args) => &args.tool_options,
-            Command::Mcp(McpCommand::Serve(args)) => &args.tool_options,
-            Command::Plan(
-                PlanCommand::Add { tool_options, .. } | PlanCommand::Show { tool_options, .. },
-            ) => tool_options,
-            _ => return None,
-        })
     }
 }
