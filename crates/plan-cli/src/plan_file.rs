@@ -134,7 +134,7 @@ impl Inputs {
                         Failure::input(format!(
                             "--var {name}={text}: the plan's default for `{name}` is {} ({default}), so the value is read as JSON, and `{text}` is not JSON; \
                              quote a string as --var-json '{name}=\"{text}\"'",
-                            json_kind(default),
+                            plan_vars::kind(default),
                         ))
                     })?
                 }
@@ -143,18 +143,6 @@ impl Inputs {
             typed.insert(name, value);
         }
         Ok(typed)
-    }
-}
-
-/// "a number", "a list", …: what a JSON value is, for messages.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
     }
 }
 
