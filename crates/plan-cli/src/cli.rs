@@ -19,26 +19,9 @@ pub(crate) struct Cli {
         value_name = "PATH"
     )]
     pub(crate) db: Option<PathBuf>,
-    /// MCP servers whose tools plans may call, as every MCP client writes them
-    /// (`{"mcpServers": {...}}`; default: mcp.json in the nearest .plan/ folder, when there)
-    #[arg(
-        long,
-        env = "PLAN_MCP_CONFIG",
-        hide_env_values = true,
-        value_name = "FILE"
-    )]
-    pub(crate) mcp_config: Option<PathBuf>,
-    /// Environment variables `exec`'s programs get besides PATH, HOME, USER, LOGNAME, LANG,
-    /// LC_ALL, LC_CTYPE, TZ, TMPDIR and TERM (comma-separated); plan-cli's other variables
-    /// never reach them
-    #[arg(
-        long,
-        env = "PLAN_ENV_PASSTHROUGH",
-        hide_env_values = true,
-        value_delimiter = ',',
-        value_name = "NAMES"
-    )]
-    pub(crate) env_passthrough: Vec<String>,
+    // Also taken before the command name (`plan-cli --mcp-config F run …`).
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
     #[command(subcommand)]
     pub(crate) command: Command,
 }

@@ -40,6 +40,7 @@ fn main() {
     // Tool options count before the command and after it (after wins for the file).
     let after = cli.command.tool_options();
     let passthrough = cli
+        .tool_options
         .env_passthrough
         .iter()
         .chain(
@@ -71,7 +72,7 @@ fn main() {
     }
     let mcp_config = after
         .and_then(|tools| tools.mcp_config.clone())
-        .or_else(|| cli.mcp_config.clone())
+        .or_else(|| cli.tool_options.mcp_config.clone())
         .or_else(|| {
             project
                 .map(|dir| dir.join(toolbox::MCP_CONFIG_NAME))

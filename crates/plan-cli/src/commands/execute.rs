@@ -145,16 +145,7 @@ pub(crate) fn resume(
             None => None,
         },
     };
-    let queue = args.execution.queue.as_deref().map(|url| {
-        (
-            url,
-            args.execution.queue_name.as_str(),
-            args.execution.queue_outage,
-        )
-    });
-    let frontend = Frontend::of(&args.execution)?;
-    let (report, plan) = continue_run(&args.run, &options, queue, &frontend, toolbox, ledger)?;
-    print_outcome(&report, &plan, &frontend)
+    go_on(&args.run, &options, &args.execution, toolbox, ledger)
 }
 
 /// `retry RUN STEP...`: the run goes on with those steps and their dependents forgotten.
@@ -167,15 +158,23 @@ pub(crate) fn retry(
         retry_steps: args.steps.clone(),
         ..plan_run::ResumeOptions::default()
     };
-    let queue = args.execution.queue.as_deref().map(|url| {
-        (
-            url,
-            args.execution.queue_name.as_str(),
-            args.execution.queue_outage,
-        )
-    });
-    let frontend = Frontend::of(&args.execution)?;
-    let (report, plan) = continue_run(&args.run, &options, queue, &frontend, toolbox, ledger)?;
+    go_on(&args.run, &options, &args.execution, toolbox, ledger)
+}
+
+/// `resume` and `retry`: the stored run goes on as `options` say, shown as `execution` asks.
+fn go_on(
+    run: &str,
+    options: &plan_run::ResumeOptions,
+    execution: &ExecutionArgs,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
+    let queue = execution
+        .queue
+        .as_deref()
+        .map(|url| (url, execution.queue_name.as_str(), execution.queue_outage));
+    let frontend = Frontend::of(execution)?;
+    let (report, plan) = continue_run(run, options, queue, &frontend, toolbox, ledger)?;
     print_outcome(&report, &plan, &frontend)
 }
 
