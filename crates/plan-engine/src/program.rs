@@ -196,14 +196,9 @@ impl Program {
             };
             let mut binds = Vec::with_capacity(step.binds.len());
             for (name, selector) in &step.binds {
-                let expression = selector
-                    .trim()
-                    .strip_prefix("${{")
-                    .and_then(|rest| rest.strip_suffix("}}"))
-                    .map(str::trim);
-                match expression {
-                    Some(text) => match expressions.add(text) {
-                        Ok(()) => binds.push((name.clone(), Bind::Expression(text.to_owned()))),
+                match plan_vars::whole_expression(selector) {
+                    Some(text) => match expressions.add(&text) {
+                        Ok(()) => binds.push((name.clone(), Bind::Expression(text))),
                         Err(error) => issues.push(Issue::error(
                             "plan::bind_selector",
                             PlanPath::step(i).key("binds").key(name),

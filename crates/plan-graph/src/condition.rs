@@ -57,20 +57,8 @@ fn check_limits(text: &str) -> Result<(), ConditionError> {
         return Err(ConditionError::TooLong(text.len()));
     }
     let (mut depth, mut deepest, mut operators) = (0usize, 0usize, 0usize);
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for c in text.chars() {
-        if let Some(open) = quote {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                _ if c == open => quote = None,
-                _ => {}
-            }
-            continue;
-        }
+    for (_, c) in plan_vars::outside_strings(text) {
         match c {
-            '\'' | '"' => quote = Some(c),
             '(' | '[' | '{' => {
                 depth += 1;
                 deepest = deepest.max(depth);

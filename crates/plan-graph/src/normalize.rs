@@ -296,15 +296,10 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     for (name, selector) in raw.binds {
         let path = at.clone().key("binds").key(&name);
         check_bind_name(&name, path.clone(), issues);
-        let expression = selector
-            .trim()
-            .strip_prefix("${{")
-            .and_then(|rest| rest.strip_suffix("}}"))
-            .map(str::trim);
-        match expression {
+        match plan_vars::whole_expression(&selector) {
             // A data expression over `result` and `vars`.
             Some(text) => {
-                if let Err(error) = crate::condition::compile_condition(text) {
+                if let Err(error) = crate::condition::compile_condition(&text) {
                     issues.push(
                         Issue::error("plan::bind_selector", path, format!("bind `{name}`: `{selector}` is not a valid expression: {error}"))
                             .help("a bind expression is CEL over `result` (the step's result) and `vars`: `${{ result.stdout.trim() }}`"),

@@ -348,8 +348,7 @@ fn placeholders_of(
     for (name, selector) in &step.binds {
         // A bind's expression reads `vars.NAME` too (and `result`, its own step's).
         // (One that does not compile was reported when the plan was read.)
-        if selector.trim_start().starts_with("${{")
-            && let Ok(template) = Template::parse(selector.trim())
+        if let Ok(template) = Template::parse(selector.trim())
             && let Some(placeholder) = template.as_placeholder()
             && let Root::Expr(text) = &placeholder.root
             && crate::condition::compile_condition(text).is_ok()
@@ -422,24 +421,10 @@ fn expressions_as_reads(
 /// The names an expression uses on their own (not after a `.`, not called), outside strings.
 fn expression_identifiers(expression: &str) -> Vec<&str> {
     let mut names = Vec::new();
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
     let mut previous = ' ';
     let mut start: Option<usize> = None;
-    let bytes = expression
-        .char_indices()
-        .chain(std::iter::once((expression.len(), ' ')));
-    for (i, c) in bytes {
-        if let Some(open) = quote {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                _ if c == open => quote = None,
-                _ => {}
-            }
-            previous = c;
-            continue;
-        }
+    let end = std::iter::once((expression.len(), ' '));
+    for (i, c) in plan_vars::outside_strings(expression).chain(end) {
         let word = c.is_alphanumeric() || c == '_';
         match (start, word) {
             (None, true) if previous != '.' && !previous.is_alphanumeric() => start = Some(i),
@@ -451,9 +436,6 @@ fn expression_identifiers(expression: &str) -> Vec<&str> {
                 start = None;
             }
             _ => {}
-        }
-        if c == '\'' || c == '"' {
-            quote = Some(c);
         }
         if !c.is_whitespace() {
             previous = c;

@@ -9,6 +9,7 @@
 //! | `$each`, `$each.path`, `$index`, `$key` (also braced) | the current item of a map step |
 //! | `${env.NAME}` | an environment value the plan lists under `env:` |
 //! | `$$` | a literal `$` (so `$${x}` is the text `${x}`) |
+//! | `${{ EXPR }}` | a data expression: parsed here ([`Root::Expr`]), evaluated by the caller's [`Scope::evaluate`] |
 //!
 //! A string that is exactly one placeholder keeps the value's JSON type; a placeholder inside
 //! other text is interpolated (strings raw, everything else as compact JSON). A placeholder that
@@ -30,5 +31,5 @@ pub use error::{ParseError, ResolveError};
 pub use path::{Segment, kind};
 pub use scope::{Evaluate, Item, Scope, StandIn, Variables};
 pub use selector::Selector;
-pub use template::{Placeholder, Root, Template};
+pub use template::{Placeholder, Root, Template, outside_strings, whole_expression};
 pub use value_template::ValueTemplate;

@@ -247,25 +247,10 @@ fn parse_braced(inner: &str, offset: usize) -> Result<Placeholder, ParseError> {
 /// strings and outside the braces the expression opens itself (a map literal `{'a': {'b': 1}}`
 /// ends in `}}` too).
 fn find_expression_end(text: &str) -> Option<usize> {
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
     let mut depth = 0usize;
     let mut pending = None;
-    for (i, c) in text.char_indices() {
-        if let Some(open) = quote {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                _ if c == open => quote = None,
-                _ => {}
-            }
-            continue;
-        }
+    for (i, c) in outside_strings(text) {
         match c {
-            '\'' | '"' => {
-                quote = Some(c);
-                pending = None;
-            }
             '{' => {
                 depth += 1;
                 pending = None;
@@ -282,6 +267,45 @@ fn find_expression_end(text: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// The characters of a CEL expression outside its string literals, with their byte positions:
+/// a literal's quotes are given, what is between them (escapes included) is not. For scanning
+/// an expression's brackets, operators and names without parsing it.
+pub fn outside_strings(expression: &str) -> impl Iterator<Item = (usize, char)> + '_ {
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    expression
+        .char_indices()
+        .filter(move |&(_, c)| match quote {
+            Some(open) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == open {
+                    quote = None;
+                    return true;
+                }
+                false
+            }
+            None => {
+                if c == '\'' || c == '"' {
+                    quote = Some(c);
+                }
+                true
+            }
+        })
+}
+
+/// The expression of a string that is exactly one data expression (`${{ EXPR }}`, spaces
+/// around it allowed), as in a bind.
+pub fn whole_expression(text: &str) -> Option<String> {
+    let template = Template::parse(text.trim()).ok()?;
+    match &template.as_placeholder()?.root {
+        Root::Expr(expression) => Some(expression.clone()),
+        _ => None,
+    }
 }
 
 /// Byte position of the `}` that closes a placeholder, skipping quoted keys.

@@ -312,3 +312,17 @@ fn data_expressions_are_parsed_whole_and_evaluated_by_the_caller() {
     // `${` alone is still a placeholder, and `$${{` a literal.
     check("$${{ x }}", json!("${{ x }}"));
 }
+
+#[test]
+fn expressions_are_scanned_outside_their_strings_and_found_whole() {
+    let kept: String = plan_vars::outside_strings(r#"a + 'b\'c' + "d}}" + e"#)
+        .map(|(_, c)| c)
+        .collect();
+    assert_eq!(kept, r#"a + '' + "" + e"#);
+    assert_eq!(
+        plan_vars::whole_expression("  ${{ lines(result.stdout) }} "),
+        Some("lines(result.stdout)".to_owned())
+    );
+    assert_eq!(plan_vars::whole_expression("$.stdout"), None);
+    assert_eq!(plan_vars::whole_expression("x ${{ 1 }}"), None);
+}
