@@ -56,19 +56,11 @@ fn evaluate_here(
     let mut context = cel_context();
     let object: BTreeMap<&str, CelJson<'_>> =
         vars.iter().map(|(k, v)| (k.as_str(), CelJson(v))).collect();
-    context
-        .add_variable("vars", object)
-        .map_err(|e| e.to_string())?;
+    set_variable(&mut context, "vars", object)?;
     if let Some(node) = node {
-        context
-            .add_variable("result", CelJson(node.result))
-            .map_err(|e| e.to_string())?;
-        context
-            .add_variable("input", CelJson(node.input))
-            .map_err(|e| e.to_string())?;
-        context
-            .add_variable("attempt", i64::from(node.attempt))
-            .map_err(|e| e.to_string())?;
+        set_variable(&mut context, "result", CelJson(node.result))?;
+        set_variable(&mut context, "input", CelJson(node.input))?;
+        set_variable(&mut context, "attempt", i64::from(node.attempt))?;
     }
     match program.execute(&context) {
         Ok(cel::Value::Bool(holds)) => Ok(holds),
@@ -77,15 +69,33 @@ fn evaluate_here(
     }
 }
 
-/// A CEL context with the standard library. The library is built once for the process:
-/// `cel::Context::default()` builds it anew each time, which made a block's loop crawl.
+/// A CEL context over the one environment every expression of a plan runs in (conditions and
+/// data expressions): the standard library and the strings extension (`trim`, `split`, …).
+/// The environment is built once for the process: `cel::Context::default()` builds it anew
+/// each time, which made a block's loop crawl.
 pub(crate) fn cel_context() -> cel::Context<'static, 'static> {
-    static STANDARD_LIBRARY: std::sync::OnceLock<Arc<cel::Env>> = std::sync::OnceLock::new();
+    static ENVIRONMENT: std::sync::OnceLock<Arc<cel::Env>> = std::sync::OnceLock::new();
     cel::Context::with_env(
-        STANDARD_LIBRARY
-            .get_or_init(|| Arc::new(cel::Env::stdlib()))
+        ENVIRONMENT
+            .get_or_init(|| {
+                let mut env = cel::Env::stdlib();
+                // Declared once, with names of its own: cannot clash.
+                let _ = env.add_extension(cel::extensions::strings);
+                Arc::new(env)
+            })
             .clone(),
     )
+}
+
+/// Gives the expression `value` under `name`.
+pub(crate) fn set_variable(
+    context: &mut cel::Context<'_, '_>,
+    name: &str,
+    value: impl serde::Serialize,
+) -> Result<(), String> {
+    context
+        .add_variable(name, value)
+        .map_err(|error| error.to_string())
 }
 
 /// JSON for CEL, with integers as signed where they fit: serde gives positive JSON integers as

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use plan_vars::Scope;
 use serde_json::Value;
 
-use crate::condition::CelJson;
+use crate::condition::{CelJson, cel_context, set_variable};
 
 /// The expressions a program holds, each compiled once.
 #[derive(Default)]
@@ -23,7 +23,7 @@ impl Expressions {
         if self.compiled.contains_key(text) {
             return Ok(());
         }
-        let program = plan_graph::on_condition_stack(|| environment().compile(text))
+        let program = plan_graph::on_condition_stack(|| cel::Program::compile(text))
             .map_err(|error| error.to_string())?;
         self.compiled.insert(text.to_owned(), program);
         Ok(())
@@ -59,11 +59,9 @@ fn evaluate_here(
     scope: &Scope<'_>,
     result: Option<&Value>,
 ) -> Result<Value, String> {
-    let mut context = cel::Context::with_env(environment());
+    let mut context = cel_context();
     if let Some(result) = result {
-        context
-            .add_variable("result", CelJson(result))
-            .map_err(|e| e.to_string())?;
+        set_variable(&mut context, "result", CelJson(result))?;
     }
     let vars: BTreeMap<&str, CelJson<'_>> = scope
         .vars
@@ -74,20 +72,12 @@ fn evaluate_here(
                 .collect()
         })
         .unwrap_or_default();
-    context
-        .add_variable("vars", vars)
-        .map_err(|e| e.to_string())?;
+    set_variable(&mut context, "vars", vars)?;
     if let Some(item) = &scope.item {
-        context
-            .add_variable("each", CelJson(item.value))
-            .map_err(|e| e.to_string())?;
-        context
-            .add_variable("index", CelJson(item.index))
-            .map_err(|e| e.to_string())?;
+        set_variable(&mut context, "each", CelJson(item.value))?;
+        set_variable(&mut context, "index", CelJson(item.index))?;
         if let Some(key) = item.key {
-            context
-                .add_variable("key", CelJson(key))
-                .map_err(|e| e.to_string())?;
+            set_variable(&mut context, "key", CelJson(key))?;
         }
     }
     add_functions(&mut context).map_err(|e| e.to_string())?;
@@ -112,19 +102,6 @@ fn sorted(value: Value) -> Value {
         Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
         other => other,
     }
-}
-
-/// CEL's standard library and its strings extension, built once for the process.
-fn environment() -> Arc<cel::Env> {
-    static ENVIRONMENT: std::sync::OnceLock<Arc<cel::Env>> = std::sync::OnceLock::new();
-    ENVIRONMENT
-        .get_or_init(|| {
-            let mut env = cel::Env::stdlib();
-            // Declared once with names of its own: cannot clash.
-            let _ = env.add_extension(cel::extensions::strings);
-            Arc::new(env)
-        })
-        .clone()
 }
 
 /// `parseJson(text)`, `toJson(value)`, `lines(text)`.
