@@ -2,9 +2,10 @@
 //! the run gives is never blamed.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
+mod common;
+
 use async_trait::async_trait;
 use plan_engine::{Program, Registry, Risk, Tool, ToolContext, ToolError, ToolInfo};
-use plan_graph::{Format, LoadOptions, Source, load};
 use serde_json::{Map, Value, json};
 
 /// A tool that takes `n` (an integer, required) and `name` (lower-case letters).
@@ -35,14 +36,7 @@ impl Tool for Typed {
 fn program(plan: Value) -> (Program, plan_graph::Source) {
     let mut registry = Registry::new();
     registry.register(Typed);
-    let loaded = load(
-        Source::new("t.json", plan.to_string()),
-        Format::Json,
-        &LoadOptions::default(),
-    )
-    .unwrap();
-    let program = Program::compile(&loaded.plan, "t", &registry).unwrap();
-    (program, loaded.source)
+    common::compile(&plan, &registry)
 }
 
 /// Each issue as (line, column, message).

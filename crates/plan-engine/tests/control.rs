@@ -4,8 +4,7 @@
 mod common;
 
 use common::*;
-use plan_engine::{Mode, Program, RunError, RunOptions, run};
-use plan_graph::{Format, LoadOptions, Source, load};
+use plan_engine::{Mode, RunError, RunOptions, run};
 use plan_types::{EventKind, PLAN_APPROVAL, PendingApproval, TaskStatus};
 use serde_json::{Value, json};
 
@@ -203,13 +202,7 @@ async fn approval_mode_runs_nothing_until_the_plan_is_approved() {
 #[tokio::test]
 async fn preview_mode_is_not_a_run() {
     let h = Harness::new();
-    let loaded = load(
-        Source::new("t.json", deploy_plan().to_string()),
-        Format::Json,
-        &LoadOptions::default(),
-    )
-    .unwrap();
-    let program = Program::compile(&loaded.plan, "t", &h.registry()).unwrap();
+    let (program, _) = compile(&deploy_plan(), &h.registry());
     assert_eq!(program.gated_steps(), ["deploy"]);
     let mut options = RunOptions::new("r");
     options.mode = Some(Mode::Preview);

@@ -438,13 +438,7 @@ fn previews_resolve_inputs_and_stand_in_for_later_results() {
         {"id": "n", "tool": "work", "args": {"x": "$each"}, "expand_on": "$var.list", "depends_on": ["b"]},
         {"id": "o", "tool": "work", "args": {"x": "${nothing}"}},
     ]});
-    let loaded = load(
-        Source::new("t.json", plan.to_string()),
-        Format::Json,
-        &LoadOptions::default(),
-    )
-    .unwrap();
-    let program = Program::compile(&loaded.plan, "t", &Harness::new().registry()).unwrap();
+    let (program, _) = compile(&plan, &Harness::new().registry());
     let calls = program.preview(&serde_json::Map::new(), &Default::default());
     let shown: Vec<(String, Value, Option<String>, Option<String>)> = calls
         .into_iter()
@@ -704,13 +698,7 @@ async fn arguments_that_break_the_schema_fail_before_the_call() {
         {"id": "good", "tool": "strict", "args": {"n": 1, "tags": ["a"]}},
         {"id": "bad", "tool": "strict", "args": {"n": "${neg}", "tags": ["a", 2], "extra": true}},
     ]});
-    let loaded = load(
-        Source::new("t.json", plan.to_string()),
-        Format::Json,
-        &LoadOptions::default(),
-    )
-    .unwrap();
-    let program = Program::compile(&loaded.plan, "t", &registry).unwrap();
+    let (program, _) = compile(&plan, &registry);
     let report = run(&program, RunOptions::new("r")).await.unwrap();
     assert!(report.records[0].ok);
     let error = report.records[1].error.as_ref().unwrap();
@@ -853,13 +841,7 @@ impl JournalRun {
             journal: journal.clone(),
             seen: seen.clone(),
         });
-        let loaded = load(
-            Source::new("j.json", plan.to_string()),
-            Format::Json,
-            &LoadOptions::default(),
-        )
-        .unwrap();
-        let program = Program::compile(&loaded.plan, "j", &registry).unwrap();
+        let (program, _) = compile(&plan, &registry);
         JournalRun {
             journal,
             seen,

@@ -130,14 +130,7 @@ impl Harness {
         plan: Value,
         configure: impl FnOnce(&mut RunOptions),
     ) -> RunReport {
-        let loaded = load(
-            Source::new("test.json", plan.to_string()),
-            Format::Json,
-            &LoadOptions::default(),
-        )
-        .unwrap_or_else(|invalid| panic!("invalid test plan: {:#?}", invalid.issues));
-        let program =
-            Program::compile(&loaded.plan, "test", &self.registry()).expect("tools exist");
+        let (program, _) = compile(&plan, &self.registry());
         let mut options = RunOptions::new("run1");
         options.events = Some(self.events.clone());
         configure(&mut options);
@@ -192,4 +185,18 @@ pub(crate) fn row(
     why: Option<&str>,
 ) -> (String, bool, bool, Option<String>) {
     (id.to_owned(), ok, skipped, why.map(str::to_owned))
+}
+
+/// Loads a JSON test plan and binds it to `registry`'s tools (plan id `test`); panics with the
+/// issues if either fails. The loaded text comes too, for locating issues.
+pub(crate) fn compile(plan: &Value, registry: &Registry) -> (Program, Source) {
+    let loaded = load(
+        Source::new("test.json", plan.to_string()),
+        Format::Json,
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|invalid| panic!("invalid test plan: {:#?}", invalid.issues));
+    let program = Program::compile(&loaded.plan, "test", registry)
+        .unwrap_or_else(|issues| panic!("the plan does not compile: {issues:#?}"));
+    (program, loaded.source)
 }
