@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Lab, path_str, record};
+use common::{Lab, path_str, process_ends, record, wait_for_pid};
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
@@ -485,17 +485,7 @@ fn ctrl_c_on_a_terminal_stops_exec_children_and_resume_runs_the_step_again() {
         .spawn()
         .unwrap();
     let pid_file = lab.dir.path().join("child.pid");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let grandchild = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|text| text.trim().parse::<u32>().ok())
-        {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "the step never started");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let grandchild = wait_for_pid(&pid_file);
     // `--`: without it, `kill` may read the negative group id as an option.
     let group = format!("-{}", child.id());
     let status = std::process::Command::new("kill")
@@ -506,13 +496,8 @@ fn ctrl_c_on_a_terminal_stops_exec_children_and_resume_runs_the_step_again() {
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(130), "{output:?}");
     // The step's own children are stopped with it.
-    let alive = || std::path::Path::new(&format!("/proc/{grandchild}")).exists();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     assert!(
-        !alive(),
+        process_ends(grandchild),
         "the exec step's background child outlived the run"
     );
     // Interrupted, not failed: resume runs it again.
@@ -630,33 +615,11 @@ fn a_program_dies_with_a_plan_cli_killed_by_sigkill() {
         &json!({"steps": [{"id": "long", "tool": "exec", "args": {"argv": ["sh", "-c", "echo $$$$ > program.pid; exec sleep 60"]}}]}),
     );
     let mut child = lab.spawn(&["run", path_str(&plan)]);
-    let pid_file = lab.dir.path().join("program.pid");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let program = loop {
-        if let Some(pid) = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|text| text.trim().parse::<u32>().ok())
-        {
-            break pid;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the program never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let program = wait_for_pid(&lab.dir.path().join("program.pid"));
     child.kill().unwrap();
     child.wait().unwrap();
-    let alive = || {
-        std::fs::read_to_string(format!("/proc/{program}/stat")).is_ok_and(|stat| {
-            !stat
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while alive() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(!alive(), "the program outlived plan-cli (kill -9)");
+    assert!(
+        process_ends(program),
+        "the program outlived plan-cli (kill -9)"
+    );
 }
