@@ -39,12 +39,10 @@ impl Live {
             .steps
             .iter()
             .map(|step| {
-                let kind = if step.block.is_some() {
-                    "block"
-                } else {
-                    step.tool.as_str()
-                };
-                (step.id.0.clone(), format!("{} [{kind}]", step.id.0))
+                (
+                    step.id.0.clone(),
+                    format!("{} [{}]", step.id.0, step.kind()),
+                )
             })
             .collect();
         let maps = plan
@@ -295,8 +293,7 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
     let by_id: std::collections::HashMap<&str, &plan_graph::Step> =
         plan.steps.iter().map(|s| (s.id.0.as_str(), s)).collect();
     let label = |record: &Record| match by_id.get(record.step_id.as_str()) {
-        Some(step) if step.block.is_some() => format!("{} [block]", record.step_id),
-        Some(step) => format!("{} [{}]", record.step_id, step.tool),
+        Some(step) => format!("{} [{}]", record.step_id, step.kind()),
         // A map item or a block's node.
         None => record.step_id.clone(),
     };

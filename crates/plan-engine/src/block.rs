@@ -857,6 +857,7 @@ impl BlockRun {
                     args,
                     retry: retry.clone(),
                     timeout: *timeout,
+                    working_dir: None,
                 };
                 let finished = call_tool(&self.context, call).await;
                 NodeEnd::Ran(finished.result.map_err(StepError::from), finished.attempts)

@@ -44,6 +44,8 @@ pub(crate) struct ToolCall {
     pub(crate) args: Value,
     pub(crate) retry: RetryPolicy,
     pub(crate) timeout: Option<Duration>,
+    /// The folder the tool works in (a task's worktree).
+    pub(crate) working_dir: Option<Arc<std::path::Path>>,
 }
 
 /// Calls a tool, retrying retryable errors as `retry` allows; each attempt is bounded by
@@ -56,6 +58,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         args,
         retry,
         timeout,
+        working_dir,
     } = call;
     let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {
         if let Some(sink) = &context.events {
@@ -104,6 +107,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
                     sink(&step_id, stream, &line);
                 })
             }),
+            working_dir: working_dir.clone(),
         };
         let invocation = with_timeout(tool.call(args.clone(), ctx), timeout);
         tokio::pin!(invocation);

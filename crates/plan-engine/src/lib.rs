@@ -21,14 +21,16 @@ mod report;
 mod retry;
 mod run;
 mod schema;
+mod task;
 mod tool;
 mod writer;
 
 pub use block::block_states;
 pub use plan_graph::{Mode, Risk};
-pub use program::{DEFAULT_MAX_CONCURRENCY, PlannedCall, Program};
+pub use program::{DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_PARALLEL_TASKS, PlannedCall, Program};
 pub use redact::REDACTED;
 pub use run::{RunError, RunOptions, run};
+pub use task::{MergeOutcome, Workspace, WorkspaceError, Worktree};
 pub use tool::{
     Output, OutputSink, Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes,
 };

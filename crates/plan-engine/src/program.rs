@@ -16,6 +16,7 @@ use crate::block::{CompiledBlock, block_states, compile_block};
 use crate::condition::Condition;
 use crate::redact::Redactor;
 use crate::schema::{check_schema, compile_schema};
+use crate::task::{CompiledTask, TaskSettings, compile_task};
 use crate::tool::{Registry, Tool, codes};
 use plan_types::BlockState;
 use plan_types::{Record, StepError};
@@ -23,10 +24,14 @@ use plan_types::{Record, StepError};
 /// Most steps running at once when neither the plan nor the caller says.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
 
-/// What a step does: call a tool, or run a block.
+/// Most steps running at once in a plan with a `workspace` (task steps) that does not say.
+pub const DEFAULT_MAX_PARALLEL_TASKS: usize = 3;
+
+/// What a step does: call a tool, run a block, or carry out a coding task in a worktree.
 pub(crate) enum Action {
     Tool(Arc<dyn Tool>),
     Block(Arc<CompiledBlock>),
+    Task(Arc<CompiledTask>),
 }
 
 pub(crate) struct CompiledStep {
@@ -143,8 +148,37 @@ impl Program {
                 .or(plan.timeout_ms)
                 .map(Duration::from_millis);
             let step_retry = step.retry.clone().unwrap_or_else(|| default_retry.clone());
-            let (action, tool, default_risk) = match &step.block {
-                Some(block) => match compile_block(block, registry, &step_retry, None) {
+            let task = step.task.as_ref().map(|task| {
+                let settings = plan.workspace.as_ref().map_or(
+                    TaskSettings {
+                        max_attempts: plan_graph::DEFAULT_MAX_ATTEMPTS,
+                        on_conflict: plan_graph::OnConflict::Retry,
+                        commit_prefix: String::new(),
+                        no_commits: false,
+                    },
+                    TaskSettings::of,
+                );
+                compile_task(
+                    &step.id.0,
+                    step.title.as_deref(),
+                    step.layer.as_deref(),
+                    task,
+                    settings,
+                    registry,
+                )
+            });
+            let (action, tool, default_risk) = match (&step.block, task) {
+                // Its calls are admitted one by one as it makes them.
+                (_, Some(Ok(task))) => (Action::Task(Arc::new(task)), None, Risk::Low),
+                (_, Some(Err(message))) => {
+                    issues.push(Issue::error(
+                        "plan::task",
+                        PlanPath::step(i).key("task"),
+                        message,
+                    ));
+                    continue;
+                }
+                (Some(block), None) => match compile_block(block, registry, &step_retry, None) {
                     // Its nodes wait for their own approvals, each when the block reaches it.
                     Ok(block) => (Action::Block(Arc::new(block)), None, Risk::Low),
                     Err(message) => {
@@ -156,7 +190,7 @@ impl Program {
                         continue;
                     }
                 },
-                None => match registry.get(&step.tool) {
+                (None, None) => match registry.get(&step.tool) {
                     Some(tool) => (Action::Tool(tool.clone()), Some(tool), tool.info().risk),
                     None => {
                         issues.push(unknown_tool(i, &step.tool, &names));
@@ -298,7 +332,12 @@ impl Program {
                 .iter()
                 .map(|(k, v)| (k.clone(), Arc::new(v.clone())))
                 .collect(),
-            max_concurrency: plan.max_concurrency,
+            // Task plans run 3 at a time unless they say (coding agents are heavy).
+            max_concurrency: plan.max_concurrency.or_else(|| {
+                plan.workspace
+                    .as_ref()
+                    .map(|w| w.max_parallel.unwrap_or(DEFAULT_MAX_PARALLEL_TASKS))
+            }),
             env: plan.env.clone(),
             guards: plan.guards.clone(),
             mode: plan.mode.unwrap_or_default(),
@@ -341,8 +380,10 @@ impl Program {
             if step.gated {
                 gated.push(step.id.to_string());
             }
-            if let Action::Block(block) = &step.action {
-                gated.extend(block.gated_nodes(&step.id));
+            match &step.action {
+                Action::Block(block) => gated.extend(block.gated_nodes(&step.id)),
+                Action::Task(task) => gated.extend(task.gated_calls(&step.id)),
+                Action::Tool(_) => {}
             }
         }
         gated
@@ -521,6 +562,8 @@ impl Program {
                 Action::Block(block) => {
                     block.check_arguments(&scope, path.key("block"), &mut issues)
                 }
+                // Its arguments read `${task.*}`, known only as it runs.
+                Action::Task(_) => {}
             }
         }
         issues

@@ -40,6 +40,7 @@ use crate::program::{
     expand_items, item_ids, resolve_args,
 };
 use crate::redact::Redactor;
+use crate::task::{TaskEnd, TaskRun};
 use crate::tool::codes;
 use crate::writer::{Durable, Writer};
 
@@ -76,6 +77,9 @@ pub struct RunOptions {
     pub jitter_seed: Option<u64>,
     /// Where tools send the lines they print as they come (`run -v`); none by default.
     pub output: Option<crate::tool::OutputSink>,
+    /// The git repository task steps work in (the plan's `workspace`, opened by the caller);
+    /// a task step fails without one.
+    pub workspace: Option<Arc<dyn crate::task::Workspace>>,
 }
 
 impl RunOptions {
@@ -95,6 +99,7 @@ impl RunOptions {
             mode: None,
             jitter_seed: None,
             output: None,
+            workspace: None,
         }
     }
 }
@@ -174,10 +179,11 @@ struct MapRun {
     started: Instant,
 }
 
-/// Work the scheduler starts: one tool call, or a whole block.
+/// Work the scheduler starts: one tool call, a whole block, or a whole task.
 enum Task {
     Call(Call),
     Block(BlockCall),
+    Task(Box<TaskRun>),
 }
 
 /// A step's or map item's call, with where its outcome goes.
@@ -213,8 +219,8 @@ struct Finished {
     elapsed: Duration,
     /// A block's node records, in the order they ran.
     nested: Vec<Record>,
-    /// A block that stopped to wait: where, and for what.
-    waiting: Option<(Box<Checkpoint>, PendingApproval)>,
+    /// A block or task that stopped to wait: where it stands, and for what.
+    waiting: Option<(Value, PendingApproval)>,
 }
 
 struct Scheduler<'p> {
@@ -251,12 +257,15 @@ struct Scheduler<'p> {
     awaiting: Vec<PendingApproval>,
     /// Block steps that stopped to wait, with what they wait for and where they stopped.
     block_waits: BTreeMap<usize, (String, Value)>,
-    /// Where blocks stopped in an earlier attempt at the run, by step id.
-    checkpoints: HashMap<String, Box<Checkpoint>>,
+    /// Where blocks and tasks stood when an earlier attempt at the run ended, by step id.
+    checkpoints: HashMap<String, Value>,
     /// Where running blocks stand after their last finished node, to be committed.
     pending_checkpoints: BTreeMap<String, Value>,
     /// Running blocks report finished node runs here, when there is a journal.
     block_progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
+    /// The git repository of task steps, and its merge queue.
+    workspace: Option<Arc<dyn crate::task::Workspace>>,
+    merges: Arc<tokio::sync::Mutex<()>>,
     /// Blocks waiting for a reported node to be durable, with the batch that holds it.
     node_waiters: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     guard: Option<Arc<Guard>>,
@@ -316,6 +325,8 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         pending_checkpoints: BTreeMap::new(),
         block_progress: None,
         node_waiters: Vec::new(),
+        workspace: options.workspace.take(),
+        merges: Arc::new(tokio::sync::Mutex::new(())),
         guard: program
             .guards
             .clone()
@@ -410,6 +421,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             let handle = match task {
                 Task::Call(call) => running.spawn(execute(call)),
                 Task::Block(block) => running.spawn(execute_block(block)),
+                Task::Task(task) => running.spawn(execute_task(*task)),
             };
             tasks.insert(handle.id(), (work.step, item));
         }
@@ -563,12 +575,7 @@ impl Scheduler<'_> {
     fn restore(&mut self, restored: Restored) {
         let program = self.program;
         self.vars.extend(restored.variables);
-        for (id, value) in restored.checkpoints {
-            // A checkpoint this build cannot read runs its block from the entry point.
-            if let Ok(checkpoint) = serde_json::from_value(value) {
-                self.checkpoints.insert(id, Box::new(checkpoint));
-            }
-        }
+        self.checkpoints.extend(restored.checkpoints);
         self.restored_order = restored
             .records
             .iter()
@@ -830,8 +837,23 @@ impl Scheduler<'_> {
                     args,
                     retry: step.retry.clone(),
                     timeout: step.timeout,
+                    working_dir: None,
                 },
             }),
+            // A task reads the variables as they are when it starts, as a block does.
+            Action::Task(task) => Task::Task(Box::new(TaskRun {
+                step: step_index,
+                step_id,
+                context,
+                task: task.clone(),
+                vars: self.vars.clone(),
+                env: self.env.clone(),
+                approvals: self.approvals.clone(),
+                workspace: self.workspace.clone(),
+                merges: self.merges.clone(),
+                from: self.checkpoints.remove(&*step.id),
+                progress: self.block_progress.clone(),
+            })),
             // A block reads the variables as they are when it starts (its ancestors' binds).
             Action::Block(block) => Task::Block(BlockCall {
                 step: step_index,
@@ -844,22 +866,30 @@ impl Scheduler<'_> {
                 timeout: step.timeout,
                 approvals: self.approvals.clone(),
                 progress: self.block_progress.clone(),
-                from: self.checkpoints.remove(&*step.id).inspect(|_| {
-                    // The node records the block made before it stopped, in their order.
-                    let prefix = format!("{}/", step.id);
-                    let mut prior: Vec<Record> = Vec::new();
-                    self.restored_items.retain(|id, record| {
-                        if id.starts_with(&prefix) {
-                            prior.push(record.clone());
-                            false
-                        } else {
-                            true
-                        }
-                    });
-                    prior.sort_by_key(|record| self.restored_order.get(&record.step_id).copied());
-                    // The records of the block's next nodes are appended after these.
-                    self.nested.insert(step_index, prior);
-                }),
+                // A checkpoint this build cannot read runs its block from the entry point.
+                from: self
+                    .checkpoints
+                    .remove(&*step.id)
+                    .and_then(|value| serde_json::from_value::<Checkpoint>(value).ok())
+                    .map(Box::new)
+                    .inspect(|_| {
+                        // The node records the block made before it stopped, in their order.
+                        let prefix = format!("{}/", step.id);
+                        let mut prior: Vec<Record> = Vec::new();
+                        self.restored_items.retain(|id, record| {
+                            if id.starts_with(&prefix) {
+                                prior.push(record.clone());
+                                false
+                            } else {
+                                true
+                            }
+                        });
+                        prior.sort_by_key(|record| {
+                            self.restored_order.get(&record.step_id).copied()
+                        });
+                        // The records of the block's next nodes are appended after these.
+                        self.nested.insert(step_index, prior);
+                    }),
             }),
         })
     }
@@ -1024,10 +1054,9 @@ impl Scheduler<'_> {
                 list.push(record);
             }
         }
-        if let Some((checkpoint, pending)) = waiting {
-            // The block waits, unsettled: its dependents wait with it, and the run halts
-            // `WAITING` once nothing else can run. Its node records so far are committed.
-            let value = serde_json::to_value(&checkpoint).unwrap_or(Value::Null);
+        if let Some((value, pending)) = waiting {
+            // The block or task waits, unsettled: its dependents wait with it, and the run
+            // halts `WAITING` once nothing else can run. What it did so far is committed.
             let why = format!("waiting for a decision on `{}`", pending.step_id);
             self.block_waits.insert(step, (why, value));
             self.awaiting.push(pending);
@@ -1563,6 +1592,7 @@ fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
                 .get(block)
                 .and_then(|&i| match &program.steps[i].action {
                     Action::Block(compiled) => compiled.tool_at(inside),
+                    Action::Task(task) => task.tool_at(inside),
                     Action::Tool(_) => None,
                 });
             (tool, false)
@@ -1707,7 +1737,10 @@ async fn execute_block(call: BlockCall) -> Finished {
     };
     let (result, waiting) = match end {
         BlockEnd::Done(result) => (result, None),
-        BlockEnd::Waiting(checkpoint, pending) => (Ok(Value::Null), Some((checkpoint, pending))),
+        BlockEnd::Waiting(checkpoint, pending) => {
+            let checkpoint = serde_json::to_value(&*checkpoint).unwrap_or(Value::Null);
+            (Ok(Value::Null), Some((checkpoint, pending)))
+        }
     };
     Finished {
         step: call.step,
@@ -1716,6 +1749,25 @@ async fn execute_block(call: BlockCall) -> Finished {
         attempts: 1,
         elapsed: started.elapsed(),
         nested: run.records,
+        waiting,
+    }
+}
+
+/// Runs a task step to its merge, its abandonment, or a wait.
+async fn execute_task(run: TaskRun) -> Finished {
+    let started = Instant::now();
+    let step = run.step;
+    let (result, waiting) = match run.run().await {
+        TaskEnd::Done(result) => (result, None),
+        TaskEnd::Waiting(checkpoint, pending) => (Ok(Value::Null), Some((checkpoint, pending))),
+    };
+    Finished {
+        step,
+        item: None,
+        result,
+        attempts: 1,
+        elapsed: started.elapsed(),
+        nested: Vec::new(),
         waiting,
     }
 }

@@ -138,6 +138,9 @@ pub struct ToolContext {
     /// Where a tool that prints (a program's stdout and stderr) sends its lines as they come,
     /// if anywhere (`run -v`). Secrets are redacted on the way.
     pub output: Option<Output>,
+    /// The folder the call works in, when the engine gives one (a task's worktree): a tool
+    /// that runs programs runs them there.
+    pub working_dir: Option<Arc<std::path::Path>>,
 }
 
 /// Where a run's output lines go as tools print them: `(step_id, stream, line)`, with

@@ -34,8 +34,9 @@ pub use load::{
     Format, InvalidPlan, LoadOptions, LoadedPlan, MAX_PLAN_BYTES, closest, load, load_variables,
 };
 pub use model::{
-    Block, Branch, Expand, Guards, Jitter, Mode, Node, OnFailure, Plan, RetryPolicy, Risk, RunIf,
-    Step, StepId, Transition,
+    Block, Branch, Check, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS, Expand, Guards, Jitter,
+    Mode, Node, OnConflict, OnFailure, Plan, RetryPolicy, Risk, RunIf, Step, StepId, TaskCall,
+    TaskSpec, Transition, Workspace,
 };
 pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
 pub use source::{PathSegment, PlanPath, SourceMap};

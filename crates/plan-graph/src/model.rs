@@ -130,6 +130,8 @@ pub(crate) struct RawStep {
     pub(crate) expand_key: Option<String>,
     #[serde(default)]
     pub(crate) block: Option<Block>,
+    #[serde(default)]
+    pub(crate) task: Option<TaskSpec>,
     #[serde(default, alias = "runIf")]
     pub(crate) run_if: Option<RunIf>,
 }
@@ -161,6 +163,8 @@ pub(crate) struct RawPlan {
     pub(crate) mode: Option<Mode>,
     #[serde(default, alias = "failFast")]
     pub(crate) fail_fast: bool,
+    #[serde(default)]
+    pub(crate) workspace: Option<Workspace>,
 }
 
 /// One tool call in a plan, normalised: aliases resolved, `tool_calls` unwrapped,
@@ -201,6 +205,10 @@ pub struct Step {
     /// transitions. Its `tool` is empty and its `args` are the block's `input`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub block: Option<Block>,
+    /// Makes this a task step: a coding task implemented in its own git worktree of the plan's
+    /// `workspace`, verified, retried with feedback and merged. Its `tool` is empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskSpec>,
     /// The layer the step belongs to in the execute-state.json state file (by default its topological
     /// level).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -212,6 +220,19 @@ pub struct Step {
     /// When the step runs, given how its dependencies ended.
     #[serde(skip_serializing_if = "RunIf::is_default")]
     pub run_if: RunIf,
+}
+
+impl Step {
+    /// What the step does, in a word for listings: `block`, `task`, or its tool's name.
+    pub fn kind(&self) -> &str {
+        if self.block.is_some() {
+            "block"
+        } else if self.task.is_some() {
+            "task"
+        } else {
+            &self.tool
+        }
+    }
 }
 
 /// How dangerous a call is. Only `high` is gated: it waits for an approval.
@@ -423,6 +444,156 @@ pub struct Branch {
     pub target: String,
 }
 
+/// The git repository a plan's task steps work in: each task gets a worktree of its own on
+/// branch `worktree-<ID>`, made from `base`, and is merged back into `base` when verified.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workspace {
+    /// The repository, relative to the plan file's folder.
+    #[serde(default = "default_repo")]
+    pub repo: String,
+    /// Where worktrees go, relative to the repository (default `../.worktrees`, beside it).
+    #[serde(
+        default,
+        alias = "worktreeDir",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub worktree_dir: Option<String>,
+    /// The branch tasks start from and merge into (default: the repository's current branch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// Put in front of every commit message plan-cli writes: `[PREFIX][ID] …`.
+    #[serde(
+        default,
+        alias = "commitPrefix",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub commit_prefix: String,
+    /// plan-cli makes no commits: the implementer commits its own work.
+    #[serde(
+        default,
+        alias = "noCommits",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub no_commits: bool,
+    /// Attempts per task before it is abandoned.
+    #[serde(default = "default_max_attempts", alias = "maxAttempts")]
+    pub max_attempts: u32,
+    /// Most tasks (and steps) running at once (default 3).
+    #[serde(
+        default,
+        alias = "maxParallel",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_parallel: Option<usize>,
+    /// What a merge conflict does: count as a failed attempt (`retry`), or halt the run for a
+    /// person (`wait`).
+    #[serde(
+        default,
+        alias = "onConflict",
+        skip_serializing_if = "OnConflict::is_default"
+    )]
+    pub on_conflict: OnConflict,
+    /// A tool call run in the repository after the last task when it has a PROJECT.md.
+    #[serde(
+        default,
+        alias = "contextUpdate",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub context_update: Option<TaskCall>,
+}
+
+fn default_repo() -> String {
+    ".".to_owned()
+}
+
+/// Attempts per task when the workspace does not say.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+
+fn default_max_attempts() -> u32 {
+    DEFAULT_MAX_ATTEMPTS
+}
+
+/// What a merge conflict does to a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnConflict {
+    /// The merge is aborted and the attempt counts as failed; its feedback names the
+    /// conflicting files, so the next attempt can merge the base in and resolve them.
+    #[default]
+    Retry,
+    /// The merge is aborted and the run halts `WAITING` until a person has resolved it in the
+    /// worktree and approved the task (`plan-cli approve`, then `resume`).
+    Wait,
+}
+
+impl OnConflict {
+    fn is_default(&self) -> bool {
+        *self == OnConflict::Retry
+    }
+}
+
+/// A task step's work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// The call that does the work, run in the task's worktree; its arguments may read
+    /// `${task.id}`, `${task.attempt}`, `${task.spec}`, `${task.worktree}`, `${task.branch}`,
+    /// `${task.feedback}` and `${task.previous_error}`.
+    pub implement: TaskCall,
+    /// Checks run in the worktree after each attempt, in order; the first that fails fails the
+    /// attempt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify: Vec<Check>,
+    /// A call that turns a failed check into advice for the next attempt; it may read
+    /// `${task.*}` and `${failure.step}`, `${failure.output}`. Without it the feedback is the
+    /// failing output's tail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<TaskCall>,
+    /// What the task is to do (`${task.spec}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+}
+
+/// A tool call inside a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskCall {
+    /// The tool.
+    pub tool: String,
+    /// Its arguments; strings may hold placeholders.
+    #[serde(default)]
+    pub args: Map<String, Value>,
+    /// Time limit of the call.
+    #[serde(default, alias = "timeoutMs", skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A verification check: a program run in the task's worktree (no shell), which must exit 0
+/// and may have to print (or not print) some text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Check {
+    /// The program and its arguments. Placeholders may read `${task.*}`.
+    pub argv: Vec<String>,
+    /// Text its output (stdout and stderr) must contain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contains: Option<String>,
+    /// Text its output must not contain.
+    #[serde(
+        default,
+        alias = "notContains",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub not_contains: Option<String>,
+    /// Time limit (default 5 minutes).
+    #[serde(default, alias = "timeoutMs", skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A check's time limit when it sets none.
+pub const DEFAULT_CHECK_TIMEOUT_MS: u64 = 5 * 60 * 1000;
+
 /// A normalised plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Plan {
@@ -459,6 +630,9 @@ pub struct Plan {
     /// Start nothing new after the first failure; running steps finish.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fail_fast: bool,
+    /// The git repository task steps work in, and how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<Workspace>,
     /// The steps, in plan order.
     pub steps: Vec<Step>,
 }
@@ -483,12 +657,25 @@ impl Plan {
         }
         let mut names = std::collections::BTreeSet::new();
         for step in &self.steps {
-            match &step.block {
-                Some(block) => block_tools(block, &mut names),
-                None => {
+            match (&step.block, &step.task) {
+                (Some(block), _) => block_tools(block, &mut names),
+                (None, Some(task)) => {
+                    names.insert(task.implement.tool.as_str());
+                    if let Some(feedback) = &task.feedback {
+                        names.insert(feedback.tool.as_str());
+                    }
+                }
+                (None, None) => {
                     names.insert(step.tool.as_str());
                 }
             }
+        }
+        if let Some(call) = self
+            .workspace
+            .as_ref()
+            .and_then(|w| w.context_update.as_ref())
+        {
+            names.insert(call.tool.as_str());
         }
         names
     }

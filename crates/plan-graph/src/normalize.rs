@@ -58,12 +58,13 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         }
     }
 
-    let steps = raw
+    let steps: Vec<Step> = raw
         .steps
         .into_iter()
         .enumerate()
         .map(|(index, step)| normalize_step(index, step, &mut issues))
         .collect();
+    check_workspace(raw.workspace.as_ref(), &steps, &root, &mut issues);
     let plan = Plan {
         id: raw.id,
         title: raw.title,
@@ -76,9 +77,129 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         guards: raw.guards,
         mode: raw.mode,
         fail_fast: raw.fail_fast,
+        workspace: raw.workspace,
         steps,
     };
     (plan, issues)
+}
+
+/// Task steps need a workspace, with sane limits; each check needs a program.
+fn check_workspace(
+    workspace: Option<&crate::model::Workspace>,
+    steps: &[Step],
+    root: &PlanPath,
+    issues: &mut Vec<Issue>,
+) {
+    let path = root.clone().key("workspace");
+    if let Some(workspace) = workspace {
+        if workspace.max_attempts == 0 {
+            issues.push(Issue::error(
+                "plan::invalid_value",
+                path.clone().key("max_attempts"),
+                "`workspace.max_attempts` must be at least 1",
+            ));
+        }
+        if workspace.max_parallel == Some(0) {
+            issues.push(Issue::error(
+                "plan::invalid_value",
+                path.clone().key("max_parallel"),
+                "`workspace.max_parallel` must be at least 1",
+            ));
+        }
+        if let Some(base) = &workspace.base
+            && !valid_branch(base)
+        {
+            issues.push(Issue::error(
+                "plan::invalid_value",
+                path.clone().key("base"),
+                format!("`{base}` is not a branch name"),
+            ));
+        }
+        if let Some(call) = &workspace.context_update
+            && call.tool.trim().is_empty()
+        {
+            issues.push(Issue::error(
+                "plan::tool",
+                path.clone().key("context_update").key("tool"),
+                "the tool name cannot be empty",
+            ));
+        }
+    }
+    for (i, step) in steps.iter().enumerate() {
+        let Some(task) = &step.task else { continue };
+        let at = PlanPath::step(i).key("task");
+        if workspace.is_none() {
+            issues.push(
+                Issue::error(
+                    "plan::task",
+                    at.clone(),
+                    format!("task step `{}` needs the plan's `workspace`", step.id),
+                )
+                .at_key()
+                .help("add `workspace: { repo: . }` at the top of the plan: the git repository tasks work in"),
+            );
+        }
+        if !valid_branch(&format!("worktree-{}", step.id)) {
+            issues.push(
+                Issue::error(
+                    "plan::task",
+                    PlanPath::step(i).key("id"),
+                    format!(
+                        "task id `{}` cannot name a git branch (`worktree-{}`)",
+                        step.id, step.id
+                    ),
+                )
+                .help("use letters, digits, `-`, `_` and `.`"),
+            );
+        }
+        for (name, call) in [
+            ("implement", Some(&task.implement)),
+            ("feedback", task.feedback.as_ref()),
+        ] {
+            if let Some(call) = call
+                && call.tool.trim().is_empty()
+            {
+                issues.push(Issue::error(
+                    "plan::tool",
+                    at.clone().key(name).key("tool"),
+                    "the tool name cannot be empty",
+                ));
+            }
+        }
+        for (k, check) in task.verify.iter().enumerate() {
+            if check.argv.first().is_none_or(|program| program.is_empty()) {
+                issues.push(
+                    Issue::error(
+                        "plan::task",
+                        at.clone().key("verify").index(k).key("argv"),
+                        "a check needs a program: `argv: [PROGRAM, ARG…]`",
+                    )
+                    .help("checks run without a shell; write `argv: [sh, -c, \"…\"]` for one"),
+                );
+            }
+            if check.timeout_ms == Some(0) {
+                issues.push(Issue::error(
+                    "plan::invalid_value",
+                    at.clone().key("verify").index(k).key("timeout_ms"),
+                    "a check's `timeout_ms` must be at least 1",
+                ));
+            }
+        }
+    }
+}
+
+/// What git accepts as a branch name, conservatively: letters, digits, `-`, `_`, `.`, `/`,
+/// no `..`, no leading `-`, `.` or `/`, no trailing `/`, `.` or `.lock`.
+fn valid_branch(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        && !name.contains("..")
+        && !name.contains("//")
+        && !name.starts_with(['-', '.', '/'])
+        && !name.ends_with(['/', '.'])
+        && !name.ends_with(".lock")
 }
 
 /// A budget of zero would stop every call: almost surely a mistake, so it is refused.
@@ -171,6 +292,27 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     let expand = normalize_expand(raw.expand_on, raw.expand_key, &at, issues);
 
     let block = raw.block;
+    let task = raw.task;
+    if task.is_some() && (raw.tool.is_some() || raw.tool_calls.is_some() || block.is_some()) {
+        issues.push(
+            Issue::error(
+                "plan::tool",
+                at.clone().key("task"),
+                format!("step `{id}` has a `task` and a tool or block: a task step's work is its `implement` call"),
+            )
+            .at_key(),
+        );
+    }
+    if task.is_some() && expand.is_some() {
+        issues.push(
+            Issue::error(
+                "plan::task",
+                at.clone().key("expand_on"),
+                "a task step cannot also be a map step",
+            )
+            .at_key(),
+        );
+    }
     if block.is_some() && (raw.tool.is_some() || raw.tool_calls.is_some()) {
         issues.push(
             Issue::error(
@@ -192,7 +334,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         );
     }
     let (tool, args) = match (raw.tool, raw.tool_calls) {
-        (None, None) if block.is_some() => (Some(String::new()), raw.args),
+        (None, None) if block.is_some() || task.is_some() => (Some(String::new()), raw.args),
         (Some(_), Some(_)) => {
             issues.push(
                 Issue::error(
@@ -253,7 +395,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             (None, raw.args)
         }
     };
-    if block.is_none() && tool.as_deref().is_some_and(|t| t.trim().is_empty()) {
+    if block.is_none() && task.is_none() && tool.as_deref().is_some_and(|t| t.trim().is_empty()) {
         issues.push(Issue::error(
             "plan::tool",
             at.clone().key("tool"),
@@ -331,6 +473,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         expand,
         when: normalize_when(raw.when, &at, issues),
         block,
+        task,
         layer: raw.layer,
         risk: raw.risk,
         run_if: raw.run_if.unwrap_or_default(),

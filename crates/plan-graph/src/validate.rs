@@ -131,6 +131,28 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
         if let Some(block) = &step.block {
             check_block(block, &PlanPath::step(i).key("block"), options, &mut issues);
         }
+        if let Some(task) = &step.task {
+            let at = PlanPath::step(i).key("task");
+            for (name, call) in task_calls(task) {
+                check_tool_known(
+                    &call.tool,
+                    at.clone().key(name).key("tool"),
+                    options,
+                    &mut issues,
+                );
+            }
+        }
+    }
+    if let Some(call) = plan
+        .workspace
+        .as_ref()
+        .and_then(|w| w.context_update.as_ref())
+    {
+        let at = PlanPath::root()
+            .key("workspace")
+            .key("context_update")
+            .key("tool");
+        check_tool_known(&call.tool, at, options, &mut issues);
     }
     check_variables(plan, &deps, cycles.is_empty(), options, &mut issues);
     issues
@@ -340,6 +362,40 @@ fn placeholders_of(
             );
         }
     }
+    if let Some(task) = &step.task {
+        // A task's calls and checks read the run's variables too (`task` and `failure` are
+        // the task's own).
+        let at = PlanPath::step(i).key("task");
+        let mut parts: Vec<(PlanPath, serde_json::Value)> = task_calls(task)
+            .map(|(name, call)| {
+                (
+                    at.clone().key(name).key("args"),
+                    serde_json::Value::Object(call.args.clone()),
+                )
+            })
+            .collect();
+        for (k, check) in task.verify.iter().enumerate() {
+            parts.push((
+                at.clone().key("verify").index(k).key("argv"),
+                serde_json::json!(check.argv),
+            ));
+        }
+        for (path, value) in parts {
+            match ValueTemplate::compile(&value) {
+                Ok(template) => reads.extend(
+                    template
+                        .placeholders_at()
+                        .into_iter()
+                        .filter(|(_, p)| !matches!(p.variable(), Some("task" | "failure")))
+                        .map(|(pointer, p)| (p.clone(), Place::Block, pointer_path(path.clone(), &pointer))),
+                ),
+                Err(error) => issues.push(
+                    Issue::error("plan::placeholder", pointer_path(path, &error.pointer), format!("malformed placeholder: {error}"))
+                        .help("placeholders are `${task.id}`, `${name}`, `${name.path}`; write `$$` for a literal `$`"),
+                ),
+            }
+        }
+    }
     if let Some(block) = &step.block {
         // Node arguments read the run's variables too (`input` and `nodes` are the block's own).
         let path = PlanPath::step(i).key("block");
@@ -442,6 +498,29 @@ fn expression_identifiers(expression: &str) -> Vec<&str> {
         }
     }
     names
+}
+
+/// A task's tool calls with their field names: `implement`, and `feedback` when it has one.
+fn task_calls(
+    task: &crate::model::TaskSpec,
+) -> impl Iterator<Item = (&'static str, &crate::model::TaskCall)> {
+    [
+        ("implement", Some(&task.implement)),
+        ("feedback", task.feedback.as_ref()),
+    ]
+    .into_iter()
+    .filter_map(|(name, call)| Some((name, call?)))
+}
+
+/// An unknown or ambiguous tool name, at `path`.
+fn check_tool_known(tool: &str, path: PlanPath, options: &LoadOptions, issues: &mut Vec<Issue>) {
+    if let Some(candidates) = options.ambiguous_tools.get(tool) {
+        issues.push(ambiguous_tool(path, tool, candidates));
+    } else if let Some(known) = &options.known_tools
+        && !known.iter().any(|k| k == tool)
+    {
+        issues.push(unknown_tool_at(path, tool, known));
+    }
 }
 
 fn node_reads(
@@ -610,13 +689,7 @@ fn check_block(
         let path = at.clone().key("nodes").key(name);
         match (&node.tool, &node.block) {
             (Some(tool), None) => {
-                if let Some(candidates) = options.ambiguous_tools.get(tool) {
-                    issues.push(ambiguous_tool(path.clone().key("tool"), tool, candidates));
-                } else if let Some(known) = &options.known_tools
-                    && !known.contains(tool)
-                {
-                    issues.push(unknown_tool_at(path.clone().key("tool"), tool, known));
-                }
+                check_tool_known(tool, path.clone().key("tool"), options, issues);
                 if let Err(error) =
                     ValueTemplate::compile(&serde_json::Value::Object(node.args.clone()))
                 {

@@ -340,6 +340,7 @@ impl Job {
             deadline,
             // A worker's programs print to nobody: results carry their output.
             output: None,
+            working_dir: None,
         };
         // While the tool runs, the entry is touched now and then, so that no other worker
         // takes it for the entry of a dead one.

@@ -152,6 +152,7 @@ pub async fn start(
         }
         approvals.approve(id.clone());
     }
+    let workspace = open_workspace(&prepared.loaded.plan, working_dir.as_deref()).await?;
     let options = json!({
         "max_concurrency": execution.max_concurrency,
         "mode": mode,
@@ -181,6 +182,7 @@ pub async fn start(
         stored_limit: None,
         approvals,
         mode,
+        workspace,
     };
     execute(prepared, &run_id, store, from, execution).await
 }
@@ -352,6 +354,8 @@ pub async fn resume(
         store.forget_records(&row.run_id, &forget)?;
         records.retain(|r| !forgotten(&r.step_id));
     }
+    let dir = working_dir_of(&row).map(|dir| dir.display().to_string());
+    let workspace = open_workspace(&prepared.loaded.plan, dir.as_deref()).await?;
     let variables = store.variables(&row.run_id)?;
     let approvals = store.decisions(&row.run_id)?;
     let checkpoints = store.checkpoints(&row.run_id)?;
@@ -375,6 +379,7 @@ pub async fn resume(
         stored_limit,
         approvals,
         mode,
+        workspace,
     };
     execute(prepared, &row.run_id, store, from, execution).await
 }
@@ -466,6 +471,29 @@ struct From {
     stored_limit: Option<u32>,
     approvals: Approvals,
     mode: Mode,
+    /// The git repository of the plan's task steps.
+    workspace: Option<Arc<dyn plan_engine::Workspace>>,
+}
+
+/// Opens the plan's `workspace` (the git repository its task steps work in), relative to the
+/// run's folder (else the current one): before the run is recorded, so a repository that is
+/// not there refuses the run rather than failing every task.
+async fn open_workspace(
+    plan: &Plan,
+    dir: Option<&str>,
+) -> Result<Option<Arc<dyn plan_engine::Workspace>>, LifecycleError> {
+    let Some(settings) = &plan.workspace else {
+        return Ok(None);
+    };
+    let dir = match dir {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::env::current_dir()
+            .map_err(|e| LifecycleError::Refused(format!("cannot read the current folder: {e}")))?,
+    };
+    let workspace = plan_workspace::GitWorkspace::open(settings, &dir)
+        .await
+        .map_err(|error| LifecycleError::Refused(error.to_string()))?;
+    Ok(Some(Arc::new(workspace)))
 }
 
 /// Runs a prepared plan as run `run_id`, recording it in `store`.
@@ -495,6 +523,7 @@ async fn execute(
     options.approvals = from.approvals;
     options.mode = Some(from.mode);
     options.cancel = execution.cancel.clone();
+    options.workspace = from.workspace;
     let program = Arc::new(prepared.program);
     let plan = Arc::new(prepared.loaded.plan);
     let journal_failed = |message: String| LifecycleError::Journal {

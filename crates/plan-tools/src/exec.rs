@@ -59,16 +59,24 @@ impl Exec {
         self
     }
 
-    fn working_directory(&self, cwd: Option<&str>) -> Result<Option<PathBuf>, ToolError> {
+    /// Where a program runs: `cwd` resolved against the call's folder (a task's worktree),
+    /// else the base folder; inside the root when there is one.
+    fn working_directory(
+        &self,
+        cwd: Option<&str>,
+        call_dir: Option<&std::path::Path>,
+    ) -> Result<Option<PathBuf>, ToolError> {
+        let base = call_dir.map(PathBuf::from).or_else(|| self.base.clone());
         let wanted = match (&self.root, cwd) {
-            (None, None) => match &self.base {
+            (None, None) => match base {
                 None => return Ok(None),
-                Some(base) => base.clone(),
+                Some(base) => base,
             },
-            (None, Some(cwd)) => match &self.base {
+            (None, Some(cwd)) => match base {
                 Some(base) => base.join(cwd),
                 None => PathBuf::from(cwd),
             },
+            (Some(_), None) if call_dir.is_some() => base.unwrap_or_default(),
             (Some(root), None) => root.clone(),
             (Some(root), Some(cwd)) => root.join(cwd),
         };
@@ -171,7 +179,7 @@ impl Tool for Exec {
                 "`exec` arguments: a program's arguments and environment cannot hold a NUL character",
             ));
         }
-        let cwd = self.working_directory(args.cwd.as_deref())?;
+        let cwd = self.working_directory(args.cwd.as_deref(), ctx.working_dir.as_deref())?;
         let wrapper = death_wrapper();
         let mut command = match wrapper {
             // `setpriv --pdeathsig KILL -- PROGRAM ARGS...` sets the signal, then execs the

@@ -19,6 +19,7 @@ fn ctx(attempt: u32) -> ToolContext {
         progress: None,
         deadline: None,
         output: None,
+        working_dir: None,
     }
 }
 

@@ -9,6 +9,8 @@
 //! - [`Journal`] is the port the engine writes its ledger through, with [`Batch`]es of settled
 //!   records and [`Restored`] state for a resumed run.
 //!
+//! - [`TaskState`] is where a task step (a coding task in a git worktree) stands.
+//!
 //! - [`json`] reads back JSON of any nesting depth.
 //!
 //! These shapes are a compatibility promise: they change only with a version bump.
@@ -21,6 +23,7 @@ mod journal;
 pub mod json;
 mod record;
 mod report;
+mod task;
 
 pub use approval::{Approvals, PLAN_APPROVAL, PendingApproval, Verdict};
 pub use code::ErrorCode;
@@ -28,3 +31,7 @@ pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
 pub use journal::{Batch, Durability, Journal, JournalError, Position, Restored, RunEnd};
 pub use record::{META_STEP_ID, Record, StepError, reasons};
 pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};
+pub use task::{
+    QueueEntry, QueueStatus, RetryFeedback, TaskCommit, TaskError, TaskErrorKind, TaskPhase,
+    TaskState, WorktreeStatus,
+};

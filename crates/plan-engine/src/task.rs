@@ -1,0 +1,1155 @@
+//! Task steps: a coding task implemented in a git worktree of its own, verified by checks,
+//! tried again with feedback, and merged into the base branch one task at a time.
+//!
+//! The lifecycle is the task executor's (`execute-state.json`, schema 2.0): pending →
+//! in_progress (attempt N, the worktree made at attempt 1 and reused after) → verifying →
+//! verified → merging → completed; a failed attempt → failed → the next attempt while attempts
+//! are left, else abandoned (worktree kept). Every change is reported as the step's checkpoint
+//! (a [`TaskState`]) and, under `sync`, the task goes on only once it is durable: a resumed run
+//! goes on from the last change, and a task is never merged twice (the workspace's merge sees
+//! a branch already merged).
+//!
+//! git itself is behind the [`Workspace`] port (`plan-workspace` implements it); the
+//! implement and feedback calls and the checks (the `exec` tool) are tool calls admitted and
+//! made as every call is.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use plan_graph::{OnConflict, RetryPolicy, Risk, TaskSpec};
+use plan_types::{
+    Approvals, ErrorCode, PendingApproval, QueueEntry, QueueStatus, RetryFeedback, StepError,
+    TaskCommit, TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus,
+};
+use plan_vars::{Scope, ValueTemplate, Variables};
+use serde_json::{Value, json};
+
+use crate::admit::{Admission, Gate, admit};
+use crate::block::NodeDone;
+use crate::call::{CallContext, ToolCall, call_tool};
+use crate::schema::{check_schema, compile_schema};
+use crate::tool::{Registry, Tool, codes};
+
+/// A task's worktree: where it is, and its branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worktree {
+    /// The worktree's folder.
+    pub path: PathBuf,
+    /// Its branch (`worktree-<ID>`).
+    pub branch: String,
+}
+
+/// How merging a task's branch into the base went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergeOutcome {
+    /// Merged: the merge commit.
+    Merged(String),
+    /// The branch was in the base already (an earlier attempt at the run merged it before it
+    /// could say so): the merge commit that holds it.
+    AlreadyMerged(String),
+    /// The merge conflicted in these files; it was aborted and the base is as it was.
+    Conflict(Vec<String>),
+}
+
+/// A git operation that failed (not a conflict: git itself, or the repository's state).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WorkspaceError(pub String);
+
+/// The git repository task steps work in. Each task has a worktree on branch
+/// `worktree-<ID>`, made from the base branch; a verified task's branch is merged into the base
+/// with `--no-ff`. Implementations serialise what must not run at once in one repository.
+#[async_trait]
+pub trait Workspace: Send + Sync {
+    /// The branch tasks start from and merge into.
+    fn base(&self) -> &str;
+
+    /// The task's worktree, if it exists.
+    fn worktree(&self, task: &str) -> Option<Worktree>;
+
+    /// Makes the task's worktree: a new branch from the base, or the task's branch as it was
+    /// if it is there already (its worktree was removed).
+    async fn create(&self, task: &str) -> Result<Worktree, WorkspaceError>;
+
+    /// The commit the task's branch points at.
+    async fn head(&self, task: &str) -> Result<String, WorkspaceError>;
+
+    /// Commits everything that changed in the worktree (new files included); nothing when
+    /// nothing changed.
+    async fn commit_all(&self, task: &str, message: &str) -> Result<(), WorkspaceError>;
+
+    /// The branch's commits after `since`, oldest first: `(hash, first line of the message)`.
+    async fn commits_since(
+        &self,
+        task: &str,
+        since: &str,
+    ) -> Result<Vec<(String, String)>, WorkspaceError>;
+
+    /// Merges the task's branch into the base (`git merge --no-ff`), or finds it merged. A
+    /// conflict is aborted, leaving the base clean.
+    async fn merge(&self, task: &str, message: &str) -> Result<MergeOutcome, WorkspaceError>;
+
+    /// Removes the task's worktree and deletes its branch (after its merge).
+    async fn remove(&self, task: &str) -> Result<(), WorkspaceError>;
+}
+
+/// The plan's workspace settings the engine applies.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskSettings {
+    pub(crate) max_attempts: u32,
+    pub(crate) on_conflict: OnConflict,
+    pub(crate) commit_prefix: String,
+    pub(crate) no_commits: bool,
+}
+
+impl TaskSettings {
+    pub(crate) fn of(workspace: &plan_graph::Workspace) -> Self {
+        TaskSettings {
+            max_attempts: workspace.max_attempts.max(1),
+            on_conflict: workspace.on_conflict,
+            commit_prefix: workspace.commit_prefix.clone(),
+            no_commits: workspace.no_commits,
+        }
+    }
+}
+
+/// A tool call of a task, bound to its tool.
+pub(crate) struct TaskTool {
+    tool: Arc<dyn Tool>,
+    tool_name: Arc<str>,
+    args: ValueTemplate,
+    schema: Option<Arc<jsonschema::Validator>>,
+    timeout: Option<Duration>,
+    gated: bool,
+}
+
+struct CompiledCheck {
+    argv: ValueTemplate,
+    /// The command as written, for errors (`pytest tests/test_calc.py`).
+    text: String,
+    contains: Option<String>,
+    not_contains: Option<String>,
+    timeout: Duration,
+}
+
+/// A task step bound to its tools.
+pub(crate) struct CompiledTask {
+    implement: TaskTool,
+    feedback: Option<TaskTool>,
+    checks: Vec<CompiledCheck>,
+    /// The `exec` tool the checks run with (when there are checks).
+    exec: Option<Arc<dyn Tool>>,
+    spec: String,
+    title: String,
+    layer: String,
+    settings: TaskSettings,
+    expressions: crate::expression::Expressions,
+}
+
+impl CompiledTask {
+    /// The keys approvals of its high-risk calls are kept under.
+    pub(crate) fn gated_calls(&self, step: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        if self.implement.gated {
+            keys.push(format!("{step}/implement"));
+        }
+        if self.feedback.as_ref().is_some_and(|f| f.gated) {
+            keys.push(format!("{step}/feedback"));
+        }
+        keys
+    }
+
+    /// The tool of a call inside the task (`implement#2`, `check-1#2`, `feedback#2`).
+    pub(crate) fn tool_at(&self, path: &str) -> Option<&str> {
+        let name = path.split_once('#').map_or(path, |(name, _)| name);
+        match name {
+            "implement" => Some(&self.implement.tool_name),
+            "feedback" => self.feedback.as_ref().map(|f| &*f.tool_name),
+            _ if name.starts_with("check-") => Some("exec"),
+            _ => None,
+        }
+    }
+}
+
+/// Compiles a task step; `Err` says what is wrong.
+pub(crate) fn compile_task(
+    id: &str,
+    title: Option<&str>,
+    layer: Option<&str>,
+    task: &TaskSpec,
+    settings: TaskSettings,
+    registry: &Registry,
+) -> Result<CompiledTask, String> {
+    let mut expressions = crate::expression::Expressions::default();
+    let mut compile_call = |name: &str, call: &plan_graph::TaskCall| -> Result<TaskTool, String> {
+        let tool = registry
+            .get(&call.tool)
+            .ok_or_else(|| format!("`{name}`: unknown tool `{}`", call.tool))?;
+        let args = ValueTemplate::compile(&Value::Object(call.args.clone()))
+            .map_err(|e| format!("`{name}`: malformed placeholder: {e}"))?;
+        for placeholder in args.placeholders() {
+            if let plan_vars::Root::Expr(text) = &placeholder.root {
+                expressions
+                    .add(text)
+                    .map_err(|e| format!("`{name}`: `{placeholder}`: {e}"))?;
+            }
+        }
+        let info = tool.info();
+        Ok(TaskTool {
+            schema: compile_schema(&info.input_schema)
+                .map_err(|e| format!("`{name}`: tool `{}`'s schema: {e}", call.tool))?,
+            tool: tool.clone(),
+            tool_name: Arc::from(call.tool.as_str()),
+            args,
+            timeout: call.timeout_ms.map(Duration::from_millis),
+            gated: info.risk == Risk::High,
+        })
+    };
+    let implement = compile_call("implement", &task.implement)?;
+    let feedback = task
+        .feedback
+        .as_ref()
+        .map(|call| compile_call("feedback", call))
+        .transpose()?;
+    let mut checks = Vec::with_capacity(task.verify.len());
+    for (k, check) in task.verify.iter().enumerate() {
+        let argv = ValueTemplate::compile(&json!(check.argv))
+            .map_err(|e| format!("check {}: malformed placeholder: {e}", k + 1))?;
+        checks.push(CompiledCheck {
+            argv,
+            text: check.argv.join(" "),
+            contains: check.contains.clone(),
+            not_contains: check.not_contains.clone(),
+            timeout: Duration::from_millis(
+                check
+                    .timeout_ms
+                    .unwrap_or(plan_graph::DEFAULT_CHECK_TIMEOUT_MS),
+            ),
+        });
+    }
+    let exec = if checks.is_empty() {
+        None
+    } else {
+        Some(registry.get("exec").cloned().ok_or_else(|| {
+            "checks run with the `exec` tool, which is not available here".to_owned()
+        })?)
+    };
+    Ok(CompiledTask {
+        implement,
+        feedback,
+        checks,
+        exec,
+        spec: task.spec.clone().unwrap_or_default(),
+        title: title.unwrap_or(id).to_owned(),
+        layer: layer.unwrap_or_default().to_owned(),
+        settings,
+        expressions,
+    })
+}
+
+/// How a task step's run ended: settled, or halted for a person (a merge conflict under
+/// `on_conflict: wait`) with its state.
+pub(crate) enum TaskEnd {
+    Done(Result<Value, StepError>),
+    Waiting(Value, PendingApproval),
+}
+
+/// One run of a task step.
+pub(crate) struct TaskRun {
+    pub(crate) step: usize,
+    pub(crate) step_id: Arc<str>,
+    pub(crate) context: CallContext,
+    pub(crate) task: Arc<CompiledTask>,
+    pub(crate) vars: BTreeMap<String, Arc<Value>>,
+    pub(crate) env: BTreeMap<String, Value>,
+    pub(crate) approvals: Arc<Approvals>,
+    pub(crate) workspace: Option<Arc<dyn Workspace>>,
+    /// The merge queue: held while a task merges, taken in the order tasks ask (tokio's
+    /// mutex is fair), which is the order they finished verification.
+    pub(crate) merges: Arc<tokio::sync::Mutex<()>>,
+    /// Where the task stood when an earlier attempt at the run ended.
+    pub(crate) from: Option<Value>,
+    /// Where each change goes to be committed (only with a ledger).
+    pub(crate) progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
+}
+
+/// What ends a task's run early: the run stopping, the ledger failing, or an error no attempt
+/// can mend.
+struct Stopped(StepError);
+
+/// A failed attempt: why, what failed, the message, and the next attempt's feedback.
+struct Failure {
+    kind: TaskErrorKind,
+    step: String,
+    message: String,
+    feedback: String,
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+fn stopped(message: impl Into<String>) -> Stopped {
+    Stopped(StepError::new(codes::E_CANCELLED, message))
+}
+
+/// The last lines of `text`, at most `lines` lines and about `bytes` bytes.
+fn tail(text: &str, lines: usize, bytes: usize) -> String {
+    let kept: Vec<&str> = text.trim_end().lines().rev().take(lines).collect();
+    let mut out = kept.into_iter().rev().collect::<Vec<_>>().join("\n");
+    if out.len() > bytes {
+        let mut cut = out.len() - bytes;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out = format!("…{}", &out[cut..]);
+    }
+    out
+}
+
+/// The variables a task's calls and checks read: the run's, plus `task` and `failure`.
+struct TaskVariables<'a> {
+    vars: &'a BTreeMap<String, Arc<Value>>,
+    task: &'a Value,
+    failure: &'a Value,
+}
+
+impl Variables for TaskVariables<'_> {
+    fn get(&self, name: &str) -> Option<&Value> {
+        match name {
+            "task" => Some(self.task),
+            "failure" => Some(self.failure),
+            _ => self.vars.get(name).map(|v| &**v),
+        }
+    }
+
+    fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
+        names.extend(["task", "failure"]);
+        names
+    }
+}
+
+impl TaskRun {
+    /// Runs the task from where it stands to its merge, its abandonment, or a wait.
+    pub(crate) async fn run(mut self) -> TaskEnd {
+        let Some(workspace) = self.workspace.clone() else {
+            return TaskEnd::Done(Err(StepError::new(
+                codes::E_TOOL,
+                format!(
+                    "task step `{}` needs a git workspace, and this run has none",
+                    self.step_id
+                ),
+            )));
+        };
+        let mut state: TaskState = self
+            .from
+            .take()
+            .and_then(|value| serde_json::from_value(value).ok())
+            .unwrap_or_default();
+        match self.drive(&*workspace, &mut state).await {
+            Ok(end) => end,
+            Err(Stopped(error)) => TaskEnd::Done(Err(error)),
+        }
+    }
+
+    async fn drive(
+        &mut self,
+        workspace: &dyn Workspace,
+        state: &mut TaskState,
+    ) -> Result<TaskEnd, Stopped> {
+        let id = self.step_id.clone();
+        let max = self.task.settings.max_attempts;
+        loop {
+            match state.status {
+                TaskPhase::Completed => return Ok(TaskEnd::Done(Ok(self.result(state)))),
+                TaskPhase::Abandoned => return Ok(TaskEnd::Done(Err(self.abandoned(state)))),
+                TaskPhase::Pending | TaskPhase::Failed | TaskPhase::InProgress => {
+                    let existing = workspace.worktree(&id);
+                    if state.status == TaskPhase::InProgress && existing.is_none() {
+                        // Its worktree is gone: the attempt starts over, from pending.
+                        state.status = TaskPhase::Pending;
+                        state.attempts = state.attempts.saturating_sub(1);
+                    }
+                    if state.status != TaskPhase::InProgress {
+                        if state.attempts >= max {
+                            return self.abandon(state).await;
+                        }
+                        state.attempts += 1;
+                    }
+                    let worktree = match existing {
+                        Some(worktree) => worktree,
+                        None => {
+                            state.worktree_status = Some(WorktreeStatus::Creating);
+                            self.report(state).await?;
+                            let worktree = match workspace.create(&id).await {
+                                Ok(worktree) => worktree,
+                                Err(error) => {
+                                    return Ok(TaskEnd::Done(Err(StepError::new(
+                                        codes::E_TOOL,
+                                        format!("cannot make the worktree of task `{id}`: {error}"),
+                                    ))));
+                                }
+                            };
+                            state.worktree_created_at = Some(now());
+                            worktree
+                        }
+                    };
+                    state.worktree_path = Some(worktree.path.display().to_string());
+                    state.branch = Some(worktree.branch.clone());
+                    state.worktree_status = Some(WorktreeStatus::Active);
+                    state.started_at.get_or_insert_with(now);
+                    state.status = TaskPhase::InProgress;
+                    self.report(state).await?;
+                    match self.implement(workspace, state, &worktree).await? {
+                        Ok(()) => {
+                            state.status = TaskPhase::Verifying;
+                            self.report(state).await?;
+                        }
+                        Err(failure) => {
+                            if let Some(end) = self.fail(state, failure).await? {
+                                return Ok(end);
+                            }
+                        }
+                    }
+                }
+                TaskPhase::Verifying => {
+                    let Some(worktree) = workspace.worktree(&id) else {
+                        // Gone while verifying: the attempt starts over.
+                        state.status = TaskPhase::InProgress;
+                        continue;
+                    };
+                    match self.verify(state, &worktree).await? {
+                        Ok(()) => {
+                            state.status = TaskPhase::Verified;
+                            state.queue = Some(QueueEntry {
+                                status: QueueStatus::Ready,
+                                queued_at: now(),
+                            });
+                            self.report(state).await?;
+                        }
+                        Err(failure) => {
+                            if let Some(end) = self.fail(state, failure).await? {
+                                return Ok(end);
+                            }
+                        }
+                    }
+                }
+                TaskPhase::Verified | TaskPhase::Merging => {
+                    if state.conflict_waits > 0 {
+                        let key = conflict_key(&id, state.conflict_waits);
+                        if let Verdict::Rejected(why) = self.approvals.decision(&key, None) {
+                            state.errors.push(TaskError {
+                                attempt: state.attempts,
+                                kind: TaskErrorKind::MergeConflict,
+                                step: "git merge".into(),
+                                message: format!("merging again was refused: {why}"),
+                                timestamp: now(),
+                            });
+                            return self.abandon(state).await;
+                        }
+                    }
+                    if let Some(end) = self.merge(workspace, state).await? {
+                        return Ok(end);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the implement call in the worktree and commits what it changed.
+    async fn implement(
+        &mut self,
+        workspace: &dyn Workspace,
+        state: &mut TaskState,
+        worktree: &Worktree,
+    ) -> Result<Result<(), Failure>, Stopped> {
+        let id = self.step_id.clone();
+        let attempt = state.attempts;
+        let before = match workspace.head(&id).await {
+            Ok(head) => head,
+            Err(error) => return Ok(Err(self.implementation_error(state, error.to_string()))),
+        };
+        let task = self.task.clone();
+        let values = self.task_values(state, worktree);
+        let call = &task.implement;
+        let path = format!("{id}/implement#{attempt}");
+        let outcome = self
+            .call(
+                call,
+                &path,
+                "implement",
+                &values,
+                &Value::Null,
+                Some(&worktree.path),
+            )
+            .await?;
+        if let Err(error) = outcome {
+            let message = format!("`{}` failed: {}", call.tool_name, error.message);
+            if hopeless(&error) {
+                // No attempt can change this: the plan (or a person) must.
+                return Err(Stopped(StepError {
+                    message: format!("task `{id}`: {message}"),
+                    ..error
+                }));
+            }
+            return Ok(Err(Failure {
+                kind: TaskErrorKind::ImplementationError,
+                step: call.tool_name.to_string(),
+                feedback: message.clone(),
+                message,
+            }));
+        }
+        let title = self.commit_title(state);
+        if !task.settings.no_commits {
+            let body = format!(
+                "{title}\n\nTask: {id}\nAttempt: {attempt}/{}\n",
+                task.settings.max_attempts
+            );
+            if let Err(error) = workspace.commit_all(&id, &body).await {
+                return Ok(Err(self.implementation_error(
+                    state,
+                    format!("cannot commit the attempt: {error}"),
+                )));
+            }
+        }
+        let made = match workspace.commits_since(&id, &before).await {
+            Ok(made) => made,
+            Err(error) => return Ok(Err(self.implementation_error(state, error.to_string()))),
+        };
+        if made.is_empty() {
+            let message = if task.settings.no_commits {
+                format!(
+                    "attempt {attempt} made no commit (`no_commits` is set: the implementer commits its own work)"
+                )
+            } else {
+                format!("attempt {attempt} changed nothing in the worktree")
+            };
+            return Ok(Err(Failure {
+                kind: TaskErrorKind::ImplementationError,
+                step: call.tool_name.to_string(),
+                feedback: format!(
+                    "{message}: make the changes the task asks for in {}",
+                    worktree.path.display()
+                ),
+                message,
+            }));
+        }
+        let fixed = (attempt > 1)
+            .then(|| state.errors.last().map(|e| first_line(&e.message)))
+            .flatten();
+        for (hash, message) in made {
+            state.commits.push(TaskCommit {
+                hash,
+                kind: if attempt == 1 {
+                    "implementation"
+                } else {
+                    "fix"
+                }
+                .into(),
+                attempt,
+                message,
+                fixed: fixed.clone(),
+            });
+        }
+        Ok(Ok(()))
+    }
+
+    fn implementation_error(&self, _state: &TaskState, message: String) -> Failure {
+        Failure {
+            kind: TaskErrorKind::ImplementationError,
+            step: "git".into(),
+            feedback: message.clone(),
+            message,
+        }
+    }
+
+    /// `[PREFIX][ID] title` on the first attempt, `[PREFIX][ID] Fix: …` after.
+    fn commit_title(&self, state: &TaskState) -> String {
+        let prefix = &self.task.settings.commit_prefix;
+        let tag = if prefix.is_empty() {
+            format!("[{}]", self.step_id)
+        } else {
+            format!("[{prefix}][{}]", self.step_id)
+        };
+        match state.errors.last() {
+            Some(error) if state.attempts > 1 => {
+                format!("{tag} Fix: {}", first_line(&error.message))
+            }
+            _ => format!("{tag} {}", self.task.title),
+        }
+    }
+
+    /// Runs the checks in order; the first that fails fails the attempt.
+    async fn verify(
+        &mut self,
+        state: &mut TaskState,
+        worktree: &Worktree,
+    ) -> Result<Result<(), Failure>, Stopped> {
+        let task = self.task.clone();
+        let Some(exec) = &task.exec else {
+            return Ok(Ok(()));
+        };
+        let values = self.task_values(state, worktree);
+        for (k, check) in task.checks.iter().enumerate() {
+            let path = format!("{}/check-{}#{}", self.step_id, k + 1, state.attempts);
+            let argv = {
+                let variables = TaskVariables {
+                    vars: &self.vars,
+                    task: &values,
+                    failure: &Value::Null,
+                };
+                let scope = Scope {
+                    vars: Some(&variables),
+                    env: Some(&self.env),
+                    ..Scope::default()
+                };
+                check.argv.resolve(&scope)
+            };
+            let argv = match argv {
+                Ok(argv) => argv,
+                Err(error) => {
+                    let message = format!("check `{}`: {error}", check.text);
+                    return Ok(Err(Failure {
+                        kind: TaskErrorKind::VerificationFailed,
+                        step: check.text.clone(),
+                        feedback: message.clone(),
+                        message,
+                    }));
+                }
+            };
+            let args = json!({
+                "argv": argv,
+                "check": false,
+                "timeout_ms": u64::try_from(check.timeout.as_millis()).unwrap_or(u64::MAX),
+            });
+            let gate = Gate {
+                tool: Some("exec"),
+                approval: None,
+                waits_as: &path,
+            };
+            let args = match admit(
+                Ok(args),
+                &gate,
+                &self.approvals,
+                self.context.guard.as_deref(),
+                &self.context.redactor,
+            ) {
+                Admission::Call(args) => args,
+                Admission::Fail(error) => {
+                    return Ok(Err(Failure {
+                        kind: TaskErrorKind::VerificationFailed,
+                        step: check.text.clone(),
+                        feedback: error.message.clone(),
+                        message: error.message,
+                    }));
+                }
+                // Checks are never gated (no approval is asked above).
+                Admission::Wait(pending) => {
+                    let message = format!("check `{}` waits for `{}`", check.text, pending.step_id);
+                    return Ok(Err(Failure {
+                        kind: TaskErrorKind::VerificationFailed,
+                        step: check.text.clone(),
+                        feedback: message.clone(),
+                        message,
+                    }));
+                }
+            };
+            let finished = call_tool(
+                &self.context,
+                ToolCall {
+                    step_id: Arc::from(path.as_str()),
+                    tool_name: Arc::from("exec"),
+                    tool: exec.clone(),
+                    args,
+                    retry: once(),
+                    timeout: Some(check.timeout + Duration::from_secs(5)),
+                    working_dir: Some(Arc::from(worktree.path.as_path())),
+                },
+            )
+            .await;
+            if self.context.cancel.is_cancelled() {
+                return Err(stopped(format!(
+                    "the run stopped while task `{}` was being verified",
+                    self.step_id
+                )));
+            }
+            let (message, output) = match finished.result {
+                Err(error) if error.code == codes::E_TIMEOUT => (
+                    format!("timed out after {} s", check.timeout.as_secs()),
+                    String::new(),
+                ),
+                Err(error) => (error.message.clone(), String::new()),
+                Ok(result) => {
+                    let text = |key: &str| result.get(key).and_then(Value::as_str).unwrap_or("");
+                    let output = format!("{}{}", text("stdout"), text("stderr"));
+                    let code = result.get("exit_code").and_then(Value::as_i64);
+                    let message = if code != Some(0) {
+                        match code {
+                            Some(code) => format!("exited with status {code}"),
+                            None => "was killed by a signal".to_owned(),
+                        }
+                    } else if let Some(wanted) = check
+                        .contains
+                        .as_ref()
+                        .filter(|w| !output.contains(w.as_str()))
+                    {
+                        format!("its output does not contain `{wanted}`")
+                    } else if let Some(unwanted) = check
+                        .not_contains
+                        .as_ref()
+                        .filter(|u| output.contains(u.as_str()))
+                    {
+                        format!("its output contains `{unwanted}`")
+                    } else {
+                        continue;
+                    };
+                    (message, output)
+                }
+            };
+            let summary = match tail(&output, 3, 300) {
+                last if last.is_empty() => format!("`{}` {message}", check.text),
+                last => format!("`{}` {message}: {last}", check.text),
+            };
+            let feedback = self
+                .feedback(state, worktree, &check.text, &message, &output)
+                .await?;
+            return Ok(Err(Failure {
+                kind: TaskErrorKind::VerificationFailed,
+                step: check.text.clone(),
+                message: summary,
+                feedback,
+            }));
+        }
+        Ok(Ok(()))
+    }
+
+    /// The next attempt's feedback on a failed check: the `feedback` call's answer, else the
+    /// failing output's tail.
+    async fn feedback(
+        &mut self,
+        state: &TaskState,
+        worktree: &Worktree,
+        check: &str,
+        message: &str,
+        output: &str,
+    ) -> Result<String, Stopped> {
+        let plain = match tail(output, 40, 4000) {
+            last if last.is_empty() => format!("`{check}` {message}"),
+            last => format!("`{check}` {message}:\n{last}"),
+        };
+        let task = self.task.clone();
+        let Some(call) = &task.feedback else {
+            return Ok(plain);
+        };
+        let values = self.task_values(state, worktree);
+        let failure =
+            json!({"step": check, "message": message, "output": tail(output, 200, 20_000)});
+        let path = format!("{}/feedback#{}", self.step_id, state.attempts);
+        let outcome = self
+            .call(
+                call,
+                &path,
+                "feedback",
+                &values,
+                &failure,
+                Some(&worktree.path),
+            )
+            .await?;
+        Ok(match outcome {
+            Ok(Value::String(text)) => text,
+            Ok(result) => match result.get("stdout").and_then(Value::as_str) {
+                Some(stdout) => stdout.trim().to_owned(),
+                None => result.to_string(),
+            },
+            Err(error) => format!("{plain}\n(the feedback call failed: {})", error.message),
+        })
+    }
+
+    /// A failed attempt: recorded, then either the next attempt's feedback or abandonment.
+    async fn fail(
+        &mut self,
+        state: &mut TaskState,
+        failure: Failure,
+    ) -> Result<Option<TaskEnd>, Stopped> {
+        state.errors.push(TaskError {
+            attempt: state.attempts,
+            kind: failure.kind,
+            step: failure.step,
+            message: failure.message,
+            timestamp: now(),
+        });
+        if state.attempts >= self.task.settings.max_attempts {
+            return self.abandon(state).await.map(Some);
+        }
+        state.status = TaskPhase::Failed;
+        state.retry_feedback.push(RetryFeedback {
+            attempt: state.attempts + 1,
+            feedback: failure.feedback,
+        });
+        self.report(state).await?;
+        Ok(None)
+    }
+
+    /// No attempts left: the task is abandoned, its worktree kept for a person.
+    async fn abandon(&mut self, state: &mut TaskState) -> Result<TaskEnd, Stopped> {
+        state.status = TaskPhase::Abandoned;
+        if state.worktree_status.is_some() {
+            state.worktree_status = Some(WorktreeStatus::Abandoned);
+        }
+        state.completed_at = Some(now());
+        self.report(state).await?;
+        Ok(TaskEnd::Done(Err(self.abandoned(state))))
+    }
+
+    fn abandoned(&self, state: &TaskState) -> StepError {
+        let last = state
+            .errors
+            .last()
+            .map(|e| format!("; the last: {}", e.message))
+            .unwrap_or_default();
+        StepError {
+            code: ErrorCode::Other("E_TASK_ABANDONED".into()),
+            message: format!(
+                "task `{}` was abandoned after {} attempt{}{last}",
+                self.step_id,
+                state.attempts,
+                if state.attempts == 1 { "" } else { "s" }
+            ),
+            details: Some(json!({
+                "attempts": state.attempts,
+                "worktree": state.worktree_path,
+                "branch": state.branch,
+                "errors": state.errors,
+            })),
+        }
+    }
+
+    /// Waits for the task's turn in the merge queue and merges it. `None`: merged or failed
+    /// an attempt (the loop goes on); `Some`: the step ends (or waits).
+    async fn merge(
+        &mut self,
+        workspace: &dyn Workspace,
+        state: &mut TaskState,
+    ) -> Result<Option<TaskEnd>, Stopped> {
+        let id = self.step_id.clone();
+        let merges = self.merges.clone();
+        let turn = tokio::select! {
+            turn = merges.lock() => turn,
+            () = self.context.cancel.cancelled() => {
+                return Err(stopped(format!("the run stopped while task `{id}` waited to merge")));
+            }
+        };
+        state.status = TaskPhase::Merging;
+        state.worktree_status = Some(WorktreeStatus::Merging);
+        if let Some(entry) = &mut state.queue {
+            entry.status = QueueStatus::Merging;
+        }
+        self.report(state).await?;
+        let message = format!(
+            "Merge task {id}: {}\n\nTask: {id}\nLayer: {}\nAttempts: {}\n",
+            self.task.title,
+            if self.task.layer.is_empty() {
+                "-"
+            } else {
+                &self.task.layer
+            },
+            state.attempts
+        );
+        let outcome = workspace.merge(&id, &message).await;
+        drop(turn);
+        match outcome {
+            Ok(MergeOutcome::Merged(commit) | MergeOutcome::AlreadyMerged(commit)) => {
+                state.merge_commit = Some(commit);
+                state.merged_at = Some(now());
+                state.completed_at = state.merged_at.clone();
+                state.status = TaskPhase::Completed;
+                if let Some(entry) = &mut state.queue {
+                    entry.status = QueueStatus::Merged;
+                }
+                self.report(state).await?;
+                // Its work is in the base: the worktree and branch go. A failure here loses
+                // nothing, so it does not fail the task; the worktree stays for a person.
+                if workspace.remove(&id).await.is_ok() {
+                    state.worktree_status = Some(WorktreeStatus::Cleaned);
+                    state.worktree_path = None;
+                    state.branch = None;
+                    self.report(state).await?;
+                }
+                Ok(Some(TaskEnd::Done(Ok(self.result(state)))))
+            }
+            Ok(MergeOutcome::Conflict(files)) => {
+                let base = workspace.base().to_owned();
+                let list = files.join(", ");
+                let message = format!("merging into `{base}` conflicted in {list}");
+                if let Some(entry) = &mut state.queue {
+                    entry.status = QueueStatus::Pending;
+                }
+                state.worktree_status = Some(WorktreeStatus::Active);
+                if self.task.settings.on_conflict == OnConflict::Wait {
+                    state.errors.push(TaskError {
+                        attempt: state.attempts,
+                        kind: TaskErrorKind::MergeConflict,
+                        step: "git merge".into(),
+                        message: message.clone(),
+                        timestamp: now(),
+                    });
+                    state.status = TaskPhase::Verified;
+                    state.conflict_waits += 1;
+                    let key = conflict_key(&id, state.conflict_waits);
+                    let worktree = state.worktree_path.clone().unwrap_or_default();
+                    let pending = PendingApproval {
+                        step_id: key.clone(),
+                        tool: None,
+                        args: Some(json!({"files": files, "worktree": worktree, "base": base})),
+                        reason: Some(format!(
+                            "{message}: resolve it in {worktree} (`git merge {base}`, fix the files, commit), then `plan-cli resume`; or `plan-cli reject RUN {key}` to abandon the task"
+                        )),
+                    };
+                    let checkpoint = serde_json::to_value(&*state).unwrap_or(Value::Null);
+                    return Ok(Some(TaskEnd::Waiting(checkpoint, pending)));
+                }
+                let feedback = format!(
+                    "{message}: the base moved on while this task ran. Merge it into your branch (`git merge {base}` in the worktree), resolve the conflicts in {list} keeping both changes' intent, and commit"
+                );
+                self.fail(
+                    state,
+                    Failure {
+                        kind: TaskErrorKind::MergeConflict,
+                        step: "git merge".into(),
+                        message,
+                        feedback,
+                    },
+                )
+                .await
+            }
+            Err(error) => {
+                // Not the task's doing: it stays verified, so a resumed run merges it again.
+                state.status = TaskPhase::Verified;
+                if let Some(entry) = &mut state.queue {
+                    entry.status = QueueStatus::Ready;
+                }
+                state.worktree_status = Some(WorktreeStatus::Active);
+                self.report(state).await?;
+                Ok(Some(TaskEnd::Done(Err(StepError::new(
+                    codes::E_TOOL,
+                    format!(
+                        "merging task `{id}` into `{}` failed: {error}",
+                        workspace.base()
+                    ),
+                )))))
+            }
+        }
+    }
+
+    /// The step's result: what was merged.
+    fn result(&self, state: &TaskState) -> Value {
+        json!({
+            "task": &*self.step_id,
+            "status": "completed",
+            "attempts": state.attempts,
+            "commits": state.commits.iter().map(|c| c.hash.as_str()).collect::<Vec<_>>(),
+            "merge_commit": state.merge_commit,
+        })
+    }
+
+    /// `${task.*}`.
+    fn task_values(&self, state: &TaskState, worktree: &Worktree) -> Value {
+        let feedback = state
+            .retry_feedback
+            .iter()
+            .rev()
+            .find(|f| f.attempt == state.attempts)
+            .map(|f| f.feedback.clone())
+            .unwrap_or_default();
+        let previous_error = if state.attempts > 1 {
+            state
+                .errors
+                .last()
+                .map(|e| e.message.clone())
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        json!({
+            "id": &*self.step_id,
+            "title": self.task.title,
+            "layer": self.task.layer,
+            // Text, as a program's argument needs it (`exec`'s `argv` takes strings only).
+            "attempt": state.attempts.to_string(),
+            "max_attempts": self.task.settings.max_attempts.to_string(),
+            "spec": self.task.spec,
+            "worktree": worktree.path.display().to_string(),
+            "branch": worktree.branch,
+            "feedback": feedback,
+            "previous_error": previous_error,
+        })
+    }
+
+    /// One of the task's tool calls, admitted and made as every call is, in `dir`. The outer
+    /// `Err` is the run stopping; the inner one the call's failure.
+    async fn call(
+        &mut self,
+        call: &TaskTool,
+        path: &str,
+        name: &str,
+        task: &Value,
+        failure: &Value,
+        dir: Option<&Path>,
+    ) -> Result<Result<Value, StepError>, Stopped> {
+        let resolved = {
+            let variables = TaskVariables {
+                vars: &self.vars,
+                task,
+                failure,
+            };
+            let expressions = &self.task.expressions;
+            let evaluate = |text: &str, scope: &Scope<'_>| expressions.evaluate(text, scope);
+            let scope = Scope {
+                vars: Some(&variables),
+                env: Some(&self.env),
+                evaluate: Some(&evaluate),
+                ..Scope::default()
+            };
+            call.args
+                .resolve(&scope)
+                .map_err(|error| StepError::new(codes::E_ARGS_UNRESOLVED, error.to_string()))
+                .and_then(|args| check_schema(call.schema.as_deref(), &call.tool_name, args))
+        };
+        let key = format!("{}/{name}", self.step_id);
+        let gate = Gate {
+            tool: Some(&call.tool_name),
+            approval: call.gated.then_some((key.as_str(), None)),
+            waits_as: &key,
+        };
+        let args = match admit(
+            resolved,
+            &gate,
+            &self.approvals,
+            self.context.guard.as_deref(),
+            &self.context.redactor,
+        ) {
+            Admission::Call(args) => args,
+            Admission::Fail(error) => return Ok(Err(error)),
+            Admission::Wait(_) => {
+                return Ok(Err(StepError::new(
+                    codes::E_REJECTED,
+                    format!(
+                        "`{}` is high-risk and a task's calls cannot wait for an approval: approve `{key}` before the run (`plan-cli approve`)",
+                        call.tool_name
+                    ),
+                )));
+            }
+        };
+        let finished = call_tool(
+            &self.context,
+            ToolCall {
+                step_id: Arc::from(path),
+                tool_name: call.tool_name.clone(),
+                tool: call.tool.clone(),
+                args,
+                retry: once(),
+                timeout: call.timeout,
+                working_dir: dir.map(Arc::from),
+            },
+        )
+        .await;
+        if self.context.cancel.is_cancelled() {
+            return Err(stopped(format!(
+                "the run stopped while task `{}` ran `{}`",
+                self.step_id, call.tool_name
+            )));
+        }
+        Ok(finished.result.map_err(StepError::from))
+    }
+
+    /// Hands the task's state to the scheduler to be committed, and waits until it is
+    /// durable (under `sync`): what follows must not happen on a state that could be lost.
+    async fn report(&mut self, state: &TaskState) -> Result<(), Stopped> {
+        let Some(progress) = &self.progress else {
+            return Ok(());
+        };
+        let (committed, durable) = tokio::sync::oneshot::channel();
+        let done = NodeDone {
+            step: self.step,
+            records: Vec::new(),
+            checkpoint: serde_json::to_value(state).unwrap_or(Value::Null),
+            committed,
+        };
+        let lost = progress.send(done).is_err()
+            || tokio::select! {
+                answer = durable => answer.is_err(),
+                () = self.context.cancel.cancelled() => true,
+            };
+        if lost {
+            return Err(stopped(format!(
+                "the run stopped while task `{}` was {}",
+                self.step_id,
+                state.status.as_str().replace('_', " ")
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// An error no later attempt can mend: arguments that do not fit, a refusal, a budget.
+fn hopeless(error: &StepError) -> bool {
+    [
+        codes::E_ARGS_INVALID,
+        codes::E_ARGS_UNRESOLVED,
+        codes::E_REJECTED,
+        codes::E_GUARD,
+    ]
+    .contains(&error.code)
+}
+
+/// A task's calls are tried once: a failure is the attempt's, and the next attempt has
+/// feedback.
+fn once() -> RetryPolicy {
+    RetryPolicy {
+        attempts: 1,
+        ..RetryPolicy::default()
+    }
+}
+
+/// The approval key a merge conflict under `on_conflict: wait` is listed under.
+fn conflict_key(task: &str, waits: u32) -> String {
+    format!("{task}/merge#{waits}")
+}
+
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    if line.len() > 120 {
+        let mut end = 117;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &line[..end])
+    } else {
+        line.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_keep_the_last_lines_within_the_byte_limit() {
+        assert_eq!(tail("a\nb\nc\nd\n", 2, 100), "c\nd");
+        assert_eq!(tail("", 3, 100), "");
+        let long = "x".repeat(50);
+        assert_eq!(tail(&long, 3, 10), format!("…{}", "x".repeat(10)));
+        // A cut inside a character moves to its end.
+        assert_eq!(tail("ééééé", 1, 3), "…é");
+    }
+
+    #[test]
+    fn first_lines_are_short() {
+        assert_eq!(first_line("one\ntwo"), "one");
+        assert_eq!(first_line(&"y".repeat(200)).chars().count(), 118);
+    }
+}
