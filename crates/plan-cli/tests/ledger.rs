@@ -325,29 +325,42 @@ fn the_execute_state_document_follows_seed_004() {
     );
     assert_eq!(exported["schema_version"], "2.0");
     assert_eq!(exported["prd_slug"], "p");
-    assert_eq!(exported["status"], "failed");
+    assert_eq!(exported["status"], "abandoned");
     assert_eq!(exported["options"]["max_parallel"], 2);
     let layers: Vec<&String> = exported["layers"].as_object().unwrap().keys().collect();
     assert_eq!(layers, ["0-setup", "1-work", "2-finish"]);
+    assert_eq!(exported["layers"]["0-setup"]["status"], "completed");
     assert_eq!(exported["layers"]["1-work"]["tasks_total"], 2);
     assert_eq!(exported["layers"]["1-work"]["tasks_failed"], 1);
+    assert_eq!(exported["layers"]["1-work"]["status"], "blocked");
+    assert_eq!(exported["layers"]["2-finish"]["status"], "blocked");
     assert_eq!(exported["tasks"]["flaky"]["status"], "completed");
     assert_eq!(exported["tasks"]["flaky"]["attempts"], 2);
-    assert_eq!(exported["tasks"]["flaky"]["errors"][0]["type"], "E_TOOL");
+    assert_eq!(
+        exported["tasks"]["flaky"]["errors"][0]["type"],
+        "implementation_error"
+    );
     assert_eq!(
         exported["tasks"]["flaky"]["errors"][0]["message"],
-        "try again"
+        "E_TOOL: try again"
     );
-    assert_eq!(exported["tasks"]["after"]["status"], "skipped");
+    assert_eq!(exported["tasks"]["broken"]["status"], "abandoned");
+    // Skipped because `broken` failed: it never started.
+    assert_eq!(exported["tasks"]["after"]["status"], "pending");
     assert_eq!(exported["completed"], json!(["setup", "flaky"]));
-    assert_eq!(exported["failed"], json!(["broken"]));
-    assert_eq!(exported["abandoned"], json!(["after"]));
+    assert_eq!(exported["failed"], json!([]));
+    assert_eq!(exported["abandoned"], json!(["broken"]));
+    common::assert_execute_state(&exported);
+    common::assert_execute_state(&written);
     assert_eq!(
         exported["metrics"]["total_attempts"], 4,
         "setup 1, flaky 2, broken 1"
     );
     assert_eq!(exported["metrics"]["total_retries"], 1);
-    assert_eq!(exported["metrics"]["tasks_remaining"], 0);
+    assert_eq!(
+        exported["metrics"]["tasks_remaining"], 1,
+        "`after` never ran"
+    );
     // No temporary files left beside it.
     assert_eq!(
         std::fs::read_dir(state_file.parent().unwrap())

@@ -180,7 +180,7 @@ struct MapRun {
 }
 
 /// Work the scheduler starts: one tool call, a whole block, or a whole task.
-enum Task {
+enum Started {
     Call(Call),
     Block(BlockCall),
     Task(Box<TaskRun>),
@@ -419,9 +419,9 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 continue;
             };
             let handle = match task {
-                Task::Call(call) => running.spawn(execute(call)),
-                Task::Block(block) => running.spawn(execute_block(block)),
-                Task::Task(task) => running.spawn(execute_task(*task)),
+                Started::Call(call) => running.spawn(execute(call)),
+                Started::Block(block) => running.spawn(execute_block(block)),
+                Started::Task(task) => running.spawn(execute_task(*task)),
             };
             tasks.insert(handle.id(), (work.step, item));
         }
@@ -769,7 +769,7 @@ impl Scheduler<'_> {
         step_index: usize,
         item: Option<usize>,
         halt: &CancellationToken,
-    ) -> Option<Task> {
+    ) -> Option<Started> {
         let program = self.program;
         let step = &program.steps[step_index];
         let evaluate = |text: &str, scope: &Scope<'_>| program.expressions.evaluate(text, scope);
@@ -826,7 +826,7 @@ impl Scheduler<'_> {
             output: self.output.clone(),
         };
         Some(match &step.action {
-            Action::Tool(tool) => Task::Call(Call {
+            Action::Tool(tool) => Started::Call(Call {
                 step: step_index,
                 item,
                 context,
@@ -841,7 +841,7 @@ impl Scheduler<'_> {
                 },
             }),
             // A task reads the variables as they are when it starts, as a block does.
-            Action::Task(task) => Task::Task(Box::new(TaskRun {
+            Action::Task(task) => Started::Task(Box::new(TaskRun {
                 step: step_index,
                 step_id,
                 context,
@@ -855,7 +855,7 @@ impl Scheduler<'_> {
                 progress: self.block_progress.clone(),
             })),
             // A block reads the variables as they are when it starts (its ancestors' binds).
-            Action::Block(block) => Task::Block(BlockCall {
+            Action::Block(block) => Started::Block(BlockCall {
                 step: step_index,
                 context,
                 step_id,

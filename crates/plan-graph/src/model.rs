@@ -494,6 +494,10 @@ pub struct Workspace {
         skip_serializing_if = "OnConflict::is_default"
     )]
     pub on_conflict: OnConflict,
+    /// The task breakdown folder the plan was made from (`plan-cli import tasks`), relative to
+    /// the plan's folder: the state file goes there by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<String>,
     /// A tool call run in the repository after the last task when it has a PROJECT.md.
     #[serde(
         default,

@@ -292,13 +292,16 @@ pub fn execute_state(
 ) -> Result<Value, LifecycleError> {
     let records = store.records(&row.run_id)?;
     let attempts = store.attempts(&row.run_id)?;
+    let checkpoints = store.checkpoints(&row.run_id)?;
+    let run_dir = crate::working_dir_of(row).or_else(|| project_path.map(std::path::PathBuf::from));
     Ok(crate::state_file::execute_state(
         crate::state_file::Inputs {
             run: row,
             plan,
             records: &records,
             attempts: &attempts,
-            project_path,
+            checkpoints: &checkpoints,
+            run_dir: run_dir.as_deref(),
             now: SystemTime::now(),
         },
     ))

@@ -1,13 +1,21 @@
-//! A task executor's `execute-state.json` (schema 2.0), made from a run in the ledger: layers are the
-//! steps' `layer` fields when the plan gives them, else the plan's topological levels; tasks are
-//! the steps and map items, with their attempts and errors.
+//! A task executor's `execute-state.json` (schema 2.0), made from a run in the ledger, with
+//! only the schema's values in every enum.
+//!
+//! Layers are the steps' `layer` fields when the plan gives them, else the plan's topological
+//! levels. Tasks are the steps and map items. A task step reads back from its checkpoint (its
+//! [`TaskState`]: attempts, commits, errors, feedback, worktree, merge queue entry). Any other
+//! step maps onto the task statuses: a success is `completed`, a failure (its retries spent) is
+//! `abandoned`, a step skipped because its condition was false is `completed` (nothing was left
+//! to do), a step skipped because something it needs failed is `pending` (and its layer
+//! `blocked`), a step whose call has started is `in_progress`.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::time::SystemTime;
 
 use plan_graph::{Dependencies, Plan};
 use plan_store::{AttemptRow, RunRow, RunState};
-use plan_types::Record;
+use plan_types::{Record, TaskPhase, TaskState, TaskStatus, reasons};
 use serde_json::{Map, Value, json};
 
 /// The schema version this writes.
@@ -24,8 +32,10 @@ pub(crate) struct Inputs<'a> {
     pub(crate) records: &'a [Record],
     /// Its attempts so far.
     pub(crate) attempts: &'a [AttemptRow],
-    /// The directory the run was started from.
-    pub(crate) project_path: Option<&'a str>,
+    /// Its checkpoints: task steps' states (and blocks' positions), by step id.
+    pub(crate) checkpoints: &'a BTreeMap<String, Value>,
+    /// The folder the run runs in (the plan's), which the workspace is relative to.
+    pub(crate) run_dir: Option<&'a Path>,
     /// Now, for the elapsed time of a run still going.
     pub(crate) now: SystemTime,
 }
@@ -34,6 +44,8 @@ struct Task<'a> {
     id: &'a str,
     layer: usize,
     tool: &'a str,
+    /// A task step's state.
+    state: Option<TaskState>,
 }
 
 /// The state document.
@@ -43,7 +55,8 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
         plan,
         records,
         attempts,
-        project_path,
+        checkpoints,
+        run_dir,
         now,
     } = inputs;
     let (layer_names, layer_of_step) = layers(plan);
@@ -56,6 +69,11 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
             .or_default()
             .push(attempt);
     }
+    let layout = plan
+        .workspace
+        .as_ref()
+        .zip(run_dir)
+        .map(|(settings, dir)| plan_workspace::Layout::of(settings, dir));
 
     // Tasks: each step, preceded by its map items (as the records order them).
     let mut tasks: Vec<Task<'_>> = Vec::new();
@@ -72,90 +90,114 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
                         id,
                         layer: layer_of_step[i],
                         tool: &step.tool,
+                        state: None,
                     });
                 }
             }
         }
+        let state = step
+            .task
+            .as_ref()
+            .and_then(|_| checkpoints.get(&step.id.0))
+            .and_then(|value| serde_json::from_value::<TaskState>(value.clone()).ok());
         tasks.push(Task {
             id: &step.id.0,
             layer: layer_of_step[i],
-            tool: &step.tool,
+            tool: step.kind(),
+            state,
         });
     }
 
     let mut task_docs = Map::new();
+    let mut worktree_docs = Map::new();
+    let mut queue: Vec<(String, &str, &'static str)> = Vec::new();
     let (mut completed, mut failed, mut abandoned) = (Vec::new(), Vec::new(), Vec::new());
     let mut layer_stats: Vec<LayerStats> =
         layer_names.iter().map(|_| LayerStats::default()).collect();
+    let (mut total_attempts, mut total_retries) = (0u64, 0u64);
     for task in &tasks {
         let record = records_by_id.get(task.id).copied();
         let tries = attempts_by_id
             .get(task.id)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        let status = match record {
-            Some(r) if r.ok => "completed",
-            Some(r) if r.error.is_some() => "failed",
-            Some(r) if r.skipped => "skipped",
-            Some(_) => "blocked",
-            None if !tries.is_empty() && run.state == RunState::Running => "in_progress",
-            None => "pending",
+        let doc = match &task.state {
+            Some(state) => {
+                let mut state = state.clone();
+                // The record has the last word on how it ended (a ledger from before the
+                // checkpoint said so, or a failure outside the lifecycle).
+                if record.is_some_and(|r| r.ok) {
+                    state.status = TaskPhase::Completed;
+                }
+                task_doc(&state)
+            }
+            None => plain_doc(task, record, tries, run.state),
         };
-        match status {
+        let status = doc["status"].as_str().unwrap_or("pending").to_owned();
+        let tried = doc["attempts"].as_u64().unwrap_or(0);
+        total_attempts += tried;
+        total_retries += tried.saturating_sub(1);
+        match status.as_str() {
             "completed" => completed.push(task.id),
             "failed" => failed.push(task.id),
-            "skipped" | "blocked" => abandoned.push(task.id),
+            "abandoned" => abandoned.push(task.id),
             _ => {}
         }
-        let started_at = tries.first().map(|a| a.started_at.clone());
-        let completed_at = record
-            .filter(|r| r.ok || r.error.is_some())
-            .and(tries.last())
-            .map(|a| end_of(a));
         let stats = &mut layer_stats[task.layer];
         stats.total += 1;
         stats.completed += usize::from(status == "completed");
-        stats.failed += usize::from(status == "failed");
+        stats.failed += usize::from(status == "failed" || status == "abandoned");
         stats.active |= status != "pending";
-        min_into(&mut stats.started_at, started_at.as_deref());
-        max_into(&mut stats.completed_at, completed_at.as_deref());
-        let errors: Vec<Value> = tries
-            .iter()
-            .filter(|a| !a.ok)
-            .map(|a| {
-                json!({
-                    "attempt": a.attempt,
-                    "type": a.error_code,
-                    "step": task.tool,
-                    "message": a.error_message,
-                    "timestamp": a.started_at,
-                })
-            })
-            .collect();
-        task_docs.insert(
-            task.id.to_owned(),
-            json!({
-                "status": status,
-                "attempts": tries.len(),
-                "worktree_path": null,
-                "branch": null,
-                "started_at": started_at,
-                "completed_at": completed_at,
-                "merged_at": null,
-                "commits": [],
-                "errors": errors,
-                "retry_feedback": [],
-            }),
-        );
+        // Skipped because something it needs failed: its layer cannot finish.
+        stats.blocked |= status == "abandoned"
+            || record.is_some_and(|r| {
+                r.skipped && r.reason.as_deref() != Some(reasons::CONDITION_FALSE)
+            });
+        min_into(&mut stats.started_at, doc["started_at"].as_str());
+        max_into(&mut stats.completed_at, doc["completed_at"].as_str());
+        if let Some(state) = &task.state {
+            if let Some(status) = state.worktree_status {
+                let path = layout
+                    .as_ref()
+                    .map(|l| l.worktree_dir.join(task.id).display().to_string());
+                worktree_docs.insert(
+                    task.id.to_owned(),
+                    json!({
+                        "task_id": task.id,
+                        "path": path.or_else(|| state.worktree_path.clone()),
+                        "branch": plan_workspace::branch_of(task.id),
+                        "created_at": state.worktree_created_at,
+                        "status": status,
+                    }),
+                );
+            }
+            if let Some(entry) = &state.queue {
+                let status = match entry.status {
+                    plan_types::QueueStatus::Pending => "pending",
+                    plan_types::QueueStatus::Ready => "ready",
+                    plan_types::QueueStatus::Merging => "merging",
+                    plan_types::QueueStatus::Merged => "merged",
+                };
+                queue.push((entry.queued_at.clone(), task.id, status));
+            }
+        }
+        task_docs.insert(task.id.to_owned(), doc);
     }
+    // The merge queue in the order tasks joined it.
+    queue.sort();
+    let merge_queue: Vec<Value> = queue
+        .iter()
+        .enumerate()
+        .map(|(k, (_, id, status))| json!({"task_id": id, "priority": k + 1, "status": status}))
+        .collect();
 
     let mut layer_docs = Map::new();
     let mut current: Option<(usize, &str)> = None;
     for (index, (name, stats)) in layer_names.iter().zip(&layer_stats).enumerate() {
-        let status = if stats.failed > 0 {
-            "failed"
-        } else if stats.completed == stats.total {
+        let status = if stats.completed == stats.total {
             "completed"
+        } else if stats.blocked {
+            "blocked"
         } else if stats.active {
             "in_progress"
         } else {
@@ -178,14 +220,13 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
     }
 
     let status = match (run.state, run.task_status) {
-        (RunState::Running, _) => "in_progress".to_owned(),
-        // The schema has no waiting state: a run halted for approvals is stopped until resumed.
-        (RunState::Stopped | RunState::Waiting, _) => "stopped".to_owned(),
-        (RunState::Finished, Some(status)) => status.as_str().to_ascii_lowercase(),
-        (RunState::Finished, None) => "finished".to_owned(),
+        (RunState::Running, _) if attempts.is_empty() && records.is_empty() => "initializing",
+        (RunState::Running, _) => "in_progress",
+        // A run halted for a decision, or stopped, goes on with `resume`.
+        (RunState::Stopped | RunState::Waiting, _) => "stopped",
+        (RunState::Finished, Some(TaskStatus::Completed)) => "completed",
+        (RunState::Finished, _) => "abandoned",
     };
-    let total_attempts = attempts.len();
-    let attempted_tasks = attempts_by_id.len();
     let end = run
         .finished_at
         .as_deref()
@@ -195,12 +236,21 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
         .ok()
         .and_then(|start| end.duration_since(start).ok())
         .map_or(0, |d| d.as_secs());
+    let option = |key: &str| run.options.get(key).cloned().unwrap_or(Value::Null);
+    let settings = plan.workspace.as_ref();
+    let project_path = layout
+        .as_ref()
+        .map(|l| l.repo.display().to_string())
+        .or_else(|| run_dir.map(|d| d.display().to_string()));
     json!({
         "schema_version": SCHEMA_VERSION,
         "prd_slug": run.plan_id,
         "project_path": project_path,
-        "worktree_dir": null,
-        "tasks_path": null,
+        "worktree_dir": layout.as_ref().map(|l| l.worktree_dir.display().to_string()),
+        "tasks_path": settings.and_then(|s| s.tasks.as_ref()).map(|tasks| match run_dir {
+            Some(dir) => dir.join(tasks).display().to_string(),
+            None => tasks.clone(),
+        }),
         "run_id": run.run_id,
         "started_at": run.started_at,
         // The run's row changes only when it starts, stops or ends; its attempts say more.
@@ -215,18 +265,22 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
                 .get("max_concurrency")
                 .and_then(Value::as_u64)
                 .or(plan.max_concurrency.map(|n| n as u64))
+                .or(settings.map(|s| {
+                    s.max_parallel.unwrap_or(plan_engine::DEFAULT_MAX_PARALLEL_TASKS) as u64
+                }))
                 .unwrap_or(plan_engine::DEFAULT_MAX_CONCURRENCY as u64),
-            "layer_filter": null,
-            "task_filter": null,
-            "commit_prefix": "",
-            "no_commits": true,
+            "layer_filter": option("layer_filter"),
+            "task_filter": option("task_filter"),
+            "commit_prefix": settings.map_or("", |s| s.commit_prefix.as_str()),
+            // A plan without a workspace commits nothing.
+            "no_commits": settings.is_none_or(|s| s.no_commits),
             "verbose": false,
             "quiet": false,
         },
         "layers": layer_docs,
         "tasks": task_docs,
-        "worktrees": {},
-        "merge_queue": [],
+        "worktrees": worktree_docs,
+        "merge_queue": merge_queue,
         "completed": completed,
         "failed": failed,
         "abandoned": abandoned,
@@ -235,19 +289,96 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
             "tasks_completed": completed.len(),
             "tasks_failed": failed.len(),
             "tasks_abandoned": abandoned.len(),
-            "tasks_remaining": tasks.len() - completed.len() - failed.len() - abandoned.len(),
+            "tasks_remaining": tasks.len() - completed.len() - abandoned.len(),
             "total_attempts": total_attempts,
-            "total_retries": total_attempts - attempted_tasks,
+            "total_retries": total_retries,
             "elapsed_seconds": elapsed,
         },
-        "context_update": {
-            "status": "not_applicable",
-            "project_md_path": null,
-            "features_added": [],
-            "endpoints_added": [],
-            "models_added": [],
-            "commit_hash": null,
-        },
+        "context_update": context_update(plan, layout.as_ref()),
+    })
+}
+
+/// A task step's entry, from its state.
+fn task_doc(state: &TaskState) -> Value {
+    json!({
+        "status": state.status.as_str(),
+        "attempts": state.attempts,
+        "worktree_path": state.worktree_path,
+        "branch": state.branch,
+        "started_at": state.started_at,
+        "completed_at": state.completed_at,
+        "merged_at": state.merged_at,
+        "commits": state.commits,
+        "errors": state.errors,
+        "retry_feedback": state.retry_feedback,
+    })
+}
+
+/// Any other step's (or map item's) entry, from its record and attempts.
+fn plain_doc(
+    task: &Task<'_>,
+    record: Option<&Record>,
+    tries: &[&AttemptRow],
+    run: RunState,
+) -> Value {
+    let status = match record {
+        Some(r) if r.ok => "completed",
+        Some(r) if r.error.is_some() => "abandoned",
+        Some(r) if r.reason.as_deref() == Some(reasons::CONDITION_FALSE) => "completed",
+        Some(_) => "pending",
+        None if !tries.is_empty() && run == RunState::Running => "in_progress",
+        None => "pending",
+    };
+    let started_at = tries.first().map(|a| a.started_at.clone());
+    let completed_at = record
+        .filter(|r| r.ok || r.error.is_some())
+        .and(tries.last())
+        .map(|a| end_of(a));
+    let errors: Vec<Value> = tries
+        .iter()
+        .filter(|a| !a.ok)
+        .map(|a| {
+            json!({
+                "attempt": a.attempt,
+                // What the schema has for a call that failed.
+                "type": "implementation_error",
+                "step": task.tool,
+                "message": format!("{}: {}", a.error_code.as_deref().unwrap_or("E_TOOL"), a.error_message.as_deref().unwrap_or("")),
+                "timestamp": a.started_at,
+            })
+        })
+        .collect();
+    json!({
+        "status": status,
+        "attempts": tries.len(),
+        "worktree_path": null,
+        "branch": null,
+        "started_at": started_at,
+        "completed_at": completed_at,
+        "merged_at": null,
+        "commits": [],
+        "errors": errors,
+        "retry_feedback": [],
+    })
+}
+
+/// The context update: `skipped` unless the repository has a PROJECT.md and the plan names a
+/// `context_update` call.
+fn context_update(plan: &Plan, layout: Option<&plan_workspace::Layout>) -> Value {
+    let project_md = layout
+        .map(|l| l.repo.join("PROJECT.md"))
+        .filter(|p| p.is_file());
+    let named = plan
+        .workspace
+        .as_ref()
+        .is_some_and(|w| w.context_update.is_some());
+    json!({
+        "status": if project_md.is_some() && named { "pending" } else { "skipped" },
+        "project_md_path": project_md.map(|p| p.display().to_string()),
+        "features_added": [],
+        "endpoints_added": [],
+        "models_added": [],
+        "commit_hash": null,
     })
 }
 
@@ -257,6 +388,7 @@ struct LayerStats {
     completed: usize,
     failed: usize,
     active: bool,
+    blocked: bool,
     started_at: Option<String>,
     completed_at: Option<String>,
 }

@@ -337,7 +337,16 @@ impl Workspace for GitWorkspace {
         let path = self.path_of(task);
         let range = format!("{since}..HEAD");
         let log = self
-            .must(&path, &["log", "--reverse", "--format=%H%x09%s", &range])
+            .must(
+                &path,
+                &[
+                    "log",
+                    "--reverse",
+                    "--first-parent",
+                    "--format=%H%x09%s",
+                    &range,
+                ],
+            )
             .await?;
         Ok(log
             .lines()

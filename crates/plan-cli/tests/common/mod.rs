@@ -144,3 +144,25 @@ pub(crate) fn process_ends(pid: u32) -> bool {
     }
     !alive()
 }
+
+/// Checks an execute-state.json document against the JSON Schema of schema 2.0 kept in the
+/// repository (docs/schemas/execute-state.schema.json), enums included.
+pub(crate) fn assert_execute_state(document: &Value) {
+    let schema_path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/schemas/execute-state.schema.json"
+    );
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let problems: Vec<String> = validator
+        .iter_errors(document)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        problems.is_empty(),
+        "the state document breaks schema 2.0:\n{}\n{}",
+        problems.join("\n"),
+        serde_json::to_string_pretty(document).unwrap()
+    );
+}

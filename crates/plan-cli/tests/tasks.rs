@@ -1,0 +1,522 @@
+//! Task steps end to end, with real git in temporary repositories: an implementer script that
+//! fixes its work from the feedback, a task that never passes, merge conflicts handled both
+//! ways, and kill -9 at random moments of a breakdown in layers. Every state file written is
+//! checked against the JSON Schema of execute-state.json 2.0.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Lab, assert_execute_state, path_str};
+use serde_json::{Value, json};
+
+/// Runs git in `dir`; panics (failing the test) when git is missing or fails.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@localhost")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@localhost")
+        .output()
+        .expect("git must be installed for these tests");
+    assert!(
+        output.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A repository at `<lab>/repo` on branch `trunk` (not `main`: nothing may assume the name),
+/// with `files` committed.
+fn repo(lab: &Lab, files: &[(&str, &str)]) -> PathBuf {
+    let dir = lab.dir.path().join("repo");
+    std::fs::create_dir_all(&dir).unwrap();
+    git(&dir, &["init", "-q", "-b", "trunk"]);
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        if name.ends_with(".sh") {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    git(&dir, &["add", "-A"]);
+    git(&dir, &["commit", "-qm", "start"]);
+    dir
+}
+
+/// Runs a plan in the repository with a state file; the exit code, the report and the state.
+fn run(lab: &Lab, repo: &Path, plan: &Value, extra: &[&str]) -> (i32, Value, Value) {
+    let plan_path = repo.join("plan.json");
+    std::fs::write(&plan_path, serde_json::to_string_pretty(plan).unwrap()).unwrap();
+    let state = lab.dir.path().join("execute-state.json");
+    let mut args = vec![
+        "run",
+        path_str(&plan_path),
+        "--json",
+        "--state-file",
+        path_str(&state),
+    ];
+    args.extend_from_slice(extra);
+    let (code, report) = lab.json(&args);
+    let document: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_execute_state(&document);
+    (code, report, document)
+}
+
+fn worktrees(lab: &Lab) -> PathBuf {
+    lab.dir.path().join(".worktrees")
+}
+
+/// The stand-in coding agent: writes `calc.py`; wrong on its own, right once the feedback
+/// shows the assertion that failed.
+const AGENT: &str = r#"#!/bin/sh
+case "$2" in
+  *AssertionError*) printf 'def add(a, b):\n    return a + b\n' > calc.py ;;
+  *) printf 'def add(a, b):\n    return a * b\n' > calc.py ;;
+esac
+"#;
+
+fn calc_task(id: &str, depends_on: &[&str], layer: &str) -> Value {
+    json!({
+        "id": id,
+        "title": format!("make add add ({id})"),
+        "layer": layer,
+        "depends_on": depends_on,
+        "task": {
+            "spec": "calc.add returns the sum",
+            "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/agent.sh", "${task.id}", "${task.feedback}"]}},
+            "verify": [{"argv": ["python3", "-B", "-c", "import calc; assert calc.add(2, 3) == 5, calc.add(2, 3)"]}]
+        }
+    })
+}
+
+#[test]
+fn a_task_that_fails_verification_is_fixed_from_its_feedback_and_merged() {
+    let lab = Lab::new();
+    let repo = repo(
+        &lab,
+        &[
+            ("agent.sh", AGENT),
+            ("calc.py", "def add(a, b):\n    return 0\n"),
+        ],
+    );
+    let plan = json!({"id": "calc", "workspace": {"repo": "."}, "steps": [calc_task("L1-001", &[], "1-core")]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 0, "{report}");
+    // Merged into the base with a merge commit (two parents) naming the task.
+    let log = git(&repo, &["log", "--merges", "--format=%s", "trunk"]);
+    assert_eq!(log.trim(), "Merge task L1-001: make add add (L1-001)");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("calc.py")).unwrap(),
+        "def add(a, b):\n    return a + b\n"
+    );
+    // The worktree and branch are gone; the base is clean.
+    assert!(!worktrees(&lab).join("L1-001").exists());
+    assert_eq!(git(&repo, &["branch", "--list", "worktree-*"]).trim(), "");
+    assert_eq!(
+        git(&repo, &["status", "--porcelain", "--untracked-files=no"]),
+        ""
+    );
+
+    let task = &state["tasks"]["L1-001"];
+    assert_eq!(task["status"], "completed");
+    assert_eq!(task["attempts"], 2);
+    assert_eq!(task["errors"][0]["type"], "verification_failed");
+    assert_eq!(task["errors"][0]["attempt"], 1);
+    assert_eq!(task["retry_feedback"][0]["attempt"], 2);
+    let feedback = task["retry_feedback"][0]["feedback"].as_str().unwrap();
+    assert!(feedback.contains("AssertionError: 6"), "{feedback}");
+    let kinds: Vec<&str> = task["commits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["implementation", "fix"]);
+    assert_eq!(
+        task["commits"][0]["message"],
+        "[L1-001] make add add (L1-001)"
+    );
+    // Each recorded commit is in the base.
+    for commit in task["commits"].as_array().unwrap() {
+        git(
+            &repo,
+            &[
+                "merge-base",
+                "--is-ancestor",
+                commit["hash"].as_str().unwrap(),
+                "trunk",
+            ],
+        );
+    }
+    assert!(task["merged_at"].is_string());
+    assert_eq!(state["status"], "completed");
+    assert_eq!(state["layers"]["1-core"]["status"], "completed");
+    assert_eq!(state["worktrees"]["L1-001"]["status"], "cleaned");
+    assert_eq!(
+        state["merge_queue"],
+        json!([{"task_id": "L1-001", "priority": 1, "status": "merged"}])
+    );
+    assert_eq!(state["metrics"]["total_retries"], 1);
+    assert_eq!(state["options"]["max_parallel"], 3);
+    let record = common::record(&report, "L1-001");
+    assert_eq!(record["result"]["attempts"], 2);
+}
+
+#[test]
+fn a_task_that_never_passes_is_abandoned_and_its_dependents_skipped() {
+    let lab = Lab::new();
+    let never = "#!/bin/sh\necho \"try $1\" >> tries.txt\n";
+    let repo = repo(&lab, &[("never.sh", never)]);
+    let plan = json!({"id": "never", "workspace": {"repo": ".", "max_attempts": 3}, "steps": [
+        {"id": "L1-001", "layer": "1-core", "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/never.sh", "${task.attempt}"]}},
+            "verify": [{"argv": ["sh", "-c", "echo all good"], "contains": "ALL GOOD"}]
+        }},
+        {"id": "L2-001", "layer": "2-more", "depends_on": ["L1-001"], "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["true"]}}
+        }}
+    ]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 1, "{report}");
+    let task = &state["tasks"]["L1-001"];
+    assert_eq!(task["status"], "abandoned");
+    assert_eq!(task["attempts"], 3);
+    assert_eq!(task["errors"].as_array().unwrap().len(), 3);
+    assert!(
+        task["errors"][2]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not contain `ALL GOOD`"),
+        "{task}"
+    );
+    assert_eq!(state["tasks"]["L2-001"]["status"], "pending");
+    assert_eq!(state["layers"]["1-core"]["status"], "blocked");
+    assert_eq!(state["layers"]["2-more"]["status"], "blocked");
+    assert_eq!(state["abandoned"], json!(["L1-001"]));
+    assert_eq!(state["status"], "abandoned");
+    // The worktree is kept for a person, with every attempt's commit; the base is untouched.
+    let kept = worktrees(&lab).join("L1-001");
+    assert_eq!(
+        std::fs::read_to_string(kept.join("tries.txt")).unwrap(),
+        "try 1\ntry 2\ntry 3\n"
+    );
+    assert_eq!(state["worktrees"]["L1-001"]["status"], "abandoned");
+    assert_eq!(git(&repo, &["log", "--format=%s", "trunk"]).trim(), "start");
+    let record = common::record(&report, "L2-001");
+    assert_eq!(record["skipped"], true);
+    assert_eq!(
+        common::record(&report, "L1-001")["error"]["code"],
+        "E_TASK_ABANDONED"
+    );
+}
+
+#[test]
+fn an_attempt_that_changes_nothing_fails_clearly() {
+    let lab = Lab::new();
+    let repo = repo(&lab, &[("readme", "x\n")]);
+    let plan = json!({"id": "idle", "workspace": {"repo": ".", "max_attempts": 1}, "steps": [
+        {"id": "T1", "task": {"implement": {"tool": "exec", "args": {"argv": ["true"]}}}}
+    ]});
+    let (code, _, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 1);
+    let error = &state["tasks"]["T1"]["errors"][0];
+    assert_eq!(error["type"], "implementation_error");
+    assert_eq!(
+        error["message"],
+        "attempt 1 changed nothing in the worktree"
+    );
+    assert_eq!(git(&repo, &["log", "--format=%s", "trunk"]).trim(), "start");
+}
+
+/// Two tasks that write the same line: whichever merges second conflicts.
+fn conflicting_plan(on_conflict: &str, agent: &str) -> Value {
+    let task = |id: &str| {
+        json!({"id": id, "layer": "1-both", "task": {
+            "implement": {"tool": "exec", "args": {"argv": [agent, "${task.id}", "${task.feedback}"]}},
+            "verify": [{"argv": ["test", "-s", "shared.txt"]}]
+        }})
+    };
+    json!({"id": "clash", "workspace": {"repo": ".", "on_conflict": on_conflict, "max_parallel": 2},
+           "steps": [task("A"), task("B")]})
+}
+
+/// Writes its id into shared.txt; told of a conflict, merges the base in and keeps both.
+const MERGING_AGENT: &str = r#"#!/bin/sh
+case "$2" in
+  *conflicted*)
+    git merge -q trunk >/dev/null 2>&1
+    printf 'A\nB\n' > shared.txt
+    git add shared.txt && git -c user.name=agent -c user.email=agent@localhost commit -qm "resolve with trunk" ;;
+  *) echo "$1" > shared.txt; sleep 0.2 ;;
+esac
+"#;
+
+#[test]
+fn a_merge_conflict_is_a_failed_attempt_and_the_next_attempt_resolves_it() {
+    let lab = Lab::new();
+    let repo = repo(
+        &lab,
+        &[("agent.sh", MERGING_AGENT), ("shared.txt", "nobody\n")],
+    );
+    let agent = repo.join("agent.sh");
+    let (code, report, state) = run(
+        &lab,
+        &repo,
+        &conflicting_plan("retry", path_str(&agent)),
+        &[],
+    );
+    assert_eq!(code, 0, "{report}\n{state}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("shared.txt")).unwrap(),
+        "A\nB\n"
+    );
+    assert_eq!(
+        git(&repo, &["status", "--porcelain", "--untracked-files=no"]),
+        ""
+    );
+    // One of them conflicted (which depends on timing), once.
+    let conflicted: Vec<&str> = ["A", "B"]
+        .into_iter()
+        .filter(|id| state["tasks"][id]["attempts"] == 2)
+        .collect();
+    assert_eq!(conflicted.len(), 1, "{state}");
+    let error = &state["tasks"][conflicted[0]]["errors"][0];
+    assert_eq!(error["type"], "merge_conflict");
+    assert!(
+        error["message"].as_str().unwrap().contains("shared.txt"),
+        "{error}"
+    );
+    let feedback = state["tasks"][conflicted[0]]["retry_feedback"][0]["feedback"]
+        .as_str()
+        .unwrap();
+    assert!(feedback.contains("git merge trunk"), "{feedback}");
+    // Each task merged once (the agent's own merge of the base is not plan-cli's).
+    let merges = git(&repo, &["log", "--merges", "--format=%s", "trunk"]);
+    let tasks = merges
+        .lines()
+        .filter(|l| l.starts_with("Merge task "))
+        .count();
+    assert_eq!(tasks, 2, "{merges}");
+    let queue: Vec<&str> = state["merge_queue"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(queue, ["merged", "merged"]);
+}
+
+#[test]
+fn on_conflict_wait_halts_the_run_until_a_person_resolves_it() {
+    let lab = Lab::new();
+    let simple = "#!/bin/sh\necho \"$1\" > shared.txt\nsleep 0.2\n";
+    let repo = repo(&lab, &[("agent.sh", simple), ("shared.txt", "nobody\n")]);
+    let agent = repo.join("agent.sh");
+    let (code, report, state) = run(
+        &lab,
+        &repo,
+        &conflicting_plan("wait", path_str(&agent)),
+        &[],
+    );
+    assert_eq!(code, 5, "WAITING: {report}");
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(state["status"], "stopped");
+    // The base is clean, not mid-merge.
+    assert_eq!(
+        git(&repo, &["status", "--porcelain", "--untracked-files=no"]),
+        ""
+    );
+    assert!(!repo.join(".git/MERGE_HEAD").exists());
+    let waiting = ["A", "B"]
+        .into_iter()
+        .find(|id| state["tasks"][id]["status"] == "verified")
+        .expect("one task waits, verified");
+    assert_eq!(
+        state["tasks"][waiting]["errors"][0]["type"],
+        "merge_conflict"
+    );
+    let pending = report["pending_approvals"].to_string();
+    assert!(pending.contains(&format!("{waiting}/merge#1")), "{pending}");
+
+    // A person resolves it in the worktree, then resumes.
+    let tree = worktrees(&lab).join(waiting);
+    let _ = Command::new("git")
+        .args(["merge", "-q", "trunk"])
+        .current_dir(&tree)
+        .output()
+        .unwrap();
+    std::fs::write(tree.join("shared.txt"), "A\nB\n").unwrap();
+    git(&tree, &["add", "shared.txt"]);
+    git(&tree, &["commit", "-qm", "resolved by hand"]);
+    let (code, report) = lab.json(&["resume", &run_id, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("shared.txt")).unwrap(),
+        "A\nB\n"
+    );
+    let merges = git(&repo, &["log", "--merges", "--format=%s", "trunk"]);
+    let tasks = merges
+        .lines()
+        .filter(|l| l.starts_with("Merge task "))
+        .count();
+    assert_eq!(tasks, 2, "{merges}");
+}
+
+#[test]
+fn a_plan_with_tasks_but_no_repository_is_refused_before_it_runs() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"workspace": {"repo": "nowhere"}, "steps": [
+            {"id": "T1", "task": {"implement": {"tool": "exec", "args": {"argv": ["true"]}}}}
+        ]}),
+    );
+    let output = lab.cli().args(["run", path_str(&plan)]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is not a folder"), "{stderr}");
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(runs, json!([]), "no run is recorded");
+}
+
+#[test]
+fn task_steps_are_checked_when_the_plan_is_read() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [
+            {"id": "T1", "task": {"implement": {"tool": "exce", "args": {}}, "verify": [{"argv": []}]}}
+        ]}),
+    );
+    let output = lab
+        .cli()
+        .args(["validate", path_str(&plan)])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("needs the plan's `workspace`"), "{stderr}");
+    assert!(stderr.contains("a check needs a program"), "{stderr}");
+    assert!(stderr.contains("exce"), "{stderr}");
+}
+
+/// kill -9 at random moments of a breakdown of 6 tasks in 3 layers (max_parallel 3), then
+/// `resume`, until it finishes: no task merged twice, no recorded commit lost, the base never
+/// left mid-merge.
+#[test]
+fn kill_9_at_any_moment_then_resume_merges_each_task_once() {
+    let lab = Lab::new();
+    let agent = "#!/bin/sh\necho \"$1 $2\" >> \"$1.txt\"\nsleep 0.$(( 2 + $(od -An -N1 -tu1 /dev/urandom) % 6 ))\n";
+    let repo = repo(&lab, &[("agent.sh", agent)]);
+    let task = |id: &str, layer: &str, deps: &[&str]| {
+        json!({"id": id, "layer": layer, "depends_on": deps, "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/agent.sh", "${task.id}", "${task.attempt}"]}},
+            "verify": [{"argv": ["test", "-s", format!("{id}.txt")]}]
+        }})
+    };
+    let plan = json!({"id": "layers", "workspace": {"repo": ".", "max_parallel": 3}, "steps": [
+        task("L0-001", "0-setup", &[]), task("L0-002", "0-setup", &[]),
+        task("L1-001", "1-core", &["L0-001"]), task("L1-002", "1-core", &["L0-001", "L0-002"]),
+        task("L2-001", "2-top", &["L1-001"]), task("L2-002", "2-top", &["L1-002"]),
+    ]});
+    let plan_path = repo.join("plan.json");
+    std::fs::write(&plan_path, serde_json::to_string_pretty(&plan).unwrap()).unwrap();
+    let state_path = lab.dir.path().join("execute-state.json");
+    let mut run_id: Option<String> = None;
+    let mut kills = 0;
+    let mut seed = 0x9e37_79b9_u64;
+    for round in 0..60 {
+        let child = match &run_id {
+            None => lab.spawn(&[
+                "run",
+                path_str(&plan_path),
+                "--state-file",
+                path_str(&state_path),
+            ]),
+            Some(id) => lab.spawn(&["resume", id, "--state-file", path_str(&state_path)]),
+        };
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        // The first kills land early (creating worktrees, implementing), later ones anywhere.
+        let delay = Duration::from_millis(100 + seed % (300 + 200 * round.min(5)));
+        let mut child = child;
+        std::thread::sleep(delay);
+        let finished = child.try_wait().unwrap().is_some();
+        if !finished {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+        if run_id.is_none() {
+            let (_, runs) = lab.json(&["runs", "--json"]);
+            run_id = runs[0]["run_id"].as_str().map(str::to_owned);
+        }
+        if finished {
+            break;
+        }
+        assert!(round < 59, "the run never finished");
+    }
+    // A last resume finishes whatever is left (and reports a finished run as it is).
+    let id = run_id.expect("a run was recorded");
+    let output = lab
+        .cli()
+        .args([
+            "resume",
+            &id,
+            "--json",
+            "--state-file",
+            path_str(&state_path),
+        ])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["task_status"], "COMPLETED", "{report}");
+    assert!(kills >= 3, "only {kills} kills landed");
+    eprintln!("{kills} kills");
+
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    assert_execute_state(&state);
+    let merges = git(&repo, &["log", "--merges", "--format=%s", "trunk"]);
+    for id in ["L0-001", "L0-002", "L1-001", "L1-002", "L2-001", "L2-002"] {
+        let count = merges
+            .lines()
+            .filter(|line| line.starts_with(&format!("Merge task {id}:")))
+            .count();
+        assert_eq!(
+            count, 1,
+            "{id} merged {count} times ({kills} kills):\n{merges}"
+        );
+        assert!(
+            repo.join(format!("{id}.txt")).exists(),
+            "{id}'s work is lost"
+        );
+        for commit in state["tasks"][id]["commits"].as_array().unwrap() {
+            git(
+                &repo,
+                &[
+                    "merge-base",
+                    "--is-ancestor",
+                    commit["hash"].as_str().unwrap(),
+                    "trunk",
+                ],
+            );
+        }
+        assert_eq!(state["tasks"][id]["status"], "completed");
+    }
+    assert!(!repo.join(".git/MERGE_HEAD").exists());
+    assert_eq!(
+        git(&repo, &["status", "--porcelain", "--untracked-files=no"]),
+        ""
+    );
+}
