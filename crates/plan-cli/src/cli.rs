@@ -70,6 +70,9 @@ pub(crate) enum Command {
     Worker(WorkerArgs),
     /// Start a project here: a `.plan/` folder (its ledger) and a commented starter plan
     Init(InitArgs),
+    /// Make a plan from work described elsewhere
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// Print a shell completion script (`plan-cli completions bash > /etc/bash_completion.d/plan-cli`)
     Completions {
         /// The shell
@@ -493,6 +496,27 @@ pub(crate) enum PlanCommand {
 pub(crate) enum StateFormat {
     /// The execute-state.json document, schema 2.0
     ExecuteState,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ImportCommand {
+    /// A task breakdown folder (manifest.json, layer_plan.json, a task XML file per task) as
+    /// a plan of task steps, each implemented by a coding agent in its own git worktree
+    Tasks {
+        /// The breakdown folder (`docs/tasks/<slug>/`)
+        dir: PathBuf,
+        /// The coding agent's command, split into words without a shell (`"claude -p"`,
+        /// `"./agent.sh"`); the task's prompt is its last argument unless it reads
+        /// `${task.…}` itself
+        #[arg(long, value_name = "CMD")]
+        implement: String,
+        /// The git repository the tasks change
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        repo: PathBuf,
+        /// Write the plan here instead of printing it
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

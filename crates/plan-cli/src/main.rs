@@ -29,6 +29,7 @@ fn main() {
     // Commands that need neither a ledger nor tools.
     let early = match &cli.command {
         Command::Init(args) => Some(commands::init(args)),
+        Command::Import(command) => Some(commands::import(command)),
         Command::Completions { shell } => Some(commands::completions(*shell)),
         _ => None,
     };
@@ -111,9 +112,9 @@ fn main() {
             .ok_or_else(|| exit::Failure::internal("the policy of `mcp serve` was not read"))
             .and_then(|policy| commands::serve(policy, toolbox.clone(), &ledger)),
         Command::Worker(args) => commands::worker(args, &toolbox),
-        Command::Init(_) | Command::Completions { .. } => Err(exit::Failure::internal(
-            "handled before the ledger is opened",
-        )),
+        Command::Init(_) | Command::Import(_) | Command::Completions { .. } => Err(
+            exit::Failure::internal("handled before the ledger is opened"),
+        ),
     };
     // MCP servers that were started stop before the process ends.
     toolbox.shutdown();

@@ -520,3 +520,173 @@ fn kill_9_at_any_moment_then_resume_merges_each_task_once() {
         ""
     );
 }
+
+/// A breakdown folder shaped like a PRD-to-tasks breakdown's `docs/tasks/<slug>/`.
+fn breakdown(repo: &Path) -> PathBuf {
+    let dir = repo.join("docs/tasks/greeter");
+    std::fs::create_dir_all(dir.join("1-foundation")).unwrap();
+    std::fs::create_dir_all(dir.join("2-backend")).unwrap();
+    std::fs::write(
+        dir.join("manifest.json"),
+        r#"{"prd_slug": "greeter", "prd_name": "Greeter", "generated_at": "2026-01-10T10:00:00Z"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("layer_plan.json"),
+        r#"{"layers": [{"name": "1-foundation", "tasks": ["L1-001"]}, {"name": "2-backend", "tasks": ["L2-001"]}],
+            "dependency_graph": {"L1-001": [], "L2-001": ["L1-001"]}}"#,
+    )
+    .unwrap();
+    let task = |id: &str, name: &str, layer: &str, file: &str, word: &str| {
+        format!(
+            r#"<task>
+  <meta><id>{id}</id><name>{name}</name><layer>{layer}</layer><priority>1</priority></meta>
+  <context><tech-stack>POSIX sh</tech-stack></context>
+  <objective>Write {file}.</objective>
+  <requirements>
+    <requirement id="1">The file `{file}` holds the word {word}</requirement>
+  </requirements>
+  <files-to-create><file>{file}</file></files-to-create>
+  <verification>
+    <step>Run: `test -s {file}` - the file exists</step>
+    <step>Verify: `cat {file}` shows `{word}`</step>
+    <step>Check: the word is spelt right</step>
+  </verification>
+</task>"#
+        )
+    };
+    std::fs::write(
+        dir.join("1-foundation/L1-001.xml"),
+        task(
+            "L1-001",
+            "Write hello",
+            "1-foundation",
+            "hello.txt",
+            "hello",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("2-backend/L2-001.xml"),
+        task("L2-001", "Write world", "2-backend", "world.txt", "world"),
+    )
+    .unwrap();
+    dir
+}
+
+/// Reads the prompt (its last argument) and writes what the task's requirement asks for.
+const PROMPT_AGENT: &str = r#"#!/bin/sh
+prompt="$1"
+file=$(printf '%s\n' "$prompt" | sed -n 's/.*The file `\([^`]*\)` holds the word \([a-z]*\).*/\1/p' | head -1)
+word=$(printf '%s\n' "$prompt" | sed -n 's/.*The file `\([^`]*\)` holds the word \([a-z]*\).*/\2/p' | head -1)
+echo "$word" > "$file"
+"#;
+
+#[test]
+fn an_imported_breakdown_runs_layer_after_layer() {
+    let lab = Lab::new();
+    let repo = repo(&lab, &[("agent.sh", PROMPT_AGENT)]);
+    let dir = breakdown(&repo);
+    let plan_path = lab.dir.path().join("greeter.json");
+    let output = lab
+        .cli()
+        .args([
+            "import",
+            "tasks",
+            path_str(&dir),
+            "--implement",
+            "./agent.sh",
+            "--repo",
+            path_str(&repo),
+            "-o",
+            path_str(&plan_path),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: Value = serde_json::from_str(&std::fs::read_to_string(&plan_path).unwrap()).unwrap();
+    assert_eq!(plan["id"], "greeter");
+    assert_eq!(plan["steps"][1]["depends_on"], json!(["L1-001"]));
+    assert_eq!(plan["steps"][0]["layer"], "1-foundation");
+    assert_eq!(
+        plan["steps"][0]["task"]["verify"],
+        json!([
+            {"argv": ["sh", "-c", "test -s hello.txt"]},
+            {"argv": ["sh", "-c", "cat hello.txt"], "contains": "hello"}
+        ])
+    );
+    let spec = plan["steps"][0]["task"]["spec"].as_str().unwrap();
+    assert!(spec.contains("Write hello.txt."), "{spec}");
+    assert!(spec.contains("Check: the word is spelt right"), "{spec}");
+
+    let (code, report) = lab.json(&["run", path_str(&plan_path), "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("world.txt")).unwrap(),
+        "world\n"
+    );
+    // The state file is kept beside the breakdown by default.
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("execute-state.json")).unwrap())
+            .unwrap();
+    assert_execute_state(&state);
+    assert_eq!(state["prd_slug"], "greeter");
+    assert_eq!(state["layers"]["2-backend"]["status"], "completed");
+    assert!(
+        state["tasks_path"]
+            .as_str()
+            .unwrap()
+            .ends_with("docs/tasks/greeter")
+    );
+}
+
+#[test]
+fn a_malformed_breakdown_names_the_file_and_the_element() {
+    let lab = Lab::new();
+    let repo = repo(&lab, &[("readme", "x\n")]);
+    let dir = breakdown(&repo);
+    let import = |lab: &Lab| {
+        let output = lab
+            .cli()
+            .args(["import", "tasks", path_str(&dir), "--implement", "agent"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2));
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    std::fs::write(
+        dir.join("2-backend/L2-001.xml"),
+        "<task><meta><id>L2-001</id><layer>2-backend</layer></meta></task>",
+    )
+    .unwrap();
+    let stderr = import(&lab);
+    assert!(
+        stderr.contains("L2-001.xml: <meta> has no <name>"),
+        "{stderr}"
+    );
+    std::fs::write(dir.join("2-backend/L2-001.xml"), "<task><meta>").unwrap();
+    let stderr = import(&lab);
+    assert!(
+        stderr.contains("L2-001.xml: is not well-formed XML"),
+        "{stderr}"
+    );
+    std::fs::write(
+        dir.join("layer_plan.json"),
+        r#"{"dependency_graph": {"L2-001": "L1-001"}}"#,
+    )
+    .unwrap();
+    std::fs::remove_file(dir.join("2-backend/L2-001.xml")).unwrap();
+    let stderr = import(&lab);
+    assert!(
+        stderr.contains("layer_plan.json: `dependency_graph.L2-001` is not a list of task ids"),
+        "{stderr}"
+    );
+}

@@ -974,8 +974,25 @@ impl TaskRun {
         } else {
             String::new()
         };
+        // What an agent that takes one prompt is given: the spec, and after a failure how
+        // the last attempt failed.
+        let spec = if self.task.spec.is_empty() {
+            &self.task.title
+        } else {
+            &self.task.spec
+        };
+        let prompt = if feedback.is_empty() {
+            spec.clone()
+        } else {
+            format!(
+                "{spec}\n\nAttempt {} of {} failed:\n{feedback}\n\nFix the work in this folder so that it passes.",
+                state.attempts - 1,
+                self.task.settings.max_attempts
+            )
+        };
         json!({
             "id": &*self.step_id,
+            "prompt": prompt,
             "title": self.task.title,
             "layer": self.task.layer,
             // Text, as a program's argument needs it (`exec`'s `argv` takes strings only).

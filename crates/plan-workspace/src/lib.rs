@@ -9,6 +9,8 @@
 //! worktrees run side by side. A merge is idempotent: a branch already in the base is reported
 //! merged, not merged again, and a merge left half done by a killed process is aborted first.
 
+pub mod breakdown;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;

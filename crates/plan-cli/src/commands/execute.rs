@@ -262,6 +262,12 @@ where
     F: std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
 {
     let prepared = prepared(ready);
+    // A plan made from a task breakdown keeps its state beside the breakdown by default.
+    let state_file = args.state_file.clone().or_else(|| {
+        let tasks = prepared.loaded.plan.workspace.as_ref()?.tasks.as_ref()?;
+        let path = PathBuf::from(tasks).join("execute-state.json");
+        check_state_file(&path).is_ok().then_some(path)
+    });
     let mut settings = plan_run::Execution::new();
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
@@ -336,7 +342,7 @@ where
                 stop.cancel();
             });
         }
-        let state_writer = args.state_file.clone().map(|path| {
+        let state_writer = state_file.clone().map(|path| {
             let (run_id, db) = (run_id.to_owned(), ledger.path().to_path_buf());
             tokio::spawn(async move {
                 loop {
@@ -358,7 +364,7 @@ where
         file.close();
     }
     let outcome = outcome.map_err(Failure::lifecycle)?;
-    if let Some(path) = &args.state_file {
+    if let Some(path) = &state_file {
         write_state_file(ledger.path(), run_id, path).map_err(Failure::internal)?;
     }
     Ok((outcome.report, outcome.plan))

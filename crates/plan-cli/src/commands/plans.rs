@@ -298,6 +298,47 @@ pub(crate) fn init(args: &crate::cli::InitArgs) -> Result<i32, Failure> {
     Ok(0)
 }
 
+/// `import tasks DIR`: a task breakdown as a plan of task steps, printed or written.
+pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure> {
+    let crate::cli::ImportCommand::Tasks {
+        dir,
+        implement,
+        repo,
+        output,
+    } = command;
+    // Absolute, so the plan works wherever it is written.
+    let absolute = |path: &std::path::Path, what: &str| {
+        std::fs::canonicalize(path)
+            .map(|p| p.display().to_string())
+            .map_err(|error| Failure::input(format!("{what} {}: {error}", path.display())))
+    };
+    let options = plan_workspace::breakdown::ImportOptions {
+        implement: implement.clone(),
+        repo: absolute(repo, "--repo")?,
+        tasks: absolute(dir, "the breakdown folder")?,
+    };
+    let plan = plan_workspace::breakdown::import(dir, &options)
+        .map_err(|error| Failure::input(error.to_string()))?;
+    let mut text =
+        serde_json::to_string_pretty(&plan).map_err(|e| Failure::internal(e.to_string()))?;
+    text.push('\n');
+    match output {
+        None => print(&text)?,
+        Some(path) => {
+            std::fs::write(path, &text).map_err(|error| {
+                Failure::input(format!("cannot write {}: {error}", path.display()))
+            })?;
+            let steps = plan["steps"].as_array().map_or(0, Vec::len);
+            eprintln!(
+                "wrote {} ({steps} task{}); next: plan-cli validate {0}; plan-cli run {0}",
+                path.display(),
+                if steps == 1 { "" } else { "s" }
+            );
+        }
+    }
+    Ok(0)
+}
+
 /// `completions SHELL`: the completion script on stdout.
 pub(crate) fn completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
     use clap::CommandFactory;
