@@ -690,3 +690,45 @@ fn a_malformed_breakdown_names_the_file_and_the_element() {
         "{stderr}"
     );
 }
+
+/// The example of docs/tasks.md, run as the guide says: copied, made a repository, run.
+#[test]
+fn the_documented_example_runs_as_the_guide_says() {
+    let lab = Lab::new();
+    let copy = lab.dir.path().join("calc");
+    std::fs::create_dir_all(&copy).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks");
+    for entry in std::fs::read_dir(&example).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+    }
+    git(&copy, &["init", "-q", "-b", "main"]);
+    git(&copy, &["add", "-A"]);
+    git(&copy, &["commit", "-qm", "start"]);
+    let output = lab
+        .cli()
+        .current_dir(&copy)
+        .args(["run", "plan.yaml", "--state-file", "execute-state.json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let calc = std::fs::read_to_string(copy.join("calc.py")).unwrap();
+    assert!(
+        calc.contains("return a + b") && calc.contains("return a * b"),
+        "{calc}"
+    );
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(copy.join("execute-state.json")).unwrap())
+            .unwrap();
+    assert_execute_state(&state);
+    assert_eq!(
+        state["tasks"]["L1-add"]["attempts"], 2,
+        "the first try at add is wrong on purpose"
+    );
+    assert_eq!(state["tasks"]["L2-mul"]["attempts"], 1);
+    assert_eq!(state["status"], "completed");
+}

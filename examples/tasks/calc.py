@@ -1,0 +1,6 @@
+def add(a, b):
+    raise NotImplementedError
+
+
+def mul(a, b):
+    raise NotImplementedError
