@@ -491,6 +491,12 @@ impl Program {
             // The step as one call, its items' values standing in (for a map step whose list
             // only a step's result gives, `expand_on` says what it will run over).
             let whole_step = |expand_on: Option<String>| {
+                if let Action::Task(task) = &step.action {
+                    // Its calls read `${task.*}`, known only as it runs: shown as written.
+                    let mut call = planned(step.id.to_string(), Ok(task.written.clone()), None);
+                    call.tool = "task".to_owned();
+                    return call;
+                }
                 planned(
                     step.id.to_string(),
                     preview_args(step, plain, &stand_in, &unknown),

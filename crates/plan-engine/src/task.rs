@@ -147,6 +147,8 @@ pub(crate) struct CompiledTask {
     layer: String,
     settings: TaskSettings,
     expressions: crate::expression::Expressions,
+    /// The task as the plan writes it, for previews.
+    pub(crate) written: Value,
 }
 
 impl CompiledTask {
@@ -247,6 +249,7 @@ pub(crate) fn compile_task(
         layer: layer.unwrap_or_default().to_owned(),
         settings,
         expressions,
+        written: serde_json::to_value(task).unwrap_or(Value::Null),
     })
 }
 
@@ -623,7 +626,6 @@ impl TaskRun {
             };
             let args = json!({
                 "argv": argv,
-                "check": false,
                 "timeout_ms": u64::try_from(check.timeout.as_millis()).unwrap_or(u64::MAX),
             });
             let gate = Gate {
@@ -677,31 +679,35 @@ impl TaskRun {
                     self.step_id
                 )));
             }
+            // A program that exits non-zero fails its `exec` call (so the run's output marks
+            // the check failed); the error's details hold what it printed.
+            let printed = |result: &Value| {
+                let text = |key: &str| result.get(key).and_then(Value::as_str).unwrap_or("");
+                format!("{}{}", text("stdout"), text("stderr"))
+            };
             let (message, output) = match finished.result {
                 Err(error) if error.code == codes::E_TIMEOUT => (
                     format!("timed out after {} s", check.timeout.as_secs()),
                     String::new(),
                 ),
-                Err(error) => (error.message.clone(), String::new()),
-                Ok(result) => {
-                    let text = |key: &str| result.get(key).and_then(Value::as_str).unwrap_or("");
-                    let output = format!("{}{}", text("stdout"), text("stderr"));
-                    let code = result.get("exit_code").and_then(Value::as_i64);
-                    let message = if code != Some(0) {
-                        match code {
+                Err(error) => match error.details.as_deref() {
+                    Some(result) if result.get("exit_code").is_some() => {
+                        let message = match result.get("exit_code").and_then(Value::as_i64) {
                             Some(code) => format!("exited with status {code}"),
                             None => "was killed by a signal".to_owned(),
-                        }
-                    } else if let Some(wanted) = check
-                        .contains
-                        .as_ref()
-                        .filter(|w| !output.contains(w.as_str()))
+                        };
+                        (message, printed(result))
+                    }
+                    _ => (error.message.clone(), String::new()),
+                },
+                Ok(result) => {
+                    let output = printed(&result);
+                    let message = if let Some(wanted) =
+                        check.contains.as_ref().filter(|w| !output.contains(w.as_str()))
                     {
                         format!("its output does not contain `{wanted}`")
-                    } else if let Some(unwanted) = check
-                        .not_contains
-                        .as_ref()
-                        .filter(|u| output.contains(u.as_str()))
+                    } else if let Some(unwanted) =
+                        check.not_contains.as_ref().filter(|u| output.contains(u.as_str()))
                     {
                         format!("its output contains `{unwanted}`")
                     } else {

@@ -226,13 +226,9 @@ fn dot_block(block: &Block, path: &str, depth: usize, counter: &mut usize, out: 
     let _ = writeln!(out, "{indent}}}");
 }
 
-/// What a step runs, for pictures: its tool, or `block`.
+/// What a step runs, for pictures: its tool, `block` or `task`.
 fn kind(step: &crate::model::Step) -> &str {
-    if step.block.is_some() {
-        "block"
-    } else {
-        &step.tool
-    }
+    step.kind()
 }
 
 fn sanitize(name: &str) -> String {
@@ -258,9 +254,9 @@ pub fn mermaid(plan: &Plan) -> String {
         }
         let title = step.title.as_deref().unwrap_or("");
         let text = if title.is_empty() {
-            format!("{}<br/>[{}]", step.id, step.tool)
+            format!("{}<br/>[{}]", step.id, step.kind())
         } else {
-            format!("{}. {}<br/>[{}]", step.id, title, step.tool)
+            format!("{}. {}<br/>[{}]", step.id, title, step.kind())
         };
         let _ = writeln!(out, "    s{i}[\"{}\"]", text.replace('"', "#quot;"));
     }
@@ -296,8 +292,8 @@ pub fn dot(plan: &Plan) -> String {
             continue;
         }
         let label = match &step.title {
-            Some(title) => format!("{}. {}\n[{}]", step.id, title, step.tool),
-            None => format!("{}\n[{}]", step.id, step.tool),
+            Some(title) => format!("{}. {}\n[{}]", step.id, title, step.kind()),
+            None => format!("{}\n[{}]", step.id, step.kind()),
         };
         let _ = writeln!(out, "    {} [label={}];", quote(&step.id.0), quote(&label));
     }
