@@ -316,6 +316,12 @@ pub(crate) struct RunArgs {
     /// Approve a high-risk step or map item in advance (repeatable)
     #[arg(long = "approve", value_name = "STEP")]
     pub(crate) approve: Vec<String>,
+    /// Run only the steps of this layer (their dependencies outside it are taken as done)
+    #[arg(long, value_name = "LAYER")]
+    pub(crate) layer: Option<String>,
+    /// Run only this step (its dependencies are taken as done)
+    #[arg(long, value_name = "ID")]
+    pub(crate) task: Option<String>,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }

@@ -732,3 +732,46 @@ fn the_documented_example_runs_as_the_guide_says() {
     assert_eq!(state["tasks"]["L2-mul"]["attempts"], 1);
     assert_eq!(state["status"], "completed");
 }
+
+#[test]
+fn layer_and_task_filters_run_a_part_of_the_breakdown() {
+    let lab = Lab::new();
+    let writer = "#!/bin/sh\necho \"$1\" > \"$1.txt\"\n";
+    let repo = repo(&lab, &[("writer.sh", writer)]);
+    let task = |id: &str, layer: &str, deps: &[&str]| {
+        json!({"id": id, "layer": layer, "depends_on": deps, "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/writer.sh", "${task.id}"]}}
+        }})
+    };
+    let plan = json!({"id": "parts", "workspace": {"repo": "."}, "steps": [
+        task("L1-001", "1-core", &[]), task("L1-002", "1-core", &[]),
+        task("L2-001", "2-top", &["L1-001"]),
+    ]});
+    let (code, report, state) = run(&lab, &repo, &plan, &["--layer", "1-core"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(repo.join("L1-001.txt").exists() && repo.join("L1-002.txt").exists());
+    assert!(!repo.join("L2-001.txt").exists(), "layer 2-top is not run");
+    assert_eq!(state["options"]["layer_filter"], "1-core");
+    assert_eq!(state["tasks"]["L2-001"]["status"], "pending");
+    assert_eq!(state["layers"]["1-core"]["status"], "completed");
+    assert_eq!(state["layers"]["2-top"]["status"], "pending");
+
+    let (code, report, state) = run(&lab, &repo, &plan, &["--task", "L2-001"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(repo.join("L2-001.txt").exists());
+    assert_eq!(state["options"]["task_filter"], "L2-001");
+    assert_eq!(report["records"][0]["step_id"], "L2-001");
+    assert_eq!(report["records"][1]["step_id"], "__meta__", "{report}");
+
+    let output = lab
+        .cli()
+        .args(["run", path_str(&repo.join("plan.json")), "--task", "L2-01"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("the plan has no step `L2-01` (did you mean `L2-001`?)"),
+        "{stderr}"
+    );
+}

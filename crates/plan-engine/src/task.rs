@@ -702,12 +702,16 @@ impl TaskRun {
                 },
                 Ok(result) => {
                     let output = printed(&result);
-                    let message = if let Some(wanted) =
-                        check.contains.as_ref().filter(|w| !output.contains(w.as_str()))
+                    let message = if let Some(wanted) = check
+                        .contains
+                        .as_ref()
+                        .filter(|w| !output.contains(w.as_str()))
                     {
                         format!("its output does not contain `{wanted}`")
-                    } else if let Some(unwanted) =
-                        check.not_contains.as_ref().filter(|u| output.contains(u.as_str()))
+                    } else if let Some(unwanted) = check
+                        .not_contains
+                        .as_ref()
+                        .filter(|u| output.contains(u.as_str()))
                     {
                         format!("its output contains `{unwanted}`")
                     } else {

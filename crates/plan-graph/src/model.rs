@@ -642,6 +642,72 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The part of the plan a run of one layer (`layer`) or one step (`step`) runs: the
+    /// matching steps, their dependencies on steps left out dropped (those are taken as done,
+    /// as a task executor's layer and task filters take them). `Err` when nothing matches,
+    /// naming what there is.
+    pub fn select(&self, layer: Option<&str>, step: Option<&str>) -> Result<Plan, String> {
+        let keep = |s: &Step| {
+            layer.is_none_or(|l| s.layer.as_deref() == Some(l))
+                && step.is_none_or(|id| s.id.0 == id)
+        };
+        if !self.steps.iter().any(keep) {
+            let layers: Vec<&str> = {
+                let mut seen = Vec::new();
+                for name in self.steps.iter().filter_map(|s| s.layer.as_deref()) {
+                    if !seen.contains(&name) {
+                        seen.push(name);
+                    }
+                }
+                seen
+            };
+            if let Some(l) = layer
+                && !layers.contains(&l)
+            {
+                return Err(if layers.is_empty() {
+                    format!("no step is in layer `{l}`: the plan's steps name no `layer`")
+                } else {
+                    format!(
+                        "no step is in layer `{l}`; the layers are {}",
+                        layers.join(", ")
+                    )
+                });
+            }
+            return Err(
+                match (
+                    step,
+                    self.steps.iter().find(|s| Some(s.id.0.as_str()) == step),
+                ) {
+                    (Some(id), Some(found)) => format!(
+                        "step `{id}` is in layer `{}`, not `{}`",
+                        found.layer.as_deref().unwrap_or("-"),
+                        layer.unwrap_or("-")
+                    ),
+                    (Some(id), None) => {
+                        let ids: Vec<String> = self.steps.iter().map(|s| s.id.0.clone()).collect();
+                        let hint = crate::closest(id, &ids)
+                            .map(|near| format!(" (did you mean `{near}`?)"))
+                            .unwrap_or_default();
+                        format!("the plan has no step `{id}`{hint}")
+                    }
+                    (None, _) => "the plan has no steps".to_owned(),
+                },
+            );
+        }
+        let kept: std::collections::HashSet<&str> = self
+            .steps
+            .iter()
+            .filter(|s| keep(s))
+            .map(|s| s.id.0.as_str())
+            .collect();
+        let mut plan = self.clone();
+        plan.steps.retain(|s| kept.contains(s.id.0.as_str()));
+        for step in &mut plan.steps {
+            step.depends_on.retain(|d| kept.contains(d.0.as_str()));
+        }
+        Ok(plan)
+    }
+
     /// The position of a step in plan order.
     pub fn position(&self, id: &str) -> Option<usize> {
         self.steps.iter().position(|step| step.id.0 == id)
@@ -682,5 +748,53 @@ impl Plan {
             names.insert(call.tool.as_str());
         }
         names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        let text = r#"{"steps": [
+            {"id": "a", "tool": "echo", "layer": "1"},
+            {"id": "b", "tool": "echo", "layer": "2", "depends_on": ["a"]},
+            {"id": "c", "tool": "echo", "layer": "2", "depends_on": ["a", "b"]}
+        ]}"#;
+        crate::load(
+            crate::Source::new("p.json", text),
+            crate::Format::Json,
+            &crate::LoadOptions::default(),
+        )
+        .unwrap()
+        .plan
+    }
+
+    #[test]
+    fn a_selection_keeps_its_steps_and_drops_dependencies_on_the_rest() {
+        let part = plan().select(Some("2"), None).unwrap();
+        let ids: Vec<&str> = part.steps.iter().map(|s| s.id.0.as_str()).collect();
+        assert_eq!(ids, ["b", "c"]);
+        assert!(part.steps[0].depends_on.is_empty());
+        assert_eq!(part.steps[1].depends_on, [StepId("b".into())]);
+        let one = plan().select(None, Some("c")).unwrap();
+        assert_eq!(one.steps.len(), 1);
+        assert!(one.steps[0].depends_on.is_empty());
+    }
+
+    #[test]
+    fn a_selection_of_nothing_says_what_there_is() {
+        assert_eq!(
+            plan().select(Some("9"), None).unwrap_err(),
+            "no step is in layer `9`; the layers are 1, 2"
+        );
+        assert_eq!(
+            plan().select(Some("1"), Some("b")).unwrap_err(),
+            "step `b` is in layer `2`, not `1`"
+        );
+        assert_eq!(
+            plan().select(None, Some("bb")).unwrap_err(),
+            "the plan has no step `bb` (did you mean `b`?)"
+        );
     }
 }

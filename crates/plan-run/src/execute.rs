@@ -96,6 +96,11 @@ pub struct Start {
     /// The folder the run's programs run in (kept with the run, so that `resume` runs them in
     /// the same place; see [`working_dir_of`]).
     pub working_dir: Option<String>,
+    /// The run runs only this layer's steps (`run --layer`; kept with the run for `resume`
+    /// and the state file's `layer_filter`; see [`filters_of`]).
+    pub layer_filter: Option<String>,
+    /// The run runs only this step (`run --task`; the state file's `task_filter`).
+    pub task_filter: Option<String>,
 }
 
 impl Start {
@@ -106,6 +111,8 @@ impl Start {
             approve: Vec::new(),
             mode: Mode::Auto,
             working_dir: None,
+            layer_filter: None,
+            task_filter: None,
         }
     }
 }
@@ -116,6 +123,18 @@ pub fn working_dir_of(row: &RunRow) -> Option<std::path::PathBuf> {
         .get("working_dir")
         .and_then(Value::as_str)
         .map(std::path::PathBuf::from)
+}
+
+/// The layer and step a run was started for (`run --layer`, `run --task`), as its start kept
+/// them: a resumed run runs the same part of its plan (see `Plan::select`).
+pub fn filters_of(row: &RunRow) -> (Option<String>, Option<String>) {
+    let text = |key: &str| {
+        row.options
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    (text("layer_filter"), text("task_filter"))
 }
 
 impl Default for Start {
@@ -136,6 +155,8 @@ pub async fn start(
         approve,
         mode,
         working_dir,
+        layer_filter,
+        task_filter,
     } = start;
     let gated: Vec<String> = prepared.program.gated_steps();
     let mut approvals = Approvals::new();
@@ -157,6 +178,8 @@ pub async fn start(
         "max_concurrency": execution.max_concurrency,
         "mode": mode,
         "working_dir": working_dir,
+        "layer_filter": layer_filter,
+        "task_filter": task_filter,
     });
     store.begin_run(&NewRun {
         run_id: &run_id,

@@ -27,6 +27,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         toolbox.use_queue(url, &args.execution.queue_name, args.execution.queue_outage)?;
     }
     let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
+    let ready = select(ready, args.layer.as_deref(), args.task.as_deref(), toolbox)?;
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
     if args.dry_run || mode == Mode::Preview {
         let calls = ready.program.preview(&ready.inputs, &ready.env);
@@ -65,6 +66,8 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         approve: args.approve.clone(),
         mode,
         working_dir: working_dir.map(|dir| dir.display().to_string()),
+        layer_filter: args.layer.clone(),
+        task_filter: args.task.clone(),
         ..plan_run::Start::new()
     };
     let frontend = Frontend::of(&args.execution)?;
@@ -204,6 +207,9 @@ pub(crate) fn continue_run(
         toolbox,
         Severity::Warning,
     )?;
+    // A run started for one layer or step goes on with just that part.
+    let (layer, task) = plan_run::filters_of(&from.row);
+    let ready = select(ready, layer.as_deref(), task.as_deref(), toolbox)?;
     let run_id = from.row.run_id.clone();
     drive(
         &run_id,
@@ -236,6 +242,36 @@ pub(crate) fn print_outcome(
         print(&output::waiting(report))?;
     }
     Ok(report.task_status.exit_code())
+}
+
+/// The part of a prepared plan that `--layer` and `--task` select, compiled again; the plan as
+/// written (kept with the run, and read by the state file) stays whole.
+fn select(
+    ready: Ready,
+    layer: Option<&str>,
+    task: Option<&str>,
+    toolbox: &Toolbox,
+) -> Result<Ready, Failure> {
+    if layer.is_none() && task.is_none() {
+        return Ok(ready);
+    }
+    let part = ready
+        .loaded
+        .plan
+        .select(layer, task)
+        .map_err(Failure::input)?;
+    let tools = toolbox.for_plan(part.tool_names())?;
+    let program = plan_engine::Program::compile(&part, ready.program.plan_id(), &tools.registry)
+        .map_err(|issues| {
+            Failure::input(
+                issues
+                    .iter()
+                    .map(|issue| issue.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        })?;
+    Ok(Ready { program, ..ready })
 }
 
 fn prepared(ready: Ready) -> plan_run::Prepared {
