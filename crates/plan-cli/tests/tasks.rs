@@ -775,3 +775,40 @@ fn layer_and_task_filters_run_a_part_of_the_breakdown() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_high_risk_implementer_waits_for_its_approval() {
+    let lab = Lab::new();
+    let writer = "#!/bin/sh\necho done > out.txt\n";
+    let repo = repo(&lab, &[("writer.sh", writer)]);
+    let plan = json!({"id": "gated", "workspace": {"repo": "."}, "steps": [
+        {"id": "T1", "task": {"implement": {"tool": "exec", "risk": "high",
+            "args": {"argv": ["${task.worktree}/writer.sh"]}}}}
+    ]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 5, "WAITING: {report}");
+    assert!(
+        report["pending_approvals"]
+            .to_string()
+            .contains("T1/implement"),
+        "{report}"
+    );
+    assert_eq!(state["tasks"]["T1"]["status"], "in_progress");
+    assert!(!repo.join("out.txt").exists());
+    let run_id = report["run_id"].as_str().unwrap();
+    lab.cli()
+        .args(["approve", run_id, "T1/implement"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", run_id, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("out.txt")).unwrap(),
+        "done\n"
+    );
+    assert_eq!(
+        common::record(&report, "T1")["result"]["attempts"],
+        1,
+        "the attempt is not counted twice"
+    );
+}

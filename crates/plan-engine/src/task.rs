@@ -207,7 +207,7 @@ pub(crate) fn compile_task(
             tool_name: Arc::from(call.tool.as_str()),
             args,
             timeout: call.timeout_ms.map(Duration::from_millis),
-            gated: info.risk == Risk::High,
+            gated: call.risk.unwrap_or(info.risk) == Risk::High,
         })
     };
     let implement = compile_call("implement", &task.implement)?;
@@ -281,7 +281,13 @@ pub(crate) struct TaskRun {
 
 /// What ends a task's run early: the run stopping, the ledger failing, or an error no attempt
 /// can mend.
-struct Stopped(StepError);
+enum Stopped {
+    /// The step ends with this error.
+    Error(StepError),
+    /// A high-risk call waits for a decision: the run halts `WAITING`, and `resume` runs the
+    /// attempt again once it is decided.
+    Waiting(PendingApproval),
+}
 
 /// A failed attempt: why, what failed, the message, and the next attempt's feedback.
 struct Failure {
@@ -296,7 +302,7 @@ fn now() -> String {
 }
 
 fn stopped(message: impl Into<String>) -> Stopped {
-    Stopped(StepError::new(codes::E_CANCELLED, message))
+    Stopped::Error(StepError::new(codes::E_CANCELLED, message))
 }
 
 /// The last lines of `text`, at most `lines` lines and about `bytes` bytes.
@@ -355,7 +361,10 @@ impl TaskRun {
             .unwrap_or_default();
         match self.drive(&*workspace, &mut state).await {
             Ok(end) => end,
-            Err(Stopped(error)) => TaskEnd::Done(Err(error)),
+            Err(Stopped::Error(error)) => TaskEnd::Done(Err(error)),
+            Err(Stopped::Waiting(pending)) => {
+                TaskEnd::Waiting(serde_json::to_value(&state).unwrap_or(Value::Null), pending)
+            }
         }
     }
 
@@ -494,7 +503,7 @@ impl TaskRun {
             let message = format!("`{}` failed: {}", call.tool_name, error.message);
             if hopeless(&error) {
                 // No attempt can change this: the plan (or a person) must.
-                return Err(Stopped(StepError {
+                return Err(Stopped::Error(StepError {
                     message: format!("task `{id}`: {message}"),
                     ..error
                 }));
@@ -1061,15 +1070,7 @@ impl TaskRun {
         ) {
             Admission::Call(args) => args,
             Admission::Fail(error) => return Ok(Err(error)),
-            Admission::Wait(_) => {
-                return Ok(Err(StepError::new(
-                    codes::E_REJECTED,
-                    format!(
-                        "`{}` is high-risk and a task's calls cannot wait for an approval: approve `{key}` before the run (`plan-cli approve`)",
-                        call.tool_name
-                    ),
-                )));
-            }
+            Admission::Wait(pending) => return Err(Stopped::Waiting(pending)),
         };
         let finished = call_tool(
             &self.context,

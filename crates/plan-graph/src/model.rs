@@ -571,6 +571,10 @@ pub struct TaskCall {
     /// Time limit of the call.
     #[serde(default, alias = "timeoutMs", skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// The call's risk; `high` waits for an approval of `ID/implement` (or `ID/feedback`)
+    /// before it runs. Default: the tool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<Risk>,
 }
 
 /// A verification check: a program run in the task's worktree (no shell), which must exit 0

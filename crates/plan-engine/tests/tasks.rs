@@ -1,0 +1,317 @@
+//! The task lifecycle against an in-memory workspace (no git): where a resumed task goes on
+//! from each state it can be left in, the merge queue's order, and what ends a task early.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use plan_engine::{
+    MergeOutcome, Program, Registry, RunOptions, Tool, ToolContext, ToolError, ToolInfo, Workspace,
+    WorkspaceError, Worktree, run,
+};
+use plan_graph::{Format, LoadOptions, Source, load};
+use plan_types::{RunReport, TaskPhase, TaskState};
+use serde_json::{Value, json};
+
+/// What the fake repository holds and what was done to it.
+#[derive(Default)]
+struct Repo {
+    /// Task → its branch's commits.
+    branches: BTreeMap<String, Vec<String>>,
+    /// Tasks with a worktree.
+    worktrees: Vec<String>,
+    /// Tasks merged, in order (a task twice here is a double merge).
+    merged: Vec<String>,
+    /// Files the implementer "wrote" and not yet committed, by task.
+    dirty: BTreeMap<String, bool>,
+    /// Tasks whose next merge conflicts.
+    conflicts: Vec<String>,
+    commits: usize,
+}
+
+#[derive(Clone, Default)]
+struct FakeWorkspace(Arc<Mutex<Repo>>);
+
+#[async_trait]
+impl Workspace for FakeWorkspace {
+    fn base(&self) -> &str {
+        "trunk"
+    }
+    fn worktree(&self, task: &str) -> Option<Worktree> {
+        let repo = self.0.lock().unwrap();
+        repo.worktrees.iter().any(|t| t == task).then(|| Worktree {
+            path: PathBuf::from(format!("/wt/{task}")),
+            branch: format!("worktree-{task}"),
+        })
+    }
+    async fn create(&self, task: &str) -> Result<Worktree, WorkspaceError> {
+        let mut repo = self.0.lock().unwrap();
+        repo.worktrees.push(task.to_owned());
+        repo.branches.entry(task.to_owned()).or_default();
+        Ok(Worktree {
+            path: PathBuf::from(format!("/wt/{task}")),
+            branch: format!("worktree-{task}"),
+        })
+    }
+    async fn head(&self, task: &str) -> Result<String, WorkspaceError> {
+        let repo = self.0.lock().unwrap();
+        Ok(repo.branches[task]
+            .last()
+            .cloned()
+            .unwrap_or_else(|| "base".into()))
+    }
+    async fn commit_all(&self, task: &str, message: &str) -> Result<(), WorkspaceError> {
+        let mut repo = self.0.lock().unwrap();
+        if repo.dirty.remove(task).is_some() {
+            repo.commits += 1;
+            let hash = format!("{:07x}", repo.commits);
+            let _ = message;
+            repo.branches.get_mut(task).unwrap().push(hash);
+        }
+        Ok(())
+    }
+    async fn commits_since(
+        &self,
+        task: &str,
+        since: &str,
+    ) -> Result<Vec<(String, String)>, WorkspaceError> {
+        let repo = self.0.lock().unwrap();
+        let commits = &repo.branches[task];
+        let from = commits.iter().position(|c| c == since).map_or(0, |k| k + 1);
+        Ok(commits[from..]
+            .iter()
+            .map(|c| (c.clone(), format!("commit {c}")))
+            .collect())
+    }
+    async fn merge(&self, task: &str, _message: &str) -> Result<MergeOutcome, WorkspaceError> {
+        let mut repo = self.0.lock().unwrap();
+        if repo.merged.iter().any(|t| t == task) {
+            return Ok(MergeOutcome::AlreadyMerged(format!("merge-{task}")));
+        }
+        if let Some(k) = repo.conflicts.iter().position(|t| t == task) {
+            repo.conflicts.remove(k);
+            return Ok(MergeOutcome::Conflict(vec!["shared.txt".into()]));
+        }
+        repo.merged.push(task.to_owned());
+        Ok(MergeOutcome::Merged(format!("merge-{task}")))
+    }
+    async fn remove(&self, task: &str) -> Result<(), WorkspaceError> {
+        let mut repo = self.0.lock().unwrap();
+        repo.worktrees.retain(|t| t != task);
+        Ok(())
+    }
+}
+
+/// `agent`: "writes" in the task's worktree (so the attempt has something to commit), and
+/// logs the task and the feedback it was given.
+struct Agent {
+    repo: FakeWorkspace,
+    log: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+#[async_trait]
+impl Tool for Agent {
+    fn info(&self) -> ToolInfo {
+        info("agent")
+    }
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
+        let task = args["task"].as_str().unwrap().to_owned();
+        assert_eq!(
+            ctx.working_dir.as_deref(),
+            Some(std::path::Path::new(&format!("/wt/{task}"))),
+            "the implementer works in the task's worktree"
+        );
+        let feedback = args["feedback"].as_str().unwrap_or("").to_owned();
+        self.log.lock().unwrap().push((task.clone(), feedback));
+        self.repo.0.lock().unwrap().dirty.insert(task, true);
+        Ok(json!({}))
+    }
+}
+
+/// `exec` for the checks: passes unless the command is `fail`, which fails with output.
+struct Checks;
+
+#[async_trait]
+impl Tool for Checks {
+    fn info(&self) -> ToolInfo {
+        info("exec")
+    }
+    async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+        let argv = args["argv"].as_array().unwrap();
+        if argv[0] == "fail" {
+            let result = json!({"exit_code": 1, "stdout": "", "stderr": "boom: expected 5\n"});
+            return Err(ToolError::new("E_EXIT_STATUS", "exited 1").with_details(result));
+        }
+        Ok(json!({"exit_code": 0, "stdout": "ok\n", "stderr": ""}))
+    }
+}
+
+fn info(name: &str) -> ToolInfo {
+    ToolInfo {
+        name: name.into(),
+        description: String::new(),
+        source: "test".into(),
+        risk: plan_engine::Risk::Low,
+        input_schema: json!({"type": "object"}),
+    }
+}
+
+struct Lab {
+    repo: FakeWorkspace,
+    log: Arc<Mutex<Vec<(String, String)>>>,
+    program: Program,
+}
+
+fn lab(plan: Value) -> Lab {
+    let repo = FakeWorkspace::default();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut registry = Registry::new();
+    registry.register(Agent {
+        repo: repo.clone(),
+        log: log.clone(),
+    });
+    registry.register(Checks);
+    let loaded = load(
+        Source::new("p.json", plan.to_string()),
+        Format::Json,
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let program = Program::compile(&loaded.plan, "p", &registry).unwrap_or_else(|issues| {
+        panic!("{issues:?}");
+    });
+    Lab { repo, log, program }
+}
+
+fn task(id: &str, deps: &[&str], check: &str) -> Value {
+    json!({"id": id, "depends_on": deps, "task": {
+        "implement": {"tool": "agent", "args": {"task": "${task.id}", "feedback": "${task.feedback}"}},
+        "verify": [{"argv": [check]}]
+    }})
+}
+
+async fn go(lab: &Lab, checkpoints: BTreeMap<String, Value>) -> RunReport {
+    let mut options = RunOptions::new("run");
+    options.workspace = Some(Arc::new(lab.repo.clone()));
+    if !checkpoints.is_empty() {
+        options.restored = Some(plan_types::Restored {
+            checkpoints,
+            ..plan_types::Restored::default()
+        });
+    }
+    run(&lab.program, options).await.unwrap()
+}
+
+fn state(status: TaskPhase, attempts: u32) -> TaskState {
+    TaskState {
+        status,
+        attempts,
+        ..TaskState::default()
+    }
+}
+
+#[tokio::test]
+async fn a_failed_check_feeds_the_next_attempt_until_the_task_is_abandoned() {
+    let plan = json!({"workspace": {"repo": ".", "max_attempts": 2},
+                      "steps": [task("T1", &[], "fail"), task("T2", &["T1"], "pass")]});
+    let lab = lab(plan);
+    let report = go(&lab, BTreeMap::new()).await;
+    let log = lab.log.lock().unwrap().clone();
+    assert_eq!(log.len(), 2, "two attempts, then abandoned: {log:?}");
+    assert_eq!(log[0].1, "");
+    assert!(log[1].1.contains("boom: expected 5"), "{log:?}");
+    let t1 = report.records.iter().find(|r| r.step_id == "T1").unwrap();
+    assert_eq!(
+        t1.error.as_ref().unwrap().code.to_string(),
+        "E_TASK_ABANDONED"
+    );
+    let t2 = report.records.iter().find(|r| r.step_id == "T2").unwrap();
+    assert!(t2.skipped, "its dependent is skipped");
+    assert!(lab.repo.0.lock().unwrap().merged.is_empty());
+    assert_eq!(
+        lab.repo.0.lock().unwrap().worktrees,
+        ["T1"],
+        "an abandoned task keeps its worktree"
+    );
+}
+
+#[tokio::test]
+async fn a_task_resumed_while_merging_is_not_merged_again() {
+    let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
+    {
+        let mut repo = lab.repo.0.lock().unwrap();
+        repo.worktrees.push("T1".into());
+        repo.branches.insert("T1".into(), vec!["c1".into()]);
+        // The merge happened; the kill came before its record.
+        repo.merged.push("T1".into());
+    }
+    let checkpoint = serde_json::to_value(state(TaskPhase::Merging, 1)).unwrap();
+    let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
+    assert!(report.records[0].ok, "{:?}", report.records[0]);
+    assert_eq!(lab.repo.0.lock().unwrap().merged, ["T1"], "merged once");
+    assert!(
+        lab.log.lock().unwrap().is_empty(),
+        "nothing implemented again"
+    );
+    assert!(
+        lab.repo.0.lock().unwrap().worktrees.is_empty(),
+        "cleaned up"
+    );
+}
+
+#[tokio::test]
+async fn a_task_resumed_while_verifying_checks_again_without_implementing_again() {
+    let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
+    {
+        let mut repo = lab.repo.0.lock().unwrap();
+        repo.worktrees.push("T1".into());
+        repo.branches.insert("T1".into(), vec!["c1".into()]);
+    }
+    let checkpoint = serde_json::to_value(state(TaskPhase::Verifying, 1)).unwrap();
+    let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
+    assert!(report.records[0].ok);
+    assert!(lab.log.lock().unwrap().is_empty());
+    assert_eq!(lab.repo.0.lock().unwrap().merged, ["T1"]);
+    assert_eq!(report.records[0].result.as_ref().unwrap()["attempts"], 1);
+}
+
+#[tokio::test]
+async fn an_in_progress_task_whose_worktree_is_gone_starts_its_attempt_over() {
+    let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
+    lab.repo
+        .0
+        .lock()
+        .unwrap()
+        .branches
+        .insert("T1".into(), Vec::new());
+    let checkpoint = serde_json::to_value(state(TaskPhase::InProgress, 2)).unwrap();
+    let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
+    assert!(report.records[0].ok);
+    // Attempt 2 ran again (not a third attempt), in a worktree made anew.
+    assert_eq!(report.records[0].result.as_ref().unwrap()["attempts"], 2);
+    assert_eq!(lab.log.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_conflict_is_a_failed_attempt_whose_feedback_names_the_files() {
+    let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
+    lab.repo.0.lock().unwrap().conflicts.push("T1".into());
+    let report = go(&lab, BTreeMap::new()).await;
+    assert!(report.records[0].ok, "{:?}", report.records[0]);
+    let log = lab.log.lock().unwrap().clone();
+    assert_eq!(log.len(), 2);
+    assert!(
+        log[1].1.contains("shared.txt") && log[1].1.contains("git merge trunk"),
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_a_workspace_a_task_fails_and_says_why() {
+    let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
+    let report = run(&lab.program, RunOptions::new("run")).await.unwrap();
+    let error = report.records[0].error.as_ref().unwrap();
+    assert!(error.message.contains("needs a git workspace"), "{error:?}");
+}
