@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 mod peer;
+mod tasks;
 use serde_json::{Value, json};
 
 fn main() -> Result<()> {
@@ -243,6 +244,12 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         results.extend(queue_bench(&binary, &out_dir)?);
     }
 
+    if wanted("tasks") {
+        cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
+        let binary = root.join("target/release/plan-cli");
+        results.push(json!({"kind": "cli", "result": tasks::bench(&binary, &out_dir)?}));
+    }
+
     if wanted("ledger") {
         cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
         let binary = root.join("target/release/plan-cli");
@@ -404,6 +411,17 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         &summary,
         serde_json::to_string_pretty(&json!({"results": results}))?,
     )?;
+    for entry in &results {
+        let r = &entry["result"];
+        if let Some(cpu) = r.get("plan_cli_cpu_ms_per_task").and_then(Value::as_f64) {
+            println!(
+                "  per task: plan-cli itself {cpu:.1} ms CPU, git {:.1} ms ({} git processes in all), implementer {:.1} ms",
+                r["git_ms_per_task"].as_f64().unwrap_or(0.0),
+                r["git_calls"],
+                r["implementer_ms_per_task"].as_f64().unwrap_or(0.0),
+            );
+        }
+    }
     println!("\nwritten to {}", summary.display());
     Ok(())
 }

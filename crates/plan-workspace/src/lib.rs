@@ -80,6 +80,8 @@ pub struct GitWorkspace {
     identity: bool,
     /// Held by operations on the repository as a whole.
     lock: tokio::sync::Mutex<()>,
+    /// Where the base is checked out, once found.
+    base_dir: std::sync::Mutex<Option<PathBuf>>,
 }
 
 impl std::fmt::Debug for GitWorkspace {
@@ -169,6 +171,7 @@ impl GitWorkspace {
             base,
             identity: !email.ok,
             lock: tokio::sync::Mutex::new(()),
+            base_dir: std::sync::Mutex::new(None),
         })
     }
 
@@ -207,54 +210,93 @@ impl GitWorkspace {
     }
 
     /// The folder where the base branch is checked out: the repository or another worktree
-    /// of it, else a worktree made for merging.
+    /// of it, else a worktree made for merging. Found once, then checked by reading its HEAD.
     async fn base_checkout(&self) -> Result<PathBuf, WorkspaceError> {
+        let wanted = format!("ref: refs/heads/{}", self.base);
+        let on_base = |dir: &Path| {
+            git_dir(dir)
+                .and_then(|g| std::fs::read_to_string(g.join("HEAD")).ok())
+                .is_some_and(|head| head.trim() == wanted)
+        };
+        if let Some(dir) = self.base_dir.lock().ok().and_then(|d| d.clone())
+            && on_base(&dir)
+        {
+            return Ok(dir);
+        }
         let list = self
             .must(&self.repo, &["worktree", "list", "--porcelain"])
             .await?;
-        let wanted = format!("branch refs/heads/{}", self.base);
+        let branch_line = format!("branch refs/heads/{}", self.base);
         let mut path: Option<&str> = None;
+        let mut found = None;
         for line in list.lines() {
             if let Some(p) = line.strip_prefix("worktree ") {
                 path = Some(p);
-            } else if line == wanted
+            } else if line == branch_line
                 && let Some(p) = path
                 && Path::new(p).is_dir()
             {
-                return Ok(PathBuf::from(p));
+                found = Some(PathBuf::from(p));
+                break;
             }
         }
-        let dir = self
-            .worktree_dir
-            .join(format!(".base-{}", self.base.replace('/', "-")));
-        self.must(&self.repo, &["worktree", "prune"]).await?;
-        let shown = dir.display().to_string();
-        self.must(&self.repo, &["worktree", "add", &shown, &self.base])
-            .await?;
+        let dir = match found {
+            Some(dir) => dir,
+            None => {
+                let dir = self
+                    .worktree_dir
+                    .join(format!(".base-{}", self.base.replace('/', "-")));
+                self.must(&self.repo, &["worktree", "prune"]).await?;
+                let shown = dir.display().to_string();
+                self.must(&self.repo, &["worktree", "add", &shown, &self.base])
+                    .await?;
+                dir
+            }
+        };
+        if let Ok(mut cached) = self.base_dir.lock() {
+            *cached = Some(dir.clone());
+        }
         Ok(dir)
     }
 
     /// A lock file a killed git left in `dir`'s git folder: waited for a while (a git that
     /// outlived plan-cli may still be finishing), then removed.
     async fn clear_stale_lock(&self, dir: &Path) -> Result<(), WorkspaceError> {
-        let git_dir = self.must(dir, &["rev-parse", "--absolute-git-dir"]).await?;
-        let lock = PathBuf::from(git_dir.trim()).join("index.lock");
+        let git = match git_dir(dir) {
+            Some(git) => git,
+            None => PathBuf::from(
+                self.must(dir, &["rev-parse", "--absolute-git-dir"])
+                    .await?
+                    .trim(),
+            ),
+        };
+        let lock = git.join("index.lock");
         for _ in 0..100 {
             if !lock.exists() {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        std::fs::remove_file(&lock)
-            .or_else(|e| {
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(|e| WorkspaceError(format!("cannot remove {}: {e}", lock.display())))
+        match std::fs::remove_file(&lock) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WorkspaceError(format!(
+                "cannot remove {}: {e}",
+                lock.display()
+            ))),
+            _ => Ok(()),
+        }
     }
+}
+
+/// The git folder of a checkout, read from its `.git` (a folder, or a file naming it in a
+/// linked worktree) without running git.
+fn git_dir(dir: &Path) -> Option<PathBuf> {
+    let dot_git = dir.join(".git");
+    if dot_git.is_dir() {
+        return Some(dot_git);
+    }
+    let text = std::fs::read_to_string(&dot_git).ok()?;
+    let named = text.trim().strip_prefix("gitdir:")?.trim();
+    Some(dir.join(named))
 }
 
 #[async_trait]
@@ -283,30 +325,17 @@ impl Workspace for GitWorkspace {
             std::fs::remove_dir_all(&path)
                 .map_err(|e| WorkspaceError(format!("cannot clear {}: {e}", path.display())))?;
         }
-        self.must(&self.repo, &["worktree", "prune"]).await?;
         let shown = path.display().to_string();
-        let exists = self
-            .git(
-                &self.repo,
-                &[
-                    "rev-parse",
-                    "--verify",
-                    "-q",
-                    &format!("refs/heads/{branch}"),
-                ],
-            )
-            .await?
-            .ok;
-        if exists {
-            self.must(&self.repo, &["worktree", "add", &shown, &branch])
-                .await?;
-        } else {
-            self.must(
-                &self.repo,
-                &["worktree", "add", "-b", &branch, &shown, &self.base],
-            )
-            .await?;
+        // A new branch from the base; if the branch is there already (an earlier attempt's
+        // worktree was removed), a worktree of it as it is.
+        let new = ["worktree", "add", "-b", &branch, &shown, &self.base];
+        if self.git(&self.repo, &new).await?.ok {
+            return Ok(Worktree { path, branch });
         }
+        // A worktree git still lists though its folder is gone is forgotten first.
+        self.must(&self.repo, &["worktree", "prune"]).await?;
+        self.must(&self.repo, &["worktree", "add", &shown, &branch])
+            .await?;
         Ok(Worktree { path, branch })
     }
 
@@ -323,12 +352,15 @@ impl Workspace for GitWorkspace {
         let path = self.path_of(task);
         self.clear_stale_lock(&path).await?;
         self.must(&path, &["add", "-A"]).await?;
-        let staged = self.git(&path, &["diff", "--cached", "--quiet"]).await?;
-        if staged.ok {
+        let committed = self.git(&path, &["commit", "-q", "-m", message]).await?;
+        // Nothing staged: nothing to commit, which the caller sees as no new commit.
+        if committed.ok || committed.stdout.contains("nothing to commit") {
             return Ok(());
         }
-        self.must(&path, &["commit", "-q", "-m", message]).await?;
-        Ok(())
+        Err(WorkspaceError(format!(
+            "`git commit` failed: {}",
+            first_lines(&committed.stderr, &committed.stdout)
+        )))
     }
 
     async fn commits_since(
@@ -362,53 +394,9 @@ impl Workspace for GitWorkspace {
         let branch = branch_of(task);
         let dir = self.base_checkout().await?;
         self.clear_stale_lock(&dir).await?;
-        if self
-            .git(&dir, &["rev-parse", "-q", "--verify", "MERGE_HEAD"])
-            .await?
-            .ok
-        {
+        if git_dir(&dir).is_some_and(|g| g.join("MERGE_HEAD").exists()) {
             // A merge a killed process left half done: the base goes back to clean first.
             self.must(&dir, &["merge", "--abort"]).await?;
-        }
-        let on_base = self
-            .must(&dir, &["symbolic-ref", "-q", "--short", "HEAD"])
-            .await?;
-        if on_base.trim() != self.base {
-            return Err(WorkspaceError(format!(
-                "{} is no longer on `{}`",
-                dir.display(),
-                self.base
-            )));
-        }
-        if self
-            .git(&dir, &["merge-base", "--is-ancestor", &branch, "HEAD"])
-            .await?
-            .ok
-        {
-            // Merged before (by an earlier attempt at the run that was stopped before it
-            // could say so): the merge commit is the first on the base after the branch.
-            let range = format!("{branch}..HEAD");
-            let merges = self
-                .must(
-                    &dir,
-                    &[
-                        "rev-list",
-                        "--merges",
-                        "--ancestry-path",
-                        "--reverse",
-                        &range,
-                    ],
-                )
-                .await?;
-            let commit = match merges.lines().next() {
-                Some(commit) => commit.to_owned(),
-                None => self
-                    .must(&dir, &["rev-parse", "HEAD"])
-                    .await?
-                    .trim()
-                    .to_owned(),
-            };
-            return Ok(MergeOutcome::AlreadyMerged(commit));
         }
         let merged = self
             .git(
@@ -417,6 +405,32 @@ impl Workspace for GitWorkspace {
             )
             .await?;
         if merged.ok {
+            if merged.stdout.contains("Already up") {
+                // Merged before (by an earlier attempt at the run that was stopped before it
+                // could say so): the merge commit is the first on the base after the branch.
+                let range = format!("{branch}..HEAD");
+                let merges = self
+                    .must(
+                        &dir,
+                        &[
+                            "rev-list",
+                            "--merges",
+                            "--ancestry-path",
+                            "--reverse",
+                            &range,
+                        ],
+                    )
+                    .await?;
+                let commit = match merges.lines().next() {
+                    Some(commit) => commit.to_owned(),
+                    None => self
+                        .must(&dir, &["rev-parse", "HEAD"])
+                        .await?
+                        .trim()
+                        .to_owned(),
+                };
+                return Ok(MergeOutcome::AlreadyMerged(commit));
+            }
             let commit = self.must(&dir, &["rev-parse", "HEAD"]).await?;
             return Ok(MergeOutcome::Merged(commit.trim().to_owned()));
         }
@@ -425,11 +439,7 @@ impl Workspace for GitWorkspace {
             .await
             .unwrap_or_default();
         let files: Vec<String> = conflicted.lines().map(str::to_owned).collect();
-        if self
-            .git(&dir, &["rev-parse", "-q", "--verify", "MERGE_HEAD"])
-            .await?
-            .ok
-        {
+        if git_dir(&dir).is_some_and(|g| g.join("MERGE_HEAD").exists()) {
             self.must(&dir, &["merge", "--abort"]).await?;
         }
         if files.is_empty() {
@@ -448,23 +458,16 @@ impl Workspace for GitWorkspace {
             let shown = path.display().to_string();
             self.must(&self.repo, &["worktree", "remove", "--force", &shown])
                 .await?;
+        } else {
+            self.must(&self.repo, &["worktree", "prune"]).await?;
         }
-        self.must(&self.repo, &["worktree", "prune"]).await?;
         let branch = branch_of(task);
-        let exists = self
-            .git(
-                &self.repo,
-                &[
-                    "rev-parse",
-                    "--verify",
-                    "-q",
-                    &format!("refs/heads/{branch}"),
-                ],
-            )
-            .await?
-            .ok;
-        if exists {
-            self.must(&self.repo, &["branch", "-D", &branch]).await?;
+        let deleted = self.git(&self.repo, &["branch", "-D", &branch]).await?;
+        if !deleted.ok && !deleted.stderr.contains("not found") {
+            return Err(WorkspaceError(format!(
+                "`git branch -D {branch}` failed: {}",
+                first_lines(&deleted.stderr, &deleted.stdout)
+            )));
         }
         Ok(())
     }
