@@ -428,6 +428,13 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
             counts.push(format!("{n} {what}"));
         }
     }
+    // A failure of the run itself, after its steps (a task plan's context update).
+    if let Some(meta) = report.records.last().filter(|m| m.error.is_some())
+        && let Some(reason) = &meta.reason
+    {
+        let reason = reason.split("; task_status=").next().unwrap_or(reason);
+        out.push_str(&format!("✗ {reason}\n"));
+    }
     let total = report.records.last().map_or(0, |meta| meta.duration_ms);
     let count = steps.len() - items - nodes;
     let mut parts = String::new();

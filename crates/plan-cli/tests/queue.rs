@@ -307,3 +307,50 @@ fn a_run_on_a_queue_nobody_serves_says_it_waits() {
     assert_eq!(output.status.code(), Some(0));
     let _ = stop(serving, "TERM");
 }
+
+/// A task's implement call and checks go to a worker with the worktree's folder: a worker on
+/// the same machine runs them there, so the work lands in the task's branch and is merged.
+#[test]
+fn a_task_s_calls_run_on_a_worker_in_the_task_s_worktree() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let repo = lab.dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@localhost")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@localhost")
+            .status()
+            .expect("git must be installed for this test");
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "trunk"]);
+    std::fs::write(repo.join("readme"), "x\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let plan = repo.join("plan.json");
+    std::fs::write(
+        &plan,
+        json!({"workspace": {"repo": "."}, "steps": [{"id": "T1", "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["touch", "made-by-worker"]}},
+            "verify": [{"argv": ["test", "-f", "made-by-worker"]}]
+        }}]})
+        .to_string(),
+    )
+    .unwrap();
+    let url = redis.url();
+    let serving = worker(&lab, &url, &[]);
+    let coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
+    let output = finish_within(coordinator, Duration::from_secs(60));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["task_status"], "COMPLETED", "{report}");
+    assert!(
+        repo.join("made-by-worker").exists(),
+        "the worker's work was merged"
+    );
+    let _ = stop(serving, "TERM");
+}

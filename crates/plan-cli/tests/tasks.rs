@@ -812,3 +812,68 @@ fn a_high_risk_implementer_waits_for_its_approval() {
         "the attempt is not counted twice"
     );
 }
+
+#[test]
+fn the_context_update_runs_after_the_last_task_when_the_project_has_a_project_md() {
+    let lab = Lab::new();
+    let writer = "#!/bin/sh\necho \"$1\" > \"$1.txt\"\n";
+    let update = "#!/bin/sh\necho \"- added by $1\" >> PROJECT.md\necho '{\"features_added\": [\"greeting\"], \"models_added\": []}'\n";
+    let repo = repo(
+        &lab,
+        &[
+            ("writer.sh", writer),
+            ("update.sh", update),
+            ("PROJECT.md", "# Project\n"),
+        ],
+    );
+    let plan = |update: &str, id: &str| {
+        json!({"id": "ctx", "workspace": {"repo": ".", "context_update": {"tool": "exec",
+            "args": {"argv": [update, "${task.tasks}"]}}},
+        "steps": [{"id": id, "task": {"implement": {"tool": "exec",
+            "args": {"argv": ["${task.worktree}/writer.sh", "${task.id}"]}}}}]})
+    };
+    let script = path_str(&repo.join("update.sh")).to_owned();
+    let (code, report, state) = run(&lab, &repo, &plan(&script, "T1"), &[]);
+    assert_eq!(code, 0, "{report}");
+    let update = &state["context_update"];
+    assert_eq!(update["status"], "completed", "{state}");
+    assert_eq!(update["features_added"], json!(["greeting"]));
+    let hash = update["commit_hash"].as_str().unwrap();
+    assert_eq!(git(&repo, &["rev-parse", "trunk"]).trim(), hash);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("PROJECT.md")).unwrap(),
+        "# Project\n- added by T1\n"
+    );
+    assert_eq!(
+        git(&repo, &["status", "--porcelain", "--untracked-files=no"]),
+        ""
+    );
+
+    // A context update that fails fails the run, after the tasks are merged.
+    let (code, report, state) = run(&lab, &repo, &plan("/nonexistent/update", "T2"), &[]);
+    assert_eq!(code, 1);
+    assert_eq!(state["context_update"]["status"], "pending");
+    assert_eq!(state["tasks"]["T2"]["status"], "completed");
+    let meta = common::record(&report, "__meta__");
+    assert!(
+        meta["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the context update after the last task failed"),
+        "{meta}"
+    );
+}
+
+#[test]
+fn without_a_project_md_the_context_update_is_skipped() {
+    let lab = Lab::new();
+    let writer = "#!/bin/sh\necho \"$1\" > \"$1.txt\"\n";
+    let repo = repo(&lab, &[("writer.sh", writer)]);
+    let plan = json!({"id": "ctx", "workspace": {"repo": ".", "context_update": {"tool": "exec",
+            "args": {"argv": ["/nonexistent/update"]}}},
+        "steps": [{"id": "T1", "task": {"implement": {"tool": "exec",
+            "args": {"argv": ["${task.worktree}/writer.sh", "${task.id}"]}}}}]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(state["context_update"]["status"], "skipped");
+}

@@ -97,6 +97,8 @@ pub struct Program {
     binders: BTreeMap<String, Arc<str>>,
     /// The data expressions (`${{ EXPR }}`) of every step, compiled.
     pub(crate) expressions: crate::expression::Expressions,
+    /// The workspace's `context_update` call, run after the last task.
+    pub(crate) context_update: Option<Arc<crate::task::ContextUpdate>>,
 }
 
 /// One call a preview shows: what would be called, with what.
@@ -320,6 +322,24 @@ impl Program {
                 run_if: step.run_if,
             });
         }
+        let context_update = match plan
+            .workspace
+            .as_ref()
+            .and_then(|w| w.context_update.as_ref())
+        {
+            None => None,
+            Some(call) => match crate::task::compile_context_update(call, registry) {
+                Ok(call) => Some(call),
+                Err(message) => {
+                    issues.push(Issue::error(
+                        "plan::task",
+                        PlanPath::root().key("workspace").key("context_update"),
+                        message,
+                    ));
+                    None
+                }
+            },
+        };
         if !issues.is_empty() {
             return Err(issues);
         }
@@ -344,6 +364,7 @@ impl Program {
             fail_fast: plan.fail_fast,
             binders,
             expressions,
+            context_update,
         })
     }
 

@@ -273,6 +273,8 @@ struct Scheduler<'p> {
     output: Option<crate::tool::OutputSink>,
     /// With `fail_fast`: the first step (or item) that failed. Nothing starts after it.
     first_failure: Option<Arc<str>>,
+    /// The context update after the last task failed: the run fails, and says why.
+    context_update_failed: Option<StepError>,
 }
 
 /// Runs a program to the end and returns its records.
@@ -334,6 +336,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         jitter_seed: options.jitter_seed,
         output: options.output.clone(),
         first_failure: None,
+        context_update_failed: None,
     };
     let mode = options.mode.unwrap_or(program.mode);
     if mode == Mode::Preview {
@@ -521,6 +524,9 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
 
     if let Some(message) = failure {
         return Err(RunError::Journal(message));
+    }
+    if !halt.is_cancelled() {
+        scheduler.context_update(&halt).await;
     }
     scheduler.finalize(&options.run_id, started).await
 }
@@ -1378,6 +1384,81 @@ impl Scheduler<'_> {
 
     /// Ends the run: fills in what never started (if stopped), works out the status, commits
     /// the last batch and tells the journal how the run ended, then builds the report.
+    /// After the last task, when every step succeeded and the project has a PROJECT.md: the
+    /// workspace's `context_update` call, once per run (its state is a checkpoint, so a
+    /// resumed run that did it does not again).
+    async fn context_update(&mut self, halt: &CancellationToken) {
+        let program = self.program;
+        let (Some(call), Some(workspace)) = (&program.context_update, self.workspace.clone())
+        else {
+            return;
+        };
+        let Some(project_md) = workspace.project_md() else {
+            return;
+        };
+        let done = self
+            .checkpoints
+            .get(crate::task::CONTEXT_UPDATE)
+            .is_some_and(|c| c["status"] == "completed");
+        let all_done = self.awaiting.is_empty()
+            && self.steps.iter().all(|s| {
+                matches!(
+                    s.outcome,
+                    Some(Outcome::Succeeded | Outcome::ConditionFalse)
+                )
+            });
+        if done || !all_done {
+            return;
+        }
+        let tasks: Vec<String> = self
+            .program
+            .steps
+            .iter()
+            .filter(|s| matches!(s.action, Action::Task(_)))
+            .map(|s| s.id.to_string())
+            .collect();
+        let shown = project_md.display().to_string();
+        let checkpoint = |status: &str| {
+            serde_json::json!({"status": status, "project_md_path": shown, "features_added": [],
+                "endpoints_added": [], "models_added": [], "commit_hash": null})
+        };
+        self.pending_checkpoints.insert(
+            crate::task::CONTEXT_UPDATE.to_owned(),
+            checkpoint("in_progress"),
+        );
+        self.flush();
+        let context = CallContext {
+            run_id: self.run_id.clone(),
+            events: self.events.clone(),
+            redactor: self.redactor.clone(),
+            cancel: halt.child_token(),
+            guard: self.guard.clone(),
+            jitter_seed: self.jitter_seed,
+            output: self.output.clone(),
+        };
+        let inputs = crate::task::ContextInputs {
+            project_md: &project_md,
+            tasks: &tasks,
+            vars: &self.vars,
+            env: &self.env,
+            approvals: &self.approvals,
+        };
+        let outcome = crate::task::run_context_update(call, &context, &*workspace, inputs).await;
+        let value = match outcome {
+            Ok(value) => value,
+            Err(mut error) => {
+                self.redactor.error(&mut error);
+                let mut value = checkpoint("pending");
+                value["error"] = serde_json::to_value(&error).unwrap_or(Value::Null);
+                self.context_update_failed = Some(error);
+                value
+            }
+        };
+        self.pending_checkpoints
+            .insert(crate::task::CONTEXT_UPDATE.to_owned(), value);
+        self.flush();
+    }
+
     async fn finalize(mut self, run_id: &str, started: Instant) -> Result<RunReport, RunError> {
         let stopped = self.stopping.is_cancelled();
         let waiting = !stopped && !self.awaiting.is_empty();
@@ -1445,7 +1526,7 @@ impl Scheduler<'_> {
             TaskStatus::Waiting
         } else if has(Outcome::Blocked) {
             TaskStatus::Blocked
-        } else if has(Outcome::Failed) {
+        } else if has(Outcome::Failed) || self.context_update_failed.is_some() {
             TaskStatus::Failed
         } else if has(Outcome::Skipped) {
             TaskStatus::Partial
@@ -1492,7 +1573,14 @@ impl Scheduler<'_> {
             };
             writer.finish(end).map_err(|e| RunError::Journal(e.0))?;
         }
-        let meta = Record::meta(status, millis(elapsed));
+        let mut meta = Record::meta(status, millis(elapsed));
+        if let Some(error) = self.context_update_failed.take() {
+            meta.reason = Some(format!(
+                "the context update after the last task failed: {}; task_status={status}",
+                error.message
+            ));
+            meta.error = Some(Box::new(error));
+        }
         let mut records: Vec<Record> = if self.maps.is_empty() && self.nested.is_empty() {
             let mut records = Vec::with_capacity(self.steps.len() + 1);
             records.extend(

@@ -94,6 +94,194 @@ pub trait Workspace: Send + Sync {
 
     /// Removes the task's worktree and deletes its branch (after its merge).
     async fn remove(&self, task: &str) -> Result<(), WorkspaceError>;
+
+    /// The project's PROJECT.md, when it has one: then the plan's `context_update` call runs
+    /// after the last task.
+    fn project_md(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// The folder where the base is checked out (where the context update runs).
+    async fn base_folder(&self) -> Result<PathBuf, WorkspaceError> {
+        Err(WorkspaceError("this workspace has no base folder".into()))
+    }
+
+    /// The paths that differ from the base's last commit in its folder (changed, new).
+    async fn changed(&self) -> Result<Vec<String>, WorkspaceError> {
+        Err(WorkspaceError("this workspace cannot list changes".into()))
+    }
+
+    /// Commits `paths` on the base; the commit's hash (none when they hold no change).
+    async fn commit_base(
+        &self,
+        paths: &[String],
+        message: &str,
+    ) -> Result<Option<String>, WorkspaceError> {
+        let _ = (paths, message);
+        Err(WorkspaceError(
+            "this workspace cannot commit on its base".into(),
+        ))
+    }
+}
+
+/// The checkpoint key of the run's context update.
+pub(crate) const CONTEXT_UPDATE: &str = "__context_update__";
+
+/// The plan's `context_update` call, bound to its tool.
+pub(crate) struct ContextUpdate {
+    call: TaskTool,
+    expressions: crate::expression::Expressions,
+}
+
+/// Compiles the plan's `context_update` call.
+pub(crate) fn compile_context_update(
+    call: &plan_graph::TaskCall,
+    registry: &Registry,
+) -> Result<Arc<ContextUpdate>, String> {
+    let mut expressions = crate::expression::Expressions::default();
+    let call = compile_call(&mut expressions, "context_update", call, registry)?;
+    Ok(Arc::new(ContextUpdate { call, expressions }))
+}
+
+/// What the context update reads of the run.
+pub(crate) struct ContextInputs<'a> {
+    pub(crate) project_md: &'a Path,
+    pub(crate) tasks: &'a [String],
+    pub(crate) vars: &'a BTreeMap<String, Arc<Value>>,
+    pub(crate) env: &'a BTreeMap<String, Value>,
+    pub(crate) approvals: &'a Approvals,
+}
+
+/// The run's context update, after its last task: the `context_update` call in the base's
+/// folder (reading `${task.tasks}`, the tasks merged as `A, B`, `${task.project_md}` and
+/// `${task.prompt}`), then a commit
+/// on the base of what it changed. Its result (or stdout) may be JSON naming
+/// `features_added`, `endpoints_added` and `models_added`. The value is the state file's
+/// `context_update` object.
+pub(crate) async fn run_context_update(
+    update: &ContextUpdate,
+    context: &CallContext,
+    workspace: &dyn Workspace,
+    run: ContextInputs<'_>,
+) -> Result<Value, StepError> {
+    let ContextInputs {
+        project_md,
+        tasks,
+        vars,
+        env,
+        approvals,
+    } = run;
+    let call = &update.call;
+    let failed = |message: String| StepError::new(codes::E_TOOL, message);
+    let dir = workspace
+        .base_folder()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let before = workspace
+        .changed()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let shown = project_md.display().to_string();
+    let values = json!({
+        "id": "context_update",
+        "project_md": shown,
+        // Text, as a program's argument needs it.
+        "tasks": tasks.join(", "),
+        "prompt": format!(
+            "The tasks {} were merged into this project. Update {shown} (and the registries it keeps) to describe what they added.",
+            tasks.join(", ")
+        ),
+    });
+    let resolved = {
+        let variables = TaskVariables {
+            vars,
+            task: &values,
+            failure: &Value::Null,
+        };
+        let evaluate = |text: &str, scope: &Scope<'_>| update.expressions.evaluate(text, scope);
+        let scope = Scope {
+            vars: Some(&variables),
+            env: Some(env),
+            evaluate: Some(&evaluate),
+            ..Scope::default()
+        };
+        call.args
+            .resolve(&scope)
+            .map_err(|error| StepError::new(codes::E_ARGS_UNRESOLVED, error.to_string()))
+            .and_then(|args| check_schema(call.schema.as_deref(), &call.tool_name, args))
+    };
+    let gate = Gate {
+        tool: Some(&call.tool_name),
+        approval: None,
+        waits_as: CONTEXT_UPDATE,
+    };
+    let args = match admit(
+        resolved,
+        &gate,
+        approvals,
+        context.guard.as_deref(),
+        &context.redactor,
+    ) {
+        Admission::Call(args) => args,
+        Admission::Fail(error) => return Err(error),
+        Admission::Wait(pending) => {
+            return Err(failed(format!("waits for `{}`", pending.step_id)));
+        }
+    };
+    let finished = call_tool(
+        context,
+        ToolCall {
+            // Shown as the workspace's own call (`STEP/CALL`, like a task's calls).
+            step_id: Arc::from("workspace/context_update"),
+            tool_name: call.tool_name.clone(),
+            tool: call.tool.clone(),
+            args,
+            retry: once(),
+            timeout: call.timeout,
+            working_dir: Some(Arc::from(dir.as_path())),
+        },
+    )
+    .await;
+    let result = finished.result.map_err(|e| failed(e.message))?;
+    let after = workspace
+        .changed()
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let made: Vec<String> = after.into_iter().filter(|p| !before.contains(p)).collect();
+    let message = format!("Update project context after tasks {}", tasks.join(", "));
+    let commit = if made.is_empty() {
+        None
+    } else {
+        workspace
+            .commit_base(&made, &message)
+            .await
+            .map_err(|e| failed(e.to_string()))?
+    };
+    // What it added, when it says: its result, or its stdout, as JSON.
+    let said = match result.get("stdout").and_then(Value::as_str) {
+        Some(stdout) => serde_json::from_str::<Value>(stdout.trim()).unwrap_or(Value::Null),
+        None => result,
+    };
+    let list = |key: &str| {
+        said.get(key)
+            .and_then(Value::as_array)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    Ok(json!({
+        "status": "completed",
+        "project_md_path": shown,
+        "features_added": list("features_added"),
+        "endpoints_added": list("endpoints_added"),
+        "models_added": list("models_added"),
+        "commit_hash": commit,
+    }))
 }
 
 /// The plan's workspace settings the engine applies.
@@ -176,6 +364,37 @@ impl CompiledTask {
     }
 }
 
+/// A task's tool call bound to its tool, its data expressions compiled into `expressions`.
+fn compile_call(
+    expressions: &mut crate::expression::Expressions,
+    name: &str,
+    call: &plan_graph::TaskCall,
+    registry: &Registry,
+) -> Result<TaskTool, String> {
+    let tool = registry
+        .get(&call.tool)
+        .ok_or_else(|| format!("`{name}`: unknown tool `{}`", call.tool))?;
+    let args = ValueTemplate::compile(&Value::Object(call.args.clone()))
+        .map_err(|e| format!("`{name}`: malformed placeholder: {e}"))?;
+    for placeholder in args.placeholders() {
+        if let plan_vars::Root::Expr(text) = &placeholder.root {
+            expressions
+                .add(text)
+                .map_err(|e| format!("`{name}`: `{placeholder}`: {e}"))?;
+        }
+    }
+    let info = tool.info();
+    Ok(TaskTool {
+        schema: compile_schema(&info.input_schema)
+            .map_err(|e| format!("`{name}`: tool `{}`'s schema: {e}", call.tool))?,
+        tool: tool.clone(),
+        tool_name: Arc::from(call.tool.as_str()),
+        args,
+        timeout: call.timeout_ms.map(Duration::from_millis),
+        gated: call.risk.unwrap_or(info.risk) == Risk::High,
+    })
+}
+
 /// Compiles a task step; `Err` says what is wrong.
 pub(crate) fn compile_task(
     id: &str,
@@ -186,35 +405,11 @@ pub(crate) fn compile_task(
     registry: &Registry,
 ) -> Result<CompiledTask, String> {
     let mut expressions = crate::expression::Expressions::default();
-    let mut compile_call = |name: &str, call: &plan_graph::TaskCall| -> Result<TaskTool, String> {
-        let tool = registry
-            .get(&call.tool)
-            .ok_or_else(|| format!("`{name}`: unknown tool `{}`", call.tool))?;
-        let args = ValueTemplate::compile(&Value::Object(call.args.clone()))
-            .map_err(|e| format!("`{name}`: malformed placeholder: {e}"))?;
-        for placeholder in args.placeholders() {
-            if let plan_vars::Root::Expr(text) = &placeholder.root {
-                expressions
-                    .add(text)
-                    .map_err(|e| format!("`{name}`: `{placeholder}`: {e}"))?;
-            }
-        }
-        let info = tool.info();
-        Ok(TaskTool {
-            schema: compile_schema(&info.input_schema)
-                .map_err(|e| format!("`{name}`: tool `{}`'s schema: {e}", call.tool))?,
-            tool: tool.clone(),
-            tool_name: Arc::from(call.tool.as_str()),
-            args,
-            timeout: call.timeout_ms.map(Duration::from_millis),
-            gated: call.risk.unwrap_or(info.risk) == Risk::High,
-        })
-    };
-    let implement = compile_call("implement", &task.implement)?;
+    let implement = compile_call(&mut expressions, "implement", &task.implement, registry)?;
     let feedback = task
         .feedback
         .as_ref()
-        .map(|call| compile_call("feedback", call))
+        .map(|call| compile_call(&mut expressions, "feedback", call, registry))
         .transpose()?;
     let mut checks = Vec::with_capacity(task.verify.len());
     for (k, check) in task.verify.iter().enumerate() {

@@ -301,6 +301,14 @@ impl Tool for RemoteTool {
             ("key", job.clone()),
             ("deadline", deadline.to_string()),
             ("reply", Queue::results_stream(&ctx.run_id)),
+            // A task's calls work in its worktree: a worker on the same machine finds it.
+            (
+                "dir",
+                ctx.working_dir
+                    .as_deref()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default(),
+            ),
         ];
         let receiver = {
             let mut waiting = dispatcher.waiting.lock().unwrap_or_else(|e| e.into_inner());

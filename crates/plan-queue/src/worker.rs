@@ -331,6 +331,19 @@ impl Job {
                 "the step's deadline passed before a worker could start it",
             ));
         }
+        let working_dir = match field("dir") {
+            "" => None,
+            dir if std::path::Path::new(dir).is_dir() => Some(Arc::from(std::path::Path::new(dir))),
+            dir => {
+                return Err(ToolError::new(
+                    codes::E_TOOL,
+                    format!(
+                        "worker {} cannot see the folder the call works in ({dir}): a task's calls need a worker on the machine that holds the repository",
+                        self.consumer
+                    ),
+                ));
+            }
+        };
         let ctx = ToolContext {
             run_id: Arc::from(field("run")),
             step_id: Arc::from(field("step")),
@@ -340,7 +353,7 @@ impl Job {
             deadline,
             // A worker's programs print to nobody: results carry their output.
             output: None,
-            working_dir: None,
+            working_dir,
         };
         // While the tool runs, the entry is touched now and then, so that no other worker
         // takes it for the entry of a dead one.

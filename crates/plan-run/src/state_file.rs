@@ -294,7 +294,7 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
             "total_retries": total_retries,
             "elapsed_seconds": elapsed,
         },
-        "context_update": context_update(plan, layout.as_ref()),
+        "context_update": context_update(plan, layout.as_ref(), checkpoints.get("__context_update__")),
     })
 }
 
@@ -362,9 +362,21 @@ fn plain_doc(
     })
 }
 
-/// The context update: `skipped` unless the repository has a PROJECT.md and the plan names a
-/// `context_update` call.
-fn context_update(plan: &Plan, layout: Option<&plan_workspace::Layout>) -> Value {
+/// The context update: as the run left it (its checkpoint), else `skipped` unless the
+/// repository has a PROJECT.md and the plan names a `context_update` call (`pending`).
+fn context_update(
+    plan: &Plan,
+    layout: Option<&plan_workspace::Layout>,
+    recorded: Option<&Value>,
+) -> Value {
+    if let Some(recorded) = recorded {
+        let mut value = recorded.clone();
+        // Its error is the run's (in its events); the schema has no place for it.
+        if let Some(object) = value.as_object_mut() {
+            object.remove("error");
+        }
+        return value;
+    }
     let project_md = layout
         .map(|l| l.repo.join("PROJECT.md"))
         .filter(|p| p.is_file());

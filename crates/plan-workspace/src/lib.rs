@@ -451,6 +451,63 @@ impl Workspace for GitWorkspace {
         Ok(MergeOutcome::Conflict(files))
     }
 
+    fn project_md(&self) -> Option<PathBuf> {
+        Some(self.repo.join("PROJECT.md")).filter(|path| path.is_file())
+    }
+
+    async fn base_folder(&self) -> Result<PathBuf, WorkspaceError> {
+        let _repo = self.lock.lock().await;
+        self.base_checkout().await
+    }
+
+    async fn changed(&self) -> Result<Vec<String>, WorkspaceError> {
+        let dir = self.base_folder().await?;
+        let status = self
+            .must(
+                &dir,
+                &["status", "--porcelain=v1", "-z", "--untracked-files=all"],
+            )
+            .await?;
+        // `XY PATH\0`, and for a rename `XY NEW\0OLD\0`: the old path is not a change here.
+        let mut paths = Vec::new();
+        let mut entries = status.split('\0').filter(|e| !e.is_empty());
+        while let Some(entry) = entries.next() {
+            let Some(path) = entry.get(3..) else { continue };
+            if entry.starts_with('R') || entry.starts_with('C') {
+                entries.next();
+            }
+            paths.push(path.to_owned());
+        }
+        Ok(paths)
+    }
+
+    async fn commit_base(
+        &self,
+        paths: &[String],
+        message: &str,
+    ) -> Result<Option<String>, WorkspaceError> {
+        let _repo = self.lock.lock().await;
+        let dir = self.base_checkout().await?;
+        let mut add = vec!["add", "-A", "--"];
+        add.extend(paths.iter().map(String::as_str));
+        self.must(&dir, &add).await?;
+        let mut commit = vec!["commit", "-q", "-m", message, "--"];
+        commit.extend(paths.iter().map(String::as_str));
+        let committed = self.git(&dir, &commit).await?;
+        if !committed.ok {
+            if committed.stdout.contains("nothing to commit") {
+                return Ok(None);
+            }
+            return Err(WorkspaceError(format!(
+                "`git commit` on `{}` failed: {}",
+                self.base,
+                first_lines(&committed.stderr, &committed.stdout)
+            )));
+        }
+        let head = self.must(&dir, &["rev-parse", "HEAD"]).await?;
+        Ok(Some(head.trim().to_owned()))
+    }
+
     async fn remove(&self, task: &str) -> Result<(), WorkspaceError> {
         let _repo = self.lock.lock().await;
         let path = self.path_of(task);
