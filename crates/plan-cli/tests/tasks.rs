@@ -877,3 +877,37 @@ fn without_a_project_md_the_context_update_is_skipped() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(state["context_update"]["status"], "skipped");
 }
+
+#[test]
+fn a_feedback_call_turns_a_failed_check_into_advice_for_the_next_attempt() {
+    let lab = Lab::new();
+    // The agent keeps what it was told, and gets it right once told to add.
+    let agent = r#"#!/bin/sh
+echo "$1" >> told.txt
+case "$1" in
+  *"use +"*) printf 'def add(a, b):\n    return a + b\n' > calc.py ;;
+  *) printf 'def add(a, b):\n    return a * b\n' > calc.py ;;
+esac
+"#;
+    // The advisor reads the failure and says what to do.
+    let advisor = "#!/bin/sh\ncase \"$2\" in *AssertionError*) echo \"advice for $1: use + instead\" ;; *) echo 'no idea' ;; esac\n";
+    let repo = repo(&lab, &[("agent.sh", agent), ("advisor.sh", advisor)]);
+    let advisor = path_str(&repo.join("advisor.sh")).to_owned();
+    let plan = json!({"id": "advised", "workspace": {"repo": "."}, "steps": [{"id": "T1", "task": {
+        "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/agent.sh", "${task.feedback}"]}},
+        "verify": [{"argv": ["python3", "-B", "-c", "import calc; assert calc.add(2, 3) == 5"]}],
+        "feedback": {"tool": "exec", "args": {"argv": [advisor, "${failure.step}", "${failure.output}"]}}
+    }}]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 0, "{report}");
+    let feedback = &state["tasks"]["T1"]["retry_feedback"][0];
+    assert_eq!(feedback["attempt"], 2);
+    assert_eq!(
+        feedback["feedback"],
+        "advice for python3 -B -c import calc; assert calc.add(2, 3) == 5: use + instead"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("told.txt")).unwrap(),
+        "\nadvice for python3 -B -c import calc; assert calc.add(2, 3) == 5: use + instead\n"
+    );
+}
