@@ -20,14 +20,14 @@ use plan_types::{
     Approvals, BlockPhase, BlockState, ErrorCode, Event, EventKind, PendingApproval, Record,
     StepError, Verdict,
 };
-use plan_vars::{Scope, ValueTemplate, Variables};
+use plan_vars::{Scope, ValueTemplate};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::admit::{Admission, Gate, admit, executed_record};
 use crate::call::{CallContext, ToolCall, call_tool, millis};
 use crate::condition::{NodeScope, evaluate};
-use crate::program::argument_issues;
+use crate::program::{Overlay, argument_issues};
 use crate::schema::{check_schema, compile_schema};
 use crate::tool::{Registry, Tool, codes};
 
@@ -329,30 +329,6 @@ pub(crate) fn compile_block(
         invalid,
         expressions,
     })
-}
-
-/// The variables a node's arguments read: the run's, plus the block's `input` and `nodes`
-/// (each node's latest result), which shadow run variables of those names.
-struct NodeVariables<'a> {
-    vars: &'a BTreeMap<String, Arc<Value>>,
-    input: &'a Value,
-    nodes: &'a Value,
-}
-
-impl Variables for NodeVariables<'_> {
-    fn get(&self, name: &str) -> Option<&Value> {
-        match name {
-            "input" => Some(self.input),
-            "nodes" => Some(self.nodes),
-            _ => self.vars.get(name).map(|v| &**v),
-        }
-    }
-
-    fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
-        names.extend(["input", "nodes"]);
-        names
-    }
 }
 
 /// Where a block stopped to wait (for an approval, or for a decision after a node failed under
@@ -812,10 +788,9 @@ impl BlockRun {
             } => {
                 // Resolved before the call: the scope (not `Send`) must not live across it.
                 let resolved = {
-                    let variables = NodeVariables {
+                    let variables = Overlay {
                         vars: &self.vars,
-                        input,
-                        nodes,
+                        own: [("input", input), ("nodes", nodes)],
                     };
                     let evaluate =
                         |text: &str, scope: &Scope<'_>| expressions.evaluate(text, scope);

@@ -124,6 +124,29 @@ pub struct PlannedCall {
     pub when: Option<String>,
 }
 
+/// The run's variables with a few names of a block's or task's own on top (`input` and
+/// `nodes` in a block node, `task` and `failure` in a task's calls), which shadow run
+/// variables of those names.
+pub(crate) struct Overlay<'a> {
+    pub(crate) vars: &'a BTreeMap<String, Arc<Value>>,
+    pub(crate) own: [(&'static str, &'a Value); 2],
+}
+
+impl plan_vars::Variables for Overlay<'_> {
+    fn get(&self, name: &str) -> Option<&Value> {
+        match self.own.iter().find(|(own, _)| *own == name) {
+            Some((_, value)) => Some(value),
+            None => self.vars.get(name).map(|v| &**v),
+        }
+    }
+
+    fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
+        names.extend(self.own.iter().map(|(name, _)| *name));
+        names
+    }
+}
+
 /// The values a run reads besides its variables: the map item being run and the listed
 /// environment.
 pub(crate) struct ItemValues<'a> {

@@ -822,15 +822,7 @@ impl Scheduler<'_> {
                 return None;
             }
         };
-        let context = CallContext {
-            run_id: self.run_id.clone(),
-            events: self.events.clone(),
-            redactor: self.redactor.clone(),
-            cancel: halt.child_token(),
-            guard: self.guard.clone(),
-            jitter_seed: self.jitter_seed,
-            output: self.output.clone(),
-        };
+        let context = self.call_context(halt);
         Some(match &step.action {
             Action::Tool(tool) => Started::Call(Call {
                 step: step_index,
@@ -1427,15 +1419,7 @@ impl Scheduler<'_> {
             checkpoint("in_progress"),
         );
         self.flush();
-        let context = CallContext {
-            run_id: self.run_id.clone(),
-            events: self.events.clone(),
-            redactor: self.redactor.clone(),
-            cancel: halt.child_token(),
-            guard: self.guard.clone(),
-            jitter_seed: self.jitter_seed,
-            output: self.output.clone(),
-        };
+        let context = self.call_context(halt);
         let inputs = crate::task::ContextInputs {
             project_md: &project_md,
             tasks: &tasks,
@@ -1457,6 +1441,19 @@ impl Scheduler<'_> {
         self.pending_checkpoints
             .insert(crate::task::CONTEXT_UPDATE.to_owned(), value);
         self.flush();
+    }
+
+    /// What every call the run makes shares; cancelled with `halt`.
+    fn call_context(&self, halt: &CancellationToken) -> CallContext {
+        CallContext {
+            run_id: self.run_id.clone(),
+            events: self.events.clone(),
+            redactor: self.redactor.clone(),
+            cancel: halt.child_token(),
+            guard: self.guard.clone(),
+            jitter_seed: self.jitter_seed,
+            output: self.output.clone(),
+        }
     }
 
     async fn finalize(mut self, run_id: &str, started: Instant) -> Result<RunReport, RunError> {

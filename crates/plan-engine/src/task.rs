@@ -24,12 +24,13 @@ use plan_types::{
     Approvals, ErrorCode, PendingApproval, QueueEntry, QueueStatus, RetryFeedback, StepError,
     TaskCommit, TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus,
 };
-use plan_vars::{Scope, ValueTemplate, Variables};
+use plan_vars::{Scope, ValueTemplate};
 use serde_json::{Value, json};
 
 use crate::admit::{Admission, Gate, admit};
 use crate::block::NodeDone;
 use crate::call::{CallContext, ToolCall, call_tool};
+use crate::program::Overlay;
 use crate::schema::{check_schema, compile_schema};
 use crate::tool::{Registry, Tool, codes};
 
@@ -192,24 +193,8 @@ pub(crate) async fn run_context_update(
             tasks.join(", ")
         ),
     });
-    let resolved = {
-        let variables = TaskVariables {
-            vars,
-            task: &values,
-            failure: &Value::Null,
-        };
-        let evaluate = |text: &str, scope: &Scope<'_>| update.expressions.evaluate(text, scope);
-        let scope = Scope {
-            vars: Some(&variables),
-            env: Some(env),
-            evaluate: Some(&evaluate),
-            ..Scope::default()
-        };
-        call.args
-            .resolve(&scope)
-            .map_err(|error| StepError::new(codes::E_ARGS_UNRESOLVED, error.to_string()))
-            .and_then(|args| check_schema(call.schema.as_deref(), &call.tool_name, args))
-    };
+    let own = [("task", &values), ("failure", &Value::Null)];
+    let resolved = call.resolve(vars, own, env, &update.expressions);
     let gate = Gate {
         tool: Some(&call.tool_name),
         approval: None,
@@ -312,6 +297,31 @@ pub(crate) struct TaskTool {
     schema: Option<Arc<jsonschema::Validator>>,
     timeout: Option<Duration>,
     gated: bool,
+}
+
+impl TaskTool {
+    /// Its arguments over the run's variables, `task` and `failure`, checked against its
+    /// tool's schema.
+    fn resolve(
+        &self,
+        vars: &BTreeMap<String, Arc<Value>>,
+        own: [(&'static str, &Value); 2],
+        env: &BTreeMap<String, Value>,
+        expressions: &crate::expression::Expressions,
+    ) -> Result<Value, StepError> {
+        let variables = Overlay { vars, own };
+        let evaluate = |text: &str, scope: &Scope<'_>| expressions.evaluate(text, scope);
+        let scope = Scope {
+            vars: Some(&variables),
+            env: Some(env),
+            evaluate: Some(&evaluate),
+            ..Scope::default()
+        };
+        self.args
+            .resolve(&scope)
+            .map_err(|error| StepError::new(codes::E_ARGS_UNRESOLVED, error.to_string()))
+            .and_then(|args| check_schema(self.schema.as_deref(), &self.tool_name, args))
+    }
 }
 
 struct CompiledCheck {
@@ -512,29 +522,6 @@ fn tail(text: &str, lines: usize, bytes: usize) -> String {
         out = format!("…{}", &out[cut..]);
     }
     out
-}
-
-/// The variables a task's calls and checks read: the run's, plus `task` and `failure`.
-struct TaskVariables<'a> {
-    vars: &'a BTreeMap<String, Arc<Value>>,
-    task: &'a Value,
-    failure: &'a Value,
-}
-
-impl Variables for TaskVariables<'_> {
-    fn get(&self, name: &str) -> Option<&Value> {
-        match name {
-            "task" => Some(self.task),
-            "failure" => Some(self.failure),
-            _ => self.vars.get(name).map(|v| &**v),
-        }
-    }
-
-    fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
-        names.extend(["task", "failure"]);
-        names
-    }
 }
 
 impl TaskRun {
@@ -804,10 +791,9 @@ impl TaskRun {
         for (k, check) in task.checks.iter().enumerate() {
             let path = format!("{}/check-{}#{}", self.step_id, k + 1, state.attempts);
             let argv = {
-                let variables = TaskVariables {
+                let variables = Overlay {
                     vars: &self.vars,
-                    task: &values,
-                    failure: &Value::Null,
+                    own: [("task", &values), ("failure", &Value::Null)],
                 };
                 let scope = Scope {
                     vars: Some(&variables),
@@ -1231,25 +1217,9 @@ impl TaskRun {
         failure: &Value,
         dir: Option<&Path>,
     ) -> Result<Result<Value, StepError>, Stopped> {
-        let resolved = {
-            let variables = TaskVariables {
-                vars: &self.vars,
-                task,
-                failure,
-            };
-            let expressions = &self.task.expressions;
-            let evaluate = |text: &str, scope: &Scope<'_>| expressions.evaluate(text, scope);
-            let scope = Scope {
-                vars: Some(&variables),
-                env: Some(&self.env),
-                evaluate: Some(&evaluate),
-                ..Scope::default()
-            };
-            call.args
-                .resolve(&scope)
-                .map_err(|error| StepError::new(codes::E_ARGS_UNRESOLVED, error.to_string()))
-                .and_then(|args| check_schema(call.schema.as_deref(), &call.tool_name, args))
-        };
+        // Resolved before the call: the scope (not `Send`) must not live across it.
+        let own = [("task", task), ("failure", failure)];
+        let resolved = call.resolve(&self.vars, own, &self.env, &self.task.expressions);
         let key = format!("{}/{name}", self.step_id);
         let gate = Gate {
             tool: Some(&call.tool_name),
