@@ -911,3 +911,36 @@ esac
         "\nadvice for python3 -B -c import calc; assert calc.add(2, 3) == 5: use + instead\n"
     );
 }
+
+#[test]
+fn an_abandoned_task_runs_again_with_resume_retry_failed() {
+    let lab = Lab::new();
+    // Gets it right only once a person has fixed what it needed (the flag file).
+    let agent = "#!/bin/sh\nif [ -f \"$1\" ]; then echo 'ALL GOOD' > status.txt; else echo \"try\" >> tries.txt; fi\n";
+    let repo = repo(&lab, &[("agent.sh", agent)]);
+    let flag = lab.dir.path().join("fixed");
+    let plan = json!({"id": "again", "workspace": {"repo": ".", "max_attempts": 2}, "steps": [
+        {"id": "T1", "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/agent.sh", path_str(&flag)]}},
+            "verify": [{"argv": ["cat", "status.txt"], "contains": "ALL GOOD"}]
+        }},
+        {"id": "T2", "depends_on": ["T1"], "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["touch", "after.txt"]}}
+        }}
+    ]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(state["tasks"]["T1"]["status"], "abandoned");
+    let run_id = report["run_id"].as_str().unwrap();
+    // Without --retry-failed the abandoned task stays abandoned.
+    let (code, _) = lab.json(&["resume", run_id, "--json"]);
+    assert_eq!(code, 1);
+    std::fs::write(&flag, "").unwrap();
+    let (code, report) = lab.json(&["resume", run_id, "--json", "--retry-failed"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("status.txt")).unwrap(),
+        "ALL GOOD\n"
+    );
+    assert!(repo.join("after.txt").exists(), "its dependent ran");
+}
