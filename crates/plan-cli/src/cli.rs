@@ -73,6 +73,8 @@ pub(crate) enum Command {
     /// Make a plan from work described elsewhere
     #[command(subcommand)]
     Import(ImportCommand),
+    /// Print the plan format's JSON Schema (for editors and for LLMs that write plans)
+    Schema,
     /// Print a shell completion script (`plan-cli completions bash > /etc/bash_completion.d/plan-cli`)
     Completions {
         /// The shell

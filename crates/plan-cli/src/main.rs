@@ -30,6 +30,7 @@ fn main() {
     let early = match &cli.command {
         Command::Init(args) => Some(commands::init(args)),
         Command::Import(command) => Some(commands::import(command)),
+        Command::Schema => Some(commands::schema()),
         Command::Completions { shell } => Some(commands::completions(*shell)),
         _ => None,
     };
@@ -112,9 +113,11 @@ fn main() {
             .ok_or_else(|| exit::Failure::internal("the policy of `mcp serve` was not read"))
             .and_then(|policy| commands::serve(policy, toolbox.clone(), &ledger)),
         Command::Worker(args) => commands::worker(args, &toolbox),
-        Command::Init(_) | Command::Import(_) | Command::Completions { .. } => Err(
-            exit::Failure::internal("handled before the ledger is opened"),
-        ),
+        Command::Init(_) | Command::Import(_) | Command::Schema | Command::Completions { .. } => {
+            Err(exit::Failure::internal(
+                "handled before the ledger is opened",
+            ))
+        }
     };
     // MCP servers that were started stop before the process ends.
     toolbox.shutdown();

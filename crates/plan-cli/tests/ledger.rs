@@ -762,7 +762,17 @@ fn init_starts_a_project_whose_starter_plan_validates_and_runs() {
     assert!(output.status.success(), "{output:?}");
     assert!(lab.dir.path().join(".plan").is_dir());
     let text = std::fs::read_to_string(lab.dir.path().join("plan.yaml")).unwrap();
-    assert!(text.starts_with("# A starter plan"), "commented: {text}");
+    assert!(
+        text.starts_with(
+            "# yaml-language-server: $schema=.plan/plan.schema.json\n# A starter plan"
+        ),
+        "commented, pointing editors at the schema: {text}"
+    );
+    // The schema it points at is the one `plan-cli schema` prints.
+    let written = std::fs::read_to_string(lab.dir.path().join(".plan/plan.schema.json")).unwrap();
+    let printed = lab.cli().args(["schema"]).output().unwrap();
+    assert!(printed.status.success());
+    assert_eq!(written, String::from_utf8_lossy(&printed.stdout));
     lab.cli()
         .args(["validate", "plan.yaml"])
         .assert()

@@ -21,6 +21,7 @@ mod load;
 mod model;
 mod normalize;
 pub mod render;
+mod schema;
 mod source;
 mod validate;
 
@@ -39,5 +40,6 @@ pub use model::{
     TaskSpec, Transition, Workspace,
 };
 pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
+pub use schema::{PLAN_SCHEMA_ID, plan_schema};
 pub use source::{PathSegment, PlanPath, SourceMap};
 pub use validate::{is_item_of, unknown_tool, variables_read};

@@ -18,6 +18,20 @@ impl fmt::Display for StepId {
     }
 }
 
+/// A string, or a whole number (read as its digits).
+impl schemars::JsonSchema for StepId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StepId".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A step id: a string, or a whole number",
+            "type": ["string", "integer"]
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for StepId {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct IdVisitor;
@@ -41,7 +55,9 @@ impl<'de> Deserialize<'de> for StepId {
 }
 
 /// How the delay between retries is randomised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Jitter {
     /// A uniformly random delay between zero and the computed backoff (the default).
@@ -54,7 +70,7 @@ pub enum Jitter {
 }
 
 /// When and how a failed step is tried again. Only retryable errors are retried.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetryPolicy {
     /// Attempts in total, the first try included.
@@ -82,19 +98,22 @@ impl Default for RetryPolicy {
 }
 
 /// mcp-cli's saved form of a call: `tool_calls: [{"name", "args"}]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "ToolCall")]
 pub(crate) struct RawToolCall {
     pub(crate) name: String,
     #[serde(default, alias = "arguments")]
     pub(crate) args: Map<String, Value>,
     #[serde(default, rename = "id")]
+    #[schemars(with = "Option<Value>")]
     _id: Option<IgnoredAny>,
 }
 
 /// A step as written, before normalisation (aliases resolved by serde, the rest by `normalize`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(rename = "Step")]
 pub(crate) struct RawStep {
     #[serde(alias = "index", alias = "step_id")]
     pub(crate) id: StepId,
@@ -137,7 +156,7 @@ pub(crate) struct RawStep {
 }
 
 /// A plan as written.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPlan {
     #[serde(default)]
@@ -236,7 +255,19 @@ impl Step {
 }
 
 /// How dangerous a call is. Only `high` is gated: it waits for an approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Risk {
     /// Reads, or changes nothing that matters.
@@ -248,7 +279,9 @@ pub enum Risk {
 }
 
 /// When a step runs, given how its dependencies ended (Airflow's trigger rules).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum RunIf {
     /// Every dependency succeeded (execute_plan's rule; the default).
@@ -267,7 +300,9 @@ impl RunIf {
 }
 
 /// How a run starts (the map-style executor's modes). The CLI's `--mode` wins over the plan's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Run, stopping only for `risk: high` steps.
@@ -281,7 +316,7 @@ pub enum Mode {
 
 /// Budgets a run may not exceed (mcp-cli's guards). A call a guard stops fails with `E_GUARD`
 /// and is never made.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Guards {
     /// Most tool calls in the run (a call's retries are part of the call).
@@ -326,7 +361,7 @@ pub struct Expand {
 
 /// A composite block: nodes run one at a time from `entry_point`, each followed by
 /// its transition, until a node has none.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Block {
     /// The first node.
@@ -352,7 +387,9 @@ pub struct Block {
 }
 
 /// What a block node's failure, once its retries are spent, does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OnFailure {
     /// The block fails with the node's error.
@@ -374,7 +411,7 @@ fn default_max_steps() -> u32 {
 }
 
 /// A block's node: a tool call (`tool`, `args`, …) or a nested `block`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Node {
     /// The tool to call.
@@ -402,7 +439,7 @@ pub struct Node {
 }
 
 /// Where a node goes next.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Transition {
     /// Always this node.
@@ -435,7 +472,7 @@ impl<'de> Deserialize<'de> for Transition {
 }
 
 /// One branch of a branching transition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Branch {
     /// A name from the block's `conditions`, or `default`.
@@ -446,7 +483,7 @@ pub struct Branch {
 
 /// The git repository a plan's task steps work in: each task gets a worktree of its own on
 /// branch `worktree-<ID>`, made from `base`, and is merged back into `base` when verified.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Workspace {
     /// The repository, relative to the plan file's folder.
@@ -519,7 +556,9 @@ fn default_max_attempts() -> u32 {
 }
 
 /// What a merge conflict does to a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OnConflict {
     /// The merge is aborted and the attempt counts as failed; its feedback names the
@@ -538,7 +577,7 @@ impl OnConflict {
 }
 
 /// A task step's work.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
     /// The call that does the work, run in the task's worktree; its arguments may read
@@ -560,7 +599,7 @@ pub struct TaskSpec {
 }
 
 /// A tool call inside a task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskCall {
     /// The tool.
@@ -579,7 +618,7 @@ pub struct TaskCall {
 
 /// A verification check: a program run in the task's worktree (no shell), which must exit 0
 /// and may have to print (or not print) some text.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Check {
     /// The program and its arguments. Placeholders may read `${task.*}`.

@@ -12,7 +12,7 @@ use std::io::Write;
 pub(crate) use approvals::{approve, reject};
 pub(crate) use execute::{resume, retry, run};
 pub(crate) use ledger::{cancel, events, gc, logs, runs, state_export, status};
-pub(crate) use plans::{completions, import, init, plan, show, tools, validate};
+pub(crate) use plans::{completions, import, init, plan, schema, show, tools, validate};
 pub(crate) use serve::{Policy, serve};
 pub(crate) use worker::worker;
 

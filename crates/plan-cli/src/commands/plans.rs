@@ -287,6 +287,9 @@ pub(crate) fn init(args: &crate::cli::InitArgs) -> Result<i32, Failure> {
     }
     std::fs::create_dir_all(".plan")
         .map_err(|error| Failure::input(format!("cannot create .plan/: {error}")))?;
+    // For editors: the starter plan's first line points at it.
+    std::fs::write(".plan/plan.schema.json", schema_text())
+        .map_err(|error| Failure::input(format!("cannot write .plan/plan.schema.json: {error}")))?;
     std::fs::write(&args.plan, STARTER_PLAN).map_err(|error| {
         Failure::input(format!("cannot write {}: {error}", args.plan.display()))
     })?;
@@ -336,6 +339,19 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
             );
         }
     }
+    Ok(0)
+}
+
+/// The plan format's JSON Schema, as `schema` prints it.
+fn schema_text() -> String {
+    let mut text = serde_json::to_string_pretty(&plan_graph::plan_schema()).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// `schema`: the plan format's JSON Schema on stdout.
+pub(crate) fn schema() -> Result<i32, Failure> {
+    print(&schema_text())?;
     Ok(0)
 }
 
