@@ -328,6 +328,19 @@ pub(crate) struct RunArgs {
     pub(crate) tool_options: ToolOptions,
 }
 
+impl RunArgs {
+    /// `run PLAN` with every other flag at its default (`plan create --run`).
+    pub(crate) fn stored(plan: &str) -> Option<RunArgs> {
+        match Cli::try_parse_from(["plan-cli", "run", plan]) {
+            Ok(Cli {
+                command: Command::Run(args),
+                ..
+            }) => Some(args),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum RunMode {
     /// Run; high-risk steps wait for an approval
@@ -481,6 +494,33 @@ pub(crate) enum PlanCommand {
         #[command(flatten)]
         tool_options: ToolOptions,
     },
+    /// Ask a model for a plan that reaches GOAL (an OpenAI-compatible Chat Completions
+    /// endpoint: PLAN_LLM_URL or OPENAI_BASE_URL, ending in /v1; OPENAI_API_KEY), correct it
+    /// until it validates, and store it
+    Create {
+        /// What the plan is to do, in your words
+        goal: String,
+        /// The model (default: PLAN_LLM_MODEL)
+        #[arg(long, env = "PLAN_LLM_MODEL")]
+        model: Option<String>,
+        /// The plan's id (default: the model's, else one made from the goal)
+        #[arg(long)]
+        id: Option<String>,
+        /// Run it once stored
+        #[arg(long)]
+        run: bool,
+        /// Answers to send back for correction when one is not a valid plan
+        #[arg(long, default_value_t = 2, value_name = "N")]
+        max_retries: u32,
+        /// Replace a stored plan with the same id
+        #[arg(long)]
+        force: bool,
+        /// Print `{"plan_id", "plan"}` instead of drawing it
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        tool_options: ToolOptions,
+    },
     /// List the stored plans
     List(JsonArgs),
     /// Draw a stored plan
@@ -576,7 +616,9 @@ impl Command {
             Command::Worker(args) => &args.tool_options,
             Command::Mcp(McpCommand::Serve(args)) => &args.tool_options,
             Command::Plan(
-                PlanCommand::Add { tool_options, .. } | PlanCommand::Show { tool_options, .. },
+                PlanCommand::Add { tool_options, .. }
+                | PlanCommand::Show { tool_options, .. }
+                | PlanCommand::Create { tool_options, .. },
             ) => tool_options,
             _ => return None,
         })

@@ -250,6 +250,25 @@ pub(crate) fn prepare_quietly(
     prepare_source_with(source, format, id, inputs, toolbox, Severity::Error, false)
 }
 
+/// [`prepare_source`] for plan text to be judged as data (a model's answer): arguments
+/// checked as errors, nothing printed.
+pub(crate) fn prepare_source_quietly(
+    source: Source,
+    format: Format,
+    fallback_id: String,
+    toolbox: &Toolbox,
+) -> Result<Ready, Failure> {
+    prepare_source_with(
+        source,
+        format,
+        fallback_id,
+        Inputs::default(),
+        toolbox,
+        Severity::Error,
+        false,
+    )
+}
+
 /// [`prepare_source`], printing the warnings only when `print_warnings`.
 fn prepare_source_with(
     source: Source,

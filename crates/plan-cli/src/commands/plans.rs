@@ -170,6 +170,52 @@ pub(crate) fn plan(
 ) -> Result<i32, Failure> {
     match command {
         PlanCommand::Add { file, force, .. } => add(file, *force, toolbox, ledger),
+        PlanCommand::Create {
+            goal,
+            model,
+            id,
+            run,
+            max_retries,
+            force,
+            json,
+            ..
+        } => {
+            let ask = CreateArgs {
+                goal,
+                model: model.as_deref(),
+                id: id.as_deref(),
+                max_retries: *max_retries,
+                force: *force,
+            };
+            let (plan_id, plan) = create(&ask, toolbox, ledger)?;
+            if *json {
+                print(&pretty(
+                    &serde_json::json!({"plan_id": plan_id, "plan": plan}),
+                ))?;
+            } else {
+                let source = plan_graph::Source::new(plan_id.clone(), plan.to_string());
+                let ready = prepare_source(
+                    source,
+                    plan_graph::Format::Json,
+                    plan_id.clone(),
+                    Default::default(),
+                    toolbox,
+                    Severity::Warning,
+                )?;
+                print(&draw(&ready.loaded.plan, &plan_id, GraphFormat::Ascii))?;
+                if !*run {
+                    print(&format!(
+                        "stored plan `{plan_id}`; run it with `plan-cli run {plan_id}`\n"
+                    ))?;
+                }
+            }
+            if !*run {
+                return Ok(0);
+            }
+            let args = crate::cli::RunArgs::stored(&plan_id)
+                .ok_or_else(|| Failure::internal("cannot make the arguments of `run`"))?;
+            super::run(&args, toolbox, ledger)
+        }
         PlanCommand::List(JsonArgs { json }) => list(*json, ledger),
         PlanCommand::Show { id, format, .. } => {
             let stored = find(id, ledger)?;
@@ -193,6 +239,134 @@ pub(crate) fn plan(
             print(&format!("removed plan `{id}`\n"))?;
             Ok(0)
         }
+    }
+}
+
+/// What `plan create` asks for.
+struct CreateArgs<'a> {
+    goal: &'a str,
+    model: Option<&'a str>,
+    id: Option<&'a str>,
+    max_retries: u32,
+    force: bool,
+}
+
+/// Asks the configured model for a plan, sends plan-cli's own diagnostics back until it is
+/// valid, and stores it: its id and the plan.
+fn create(
+    ask: &CreateArgs<'_>,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<(String, serde_json::Value), Failure> {
+    let base_url = std::env::var("PLAN_LLM_URL")
+        .or_else(|_| std::env::var("OPENAI_BASE_URL"))
+        .map_err(|_| {
+            Failure::input(
+                "no model endpoint: set PLAN_LLM_URL (or OPENAI_BASE_URL) to an OpenAI-compatible API's base URL ending in /v1, e.g. http://localhost:11434/v1 for Ollama",
+            )
+        })?;
+    let model = ask
+        .model
+        .map(str::to_owned)
+        .ok_or_else(|| Failure::input("no model: give --model NAME or set PLAN_LLM_MODEL"))?;
+    let endpoint = plan_llm::Endpoint {
+        base_url,
+        api_key: std::env::var("OPENAI_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()),
+        model,
+    };
+    // Every tool a plan could call now, each once (bare aliases of MCP tools left out).
+    let (tools, _) = toolbox.listable();
+    let mut described: Vec<plan_llm::ToolDescription> = Vec::new();
+    for info in tools.registry.infos() {
+        if !described.iter().any(|d| d.name == info.name) {
+            described.push(plan_llm::ToolDescription {
+                name: info.name,
+                description: info.description,
+                input_schema: info.input_schema,
+            });
+        }
+    }
+    let schema = plan_graph::plan_schema();
+    let fallback_id = ask.id.map_or_else(|| slug(ask.goal), str::to_owned);
+    // plan-cli's whole validation, as `validate --json` gives it, for the model to read.
+    let check = |plan: &serde_json::Value| -> Result<(), String> {
+        let mut plan = plan.clone();
+        if let (Some(id), Some(object)) = (ask.id, plan.as_object_mut()) {
+            object.insert("id".into(), id.into());
+        }
+        let source = plan_graph::Source::new("plan.json", plan.to_string());
+        match crate::plan_file::prepare_source_quietly(
+            source,
+            plan_graph::Format::Json,
+            fallback_id.clone(),
+            toolbox,
+        ) {
+            Ok(_) => Ok(()),
+            Err(failure) if !failure.issues.is_empty() => Err(failure
+                .issues
+                .iter()
+                .filter(|issue| issue["severity"] == "error")
+                .map(|issue| {
+                    let mut line = format!("- {}", issue["message"].as_str().unwrap_or(""));
+                    if let Some(help) = issue["help"].as_str() {
+                        line.push_str(&format!(" ({help})"));
+                    }
+                    line
+                })
+                .collect::<Vec<_>>()
+                .join("\n")),
+            Err(failure) => Err(format!("- {}", failure.message.unwrap_or_default())),
+        }
+    };
+    let request = plan_llm::Ask {
+        goal: ask.goal,
+        tools: &described,
+        schema: &schema,
+        max_retries: ask.max_retries,
+    };
+    let created = toolbox
+        .runtime()
+        .block_on(plan_llm::create_plan(&endpoint, &request, check))
+        .map_err(|error| Failure::input(error.to_string()))?;
+    let mut plan = created.plan;
+    if let (Some(id), Some(object)) = (ask.id, plan.as_object_mut()) {
+        object.insert("id".into(), id.into());
+    }
+    let plan_id = plan["id"].as_str().map_or(fallback_id, str::to_owned);
+    if let Some(object) = plan.as_object_mut() {
+        object.insert("id".into(), plan_id.clone().into());
+    }
+    let text = serde_json::to_string_pretty(&plan).map_err(|e| Failure::internal(e.to_string()))?;
+    let stored = StoredPlan {
+        plan_id: plan_id.clone(),
+        title: plan["title"].as_str().map(str::to_owned),
+        name: format!("created from a goal by {}", endpoint.model),
+        format: plan_run::format_name(plan_graph::Format::Json).to_owned(),
+        hash: plan_store::plan_hash(&text),
+        source: text,
+        added_at: plan_store::timestamp(SystemTime::now()),
+    };
+    ledger
+        .open()?
+        .add_plan(&stored, ask.force)
+        .map_err(Failure::ledger)?;
+    Ok((plan_id, plan))
+}
+
+/// A plan id from a goal: its first words, lower case, joined by `-`.
+fn slug(goal: &str) -> String {
+    let words: Vec<String> = goal
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(6)
+        .map(str::to_lowercase)
+        .collect();
+    if words.is_empty() {
+        "plan".to_owned()
+    } else {
+        words.join("-")
     }
 }
 

@@ -1,0 +1,242 @@
+//! `plan create` against a Chat Completions server inside the test with scripted answers (an
+//! invalid plan, then a valid one), asserting on what plan-cli sent; and against a real
+//! endpoint when PLAN_LLM_URL is set (ignored, so reported as skipped, when it is not).
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use common::Lab;
+use serde_json::{Value, json};
+
+/// A Chat Completions endpoint that answers each request with the next scripted reply
+/// (`(status, body)`), and keeps every request's body.
+struct Scripted {
+    url: String,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Scripted {
+    fn start(replies: Vec<(u16, Value)>) -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            let mut replies = replies.into_iter();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0;
+                let mut first = String::new();
+                reader.read_line(&mut first).unwrap();
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    if line == "\r\n" || line.is_empty() {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':')
+                        && name.eq_ignore_ascii_case("content-length")
+                    {
+                        length = value.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                assert!(first.starts_with("POST /v1/chat/completions "), "{first}");
+                seen.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&body).unwrap());
+                let (status, reply) = replies.next().unwrap_or((500, json!({"error": "no more"})));
+                let text = reply.to_string();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            }
+        });
+        Scripted { url, requests }
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// A Chat Completions answer whose content is `plan` as text.
+fn answer(plan: &Value) -> (u16, Value) {
+    (
+        200,
+        json!({"choices": [{"message": {"role": "assistant", "content": plan.to_string()}}]}),
+    )
+}
+
+fn create(lab: &Lab, url: &str, args: &[&str]) -> std::process::Output {
+    lab.cli()
+        .env("PLAN_LLM_URL", url)
+        .env("OPENAI_API_KEY", "sk-test")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("PLAN_LLM_MODEL")
+        .args(["plan", "create"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_wrong_plan_is_corrected_in_the_same_conversation() {
+    let wrong =
+        json!({"id": "greet", "steps": [{"id": "hi", "tool": "ech0", "args": {"text": "hello"}}]});
+    let right = json!({"id": "greet", "title": "Say hello", "steps": [{"id": "hi", "tool": "echo", "args": {"text": "hello"}}]});
+    let server = Scripted::start(vec![answer(&wrong), answer(&right)]);
+    let lab = Lab::new();
+    let output = create(&lab, &server.url, &["say hello", "--model", "m1", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(printed["plan_id"], "greet");
+    assert_eq!(printed["plan"]["steps"][0]["tool"], "echo");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let first = &requests[0];
+    assert_eq!(first["model"], "m1");
+    let format = &first["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["strict"], true);
+    assert_eq!(
+        format["json_schema"]["schema"]["$id"],
+        "https://example.invalid/plan-cli/plan.schema.json"
+    );
+    let system = first["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("- echo: "),
+        "the tools are listed: {system}"
+    );
+    assert!(
+        system.contains("input schema: {"),
+        "with their schemas: {system}"
+    );
+    assert!(
+        first["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("say hello")
+    );
+    // The second request is the same conversation: the goal, the wrong answer, what is wrong.
+    let second = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(second.len(), 4);
+    assert_eq!(second[1], first["messages"][1], "the goal is kept");
+    assert_eq!(second[2]["role"], "assistant");
+    assert_eq!(second[2]["content"], wrong.to_string());
+    let feedback = second[3]["content"].as_str().unwrap();
+    assert!(
+        feedback.contains("ech0"),
+        "the diagnostics go back: {feedback}"
+    );
+    assert!(
+        feedback.contains("echo"),
+        "with the closest tool: {feedback}"
+    );
+
+    // Stored, and runs by its id.
+    let (code, report) = lab.json(&["run", "greet", "--json"]);
+    assert_eq!(code, 0, "{report}");
+}
+
+#[test]
+fn a_model_that_never_gets_it_right_is_reported_with_what_was_wrong() {
+    let wrong = json!({"steps": [{"id": "a", "tool": "echo", "depends_on": ["b"]}, {"id": "b", "tool": "echo", "depends_on": ["a"]}]});
+    let server = Scripted::start(vec![answer(&wrong), answer(&wrong)]);
+    let lab = Lab::new();
+    let output = create(
+        &lab,
+        &server.url,
+        &["loop", "--model", "m", "--max-retries", "1"],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no valid plan in 2 tries"), "{stderr}");
+    assert!(stderr.contains("dependency cycle"), "{stderr}");
+    assert_eq!(server.requests().len(), 2);
+    let (_, plans) = lab.json(&["plan", "list", "--json"]);
+    assert_eq!(plans, json!([]), "nothing is stored");
+}
+
+#[test]
+fn an_endpoint_that_refuses_strict_schemas_is_asked_again_without() {
+    let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
+    let refusal = (
+        400,
+        json!({"error": {"message": "Invalid schema for response_format 'plan': In context=(), 'required' is required to be supplied (strict mode)"}}),
+    );
+    let server = Scripted::start(vec![refusal, answer(&right)]);
+    let lab = Lab::new();
+    let output = create(
+        &lab,
+        &server.url,
+        &["anything", "--model", "m", "--id", "mine", "--json"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(printed["plan_id"], "mine", "--id wins");
+    let requests = server.requests();
+    assert_eq!(
+        requests[1]["response_format"]["json_schema"]["strict"],
+        false
+    );
+}
+
+#[test]
+fn without_an_endpoint_plan_create_says_what_to_set() {
+    let lab = Lab::new();
+    let output = lab
+        .cli()
+        .env_remove("PLAN_LLM_URL")
+        .env_remove("OPENAI_BASE_URL")
+        .args(["plan", "create", "x", "--model", "m"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("set PLAN_LLM_URL"));
+}
+
+/// Against a real endpoint (`PLAN_LLM_URL`, `PLAN_LLM_MODEL`, `OPENAI_API_KEY` if it needs
+/// one): `cargo test -p plan-cli --test llm -- --ignored`.
+#[test]
+#[ignore = "needs a model: set PLAN_LLM_URL and PLAN_LLM_MODEL and run with --ignored"]
+fn a_real_model_writes_a_valid_plan() {
+    let url = std::env::var("PLAN_LLM_URL").expect("PLAN_LLM_URL is not set");
+    let model = std::env::var("PLAN_LLM_MODEL").expect("PLAN_LLM_MODEL is not set");
+    let lab = Lab::new();
+    let output = lab
+        .cli()
+        .env("PLAN_LLM_URL", url)
+        .args([
+            "plan",
+            "create",
+            "print hello, then print the length of the word hello",
+            "--model",
+            &model,
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

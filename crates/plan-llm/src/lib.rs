@@ -1,0 +1,247 @@
+//! Plans from goals: a goal, the tools that can be used (with their input schemas) and the
+//! plan format's JSON Schema go to an OpenAI-compatible Chat Completions endpoint (OpenAI,
+//! Ollama, vLLM, llama.cpp's server, LM Studio); the answer is checked by the caller's
+//! validation, and what is wrong goes back **in the same conversation**, so the model keeps
+//! the goal and sees its own answer, until the plan is valid or the tries are spent.
+//!
+//! The crate does the conversation only: the caller reads the environment for the
+//! [`Endpoint`] and validates (plan-cli runs its full validation: tools, cycles, arguments
+//! against each tool's schema, placeholders).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// Where the model is.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The API's base URL, ending in `/v1` (`http://localhost:11434/v1` for Ollama).
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer …` when set.
+    pub api_key: Option<String>,
+    /// The model's name.
+    pub model: String,
+}
+
+/// A tool the plan may call, as the model is told of it.
+#[derive(Debug, Clone)]
+pub struct ToolDescription {
+    /// Its name, as a step's `tool`.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its arguments' JSON Schema.
+    pub input_schema: Value,
+}
+
+/// What to ask for.
+#[derive(Debug, Clone)]
+pub struct Ask<'a> {
+    /// The goal, in the user's words.
+    pub goal: &'a str,
+    /// The tools the plan may use.
+    pub tools: &'a [ToolDescription],
+    /// The plan format's JSON Schema (sent as the response format).
+    pub schema: &'a Value,
+    /// Tries after the first when the answer is not a valid plan.
+    pub max_retries: u32,
+}
+
+/// A plan the caller's validation accepted.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The plan.
+    pub plan: Value,
+    /// How many answers it took (1 when the first was valid).
+    pub tries: u32,
+}
+
+/// Why no valid plan came back.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The endpoint could not be reached, or answered with an error.
+    #[error("the model endpoint {url}: {message}")]
+    Endpoint {
+        /// The URL asked.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Every answer was wrong; the problems with the last one.
+    #[error("the model gave no valid plan in {tries} tries; the last answer: {problems}")]
+    Invalid {
+        /// Answers received.
+        tries: u32,
+        /// What was wrong with the last one.
+        problems: String,
+        /// The last answer, as the model wrote it.
+        last_answer: String,
+    },
+}
+
+/// The rules the model is given with the tools.
+fn system_prompt(tools: &[ToolDescription]) -> String {
+    let mut text = String::from(
+        "You write plans for plan-cli: a JSON object whose `steps` are tool calls run in dependency order.\n\
+         Rules:\n\
+         - Use only the tools listed below, by their exact names, with exactly the argument names their input schemas give.\n\
+         - Give every step a unique `id`; `depends_on` lists the ids of steps that must finish first.\n\
+         - To use a step's result later, bind it (`result_variable: NAME` or `binds: {NAME: \"$.field\"}`) and read it as `${NAME}` or `${NAME.field}` in a later step's `args`; that later step must depend on the binding step.\n\
+         - Write `$$` for a literal `$`.\n\
+         - Answer with the plan's JSON only, no prose.\n\nTools:\n",
+    );
+    for tool in tools {
+        text.push_str(&format!(
+            "- {}: {}\n  input schema: {}\n",
+            tool.name, tool.description, tool.input_schema
+        ));
+    }
+    text
+}
+
+/// Asks for a plan for `ask.goal`; `check` validates an answer (`Err`: what is wrong, as the
+/// model should read it). Each wrong answer and its problems are added to the conversation.
+pub async fn create_plan(
+    endpoint: &Endpoint,
+    ask: &Ask<'_>,
+    mut check: impl FnMut(&Value) -> Result<(), String>,
+) -> Result<Created, LlmError> {
+    let mut messages = vec![
+        json!({"role": "system", "content": system_prompt(ask.tools)}),
+        json!({"role": "user", "content": format!("Goal: {}\n\nWrite the plan.", ask.goal)}),
+    ];
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .map_err(|e| LlmError::Endpoint {
+            url: endpoint.base_url.clone(),
+            message: e.to_string(),
+        })?;
+    let mut strict = true;
+    let mut tries = 0;
+    loop {
+        let answer = match complete(&client, endpoint, &messages, ask.schema, strict).await {
+            Ok(answer) => answer,
+            // An endpoint that cannot hold a schema strictly (OpenAI asks every field be
+            // required) is asked again with the same schema as a guide. (`complete` says so
+            // only of a strict request, so this happens once.)
+            Err(Refused::Strict) => {
+                strict = false;
+                continue;
+            }
+            Err(Refused::Error(error)) => return Err(error),
+        };
+        tries += 1;
+        let problems = match parse_answer(&answer) {
+            Ok(plan) => match check(&plan) {
+                Ok(()) => return Ok(Created { plan, tries }),
+                Err(problems) => problems,
+            },
+            Err(problem) => problem,
+        };
+        if tries > ask.max_retries {
+            return Err(LlmError::Invalid {
+                tries,
+                problems,
+                last_answer: answer,
+            });
+        }
+        messages.push(json!({"role": "assistant", "content": answer}));
+        messages.push(json!({"role": "user", "content": format!(
+            "That plan is not valid:\n{problems}\n\nAnswer with the whole corrected plan, for the same goal."
+        )}));
+    }
+}
+
+enum Refused {
+    Strict,
+    Error(LlmError),
+}
+
+/// One Chat Completions request; the answer's text.
+async fn complete(
+    client: &reqwest::Client,
+    endpoint: &Endpoint,
+    messages: &[Value],
+    schema: &Value,
+    strict: bool,
+) -> Result<String, Refused> {
+    let url = format!(
+        "{}/chat/completions",
+        endpoint.base_url.trim_end_matches('/')
+    );
+    let failed = |message: String| {
+        Refused::Error(LlmError::Endpoint {
+            url: url.clone(),
+            message,
+        })
+    };
+    let body = json!({
+        "model": endpoint.model,
+        "messages": messages,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "plan", "strict": strict, "schema": schema},
+        },
+    });
+    let mut request = client.post(&url).json(&body);
+    if let Some(key) = &endpoint.api_key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.map_err(|e| failed(e.to_string()))?;
+    let status = response.status();
+    let text = response.text().await.map_err(|e| failed(e.to_string()))?;
+    if !status.is_success() {
+        if strict && status.as_u16() == 400 && text.contains("strict") {
+            return Err(Refused::Strict);
+        }
+        let shown: String = text.chars().take(500).collect();
+        return Err(failed(format!("HTTP {status}: {shown}")));
+    }
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| failed(format!("an answer that is not JSON: {e}")))?;
+    value["choices"][0]["message"]["content"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            failed(format!(
+                "an answer without `choices[0].message.content`: {value}"
+            ))
+        })
+}
+
+/// The plan in an answer: its JSON, also when fenced in ``` as models like to.
+fn parse_answer(answer: &str) -> Result<Value, String> {
+    let text = answer.trim();
+    let text = text
+        .strip_prefix("```json")
+        .or_else(|| text.strip_prefix("```"))
+        .map_or(text, |rest| rest.trim_end().trim_end_matches("```"))
+        .trim();
+    match serde_json::from_str::<Value>(text) {
+        Ok(plan) if plan.is_object() => Ok(plan),
+        Ok(_) => {
+            Err("- the answer is JSON but not an object: a plan is an object with `steps`".into())
+        }
+        Err(error) => Err(format!("- the answer is not JSON: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_are_read_with_or_without_a_fence() {
+        assert_eq!(
+            parse_answer("{\"steps\": []}").unwrap(),
+            json!({"steps": []})
+        );
+        assert_eq!(
+            parse_answer("```json\n{\"steps\": []}\n```").unwrap(),
+            json!({"steps": []})
+        );
+        assert!(parse_answer("[1]").unwrap_err().contains("not an object"));
+        assert!(parse_answer("sure! here").unwrap_err().contains("not JSON"));
+    }
+}
