@@ -44,6 +44,8 @@ fn serve(lab: &Lab, server_args: &[&str], calls: &Value) -> Vec<Value> {
     let output = std::process::Command::new(python())
         .current_dir(lab.dir.path())
         .env_remove("PLAN_DB")
+        .env_remove("PLAN_LLM_URL")
+        .env_remove("OPENAI_BASE_URL")
         .env("SECRET_TOKEN", "tok-123-secret")
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_plan-cli"))
@@ -257,5 +259,118 @@ fn the_operator_can_give_the_policy_as_a_file() {
     assert!(
         stderr.contains("is not a valid policy: unknown field `allow_tool`"),
         "{stderr}"
+    );
+}
+
+/// A client whose model is scripted: each sampling request is answered with the next plan of
+/// `answers` and kept. Calls `plan_create_and_execute` with the goal; prints the answer and
+/// the sampling requests it got.
+const SAMPLING_CLIENT: &str = r#"
+import asyncio, json, sys, os
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+
+answers = json.loads(sys.argv[3])
+requests = []
+
+async def sampling(context, params):
+    requests.append({
+        "system": params.system_prompt,
+        "messages": [{"role": m.role, "text": m.content.text} for m in params.messages],
+    })
+    text = json.dumps(answers[min(len(requests), len(answers)) - 1])
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=text), model="scripted", stop_reason="endTurn")
+
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "serve"], env=dict(os.environ))
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, sampling_callback=sampling) as session:
+            await session.initialize()
+            result = await session.call_tool("plan_create_and_execute", {"goal": sys.argv[2]})
+            answer = {"is_error": bool(result.is_error), "text": result.content[0].text if result.content else "", "content": result.structured_content}
+    print(json.dumps({"answer": answer, "requests": requests}))
+
+asyncio.run(main())
+"#;
+
+#[test]
+fn plan_create_and_execute_asks_the_client_s_own_model_and_checks_its_plan() {
+    let lab = Lab::new();
+    let script = lab.dir.path().join("sampling.py");
+    std::fs::write(&script, SAMPLING_CLIENT).unwrap();
+    // The model first reaches for `exec`, which this server does not give clients; then it
+    // writes a plan within the policy.
+    let answers = json!([
+        {"id": "listing", "steps": [{"id": "ls", "tool": "exec", "args": {"argv": ["ls"]}}]},
+        {"id": "greeting", "title": "Greet", "steps": [
+            {"id": "hi", "title": "Say hi", "tool": "echo", "args": {"text": "hi"}, "result_variable": "said"}
+        ]}
+    ]);
+    let output = std::process::Command::new(python())
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .env_remove("PLAN_LLM_URL")
+        .env_remove("OPENAI_BASE_URL")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .arg("greet the user")
+        .arg(answers.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let answer = &printed["answer"];
+    assert_eq!(answer["is_error"], json!(false), "{answer}");
+    let content = &answer["content"];
+    assert_eq!(content["success"], json!(true), "{content}");
+    assert_eq!(content["plan_id"], json!("greeting"));
+    assert_eq!(content["steps_completed"], json!(1));
+    assert_eq!(content["steps_total"], json!(1));
+    assert_eq!(content["results"]["said"]["text"], json!("hi"));
+    assert_eq!(content["steps"][0]["tool"], json!("echo"));
+
+    let requests = printed["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 2, "{printed}");
+    let system = requests[0]["system"].as_str().unwrap();
+    assert!(
+        system.contains("- echo: "),
+        "the allowed tools are listed: {system}"
+    );
+    assert!(
+        !system.contains("- exec: "),
+        "tools the policy refuses are not offered: {system}"
+    );
+    assert!(
+        requests[0]["messages"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("greet the user")
+    );
+    let second = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(
+        second.len(),
+        3,
+        "the goal, the wrong answer, what is wrong: {second:?}"
+    );
+    assert!(
+        second[2]["text"]
+            .as_str()
+            .unwrap()
+            .contains("does not let clients use `exec`"),
+        "{second:?}"
+    );
+}
+
+#[test]
+fn without_sampling_or_an_endpoint_plan_create_says_why() {
+    let lab = Lab::new();
+    let answers = serve(&lab, &[], &json!([["plan_create", {"goal": "anything"}]]));
+    refused(
+        &answers[0],
+        "this client offers no sampling, and the server's operator set no PLAN_LLM_URL",
     );
 }

@@ -59,10 +59,10 @@ pub struct Created {
 /// Why no valid plan came back.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
-    /// The endpoint could not be reached, or answered with an error.
-    #[error("the model endpoint {url}: {message}")]
+    /// The model could not be reached, or answered with an error.
+    #[error("the model {url}: {message}")]
     Endpoint {
-        /// The URL asked.
+        /// The URL asked (or which model).
         url: String,
         /// What went wrong.
         message: String,
@@ -99,10 +99,70 @@ fn system_prompt(tools: &[ToolDescription]) -> String {
     text
 }
 
-/// Asks for a plan for `ask.goal`; `check` validates an answer (`Err`: what is wrong, as the
-/// model should read it). Each wrong answer and its problems are added to the conversation.
+/// Something that answers a conversation: a Chat Completions endpoint ([`Http`]), or (in
+/// `mcp serve`) the client's own model through MCP sampling.
+pub trait Model: Send {
+    /// The next answer to `messages` (`{"role", "content"}` objects, the system prompt
+    /// first); `schema` is the JSON Schema the answer must follow.
+    fn answer<'a>(
+        &'a mut self,
+        messages: &'a [Value],
+        schema: &'a Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, LlmError>> + Send + 'a>>;
+}
+
+/// A Chat Completions endpoint, with the plan schema as a strict response format (sent again
+/// without `strict` when the endpoint refuses strict schemas, as OpenAI does for schemas with
+/// optional fields).
+pub struct Http {
+    endpoint: Endpoint,
+    client: reqwest::Client,
+    strict: bool,
+}
+
+impl Http {
+    /// A client for `endpoint`.
+    pub fn new(endpoint: Endpoint) -> Result<Http, LlmError> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(600))
+            .build()
+            .map_err(|e| LlmError::Endpoint {
+                url: endpoint.base_url.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(Http {
+            endpoint,
+            client,
+            strict: true,
+        })
+    }
+}
+
+impl Model for Http {
+    fn answer<'a>(
+        &'a mut self,
+        messages: &'a [Value],
+        schema: &'a Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, LlmError>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            loop {
+                match complete(&self.client, &self.endpoint, messages, schema, self.strict).await {
+                    Ok(answer) => return Ok(answer),
+                    // (`complete` says so only of a strict request, so this happens once.)
+                    Err(Refused::Strict) => self.strict = false,
+                    Err(Refused::Error(error)) => return Err(error),
+                }
+            }
+        })
+    }
+}
+
+/// Asks `model` for a plan for `ask.goal`; `check` validates an answer (`Err`: what is wrong,
+/// as the model should read it). Each wrong answer and its problems are added to the
+/// conversation.
 pub async fn create_plan(
-    endpoint: &Endpoint,
+    model: &mut dyn Model,
     ask: &Ask<'_>,
     mut check: impl FnMut(&Value) -> Result<(), String>,
 ) -> Result<Created, LlmError> {
@@ -110,27 +170,9 @@ pub async fn create_plan(
         json!({"role": "system", "content": system_prompt(ask.tools)}),
         json!({"role": "user", "content": format!("Goal: {}\n\nWrite the plan.", ask.goal)}),
     ];
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(600))
-        .build()
-        .map_err(|e| LlmError::Endpoint {
-            url: endpoint.base_url.clone(),
-            message: e.to_string(),
-        })?;
-    let mut strict = true;
     let mut tries = 0;
     loop {
-        let answer = match complete(&client, endpoint, &messages, ask.schema, strict).await {
-            Ok(answer) => answer,
-            // An endpoint that cannot hold a schema strictly (OpenAI asks every field be
-            // required) is asked again with the same schema as a guide. (`complete` says so
-            // only of a strict request, so this happens once.)
-            Err(Refused::Strict) => {
-                strict = false;
-                continue;
-            }
-            Err(Refused::Error(error)) => return Err(error),
-        };
+        let answer = model.answer(&messages, ask.schema).await?;
         tries += 1;
         let problems = match parse_answer(&answer) {
             Ok(plan) => match check(&plan) {

@@ -258,44 +258,17 @@ fn create(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<(String, serde_json::Value), Failure> {
-    let base_url = std::env::var("PLAN_LLM_URL")
-        .or_else(|_| std::env::var("OPENAI_BASE_URL"))
-        .map_err(|_| {
-            Failure::input(
-                "no model endpoint: set PLAN_LLM_URL (or OPENAI_BASE_URL) to an OpenAI-compatible API's base URL ending in /v1, e.g. http://localhost:11434/v1 for Ollama",
-            )
-        })?;
-    let model = ask
-        .model
-        .map(str::to_owned)
-        .ok_or_else(|| Failure::input("no model: give --model NAME or set PLAN_LLM_MODEL"))?;
-    let endpoint = plan_llm::Endpoint {
-        base_url,
-        api_key: std::env::var("OPENAI_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty()),
-        model,
-    };
-    // Every tool a plan could call now, each once (bare aliases of MCP tools left out).
-    let (tools, _) = toolbox.listable();
-    let mut described: Vec<plan_llm::ToolDescription> = Vec::new();
-    for info in tools.registry.infos() {
-        if !described.iter().any(|d| d.name == info.name) {
-            described.push(plan_llm::ToolDescription {
-                name: info.name,
-                description: info.description,
-                input_schema: info.input_schema,
-            });
-        }
-    }
-    let schema = plan_graph::plan_schema();
+    let endpoint = endpoint(ask.model)?.ok_or_else(|| {
+        Failure::input(
+            "no model endpoint: set PLAN_LLM_URL (or OPENAI_BASE_URL) to an OpenAI-compatible API's base URL ending in /v1, e.g. http://localhost:11434/v1 for Ollama",
+        )
+    })?;
+    let by = endpoint.model.clone();
+    let mut model = plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))?;
+    let tools = describe_tools(toolbox, |_| true);
     let fallback_id = ask.id.map_or_else(|| slug(ask.goal), str::to_owned);
     // plan-cli's whole validation, as `validate --json` gives it, for the model to read.
-    let check = |plan: &serde_json::Value| -> Result<(), String> {
-        let mut plan = plan.clone();
-        if let (Some(id), Some(object)) = (ask.id, plan.as_object_mut()) {
-            object.insert("id".into(), id.into());
-        }
+    let mut check = |plan: &serde_json::Value| -> Result<(), String> {
         let source = plan_graph::Source::new("plan.json", plan.to_string());
         match crate::plan_file::prepare_source_quietly(
             source,
@@ -320,29 +293,113 @@ fn create(
             Err(failure) => Err(format!("- {}", failure.message.unwrap_or_default())),
         }
     };
+    let generated = generate(
+        &mut model,
+        ask.goal,
+        ask.id,
+        ask.max_retries,
+        &tools,
+        &mut check,
+        toolbox,
+    )?;
+    store_generated(&generated, &by, ask.force, ledger)?;
+    Ok(generated)
+}
+
+/// The model endpoint the environment names (PLAN_LLM_URL or OPENAI_BASE_URL, OPENAI_API_KEY),
+/// with `model` (else PLAN_LLM_MODEL); none without a URL.
+pub(crate) fn endpoint(model: Option<&str>) -> Result<Option<plan_llm::Endpoint>, Failure> {
+    let Ok(base_url) = std::env::var("PLAN_LLM_URL").or_else(|_| std::env::var("OPENAI_BASE_URL"))
+    else {
+        return Ok(None);
+    };
+    let model = model
+        .map(str::to_owned)
+        .or_else(|| std::env::var("PLAN_LLM_MODEL").ok())
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| Failure::input("no model: give --model NAME or set PLAN_LLM_MODEL"))?;
+    Ok(Some(plan_llm::Endpoint {
+        base_url,
+        api_key: std::env::var("OPENAI_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()),
+        model,
+    }))
+}
+
+/// The tools plans can call now that `allowed` keeps, each once (bare aliases of MCP tools
+/// left out), as a model is told of them.
+pub(crate) fn describe_tools(
+    toolbox: &Toolbox,
+    allowed: impl Fn(&plan_engine::ToolInfo) -> bool,
+) -> Vec<plan_llm::ToolDescription> {
+    let (tools, _) = toolbox.listable();
+    let mut described: Vec<plan_llm::ToolDescription> = Vec::new();
+    for info in tools.registry.infos() {
+        if allowed(&info) && !described.iter().any(|d| d.name == info.name) {
+            described.push(plan_llm::ToolDescription {
+                name: info.name,
+                description: info.description,
+                input_schema: info.input_schema,
+            });
+        }
+    }
+    described
+}
+
+/// A plan from `model` for `goal` that `check` accepts: its id (`id`, else the model's, else
+/// one made from the goal) and the plan, with that id.
+pub(crate) fn generate(
+    model: &mut dyn plan_llm::Model,
+    goal: &str,
+    id: Option<&str>,
+    max_retries: u32,
+    tools: &[plan_llm::ToolDescription],
+    check: &mut dyn FnMut(&serde_json::Value) -> Result<(), String>,
+    toolbox: &Toolbox,
+) -> Result<(String, serde_json::Value), Failure> {
+    let with_id = |plan: &serde_json::Value| {
+        let mut plan = plan.clone();
+        if let (Some(id), Some(object)) = (id, plan.as_object_mut()) {
+            object.insert("id".into(), id.into());
+        }
+        plan
+    };
+    let schema = plan_graph::plan_schema();
     let request = plan_llm::Ask {
-        goal: ask.goal,
-        tools: &described,
+        goal,
+        tools,
         schema: &schema,
-        max_retries: ask.max_retries,
+        max_retries,
     };
     let created = toolbox
         .runtime()
-        .block_on(plan_llm::create_plan(&endpoint, &request, check))
+        .block_on(plan_llm::create_plan(model, &request, |plan| {
+            check(&with_id(plan))
+        }))
         .map_err(|error| Failure::input(error.to_string()))?;
-    let mut plan = created.plan;
-    if let (Some(id), Some(object)) = (ask.id, plan.as_object_mut()) {
-        object.insert("id".into(), id.into());
-    }
-    let plan_id = plan["id"].as_str().map_or(fallback_id, str::to_owned);
+    let mut plan = with_id(&created.plan);
+    let plan_id = plan["id"]
+        .as_str()
+        .map_or_else(|| slug(goal), str::to_owned);
     if let Some(object) = plan.as_object_mut() {
         object.insert("id".into(), plan_id.clone().into());
     }
-    let text = serde_json::to_string_pretty(&plan).map_err(|e| Failure::internal(e.to_string()))?;
+    Ok((plan_id, plan))
+}
+
+/// Stores a generated plan in the registry.
+pub(crate) fn store_generated(
+    (plan_id, plan): &(String, serde_json::Value),
+    by: &str,
+    force: bool,
+    ledger: &Ledger,
+) -> Result<(), Failure> {
+    let text = serde_json::to_string_pretty(plan).map_err(|e| Failure::internal(e.to_string()))?;
     let stored = StoredPlan {
         plan_id: plan_id.clone(),
         title: plan["title"].as_str().map(str::to_owned),
-        name: format!("created from a goal by {}", endpoint.model),
+        name: format!("created from a goal by {by}"),
         format: plan_run::format_name(plan_graph::Format::Json).to_owned(),
         hash: plan_store::plan_hash(&text),
         source: text,
@@ -350,9 +407,8 @@ fn create(
     };
     ledger
         .open()?
-        .add_plan(&stored, ask.force)
-        .map_err(Failure::ledger)?;
-    Ok((plan_id, plan))
+        .add_plan(&stored, force)
+        .map_err(Failure::ledger)
 }
 
 /// A plan id from a goal: its first words, lower case, joined by `-`.
@@ -439,7 +495,7 @@ fn list(json: bool, ledger: &Ledger) -> Result<i32, Failure> {
     Ok(0)
 }
 
-fn find(id: &str, ledger: &Ledger) -> Result<StoredPlan, Failure> {
+pub(crate) fn find(id: &str, ledger: &Ledger) -> Result<StoredPlan, Failure> {
     ledger
         .open_existing()?
         .find_plan(id)

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plan_graph::{Format, Plan, Source};
-use plan_tools::mcp::server::{Answer, ServedTool, ServerInfo, Service, serve_stdio};
+use plan_tools::mcp::server::{Answer, Client, ServedTool, ServerInfo, Service, serve_stdio};
 use serde_json::{Map, Value, json};
 
 use super::approvals::{approve_calls, reject_calls};
@@ -150,6 +150,65 @@ impl Policy {
     }
 }
 
+/// mcp-cli's answer to `plan_create`: the plan's id, title and steps.
+fn created(plan_id: &str, plan: &Value) -> Value {
+    let steps: Vec<Value> = plan["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .enumerate()
+                .map(|(k, s)| json!({"index": k + 1, "id": s["id"], "title": s["title"].as_str().unwrap_or(""), "tool": s["tool"].as_str().unwrap_or("")}))
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "success": true,
+        "plan_id": plan_id,
+        "title": plan["title"].as_str().unwrap_or("Untitled"),
+        "steps": steps,
+    })
+}
+
+/// The client's own model, through MCP sampling. Sampling has no response format, so the
+/// plan schema goes in the system prompt.
+struct Sampling {
+    client: Arc<dyn Client>,
+}
+
+impl plan_llm::Model for Sampling {
+    fn answer<'a>(
+        &'a mut self,
+        messages: &'a [Value],
+        schema: &'a Value,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
+    > {
+        Box::pin(async move {
+            let mut system = String::new();
+            let mut turns: Vec<(bool, String)> = Vec::new();
+            for message in messages {
+                let text = message["content"].as_str().unwrap_or("").to_owned();
+                match message["role"].as_str() {
+                    Some("system") => system.push_str(&text),
+                    Some("assistant") => turns.push((true, text)),
+                    _ => turns.push((false, text)),
+                }
+            }
+            system.push_str(&format!(
+                "\nThe answer is one JSON object that follows this JSON Schema:\n{schema}\n"
+            ));
+            self.client
+                .sample(&system, &turns, 8192)
+                .await
+                .map_err(|message| plan_llm::LlmError::Endpoint {
+                    url: "MCP sampling".to_owned(),
+                    message,
+                })
+        })
+    }
+}
+
 /// A tool of the server; `schema` is a JSON Schema object.
 fn tool(name: &'static str, description: &'static str, input_schema: Value) -> ServedTool {
     ServedTool {
@@ -165,7 +224,23 @@ fn tools() -> Vec<ServedTool> {
         "type": ["object", "string"]
     });
     let run_id = json!({"type": "string", "description": "The run's id (or a unique prefix)"});
+    let goal = json!({"type": "string", "description": "What to accomplish, in natural language: be specific about the end result"});
     vec![
+        tool(
+            "plan_create",
+            "Generate a multi-step plan from a goal without running it (written by your model through MCP sampling, else by the server's configured model, and checked before it is stored). Returns the plan id and its steps; run it with plan_execute.",
+            json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]}),
+        ),
+        tool(
+            "plan_execute",
+            "Run a stored plan by its id; returns every step's outcome and the plan's variables (results).",
+            json!({"type": "object", "properties": {"plan_id": {"type": "string", "description": "The id plan_create returned"}}, "required": ["plan_id"]}),
+        ),
+        tool(
+            "plan_create_and_execute",
+            "Generate a plan from a goal and run it in one call; returns every step's outcome and the results.",
+            json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]}),
+        ),
         tool(
             "plan_validate",
             "Check a plan without running it: every error with its line and column.",
@@ -211,8 +286,8 @@ impl Service for PlanServer {
         tools()
     }
 
-    fn call(&self, name: &str, args: &Map<String, Value>) -> Answer {
-        self.answer(name, args).map_err(|failure| {
+    fn call(&self, name: &str, args: &Map<String, Value>, client: Arc<dyn Client>) -> Answer {
+        self.answer(name, args, client).map_err(|failure| {
             let mut text = failure.diagnostics.join("\n");
             if let Some(message) = failure.message {
                 if !text.is_empty() {
@@ -230,7 +305,12 @@ impl Service for PlanServer {
 }
 
 impl PlanServer {
-    fn answer(&self, tool: &str, args: &Map<String, Value>) -> Result<Value, Failure> {
+    fn answer(
+        &self,
+        tool: &str,
+        args: &Map<String, Value>,
+        client: Arc<dyn Client>,
+    ) -> Result<Value, Failure> {
         let string = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
         let flag = |key: &str| args.get(key).and_then(Value::as_bool).unwrap_or(false);
         let strings = |key: &str| -> Vec<String> {
@@ -334,8 +414,149 @@ impl PlanServer {
                 };
                 to_json(&decided)
             }
+            "plan_create" => {
+                let goal = string("goal").ok_or_else(|| Failure::input("`goal` is required"))?;
+                let (plan_id, plan) = self.create(&goal, client)?;
+                Ok(created(&plan_id, &plan))
+            }
+            "plan_execute" => {
+                let plan_id =
+                    string("plan_id").ok_or_else(|| Failure::input("`plan_id` is required"))?;
+                let stored = super::plans::find(&plan_id, &self.ledger)?;
+                self.execute(&plan_id, Value::String(stored.source))
+            }
+            "plan_create_and_execute" => {
+                let goal = string("goal").ok_or_else(|| Failure::input("`goal` is required"))?;
+                let (plan_id, plan) = self.create(&goal, client)?;
+                self.execute(&plan_id, plan)
+            }
             other => Err(Failure::input(format!("no tool `{other}`"))),
         }
+    }
+
+    /// A plan from a goal: written by the client's model when it offers sampling, else by the
+    /// endpoint the operator configured (PLAN_LLM_URL, PLAN_LLM_MODEL); checked as `plan_run`
+    /// would check it, this server's policy included; stored.
+    fn create(&self, goal: &str, client: Arc<dyn Client>) -> Result<(String, Value), Failure> {
+        let (mut model, by): (Box<dyn plan_llm::Model>, String) = if client.offers_sampling() {
+            (
+                Box::new(Sampling { client }),
+                "the client's model".to_owned(),
+            )
+        } else {
+            match super::plans::endpoint(None)? {
+                Some(endpoint) => {
+                    let by = endpoint.model.clone();
+                    let http =
+                        plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))?;
+                    (Box::new(http), by)
+                }
+                None => {
+                    return Err(Failure::input(
+                        "no model to write the plan: this client offers no sampling, and the server's operator set no PLAN_LLM_URL",
+                    ));
+                }
+            }
+        };
+        let policy = &self.policy;
+        let tools = super::plans::describe_tools(&self.toolbox, |info| {
+            policy.every_tool
+                || info.risk == plan_engine::Risk::Low
+                || policy.tools.contains(&info.name)
+                || policy
+                    .tools
+                    .contains(&format!("{}.{}", info.source, info.name))
+        });
+        let mut check = |plan: &Value| -> Result<(), String> {
+            let mut args = Map::new();
+            args.insert("plan".into(), plan.clone());
+            self.prepare(&args, Severity::Error)
+                .map(drop)
+                .map_err(|failure| {
+                    let mut text = failure.diagnostics.join("\n");
+                    if let Some(message) = failure.message {
+                        text.push_str(&message);
+                    }
+                    text
+                })
+        };
+        let generated = super::plans::generate(
+            &mut *model,
+            goal,
+            None,
+            2,
+            &tools,
+            &mut check,
+            &self.toolbox,
+        )?;
+        super::plans::store_generated(&generated, &by, true, &self.ledger)?;
+        Ok(generated)
+    }
+
+    /// Runs a plan as `plan_run` does and answers as mcp-cli's `plan_execute` does.
+    fn execute(&self, plan_id: &str, plan: Value) -> Result<Value, Failure> {
+        let mut args = Map::new();
+        args.insert("plan".into(), plan);
+        let ready = self.prepare(&args, Severity::Warning)?;
+        let title = ready.loaded.plan.title.clone();
+        let steps: Vec<(String, String, String)> = ready
+            .loaded
+            .plan
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.id.0.clone(),
+                    s.title.clone().unwrap_or_default(),
+                    s.kind().to_owned(),
+                )
+            })
+            .collect();
+        let frontend = Frontend {
+            json: true,
+            time_limit: Some(self.policy.max_run_time),
+            ..Frontend::default()
+        };
+        let start = plan_run::Start {
+            mode: ready.program.mode(),
+            ..plan_run::Start::new()
+        };
+        let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
+        let record = |id: &str| report.records.iter().find(|r| r.step_id == id);
+        let completed = steps
+            .iter()
+            .filter(|(id, _, _)| record(id).is_some_and(|r| r.ok))
+            .count();
+        let error = report.records.iter().find_map(|r| {
+            r.error
+                .as_ref()
+                .map(|e| format!("step `{}`: {}", r.step_id, e.message))
+        });
+        let mut answer = json!({
+            "success": report.task_status == plan_types::TaskStatus::Completed,
+            "plan_id": plan_id,
+            "title": title.unwrap_or_else(|| "Untitled".to_owned()),
+            "run_id": report.run_id,
+            "task_status": report.task_status,
+            "steps_completed": completed,
+            "steps_total": steps.len(),
+            "results": report.variables,
+            "steps": steps.iter().enumerate().map(|(k, (id, title, tool))| {
+                let r = record(id);
+                json!({
+                    "index": k + 1,
+                    "id": id,
+                    "title": title,
+                    "tool": tool,
+                    "success": r.is_some_and(|r| r.ok),
+                    "error": r.and_then(|r| r.error.as_ref()).map(|e| e.message.clone()),
+                })
+            }).collect::<Vec<_>>(),
+        });
+        if let Some(error) = error {
+            answer["error"] = Value::String(error);
+        }
+        Ok(answer)
     }
 
     /// The plan of a call: an object, or JSON or YAML text.

@@ -27,13 +27,28 @@ pub struct ServedTool {
 /// failure's text (sent as an error result the client can show).
 pub type Answer = Result<Value, String>;
 
+/// The client a call came from, as the call can use it.
+pub trait Client: Send + Sync {
+    /// Whether the client lets the server ask its model (MCP sampling).
+    fn offers_sampling(&self) -> bool;
+
+    /// Asks the client's model (MCP `sampling/createMessage`): `system` first, then `messages`
+    /// as `(from_assistant, text)`; the answer's text.
+    fn sample<'a>(
+        &'a self,
+        system: &'a str,
+        messages: &'a [(bool, String)],
+        max_tokens: u32,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send + 'a>>;
+}
+
 /// What the server serves. Calls are made on a blocking thread: `call` may block.
 pub trait Service: Send + Sync + 'static {
     /// The tools offered.
     fn tools(&self) -> Vec<ServedTool>;
 
-    /// Answers a call of tool `name` with `args`.
-    fn call(&self, name: &str, args: &Map<String, Value>) -> Answer;
+    /// Answers a call of tool `name` with `args`, from `client`.
+    fn call(&self, name: &str, args: &Map<String, Value>, client: Arc<dyn Client>) -> Answer;
 
     /// An answer as text, for clients that read only text.
     fn text(&self, value: &Value) -> String {
@@ -113,13 +128,14 @@ impl ServerHandler for Handler {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let args = request.arguments.unwrap_or_default();
         let service = self.service.clone();
+        let client: Arc<dyn Client> = Arc::new(PeerClient(context.peer.clone()));
         let answer = tokio::task::spawn_blocking(move || {
-            let answer = service.call(&name, &args);
+            let answer = service.call(&name, &args, client);
             answer.map(|value| (service.text(&value), value))
         })
         .await
@@ -133,5 +149,59 @@ impl ServerHandler for Handler {
             Err(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
         };
         Ok(result.into())
+    }
+}
+
+/// The connected client, through rmcp's peer.
+struct PeerClient(rmcp::Peer<RoleServer>);
+
+impl Client for PeerClient {
+    fn offers_sampling(&self) -> bool {
+        self.0
+            .peer_info()
+            .is_some_and(|info| info.capabilities.sampling.is_some())
+    }
+
+    // Sampling is deprecated by a later protocol revision (SEP-2577) that clients do not
+    // speak yet; it is how a client's own model answers a server today.
+    #[allow(deprecated)]
+    fn sample<'a>(
+        &'a self,
+        system: &'a str,
+        messages: &'a [(bool, String)],
+        max_tokens: u32,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send + 'a>>
+    {
+        use rmcp::model::{CreateMessageRequestParams, SamplingMessage};
+        Box::pin(async move {
+            let messages = messages
+                .iter()
+                .map(|(assistant, text)| {
+                    if *assistant {
+                        SamplingMessage::assistant_text(text.clone())
+                    } else {
+                        SamplingMessage::user_text(text.clone())
+                    }
+                })
+                .collect();
+            let mut params = CreateMessageRequestParams::new(messages, max_tokens);
+            params.system_prompt = Some(system.to_owned());
+            let result = self
+                .0
+                .create_message(params)
+                .await
+                .map_err(|error| format!("the client's model did not answer: {error}"))?;
+            let text: Vec<String> = result
+                .message
+                .content
+                .into_vec()
+                .into_iter()
+                .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+                .collect();
+            if text.is_empty() {
+                return Err("the client's model answered without text".into());
+            }
+            Ok(text.join(""))
+        })
     }
 }
