@@ -442,6 +442,9 @@ fn plan_cli_serves_mcp_to_the_python_sdk_client() {
         out["tools"],
         json!([
             "plan_approve",
+            "plan_create",
+            "plan_create_and_execute",
+            "plan_execute",
             "plan_resume",
             "plan_run",
             "plan_status",
