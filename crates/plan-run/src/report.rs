@@ -283,7 +283,7 @@ fn with_unsettled(
 }
 
 /// A run's execute-state.json (schema 2.0) document, from the ledger; `project_path` is the
-/// directory the caller counts as the project's.
+/// folder the run counts from when it kept none (a plan's workspace is relative to it).
 pub fn execute_state(
     store: &Store,
     row: &RunRow,
