@@ -665,7 +665,7 @@ impl TaskRun {
         let attempt = state.attempts;
         let before = match workspace.head(&id).await {
             Ok(head) => head,
-            Err(error) => return Ok(Err(self.implementation_error(state, error.to_string()))),
+            Err(error) => return Ok(Err(git_failure(error.to_string()))),
         };
         let task = self.task.clone();
         let values = self.task_values(state, worktree);
@@ -704,15 +704,14 @@ impl TaskRun {
                 task.settings.max_attempts
             );
             if let Err(error) = workspace.commit_all(&id, &body).await {
-                return Ok(Err(self.implementation_error(
-                    state,
-                    format!("cannot commit the attempt: {error}"),
-                )));
+                return Ok(Err(git_failure(format!(
+                    "cannot commit the attempt: {error}"
+                ))));
             }
         }
         let made = match workspace.commits_since(&id, &before).await {
             Ok(made) => made,
-            Err(error) => return Ok(Err(self.implementation_error(state, error.to_string()))),
+            Err(error) => return Ok(Err(git_failure(error.to_string()))),
         };
         if made.is_empty() {
             let message = if task.settings.no_commits {
@@ -750,15 +749,6 @@ impl TaskRun {
             });
         }
         Ok(Ok(()))
-    }
-
-    fn implementation_error(&self, _state: &TaskState, message: String) -> Failure {
-        Failure {
-            kind: TaskErrorKind::ImplementationError,
-            step: "git".into(),
-            feedback: message.clone(),
-            message,
-        }
     }
 
     /// `[PREFIX][ID] title` on the first attempt, `[PREFIX][ID] Fix: …` after.
@@ -1285,6 +1275,16 @@ impl TaskRun {
             )));
         }
         Ok(())
+    }
+}
+
+/// An attempt that failed in git (reading the worktree, committing): an implementation error.
+fn git_failure(message: String) -> Failure {
+    Failure {
+        kind: TaskErrorKind::ImplementationError,
+        step: "git".into(),
+        feedback: message.clone(),
+        message,
     }
 }
 
