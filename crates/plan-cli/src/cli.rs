@@ -324,6 +324,10 @@ pub(crate) struct RunArgs {
     /// Run only this step (its dependencies are taken as done)
     #[arg(long, value_name = "ID")]
     pub(crate) task: Option<String>,
+    /// When a step fails for good, ask a model (PLAN_LLM_URL, PLAN_LLM_MODEL) for steps that
+    /// finish the work another way, and run them; at most N times
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) replan: u32,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }

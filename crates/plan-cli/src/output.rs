@@ -312,11 +312,18 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
             && record.upstream.is_none()
     };
     // Counts are of the plan's steps; map items and block nodes are shown, and counted apart.
-    let (mut items, mut nodes) = (0, 0);
+    let (mut items, mut nodes, mut earlier) = (0, 0, 0);
     for record in &steps {
         let id = label(record);
         if !by_id.contains_key(record.step_id.as_str()) {
-            if record.step_id.contains('/') {
+            let of_a_step = plan.steps.iter().any(|s| {
+                record.step_id.starts_with(&format!("{}/", s.id))
+                    || plan_graph::is_item_of(&record.step_id, &s.id.0)
+            });
+            if !of_a_step {
+                // A step of an earlier revision of the plan (`run --replan`): shown as it ended.
+                earlier += 1;
+            } else if record.step_id.contains('/') {
                 nodes += 1;
             } else {
                 items += 1;
@@ -436,14 +443,23 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
         out.push_str(&format!("✗ {reason}\n"));
     }
     let total = report.records.last().map_or(0, |meta| meta.duration_ms);
-    let count = steps.len() - items - nodes;
+    let count = steps.len() - items - nodes - earlier;
     let mut parts = String::new();
-    for (n, what) in [(items, "map item"), (nodes, "block node")] {
+    for (n, what) in [
+        (items, "map item"),
+        (nodes, "block node"),
+        (earlier, "replaced step"),
+    ] {
         match n {
             0 => {}
             1 => parts.push_str(&format!(", 1 {what}")),
             n => parts.push_str(&format!(", {n} {what}s")),
         }
+    }
+    match report.revisions {
+        0 => {}
+        1 => parts.push_str(", re-planned once"),
+        n => parts.push_str(&format!(", re-planned {n} times")),
     }
     out.push_str(&format!(
         "{}: {count} step{} ({}){parts} in {} · run {}\n",

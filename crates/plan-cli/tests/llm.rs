@@ -240,3 +240,76 @@ fn a_real_model_writes_a_valid_plan() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn a_failed_run_is_re_planned_and_finishes_with_the_new_steps() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "fetch.json",
+        &json!({"id": "fetch", "title": "Fetch and report", "env": ["TOKEN"], "steps": [
+            {"id": "prepare", "tool": "echo", "args": {"text": "ready"}, "result_variable": "prep"},
+            {"id": "fetch", "tool": "fail", "args": {"message": "mirror down (token ${env.TOKEN})"}, "depends_on": ["prepare"]},
+            {"id": "report", "tool": "echo", "args": {"text": "done"}, "depends_on": ["fetch"]}
+        ]}),
+    );
+    // First a reply that reuses a taken id, then one that is right.
+    let reused = json!({"steps": [{"id": "fetch", "tool": "echo"}]});
+    let right = json!({"steps": [
+        {"id": "fallback", "tool": "echo", "args": {"text": "${prep.text} from the fallback"}, "depends_on": ["prepare"], "result_variable": "fell"}
+    ]});
+    let server = Scripted::start(vec![answer(&reused), answer(&right)]);
+    let output = lab
+        .cli()
+        .env("PLAN_LLM_URL", &server.url)
+        .env("PLAN_LLM_MODEL", "m")
+        .env("TOKEN", "tok-secret-42")
+        .args(["run", path_str(&plan), "--replan", "1", "--json"])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!("{}", String::from_utf8_lossy(&output.stderr));
+    });
+    assert_eq!(report["task_status"], "COMPLETED", "{report}");
+    assert_eq!(report["replanned"], true);
+    assert_eq!(report["revisions"], 1);
+    assert_eq!(
+        report["variables"]["fell"]["text"],
+        "ready from the fallback"
+    );
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let asked = requests[0]["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        asked.contains("- prepare (tool `echo`): result {\"text\":\"ready\"}"),
+        "{asked}"
+    );
+    assert!(asked.contains("step `fetch` failed"), "{asked}");
+    assert!(asked.contains("- report: "), "the steps not done: {asked}");
+    let everything = serde_json::to_string(&requests).unwrap();
+    assert!(
+        !everything.contains("tok-secret-42"),
+        "a secret reached the model"
+    );
+    let second = requests[1]["messages"].as_array().unwrap();
+    assert!(
+        second[3]["content"]
+            .as_str()
+            .unwrap()
+            .contains("taken by the plan's earlier steps"),
+        "{second:?}"
+    );
+
+    // The ledger keeps the revision: status says so, the events show it, the failed record stays.
+    let run_id = report["run_id"].as_str().unwrap();
+    let (_, status) = lab.json(&["status", run_id, "--json"]);
+    assert_eq!(status["revisions"], 1, "{status}");
+    let events = lab.cli().args(["events", run_id]).output().unwrap();
+    let events = String::from_utf8_lossy(&events.stdout);
+    assert!(events.contains("\"type\":\"plan.replanned\""), "{events}");
+    assert!(!events.contains("tok-secret-42"));
+}
+
+fn path_str(path: &std::path::Path) -> &str {
+    path.to_str().unwrap()
+}

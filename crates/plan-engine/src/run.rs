@@ -1628,6 +1628,8 @@ impl Scheduler<'_> {
             variables,
             pending_approvals,
             blocks,
+            replanned: false,
+            revisions: 0,
         })
     }
 }

@@ -222,6 +222,9 @@ pub struct ResumeOptions {
     pub force: bool,
     /// A plan to check against the run's stored one (with `force`, to run instead of it).
     pub plan: Option<(Source, Format)>,
+    /// The run's plan was just replaced by a new revision (`replan`): a finished run goes on
+    /// with it, every record kept (the failed step's stays; the new steps run).
+    pub replanned: bool,
 }
 
 /// What [`prepare_resume`] found.
@@ -281,7 +284,11 @@ pub fn prepare_resume(
             }
         }
     }
-    if row.state == RunState::Finished && !options.retry_failed && options.retry_steps.is_empty() {
+    if row.state == RunState::Finished
+        && !options.retry_failed
+        && options.retry_steps.is_empty()
+        && !options.replanned
+    {
         // Nothing left to run: what it gave, as `run` reported it.
         return Ok(Resumable::Finished(Outcome {
             report: report(store, &row)?,

@@ -132,6 +132,7 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
     if row.state == RunState::Running {
         busy_blocks(store, row, &plan, &mut blocks)?;
     }
+    let revisions = store.revisions(&row.run_id)?;
     Ok(RunReport {
         run_id: row.run_id.clone(),
         plan_id: row.plan_id.clone(),
@@ -140,6 +141,8 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
         variables,
         pending_approvals,
         blocks,
+        replanned: revisions > 0,
+        revisions,
     })
 }
 

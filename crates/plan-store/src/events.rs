@@ -239,7 +239,8 @@ mod tests {
             | EventKind::BlockEntered
             | EventKind::BlockTransition
             | EventKind::ToolProgress
-            | EventKind::ApprovalAwaiting => kind,
+            | EventKind::ApprovalAwaiting
+            | EventKind::PlanReplanned => kind,
         };
         let all = [
             EventKind::RunStarted,
@@ -254,6 +255,7 @@ mod tests {
             EventKind::BlockTransition,
             EventKind::ToolProgress,
             EventKind::ApprovalAwaiting,
+            EventKind::PlanReplanned,
         ];
         let mut numbers: Vec<i64> = all
             .into_iter()

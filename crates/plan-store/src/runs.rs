@@ -204,6 +204,59 @@ impl Store {
         Ok(())
     }
 
+    /// Replaces a run's plan with a new revision (`run --replan`): the plan it had is kept
+    /// in `plan_revisions` with `reason`, the run's row gets `source` (JSON), and `event` (its
+    /// `plan.replanned`) is added to the run's events, all in one transaction. The new
+    /// revision's number (1 for the first re-plan).
+    pub fn replan(
+        &mut self,
+        run_id: &str,
+        source: &str,
+        reason: &str,
+        event: &plan_types::Event,
+    ) -> Result<u32, StoreError> {
+        let key = self.run_key(run_id)?;
+        let row = crate::events::EventRow::of(event)?;
+        let transaction = self.conn.transaction()?;
+        let kept: i64 = transaction.query_row(
+            "SELECT count(*) FROM plan_revisions WHERE run_id = ?1",
+            [run_id],
+            |row| row.get(0),
+        )?;
+        let now = crate::timestamp(std::time::SystemTime::now());
+        transaction.execute(
+            "INSERT INTO plan_revisions (run_id, revision, plan_source, plan_hash, reason, replaced_at)
+             SELECT run_id, ?2, plan_source, plan_hash, ?3, ?4 FROM runs WHERE run_id = ?1",
+            params![run_id, kept, reason, now],
+        )?;
+        transaction.execute(
+            "UPDATE runs SET plan_source = ?2, plan_hash = ?3, plan_format = 'json', updated_at = ?4 WHERE run_id = ?1",
+            params![run_id, source, crate::plan_hash(source), now],
+        )?;
+        let seq: i64 = transaction.query_row(
+            "SELECT coalesce(max(seq), 0) + 1 FROM run_events WHERE run = ?1",
+            [key],
+            |row| row.get(0),
+        )?;
+        let values = row.values(&rusqlite::types::Value::Integer(key), seq);
+        transaction.execute(
+            "INSERT INTO run_events (run, seq, kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            rusqlite::params_from_iter(values.iter()),
+        )?;
+        transaction.commit()?;
+        Ok(u32::try_from(kept + 1).unwrap_or(u32::MAX))
+    }
+
+    /// How many times a run's plan was replaced (`run --replan`).
+    pub fn revisions(&self, run_id: &str) -> Result<u32, StoreError> {
+        let count: i64 = self.conn.query_row(
+            "SELECT count(*) FROM plan_revisions WHERE run_id = ?1",
+            [run_id],
+            |row| row.get(0),
+        )?;
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+    }
+
     /// Records how a run ended.
     pub fn end_run(
         &mut self,

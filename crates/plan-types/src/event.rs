@@ -49,6 +49,10 @@ pub enum EventKind {
     /// The run halted until the calls in `pending` are approved.
     #[serde(rename = "approval.awaiting")]
     ApprovalAwaiting,
+    /// The run's plan was replaced by a new revision after a failure (`run --replan`):
+    /// `attempt` is the revision's number, `reason` the failure it answers.
+    #[serde(rename = "plan.replanned")]
+    PlanReplanned,
 }
 
 /// One event. Fields that do not apply to its kind are left out of the JSON.

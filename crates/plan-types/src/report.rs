@@ -136,4 +136,14 @@ pub struct RunReport {
     /// Each block step's state and node, in plan order (absent for plans without blocks).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocks: Vec<BlockState>,
+    /// The run's plan was re-planned after a failure (`run --replan`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replanned: bool,
+    /// How many revisions of its plan the run has had after the first.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub revisions: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -60,6 +60,9 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         let would_fail = args.dry_run && calls.iter().any(|call| call.error.is_some());
         return Ok(i32::from(would_fail));
     }
+    // A model to re-plan with is needed before anything runs, not after a failure.
+    let mut replanner = (args.replan > 0).then(super::replan::model).transpose()?;
+    let secrets: Vec<String> = ready.env.values().cloned().collect();
     let working_dir =
         crate::plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan)?;
     let start = plan_run::Start {
@@ -71,8 +74,19 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         ..plan_run::Start::new()
     };
     let frontend = Frontend::of(&args.execution)?;
-    let (report, plan) = start_run(ready, start, &frontend, toolbox, ledger)?;
-    print_outcome(&report, &plan, &frontend)
+    let mut outcome = start_run(ready, start, &frontend, toolbox, ledger)?;
+    if let Some(model) = &mut replanner {
+        outcome = super::replan::until_done(
+            outcome,
+            args.replan,
+            model,
+            &secrets,
+            &frontend,
+            toolbox,
+            ledger,
+        )?;
+    }
+    print_outcome(&outcome.0, &outcome.1, &frontend)
 }
 
 /// How a run shows itself and what it writes besides the ledger: from `run` and `resume`'s
@@ -143,6 +157,7 @@ pub(crate) fn resume(
         retry_failed: args.retry_failed,
         retry_steps: Vec::new(),
         force: args.force,
+        replanned: false,
         plan: match &args.plan {
             Some(file) => Some(crate::plan_file::read_source(file, ledger)?),
             None => None,

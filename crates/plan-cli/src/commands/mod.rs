@@ -4,6 +4,7 @@ mod approvals;
 mod execute;
 mod ledger;
 mod plans;
+mod replan;
 mod serve;
 mod worker;
 
