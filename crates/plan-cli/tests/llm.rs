@@ -1,6 +1,7 @@
 //! `plan create` against a Chat Completions server inside the test with scripted answers (an
 //! invalid plan, then a valid one), asserting on what plan-cli sent; and against a real
-//! endpoint when PLAN_LLM_URL is set (ignored, so reported as skipped, when it is not).
+//! endpoint: `cargo xtask test` runs that one when PLAN_LLM_URL is set, and reports it as
+//! skipped when it is not.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
 mod common;
