@@ -944,3 +944,50 @@ fn an_abandoned_task_runs_again_with_resume_retry_failed() {
     );
     assert!(repo.join("after.txt").exists(), "its dependent ran");
 }
+
+#[test]
+fn a_conflict_waiting_for_a_person_can_be_refused_which_abandons_the_task() {
+    let lab = Lab::new();
+    let simple = "#!/bin/sh\necho \"$1\" > shared.txt\nsleep 0.2\n";
+    let repo = repo(&lab, &[("agent.sh", simple), ("shared.txt", "nobody\n")]);
+    let agent = repo.join("agent.sh");
+    let (code, report, state) = run(
+        &lab,
+        &repo,
+        &conflicting_plan("wait", path_str(&agent)),
+        &[],
+    );
+    assert_eq!(code, 5, "WAITING: {report}");
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    let waiting = ["A", "B"]
+        .into_iter()
+        .find(|id| state["tasks"][id]["status"] == "verified")
+        .expect("one task waits");
+    lab.cli()
+        .args([
+            "reject",
+            &run_id,
+            &format!("{waiting}/merge#1"),
+            "--reason",
+            "not now",
+        ])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run_id, "--json"]);
+    assert_eq!(code, 1, "{report}");
+    let record = common::record(&report, waiting);
+    assert_eq!(record["error"]["code"], "E_TASK_ABANDONED", "{record}");
+    assert!(
+        record["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("merging again was refused: not now"),
+        "{record}"
+    );
+    // Its worktree is kept; the base has the other task's work only.
+    assert!(worktrees(&lab).join(waiting).exists());
+    assert_eq!(
+        git(&repo, &["status", "--porcelain", "--untracked-files=no"]),
+        ""
+    );
+}
