@@ -265,6 +265,36 @@ impl EventSink for Live {
                     self.say(&format!("- {label}  skipped: {reason}"), ts);
                 }
             }
+            EventKind::TaskChanged => {
+                // A coding task's progress: attempts, verification, the merge queue.
+                let attempt = event.attempt;
+                let line = match event.reason.as_deref().unwrap_or("") {
+                    "in_progress" => {
+                        if !state.running.iter().any(|(r, _)| r == id) {
+                            state.running.push((id.to_owned(), None));
+                        }
+                        let label = label.map_or(id, String::as_str);
+                        Some(format!("▶ {label}  attempt {attempt}"))
+                    }
+                    "verifying" => Some(format!("… {id}  attempt {attempt}: verifying")),
+                    "verified" => Some(format!("… {id}  verified; waits for its turn to merge")),
+                    "merging" => Some(format!("… {id}  merging")),
+                    "failed" => {
+                        let why = event
+                            .error
+                            .as_ref()
+                            .and_then(|e| e.get("message"))
+                            .and_then(serde_json::Value::as_str)
+                            .unwrap_or("");
+                        Some(format!("↻ {id}  attempt {attempt} failed: {why}"))
+                    }
+                    // The step's own line says how it ended.
+                    _ => None,
+                };
+                if let Some(line) = line {
+                    self.say(&line, ts);
+                }
+            }
             EventKind::ApprovalAwaiting => {
                 let waiting: Vec<&str> = event
                     .pending

@@ -168,6 +168,28 @@ fn a_task_that_fails_verification_is_fixed_from_its_feedback_and_merged() {
     assert_eq!(state["options"]["max_parallel"], 3);
     let record = common::record(&report, "L1-001");
     assert_eq!(record["result"]["attempts"], 2);
+    // Each change of the task is an event, in order.
+    let run_id = report["run_id"].as_str().unwrap();
+    let events = lab.cli().args(["events", run_id]).output().unwrap();
+    let changes: Vec<String> = String::from_utf8_lossy(&events.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|event| event["type"] == "task.changed")
+        .map(|event| format!("{}#{}", event["reason"].as_str().unwrap(), event["attempt"]))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            "in_progress#1",
+            "verifying#1",
+            "failed#1",
+            "in_progress#2",
+            "verifying#2",
+            "verified#2",
+            "merging#2",
+            "completed#2"
+        ]
+    );
 }
 
 #[test]

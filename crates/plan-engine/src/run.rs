@@ -851,6 +851,7 @@ impl Scheduler<'_> {
                 merges: self.merges.clone(),
                 from: self.checkpoints.remove(&*step.id),
                 progress: self.block_progress.clone(),
+                shown: None,
             })),
             // A block reads the variables as they are when it starts (its ancestors' binds).
             Action::Block(block) => Started::Block(BlockCall {

@@ -482,6 +482,8 @@ pub(crate) struct TaskRun {
     pub(crate) from: Option<Value>,
     /// Where each change goes to be committed (only with a ledger).
     pub(crate) progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
+    /// The status and attempt last announced.
+    pub(crate) shown: Option<(TaskPhase, u32)>,
 }
 
 /// What ends a task's run early: the run stopping, the ledger failing, or an error no attempt
@@ -1252,6 +1254,26 @@ impl TaskRun {
     /// Hands the task's state to the scheduler to be committed, and waits until it is
     /// durable (under `sync`): what follows must not happen on a state that could be lost.
     async fn report(&mut self, state: &TaskState) -> Result<(), Stopped> {
+        // What the task is doing now, for the run's output and events (once per status).
+        if state.status != TaskPhase::Pending && self.shown != Some((state.status, state.attempts))
+        {
+            self.shown = Some((state.status, state.attempts));
+            if let Some(sink) = &self.context.events {
+                let mut event = plan_types::Event::new(
+                    plan_types::EventKind::TaskChanged,
+                    &self.context.run_id,
+                )
+                .step(&self.step_id, state.attempts);
+                event.reason = Some(state.status.as_str().to_owned());
+                if state.status == TaskPhase::Failed
+                    && let Some(error) = state.errors.last()
+                {
+                    event.error = Some(json!({"code": error.kind, "message": error.message}));
+                }
+                self.context.redactor.event(&mut event);
+                sink.emit(&event);
+            }
+        }
         let Some(progress) = &self.progress else {
             return Ok(());
         };

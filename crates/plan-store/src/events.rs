@@ -240,7 +240,8 @@ mod tests {
             | EventKind::BlockTransition
             | EventKind::ToolProgress
             | EventKind::ApprovalAwaiting
-            | EventKind::PlanReplanned => kind,
+            | EventKind::PlanReplanned
+            | EventKind::TaskChanged => kind,
         };
         let all = [
             EventKind::RunStarted,
@@ -256,6 +257,7 @@ mod tests {
             EventKind::ToolProgress,
             EventKind::ApprovalAwaiting,
             EventKind::PlanReplanned,
+            EventKind::TaskChanged,
         ];
         let mut numbers: Vec<i64> = all
             .into_iter()

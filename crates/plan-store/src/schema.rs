@@ -188,6 +188,7 @@ pub(crate) const EVENT_KINDS: &[(i64, &str)] = &[
     (10, "tool.progress"),
     (11, "approval.awaiting"),
     (12, "plan.replanned"),
+    (13, "task.changed"),
 ];
 
 /// The schema version this build writes.

@@ -53,6 +53,10 @@ pub enum EventKind {
     /// `attempt` is the revision's number, `reason` the failure it answers.
     #[serde(rename = "plan.replanned")]
     PlanReplanned,
+    /// A task step's status changed (`reason` is the new one: `in_progress`, `verifying`,
+    /// `verified`, `merging`, `completed`, `failed`, `abandoned`); `attempt` is its attempt.
+    #[serde(rename = "task.changed")]
+    TaskChanged,
 }
 
 /// One event. Fields that do not apply to its kind are left out of the JSON.
