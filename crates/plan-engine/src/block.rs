@@ -24,7 +24,7 @@ use plan_vars::{Scope, ValueTemplate};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::admit::{Admission, Gate, admit, executed_record};
+use crate::admit::{Admission, Gate, executed_record};
 use crate::call::{CallContext, ToolCall, call_tool, millis};
 use crate::condition::{NodeScope, evaluate};
 use crate::program::{Overlay, argument_issues};
@@ -814,13 +814,7 @@ impl BlockRun {
                     approval: gated.then_some((key.as_str(), None)),
                     waits_as: &key,
                 };
-                let args = match admit(
-                    resolved,
-                    &gate,
-                    &self.approvals,
-                    self.context.guard.as_deref(),
-                    &self.context.redactor,
-                ) {
+                let args = match self.context.admit(resolved, &gate, &self.approvals) {
                     Admission::Call(args) => args,
                     Admission::Fail(error) => return NodeEnd::Ran(Err(error), 0),
                     Admission::Wait(pending) => return NodeEnd::Waiting(None, pending),

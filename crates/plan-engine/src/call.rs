@@ -29,6 +29,25 @@ pub(crate) struct CallContext {
     pub(crate) output: Option<crate::tool::OutputSink>,
 }
 
+impl CallContext {
+    /// Admits a call made in this run (see [`crate::admit::admit`]): the run's guards count
+    /// it, the run's secrets are redacted from what waits.
+    pub(crate) fn admit(
+        &self,
+        resolved: Result<Value, plan_types::StepError>,
+        gate: &crate::admit::Gate<'_>,
+        approvals: &plan_types::Approvals,
+    ) -> crate::admit::Admission {
+        crate::admit::admit(
+            resolved,
+            gate,
+            approvals,
+            self.guard.as_deref(),
+            &self.redactor,
+        )
+    }
+}
+
 /// How a tool call (with its retries) ended.
 pub(crate) struct ToolFinished {
     pub(crate) result: Result<Value, ToolError>,

@@ -27,7 +27,7 @@ use plan_types::{
 use plan_vars::{Scope, ValueTemplate};
 use serde_json::{Value, json};
 
-use crate::admit::{Admission, Gate, admit};
+use crate::admit::{Admission, Gate};
 use crate::block::NodeDone;
 use crate::call::{CallContext, ToolCall, call_tool};
 use crate::program::Overlay;
@@ -200,13 +200,7 @@ pub(crate) async fn run_context_update(
         approval: None,
         waits_as: CONTEXT_UPDATE,
     };
-    let args = match admit(
-        resolved,
-        &gate,
-        approvals,
-        context.guard.as_deref(),
-        &context.redactor,
-    ) {
+    let args = match context.admit(resolved, &gate, approvals) {
         Admission::Call(args) => args,
         Admission::Fail(error) => return Err(error),
         Admission::Wait(pending) => {
@@ -815,13 +809,7 @@ impl TaskRun {
                 approval: None,
                 waits_as: &path,
             };
-            let args = match admit(
-                Ok(args),
-                &gate,
-                &self.approvals,
-                self.context.guard.as_deref(),
-                &self.context.redactor,
-            ) {
+            let args = match self.context.admit(Ok(args), &gate, &self.approvals) {
                 Admission::Call(args) => args,
                 Admission::Fail(error) => {
                     return Ok(Err(Failure {
@@ -1218,13 +1206,7 @@ impl TaskRun {
             approval: call.gated.then_some((key.as_str(), None)),
             waits_as: &key,
         };
-        let args = match admit(
-            resolved,
-            &gate,
-            &self.approvals,
-            self.context.guard.as_deref(),
-            &self.context.redactor,
-        ) {
+        let args = match self.context.admit(resolved, &gate, &self.approvals) {
             Admission::Call(args) => args,
             Admission::Fail(error) => return Ok(Err(error)),
             Admission::Wait(pending) => return Err(Stopped::Waiting(pending)),
