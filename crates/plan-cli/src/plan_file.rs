@@ -250,23 +250,40 @@ pub(crate) fn prepare_quietly(
     prepare_source_with(source, format, id, inputs, toolbox, Severity::Error, false)
 }
 
-/// [`prepare_source`] for plan text to be judged as data (a model's answer): arguments
-/// checked as errors, nothing printed.
-pub(crate) fn prepare_source_quietly(
-    source: Source,
-    format: Format,
-    fallback_id: String,
+/// A plan a model wrote, judged as `validate --json` judges a plan (arguments checked as
+/// errors, nothing printed): `Err` is every error, one per line, as the model should read it.
+pub(crate) fn check_for_model(
+    plan: &Value,
+    fallback_id: &str,
     toolbox: &Toolbox,
-) -> Result<Ready, Failure> {
-    prepare_source_with(
+) -> Result<(), String> {
+    let source = Source::new("plan.json", plan.to_string());
+    let prepared = prepare_source_with(
         source,
-        format,
-        fallback_id,
+        Format::Json,
+        fallback_id.to_owned(),
         Inputs::default(),
         toolbox,
         Severity::Error,
         false,
-    )
+    );
+    let Err(failure) = prepared else {
+        return Ok(());
+    };
+    let lines: Vec<String> = failure
+        .issues
+        .iter()
+        .filter(|issue| issue["severity"] == "error")
+        .map(|issue| {
+            let mut line = format!("- {}", issue["message"].as_str().unwrap_or(""));
+            if let Some(help) = issue["help"].as_str() {
+                line.push_str(&format!(" ({help})"));
+            }
+            line
+        })
+        .chain(failure.message.map(|message| format!("- {message}")))
+        .collect();
+    Err(lines.join("\n"))
 }
 
 /// [`prepare_source`], printing the warnings only when `print_warnings`.

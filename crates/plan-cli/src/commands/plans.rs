@@ -268,31 +268,8 @@ fn create(
     let tools = describe_tools(toolbox, |_| true);
     let fallback_id = ask.id.map_or_else(|| slug(ask.goal), str::to_owned);
     // plan-cli's whole validation, as `validate --json` gives it, for the model to read.
-    let mut check = |plan: &serde_json::Value| -> Result<(), String> {
-        let source = plan_graph::Source::new("plan.json", plan.to_string());
-        match crate::plan_file::prepare_source_quietly(
-            source,
-            plan_graph::Format::Json,
-            fallback_id.clone(),
-            toolbox,
-        ) {
-            Ok(_) => Ok(()),
-            Err(failure) if !failure.issues.is_empty() => Err(failure
-                .issues
-                .iter()
-                .filter(|issue| issue["severity"] == "error")
-                .map(|issue| {
-                    let mut line = format!("- {}", issue["message"].as_str().unwrap_or(""));
-                    if let Some(help) = issue["help"].as_str() {
-                        line.push_str(&format!(" ({help})"));
-                    }
-                    line
-                })
-                .collect::<Vec<_>>()
-                .join("\n")),
-            Err(failure) => Err(format!("- {}", failure.message.unwrap_or_default())),
-        }
-    };
+    let mut check =
+        |plan: &serde_json::Value| crate::plan_file::check_for_model(plan, &fallback_id, toolbox);
     let generated = generate(
         &mut model,
         ask.goal,
@@ -396,11 +373,34 @@ pub(crate) fn store_generated(
     ledger: &Ledger,
 ) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(plan).map_err(|e| Failure::internal(e.to_string()))?;
+    let title = plan["title"].as_str().map(str::to_owned);
+    let name = format!("created from a goal by {by}");
+    store_plan(
+        plan_id,
+        title,
+        name,
+        plan_graph::Format::Json,
+        text,
+        force,
+        ledger,
+    )
+}
+
+/// Stores plan text in the registry under `plan_id`.
+fn store_plan(
+    plan_id: &str,
+    title: Option<String>,
+    name: String,
+    format: plan_graph::Format,
+    text: String,
+    force: bool,
+    ledger: &Ledger,
+) -> Result<(), Failure> {
     let stored = StoredPlan {
-        plan_id: plan_id.clone(),
-        title: plan["title"].as_str().map(str::to_owned),
-        name: format!("created from a goal by {by}"),
-        format: plan_run::format_name(plan_graph::Format::Json).to_owned(),
+        plan_id: plan_id.to_owned(),
+        title,
+        name,
+        format: plan_run::format_name(format).to_owned(),
         hash: plan_store::plan_hash(&text),
         source: text,
         added_at: plan_store::timestamp(SystemTime::now()),
@@ -444,25 +444,14 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
         toolbox,
         Severity::Warning,
     )?;
-    let stored = StoredPlan {
-        plan_id: ready.program.plan_id().to_owned(),
-        title: ready.loaded.plan.title.clone(),
-        name: file.display().to_string(),
-        format: plan_run::format_name(format).to_owned(),
-        hash: plan_store::plan_hash(&text),
-        source: text,
-        added_at: plan_store::timestamp(SystemTime::now()),
-    };
-    ledger
-        .open()?
-        .add_plan(&stored, force)
-        .map_err(Failure::ledger)?;
+    let plan_id = ready.program.plan_id().to_owned();
+    let title = ready.loaded.plan.title.clone();
+    let name = file.display().to_string();
+    store_plan(&plan_id, title, name, format, text, force, ledger)?;
     let steps = ready.program.len();
     print(&format!(
-        "stored plan `{}` ({steps} step{}); run it with `plan-cli run {}`\n",
-        stored.plan_id,
+        "stored plan `{plan_id}` ({steps} step{}); run it with `plan-cli run {plan_id}`\n",
         if steps == 1 { "" } else { "s" },
-        stored.plan_id
     ))?;
     Ok(0)
 }

@@ -46,24 +46,7 @@ pub(crate) fn until_done(
         let (request, done, taken) = request(&written, &outcome.0, secrets);
         let mut check = |answer: &Value| -> Result<(), String> {
             let combined = combine(&written, &done, answer, &taken)?;
-            let source = plan_graph::Source::new("plan.json", combined.to_string());
-            crate::plan_file::prepare_source_quietly(
-                source,
-                plan_graph::Format::Json,
-                row.plan_id.clone(),
-                toolbox,
-            )
-            .map(drop)
-            .map_err(|failure| {
-                failure
-                    .issues
-                    .iter()
-                    .filter(|issue| issue["severity"] == "error")
-                    .map(|issue| format!("- {}", issue["message"].as_str().unwrap_or("")))
-                    .chain(failure.message.map(|m| format!("- {m}")))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
+            crate::plan_file::check_for_model(&combined, &row.plan_id, toolbox)
         };
         let tools = super::plans::describe_tools(toolbox, |_| true);
         let schema = plan_graph::plan_schema();
