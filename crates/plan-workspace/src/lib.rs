@@ -9,6 +9,7 @@
 //! worktrees run side by side. A merge is idempotent: a branch already in the base is reported
 //! merged, not merged again, and a merge left half done by a killed process is aborted first.
 
+#[cfg(feature = "breakdown")]
 pub mod breakdown;
 
 use std::path::{Path, PathBuf};
