@@ -316,22 +316,10 @@ fn a_task_s_calls_run_on_a_worker_in_the_task_s_worktree() {
     let lab = Lab::new();
     let repo = lab.dir.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let status = Command::new("git")
-            .args(args)
-            .current_dir(&repo)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@localhost")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@localhost")
-            .status()
-            .expect("git must be installed for this test");
-        assert!(status.success(), "git {args:?}");
-    };
-    git(&["init", "-q", "-b", "trunk"]);
+    common::git(&repo, &["init", "-q", "-b", "trunk"]);
     std::fs::write(repo.join("readme"), "x\n").unwrap();
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "start"]);
+    common::git(&repo, &["add", "-A"]);
+    common::git(&repo, &["commit", "-qm", "start"]);
     let plan = repo.join("plan.json");
     std::fs::write(
         &plan,

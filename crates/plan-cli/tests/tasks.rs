@@ -10,27 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Lab, assert_execute_state, path_str};
+use common::{Lab, assert_execute_state, git, path_str};
 use serde_json::{Value, json};
-
-/// Runs git in `dir`; panics (failing the test) when git is missing or fails.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "test")
-        .env("GIT_AUTHOR_EMAIL", "test@localhost")
-        .env("GIT_COMMITTER_NAME", "test")
-        .env("GIT_COMMITTER_EMAIL", "test@localhost")
-        .output()
-        .expect("git must be installed for these tests");
-    assert!(
-        output.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 /// A repository at `<lab>/repo` on branch `trunk` (not `main`: nothing may assume the name),
 /// with `files` committed.
@@ -336,19 +317,21 @@ fn a_merge_conflict_is_a_failed_attempt_and_the_next_attempt_resolves_it() {
     assert_eq!(queue, ["merged", "merged"]);
 }
 
+/// Two tasks that write the same line under `on_conflict: wait`: the run halts WAITING on
+/// the second merge. The repository, the run's report and its state file.
+fn waiting_on_a_conflict(lab: &Lab) -> (PathBuf, Value, Value) {
+    let simple = "#!/bin/sh\necho \"$1\" > shared.txt\nsleep 0.2\n";
+    let repo = repo(lab, &[("agent.sh", simple), ("shared.txt", "nobody\n")]);
+    let agent = repo.join("agent.sh");
+    let (code, report, state) = run(lab, &repo, &conflicting_plan("wait", path_str(&agent)), &[]);
+    assert_eq!(code, 5, "WAITING: {report}");
+    (repo, report, state)
+}
+
 #[test]
 fn on_conflict_wait_halts_the_run_until_a_person_resolves_it() {
     let lab = Lab::new();
-    let simple = "#!/bin/sh\necho \"$1\" > shared.txt\nsleep 0.2\n";
-    let repo = repo(&lab, &[("agent.sh", simple), ("shared.txt", "nobody\n")]);
-    let agent = repo.join("agent.sh");
-    let (code, report, state) = run(
-        &lab,
-        &repo,
-        &conflicting_plan("wait", path_str(&agent)),
-        &[],
-    );
-    assert_eq!(code, 5, "WAITING: {report}");
+    let (repo, report, state) = waiting_on_a_conflict(&lab);
     let run_id = report["run_id"].as_str().unwrap().to_owned();
     assert_eq!(state["status"], "stopped");
     // The base is clean, not mid-merge.
@@ -970,16 +953,7 @@ fn an_abandoned_task_runs_again_with_resume_retry_failed() {
 #[test]
 fn a_conflict_waiting_for_a_person_can_be_refused_which_abandons_the_task() {
     let lab = Lab::new();
-    let simple = "#!/bin/sh\necho \"$1\" > shared.txt\nsleep 0.2\n";
-    let repo = repo(&lab, &[("agent.sh", simple), ("shared.txt", "nobody\n")]);
-    let agent = repo.join("agent.sh");
-    let (code, report, state) = run(
-        &lab,
-        &repo,
-        &conflicting_plan("wait", path_str(&agent)),
-        &[],
-    );
-    assert_eq!(code, 5, "WAITING: {report}");
+    let (repo, report, state) = waiting_on_a_conflict(&lab);
     let run_id = report["run_id"].as_str().unwrap().to_owned();
     let waiting = ["A", "B"]
         .into_iter()

@@ -166,3 +166,22 @@ pub(crate) fn assert_execute_state(document: &Value) {
         serde_json::to_string_pretty(document).unwrap()
     );
 }
+
+/// Runs git in `dir`; panics (failing the test) when git is missing or fails.
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@localhost")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@localhost")
+        .output()
+        .expect("git must be installed for these tests");
+    assert!(
+        output.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
