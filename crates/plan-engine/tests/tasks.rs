@@ -28,6 +28,8 @@ struct Repo {
     dirty: BTreeMap<String, bool>,
     /// Tasks whose next merge conflicts.
     conflicts: Vec<String>,
+    /// Calls of `merge`, whatever they found.
+    merge_calls: usize,
     commits: usize,
 }
 
@@ -87,6 +89,7 @@ impl Workspace for FakeWorkspace {
     }
     async fn merge(&self, task: &str, _message: &str) -> Result<MergeOutcome, WorkspaceError> {
         let mut repo = self.0.lock().unwrap();
+        repo.merge_calls += 1;
         if repo.merged.iter().any(|t| t == task) {
             return Ok(MergeOutcome::AlreadyMerged(format!("merge-{task}")));
         }
@@ -250,6 +253,9 @@ async fn a_task_resumed_while_merging_is_not_merged_again() {
     let checkpoint = serde_json::to_value(state(TaskPhase::Merging, 1)).unwrap();
     let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
     assert!(report.records[0].ok, "{:?}", report.records[0]);
+    // The engine asks to merge again (it cannot know whether the kill came before the merge);
+    // the workspace finds it merged (plan-workspace's own test checks git does).
+    assert_eq!(lab.repo.0.lock().unwrap().merge_calls, 1);
     assert_eq!(lab.repo.0.lock().unwrap().merged, ["T1"], "merged once");
     assert!(
         lab.log.lock().unwrap().is_empty(),
