@@ -120,12 +120,15 @@ struct Totals {
     ignored: u64,
 }
 
-/// The npm and PyPI packages of the MCP servers the tests drive, at pinned versions.
+/// The npm and PyPI packages the tests drive, at pinned versions: MCP servers and SDKs, and
+/// BullMQ in Node and Python (workers and producers of other languages on plan-cli's queue).
 const NPM_SERVERS: &[&str] = &[
     "@modelcontextprotocol/server-filesystem@2026.8.31",
     "@modelcontextprotocol/server-everything@2026.8.31",
+    "bullmq@6.7.0",
+    "ioredis@5.11.1",
 ];
-const PYPI_PACKAGES: &[&str] = &["mcp-server-time==2026.10.19", "mcp==2.3.0"];
+const PYPI_PACKAGES: &[&str] = &["mcp-server-time==2026.10.19", "mcp==2.3.0", "bullmq==3.4.4"];
 
 /// Installs the MCP servers into `target/mcp-servers` unless the same versions are there
 /// already, and returns that directory. Needs `npm` and `python3` (with `venv`).

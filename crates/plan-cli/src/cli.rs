@@ -66,7 +66,10 @@ pub(crate) enum Command {
     /// plan-cli as an MCP server
     #[command(subcommand)]
     Mcp(McpCommand),
-    /// Run steps from a Redis queue for `run --queue` coordinators, until Ctrl+C or SIGTERM
+    /// Serve tool calls from a BullMQ queue (`run --queue`'s, or any producer's) until Ctrl+C
+    ///
+    /// The worker publishes the tools it serves, so coordinators validate plans against them and
+    /// send each call only to a queue whose workers all have its tool. SIGTERM drains it too.
     Worker(WorkerArgs),
     /// Start a project here: a `.plan/` folder (its ledger) and a commented starter plan
     Init(InitArgs),
@@ -174,23 +177,74 @@ pub(crate) struct InitArgs {
     pub(crate) force: bool,
 }
 
+/// Where a run's calls go, with `--queue`.
+#[derive(Debug, Clone)]
+pub(crate) struct QueueSettings {
+    pub(crate) url: String,
+    /// Whether the address came from REDIS_URL (said on stderr: nobody asked on the command
+    /// line).
+    pub(crate) from_redis_url: bool,
+    pub(crate) name: String,
+    pub(crate) outage: std::time::Duration,
+    pub(crate) timeout: Option<std::time::Duration>,
+}
+
+/// `--queue` (or PLAN_QUEUE, which clap reads), else REDIS_URL: the name BullMQ deployments
+/// give their Redis.
+fn queue_url(given: Option<&String>) -> Option<(String, bool)> {
+    match given {
+        Some(url) => Some((url.clone(), false)),
+        None => std::env::var("REDIS_URL")
+            .ok()
+            .filter(|url| !url.is_empty())
+            .map(|url| (url, true)),
+    }
+}
+
+impl ExecutionArgs {
+    /// Where the run's calls go, if to a queue.
+    pub(crate) fn queue_settings(&self) -> Option<QueueSettings> {
+        let (url, from_redis_url) = queue_url(self.queue.as_ref())?;
+        Some(QueueSettings {
+            url,
+            from_redis_url,
+            name: self.queue_name.clone(),
+            outage: self.queue_outage,
+            timeout: self.queue_timeout,
+        })
+    }
+}
+
+impl WorkerArgs {
+    /// The Redis of the queue.
+    pub(crate) fn queue_url(&self) -> Option<String> {
+        queue_url(self.queue.as_ref()).map(|(url, _)| url)
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct WorkerArgs {
-    /// The Redis the coordinators use (`redis://HOST:PORT[/DB]`)
+    /// The Redis of the queue (`redis://HOST:PORT[/DB]`; also PLAN_QUEUE, or REDIS_URL)
     #[arg(long, env = "PLAN_QUEUE", hide_env_values = true, value_name = "URL")]
-    pub(crate) queue: String,
-    /// The stream steps come from
-    #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_STREAM)]
+    pub(crate) queue: Option<String>,
+    /// The BullMQ queue jobs come from; workers that serve fewer tools than others need a
+    /// queue of their own
+    #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_QUEUE)]
     pub(crate) queue_name: String,
-    /// Most steps at once
+    /// Most calls at once
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) concurrency: u32,
     /// Only these tools (comma-separated); default: every tool it has
     #[arg(long, value_name = "TOOLS", value_delimiter = ',')]
     pub(crate) tools: Vec<String>,
-    /// How long a step may go untouched before another worker takes it over
-    #[arg(long, value_name = "MS", default_value_t = 30_000)]
-    pub(crate) visibility_timeout_ms: u64,
+    /// How long a job stays locked to this worker without renewal: a worker that dies holds
+    /// its jobs this long before another worker takes them over
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub(crate) lock_duration: std::time::Duration,
+    /// On Ctrl+C or SIGTERM, how long to finish the calls in hand before leaving them to
+    /// other workers
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub(crate) drain_timeout: std::time::Duration,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }
@@ -284,16 +338,21 @@ pub(crate) struct ExecutionArgs {
     /// Keep the execute-state.json document (schema 2.0) current in FILE while the run goes
     #[arg(long, value_name = "FILE")]
     pub(crate) state_file: Option<PathBuf>,
-    /// Run every step on workers through this Redis (`redis://HOST:PORT[/DB]`); see `worker`
+    /// Run every tool call as a job on a BullMQ queue at this Redis (`redis://HOST:PORT[/DB]`;
+    /// also PLAN_QUEUE, or REDIS_URL); workers run them (see `worker`)
     #[arg(long, env = "PLAN_QUEUE", hide_env_values = true, value_name = "URL")]
     pub(crate) queue: Option<String>,
-    /// The stream steps go to
-    #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_STREAM)]
+    /// The BullMQ queue calls go to (keys `bull:NAME:*`)
+    #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_QUEUE)]
     pub(crate) queue_name: String,
     /// How long the queue may stay unreachable before the run stops (it can be resumed);
     /// meanwhile plan-cli reconnects
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub(crate) queue_outage: std::time::Duration,
+    /// How long a call may wait for a worker to take it before it fails with E_QUEUE_TIMEOUT
+    /// (default: as long as it takes; the run says when no worker serves a tool)
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) queue_timeout: Option<std::time::Duration>,
     /// When results reach the ledger: `sync` (a step starts once what it depends on is
     /// committed; a completed step never runs again after a crash), `async` (commits trail the
     /// run; a crash may run recently completed steps again), `exit` (written when the run ends

@@ -72,21 +72,38 @@ impl Toolbox {
         })
     }
 
-    /// Sends every tool call of later plans to the workers of the queue at `url`; fails at
-    /// once (exit 2, `E_QUEUE_UNAVAILABLE`) if Redis does not answer.
-    pub(crate) fn use_queue(
-        &self,
-        url: &str,
-        stream: &str,
-        outage: std::time::Duration,
-    ) -> Result<(), Failure> {
-        let queue = self
+    /// Sends every tool call of later plans to the workers of the queue; fails at once (exit
+    /// 2, `E_QUEUE_UNAVAILABLE`) if Redis does not answer. What the queue has to say while the
+    /// run goes (a call waiting for a worker) is printed on stderr.
+    pub(crate) fn use_queue(&self, settings: &crate::cli::QueueSettings) -> Result<(), Failure> {
+        if self.remote.get().is_some() {
+            return Ok(());
+        }
+        let (notices, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let options = plan_queue::DispatchOptions {
+            outage: settings.outage,
+            queue_timeout: settings.timeout,
+            notices: Some(notices),
+        };
+        let dispatcher = self
             .runtime
-            .block_on(plan_queue::Queue::connect(url, stream))
+            .block_on(async {
+                let queue = plan_queue::Queue::connect(&settings.url, &settings.name).await?;
+                plan_queue::Dispatcher::new(queue, options).await
+            })
             .map_err(|error| Failure::input(error.to_string()))?;
-        let _ = self
-            .remote
-            .set(plan_queue::Dispatcher::with_outage(queue, outage));
+        if settings.from_redis_url {
+            say(&format!(
+                "tool calls go to BullMQ queue `{}` at REDIS_URL",
+                settings.name
+            ));
+        }
+        self.runtime.spawn(async move {
+            while let Some(notice) = heard.recv().await {
+                say(&notice.to_string());
+            }
+        });
+        let _ = self.remote.set(dispatcher);
         Ok(())
     }
 
@@ -96,9 +113,9 @@ impl Toolbox {
     }
 
     /// Connects to a queue for a worker.
-    pub(crate) fn queue(&self, url: &str, stream: &str) -> Result<plan_queue::Queue, Failure> {
+    pub(crate) fn queue(&self, url: &str, name: &str) -> Result<plan_queue::Queue, Failure> {
         self.runtime
-            .block_on(plan_queue::Queue::connect(url, stream))
+            .block_on(plan_queue::Queue::connect(url, name))
             .map_err(|error| Failure::input(error.to_string()))
     }
 
@@ -224,4 +241,10 @@ impl Toolbox {
             self.runtime.block_on(servers.shutdown());
         }
     }
+}
+
+/// A line on stderr; a stderr that cannot be written (closed) is not worth stopping for.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }

@@ -1,81 +1,124 @@
-//! The coordinator's side: tools whose calls become stream entries, and the reader that
-//! hands each result back to the call waiting for it.
+//! The coordinator's side: tools whose calls become BullMQ jobs, and the listener that hands
+//! each job's result back to the call waiting for it.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bullmq::{QueueEvent, QueueEventsOptions, QueueOptions};
 use plan_engine::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};
 use plan_types::ErrorCode;
-use redis::streams::StreamReadReply;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::{E_QUEUE_UNAVAILABLE, Queue, QueueError};
+use crate::registry::{self, Route, WorkerEntry};
+use crate::{E_QUEUE_TIMEOUT, E_QUEUE_UNAVAILABLE, PREFIX, Queue, QueueError};
 
 type Outcome = Result<Value, ToolError>;
 
-/// Sends calls to the workers and routes their results back.
-pub struct Dispatcher {
-    queue: Queue,
-    /// Calls waiting for their result, by job id (`RUN/STEP#ATTEMPT`).
-    waiting: Mutex<HashMap<String, Waiting>>,
-    /// Results no call was waiting for yet: those of an earlier coordinator of the same run,
-    /// found when a resumed run reads its results stream from the start.
-    early: Mutex<HashMap<String, Outcome>>,
-    /// Runs whose results stream is read.
-    attached: Mutex<HashSet<String>>,
-    lost: CancellationToken,
+/// How long Redis may stay unreachable, by default, before the coordinator gives the run up
+/// (it can be resumed).
+pub const DEFAULT_OUTAGE: Duration = Duration::from_secs(30);
+
+/// A call with no event for this long is looked up in Redis: a result whose event was missed,
+/// or a job Redis lost (it restarted without its data), is found that way.
+const LOOK_AFTER: Duration = Duration::from_secs(5);
+
+/// How the coordinator uses the queue.
+#[derive(Debug, Clone)]
+pub struct DispatchOptions {
     /// How long Redis may stay unreachable before the run is given up.
-    give_up_after: Duration,
-    /// A key this coordinator sets in Redis: gone after a reconnection, Redis lost its data.
-    marker: String,
+    pub outage: Duration,
+    /// How long a call may wait for a worker to take it; `None`: as long as it takes.
+    pub queue_timeout: Option<Duration>,
+    /// Where the dispatcher says what a person watching the run should know (a call waiting
+    /// for a worker); the library prints nothing.
+    pub notices: Option<tokio::sync::mpsc::UnboundedSender<DispatchNotice>>,
 }
 
-/// A call a worker has not answered yet: where its result goes, and its entry, to add again
-/// if Redis comes back without it.
+impl Default for DispatchOptions {
+    fn default() -> Self {
+        DispatchOptions {
+            outage: DEFAULT_OUTAGE,
+            queue_timeout: None,
+            notices: None,
+        }
+    }
+}
+
+/// Something the run's watcher should hear about the queue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DispatchNotice {
+    /// Calls of a tool wait: no queue has a worker for it.
+    #[error("waiting for a worker for `{tool}`: {why}")]
+    WaitingForWorker {
+        /// The tool.
+        tool: String,
+        /// Why no queue qualifies.
+        why: String,
+    },
+    /// A tool whose calls waited has a worker now.
+    #[error("a worker for `{tool}` is here (queue `{queue}`)")]
+    WorkerFound {
+        /// The tool.
+        tool: String,
+        /// The queue its calls go to.
+        queue: String,
+    },
+}
+
+/// Sends calls to the workers as BullMQ jobs and routes their results back.
+pub struct Dispatcher {
+    base: Queue,
+    options: DispatchOptions,
+    /// A BullMQ producer per queue calls went to, each with a listener on its events.
+    producers: tokio::sync::Mutex<HashMap<String, Arc<bullmq::Queue>>>,
+    /// Calls waiting for their result, by job id.
+    waiting: Mutex<HashMap<String, Waiting>>,
+    /// The live workers, as last read.
+    workers: Mutex<BTreeMap<String, WorkerEntry>>,
+    /// Tools whose calls were said to wait for a worker.
+    told: Mutex<HashSet<String>>,
+    lost: CancellationToken,
+}
+
+/// A call no worker has answered yet.
 struct Waiting {
     result: oneshot::Sender<Outcome>,
-    entry: Vec<(&'static str, String)>,
+    queue: String,
+    /// The job as added: added again if Redis comes back without it.
+    tool: String,
+    data: Value,
+    /// When it was added, and when it was last heard of or looked up.
+    added: Instant,
+    checked: Instant,
+    /// A worker took it.
+    active: bool,
 }
 
-/// How long Redis may stay unreachable, by default, before the coordinator gives the run up
-/// (it can be resumed); meanwhile it reconnects, waiting longer each time.
-pub const DEFAULT_OUTAGE: Duration = Duration::from_secs(30);
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const LAST_BACKOFF: Duration = Duration::from_secs(2);
-
 impl Dispatcher {
-    pub fn new(queue: Queue) -> Arc<Self> {
-        Dispatcher::with_outage(queue, DEFAULT_OUTAGE)
-    }
-
-    /// A dispatcher that gives a run up once Redis has been unreachable for `outage`.
-    pub fn with_outage(queue: Queue, outage: Duration) -> Arc<Self> {
-        Arc::new(Dispatcher {
-            queue,
-            waiting: Mutex::default(),
-            early: Mutex::default(),
-            attached: Mutex::default(),
-            lost: CancellationToken::new(),
-            give_up_after: outage,
-            marker: format!("plan:coordinator:{}", ulid::Ulid::new()),
-        })
-    }
-
-    /// Sets this coordinator's marker key (for a week: a marker that expired only makes a
-    /// later reconnection add the waiting calls again, which delivery at least once allows).
-    async fn set_marker(&self) -> redis::RedisResult<()> {
-        let mut writer = self.queue.writer.clone();
-        redis::cmd("SET")
-            .arg(&self.marker)
-            .arg(1)
-            .arg("EX")
-            .arg(7 * 24 * 3600)
-            .query_async(&mut writer)
+    /// A dispatcher on `queue`; reads which workers serve which tools before it returns, and
+    /// keeps watching Redis (a Redis gone for longer than `options.outage` cancels
+    /// [`Dispatcher::lost`]).
+    pub async fn new(queue: Queue, options: DispatchOptions) -> Result<Arc<Self>, QueueError> {
+        let mut redis = queue.redis.clone();
+        let workers = registry::live_workers(&mut redis)
             .await
+            .map_err(|e| queue.error(e))?;
+        let dispatcher = Arc::new(Dispatcher {
+            base: queue,
+            options,
+            producers: tokio::sync::Mutex::default(),
+            waiting: Mutex::default(),
+            workers: Mutex::new(workers),
+            told: Mutex::default(),
+            lost: CancellationToken::new(),
+        });
+        tokio::spawn(watch(Arc::downgrade(&dispatcher)));
+        Ok(dispatcher)
     }
 
     /// Cancelled when Redis is lost for good: the caller should stop the run (it can be
@@ -84,151 +127,201 @@ impl Dispatcher {
         self.lost.clone()
     }
 
-    /// Starts reading the results of run `run_id`, from the beginning of its stream, so that
-    /// results of calls an earlier coordinator made are found.
-    pub async fn attach(self: &Arc<Self>, run_id: &str) -> Result<(), QueueError> {
-        if !self
-            .attached
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(run_id.to_owned())
-        {
-            return Ok(());
+    /// The tools the live workers publish, by name (the first worker's description of each).
+    pub fn published(&self) -> BTreeMap<String, ToolInfo> {
+        let workers = lock(&self.workers);
+        let mut tools = BTreeMap::new();
+        for (id, entry) in workers.iter() {
+            for tool in &entry.tools {
+                tools.entry(tool.name.clone()).or_insert_with(|| ToolInfo {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    source: format!("worker {id}"),
+                    input_schema: tool.input_schema.clone(),
+                    risk: tool.risk,
+                });
+            }
         }
-        self.set_marker()
-            .await
-            .map_err(|e| self.queue.error(e.to_string()))?;
-        let mut connection = self.queue.reader().await?;
-        let key = Queue::results_stream(run_id);
-        let this = self.clone();
-        tokio::spawn(async move {
-            let mut last = "0".to_owned();
-            let mut failing_since: Option<tokio::time::Instant> = None;
-            let mut backoff = FIRST_BACKOFF;
-            loop {
-                let reply: redis::RedisResult<Option<StreamReadReply>> = redis::cmd("XREAD")
-                    .arg("COUNT")
-                    .arg(512)
-                    .arg("BLOCK")
-                    .arg(1000)
-                    .arg("STREAMS")
-                    .arg(&key)
-                    .arg(&last)
-                    .query_async(&mut connection)
-                    .await;
-                match reply {
-                    Ok(reply) => {
-                        failing_since = None;
-                        backoff = FIRST_BACKOFF;
-                        for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
-                            last.clone_from(&entry.id);
-                            let field = |name: &str| -> Option<String> {
-                                entry
-                                    .map
-                                    .get(name)
-                                    .and_then(|v| redis::from_redis_value(v.clone()).ok())
-                            };
-                            if let (Some(job), Some(outcome)) = (field("job"), field("outcome")) {
-                                this.deliver(job, decode(&outcome));
-                            }
-                        }
-                    }
-                    Err(error) => {
-                        let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
-                        if since.elapsed() >= this.give_up_after {
-                            this.give_up(&error.to_string());
-                            return;
-                        }
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(LAST_BACKOFF);
-                        // A blocking read's connection does not come back by itself.
-                        if let Ok(fresh) = this.queue.reader().await {
-                            connection = fresh;
-                            this.requeue_if_lost().await;
-                        }
-                    }
+        tools
+    }
+
+    /// The tools of `registry` and those the live workers publish, each a [`RemoteTool`]:
+    /// plans validate as before (and may name tools only workers have), and every call runs
+    /// on a worker. A tool both sides have keeps the local description, at the higher risk of
+    /// the two: a worker cannot lower the risk of a tool plan-cli knows.
+    pub fn remote(self: &Arc<Self>, registry: &Registry) -> Registry {
+        let mut infos = self.published();
+        for name in registry.names() {
+            if let Some(tool) = registry.get(&name) {
+                let mut info = tool.info();
+                if let Some(published) = infos.get(&name) {
+                    info.risk = info.risk.max(published.risk);
                 }
-                if this.lost.is_cancelled() {
+                infos.insert(name, info);
+            }
+        }
+        let mut remote = Registry::new();
+        for (name, info) in infos {
+            let tool = RemoteTool {
+                dispatcher: self.clone(),
+                name: name.clone(),
+                info,
+            };
+            remote.register_as(name, Arc::new(tool));
+        }
+        remote
+    }
+
+    /// The producer of queue `name`, made (with its event listener) on first use.
+    async fn producer(self: &Arc<Self>, name: &str) -> Result<Arc<bullmq::Queue>, QueueError> {
+        let mut producers = self.producers.lock().await;
+        if let Some(producer) = producers.get(name) {
+            return Ok(producer.clone());
+        }
+        let connection = self.base.connection();
+        // Events are read from the last one there now: none of a job added later is missed,
+        // which reading from "$" once the listener happens to start would not promise.
+        let mut redis = self.base.redis.clone();
+        let events_key = format!("{PREFIX}:{name}:events");
+        let last: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+            .arg(&events_key)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut redis)
+            .await
+            .map_err(|e| self.base.error(e))?;
+        let from = last
+            .first()
+            .map_or_else(|| "0".to_owned(), |(id, _)| id.clone());
+        let events = bullmq::QueueEvents::with_options(
+            name,
+            QueueEventsOptions {
+                connection: connection.clone(),
+                prefix: PREFIX.to_owned(),
+                blocking_timeout: 2000,
+                last_event_id: Some(from),
+                autorun: true,
+            },
+        )
+        .await
+        .map_err(|e| self.base.error(e))?;
+        let producer = bullmq::Queue::with_options(
+            name,
+            QueueOptions {
+                connection,
+                prefix: PREFIX.to_owned(),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| self.base.error(e))?;
+        let producer = Arc::new(producer);
+        producers.insert(name.to_owned(), producer.clone());
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(entry) = events.next_event().await {
+                let Some(this) = this.upgrade() else { break };
+                this.heard(entry.event);
+            }
+            events.close().await;
+        });
+        Ok(producer)
+    }
+
+    /// An event of a queue the calls went to.
+    fn heard(self: &Arc<Self>, event: QueueEvent) {
+        match event {
+            QueueEvent::Completed {
+                job_id,
+                return_value,
+                ..
+            } => self.deliver(&job_id, returned(&return_value)),
+            QueueEvent::Failed {
+                job_id,
+                failed_reason,
+                ..
+            } => self.deliver(&job_id, Err(failure(&failed_reason))),
+            QueueEvent::Active { job_id, .. } => {
+                if let Some(waiting) = lock(&self.waiting).get_mut(&job_id) {
+                    waiting.active = true;
+                    waiting.checked = Instant::now();
+                }
+            }
+            // The job was there already (an earlier coordinator of this run added it): it may
+            // have finished before anyone listened.
+            QueueEvent::Duplicated { job_id } => {
+                let this = self.clone();
+                tokio::spawn(async move { this.look_up(&job_id).await });
+            }
+            _ => {}
+        }
+    }
+
+    /// Hands a result to the call waiting for it; a result nobody waits for is dropped.
+    fn deliver(&self, job_id: &str, outcome: Outcome) {
+        if let Some(waiting) = lock(&self.waiting).remove(job_id) {
+            let _ = waiting.result.send(outcome);
+        }
+    }
+
+    /// Looks a waiting call's job up in Redis: delivers its result if it finished, adds it
+    /// again if Redis no longer has it.
+    async fn look_up(self: &Arc<Self>, job_id: &str) {
+        let Some(queue) = lock(&self.waiting).get_mut(job_id).map(|w| {
+            w.checked = Instant::now();
+            w.queue.clone()
+        }) else {
+            return;
+        };
+        let Ok(producer) = self.producer(&queue).await else {
+            return;
+        };
+        match producer.get_job(job_id).await {
+            Ok(None) => {
+                let again = lock(&self.waiting)
+                    .get(job_id)
+                    .map(|w| (w.tool.clone(), w.data.clone()));
+                if let Some((tool, data)) = again {
+                    let _ = add(&producer, &tool, job_id, &data).await;
+                }
+            }
+            Ok(Some(job)) => {
+                if job.finished_on().is_none() {
+                    if job.processed_on().is_some()
+                        && let Some(waiting) = lock(&self.waiting).get_mut(job_id)
+                    {
+                        waiting.active = true;
+                    }
                     return;
                 }
+                let outcome = if job.failed_reason().is_empty() {
+                    returned(job.returnvalue())
+                } else {
+                    Err(failure(job.failed_reason()))
+                };
+                self.deliver(job_id, outcome);
             }
-        });
-        Ok(())
-    }
-
-    /// After a reconnection: if Redis came back without this coordinator's marker (it
-    /// restarted without persistence, so the steps stream went too), the calls still waiting
-    /// are added again. Delivery was at least once already; the first result of each call is
-    /// the one taken. (The stream itself is no sign: a worker that reconnected first has
-    /// created it anew, empty.)
-    async fn requeue_if_lost(&self) {
-        let mut writer = self.queue.writer.clone();
-        let exists: redis::RedisResult<i64> = redis::cmd("EXISTS")
-            .arg(&self.marker)
-            .query_async(&mut writer)
-            .await;
-        if exists != Ok(0) || self.set_marker().await.is_err() {
-            return;
-        }
-        let entries: Vec<Vec<(&'static str, String)>> = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .map(|w| w.entry.clone())
-            .collect();
-        for entry in entries {
-            let _ = add_entry(&self.queue, &entry).await;
+            Err(_) => {}
         }
     }
 
-    /// How many workers have shown a sign of life in the last 10 seconds.
-    pub async fn live_workers(&self) -> Result<usize, QueueError> {
-        let mut writer = self.queue.writer.clone();
-        let beats: HashMap<String, u64> = redis::cmd("HGETALL")
-            .arg("plan:workers")
-            .query_async(&mut writer)
-            .await
-            .map_err(|e| self.queue.error(e.to_string()))?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        Ok(beats
-            .values()
-            .filter(|&&at| now.saturating_sub(at) < 10_000)
-            .count())
+    /// The queue for a call of `tool` now, or why there is none.
+    fn route(&self, tool: &str) -> Route {
+        registry::route(&lock(&self.workers), tool, self.base.name())
     }
 
-    /// Hands a result to the call waiting for it; a second result of one call is ignored.
-    fn deliver(&self, job: String, outcome: Outcome) {
-        let waiter = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&job);
-        match waiter {
-            Some(waiter) => {
-                let _ = waiter.result.send(outcome);
-            }
-            None => {
-                self.early
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(job)
-                    .or_insert(outcome);
-            }
+    fn notify(&self, notice: DispatchNotice) {
+        if let Some(to) = &self.options.notices {
+            let _ = to.send(notice);
         }
     }
 
     /// Redis is gone: every waiting call fails (retryably) and the run is told to stop.
     fn give_up(&self, why: &str) {
         self.lost.cancel();
-        let waiting: Vec<_> = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .collect();
+        let waiting: Vec<_> = lock(&self.waiting).drain().collect();
         for (_, waiter) in waiting {
             let _ = waiter
                 .result
@@ -236,37 +329,133 @@ impl Dispatcher {
         }
     }
 
-    /// The tools of `registry`, each turned into a [`RemoteTool`] of the same name, schema and
-    /// risk: plans validate as before, and every call runs on a worker.
-    pub fn remote(self: &Arc<Self>, registry: &Registry) -> Registry {
-        let mut remote = Registry::new();
-        for name in registry.names() {
-            if let Some(tool) = registry.get(&name) {
-                let tool = RemoteTool {
-                    dispatcher: self.clone(),
-                    name: name.clone(),
-                    info: tool.info(),
-                };
-                remote.register_as(name, Arc::new(tool));
+    /// Removes what a finished run left in the queue: nothing, since BullMQ trims finished
+    /// jobs by age itself. Kept so a caller need not know that.
+    pub async fn forget(&self, _run_id: &str) {}
+}
+
+/// Watches Redis while the dispatcher lives: its health (a Redis gone for longer than the
+/// outage gives the run up), the registry of workers, calls not heard of for a while, and
+/// calls no worker took within the queue timeout.
+async fn watch(dispatcher: Weak<Dispatcher>) {
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(this) = dispatcher.upgrade() else {
+            return;
+        };
+        if this.lost.is_cancelled() {
+            return;
+        }
+        let mut redis = this.base.redis.clone();
+        match registry::live_workers(&mut redis).await {
+            Ok(workers) => {
+                failing_since = None;
+                *lock(&this.workers) = workers;
+                // Tools whose calls were said to wait, and have a worker now.
+                let told: Vec<String> = lock(&this.told).iter().cloned().collect();
+                for tool in told {
+                    if let Route::Queue(queue) = this.route(&tool) {
+                        lock(&this.told).remove(&tool);
+                        this.notify(DispatchNotice::WorkerFound { tool, queue });
+                    }
+                }
+            }
+            Err(error) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= this.options.outage {
+                    this.give_up(&error.to_string());
+                    return;
+                }
+                continue;
             }
         }
-        remote
+        let now = Instant::now();
+        let mut look = Vec::new();
+        let mut expired = Vec::new();
+        for (job_id, waiting) in lock(&this.waiting).iter() {
+            if let Some(limit) = this.options.queue_timeout
+                && !waiting.active
+                && now.duration_since(waiting.added) >= limit
+            {
+                expired.push((job_id.clone(), waiting.queue.clone(), waiting.tool.clone()));
+            } else if now.duration_since(waiting.checked) >= LOOK_AFTER && look.len() < 256 {
+                look.push(job_id.clone());
+            }
+        }
+        for job_id in look {
+            this.look_up(&job_id).await;
+        }
+        for (job_id, queue, tool) in expired {
+            expire(&this, &job_id, &queue, &tool).await;
+        }
     }
+}
 
-    /// Deletes a finished run's results stream.
-    pub async fn forget(&self, run_id: &str) {
-        let mut writer = self.queue.writer.clone();
-        let _: redis::RedisResult<i64> = redis::cmd("DEL")
-            .arg(Queue::results_stream(run_id))
-            .query_async(&mut writer)
-            .await;
+/// A call no worker took within the queue timeout: its job is removed (so no worker runs it
+/// later) and the call fails. A job a worker took meanwhile is left to finish.
+async fn expire(this: &Arc<Dispatcher>, job_id: &str, queue: &str, tool: &str) {
+    let Ok(producer) = this.producer(queue).await else {
+        return;
+    };
+    if let Ok(bullmq::JobState::Waiting | bullmq::JobState::Prioritized | bullmq::JobState::Delayed) =
+        producer.get_job_state(job_id).await
+        && producer.remove(job_id).await.unwrap_or(false)
+    {
+        let limit = this.options.queue_timeout.unwrap_or_default();
+        this.deliver(
+            job_id,
+            Err(ToolError::new(
+                E_QUEUE_TIMEOUT,
+                format!(
+                    "no worker took the call of `{tool}` within {} (--queue-timeout)",
+                    humanize(limit)
+                ),
+            )),
+        );
     }
+}
+
+fn humanize(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1000) {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// Adds a call's job; a job of that id already there is left as it is (BullMQ's own rule).
+async fn add(
+    producer: &bullmq::Queue,
+    tool: &str,
+    job_id: &str,
+    data: &Value,
+) -> Result<(), bullmq::Error> {
+    producer
+        .add(tool, data)
+        .job_id(job_id)
+        // One job per attempt: plan-cli's retry policy decides on another.
+        .attempts(1)
+        // Finished jobs stay a day: a resumed coordinator finds the results of calls an
+        // earlier one made, and a dashboard shows them.
+        .remove_on_complete(keep_a_day())
+        .remove_on_fail(keep_a_day())
+        .await
+        .map(|_| ())
+}
+
+fn keep_a_day() -> bullmq::types::RemoveOnFinish {
+    bullmq::types::RemoveOnFinish::Options(bullmq::types::KeepJobs {
+        age: Some(24 * 3600),
+        count: None,
+        limit: None,
+    })
 }
 
 /// A tool whose calls a worker makes.
 pub struct RemoteTool {
     dispatcher: Arc<Dispatcher>,
-    /// The name the worker looks the tool up by.
+    /// The name workers know the tool by (the job's name).
     name: String,
     info: ToolInfo,
 }
@@ -282,147 +471,203 @@ impl Tool for RemoteTool {
         if dispatcher.lost.is_cancelled() {
             return Err(unavailable("the queue was lost".to_owned()));
         }
-        // One key per attempt: a retry is a new entry, a redelivery of the same entry is not.
-        let job = format!("{}#{}", ctx.idempotency_key(), ctx.attempt);
-        let arguments = serde_json::to_string(&args).unwrap_or_default();
-        // Milliseconds since the epoch, 0 for none: a worker does not start a call whose
+        // One job per attempt: a retry is a new job, a resumed coordinator's add of the same
+        // attempt is not. BullMQ refuses `:` in ids.
+        let job_id = format!("{}#{}", ctx.idempotency_key(), ctx.attempt).replace(':', "_");
+        let queue = self.wait_for_worker(&ctx).await?;
+        // Milliseconds since the epoch, null for none: a worker does not start a call whose
         // deadline has passed, and bounds the call by it.
-        let deadline = ctx.deadline.map_or(0, |at| {
+        let deadline = ctx.deadline.map(|at| {
             at.duration_since(std::time::SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64)
         });
-        let entry: Vec<(&'static str, String)> = vec![
-            ("job", job.clone()),
-            ("run", ctx.run_id.to_string()),
-            ("step", ctx.step_id.to_string()),
-            ("attempt", ctx.attempt.to_string()),
-            ("tool", self.name.clone()),
-            ("args", arguments),
-            ("key", job.clone()),
-            ("deadline", deadline.to_string()),
-            ("reply", Queue::results_stream(&ctx.run_id)),
-            // A task's calls work in its worktree: a worker on the same machine finds it.
-            (
-                "dir",
-                ctx.working_dir
-                    .as_deref()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_default(),
-            ),
-        ];
+        let mut data = json!({
+            "tool": self.name,
+            "args": args,
+            "run_id": &*ctx.run_id,
+            "step_id": &*ctx.step_id,
+            "attempt": ctx.attempt,
+            "deadline": deadline,
+        });
+        // A task's calls work in its worktree: a worker on the same machine finds it.
+        if let Some(dir) = &ctx.working_dir {
+            data["working_dir"] = Value::from(dir.display().to_string());
+        }
+        let producer = dispatcher
+            .producer(&queue)
+            .await
+            .map_err(|e| unavailable(e.message))?;
         let receiver = {
-            let mut waiting = dispatcher.waiting.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(outcome) = dispatcher
-                .early
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&job)
-            {
-                // An earlier coordinator of this run already had this call made.
-                return outcome;
-            }
             let (sender, receiver) = oneshot::channel();
-            waiting.insert(
-                job.clone(),
+            let now = Instant::now();
+            lock(&dispatcher.waiting).insert(
+                job_id.clone(),
                 Waiting {
                     result: sender,
-                    entry: entry.clone(),
+                    queue,
+                    tool: self.name.clone(),
+                    data: data.clone(),
+                    added: now,
+                    checked: now,
+                    active: false,
                 },
             );
             receiver
         };
-        let added = add_entry(&dispatcher.queue, &entry).await;
-        if let Err(error) = added {
-            dispatcher
-                .waiting
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&job);
-            return Err(unavailable(format!("cannot queue the call: {error}")));
+        if let Err(error) = add(&producer, &self.name, &job_id, &data).await {
+            lock(&dispatcher.waiting).remove(&job_id);
+            return Err(unavailable(format!("cannot add the call's job: {error}")));
         }
         tokio::select! {
             outcome = receiver => outcome.unwrap_or_else(|_| Err(unavailable("the queue was lost".to_owned()))),
             () = ctx.cancel.cancelled() => {
-                dispatcher.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&job);
+                // The job stays: a resumed run adds it again under the same id and gets its
+                // result.
+                lock(&dispatcher.waiting).remove(&job_id);
                 Err(ToolError::new(codes::E_CANCELLED, "the call was cancelled while a worker ran it"))
             }
         }
     }
 }
 
-/// Adds a call's entry to the steps stream.
-async fn add_entry(queue: &Queue, entry: &[(&'static str, String)]) -> redis::RedisResult<String> {
-    let mut command = redis::cmd("XADD");
-    command.arg(&queue.stream).arg("*");
-    for (field, value) in entry {
-        command.arg(*field).arg(value);
+impl RemoteTool {
+    /// The queue this call goes to; waits (saying so once) while no queue has a worker for
+    /// the tool, up to the queue timeout.
+    async fn wait_for_worker(&self, ctx: &ToolContext) -> Result<String, ToolError> {
+        let dispatcher = &self.dispatcher;
+        let started = Instant::now();
+        loop {
+            match dispatcher.route(&self.name) {
+                Route::Queue(queue) => return Ok(queue),
+                Route::Unpublished(queue) => {
+                    if lock(&dispatcher.told).insert(self.name.clone()) {
+                        dispatcher.notify(DispatchNotice::WaitingForWorker {
+                            tool: self.name.clone(),
+                            why: format!(
+                                "no worker has published its tools (plan-cli workers do); the \
+                                 job waits in queue `{queue}` for any worker (start one with \
+                                 `plan-cli worker --queue URL`)"
+                            ),
+                        });
+                    }
+                    return Ok(queue);
+                }
+                Route::Nobody(why) => {
+                    if lock(&dispatcher.told).insert(self.name.clone()) {
+                        dispatcher.notify(DispatchNotice::WaitingForWorker {
+                            tool: self.name.clone(),
+                            why: why.clone(),
+                        });
+                    }
+                    if let Some(limit) = dispatcher.options.queue_timeout
+                        && started.elapsed() >= limit
+                    {
+                        return Err(ToolError::new(
+                            E_QUEUE_TIMEOUT,
+                            format!(
+                                "no worker for `{}` within {} (--queue-timeout): {why}",
+                                self.name,
+                                humanize(limit)
+                            ),
+                        ));
+                    }
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                () = ctx.cancel.cancelled() => {
+                    return Err(ToolError::new(codes::E_CANCELLED, "the call was cancelled while it waited for a worker"));
+                }
+                () = dispatcher.lost.cancelled() => {
+                    return Err(unavailable("the queue was lost".to_owned()));
+                }
+            }
+        }
     }
-    let mut writer = queue.writer.clone();
-    command.query_async(&mut writer).await
 }
 
 fn unavailable(message: String) -> ToolError {
     ToolError::retryable(E_QUEUE_UNAVAILABLE, message)
 }
 
-/// A result as workers write it: `{"ok": true, "result"}` or `{"ok": false, "error": {"code",
-/// "message", "retryable", "details"}}`.
-pub(crate) fn encode(outcome: &Outcome) -> String {
-    let value = match outcome {
-        Ok(result) => serde_json::json!({"ok": true, "result": result}),
-        Err(error) => serde_json::json!({"ok": false, "error": {
-            "code": error.code,
-            "message": error.message,
-            "retryable": error.retryable,
-            "retry_after_ms": error.retry_after.map(|d| d.as_millis() as u64),
-            "details": error.details,
-        }}),
-    };
-    value.to_string()
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn decode(text: &str) -> Outcome {
-    let value: Value = plan_types::json::from_str(text).map_err(|e| {
+/// A job's return value (JSON text) as the call's result.
+fn returned(text: &str) -> Outcome {
+    if text.is_empty() {
+        return Ok(Value::Null);
+    }
+    plan_types::json::from_str(text).map_err(|e| {
         ToolError::new(
             codes::E_TOOL,
-            format!("a worker sent an unreadable result: {e}"),
+            format!("a worker returned a value that is not JSON: {e}"),
         )
-    })?;
-    if value["ok"].as_bool() == Some(true) {
-        return Ok(value["result"].clone());
+    })
+}
+
+/// A job's failure as the call's error. plan-cli workers write the error as JSON (`{"code",
+/// "message", "retryable", "retry_after_ms", "details"}`) so nothing is lost; any other
+/// worker's reason is the message of an `E_TOOL` error.
+pub(crate) fn failure(reason: &str) -> ToolError {
+    if let Ok(value) = serde_json::from_str::<Value>(reason)
+        && let (Some(code), Some(message)) = (value["code"].as_str(), value["message"].as_str())
+    {
+        let mut error = ToolError::new(ErrorCode::from(code), message);
+        error.retryable = value["retryable"].as_bool().unwrap_or(false);
+        error.retry_after = value["retry_after_ms"].as_u64().map(Duration::from_millis);
+        if !value["details"].is_null() {
+            error = error.with_details(value["details"].clone());
+        }
+        return error;
     }
-    let error = &value["error"];
-    let mut tool_error = ToolError::new(
-        error["code"]
-            .as_str()
-            .map_or(codes::E_TOOL, ErrorCode::from),
-        error["message"]
-            .as_str()
-            .unwrap_or("the worker reported a failure"),
-    );
-    tool_error.retryable = error["retryable"].as_bool().unwrap_or(false);
-    tool_error.retry_after = error["retry_after_ms"].as_u64().map(Duration::from_millis);
-    if !error["details"].is_null() {
-        tool_error = tool_error.with_details(error["details"].clone());
+    // BullMQ's own words when a job's worker died once too often.
+    if reason.contains("stalled more than allowable limit") {
+        return ToolError::retryable(
+            "E_WORKER_LOST",
+            format!("the workers running the call died: {reason}"),
+        );
     }
-    Err(tool_error)
+    ToolError::new(codes::E_TOOL, reason)
+}
+
+/// How a plan-cli worker writes a failure (read back by [`failure`]).
+pub(crate) fn failure_text(error: &ToolError) -> String {
+    json!({
+        "code": error.code,
+        "message": error.message,
+        "retryable": error.retryable,
+        "retry_after_ms": error.retry_after.map(|d| d.as_millis() as u64),
+        "details": error.details,
+    })
+    .to_string()
 }
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]
-    fn outcomes_survive_the_wire() {
-        let ok: Outcome = Ok(json!({"a": [1, 2]}));
-        assert_eq!(decode(&encode(&ok)), ok);
+    fn failures_survive_the_wire() {
         let mut error =
             ToolError::retryable("E_HTTP_STATUS", "503").with_details(json!({"status": 503}));
         error.retry_after = Some(Duration::from_millis(1500));
-        let failed: Outcome = Err(error);
-        assert_eq!(decode(&encode(&failed)), failed);
-        assert_eq!(decode("nonsense").unwrap_err().code, "E_TOOL");
+        assert_eq!(failure(&failure_text(&error)), error);
+        // A Node or Python worker's `throw new Error("boom")`.
+        let other = failure("boom");
+        assert_eq!(
+            (other.code.as_str(), other.message.as_str()),
+            ("E_TOOL", "boom")
+        );
+        assert!(!other.retryable);
+        assert!(failure("job stalled more than allowable limit").retryable);
+    }
+
+    #[test]
+    fn return_values_are_json() {
+        assert_eq!(returned(r#"{"a":[1,2]}"#), Ok(json!({"a": [1, 2]})));
+        assert_eq!(returned(""), Ok(Value::Null));
+        assert_eq!(returned("nope").unwrap_err().code, "E_TOOL");
     }
 }

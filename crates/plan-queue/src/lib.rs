@@ -1,32 +1,42 @@
-//! Redis-backed workers (the map-style executor's queue, on Redis Streams with a consumer group).
+//! Tool calls as BullMQ jobs, so that workers on other machines, in any language BullMQ
+//! serves (Node, Python, Elixir, PHP, Rust), run a plan's steps.
 //!
 //! The coordinator keeps the ledger and the scheduling; only tool calls travel. Each call of a
-//! [`RemoteTool`] is one entry on the steps stream (`plan:steps` by default) with its resolved
-//! arguments, its idempotency key `RUN/STEP#ATTEMPT` and the stream its result goes to
-//! (`plan:results:RUN`). [`work`] runs a worker: a consumer in the group `plan-workers` that
-//! calls its own tools, writes the result, and only then acknowledges the entry.
+//! [`RemoteTool`] is one job on a BullMQ queue (`steps` by default, keys `bull:steps:*`): job
+//! name the tool, job id the call's idempotency key `RUN/STEP#ATTEMPT`, data `{"tool", "args",
+//! "run_id", "step_id", "attempt", "deadline"}`. The job's return value is the call's result;
+//! its failure the call's error. Because the job id is the idempotency key, a resumed
+//! coordinator that adds a call again gets the job an earlier one added (BullMQ keeps one job
+//! per id), and its result when it had finished.
 //!
-//! Delivery is at least once: an entry a dead worker held is claimed by another (`XAUTOCLAIM`)
-//! once it has been idle for the visibility timeout, and a worker still busy with an entry keeps
-//! it by refreshing it. The coordinator takes the first result of each call and ignores the
-//! rest, so the ledger gets one result per step.
+//! [`work`] runs a BullMQ worker (the `bullmq-official` crate, BullMQ's own Lua scripts): lock
+//! renewal while a call runs, stalled-job recovery when a worker dies mid-call, drain on stop.
+//!
+//! Workers publish the tools they serve in the hash [`REGISTRY_KEY`] ([`WorkerEntry`]), so a
+//! coordinator can validate plans that name tools only workers have, and send a job for a tool
+//! only to a queue every one of whose workers serves it.
 
 mod coordinator;
+mod registry;
 mod worker;
 
 use std::time::Duration;
 
-pub use coordinator::{DEFAULT_OUTAGE, Dispatcher, RemoteTool};
+pub use coordinator::{DEFAULT_OUTAGE, DispatchNotice, DispatchOptions, Dispatcher, RemoteTool};
+pub use registry::{PublishedTool, REGISTRY_KEY, STALE_AFTER, WorkerEntry};
 pub use worker::{WorkerNotice, WorkerOptions, WorkerStats, work};
 
-/// The stream of steps when none is named.
-pub const DEFAULT_STREAM: &str = "plan:steps";
+/// The queue tool calls go to when none is named.
+pub const DEFAULT_QUEUE: &str = "steps";
 
-/// The consumer group every worker joins.
-pub const GROUP: &str = "plan-workers";
+/// BullMQ's default key prefix: a queue `steps` lives in the keys `bull:steps:*`.
+pub const PREFIX: &str = "bull";
 
 /// The code of a call, or a run, that the queue cannot serve.
 pub const E_QUEUE_UNAVAILABLE: &str = "E_QUEUE_UNAVAILABLE";
+
+/// The code of a call no worker took within `--queue-timeout`.
+pub const E_QUEUE_TIMEOUT: &str = "E_QUEUE_TIMEOUT";
 
 /// The queue could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -38,68 +48,79 @@ pub struct QueueError {
     pub message: String,
 }
 
-/// A Redis queue: where steps go and results come back.
+/// A BullMQ queue on a Redis: where calls go, and where workers take them from.
 #[derive(Clone)]
 pub struct Queue {
-    client: redis::Client,
-    /// For writes (XADD, XACK): one multiplexed connection, reconnecting by itself.
-    writer: redis::aio::ConnectionManager,
-    stream: String,
+    /// The address as given, password included: BullMQ's connections need it.
     url: String,
+    /// The address as shown in messages.
+    shown: String,
+    name: String,
+    /// For what is not BullMQ's: the tool registry, and the coordinator's health check.
+    redis: redis::aio::ConnectionManager,
 }
 
 impl Queue {
-    /// Connects to the queue at `url` (`redis://HOST:PORT[/DB]`) whose steps stream is
-    /// `stream`; fails at once, with [`E_QUEUE_UNAVAILABLE`], if Redis does not answer.
-    pub async fn connect(url: &str, stream: &str) -> Result<Queue, QueueError> {
+    /// Connects to the queue `name` at `url` (`redis://HOST:PORT[/DB]`); fails at once, with
+    /// [`E_QUEUE_UNAVAILABLE`], if Redis does not answer or the name cannot be a queue's.
+    pub async fn connect(url: &str, name: &str) -> Result<Queue, QueueError> {
         let shown = redact_url(url);
         let error = |message: String| QueueError {
             url: shown.clone(),
             message,
         };
+        if name.is_empty() || name.contains(':') {
+            return Err(error(format!(
+                "`{name}` cannot be a queue's name (it must be non-empty, without `:`)"
+            )));
+        }
         let client = redis::Client::open(url).map_err(|e| error(e.to_string()))?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(3)))
-            .set_response_timeout(Some(Duration::from_secs(10)))
-            .set_number_of_retries(2);
-        let mut writer = client
+            .set_response_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(1);
+        let mut redis = client
             .get_connection_manager_with_config(config)
             .await
             .map_err(|e| error(e.to_string()))?;
         let _: String = redis::cmd("PING")
-            .query_async(&mut writer)
+            .query_async(&mut redis)
             .await
             .map_err(|e| error(e.to_string()))?;
         Ok(Queue {
-            client,
-            writer,
-            stream: stream.to_owned(),
-            url: shown,
+            url: url.to_owned(),
+            shown,
+            name: name.to_owned(),
+            redis,
         })
     }
 
-    /// A connection of its own for blocking reads (`XREAD … BLOCK` holds its connection).
-    async fn reader(&self) -> Result<redis::aio::MultiplexedConnection, QueueError> {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(3)))
-            .set_response_timeout(None);
-        self.client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| self.error(e.to_string()))
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
-    fn error(&self, message: String) -> QueueError {
-        QueueError {
+    /// BullMQ's connection options for this Redis.
+    fn connection(&self) -> bullmq::options::RedisConnectionOptions {
+        bullmq::options::RedisConnectionOptions {
             url: self.url.clone(),
-            message,
+            ..Default::default()
         }
     }
 
-    /// The stream a run's results come back on.
-    fn results_stream(run_id: &str) -> String {
-        format!("plan:results:{run_id}")
+    fn error(&self, message: impl std::fmt::Display) -> QueueError {
+        QueueError {
+            url: self.shown.clone(),
+            message: message.to_string(),
+        }
     }
+}
+
+/// Milliseconds since the epoch, as BullMQ and the registry count time.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// `redis://user:secret@host` → `redis://user:***@host`: errors never show a password.

@@ -562,12 +562,8 @@ async fn execute(
     };
     #[cfg(feature = "queue")]
     if let Some(queue) = &execution.queue {
-        // Results of calls an earlier coordinator of this run made are picked up, and losing
-        // the queue stops the run (resumable) instead of hanging it.
-        queue
-            .attach(run_id)
-            .await
-            .map_err(|error| journal_failed(error.to_string()))?;
+        // Losing the queue stops the run (resumable) instead of hanging it. (Results of calls
+        // an earlier coordinator of this run made come back by the calls' job ids.)
         let (lost, stop) = (queue.lost(), execution.cancel.clone());
         tokio::spawn(async move {
             lost.cancelled().await;
@@ -590,14 +586,5 @@ async fn execute(
             )));
         }
     };
-    #[cfg(feature = "queue")]
-    if let Some(queue) = &execution.queue
-        && !matches!(
-            report.task_status,
-            plan_types::TaskStatus::Stopped | plan_types::TaskStatus::Waiting
-        )
-    {
-        queue.forget(run_id).await;
-    }
     Ok(Outcome { report, plan })
 }

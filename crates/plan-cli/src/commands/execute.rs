@@ -21,10 +21,10 @@ use crate::plan_file::{Ready, prepare, prepare_source};
 use crate::toolbox::Toolbox;
 
 pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
-    if let Some(url) = &args.execution.queue
+    if let Some(queue) = args.execution.queue_settings()
         && !args.dry_run
     {
-        toolbox.use_queue(url, &args.execution.queue_name, args.execution.queue_outage)?;
+        toolbox.use_queue(&queue)?;
     }
     let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
     let ready = select(ready, args.layer.as_deref(), args.task.as_deref(), toolbox)?;
@@ -187,12 +187,9 @@ fn go_on(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let queue = execution
-        .queue
-        .as_deref()
-        .map(|url| (url, execution.queue_name.as_str(), execution.queue_outage));
+    let queue = execution.queue_settings();
     let frontend = Frontend::of(execution)?;
-    let (report, plan) = continue_run(run, options, queue, &frontend, toolbox, ledger)?;
+    let (report, plan) = continue_run(run, options, queue.as_ref(), &frontend, toolbox, ledger)?;
     print_outcome(&report, &plan, &frontend)
 }
 
@@ -201,7 +198,7 @@ fn go_on(
 pub(crate) fn continue_run(
     run: &str,
     options: &plan_run::ResumeOptions,
-    queue: Option<(&str, &str, Duration)>,
+    queue: Option<&crate::cli::QueueSettings>,
     frontend: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
@@ -211,8 +208,8 @@ pub(crate) fn continue_run(
         plan_run::Resumable::Finished(outcome) => return Ok((outcome.report, outcome.plan)),
         plan_run::Resumable::Continue(from) => from,
     };
-    if let Some((url, stream, outage)) = queue {
-        toolbox.use_queue(url, stream, outage)?;
+    if let Some(queue) = queue {
+        toolbox.use_queue(queue)?;
     }
     let ready = prepare_source(
         from.source.clone(),
@@ -348,35 +345,8 @@ where
     }
     let cancel = settings.cancel.clone();
     let lost = settings.queue.as_ref().map(|queue| queue.lost());
-    let dispatcher = settings.queue.clone();
     let outcome = toolbox.runtime().block_on(async {
         tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned(), live.clone()));
-        if let Some(dispatcher) = dispatcher {
-            // Calls on a queue nobody serves wait; say so rather than sit silent.
-            let stopped = cancel.clone();
-            tokio::spawn(async move {
-                let mut said = false;
-                while !stopped.is_cancelled() {
-                    match dispatcher.live_workers().await {
-                        Ok(0) if !said => {
-                            eprintln!(
-                                "waiting for a worker: no worker serves the queue (start one with `plan-cli worker --queue URL`)"
-                            );
-                            said = true;
-                        }
-                        Ok(n) if n > 0 && said => {
-                            eprintln!("a worker is serving the queue; the run goes on");
-                            said = false;
-                        }
-                        _ => {}
-                    }
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs(2)) => {}
-                        () = stopped.cancelled() => {}
-                    }
-                }
-            });
-        }
         if let Some(lost) = lost {
             let stopped = cancel.clone();
             tokio::spawn(async move {

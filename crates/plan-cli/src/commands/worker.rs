@@ -1,4 +1,5 @@
-//! `plan-cli worker`: runs steps from a Redis queue for `run --queue` coordinators.
+//! `plan-cli worker`: a BullMQ worker that runs tool calls for `run --queue` coordinators
+//! (or any producer of jobs of that shape).
 
 use plan_queue::WorkerOptions;
 use tokio_util::sync::CancellationToken;
@@ -9,7 +10,12 @@ use crate::exit::Failure;
 use crate::toolbox::Toolbox;
 
 pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failure> {
-    let queue = toolbox.queue(&args.queue, &args.queue_name)?;
+    let Some(url) = args.queue_url() else {
+        return Err(Failure::input(
+            "a worker needs the queue's Redis: --queue redis://HOST:PORT (or PLAN_QUEUE, or REDIS_URL)",
+        ));
+    };
+    let queue = toolbox.queue(&url, &args.queue_name)?;
     // Every tool it has (built-ins, and the tools of the MCP configuration's servers), or
     // only those `--tools` names.
     let all = toolbox.all(None)?.registry;
@@ -28,7 +34,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
             )));
         }
     }
-    let consumer = format!(
+    let id = format!(
         "{}-{}-{}",
         std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".to_owned()),
         std::process::id(),
@@ -36,13 +42,14 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
     );
     let (notices, mut heard) = tokio::sync::mpsc::unbounded_channel();
     let options = WorkerOptions {
-        consumer: consumer.clone(),
+        id: id.clone(),
         concurrency: args.concurrency as usize,
-        visibility_timeout: std::time::Duration::from_millis(args.visibility_timeout_ms.max(1)),
+        lock_duration: args.lock_duration,
+        drain_timeout: args.drain_timeout,
         notices: Some(notices),
     };
     say(&format!(
-        "worker {consumer}: taking steps from {} ({} tools, {} at once); Ctrl+C or SIGTERM drains and stops",
+        "worker {id}: taking calls from BullMQ queue `{}` ({} tools, {} at once); Ctrl+C or SIGTERM drains and stops",
         args.queue_name,
         tools.names().len(),
         args.concurrency
@@ -56,7 +63,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
                 // Stop first: with its stderr closed (its parent gone), a print would fail,
                 // and a worker must still stop when told.
                 signal_stop.cancel();
-                say("worker draining: finishing the steps it holds");
+                say("worker draining: finishing the calls it holds");
             }
         });
         tokio::spawn(async move {
@@ -68,7 +75,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
     });
     let stats = stats.map_err(|error| Failure::input(error.to_string()))?;
     say(&format!(
-        "worker {consumer}: {} step{} done ({} taken over from other workers)",
+        "worker {id}: {} call{} made ({} taken over from workers that died)",
         stats.done,
         if stats.done == 1 { "" } else { "s" },
         stats.claimed
