@@ -349,6 +349,11 @@ pub(crate) struct ExecutionArgs {
     /// meanwhile plan-cli reconnects
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     pub(crate) queue_outage: std::time::Duration,
+    /// `off`: high-risk steps run without waiting for an approval, each recorded (in its
+    /// `tool.called` event) as having run so; a plan's `approvals: false` does the same.
+    /// Default: on
+    #[arg(long, value_name = "on|off", env = "AGENT_APPROVALS_ENABLED", value_parser = parse_switch)]
+    pub(crate) approvals: Option<bool>,
     /// How long a call may wait for a worker to take it before it fails with E_QUEUE_TIMEOUT
     /// (default: as long as it takes; the run says when no worker serves a tool)
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -640,6 +645,15 @@ pub(crate) enum StateCommand {
         #[arg(long, value_enum, default_value = "execute-state")]
         format: StateFormat,
     },
+}
+
+/// `on`/`off` (and `true`/`false`, `1`/`0`, as AGENT_APPROVALS_ENABLED is often written).
+fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(format!("`{text}`: say on or off")),
+    }
 }
 
 fn parse_var(text: &str) -> Result<(String, String), String> {

@@ -107,6 +107,83 @@ fn an_approval_round_trip_waits_approves_and_resumes() {
         .stderr(predicate::str::contains("has finished"));
 }
 
+/// The `tool.called` events of `step` in a run's events file.
+fn called_events(path: &std::path::Path, step: &str) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|e| e["type"] == "tool.called" && e["step_id"] == step)
+        .collect()
+}
+
+/// Approvals off, three ways (`--approvals off`, `approvals: false` in the plan, and
+/// `AGENT_APPROVALS_ENABLED=false`): the high-risk step runs without waiting, and its
+/// `tool.called` event, in the events file and in the ledger, says it ran without an approval.
+/// `--approvals on` wins over the plan.
+#[test]
+fn approvals_off_runs_high_risk_steps_and_records_it() {
+    let lab = Lab::new();
+    let plan = lab.write("deploy.json", &deploy_plan());
+    let mut off_in_plan = deploy_plan();
+    off_in_plan["approvals"] = json!(false);
+    let plan_off = lab.write("deploy-off.json", &off_in_plan);
+    let ways: [(&std::path::Path, &[&str], Option<&str>); 3] = [
+        (&plan, &["--approvals", "off"], None),
+        (&plan_off, &[], None),
+        (&plan, &[], Some("false")),
+    ];
+    for (i, (file, flags, env)) in ways.into_iter().enumerate() {
+        let events = lab.dir.path().join(format!("events-{i}.ndjson"));
+        let mut command = lab.cli();
+        command
+            .args([
+                "run",
+                path_str(file),
+                "--json",
+                "--events",
+                path_str(&events),
+            ])
+            .args(flags);
+        if let Some(value) = env {
+            command.env("AGENT_APPROVALS_ENABLED", value);
+        }
+        let output = command.output().unwrap();
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(output.status.code(), Some(0), "way {i}: {report}");
+        assert_eq!(report["task_status"], "COMPLETED");
+        assert_eq!(record(&report, "deploy")["ok"], true);
+        let called = called_events(&events, "deploy");
+        assert_eq!(called.len(), 1);
+        assert!(
+            called[0]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("approvals are off")),
+            "{called:?}"
+        );
+        // A low-risk step's call says nothing of approvals.
+        assert!(called_events(&events, "build")[0]["reason"].is_null());
+        // The ledger keeps the same.
+        let run = report["run_id"].as_str().unwrap();
+        let stored = lab.dir.path().join(format!("stored-{i}.ndjson"));
+        std::fs::write(
+            &stored,
+            lab.cli().args(["events", run]).output().unwrap().stdout,
+        )
+        .unwrap();
+        assert_eq!(called_events(&stored, "deploy"), called);
+    }
+    // `--approvals on` over the plan's `approvals: false`: the step waits.
+    let (code, report) = lab.json(&["run", path_str(&plan_off), "--json", "--approvals", "on"]);
+    assert_eq!(code, 5, "{report}");
+    assert_eq!(report["task_status"], "WAITING");
+    lab.cli()
+        .args(["run", path_str(&plan), "--approvals", "maybe"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("say on or off"));
+}
+
 #[test]
 fn a_rejection_fails_the_step_and_is_never_asked_again() {
     let lab = Lab::new();

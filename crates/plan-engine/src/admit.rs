@@ -14,8 +14,9 @@ use crate::tool::codes;
 
 /// What admission decided about a call.
 pub(crate) enum Admission {
-    /// Make the call with these arguments.
-    Call(Value),
+    /// Make the call with these arguments. `approvals_off`: it is a high-risk call that
+    /// runs only because approvals are off (its `tool.called` event says so).
+    Call { args: Value, approvals_off: bool },
     /// Do not make it: it fails with this error (its arguments, a rejection, a guard).
     Fail(StepError),
     /// Do not make it yet: it waits for a decision.
@@ -45,9 +46,11 @@ pub(crate) fn admit(
         Ok(args) => args,
         Err(error) => return Admission::Fail(error),
     };
+    let mut approvals_off = false;
     if let Some((key, item)) = gate.approval {
         match approvals.decision(key, item) {
             Verdict::Approved => {}
+            Verdict::Off => approvals_off = true,
             Verdict::Rejected(reason) => {
                 return Admission::Fail(StepError::new(
                     codes::E_REJECTED,
@@ -72,7 +75,10 @@ pub(crate) fn admit(
     {
         return Admission::Fail(error);
     }
-    Admission::Call(args)
+    Admission::Call {
+        args,
+        approvals_off,
+    }
 }
 
 /// The record of a call that ran (or was refused before it ran, with 0 attempts), redacted.

@@ -573,7 +573,9 @@ impl BlockRun {
                             details: Some(json!({"node": name, "path": node_path, "error": error})),
                         });
                     }
-                    Verdict::Undecided => {
+                    // Running a failed node again is a decision, not an approval of a risk:
+                    // it waits even with approvals off.
+                    Verdict::Undecided | Verdict::Off => {
                         let pending = self.recovery_request(&key, &error);
                         let at = (current, steps);
                         let checkpoint =
@@ -814,11 +816,15 @@ impl BlockRun {
                     approval: gated.then_some((key.as_str(), None)),
                     waits_as: &key,
                 };
-                let args = match self.context.admit(resolved, &gate, &self.approvals) {
-                    Admission::Call(args) => args,
-                    Admission::Fail(error) => return NodeEnd::Ran(Err(error), 0),
-                    Admission::Wait(pending) => return NodeEnd::Waiting(None, pending),
-                };
+                let (args, approvals_off) =
+                    match self.context.admit(resolved, &gate, &self.approvals) {
+                        Admission::Call {
+                            args,
+                            approvals_off,
+                        } => (args, approvals_off),
+                        Admission::Fail(error) => return NodeEnd::Ran(Err(error), 0),
+                        Admission::Wait(pending) => return NodeEnd::Waiting(None, pending),
+                    };
                 let call = ToolCall {
                     step_id: Arc::from(path),
                     tool_name: tool_name.clone(),
@@ -827,6 +833,7 @@ impl BlockRun {
                     retry: retry.clone(),
                     timeout: *timeout,
                     working_dir: None,
+                    approvals_off,
                 };
                 let finished = call_tool(&self.context, call).await;
                 NodeEnd::Ran(finished.result.map_err(StepError::from), finished.attempts)

@@ -54,6 +54,9 @@ pub(crate) struct ToolFinished {
     pub(crate) attempts: u32,
 }
 
+/// The reason on the `tool.called` event of a high-risk call that ran with approvals off.
+pub(crate) const APPROVALS_OFF: &str = "high risk, run without an approval: approvals are off";
+
 /// One tool call: what to call, with what, and how to retry and bound it. Steps, map items
 /// and block nodes all make their calls this way.
 pub(crate) struct ToolCall {
@@ -65,6 +68,8 @@ pub(crate) struct ToolCall {
     pub(crate) timeout: Option<Duration>,
     /// The folder the tool works in (a task's worktree).
     pub(crate) working_dir: Option<Arc<std::path::Path>>,
+    /// A high-risk call made only because approvals are off: its `tool.called` events say so.
+    pub(crate) approvals_off: bool,
 }
 
 /// Calls a tool, retrying retryable errors as `retry` allows; each attempt is bounded by
@@ -78,6 +83,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         retry,
         timeout,
         working_dir,
+        approvals_off,
     } = call;
     let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {
         if let Some(sink) = &context.events {
@@ -90,7 +96,11 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
     };
     let mut attempt = 1;
     loop {
-        emit(EventKind::ToolCalled, attempt, &|_| {});
+        emit(EventKind::ToolCalled, attempt, &|event| {
+            if approvals_off {
+                event.reason = Some(APPROVALS_OFF.to_owned());
+            }
+        });
         let attempt_started = Instant::now();
         let attempt_started_at = SystemTime::now();
         let attempt_cancel = context.cancel.child_token();

@@ -803,14 +803,17 @@ impl Scheduler<'_> {
             approval: step.gated.then_some((&*step.id, item_id)),
             waits_as: &step_id,
         };
-        let args = match admit(
+        let (args, approvals_off) = match admit(
             resolved,
             &gate,
             &self.approvals,
             self.guard.as_deref(),
             &self.redactor,
         ) {
-            Admission::Call(args) => args,
+            Admission::Call {
+                args,
+                approvals_off,
+            } => (args, approvals_off),
             Admission::Fail(error) => {
                 self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
                 return None;
@@ -836,6 +839,7 @@ impl Scheduler<'_> {
                     retry: step.retry.clone(),
                     timeout: step.timeout,
                     working_dir: None,
+                    approvals_off,
                 },
             }),
             // A task reads the variables as they are when it starts, as a block does.

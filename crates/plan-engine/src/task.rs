@@ -200,8 +200,11 @@ pub(crate) async fn run_context_update(
         approval: None,
         waits_as: CONTEXT_UPDATE,
     };
-    let args = match context.admit(resolved, &gate, approvals) {
-        Admission::Call(args) => args,
+    let (args, approvals_off) = match context.admit(resolved, &gate, approvals) {
+        Admission::Call {
+            args,
+            approvals_off,
+        } => (args, approvals_off),
         Admission::Fail(error) => return Err(error),
         Admission::Wait(pending) => {
             return Err(failed(format!("waits for `{}`", pending.step_id)));
@@ -218,6 +221,7 @@ pub(crate) async fn run_context_update(
             retry: once(),
             timeout: call.timeout,
             working_dir: Some(Arc::from(dir.as_path())),
+            approvals_off,
         },
     )
     .await;
@@ -809,8 +813,11 @@ impl TaskRun {
                 approval: None,
                 waits_as: &path,
             };
-            let args = match self.context.admit(Ok(args), &gate, &self.approvals) {
-                Admission::Call(args) => args,
+            let (args, approvals_off) = match self.context.admit(Ok(args), &gate, &self.approvals) {
+                Admission::Call {
+                    args,
+                    approvals_off,
+                } => (args, approvals_off),
                 Admission::Fail(error) => {
                     return Ok(Err(Failure {
                         kind: TaskErrorKind::VerificationFailed,
@@ -840,6 +847,7 @@ impl TaskRun {
                     retry: once(),
                     timeout: Some(check.timeout + Duration::from_secs(5)),
                     working_dir: Some(Arc::from(worktree.path.as_path())),
+                    approvals_off,
                 },
             )
             .await;
@@ -1206,8 +1214,11 @@ impl TaskRun {
             approval: call.gated.then_some((key.as_str(), None)),
             waits_as: &key,
         };
-        let args = match self.context.admit(resolved, &gate, &self.approvals) {
-            Admission::Call(args) => args,
+        let (args, approvals_off) = match self.context.admit(resolved, &gate, &self.approvals) {
+            Admission::Call {
+                args,
+                approvals_off,
+            } => (args, approvals_off),
             Admission::Fail(error) => return Ok(Err(error)),
             Admission::Wait(pending) => return Err(Stopped::Waiting(pending)),
         };
@@ -1221,6 +1232,7 @@ impl TaskRun {
                 retry: once(),
                 timeout: call.timeout,
                 working_dir: dir.map(Arc::from),
+                approvals_off,
             },
         )
         .await;

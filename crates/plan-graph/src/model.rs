@@ -182,6 +182,8 @@ pub(crate) struct RawPlan {
     pub(crate) mode: Option<Mode>,
     #[serde(default, alias = "failFast")]
     pub(crate) fail_fast: bool,
+    #[serde(default, alias = "approvalsEnabled")]
+    pub(crate) approvals: Option<bool>,
     #[serde(default)]
     pub(crate) workspace: Option<Workspace>,
 }
@@ -677,6 +679,10 @@ pub struct Plan {
     /// Start nothing new after the first failure; running steps finish.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fail_fast: bool,
+    /// `false`: high-risk calls run without waiting for an approval (each is recorded as
+    /// having run with approvals off). Default: on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<bool>,
     /// The git repository task steps work in, and how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace: Option<Workspace>,

@@ -77,6 +77,7 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         guards: raw.guards,
         mode: raw.mode,
         fail_fast: raw.fail_fast,
+        approvals: raw.approvals,
         workspace: raw.workspace,
         steps,
     };

@@ -21,6 +21,7 @@ const ALIASES: &[(&str, &str, &str)] = &[
     ("RawPlan", "max_concurrency", "maxConcurrency"),
     ("RawPlan", "timeout_ms", "timeoutMs"),
     ("RawPlan", "fail_fast", "failFast"),
+    ("RawPlan", "approvals", "approvalsEnabled"),
     ("Guards", "max_tool_calls", "maxToolCalls"),
     ("Guards", "per_tool", "perTool"),
     ("Guards", "max_duration_ms", "maxDurationMs"),

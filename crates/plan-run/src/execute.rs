@@ -46,6 +46,11 @@ pub struct Execution {
     pub cancel: CancellationToken,
     /// Where tools send the lines they print as they come (`run -v`), if anywhere.
     pub output: Option<plan_engine::OutputSink>,
+    /// Whether high-risk calls wait for an approval: `None` as the plan says (its
+    /// `approvals: false` turns them off), `Some` whatever it says. With approvals off a
+    /// high-risk call runs at once, and its `tool.called` event records that it ran so; a
+    /// rejection still stops it. A front-end that serves others (`mcp serve`) says `Some(true)`.
+    pub approvals: Option<bool>,
     /// Run every call on queue workers through this dispatcher (its tools must be the ones the
     /// program was compiled against). Losing the queue stops the run, resumably. (Feature
     /// `queue`.)
@@ -62,6 +67,7 @@ impl Execution {
             events: Vec::new(),
             cancel: CancellationToken::new(),
             output: None,
+            approvals: None,
             #[cfg(feature = "queue")]
             queue: None,
         }
@@ -551,6 +557,13 @@ async fn execute(
     options.durability = execution.durability;
     options.restored = from.restored;
     options.approvals = from.approvals;
+    if execution
+        .approvals
+        .or(prepared.loaded.plan.approvals)
+        .is_some_and(|on| !on)
+    {
+        options.approvals.turn_off();
+    }
     options.mode = Some(from.mode);
     options.cancel = execution.cancel.clone();
     options.workspace = from.workspace;

@@ -35,6 +35,8 @@ pub struct PendingApproval {
 pub struct Approvals {
     approved: HashSet<String>,
     rejected: HashMap<String, String>,
+    /// High-risk calls nobody decided on run without waiting.
+    off: bool,
 }
 
 /// What was decided about one call.
@@ -46,6 +48,8 @@ pub enum Verdict<'a> {
     Rejected(&'a str),
     /// Nobody decided yet: it waits.
     Undecided,
+    /// Nobody decided, and approvals are off: it runs, recorded as having run so.
+    Off,
 }
 
 impl Approvals {
@@ -68,6 +72,17 @@ impl Approvals {
         self.rejected.insert(id, reason.into());
     }
 
+    /// Turns approvals off: a high-risk call nobody decided on runs at once (a rejection still
+    /// stops it).
+    pub fn turn_off(&mut self) {
+        self.off = true;
+    }
+
+    /// Whether approvals are off.
+    pub fn are_off(&self) -> bool {
+        self.off
+    }
+
     /// Whether the plan itself is approved (`--mode approval`).
     pub fn plan_approved(&self) -> bool {
         self.approved.contains(PLAN_APPROVAL)
@@ -83,7 +98,11 @@ impl Approvals {
                 return Verdict::Rejected(reason);
             }
         }
-        Verdict::Undecided
+        if self.off {
+            Verdict::Off
+        } else {
+            Verdict::Undecided
+        }
     }
 }
 
@@ -105,6 +124,12 @@ mod tests {
             Verdict::Rejected("not on a Friday")
         );
         assert_eq!(approvals.decision("other", None), Verdict::Undecided);
+        approvals.turn_off();
+        assert_eq!(approvals.decision("other", None), Verdict::Off);
+        assert_eq!(
+            approvals.decision("deploy", Some("deploy[prod]")),
+            Verdict::Rejected("not on a Friday")
+        );
     }
 
     #[test]

@@ -107,6 +107,8 @@ pub(crate) struct Frontend {
     pub(crate) state_file: Option<PathBuf>,
     /// The run stops (resumably) after this long: `mcp serve --max-run-time`.
     pub(crate) time_limit: Option<Duration>,
+    /// `--approvals on|off`; `None`: as the plan says.
+    pub(crate) approvals: Option<bool>,
 }
 
 impl Frontend {
@@ -123,6 +125,7 @@ impl Frontend {
             events: args.events.clone(),
             state_file: args.state_file.clone(),
             time_limit: None,
+            approvals: args.approvals,
         })
     }
 }
@@ -317,6 +320,7 @@ where
         check_state_file(&path).is_ok().then_some(path)
     });
     let mut settings = plan_run::Execution::new();
+    settings.approvals = args.approvals;
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
     settings.queue = toolbox.remote().cloned();

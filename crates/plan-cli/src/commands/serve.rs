@@ -344,6 +344,8 @@ impl PlanServer {
                 let frontend = Frontend {
                     json: true,
                     time_limit: Some(self.policy.max_run_time),
+                    // A client's plan cannot turn approvals off: the operator's gate holds.
+                    approvals: Some(true),
                     max_concurrency: args
                         .get("max_concurrency")
                         .and_then(Value::as_u64)
@@ -380,6 +382,8 @@ impl PlanServer {
                 let frontend = Frontend {
                     json: true,
                     time_limit: Some(self.policy.max_run_time),
+                    // A client's plan cannot turn approvals off: the operator's gate holds.
+                    approvals: Some(true),
                     ..Frontend::default()
                 };
                 let (report, _) = continue_run(
@@ -515,6 +519,8 @@ impl PlanServer {
         let frontend = Frontend {
             json: true,
             time_limit: Some(self.policy.max_run_time),
+            // A model's plan cannot turn approvals off: the operator's gate holds.
+            approvals: Some(true),
             ..Frontend::default()
         };
         let start = plan_run::Start {
