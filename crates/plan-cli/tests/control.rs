@@ -36,11 +36,16 @@ fn statuses(report: &Value) -> Vec<(String, bool, bool)> {
 /// The number of `tool.called` events of each step in the run's events.
 fn calls_of(lab: &Lab, run: &str, step: &str) -> usize {
     let output = lab.cli().args(["events", run]).output().unwrap();
-    String::from_utf8_lossy(&output.stdout)
+    tool_calls(&String::from_utf8_lossy(&output.stdout), step).len()
+}
+
+/// The `tool.called` events of `step` among NDJSON events.
+fn tool_calls(ndjson: &str, step: &str) -> Vec<Value> {
+    ndjson
         .lines()
         .map(|line| serde_json::from_str::<Value>(line).unwrap())
         .filter(|e| e["type"] == "tool.called" && e["step_id"] == step)
-        .count()
+        .collect()
 }
 
 #[test]
@@ -109,12 +114,7 @@ fn an_approval_round_trip_waits_approves_and_resumes() {
 
 /// The `tool.called` events of `step` in a run's events file.
 fn called_events(path: &std::path::Path, step: &str) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap())
-        .filter(|e| e["type"] == "tool.called" && e["step_id"] == step)
-        .collect()
+    tool_calls(&std::fs::read_to_string(path).unwrap(), step)
 }
 
 /// Approvals off, three ways (`--approvals off`, `approvals: false` in the plan, and

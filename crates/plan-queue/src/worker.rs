@@ -18,6 +18,8 @@ use crate::{PREFIX, Queue, QueueError};
 pub struct WorkerOptions {
     /// Its id: in the registry of tools, and as the BullMQ worker's name on the jobs it runs.
     pub id: String,
+    /// The machine it runs on, as the registry shows it.
+    pub host: String,
     /// Most calls at once.
     pub concurrency: usize,
     /// How long a job stays locked to this worker without a renewal (the worker renews it at
@@ -127,7 +129,7 @@ pub async fn work(
             })
             .collect(),
         seen_ms: crate::now_ms(),
-        host: std::env::var("HOSTNAME").unwrap_or_default(),
+        host: options.host.clone(),
     };
     let mut redis = queue.redis.clone();
     registry::publish(&mut redis, &options.id, &entry)

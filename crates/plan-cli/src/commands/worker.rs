@@ -43,6 +43,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
     let (notices, mut heard) = tokio::sync::mpsc::unbounded_channel();
     let options = WorkerOptions {
         id: id.clone(),
+        host: std::env::var("HOSTNAME").unwrap_or_default(),
         concurrency: args.concurrency as usize,
         lock_duration: args.lock_duration,
         drain_timeout: args.drain_timeout,
