@@ -112,6 +112,20 @@ impl Toolbox {
         self.remote.get()
     }
 
+    /// The tools the live workers on the Redis at `url` publish, by name.
+    pub(crate) fn published_tools(
+        &self,
+        url: &str,
+    ) -> Result<BTreeMap<String, plan_engine::ToolInfo>, Failure> {
+        self.runtime
+            .block_on(async {
+                let queue = plan_queue::Queue::connect(url, plan_queue::DEFAULT_QUEUE).await?;
+                let dispatcher = plan_queue::Dispatcher::new(queue, Default::default()).await?;
+                Ok::<_, plan_queue::QueueError>(dispatcher.published())
+            })
+            .map_err(|error| Failure::input(error.to_string()))
+    }
+
     /// Connects to a queue for a worker.
     pub(crate) fn queue(&self, url: &str, name: &str) -> Result<plan_queue::Queue, Failure> {
         self.runtime

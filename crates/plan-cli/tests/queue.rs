@@ -421,6 +421,32 @@ fn node_and_python_workers_serve_tools_a_plan_uses() {
     let python = python_worker(&url);
     let ours = worker(&lab, &url, &[]);
     published(&redis, 3);
+    // `tools --queue` lists what the workers publish beside plan-cli's own tools.
+    let (code, tools) = lab.json(&["tools", "--json", "--queue", &url]);
+    assert_eq!(code, 0, "{tools}");
+    let tool = |name: &str| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no `{name}` in {tools}"))
+            .clone()
+    };
+    assert!(
+        tool("greet")["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("worker node-")
+    );
+    assert_eq!(tool("greet")["input_schema"]["required"], json!(["name"]));
+    assert!(
+        tool("word_count")["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("worker python-")
+    );
+    assert_eq!(tool("echo")["source"], "builtin");
     let plan = lab.write(
         "p.json",
         &json!({"steps": [

@@ -117,6 +117,16 @@ pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure>
             infos
         });
     let mut infos = infos;
+    // With a queue: the tools its live workers publish that plan-cli does not have here.
+    if let Some(url) = args.queue_url()
+        && args.server.is_none()
+    {
+        for (name, info) in toolbox.published_tools(&url)? {
+            if !infos.iter().any(|i| i.name == name) {
+                infos.push(info);
+            }
+        }
+    }
     infos.sort_by(|a, b| a.name.cmp(&b.name));
     let text = if args.json {
         pretty(&infos)
