@@ -184,6 +184,26 @@ fn approvals_off_runs_high_risk_steps_and_records_it() {
         .stderr(predicate::str::contains("say on or off"));
 }
 
+/// A run started with `--approvals off` keeps it when resumed without the flag.
+#[test]
+fn a_resumed_run_keeps_the_approvals_switch_it_started_with() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [
+            {"id": "flaky", "tool": "exec", "args": {"argv": ["test", "-f", "ready"]}},
+            {"id": "deploy", "tool": "echo", "risk": "high", "args": {}, "depends_on": ["flaky"]}
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json", "--approvals", "off"]);
+    assert_eq!(code, 1, "{report}");
+    let run = report["run_id"].as_str().unwrap();
+    std::fs::write(lab.dir.path().join("ready"), "").unwrap();
+    let (code, report) = lab.json(&["resume", run, "--retry-failed", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(record(&report, "deploy")["ok"], true);
+}
+
 #[test]
 fn a_rejection_fails_the_step_and_is_never_asked_again() {
     let lab = Lab::new();

@@ -46,8 +46,9 @@ pub struct Execution {
     pub cancel: CancellationToken,
     /// Where tools send the lines they print as they come (`run -v`), if anywhere.
     pub output: Option<plan_engine::OutputSink>,
-    /// Whether high-risk calls wait for an approval: `None` as the plan says (its
-    /// `approvals: false` turns them off), `Some` whatever it says. With approvals off a
+    /// Whether high-risk calls wait for an approval: `None` as the run was started (for a
+    /// resumed run that was given one) or as the plan says (its `approvals: false` turns them
+    /// off), `Some` whatever those say. With approvals off a
     /// high-risk call runs at once, and its `tool.called` event records that it ran so; a
     /// rejection still stops it. A front-end that serves others (`mcp serve`) says `Some(true)`.
     pub approvals: Option<bool>,
@@ -186,6 +187,8 @@ pub async fn start(
         "working_dir": working_dir,
         "layer_filter": layer_filter,
         "task_filter": task_filter,
+        // Kept so that a resumed run keeps the switch it was started with.
+        "approvals": execution.approvals,
     });
     store.begin_run(&NewRun {
         run_id: &run_id,
@@ -209,6 +212,7 @@ pub async fn start(
     let from = From {
         restored: None,
         stored_limit: None,
+        stored_approvals: None,
         approvals,
         mode,
         workspace,
@@ -406,6 +410,7 @@ pub async fn resume(
         .get("mode")
         .and_then(|mode| serde_json::from_value(mode.clone()).ok())
         .unwrap_or(Mode::Auto);
+    let stored_approvals = row.options.get("approvals").and_then(Value::as_bool);
     let from = From {
         restored: Some(Restored {
             records,
@@ -413,6 +418,7 @@ pub async fn resume(
             checkpoints,
         }),
         stored_limit,
+        stored_approvals,
         approvals,
         mode,
         workspace,
@@ -505,6 +511,8 @@ struct From {
     restored: Option<Restored>,
     /// The `max_concurrency` the run was started with.
     stored_limit: Option<u32>,
+    /// The approvals switch the run was started with (`--approvals`), if one was given.
+    stored_approvals: Option<bool>,
     approvals: Approvals,
     mode: Mode,
     /// The git repository of the plan's task steps.
@@ -557,8 +565,10 @@ async fn execute(
     options.durability = execution.durability;
     options.restored = from.restored;
     options.approvals = from.approvals;
+    // This invocation's switch, else the one the run was started with, else the plan's.
     if execution
         .approvals
+        .or(from.stored_approvals)
         .or(prepared.loaded.plan.approvals)
         .is_some_and(|on| !on)
     {
