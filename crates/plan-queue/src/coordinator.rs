@@ -328,10 +328,6 @@ impl Dispatcher {
                 .send(Err(unavailable(format!("the queue was lost: {why}"))));
         }
     }
-
-    /// Removes what a finished run left in the queue: nothing, since BullMQ trims finished
-    /// jobs by age itself. Kept so a caller need not know that.
-    pub async fn forget(&self, _run_id: &str) {}
 }
 
 /// Watches Redis while the dispatcher lives: its health (a Redis gone for longer than the
