@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use plan_graph::{OnConflict, RetryPolicy, Risk, TaskSpec};
 use plan_types::{
-    Approvals, ErrorCode, PendingApproval, QueueEntry, QueueStatus, RetryFeedback, StepError,
-    TaskCommit, TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus,
+    Approvals, PendingApproval, QueueEntry, QueueStatus, RetryFeedback, StepError, TaskCommit,
+    TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus,
 };
 use plan_vars::{Scope, ValueTemplate};
 use serde_json::{Value, json};
@@ -1000,7 +1000,7 @@ impl TaskRun {
             .map(|e| format!("; the last: {}", e.message))
             .unwrap_or_default();
         StepError {
-            code: ErrorCode::Other("E_TASK_ABANDONED".into()),
+            code: codes::E_TASK_ABANDONED,
             message: format!(
                 "task `{}` was abandoned after {} attempt{}{last}",
                 self.step_id,

@@ -57,6 +57,14 @@ pub mod codes {
     pub const E_REJECTED: ErrorCode = ErrorCode::Rejected;
     /// A guard (a budget of the plan's `guards`) stopped the call before it was made.
     pub const E_GUARD: ErrorCode = ErrorCode::Guard;
+    /// The named queue does not answer.
+    pub const E_QUEUE_UNAVAILABLE: ErrorCode = ErrorCode::QueueUnavailable;
+    /// No queue worker took the call in time.
+    pub const E_QUEUE_TIMEOUT: ErrorCode = ErrorCode::QueueTimeout;
+    /// The queue workers running the call died more than BullMQ allows.
+    pub const E_WORKER_LOST: ErrorCode = ErrorCode::WorkerLost;
+    /// A task step used its last attempt without passing its checks.
+    pub const E_TASK_ABANDONED: ErrorCode = ErrorCode::TaskAbandoned;
 }
 
 /// How a tool call failed.

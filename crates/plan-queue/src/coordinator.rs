@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::{self, Route, WorkerEntry};
-use crate::{E_QUEUE_TIMEOUT, E_QUEUE_UNAVAILABLE, PREFIX, Queue, QueueError};
+use crate::{PREFIX, Queue, QueueError};
 
 type Outcome = Result<Value, ToolError>;
 
@@ -402,7 +402,7 @@ async fn expire(this: &Arc<Dispatcher>, job_id: &str, queue: &str, tool: &str) {
         this.deliver(
             job_id,
             Err(ToolError::new(
-                E_QUEUE_TIMEOUT,
+                codes::E_QUEUE_TIMEOUT,
                 format!(
                     "no worker took the call of `{tool}` within {} (--queue-timeout)",
                     humanize(limit)
@@ -559,7 +559,7 @@ impl RemoteTool {
                         && started.elapsed() >= limit
                     {
                         return Err(ToolError::new(
-                            E_QUEUE_TIMEOUT,
+                            codes::E_QUEUE_TIMEOUT,
                             format!(
                                 "no worker for `{}` within {} (--queue-timeout): {why}",
                                 self.name,
@@ -583,7 +583,7 @@ impl RemoteTool {
 }
 
 fn unavailable(message: String) -> ToolError {
-    ToolError::retryable(E_QUEUE_UNAVAILABLE, message)
+    ToolError::retryable(codes::E_QUEUE_UNAVAILABLE, message)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -621,7 +621,7 @@ pub(crate) fn failure(reason: &str) -> ToolError {
     // BullMQ's own words when a job's worker died once too often.
     if reason.contains("stalled more than allowable limit") {
         return ToolError::retryable(
-            "E_WORKER_LOST",
+            codes::E_WORKER_LOST,
             format!("the workers running the call died: {reason}"),
         );
     }

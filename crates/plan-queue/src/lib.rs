@@ -32,12 +32,6 @@ pub const DEFAULT_QUEUE: &str = "steps";
 /// BullMQ's default key prefix: a queue `steps` lives in the keys `bull:steps:*`.
 pub const PREFIX: &str = "bull";
 
-/// The code of a call, or a run, that the queue cannot serve.
-pub const E_QUEUE_UNAVAILABLE: &str = "E_QUEUE_UNAVAILABLE";
-
-/// The code of a call no worker took within `--queue-timeout`.
-pub const E_QUEUE_TIMEOUT: &str = "E_QUEUE_TIMEOUT";
-
 /// The queue could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("E_QUEUE_UNAVAILABLE: the queue at {url} cannot be used: {message}")]
@@ -62,7 +56,7 @@ pub struct Queue {
 
 impl Queue {
     /// Connects to the queue `name` at `url` (`redis://HOST:PORT[/DB]`); fails at once, with
-    /// [`E_QUEUE_UNAVAILABLE`], if Redis does not answer or the name cannot be a queue's.
+    /// `E_QUEUE_UNAVAILABLE`, if Redis does not answer or the name cannot be a queue's.
     pub async fn connect(url: &str, name: &str) -> Result<Queue, QueueError> {
         let shown = redact_url(url);
         let error = |message: String| QueueError {

@@ -52,6 +52,12 @@ pub enum ErrorCode {
     Guard,
     /// `E_QUEUE_UNAVAILABLE`: the named queue does not answer.
     QueueUnavailable,
+    /// `E_QUEUE_TIMEOUT`: no queue worker took the call within `--queue-timeout`.
+    QueueTimeout,
+    /// `E_WORKER_LOST`: the queue workers running the call died more than BullMQ allows.
+    WorkerLost,
+    /// `E_TASK_ABANDONED`: a task step used its last attempt without passing its checks.
+    TaskAbandoned,
     /// Any other code, as a tool gave it.
     Other(String),
 }
@@ -82,6 +88,9 @@ const NAMED: &[(ErrorCode, &str)] = &[
     (ErrorCode::Rejected, "E_REJECTED"),
     (ErrorCode::Guard, "E_GUARD"),
     (ErrorCode::QueueUnavailable, "E_QUEUE_UNAVAILABLE"),
+    (ErrorCode::QueueTimeout, "E_QUEUE_TIMEOUT"),
+    (ErrorCode::WorkerLost, "E_WORKER_LOST"),
+    (ErrorCode::TaskAbandoned, "E_TASK_ABANDONED"),
 ];
 
 impl ErrorCode {
