@@ -120,8 +120,7 @@ impl Toolbox {
         self.runtime
             .block_on(async {
                 let queue = plan_queue::Queue::connect(url, plan_queue::DEFAULT_QUEUE).await?;
-                let dispatcher = plan_queue::Dispatcher::new(queue, Default::default()).await?;
-                Ok::<_, plan_queue::QueueError>(dispatcher.published())
+                queue.published_tools().await
             })
             .map_err(|error| Failure::input(error.to_string()))
     }

@@ -113,20 +113,23 @@ fn redis_cli(redis: &Redis, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).trim().to_owned()
 }
 
-/// Waits until `n` workers have published their tools (within 30 s).
-fn published(redis: &Redis, n: usize) {
+/// Waits (up to 30 s) until `done` says so, failing with `what` if it never does.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while redis_cli(redis, &["HLEN", "plan:tools"])
-        .parse::<usize>()
-        .unwrap_or(0)
-        < n
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{n} workers never published their tools"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until `n` workers have published their tools.
+fn published(redis: &Redis, n: usize) {
+    wait_until(&format!("{n} workers never published their tools"), || {
+        redis_cli(redis, &["HLEN", "plan:tools"])
+            .parse::<usize>()
+            .unwrap_or(0)
+            >= n
+    });
 }
 
 /// Runs one of the examples of `examples/queue` with Node, from a folder of the lab where the
@@ -621,11 +624,9 @@ fn a_resumed_coordinator_never_adds_a_call_twice() {
         &json!({"steps": [{"id": "long", "tool": "sleep", "args": {"ms": 1500}}]}),
     );
     let coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while redis_cli(&redis, &["LLEN", "bull:steps:active"]) != "1" {
-        assert!(Instant::now() < deadline, "the worker never took the job");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the worker never took the job", || {
+        redis_cli(&redis, &["LLEN", "bull:steps:active"]) == "1"
+    });
     let (code, _) = stop(coordinator, "KILL");
     assert_eq!(code, None);
     let (_, runs) = lab.json(&["runs", "--json"]);

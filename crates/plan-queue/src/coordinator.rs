@@ -129,20 +129,7 @@ impl Dispatcher {
 
     /// The tools the live workers publish, by name (the first worker's description of each).
     pub fn published(&self) -> BTreeMap<String, ToolInfo> {
-        let workers = lock(&self.workers);
-        let mut tools = BTreeMap::new();
-        for (id, entry) in workers.iter() {
-            for tool in &entry.tools {
-                tools.entry(tool.name.clone()).or_insert_with(|| ToolInfo {
-                    name: tool.name.clone(),
-                    description: tool.description.clone(),
-                    source: format!("worker {id}"),
-                    input_schema: tool.input_schema.clone(),
-                    risk: tool.risk,
-                });
-            }
-        }
-        tools
+        registry::tool_infos(&lock(&self.workers))
     }
 
     /// The tools of `registry` and those the live workers publish, each a [`RemoteTool`]:

@@ -89,6 +89,17 @@ impl Queue {
         })
     }
 
+    /// The tools the live workers on this Redis publish, by name (whatever queue they work
+    /// on), as a coordinator would offer them.
+    pub async fn published_tools(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, plan_engine::ToolInfo>, QueueError> {
+        let workers = registry::live_workers(&mut self.redis.clone())
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(registry::tool_infos(&workers))
+    }
+
     /// The queue's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use plan_engine::Risk;
+use plan_engine::{Risk, ToolInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -86,6 +86,24 @@ pub(crate) async fn live_workers(
         }
     }
     Ok(live)
+}
+
+/// The tools `workers` publish, by name: the first worker's description of each, with the
+/// worker as its source.
+pub(crate) fn tool_infos(workers: &BTreeMap<String, WorkerEntry>) -> BTreeMap<String, ToolInfo> {
+    let mut tools = BTreeMap::new();
+    for (id, entry) in workers {
+        for tool in &entry.tools {
+            tools.entry(tool.name.clone()).or_insert_with(|| ToolInfo {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                source: format!("worker {id}"),
+                input_schema: tool.input_schema.clone(),
+                risk: tool.risk,
+            });
+        }
+    }
+    tools
 }
 
 pub(crate) async fn publish(
