@@ -117,9 +117,7 @@ impl GitWorkspace {
                 "the workspace repository {shown} is not a folder"
             )));
         }
-        let top = run_git(&layout.repo, &["rev-parse", "--show-toplevel"], false)
-            .await
-            .map_err(|e| WorkspaceError(format!("cannot run git: {e}")))?;
+        let top = probe(&layout.repo, &["rev-parse", "--show-toplevel"]).await?;
         if !top.ok {
             return Err(WorkspaceError(format!(
                 "the workspace repository {shown} is not a git repository ({})",
@@ -127,9 +125,7 @@ impl GitWorkspace {
             )));
         }
         let repo = PathBuf::from(top.stdout.trim());
-        let head = run_git(&repo, &["rev-parse", "--verify", "-q", "HEAD"], false)
-            .await
-            .map_err(|e| WorkspaceError(e.to_string()))?;
+        let head = probe(&repo, &["rev-parse", "--verify", "-q", "HEAD"]).await?;
         if !head.ok {
             return Err(WorkspaceError(format!(
                 "the workspace repository {shown} has no commit yet: tasks start from the base branch's last commit"
@@ -137,13 +133,8 @@ impl GitWorkspace {
         }
         let base = match &settings.base {
             Some(base) => {
-                let exists = run_git(
-                    &repo,
-                    &["rev-parse", "--verify", "-q", &format!("refs/heads/{base}")],
-                    false,
-                )
-                .await
-                .map_err(|e| WorkspaceError(e.to_string()))?;
+                let branch = format!("refs/heads/{base}");
+                let exists = probe(&repo, &["rev-parse", "--verify", "-q", &branch]).await?;
                 if !exists.ok {
                     return Err(WorkspaceError(format!(
                         "the workspace's base branch `{base}` does not exist in {shown}"
@@ -152,9 +143,7 @@ impl GitWorkspace {
                 base.clone()
             }
             None => {
-                let current = run_git(&repo, &["symbolic-ref", "-q", "--short", "HEAD"], false)
-                    .await
-                    .map_err(|e| WorkspaceError(e.to_string()))?;
+                let current = probe(&repo, &["symbolic-ref", "-q", "--short", "HEAD"]).await?;
                 if !current.ok {
                     return Err(WorkspaceError(format!(
                         "{shown} is on no branch (a detached HEAD): name the base with `workspace.base`"
@@ -163,9 +152,7 @@ impl GitWorkspace {
                 current.stdout.trim().to_owned()
             }
         };
-        let email = run_git(&repo, &["config", "user.email"], false)
-            .await
-            .map_err(|e| WorkspaceError(e.to_string()))?;
+        let email = probe(&repo, &["config", "user.email"]).await?;
         Ok(GitWorkspace {
             repo,
             worktree_dir: layout.worktree_dir,
@@ -533,6 +520,13 @@ impl Workspace for GitWorkspace {
 
 /// Runs `git ARGS` in `dir`: no prompt, no automatic gc, messages in English; with
 /// `identity`, commits are made as plan-cli (git has none configured).
+/// A git query while opening the workspace: git that cannot run at all is the error.
+async fn probe(dir: &Path, args: &[&str]) -> Result<Ran, WorkspaceError> {
+    run_git(dir, args, false)
+        .await
+        .map_err(|e| WorkspaceError(format!("cannot run git: {e}")))
+}
+
 async fn run_git(dir: &Path, args: &[&str], identity: bool) -> std::io::Result<Ran> {
     let mut command = Command::new("git");
     command
