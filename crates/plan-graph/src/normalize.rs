@@ -294,46 +294,39 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
 
     let block = raw.block;
     let task = raw.task;
-    if task.is_some() && (raw.tool.is_some() || raw.tool_calls.is_some() || block.is_some()) {
-        issues.push(
-            Issue::error(
-                "plan::tool",
-                at.clone().key("task"),
-                format!("step `{id}` has a `task` and a tool or block: a task step's work is its `implement` call"),
-            )
-            .at_key(),
-        );
-    }
-    if task.is_some() && expand.is_some() {
-        issues.push(
-            Issue::error(
-                "plan::task",
-                at.clone().key("expand_on"),
-                "a task step cannot also be a map step",
-            )
-            .at_key(),
-        );
-    }
-    if block.is_some() && (raw.tool.is_some() || raw.tool_calls.is_some()) {
-        issues.push(
-            Issue::error(
-                "plan::tool",
-                at.clone().key("block"),
-                format!("step `{id}` has a `block` and a tool: a block step's work is its nodes"),
-            )
-            .at_key(),
-        );
-    }
-    if block.is_some() && expand.is_some() {
-        issues.push(
-            Issue::error(
-                "plan::block",
-                at.clone().key("expand_on"),
-                "a block step cannot also be a map step (yet)",
-            )
-            .at_key(),
-        );
-    }
+    // A step is one kind of work: a tool call, a block, or a task (and only a tool call maps).
+    let has_tool = raw.tool.is_some() || raw.tool_calls.is_some();
+    let mut conflict = |when: bool, code: &'static str, key: &str, message: String| {
+        if when {
+            issues.push(Issue::error(code, at.clone().key(key), message).at_key());
+        }
+    };
+    conflict(
+        task.is_some() && (has_tool || block.is_some()),
+        "plan::tool",
+        "task",
+        format!(
+            "step `{id}` has a `task` and a tool or block: a task step's work is its `implement` call"
+        ),
+    );
+    conflict(
+        task.is_some() && expand.is_some(),
+        "plan::task",
+        "expand_on",
+        "a task step cannot also be a map step".to_owned(),
+    );
+    conflict(
+        block.is_some() && has_tool,
+        "plan::tool",
+        "block",
+        format!("step `{id}` has a `block` and a tool: a block step's work is its nodes"),
+    );
+    conflict(
+        block.is_some() && expand.is_some(),
+        "plan::block",
+        "expand_on",
+        "a block step cannot also be a map step (yet)".to_owned(),
+    );
     let (tool, args) = match (raw.tool, raw.tool_calls) {
         (None, None) if block.is_some() || task.is_some() => (Some(String::new()), raw.args),
         (Some(_), Some(_)) => {
