@@ -249,13 +249,7 @@ fn the_operator_can_give_the_policy_as_a_file() {
 
     // A policy that does not parse stops the server before it serves.
     let bad = lab.write("bad.json", &json!({"allow_tool": ["exec"]}));
-    let output = lab
-        .cli()
-        .args(["mcp", "serve", "--policy", path_str(&bad)])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = lab.fails(&["mcp", "serve", "--policy", path_str(&bad)], 2);
     assert!(
         stderr.contains("is not a valid policy: unknown field `allow_tool`"),
         "{stderr}"

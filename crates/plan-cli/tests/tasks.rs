@@ -384,9 +384,7 @@ fn a_plan_with_tasks_but_no_repository_is_refused_before_it_runs() {
             {"id": "T1", "task": {"implement": {"tool": "exec", "args": {"argv": ["true"]}}}}
         ]}),
     );
-    let output = lab.cli().args(["run", path_str(&plan)]).output().unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = lab.fails(&["run", path_str(&plan)], 2);
     assert!(stderr.contains("is not a folder"), "{stderr}");
     let (_, runs) = lab.json(&["runs", "--json"]);
     assert_eq!(runs, json!([]), "no run is recorded");
@@ -401,13 +399,7 @@ fn task_steps_are_checked_when_the_plan_is_read() {
             {"id": "T1", "task": {"implement": {"tool": "exce", "args": {}}, "verify": [{"argv": []}]}}
         ]}),
     );
-    let output = lab
-        .cli()
-        .args(["validate", path_str(&plan)])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = lab.fails(&["validate", path_str(&plan)], 2);
     assert!(stderr.contains("needs the plan's `workspace`"), "{stderr}");
     assert!(stderr.contains("a check needs a program"), "{stderr}");
     assert!(stderr.contains("exce"), "{stderr}");
@@ -768,13 +760,8 @@ fn layer_and_task_filters_run_a_part_of_the_breakdown() {
     assert_eq!(report["records"][0]["step_id"], "L2-001");
     assert_eq!(report["records"][1]["step_id"], "__meta__", "{report}");
 
-    let output = lab
-        .cli()
-        .args(["run", path_str(&repo.join("plan.json")), "--task", "L2-01"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let plan = repo.join("plan.json");
+    let stderr = lab.fails(&["run", path_str(&plan), "--task", "L2-01"], 2);
     assert!(
         stderr.contains("the plan has no step `L2-01` (did you mean `L2-001`?)"),
         "{stderr}"

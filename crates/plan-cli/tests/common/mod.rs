@@ -18,13 +18,32 @@ impl Lab {
         }
     }
 
+    /// The binary, run in the lab, deaf to the environment variables that would change what a
+    /// test means: a developer's PLAN_DB, a Redis (PLAN_QUEUE, REDIS_URL) or approvals turned off.
     pub(crate) fn cli(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_plan-cli"));
+        Command::from_std(self.command())
+    }
+
+    fn command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"));
+        command.current_dir(self.dir.path()).env("NO_COLOR", "1");
+        for name in [
+            "PLAN_DB",
+            "PLAN_QUEUE",
+            "REDIS_URL",
+            "AGENT_APPROVALS_ENABLED",
+        ] {
+            command.env_remove(name);
+        }
         command
-            .current_dir(self.dir.path())
-            .env("NO_COLOR", "1")
-            .env_remove("PLAN_DB");
-        command
+    }
+
+    /// Runs the binary expecting exit `code`: what it wrote to stderr.
+    pub(crate) fn fails(&self, args: &[&str], code: i32) -> String {
+        let output = self.cli().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        stderr
     }
 
     pub(crate) fn json(&self, args: &[&str]) -> (i32, Value) {
@@ -41,11 +60,7 @@ impl Lab {
 
     /// Starts the binary in the lab without waiting for it, its stdout and stderr piped.
     pub(crate) fn spawn(&self, args: &[&str]) -> std::process::Child {
-        std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
-            .current_dir(self.dir.path())
-            .env("NO_COLOR", "1")
-            .env_remove("PLAN_DB")
-            .env_remove("PLAN_QUEUE")
+        self.command()
             .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
