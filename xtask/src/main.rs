@@ -187,6 +187,10 @@ fn cargo_test(root: &Path, args: &[&str], totals: &mut Totals) -> Result<()> {
     let mut child = Command::new(&cargo)
         .args(args)
         .current_dir(root)
+        // A developer's Redis or approvals switch must not change what the tests run.
+        .env_remove("PLAN_QUEUE")
+        .env_remove("REDIS_URL")
+        .env_remove("AGENT_APPROVALS_ENABLED")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .with_context(|| format!("running {cargo} {args:?}"))?;

@@ -508,19 +508,11 @@ pub(crate) struct ToolsArgs {
     /// Only the tools of this MCP server
     #[arg(long, value_name = "NAME")]
     pub(crate) server: Option<String>,
-    /// Also the tools the live workers of this queue's Redis publish (also PLAN_QUEUE, or
-    /// REDIS_URL)
+    /// Also the tools the live workers on this Redis publish (also PLAN_QUEUE)
     #[arg(long, env = "PLAN_QUEUE", hide_env_values = true, value_name = "URL")]
     pub(crate) queue: Option<String>,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
-}
-
-impl ToolsArgs {
-    /// The Redis whose workers' tools are listed too.
-    pub(crate) fn queue_url(&self) -> Option<String> {
-        queue_url(self.queue.as_ref()).map(|(url, _)| url)
-    }
 }
 
 #[derive(Debug, clap::Args)]

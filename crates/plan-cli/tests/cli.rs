@@ -15,6 +15,9 @@ fn plan_cli() -> Command {
     command
         .env("NO_COLOR", "1")
         .env("PLAN_DB", dir.path().join("state.db"));
+    for name in ["PLAN_QUEUE", "REDIS_URL", "AGENT_APPROVALS_ENABLED"] {
+        command.env_remove(name);
+    }
     command
 }
 

@@ -571,10 +571,8 @@ fn ctrl_c_on_a_terminal_stops_exec_children_and_resume_runs_the_step_again() {
     );
     // As a terminal runs it: plan-cli leads a foreground process group, and Ctrl+C sends
     // SIGINT to that whole group.
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
-        .current_dir(lab.dir.path())
-        .env("NO_COLOR", "1")
-        .env_remove("PLAN_DB")
+    let child = lab
+        .command()
         .args(["run", path_str(&plan)])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

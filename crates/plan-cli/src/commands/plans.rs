@@ -118,10 +118,11 @@ pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure>
         });
     let mut infos = infos;
     // With a queue: the tools its live workers publish that plan-cli does not have here.
-    if let Some(url) = args.queue_url()
+    // Not REDIS_URL, as `run` does: listing tools should not fail on a Redis nobody named.
+    if let Some(url) = &args.queue
         && args.server.is_none()
     {
-        for (name, info) in toolbox.published_tools(&url)? {
+        for (name, info) in toolbox.published_tools(url)? {
             if !infos.iter().any(|i| i.name == name) {
                 infos.push(info);
             }

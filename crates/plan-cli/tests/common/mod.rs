@@ -24,7 +24,8 @@ impl Lab {
         Command::from_std(self.command())
     }
 
-    fn command(&self) -> std::process::Command {
+    /// As [`Lab::cli`], as a std `Command` (to spawn, or to give a process group).
+    pub(crate) fn command(&self) -> std::process::Command {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"));
         command.current_dir(self.dir.path()).env("NO_COLOR", "1");
         for name in [
