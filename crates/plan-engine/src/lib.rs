@@ -28,7 +28,7 @@ mod writer;
 pub use block::block_states;
 pub use plan_graph::{Mode, Risk};
 pub use program::{DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_PARALLEL_TASKS, PlannedCall, Program};
-pub use redact::REDACTED;
+pub use redact::{REDACTED, Redactor};
 pub use run::{RunError, RunOptions, run};
 pub use task::{MergeOutcome, Workspace, WorkspaceError, Worktree};
 pub use tool::{

@@ -17,7 +17,7 @@ pub const REDACTED: &str = "[redacted]";
 /// secret is searched for in all of those forms, ignoring ASCII case, so that a form not
 /// listed here differs from one that is at most by case.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Redactor {
+pub struct Redactor {
     /// None when there is nothing to hide.
     matcher: Option<aho_corasick::AhoCorasick>,
 }
@@ -66,7 +66,8 @@ fn forms(secret: &str) -> Vec<String> {
 }
 
 impl Redactor {
-    pub(crate) fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
+    /// A redactor of these secret values (empty ones are ignored).
+    pub fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
         let patterns: Vec<String> = values
             .into_iter()
             .filter(|v| !v.is_empty())
@@ -107,7 +108,7 @@ impl Redactor {
     }
 
     /// A redacted copy of the text.
-    pub(crate) fn redacted(&self, text: &str) -> String {
+    pub fn redacted(&self, text: &str) -> String {
         let mut text = text.to_owned();
         self.string(&mut text);
         text

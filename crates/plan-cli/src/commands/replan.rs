@@ -197,13 +197,10 @@ fn failure_of(report: &RunReport) -> String {
         .unwrap_or_else(|| "the run failed".to_owned())
 }
 
-/// `text` with each secret value replaced.
+/// `text` with each secret value replaced, in every form the engine's records hide (any case,
+/// percent- or JSON-encoded).
 fn redact(text: &str, secrets: &[String]) -> String {
-    let mut text = text.to_owned();
-    for secret in secrets.iter().filter(|s| !s.is_empty()) {
-        text = text.replace(secret.as_str(), plan_engine::REDACTED);
-    }
-    text
+    plan_engine::Redactor::new(secrets.iter().map(String::as_str)).redacted(text)
 }
 
 #[cfg(test)]
@@ -227,6 +224,11 @@ mod tests {
         assert_eq!(
             redact("key=abc123", &["abc123".into()]),
             format!("key={}", plan_engine::REDACTED)
+        );
+        // As the engine does: a secret that came back upper-cased or URL-encoded is hidden too.
+        assert_eq!(
+            redact("KEY=ABC123 url=a%20b", &["abc123".into(), "a b".into()]),
+            format!("KEY={0} url={0}", plan_engine::REDACTED)
         );
     }
 }
