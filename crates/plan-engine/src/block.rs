@@ -481,6 +481,34 @@ pub(crate) struct NodeDone {
     pub(crate) committed: tokio::sync::oneshot::Sender<()>,
 }
 
+impl NodeDone {
+    /// Hands step `step`'s records and checkpoint to the scheduler and waits until they are
+    /// durable. False when they may not be: the ledger failed, or the run is stopping (what
+    /// follows must not happen on a state that could be lost).
+    pub(crate) async fn commit(
+        progress: &tokio::sync::mpsc::UnboundedSender<NodeDone>,
+        step: usize,
+        records: Vec<Record>,
+        checkpoint: Value,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> bool {
+        let (committed, durable) = tokio::sync::oneshot::channel();
+        let done = NodeDone {
+            step,
+            records,
+            checkpoint,
+            committed,
+        };
+        if progress.send(done).is_err() {
+            return false;
+        }
+        tokio::select! {
+            answer = durable => answer.is_ok(),
+            () = cancel.cancelled() => false,
+        }
+    }
+}
+
 /// One run of a block step: what it reads, and the node records it makes.
 pub(crate) struct BlockRun {
     pub(crate) context: CallContext,
@@ -695,19 +723,15 @@ impl BlockRun {
             {
                 let at = checkpoint(block, (current, steps), &visits, &results, 0, None, None);
                 // The records move to the scheduler, which keeps them from now on.
-                let (committed, durable) = tokio::sync::oneshot::channel();
-                let done = NodeDone {
-                    step: *step,
-                    records: std::mem::take(&mut self.records),
-                    checkpoint: serde_json::to_value(&*at).unwrap_or(Value::Null),
-                    committed,
-                };
-                let stopped = progress.send(done).is_err()
-                    || tokio::select! {
-                        answer = durable => answer.is_err(),
-                        () = self.context.cancel.cancelled() => true,
-                    };
-                if stopped {
+                let durable = NodeDone::commit(
+                    progress,
+                    *step,
+                    std::mem::take(&mut self.records),
+                    serde_json::to_value(&*at).unwrap_or(Value::Null),
+                    &self.context.cancel,
+                )
+                .await;
+                if !durable {
                     // The ledger failed or the run is stopping: the next node must not start
                     // on a result that may not be kept.
                     return Err(reason(

@@ -1271,19 +1271,16 @@ impl TaskRun {
         let Some(progress) = &self.progress else {
             return Ok(());
         };
-        let (committed, durable) = tokio::sync::oneshot::channel();
-        let done = NodeDone {
-            step: self.step,
-            records: Vec::new(),
-            checkpoint: serde_json::to_value(state).unwrap_or(Value::Null),
-            committed,
-        };
-        let lost = progress.send(done).is_err()
-            || tokio::select! {
-                answer = durable => answer.is_err(),
-                () = self.context.cancel.cancelled() => true,
-            };
-        if lost {
+        let checkpoint = serde_json::to_value(state).unwrap_or(Value::Null);
+        let durable = NodeDone::commit(
+            progress,
+            self.step,
+            Vec::new(),
+            checkpoint,
+            &self.context.cancel,
+        )
+        .await;
+        if !durable {
             return Err(stopped(format!(
                 "the run stopped while task `{}` was {}",
                 self.step_id,
