@@ -43,9 +43,9 @@ pub(crate) struct CompiledStep {
     pub(crate) binds: Vec<(String, Bind)>,
     pub(crate) retry: RetryPolicy,
     pub(crate) timeout: Option<Duration>,
-    pub(crate) expand: Option<CompiledExpand>,
+    pub(crate) expand: Option<Box<CompiledExpand>>,
     pub(crate) schema: Option<Arc<jsonschema::Validator>>,
-    pub(crate) when: Option<Condition>,
+    pub(crate) when: Option<Box<Condition>>,
     /// `risk: high` (the step's own, else its tool's): runs only once approved.
     pub(crate) gated: bool,
     pub(crate) run_if: RunIf,
@@ -172,7 +172,11 @@ impl Program {
                 .timeout_ms
                 .or(plan.timeout_ms)
                 .map(Duration::from_millis);
-            let step_retry = step.retry.clone().unwrap_or_else(|| default_retry.clone());
+            let step_retry = step
+                .retry
+                .as_deref()
+                .cloned()
+                .unwrap_or_else(|| default_retry.clone());
             let task = step.task.as_ref().map(|task| {
                 let settings = plan.workspace.as_ref().map_or(
                     TaskSettings {
@@ -296,7 +300,7 @@ impl Program {
                     }
                 },
             };
-            let expand = match step.expand.as_ref().map(compile_expand) {
+            let expand = match step.expand.as_deref().map(compile_expand) {
                 None => None,
                 Some(Ok(expand)) => Some(expand),
                 Some(Err(message)) => {
@@ -338,9 +342,9 @@ impl Program {
                 binds,
                 retry: step_retry,
                 timeout: step_timeout,
-                expand,
+                expand: expand.map(Box::new),
                 schema,
-                when,
+                when: when.map(Box::new),
                 gated: step.risk.unwrap_or(default_risk) == Risk::High,
                 run_if: step.run_if,
             });
@@ -928,4 +932,13 @@ fn compile_expand(expand: &plan_graph::Expand) -> Result<CompiledExpand, String>
         None => None,
     };
     Ok(CompiledExpand { on, on_text, key })
+}
+#[cfg(test)]
+mod size_tests {
+    /// A program holds one per step: what few steps have (a map, a condition) is boxed.
+    #[test]
+    fn compiled_steps_stay_small() {
+        let size = std::mem::size_of::<super::CompiledStep>();
+        assert!(size <= 240, "{size}");
+    }
 }

@@ -134,7 +134,7 @@ pub(crate) struct RawStep {
     #[serde(default)]
     pub(crate) binds: BTreeMap<String, String>,
     #[serde(default)]
-    pub(crate) retry: Option<RetryPolicy>,
+    pub(crate) retry: Option<Box<RetryPolicy>>,
     #[serde(default, alias = "timeoutMs")]
     pub(crate) timeout_ms: Option<u64>,
     #[serde(default)]
@@ -144,13 +144,13 @@ pub(crate) struct RawStep {
     #[serde(default)]
     pub(crate) risk: Option<Risk>,
     #[serde(default, alias = "expandOn")]
-    pub(crate) expand_on: Option<Value>,
+    pub(crate) expand_on: Option<Box<Value>>,
     #[serde(default, alias = "expandKey")]
     pub(crate) expand_key: Option<String>,
     #[serde(default)]
-    pub(crate) block: Option<Block>,
+    pub(crate) block: Option<Box<Block>>,
     #[serde(default)]
-    pub(crate) task: Option<TaskSpec>,
+    pub(crate) task: Option<Box<TaskSpec>>,
     #[serde(default, alias = "runIf")]
     pub(crate) run_if: Option<RunIf>,
 }
@@ -211,13 +211,13 @@ pub struct Step {
     pub result_variable: Option<String>,
     /// Retry policy, when the step sets one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetryPolicy>,
+    pub retry: Option<Box<RetryPolicy>>,
     /// Time limit of one attempt, when the step sets one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Makes this a map step: one call per item of a list.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub expand: Option<Expand>,
+    pub expand: Option<Box<Expand>>,
     /// A CEL condition over `vars`: when it is false the step is skipped (`condition false`)
     /// and so are the steps that depend on it only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -225,11 +225,11 @@ pub struct Step {
     /// Makes this a composite step: a graph of nodes run from an entry point along
     /// transitions. Its `tool` is empty and its `args` are the block's `input`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub block: Option<Block>,
+    pub block: Option<Box<Block>>,
     /// Makes this a task step: a coding task implemented in its own git worktree of the plan's
     /// `workspace`, verified, retried with feedback and merged. Its `tool` is empty.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub task: Option<TaskSpec>,
+    pub task: Option<Box<TaskSpec>>,
     /// The layer the step belongs to in the execute-state.json state file (by default its topological
     /// level).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -845,5 +845,28 @@ mod tests {
             plan().select(None, Some("bb")).unwrap_err(),
             "the plan has no step `bb` (did you mean `b`?)"
         );
+    }
+}
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// A plan of 100,000 steps holds 100,000 of each: rare parts (blocks, tasks, map
+    /// settings, retry policies) are boxed so that a plain tool call does not pay for them.
+    #[test]
+    fn steps_stay_small() {
+        assert!(
+            std::mem::size_of::<RawStep>() <= 400,
+            "{}",
+            std::mem::size_of::<RawStep>()
+        );
+        assert!(
+            std::mem::size_of::<Step>() <= 320,
+            "{}",
+            std::mem::size_of::<Step>()
+        );
+        // Normalising collects the written steps into steps in place only when a step is
+        // no larger than a written one.
+        assert!(std::mem::size_of::<Step>() <= std::mem::size_of::<RawStep>());
     }
 }

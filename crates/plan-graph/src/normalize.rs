@@ -288,9 +288,9 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             .help("choose another id"),
         );
     }
-    check_retry(raw.retry.as_ref(), &at, issues);
+    check_retry(raw.retry.as_deref(), &at, issues);
     check_timeout(raw.timeout_ms, &at, issues);
-    let expand = normalize_expand(raw.expand_on, raw.expand_key, &at, issues);
+    let expand = normalize_expand(raw.expand_on.map(|on| *on), raw.expand_key, &at, issues);
 
     let block = raw.block;
     let task = raw.task;
@@ -464,7 +464,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         result_variable,
         retry: raw.retry,
         timeout_ms: raw.timeout_ms,
-        expand,
+        expand: expand.map(Box::new),
         when: normalize_when(raw.when, &at, issues),
         block,
         task,
