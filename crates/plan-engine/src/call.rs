@@ -79,7 +79,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         step_id,
         tool_name,
         tool,
-        args,
+        mut args,
         retry,
         timeout,
         working_dir,
@@ -138,7 +138,14 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             }),
             working_dir: working_dir.clone(),
         };
-        let invocation = with_timeout(tool.call(args.clone(), ctx), timeout);
+        // The last attempt the policy allows gets the arguments themselves; an earlier one a
+        // copy (compact: a tool such as `echo` keeps it in its result).
+        let attempt_args = if attempt < retry.attempts {
+            plan_vars::compact(&args)
+        } else {
+            std::mem::take(&mut args)
+        };
+        let invocation = with_timeout(tool.call(attempt_args, ctx), timeout);
         tokio::pin!(invocation);
         let result = tokio::select! {
             biased;
