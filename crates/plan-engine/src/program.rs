@@ -165,6 +165,8 @@ impl Program {
         let names = registry.names();
         let default_retry = plan.retry.clone().unwrap_or_default();
         let mut schemas: HashMap<&str, Option<Arc<jsonschema::Validator>>> = HashMap::new();
+        // One name per tool, shared by its steps, not one per step.
+        let mut tool_names: HashMap<&str, Arc<str>> = HashMap::new();
         let mut binders = BTreeMap::new();
         let mut expressions = crate::expression::Expressions::default();
         for (i, step) in plan.steps.iter().enumerate() {
@@ -246,7 +248,7 @@ impl Program {
                     schema
                 }
             };
-            let args = match ValueTemplate::compile(&Value::Object(step.args.clone())) {
+            let args = match ValueTemplate::compile_shared(&step.args) {
                 Ok(args) => args,
                 Err(error) => {
                     issues.push(Issue::error(
@@ -336,7 +338,10 @@ impl Program {
             }
             steps.push(CompiledStep {
                 id: Arc::from(step.id.0.as_str()),
-                tool_name: Arc::from(step.tool.as_str()),
+                tool_name: tool_names
+                    .entry(step.tool.as_str())
+                    .or_insert_with(|| Arc::from(step.tool.as_str()))
+                    .clone(),
                 action,
                 args,
                 binds,

@@ -1584,13 +1584,13 @@ impl Scheduler<'_> {
             meta.error = Some(Box::new(error));
         }
         let mut records: Vec<Record> = if self.maps.is_empty() && self.nested.is_empty() {
-            let mut records = Vec::with_capacity(self.steps.len() + 1);
-            records.extend(
-                self.steps
-                    .into_iter()
-                    .map(|step| step.record.unwrap_or_else(unreachable_record)),
-            );
-            records
+            // Collected in place: the records take the steps' list (a record is smaller than
+            // a step's state), so a large run does not hold two lists at its end, when it
+            // holds the most. There is room left for `__meta__`.
+            self.steps
+                .into_iter()
+                .map(|step| step.record.unwrap_or_else(unreachable_record))
+                .collect()
         } else {
             // A map step's items come right before the step's own record.
             let items: usize = self.maps.values().map(|m| m.records.len()).sum::<usize>()
@@ -1867,4 +1867,20 @@ async fn execute_task(run: TaskRun) -> Finished {
 /// `["a","b"]`: execute_plan's form of a list of ids inside a reason.
 fn json_list(ids: &[&str]) -> String {
     serde_json::to_string(ids).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// The end of a run turns the steps' states into records in place, which needs a record
+    /// to be no larger than a state (and room for one more record).
+    #[test]
+    fn a_record_fits_in_a_step_state() {
+        assert!(
+            std::mem::size_of::<plan_types::Record>() < std::mem::size_of::<super::StepState>()
+        );
+        assert_eq!(
+            std::mem::align_of::<plan_types::Record>(),
+            std::mem::align_of::<super::StepState>()
+        );
+    }
 }

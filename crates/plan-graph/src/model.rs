@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::{self, IgnoredAny, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -199,8 +200,9 @@ pub struct Step {
     pub title: Option<String>,
     /// The tool to call.
     pub tool: String,
-    /// The tool's arguments; strings may hold placeholders.
-    pub args: Map<String, Value>,
+    /// The tool's arguments; strings may hold placeholders. Shared: a compiled program holds
+    /// arguments without placeholders as they are here instead of a copy.
+    pub args: Arc<Map<String, Value>>,
     /// Steps that must succeed before this one starts, in the order written.
     pub depends_on: Vec<StepId>,
     /// Variables set from the result: name → selector (`$`, `$.path`, `$var.path`).

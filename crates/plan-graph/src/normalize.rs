@@ -2,6 +2,7 @@
 //! cannot be folded.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use plan_vars::{Selector, Template};
 use serde_json::Value;
@@ -459,7 +460,13 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         id,
         title: raw.title.or(raw.description),
         tool: tool.unwrap_or_default(),
-        args: args.unwrap_or_default(),
+        // Compact: a large plan's arguments are held for the whole run (serde_json's maps
+        // reserve room for three entries as soon as they hold one).
+        args: Arc::new(
+            args.as_ref()
+                .map(plan_vars::compact_map)
+                .unwrap_or_default(),
+        ),
         depends_on,
         binds,
         result_variable,

@@ -317,7 +317,7 @@ fn placeholders_of(
     issues: &mut Vec<Issue>,
 ) -> Option<Vec<(Placeholder, Place, PlanPath)>> {
     let args_path = PlanPath::step(i).key("args");
-    let template = match ValueTemplate::compile(&serde_json::Value::Object(step.args.clone())) {
+    let template = match ValueTemplate::compile_shared(&step.args) {
         Ok(template) => template,
         Err(error) => {
             issues.push(

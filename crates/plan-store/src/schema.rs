@@ -274,11 +274,11 @@ pub(crate) fn check_and_migrate(conn: &Connection, path: &Path) -> Result<(), St
         });
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
-    // A large run's ledger outgrows SQLite's default 2 MB page cache, and every commit then
-    // reads pages back from the file: keep up to 16 MiB cached and map the file for reads.
-    // (64 MiB cost a 100,000-step run 17 MB of peak memory; a 10,000-step run on a ledger of
-    // 1,000,000 steps is 1.05 times as slow as on a fresh one with either.)
-    conn.pragma_update(None, "cache_size", -16_384)?;
+    // A large run's ledger outgrows SQLite's default 2 MB page cache: keep up to 4 MiB cached
+    // and map the file for reads, so that a page not cached is read without a system call.
+    // (A 64 MiB cache cost a 100,000-step run 20 MB of peak memory, and a run on a ledger of
+    // 1,000,000 steps was no faster with it: see docs/benchmarks.md.)
+    conn.pragma_update(None, "cache_size", -4_096)?;
     conn.pragma_update(None, "mmap_size", 268_435_456)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     if version < VERSION {

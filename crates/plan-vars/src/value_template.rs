@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::{ParseError, Placeholder, ResolveError, Scope, Template};
@@ -6,6 +8,8 @@ use crate::{ParseError, Placeholder, ResolveError, Scope, Template};
 enum Node {
     /// A subtree without placeholders, stored resolved.
     Literal(Value),
+    /// Arguments without placeholders, shared with whoever holds them (the plan).
+    Shared(Arc<Map<String, Value>>),
     String(Template),
     Array(Vec<Node>),
     Object(Vec<(String, Node)>),
@@ -27,9 +31,19 @@ impl ValueTemplate {
         })
     }
 
+    /// [`ValueTemplate::compile`] for an object (a step's `args`). When it holds no placeholder
+    /// the template shares it instead of copying it.
+    pub fn compile_shared(args: &Arc<Map<String, Value>>) -> Result<ValueTemplate, ParseError> {
+        let root = match parse_entries(args, &mut String::new())? {
+            Some(node) => node,
+            None => Node::Shared(args.clone()),
+        };
+        Ok(ValueTemplate { root })
+    }
+
     /// True when the value holds no placeholder at all.
     pub fn is_literal(&self) -> bool {
-        matches!(self.root, Node::Literal(_))
+        matches!(self.root, Node::Literal(_) | Node::Shared(_))
     }
 
     /// Every placeholder, in document order.
@@ -92,34 +106,40 @@ fn parse_strings(value: &Value, pointer: &mut String) -> Result<Option<Node>, Pa
                     .collect(),
             )
         }
-        Value::Object(map) => {
-            let mut nodes = Vec::with_capacity(map.len());
-            for (key, item) in map {
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                nodes.push(parse_strings(item, pointer)?);
-                pointer.truncate(len);
-            }
-            if nodes.iter().all(Option::is_none) {
-                return Ok(None);
-            }
-            Node::Object(
-                nodes
-                    .into_iter()
-                    .zip(map)
-                    .map(|(node, (key, item))| {
-                        (
-                            key.clone(),
-                            node.unwrap_or_else(|| Node::Literal(compact(item))),
-                        )
-                    })
-                    .collect(),
-            )
-        }
+        Value::Object(map) => return parse_entries(map, pointer),
         _ => return Ok(None),
     };
     Ok(Some(node))
+}
+
+/// [`parse_strings`] for an object's entries.
+fn parse_entries(
+    map: &Map<String, Value>,
+    pointer: &mut String,
+) -> Result<Option<Node>, ParseError> {
+    let mut nodes = Vec::with_capacity(map.len());
+    for (key, item) in map {
+        let len = pointer.len();
+        pointer.push('/');
+        pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+        nodes.push(parse_strings(item, pointer)?);
+        pointer.truncate(len);
+    }
+    if nodes.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    Ok(Some(Node::Object(
+        nodes
+            .into_iter()
+            .zip(map)
+            .map(|(node, (key, item))| {
+                (
+                    key.clone(),
+                    node.unwrap_or_else(|| Node::Literal(compact(item))),
+                )
+            })
+            .collect(),
+    )))
 }
 
 /// A copy of `value` whose objects have room for exactly their entries.
@@ -130,21 +150,24 @@ fn parse_strings(value: &Value, pointer: &mut String) -> Result<Option<Node>, Pa
 /// 20 MB in each copy.
 pub fn compact(value: &Value) -> Value {
     match value {
-        Value::Object(map) => {
-            let mut copy = Map::with_capacity(map.len());
-            for (key, item) in map {
-                copy.insert(key.clone(), compact(item));
-            }
-            Value::Object(copy)
-        }
+        Value::Object(map) => Value::Object(compact_map(map)),
         Value::Array(items) => Value::Array(items.iter().map(compact).collect()),
         other => other.clone(),
     }
 }
 
+/// [`compact`] for an object.
+pub fn compact_map(map: &Map<String, Value>) -> Map<String, Value> {
+    let mut copy = Map::with_capacity(map.len());
+    for (key, item) in map {
+        copy.insert(key.clone(), compact(item));
+    }
+    copy
+}
+
 fn collect_at<'a>(node: &'a Node, pointer: &mut String, out: &mut Vec<(String, &'a Placeholder)>) {
     match node {
-        Node::Literal(_) => {}
+        Node::Literal(_) | Node::Shared(_) => {}
         Node::String(template) => out.extend(template.placeholders().map(|p| (pointer.clone(), p))),
         Node::Array(items) => {
             for (i, item) in items.iter().enumerate() {
@@ -168,7 +191,7 @@ fn collect_at<'a>(node: &'a Node, pointer: &mut String, out: &mut Vec<(String, &
 
 fn collect<'a>(node: &'a Node, out: &mut Vec<&'a Placeholder>) {
     match node {
-        Node::Literal(_) => {}
+        Node::Literal(_) | Node::Shared(_) => {}
         Node::String(template) => out.extend(template.placeholders()),
         Node::Array(items) => items.iter().for_each(|n| collect(n, out)),
         Node::Object(entries) => entries.iter().for_each(|(_, n)| collect(n, out)),
@@ -178,6 +201,7 @@ fn collect<'a>(node: &'a Node, out: &mut Vec<&'a Placeholder>) {
 fn resolve_node(node: &Node, scope: &Scope<'_>) -> Result<Value, ResolveError> {
     Ok(match node {
         Node::Literal(value) => compact(value),
+        Node::Shared(args) => Value::Object(compact_map(args)),
         Node::String(template) => template.resolve(scope)?,
         Node::Array(items) => Value::Array(
             items
