@@ -944,6 +944,6 @@ mod size_tests {
     #[test]
     fn compiled_steps_stay_small() {
         let size = std::mem::size_of::<super::CompiledStep>();
-        assert!(size <= 240, "{size}");
+        assert!(size <= 192, "{size}");
     }
 }

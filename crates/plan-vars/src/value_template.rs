@@ -6,8 +6,9 @@ use crate::{ParseError, Placeholder, ResolveError, Scope, Template};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Node {
-    /// A subtree without placeholders, stored resolved.
-    Literal(Value),
+    /// A subtree without placeholders, stored resolved. Boxed: a large plan holds a template
+    /// per step, and most share their arguments instead (`Shared`).
+    Literal(Box<Value>),
     /// Arguments without placeholders, shared with whoever holds them (the plan).
     Shared(Arc<Map<String, Value>>),
     String(Template),
@@ -69,7 +70,7 @@ impl ValueTemplate {
 fn compile_node(value: &Value, pointer: &mut String) -> Result<Node, ParseError> {
     Ok(match parse_strings(value, pointer)? {
         Some(node) => node,
-        None => Node::Literal(compact(value)),
+        None => Node::Literal(Box::new(compact(value))),
     })
 }
 
@@ -102,7 +103,9 @@ fn parse_strings(value: &Value, pointer: &mut String) -> Result<Option<Node>, Pa
                 nodes
                     .into_iter()
                     .zip(items)
-                    .map(|(node, item)| node.unwrap_or_else(|| Node::Literal(compact(item))))
+                    .map(|(node, item)| {
+                        node.unwrap_or_else(|| Node::Literal(Box::new(compact(item))))
+                    })
                     .collect(),
             )
         }
@@ -135,7 +138,7 @@ fn parse_entries(
             .map(|(node, (key, item))| {
                 (
                     key.clone(),
-                    node.unwrap_or_else(|| Node::Literal(compact(item))),
+                    node.unwrap_or_else(|| Node::Literal(Box::new(compact(item)))),
                 )
             })
             .collect(),
