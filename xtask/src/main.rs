@@ -33,6 +33,8 @@ fn main() -> Result<()> {
         Some("bench") => bench(&root, &args[1..]),
         Some("prepare-mcp") => prepare_mcp_servers(&root).map(|_| ()),
         Some("fuzz") => fuzz(&root, &args[1..]),
+        // Internal: see `time_runs`.
+        Some(MEASURE) => measure(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask <test | test-fixtures | bench [WORKLOAD...] | fuzz [--inputs N] [--seed S] | prepare-mcp>"
@@ -639,6 +641,11 @@ struct Timed {
 }
 
 /// Median wall time of running the binary on a plan, `runs` times, and the largest peak RSS.
+///
+/// Each run is started by a small process of its own (this program's [`MEASURE`]), not by
+/// this one: Linux carries the peak RSS of the memory a process replaces at `exec` into its
+/// own figure, and a child spawned from here replaces this process's memory (vfork), which
+/// holds the generated 100,000-step plans: every run then "peaked" at this process's size.
 fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Timed> {
     let mut times = Vec::with_capacity(runs);
     let mut peak_kib = 0;
@@ -646,26 +653,54 @@ fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Timed> {
     let db = plan.with_extension("db");
     for _ in 0..runs {
         remove_ledger(&db);
-        let started = Instant::now();
-        let child = Command::new(binary)
+        let output = Command::new(std::env::current_exe()?)
+            .arg(MEASURE)
+            .arg(binary)
             .args(["run", "--json"])
             .arg(plan)
             .env("PLAN_DB", &db)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()?;
-        let (code, max_rss_kib) = wait_with_rusage(&child)?;
-        times.push(started.elapsed());
-        peak_kib = peak_kib.max(max_rss_kib);
+            .stderr(std::process::Stdio::inherit())
+            .output()?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let measured: Value = serde_json::from_str(text.trim())
+            .with_context(|| format!("measuring a run printed {text:?}"))?;
+        let code = measured["code"].as_i64().unwrap_or(-1);
         if code != 0 {
             bail!("{} exited with {code}", plan.display());
         }
+        times.push(Duration::from_secs_f64(
+            measured["wall_s"].as_f64().unwrap_or_default(),
+        ));
+        peak_kib = peak_kib.max(measured["max_rss_kib"].as_i64().unwrap_or_default());
     }
     times.sort();
     Ok(Timed {
         wall: times[times.len() / 2],
         peak_rss_mib: peak_kib as f64 / 1024.0,
     })
+}
+
+/// The internal subcommand that runs one command and prints its exit code, wall time and
+/// peak RSS as JSON.
+const MEASURE: &str = "__measure";
+
+/// Runs `command` (stdout to /dev/null, stderr discarded) from this small process, so that
+/// its peak RSS is its own (see [`time_runs`]).
+fn measure(command: &[String]) -> Result<()> {
+    let (program, args) = command.split_first().context("__measure needs a command")?;
+    let started = Instant::now();
+    let child = Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let (code, max_rss_kib) = wait_with_rusage(&child)?;
+    let wall = started.elapsed();
+    println!(
+        "{}",
+        json!({"code": code, "wall_s": wall.as_secs_f64(), "max_rss_kib": max_rss_kib})
+    );
+    Ok(())
 }
 
 /// Waits for the child with `wait4`, which also reports its peak RSS (std does not).
