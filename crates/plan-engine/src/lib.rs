@@ -7,6 +7,13 @@
 //! as events, and settled records to a [`plan_types::Journal`] on a writer thread of the
 //! engine's own. The engine never touches the terminal, files or the environment: callers
 //! decide where events and records go. The types it produces live in `plan-types`.
+//!
+//! Run it on threads with deep stacks, as plan-cli does: give the runtime's builder
+//! `thread_stack_size(plan_types::json::VALUE_THREAD_STACK)`. Conditions and data expressions
+//! are evaluated where 32 MiB of stack are left, and with less a stack is grown for each
+//! evaluation (correct, but a few microseconds each: a block looping 100,000 times ran three
+//! times slower on tokio's default 2 MiB). Only address space is reserved; pages are touched
+//! as deep values need them.
 #![deny(missing_docs)]
 
 mod admit;
