@@ -863,7 +863,7 @@ mod size_tests {
             std::mem::size_of::<RawStep>()
         );
         assert!(
-            std::mem::size_of::<Step>() <= 320,
+            std::mem::size_of::<Step>() <= 256,
             "{}",
             std::mem::size_of::<Step>()
         );
