@@ -36,7 +36,12 @@ fn prepare(source: Source) -> Result<Prepared, Box<dyn std::error::Error>> {
 
 /// Starts, approves and resumes; returns the final status.
 pub(crate) fn run(ledger: &std::path::Path) -> Result<TaskStatus, Box<dyn std::error::Error>> {
-    let runtime = tokio::runtime::Runtime::new()?;
+    // Deep stacks, as plan-cli gives its runtime: conditions and data expressions are
+    // evaluated where 32 MiB of stack are left (plan-engine's crate docs).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(plan_types::json::VALUE_THREAD_STACK)
+        .build()?;
 
     // 1. Start: `build` runs, `deploy` waits for its approval, `notify` waits for `deploy`.
     let prepared = prepare(Source::new("deploy.json", PLAN))?;

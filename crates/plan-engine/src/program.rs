@@ -938,6 +938,7 @@ fn compile_expand(expand: &plan_graph::Expand) -> Result<CompiledExpand, String>
     };
     Ok(CompiledExpand { on, on_text, key })
 }
+
 #[cfg(test)]
 mod size_tests {
     /// A program holds one per step: what few steps have (a map, a condition) is boxed.

@@ -848,10 +848,6 @@ mod tests {
             "the plan has no step `bb` (did you mean `b`?)"
         );
     }
-}
-#[cfg(test)]
-mod size_tests {
-    use super::*;
 
     /// A plan of 100,000 steps holds 100,000 of each: rare parts (blocks, tasks, map
     /// settings, retry policies) are boxed so that a plain tool call does not pay for them.

@@ -245,7 +245,58 @@ mod tests {
         let template = ValueTemplate::compile(&value).expect("compiles");
         assert!(!template.is_literal());
         assert_eq!(template.placeholders().len(), 1);
+        let vars = json!({"who": "ada"});
+        let vars = vars.as_object().expect("an object");
+        assert_eq!(
+            template.resolve(&Scope::with_vars(vars)).ok(),
+            Some(json!({"keep": {"deep": [1, "two", {"three": 3}]}, "name": "ada"}))
+        );
         let literal = ValueTemplate::compile(&json!({"a": [1, {"b": "c"}]})).expect("compiles");
         assert!(literal.is_literal());
+        assert_eq!(
+            literal.resolve(&Scope::default()).ok(),
+            Some(json!({"a": [1, {"b": "c"}]}))
+        );
+    }
+
+    #[test]
+    fn shared_arguments_resolve_to_themselves_and_placeholders_still_compile() {
+        let args = Arc::new(
+            json!({"n": 1, "list": [true, null]})
+                .as_object()
+                .cloned()
+                .expect("an object"),
+        );
+        let shared = ValueTemplate::compile_shared(&args).expect("compiles");
+        assert!(shared.is_literal());
+        assert_eq!(
+            shared.resolve(&Scope::default()).ok(),
+            Some(Value::Object((*args).clone()))
+        );
+        let with_placeholder = Arc::new(
+            json!({"n": "${n}", "keep": "plain"})
+                .as_object()
+                .cloned()
+                .expect("an object"),
+        );
+        let template = ValueTemplate::compile_shared(&with_placeholder).expect("compiles");
+        assert!(!template.is_literal());
+        let vars = json!({"n": 7});
+        let vars = vars.as_object().expect("an object");
+        assert_eq!(
+            template.resolve(&Scope::with_vars(vars)).ok(),
+            Some(json!({"n": 7, "keep": "plain"}))
+        );
+        // A malformed placeholder is reported with where it is, as `compile` does.
+        let broken = Arc::new(
+            json!({"a": {"b": "${"}})
+                .as_object()
+                .cloned()
+                .expect("an object"),
+        );
+        let error = ValueTemplate::compile_shared(&broken)
+            .err()
+            .expect("an error");
+        assert_eq!(error.pointer, "/a/b");
     }
 }
