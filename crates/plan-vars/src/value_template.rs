@@ -294,9 +294,7 @@ mod tests {
                 .cloned()
                 .expect("an object"),
         );
-        let error = ValueTemplate::compile_shared(&broken)
-            .err()
-            .expect("an error");
+        let error = ValueTemplate::compile_shared(&broken).expect_err("an error");
         assert_eq!(error.pointer, "/a/b");
     }
 }
