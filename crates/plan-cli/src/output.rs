@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -16,11 +16,59 @@ use plan_types::{Event, EventKind, EventSink, Record, RunReport};
 /// starts with its time.
 pub(crate) struct Live {
     bar: Option<ProgressBar>,
-    /// Top-level steps: id → how a line names it (`build [exec]`).
-    steps: HashMap<String, String>,
+    steps: Arc<StepLabels>,
+    state: Mutex<LiveState>,
+}
+
+/// What the live view and the summary need of a plan: how a line names each of its steps
+/// (`build [exec]`) and which of them are maps. Kept instead of the plan, which a run lets go
+/// of once it is compiled.
+#[derive(Debug, Default)]
+pub(crate) struct StepLabels {
+    /// Top-level steps: id → how a line names it.
+    labels: HashMap<String, String>,
     /// Map steps' ids, to name the step an item belongs to.
     maps: Vec<String>,
-    state: Mutex<LiveState>,
+}
+
+impl StepLabels {
+    pub(crate) fn of(plan: &plan_graph::Plan) -> Self {
+        StepLabels {
+            labels: plan
+                .steps
+                .iter()
+                .map(|step| {
+                    (
+                        step.id.0.clone(),
+                        format!("{} [{}]", step.id.0, step.kind()),
+                    )
+                })
+                .collect(),
+            maps: plan
+                .steps
+                .iter()
+                .filter(|step| step.expand.is_some())
+                .map(|step| step.id.0.clone())
+                .collect(),
+        }
+    }
+
+    /// How a line names a top-level step; `None` for anything else.
+    fn label(&self, id: &str) -> Option<&str> {
+        self.labels.get(id).map(String::as_str)
+    }
+
+    /// The map step `item` (`ID-N`, `ID[KEY]`) is an item of.
+    fn map_of(&self, item: &str) -> Option<&str> {
+        self.maps
+            .iter()
+            .find(|map| plan_graph::is_item_of(item, map))
+            .map(String::as_str)
+    }
+
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
 }
 
 #[derive(Default)]
@@ -33,24 +81,8 @@ struct LiveState {
 }
 
 impl Live {
-    /// For a run of `plan`: a bar when stderr is a terminal.
-    pub(crate) fn new(plan: &plan_graph::Plan) -> Self {
-        let steps: HashMap<String, String> = plan
-            .steps
-            .iter()
-            .map(|step| {
-                (
-                    step.id.0.clone(),
-                    format!("{} [{}]", step.id.0, step.kind()),
-                )
-            })
-            .collect();
-        let maps = plan
-            .steps
-            .iter()
-            .filter(|step| step.expand.is_some())
-            .map(|step| step.id.0.clone())
-            .collect();
+    /// For a run of a plan with these steps: a bar when stderr is a terminal.
+    pub(crate) fn new(steps: Arc<StepLabels>) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::with_draw_target(
                 Some(steps.len() as u64),
@@ -67,7 +99,6 @@ impl Live {
         Live {
             bar,
             steps,
-            maps,
             state: Mutex::new(LiveState::default()),
         }
     }
@@ -163,7 +194,7 @@ impl EventSink for Live {
     fn emit(&self, event: &Event) {
         let ts = Some(event.ts.as_str());
         let id = event.step_id.as_deref().unwrap_or("");
-        let label = self.steps.get(id);
+        let label = self.steps.label(id);
         let node = id.contains('/');
         let mut state = self.lock();
         match event.kind {
@@ -194,12 +225,11 @@ impl EventSink for Live {
                 } else {
                     state.items_started += 1;
                     // The first item of a map step starts the step.
-                    let map = self.maps.iter().find(|m| plan_graph::is_item_of(id, m));
-                    if let Some(map) = map
+                    if let Some(map) = self.steps.map_of(id)
                         && !state.running.iter().any(|(r, _)| r == map)
                     {
-                        state.running.push((map.clone(), None));
-                        let label = self.steps.get(map).map_or(map.as_str(), String::as_str);
+                        state.running.push((map.to_owned(), None));
+                        let label = self.steps.label(map).unwrap_or(map);
                         self.say(&format!("▶ {label}  (map)"), ts);
                     }
                 }
@@ -273,7 +303,7 @@ impl EventSink for Live {
                         if !state.running.iter().any(|(r, _)| r == id) {
                             state.running.push((id.to_owned(), None));
                         }
-                        let label = label.map_or(id, String::as_str);
+                        let label = label.unwrap_or(id);
                         Some(format!("▶ {label}  attempt {attempt}"))
                     }
                     "verifying" => Some(format!("… {id}  attempt {attempt}: verifying")),
@@ -314,16 +344,14 @@ impl EventSink for Live {
 }
 
 /// One line per step (its id and tool, then what happened), then the outcome.
-pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results: bool) -> String {
+pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool) -> String {
     let steps: Vec<&Record> = report
         .records
         .iter()
         .filter(|r| r.step_id != plan_graph::META_STEP_ID)
         .collect();
-    let by_id: std::collections::HashMap<&str, &plan_graph::Step> =
-        plan.steps.iter().map(|s| (s.id.0.as_str(), s)).collect();
-    let label = |record: &Record| match by_id.get(record.step_id.as_str()) {
-        Some(step) => format!("{} [{}]", record.step_id, step.kind()),
+    let label = |record: &Record| match plan.label(&record.step_id) {
+        Some(label) => label.to_owned(),
         // A map item or a block's node.
         None => record.step_id.clone(),
     };
@@ -345,11 +373,13 @@ pub(crate) fn summary(report: &RunReport, plan: &plan_graph::Plan, show_results:
     let (mut items, mut nodes, mut earlier) = (0, 0, 0);
     for record in &steps {
         let id = label(record);
-        if !by_id.contains_key(record.step_id.as_str()) {
-            let of_a_step = plan.steps.iter().any(|s| {
-                record.step_id.starts_with(&format!("{}/", s.id))
-                    || plan_graph::is_item_of(&record.step_id, &s.id.0)
-            });
+        if plan.label(&record.step_id).is_none() {
+            // A block's node (`STEP/NODE#N`) or a map step's item.
+            let id = record.step_id.as_str();
+            let of_a_step = id
+                .match_indices('/')
+                .any(|(at, _)| plan.label(&id[..at]).is_some())
+                || plan.map_of(id).is_some();
             if !of_a_step {
                 // A step of an earlier revision of the plan (`run --replan`): shown as it ended.
                 earlier += 1;
@@ -744,4 +774,59 @@ pub(crate) fn in_colour(summary: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels_of(yaml: &str) -> StepLabels {
+        let source = plan_graph::Source::new("plan.yaml", yaml);
+        let loaded = plan_graph::load(
+            source,
+            plan_graph::Format::Yaml,
+            &plan_graph::LoadOptions::default(),
+        )
+        .expect("the plan loads");
+        StepLabels::of(&loaded.plan)
+    }
+
+    fn ok(step_id: &str) -> serde_json::Value {
+        serde_json::json!({"step_id": step_id, "ok": true, "skipped": false, "attempts": 1, "duration_ms": 3})
+    }
+
+    #[test]
+    fn the_summary_tells_steps_from_items_nodes_and_replaced_steps_by_the_labels_alone() {
+        let steps = labels_of(
+            "steps:\n\
+             - {id: build, tool: echo, args: {}}\n\
+             - {id: a/b, tool: echo, args: {}}\n\
+             - {id: notify, tool: echo, expand_on: [x, y], args: {to: $each}}\n",
+        );
+        let report: RunReport = serde_json::from_value(serde_json::json!({
+            "run_id": "R",
+            "plan_id": "plan",
+            "task_status": "COMPLETED",
+            "records": [
+                ok("build"), ok("a/b"), ok("a/b/check#1"), ok("notify-0"), ok("notify-1"),
+                ok("gone"),
+                {"step_id": "__meta__", "ok": true, "skipped": false, "attempts": 0, "duration_ms": 9}
+            ],
+            "variables": {}
+        }))
+        .expect("a report");
+        let text = summary(&report, &steps, false);
+        assert!(text.contains("✓ build [echo]"), "{text}");
+        assert!(text.contains("✓ a/b [echo]"), "{text}");
+        // `a/b/check#1` is a node of step `a/b`, though the step's id holds a `/` too.
+        assert!(
+            text.ends_with(
+                "COMPLETED: 2 steps (2 ok), 2 map items, 1 block node, 1 replaced step in 9ms · run R\n"
+            ),
+            "{text}"
+        );
+        // Without labels (not expected), steps are named by their ids and nothing panics.
+        let bare = summary(&report, &StepLabels::default(), false);
+        assert!(bare.contains("✓ build "), "{bare}");
+    }
 }

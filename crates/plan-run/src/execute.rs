@@ -81,13 +81,14 @@ impl Default for Execution {
     }
 }
 
-/// A run's outcome: its report and the plan it ran.
+/// A run's outcome. The plan is not in it: a run lets go of its plan once the plan is
+/// compiled and recorded (a 100,000-step plan holds 26 MB), so a caller that shows the plan
+/// beside the report keeps what it needs of it before the run, or reads it back with
+/// [`plan_of`](crate::plan_of).
 #[derive(Debug)]
 pub struct Outcome {
     /// As `run --json` prints it.
     pub report: RunReport,
-    /// The plan (for a summary that draws it).
-    pub plan: Arc<Plan>,
 }
 
 /// A new run: its id, what is approved in advance, its mode.
@@ -302,7 +303,6 @@ pub fn prepare_resume(
         // Nothing left to run: what it gave, as `run` reported it.
         return Ok(Resumable::Finished(Outcome {
             report: report(store, &row)?,
-            plan: Arc::new(plan_of(&row)?),
         }));
     }
     let mut source = Source::new(row.plan_name.clone(), row.plan_source.clone());
@@ -577,8 +577,9 @@ async fn execute(
     options.mode = Some(from.mode);
     options.cancel = execution.cancel.clone();
     options.workspace = from.workspace;
+    // The run needs only the program: the plan and its text go now, not after the run.
+    drop(prepared.loaded);
     let program = Arc::new(prepared.program);
-    let plan = Arc::new(prepared.loaded.plan);
     let journal_failed = |message: String| LifecycleError::Journal {
         run_id: run_id.to_owned(),
         message,
@@ -609,5 +610,5 @@ async fn execute(
             )));
         }
     };
-    Ok(Outcome { report, plan })
+    Ok(Outcome { report })
 }

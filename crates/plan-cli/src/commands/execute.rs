@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plan_engine::Mode;
-use plan_graph::{Plan, Severity};
+use plan_graph::Severity;
 use plan_types::RunReport;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -16,7 +16,7 @@ use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
 use crate::events_file::EventsFile;
 use crate::exit::Failure;
 use crate::ledger::Ledger;
-use crate::output::{self, Live};
+use crate::output::{self, Live, StepLabels};
 use crate::plan_file::{Ready, prepare, prepare_source};
 use crate::toolbox::Toolbox;
 
@@ -86,7 +86,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
             ledger,
         )?;
     }
-    print_outcome(&outcome.0, &outcome.1, &frontend)
+    print_outcome(&outcome.0, outcome.1.as_deref(), &frontend)
 }
 
 /// How a run shows itself and what it writes besides the ledger: from `run` and `resume`'s
@@ -130,6 +130,10 @@ impl Frontend {
     }
 }
 
+/// A run's report, with how the summary names its plan's steps (`None` for `--json`, which
+/// prints no summary).
+pub(crate) type Ran = (RunReport, Option<Arc<StepLabels>>);
+
 /// Records a new run of a prepared plan and runs it; `approve` lists high-risk steps approved
 /// in advance.
 pub(crate) fn start_run(
@@ -138,7 +142,7 @@ pub(crate) fn start_run(
     frontend: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
-) -> Result<(RunReport, Arc<Plan>), Failure> {
+) -> Result<Ran, Failure> {
     let store = ledger.open()?;
     let run_id = start.run_id.clone();
     drive(
@@ -192,8 +196,8 @@ fn go_on(
 ) -> Result<i32, Failure> {
     let queue = execution.queue_settings();
     let frontend = Frontend::of(execution)?;
-    let (report, plan) = continue_run(run, options, queue.as_ref(), &frontend, toolbox, ledger)?;
-    print_outcome(&report, &plan, &frontend)
+    let (report, steps) = continue_run(run, options, queue.as_ref(), &frontend, toolbox, ledger)?;
+    print_outcome(&report, steps.as_deref(), &frontend)
 }
 
 /// Goes on with a stored run (a finished one, unless failures are to be retried, only gives
@@ -205,10 +209,19 @@ pub(crate) fn continue_run(
     frontend: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
-) -> Result<(RunReport, Arc<Plan>), Failure> {
+) -> Result<Ran, Failure> {
     let store = ledger.open_existing()?;
     let from = match plan_run::prepare_resume(&store, run, options).map_err(Failure::lifecycle)? {
-        plan_run::Resumable::Finished(outcome) => return Ok((outcome.report, outcome.plan)),
+        plan_run::Resumable::Finished(outcome) => {
+            let steps = if frontend.json {
+                None
+            } else {
+                let row = store.run(&outcome.report.run_id).map_err(Failure::ledger)?;
+                let plan = plan_run::plan_of(&row).map_err(Failure::lifecycle)?;
+                Some(Arc::new(StepLabels::of(&plan)))
+            };
+            return Ok((outcome.report, steps));
+        }
         plan_run::Resumable::Continue(from) => from,
     };
     if let Some(queue) = queue {
@@ -240,7 +253,7 @@ pub(crate) fn continue_run(
 /// code of its status.
 pub(crate) fn print_outcome(
     report: &RunReport,
-    plan: &Plan,
+    steps: Option<&StepLabels>,
     frontend: &Frontend,
 ) -> Result<i32, Failure> {
     let json = frontend.json;
@@ -248,7 +261,10 @@ pub(crate) fn print_outcome(
     if json {
         super::print_json(report)?;
     } else {
-        super::print_summary(&output::summary(report, plan, frontend.show_results))?;
+        // Without the plan's steps (not expected), lines name steps by their ids alone.
+        let none = StepLabels::default();
+        let steps = steps.unwrap_or(&none);
+        super::print_summary(&output::summary(report, steps, frontend.show_results))?;
     }
     if report.task_status == plan_types::TaskStatus::Stopped && !json {
         eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
@@ -308,7 +324,7 @@ fn drive<F>(
     toolbox: &Toolbox,
     ledger: &Ledger,
     run: impl FnOnce(plan_run::Prepared, plan_run::Execution) -> F,
-) -> Result<(RunReport, Arc<Plan>), Failure>
+) -> Result<Ran, Failure>
 where
     F: std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
 {
@@ -337,7 +353,10 @@ where
         settings.events.push(file.clone());
     }
     // `--json` keeps stdout for its object and stderr quiet: `--events` is the live feed.
-    let live = (!args.json).then(|| Arc::new(Live::new(&prepared.loaded.plan)));
+    // Otherwise the live view and the summary name steps as the plan does; the plan itself
+    // goes once the run has compiled and recorded it.
+    let steps = (!args.json).then(|| Arc::new(StepLabels::of(&prepared.loaded.plan)));
+    let live = steps.clone().map(|steps| Arc::new(Live::new(steps)));
     if let Some(live) = &live {
         settings.events.push(live.clone());
         if args.verbose {
@@ -392,7 +411,7 @@ where
     if let Some(path) = &state_file {
         write_state_file(ledger.path(), run_id, path).map_err(Failure::internal)?;
     }
-    Ok((outcome.report, outcome.plan))
+    Ok((outcome.report, steps))
 }
 
 /// Ctrl+C or SIGTERM stops the run: nothing new starts, running tools are cancelled, what

@@ -127,7 +127,8 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
     let report = stored_report(&store, &row)?;
     if !args.json {
         let plan = plan_of(&row)?;
-        super::print_summary(&output::summary(&report, &plan, false))?;
+        let steps = output::StepLabels::of(&plan);
+        super::print_summary(&output::summary(&report, &steps, false))?;
         return Ok(0);
     }
     let text = pretty(&report);

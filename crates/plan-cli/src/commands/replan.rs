@@ -6,11 +6,10 @@
 
 use std::sync::Arc;
 
-use plan_graph::Plan;
 use plan_types::{Event, EventKind, RunReport, TaskStatus};
 use serde_json::Value;
 
-use super::execute::{Frontend, continue_run};
+use super::execute::{Frontend, Ran, continue_run};
 use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::toolbox::Toolbox;
@@ -27,14 +26,14 @@ pub(crate) fn model() -> Result<plan_llm::Http, Failure> {
 
 /// Re-plans a failed run up to `budget` times; the last outcome.
 pub(crate) fn until_done(
-    mut outcome: (RunReport, Arc<Plan>),
+    mut outcome: Ran,
     budget: u32,
     model: &mut plan_llm::Http,
     secrets: &[String],
     frontend: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
-) -> Result<(RunReport, Arc<Plan>), Failure> {
+) -> Result<Ran, Failure> {
     let mut revisions = 0;
     while revisions < budget && outcome.0.task_status == TaskStatus::Failed {
         let run_id = outcome.0.run_id.clone();
