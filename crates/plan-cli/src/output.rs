@@ -375,11 +375,11 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         let id = label(record);
         if plan.label(&record.step_id).is_none() {
             // A block's node (`STEP/NODE#N`) or a map step's item.
-            let id = record.step_id.as_str();
-            let of_a_step = id
+            let part = record.step_id.as_str();
+            let of_a_step = part
                 .match_indices('/')
-                .any(|(at, _)| plan.label(&id[..at]).is_some())
-                || plan.map_of(id).is_some();
+                .any(|(at, _)| plan.label(&part[..at]).is_some())
+                || plan.map_of(part).is_some();
             if !of_a_step {
                 // A step of an earlier revision of the plan (`run --replan`): shown as it ended.
                 earlier += 1;
