@@ -111,7 +111,8 @@ impl Inputs {
             text,
             check_names,
         } = self;
-        if check_names {
+        // Reading every step's placeholders is only worth it when names were given.
+        if check_names && (!typed.is_empty() || !text.is_empty()) {
             let mut known: Vec<String> = plan.variables.keys().cloned().collect();
             known.extend(plan_graph::variables_read(plan));
             let given = typed.keys().chain(text.iter().map(|(name, _)| name));

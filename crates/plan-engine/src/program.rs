@@ -164,7 +164,8 @@ impl Program {
         let mut steps = Vec::with_capacity(plan.steps.len());
         let names = registry.names();
         let default_retry = plan.retry.clone().unwrap_or_default();
-        let mut schemas: HashMap<&str, Option<Arc<jsonschema::Validator>>> = HashMap::new();
+        // A tool's risk and compiled schema, worked out once per tool, not once per step.
+        let mut facts: HashMap<&str, (Risk, Option<Arc<jsonschema::Validator>>)> = HashMap::new();
         // One name per tool, shared by its steps, not one per step.
         let mut tool_names: HashMap<&str, Arc<str>> = HashMap::new();
         let mut binders = BTreeMap::new();
@@ -198,7 +199,7 @@ impl Program {
                     registry,
                 )
             });
-            let (action, tool, default_risk) = match (&step.block, task) {
+            let (action, schema, default_risk) = match (&step.block, task) {
                 // Its calls are admitted one by one as it makes them.
                 (_, Some(Ok(task))) => (Action::Task(Arc::new(task)), None, Risk::Low),
                 (_, Some(Err(message))) => {
@@ -222,31 +223,30 @@ impl Program {
                     }
                 },
                 (None, None) => match registry.get(&step.tool) {
-                    Some(tool) => (Action::Tool(tool.clone()), Some(tool), tool.info().risk),
+                    Some(tool) => {
+                        let (risk, schema) = facts.entry(step.tool.as_str()).or_insert_with(|| {
+                            let info = tool.info();
+                            let schema = match compile_schema(&info.input_schema) {
+                                Ok(schema) => schema,
+                                Err(message) => {
+                                    // Said once, at the first step that calls the tool.
+                                    issues.push(Issue::error(
+                                        "plan::tool_schema",
+                                        PlanPath::step(i).key("tool"),
+                                        format!("tool `{}` publishes an input schema that does not compile: {message}", step.tool),
+                                    ));
+                                    None
+                                }
+                            };
+                            (info.risk, schema)
+                        });
+                        (Action::Tool(tool.clone()), schema.clone(), *risk)
+                    }
                     None => {
                         issues.push(unknown_tool(i, &step.tool, &names));
                         continue;
                     }
                 },
-            };
-            let schema = match (tool, schemas.get(step.tool.as_str())) {
-                (None, _) => None,
-                (Some(_), Some(schema)) => schema.clone(),
-                (Some(tool), None) => {
-                    let schema = match compile_schema(&tool.info().input_schema) {
-                        Ok(schema) => schema,
-                        Err(message) => {
-                            issues.push(Issue::error(
-                                "plan::tool_schema",
-                                PlanPath::step(i).key("tool"),
-                                format!("tool `{}` publishes an input schema that does not compile: {message}", step.tool),
-                            ));
-                            None
-                        }
-                    };
-                    schemas.insert(&step.tool, schema.clone());
-                    schema
-                }
             };
             let args = match ValueTemplate::compile_shared(&step.args) {
                 Ok(args) => args,
@@ -940,11 +940,60 @@ fn compile_expand(expand: &plan_graph::Expand) -> Result<CompiledExpand, String>
 }
 
 #[cfg(test)]
-mod size_tests {
+mod tests {
+    use super::*;
+    use crate::tool::{Tool, ToolContext, ToolError, ToolInfo};
+
     /// A program holds one per step: what few steps have (a map, a condition) is boxed.
     #[test]
     fn compiled_steps_stay_small() {
-        let size = std::mem::size_of::<super::CompiledStep>();
+        let size = std::mem::size_of::<CompiledStep>();
         assert!(size <= 192, "{size}");
+    }
+
+    /// Publishes a schema that does not compile, and counts how often it is asked.
+    struct Broken(std::sync::atomic::AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl Tool for Broken {
+        fn info(&self) -> ToolInfo {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ToolInfo {
+                name: "broken".into(),
+                description: String::new(),
+                source: "test".into(),
+                input_schema: serde_json::json!({"type": "no such type"}),
+                risk: Risk::High,
+            }
+        }
+
+        async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+            Ok(args)
+        }
+    }
+
+    #[test]
+    fn a_tool_is_asked_once_and_its_broken_schema_reported_once() {
+        let text = r#"{"steps": [
+            {"id": "a", "tool": "broken", "args": {}},
+            {"id": "b", "tool": "broken", "args": {}},
+            {"id": "c", "tool": "broken", "args": {}}
+        ]}"#;
+        let loaded = plan_graph::load(
+            plan_graph::Source::new("plan.json", text),
+            plan_graph::Format::Json,
+            &plan_graph::LoadOptions::default(),
+        )
+        .expect("the plan loads");
+        let broken = Arc::new(Broken(std::sync::atomic::AtomicUsize::new(0)));
+        let mut registry = Registry::new();
+        registry.register_as("broken", broken.clone());
+        let issues = Program::compile(&loaded.plan, "plan", &registry)
+            .err()
+            .expect("the schema does not compile");
+        let codes: Vec<&str> = issues.iter().map(|issue| issue.code).collect();
+        assert_eq!(codes, ["plan::tool_schema"], "{issues:#?}");
+        assert!(issues[0].message.contains("tool `broken`"), "{issues:#?}");
+        assert_eq!(broken.0.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }
