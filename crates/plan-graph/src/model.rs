@@ -156,62 +156,6 @@ pub(crate) struct RawStep {
     pub(crate) run_if: Option<RunIf>,
 }
 
-/// A list read into chunks that never move. One growing `Vec` of 100,000 written steps
-/// (392 bytes each) was copied at every doubling: 40 MB moved, twice the memory touched, a
-/// tenth of the time it took to load the plan.
-#[derive(Debug)]
-pub(crate) struct Chunked<T>(Vec<Vec<T>>);
-
-/// The largest chunk, in items.
-const CHUNK: usize = 4_096;
-
-impl<T> Chunked<T> {
-    pub(crate) fn len(&self) -> usize {
-        self.0.iter().map(Vec::len).sum()
-    }
-}
-
-impl<T> IntoIterator for Chunked<T> {
-    type Item = T;
-    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Vec<T>>>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter().flatten()
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Chunked<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Chunks<T>(std::marker::PhantomData<T>);
-
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Chunks<T> {
-            type Value = Chunked<T>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                // As serde says it of a `Vec`.
-                f.write_str("a sequence")
-            }
-
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Chunked<T>, A::Error> {
-                let first = seq.size_hint().unwrap_or(0).clamp(8, CHUNK);
-                let mut chunks = Vec::new();
-                let mut chunk = Vec::with_capacity(first);
-                while let Some(item) = seq.next_element()? {
-                    if chunk.len() == chunk.capacity() {
-                        let next = Vec::with_capacity((chunk.capacity() * 2).min(CHUNK));
-                        chunks.push(std::mem::replace(&mut chunk, next));
-                    }
-                    chunk.push(item);
-                }
-                chunks.push(chunk);
-                Ok(Chunked(chunks))
-            }
-        }
-
-        deserializer.deserialize_seq(Chunks(std::marker::PhantomData))
-    }
-}
-
 /// A plan as written.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -230,8 +174,7 @@ pub(crate) struct RawPlan {
     pub(crate) retry: Option<RetryPolicy>,
     #[serde(default, alias = "timeoutMs")]
     pub(crate) timeout_ms: Option<u64>,
-    #[schemars(with = "Vec<RawStep>")]
-    pub(crate) steps: Chunked<RawStep>,
+    pub(crate) steps: Vec<RawStep>,
     #[serde(default)]
     pub(crate) guards: Option<Guards>,
     #[serde(default)]
@@ -920,22 +863,5 @@ mod tests {
             "{}",
             std::mem::size_of::<Step>()
         );
-    }
-
-    #[test]
-    fn a_chunked_list_reads_every_item_in_order_in_bounded_chunks() {
-        for n in [0usize, 1, 8, 9, 4_096, 10_000] {
-            let text = serde_json::to_string(&(0..n).collect::<Vec<_>>()).expect("json");
-            let list: Chunked<usize> = serde_json::from_str(&text).expect("a list");
-            assert_eq!(list.len(), n);
-            assert!(list.0.iter().all(|chunk| chunk.len() <= CHUNK));
-            assert_eq!(
-                list.into_iter().collect::<Vec<_>>(),
-                (0..n).collect::<Vec<_>>()
-            );
-        }
-        // As serde says it of a `Vec`, so that messages stay the same.
-        let error = serde_json::from_str::<Chunked<usize>>("{}").expect_err("not a list");
-        assert!(error.to_string().contains("expected a sequence"), "{error}");
     }
 }
