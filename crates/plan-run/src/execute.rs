@@ -345,10 +345,13 @@ pub async fn resume(
 ) -> Result<Outcome, LifecycleError> {
     let ResumeFrom {
         row,
+        source,
         retry_failed,
         retry_steps,
         ..
     } = *from;
+    // Prepared already: the text is not kept through the run.
+    drop(source);
     let mut records = store.records(&row.run_id)?;
     if retry_failed || !retry_steps.is_empty() {
         // A failed step runs again; a failed block runs again from its entry point, so the
@@ -423,7 +426,10 @@ pub async fn resume(
         mode,
         workspace,
     };
-    execute(prepared, &row.run_id, store, from, execution).await
+    // The row holds the plan's text: only its id goes on.
+    let run_id = row.run_id.clone();
+    drop(row);
+    execute(prepared, &run_id, store, from, execution).await
 }
 
 /// The steps (and other settings) in which plan `given` differs from a run's `stored` plan,
