@@ -282,7 +282,7 @@ pub(crate) fn check_and_migrate(conn: &Connection, path: &Path) -> Result<(), St
     conn.pragma_update(None, "mmap_size", 268_435_456)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     if version < VERSION {
-        migrate(conn, version)?;
+        migrate(conn)?;
     }
     Ok(())
 }
@@ -304,27 +304,31 @@ fn journal_mode_wal(conn: &Connection) -> Result<String, StoreError> {
     }
 }
 
-fn migrate(conn: &Connection, from: i64) -> Result<(), StoreError> {
-    let start = usize::try_from(from).unwrap_or(0);
-    for (index, migration) in MIGRATIONS.iter().enumerate().skip(start) {
-        // One transaction per migration, together with the version bump. Several processes
-        // may open a new ledger at once: the version is read again under the write lock, and a
-        // migration another process made meanwhile is not made twice.
-        let to = index + 1;
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        let migrated = (|| {
-            let now: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
-            if now < i64::try_from(to).unwrap_or(i64::MAX) {
-                conn.execute_batch(&format!(
-                    "{migration}; PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {to};"
-                ))?;
-            }
-            conn.execute_batch("COMMIT")
-        })();
-        if let Err(error) = migrated {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(error.into());
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    // One transaction for every migration due, with the version bump: a new ledger is made
+    // in one commit, not one per migration, and an upgrade that fails leaves the ledger as it
+    // was. Several processes may open a new ledger at once: the version is read again under
+    // the write lock, and migrations another process made meanwhile are not made twice.
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let migrated = (|| {
+        let now: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let start = usize::try_from(now).unwrap_or(0);
+        let mut script = String::new();
+        for migration in MIGRATIONS.iter().skip(start) {
+            script.push_str(migration);
+            script.push_str(";\n");
         }
+        if !script.is_empty() {
+            script.push_str(&format!(
+                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {VERSION};"
+            ));
+            conn.execute_batch(&script)?;
+        }
+        conn.execute_batch("COMMIT")
+    })();
+    if let Err(error) = migrated {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(error.into());
     }
     Ok(())
 }

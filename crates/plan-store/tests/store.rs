@@ -561,6 +561,37 @@ fn a_ledger_of_the_previous_layout_migrates_and_reads_back_the_same() {
     assert_eq!(got, want);
 }
 
+/// An upgrade is one transaction: when a later migration fails, the earlier ones are not
+/// kept either, and the ledger stays as the older plan-cli wrote it.
+#[test]
+fn an_upgrade_that_fails_leaves_the_ledger_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(include_str!("data/ledger-v3.sql"))
+        .unwrap();
+    // Migration 5 creates this table: with it already there, 4 succeeds and 5 fails.
+    conn.execute_batch("CREATE TABLE plan_revisions (x)").unwrap();
+    drop(conn);
+    let refused = Store::open(&path);
+    assert!(refused.is_err(), "{refused:?}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
+    let table = |name: &str| -> i64 {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [name],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(table("records"), 1, "migration 4 was rolled back");
+    assert_eq!(table("step_records"), 0, "migration 4 was rolled back");
+}
+
 /// Processes that open a new ledger at the same moment all get it, each migration made once.
 #[test]
 fn many_first_users_of_a_new_ledger_all_open_it() {
