@@ -571,7 +571,8 @@ fn an_upgrade_that_fails_leaves_the_ledger_as_it_was() {
     conn.execute_batch(include_str!("data/ledger-v3.sql"))
         .unwrap();
     // Migration 5 creates this table: with it already there, 4 succeeds and 5 fails.
-    conn.execute_batch("CREATE TABLE plan_revisions (x)").unwrap();
+    conn.execute_batch("CREATE TABLE plan_revisions (x)")
+        .unwrap();
     drop(conn);
     let refused = Store::open(&path);
     assert!(refused.is_err(), "{refused:?}");
