@@ -500,16 +500,23 @@ fn several_writers_share_one_file_without_lock_errors() {
     }
 }
 
+/// `state.db` in `dir`, as the plan-cli of schema 3 left it (`tests/data/ledger-v3.sql`), with
+/// a connection to it.
+fn schema_3_ledger(dir: &tempfile::TempDir) -> (std::path::PathBuf, rusqlite::Connection) {
+    let path = dir.path().join("state.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(include_str!("data/ledger-v3.sql"))
+        .unwrap();
+    (path, conn)
+}
+
 /// A ledger written by plan-cli before the compact layout (schema 3, by the release of that
 /// time: `tests/data/ledger-v3.sql`) is migrated in place, and reads back as that plan-cli
 /// read it: the same records, the same events (`plan-cli events`), the same attempts.
 #[test]
 fn a_ledger_of_the_previous_layout_migrates_and_reads_back_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(include_str!("data/ledger-v3.sql"))
-        .unwrap();
+    let (path, conn) = schema_3_ledger(&dir);
     drop(conn);
     let store = Store::open(&path).unwrap();
     let run = store.runs().unwrap().remove(0);
@@ -566,10 +573,7 @@ fn a_ledger_of_the_previous_layout_migrates_and_reads_back_the_same() {
 #[test]
 fn an_upgrade_that_fails_leaves_the_ledger_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(include_str!("data/ledger-v3.sql"))
-        .unwrap();
+    let (path, conn) = schema_3_ledger(&dir);
     // Migration 5 creates this table: with it already there, 4 succeeds and 5 fails.
     conn.execute_batch("CREATE TABLE plan_revisions (x)")
         .unwrap();
