@@ -664,14 +664,18 @@ fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Timed> {
         let text = String::from_utf8_lossy(&output.stdout);
         let measured: Value = serde_json::from_str(text.trim())
             .with_context(|| format!("measuring a run printed {text:?}"))?;
-        let code = measured["code"].as_i64().unwrap_or(-1);
-        if code != 0 {
+        // Every figure is required: a run measured as 0 s or 0 KiB would pass unnoticed.
+        let field = |name: &str| {
+            measured[name]
+                .as_f64()
+                .with_context(|| format!("measuring a run printed no `{name}`: {text:?}"))
+        };
+        let code = field("code")?;
+        if code != 0.0 {
             bail!("{} exited with {code}", plan.display());
         }
-        times.push(Duration::from_secs_f64(
-            measured["wall_s"].as_f64().unwrap_or_default(),
-        ));
-        peak_kib = peak_kib.max(measured["max_rss_kib"].as_i64().unwrap_or_default());
+        times.push(Duration::from_secs_f64(field("wall_s")?));
+        peak_kib = peak_kib.max(field("max_rss_kib")? as i64);
     }
     times.sort();
     Ok(Timed {
@@ -684,15 +688,15 @@ fn time_runs(binary: &Path, plan: &Path, runs: usize) -> Result<Timed> {
 /// peak RSS as JSON.
 const MEASURE: &str = "__measure";
 
-/// Runs `command` (stdout to /dev/null, stderr discarded) from this small process, so that
-/// its peak RSS is its own (see [`time_runs`]).
+/// Runs `command` (stdout to /dev/null; stderr shown, so that a failing run says why) from
+/// this small process, so that its peak RSS is its own (see [`time_runs`]).
 fn measure(command: &[String]) -> Result<()> {
     let (program, args) = command.split_first().context("__measure needs a command")?;
     let started = Instant::now();
     let child = Command::new(program)
         .args(args)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
         .spawn()?;
     let (code, max_rss_kib) = wait_with_rusage(&child)?;
     let wall = started.elapsed();
