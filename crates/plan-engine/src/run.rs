@@ -1585,8 +1585,9 @@ impl Scheduler<'_> {
         }
         let mut records: Vec<Record> = if self.maps.is_empty() && self.nested.is_empty() {
             // Collected in place: the records take the steps' list (a record is smaller than
-            // a step's state), so a large run does not hold two lists at its end, when it
-            // holds the most. There is room left for `__meta__`.
+            // a step's state; std reuses the allocation), so a large run does not hold two
+            // lists at its end, when it holds the most. The list then has room for more
+            // records than steps, `__meta__` among them, for any run of four steps or more.
             self.steps
                 .into_iter()
                 .map(|step| step.record.unwrap_or_else(unreachable_record))
@@ -1870,7 +1871,7 @@ fn json_list(ids: &[&str]) -> String {
 }
 
 #[cfg(test)]
-mod size_tests {
+mod tests {
     /// The end of a run turns the steps' states into records in place, which needs a record
     /// to be no larger than a state (and room for one more record).
     #[test]
