@@ -504,9 +504,9 @@ fn several_writers_share_one_file_without_lock_errors() {
 /// a connection to it.
 fn schema_3_ledger(dir: &tempfile::TempDir) -> (std::path::PathBuf, rusqlite::Connection) {
     let path = dir.path().join("state.db");
-    let conn = rusqlite::Connection::open(&path).unwrap();
+    let conn = rusqlite::Connection::open(&path).expect("a new SQLite file");
     conn.execute_batch(include_str!("data/ledger-v3.sql"))
-        .unwrap();
+        .expect("the schema-3 ledger's SQL runs");
     (path, conn)
 }
 
