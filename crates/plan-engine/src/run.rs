@@ -437,7 +437,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         if running.is_empty() && scheduler.ready.is_empty() && scheduler.writer.is_some() {
             // Nothing to do but wait for the ledger (a chain): commit here rather than wait
             // for the writer thread to wake up and wake us back.
-            if let Some(error) = scheduler.commit_here() {
+            if let Some(error) = scheduler.durable_here() {
                 failure.get_or_insert(error.0);
                 halt.cancel();
             }
@@ -446,6 +446,10 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 break;
             }
             continue;
+        }
+        if let Some(writer) = scheduler.writer.as_mut() {
+            // The scheduler is about to wait: what it sent is the thread's to commit.
+            writer.wake();
         }
         let joined = tokio::select! {
             biased;
@@ -686,14 +690,26 @@ impl Scheduler<'_> {
         self.flush();
         if self.durable != u64::MAX && self.writer.is_some() {
             // A failure reaches the run loop through the watch channel.
-            let _ = self.commit_here();
+            let _ = self.durable_here();
         }
+    }
+
+    /// Makes what is queued for the ledger durable on this thread and releases the work it
+    /// held; gives the ledger's failure, if it failed.
+    fn durable_here(&mut self) -> Option<plan_types::JournalError> {
+        let now = self.writer.as_mut()?.make_durable();
+        self.released(now)
     }
 
     /// Commits what is queued for the ledger on this thread and releases the work it held;
     /// gives the ledger's failure, if it failed.
     fn commit_here(&mut self) -> Option<plan_types::JournalError> {
-        match self.writer.as_ref()?.commit_now() {
+        let now = self.writer.as_mut()?.commit_now();
+        self.released(now)
+    }
+
+    fn released(&mut self, now: Durable) -> Option<plan_types::JournalError> {
+        match now {
             Durable::Upto(upto) => {
                 self.release(upto);
                 None

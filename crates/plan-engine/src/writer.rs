@@ -4,19 +4,23 @@
 //! writer's own commits every queued batch together (group commit), then publishes the number
 //! of the last one on a watch channel: everything up to that number is durable. Under
 //! [`Durability::Sync`] the scheduler holds back a step whose dependencies settled in a batch
-//! not yet durable; when it has nothing else to do (a chain), it commits the queue itself
-//! ([`Writer::commit_now`]) rather than wait for the thread to wake up, take the queue and wake
-//! it back. Under `async` nothing waits; under `exit` the writer keeps every batch and commits
-//! them once, when the run ends.
+//! not yet durable; when it has nothing else to do (a chain), it makes the queue durable itself
+//! ([`Writer::make_durable`]) rather than wait for the thread to wake up, take the queue and
+//! wake it back: it appends the batches to the journal's log if the journal has one (a write,
+//! where a commit is a transaction), else it commits them. The thread folds logged batches
+//! into the ledger as it does the others. Under `async` nothing waits; under `exit` the writer
+//! keeps every batch and commits them once, when the run ends.
 //!
 //! Whoever commits takes the journal's lock before it takes the queue, so batches are committed
-//! in the order they were sent, and sending never waits for a commit.
+//! in the order they were sent, and sending never waits for a commit. The log is appended to
+//! with the queue locked, so the thread never takes a batch half-logged; a batch the thread
+//! took before it was logged is durable only once its commit returns.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use plan_types::{Batch, Durability, Journal, JournalError, RunEnd};
+use plan_types::{Batch, BatchLog, Durability, Journal, JournalError, RunEnd};
 use tokio::sync::watch;
 
 /// How long the writer waits without a batch before it writes the journal's events alone.
@@ -42,10 +46,19 @@ struct Ledger {
     kept_upto: u64,
 }
 
+/// Batches not yet taken by a commit.
+#[derive(Default)]
+struct Queue {
+    batches: Vec<(u64, Batch)>,
+    /// How many records they hold.
+    records: usize,
+    /// The number of the last batch a commit took.
+    taken: u64,
+}
+
 struct Shared {
     ledger: Mutex<Ledger>,
-    /// Batches not yet taken by a commit, and how many records they hold.
-    queue: Mutex<(Vec<(u64, Batch)>, usize)>,
+    queue: Mutex<Queue>,
     durable: watch::Sender<Durable>,
     durability: Durability,
 }
@@ -75,8 +88,11 @@ impl Shared {
         let mut ledger = lock(&self.ledger);
         let batches = {
             let mut queue = lock(&self.queue);
-            queue.1 = 0;
-            std::mem::take(&mut queue.0)
+            queue.records = 0;
+            if let Some((last, _)) = queue.batches.last() {
+                queue.taken = *last;
+            }
+            std::mem::take(&mut queue.batches)
         };
         let Some(upto) = batches.last().map(|(number, _)| *number) else {
             return;
@@ -95,7 +111,7 @@ impl Shared {
             ledger.kept_upto = upto;
             return;
         }
-        match ledger.journal.commit(&group) {
+        match ledger.journal.commit(&group, upto) {
             Ok(()) => {
                 self.durable.send_replace(Durable::Upto(upto));
             }
@@ -110,19 +126,29 @@ impl Shared {
 /// The scheduler's end of the writer.
 pub(crate) struct Writer {
     shared: Arc<Shared>,
+    /// The journal's log, and the number of the last batch appended to it.
+    log: Option<(Box<dyn BatchLog>, u64)>,
     wake: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     /// The number the next batch gets.
     next: u64,
+    /// Whether batches were sent since the thread was last woken.
+    unwoken: bool,
 }
 
 impl Writer {
     /// Starts the writer thread; returns it with the channel on which it publishes what is
     /// durable.
     pub(crate) fn start(
-        journal: Box<dyn Journal>,
+        mut journal: Box<dyn Journal>,
         durability: Durability,
     ) -> Result<(Writer, watch::Receiver<Durable>), JournalError> {
+        // Only a scheduler that waits for durability has a use for the log.
+        let log = if durability == Durability::Sync {
+            journal.log().map(|log| (log, 0))
+        } else {
+            None
+        };
         let (durable, receiver) = watch::channel(Durable::Upto(0));
         let shared = Arc::new(Shared {
             ledger: Mutex::new(Ledger {
@@ -131,7 +157,7 @@ impl Writer {
                 kept: Batch::default(),
                 kept_upto: 0,
             }),
-            queue: Mutex::new((Vec::new(), 0)),
+            queue: Mutex::new(Queue::default()),
             durable,
             durability,
         });
@@ -160,9 +186,11 @@ impl Writer {
         Ok((
             Writer {
                 shared,
+                log,
                 wake: Some(wake),
                 thread: Some(thread),
                 next: 1,
+                unwoken: false,
             },
             receiver,
         ))
@@ -173,10 +201,13 @@ impl Writer {
         self.next
     }
 
-    /// Hands a batch to the writer. An empty batch is not sent (its number is not used).
-    /// Returns whether the writer has fallen behind (more than [`BACKLOG`] records wait): the
-    /// caller should then help with [`Writer::commit_now`], so that a run whose steps outpace
-    /// the ledger does not pile up copies of its records in memory.
+    /// Queues a batch for the writer. An empty batch is not sent (its number is not used).
+    /// The thread is not woken yet: the scheduler either commits the queue itself
+    /// ([`Writer::commit_now`]) or wakes the thread ([`Writer::wake`]) before it waits for
+    /// anything, so a chain's steps do not each cost the thread a wake-up and a turn at the
+    /// lock. Returns whether the writer has fallen behind (more than [`BACKLOG`] records
+    /// wait): the caller should then help with [`Writer::commit_now`], so that a run whose
+    /// steps outpace the ledger does not pile up copies of its records in memory.
     pub(crate) fn send(&mut self, batch: Batch) -> bool {
         if batch.is_empty() {
             return false;
@@ -185,22 +216,64 @@ impl Writer {
         self.next += 1;
         let waiting = {
             let mut queue = lock(&self.shared.queue);
-            queue.1 += batch.records.len();
-            queue.0.push((number, batch));
-            queue.1
+            queue.records += batch.records.len();
+            queue.batches.push((number, batch));
+            queue.records
         };
+        self.unwoken = true;
+        waiting > BACKLOG
+    }
+
+    /// Wakes the thread to commit what was sent since it was last woken, if anything was.
+    pub(crate) fn wake(&mut self) {
+        if !std::mem::replace(&mut self.unwoken, false) {
+            return;
+        }
         if let Some(wake) = &self.wake {
             // A thread that is gone has published why on the watch channel.
             let _ = wake.send(());
         }
-        waiting > BACKLOG
     }
 
-    /// Commits what is queued on the caller's thread, for a scheduler that has nothing to do
-    /// but wait for it; returns what is durable then.
-    pub(crate) fn commit_now(&self) -> Durable {
+    /// Commits what is queued on the caller's thread, for a scheduler whose steps outpace the
+    /// ledger; returns what is durable then.
+    pub(crate) fn commit_now(&mut self) -> Durable {
+        self.unwoken = false;
         self.shared.commit_queued();
         self.shared.durable.borrow().clone()
+    }
+
+    /// Makes what is queued durable on the caller's thread, for a scheduler that has nothing
+    /// to do but wait for it: appends it to the journal's log, or commits it if there is no
+    /// log or the thread has taken a batch the log lacks. Returns what is durable then.
+    pub(crate) fn make_durable(&mut self) -> Durable {
+        if let Some((log, logged)) = self.log.as_mut() {
+            let committed = match &*self.shared.durable.borrow() {
+                Durable::Upto(upto) => *upto,
+                Durable::Failed(error) => return Durable::Failed(error.clone()),
+            };
+            let queue = lock(&self.shared.queue);
+            // A batch the thread took unlogged is durable once its commit returns: then the
+            // commit below waits for it.
+            if queue.taken <= (*logged).max(committed) {
+                for (number, batch) in &queue.batches {
+                    if *number <= *logged {
+                        continue;
+                    }
+                    if let Err(error) = log.append(*number, batch) {
+                        drop(queue);
+                        self.shared
+                            .durable
+                            .send_replace(Durable::Failed(error.clone()));
+                        lock(&self.shared.ledger).failed = Some(error.clone());
+                        return Durable::Failed(error);
+                    }
+                    *logged = *number;
+                }
+                return Durable::Upto((*logged).max(committed));
+            }
+        }
+        self.commit_now()
     }
 
     /// Writes what is left and tells the journal how the run ended.
@@ -213,8 +286,8 @@ impl Writer {
         }
         let kept = std::mem::take(&mut ledger.kept);
         if !kept.is_empty() {
-            ledger.journal.commit(&kept)?;
             let upto = ledger.kept_upto;
+            ledger.journal.commit(&kept, upto)?;
             self.shared.durable.send_replace(Durable::Upto(upto));
         }
         ledger.journal.finish(end)

@@ -427,7 +427,11 @@ struct Kept(
 );
 
 impl plan_types::Journal for Kept {
-    fn commit(&mut self, batch: &plan_types::Batch) -> Result<(), plan_types::JournalError> {
+    fn commit(
+        &mut self,
+        batch: &plan_types::Batch,
+        _upto: u64,
+    ) -> Result<(), plan_types::JournalError> {
         let mut kept = self.0.lock().expect("not poisoned");
         for (_, record) in &batch.records {
             kept.0.retain(|r| r.step_id != record.step_id);

@@ -764,17 +764,84 @@ async fn env_values_reach_tools_but_never_the_output() {
 /// For each call of `probe`: the step, and the steps the journal had committed by then.
 type Seen = Arc<Mutex<Vec<(String, Vec<String>)>>>;
 
-/// A journal in memory: what was committed, in order, and a switch to make it fail.
+/// A journal in memory: what was committed, in order, and a switch to make it fail; with
+/// `log`, also a log of batches (what it logged, and whether appending fails).
 #[derive(Clone, Default)]
 struct MemoryJournal {
     committed: Arc<Mutex<Vec<plan_types::Record>>>,
     commits: Arc<AtomicUsize>,
     fail_after: Option<usize>,
     ended: Arc<Mutex<Option<plan_types::RunEnd>>>,
+    log: Option<MemoryLog>,
+    /// Commits wait until this is set (or 10 s have passed, which sets `gate_timed_out`).
+    gate: Option<Arc<std::sync::atomic::AtomicBool>>,
+    gate_timed_out: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[derive(Clone, Default)]
+struct MemoryLog {
+    logged: Arc<Mutex<Vec<plan_types::Record>>>,
+    numbers: Arc<Mutex<Vec<u64>>>,
+    fails: bool,
+}
+
+impl plan_types::BatchLog for MemoryLog {
+    fn append(
+        &mut self,
+        number: u64,
+        batch: &plan_types::Batch,
+    ) -> Result<(), plan_types::JournalError> {
+        if self.fails {
+            return Err(plan_types::JournalError("log full".into()));
+        }
+        self.numbers.lock().unwrap().push(number);
+        self.logged
+            .lock()
+            .unwrap()
+            .extend(batch.records.iter().map(|(_, r)| r.clone()));
+        Ok(())
+    }
+}
+
+impl MemoryJournal {
+    /// The ids of the records durable now: committed or logged.
+    fn durable(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .committed
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.step_id.clone())
+            .collect();
+        if let Some(log) = &self.log {
+            ids.extend(log.logged.lock().unwrap().iter().map(|r| r.step_id.clone()));
+        }
+        ids
+    }
 }
 
 impl plan_types::Journal for MemoryJournal {
-    fn commit(&mut self, batch: &plan_types::Batch) -> Result<(), plan_types::JournalError> {
+    fn log(&mut self) -> Option<Box<dyn plan_types::BatchLog>> {
+        self.log
+            .clone()
+            .map(|log| Box::new(log) as Box<dyn plan_types::BatchLog>)
+    }
+
+    fn commit(
+        &mut self,
+        batch: &plan_types::Batch,
+        _upto: u64,
+    ) -> Result<(), plan_types::JournalError> {
+        if let Some(gate) = &self.gate {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !gate.load(Ordering::SeqCst) {
+                if std::time::Instant::now() > deadline {
+                    self.gate_timed_out.store(true, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         let n = self.commits.fetch_add(1, Ordering::SeqCst);
         if self.fail_after.is_some_and(|limit| n >= limit) {
             return Err(plan_types::JournalError("disk full".into()));
@@ -792,7 +859,8 @@ impl plan_types::Journal for MemoryJournal {
     }
 }
 
-/// `probe`: records, when called, which steps the journal had committed.
+/// `probe`: records, when called, which steps the journal had made durable (committed or
+/// logged); with `open`, lets the journal's gated commits through.
 struct Probe {
     journal: MemoryJournal,
     seen: Seen,
@@ -805,14 +873,12 @@ impl Tool for Probe {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<Value, ToolError> {
-        let committed: Vec<String> = self
-            .journal
-            .committed
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|r| r.step_id.clone())
-            .collect();
+        let committed = self.journal.durable();
+        if args.get("open").is_some()
+            && let Some(gate) = &self.journal.gate
+        {
+            gate.store(true, Ordering::SeqCst);
+        }
         self.seen
             .lock()
             .unwrap()
@@ -1070,6 +1136,80 @@ async fn a_failing_journal_stops_the_run_before_dependents_start() {
         ["a"],
         "b never started: a's result could not be made durable"
     );
+}
+
+/// Under `sync`, a chain's step starts once its dependency's batch is in the journal's log:
+/// no commit is waited for (here none can be made until the last step runs).
+#[tokio::test(start_paused = true)]
+async fn with_a_log_a_chain_waits_for_appends_not_commits() {
+    let plan = json!({"steps": [
+        probe("a", &[]), probe("b", &["a"]), probe("c", &["b"]),
+        {"id": "d", "tool": "probe", "args": {"open": true}, "depends_on": ["c"]},
+    ]});
+    let journal = MemoryJournal {
+        log: Some(MemoryLog::default()),
+        gate: Some(Arc::default()),
+        ..MemoryJournal::default()
+    };
+    let run = JournalRun::new(plan, journal);
+    let report = run.run(|_| {}).await.unwrap();
+    assert_eq!(report.task_status, TaskStatus::Completed);
+    assert!(
+        !run.journal.gate_timed_out.load(Ordering::SeqCst),
+        "a step waited for a commit"
+    );
+    let seen = run.seen.lock().unwrap().clone();
+    let expected: Vec<(String, Vec<String>)> = [
+        ("a", vec![]),
+        ("b", vec!["a"]),
+        ("c", vec!["a", "b"]),
+        ("d", vec!["a", "b", "c"]),
+    ]
+    .into_iter()
+    .map(|(id, durable)| {
+        (
+            id.to_owned(),
+            durable.into_iter().map(str::to_owned).collect(),
+        )
+    })
+    .collect();
+    assert_eq!(
+        seen, expected,
+        "each step started once its dependency was logged"
+    );
+    let log = run.journal.log.as_ref().unwrap();
+    assert_eq!(*log.numbers.lock().unwrap(), [1, 2, 3]);
+    // Everything logged was committed as well, by the end.
+    let committed: Vec<String> = run
+        .journal
+        .committed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.step_id.clone())
+        .collect();
+    assert_eq!(committed, ["a", "b", "c", "d"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_log_stops_the_run_before_dependents_start() {
+    let plan = json!({"steps": [probe("a", &[]), probe("b", &["a"]), probe("c", &["b"])]});
+    let run = JournalRun::new(
+        plan,
+        MemoryJournal {
+            log: Some(MemoryLog {
+                fails: true,
+                ..MemoryLog::default()
+            }),
+            ..MemoryJournal::default()
+        },
+    );
+    let error = run.run(|_| {}).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the ledger could not be written, so the run stopped: log full"
+    );
+    assert_eq!(run.called(), ["a"]);
 }
 
 #[tokio::test(start_paused = true)]

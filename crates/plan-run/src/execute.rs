@@ -485,6 +485,16 @@ pub fn owner_alive(row: &RunRow) -> Option<u32> {
         .filter(|&pid| pid != std::process::id() && process_alive(pid))
 }
 
+/// Folds into the ledger what a run whose process died (`kill -9`) had made durable in its log
+/// and not yet committed, so that a report shows every step it completed. A no-op for any
+/// other run, and on a ledger opened read-only. (`resume` does it too, before it goes on.)
+pub fn recover_interrupted(store: &mut Store, row: &RunRow) -> Result<(), LifecycleError> {
+    if owner_died(row) {
+        store.recover(&row.run_id)?;
+    }
+    Ok(())
+}
+
 /// Whether a run marked running lost its process (killed, crashed): it will never finish by
 /// itself, and `resume` continues it.
 pub(crate) fn owner_died(row: &RunRow) -> bool {

@@ -23,6 +23,6 @@ pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, reject};
 pub use error::LifecycleError;
 pub use execute::{
     Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, filters_of,
-    owner_alive, plan_drift, prepare_resume, resume, start, working_dir_of,
+    owner_alive, plan_drift, prepare_resume, recover_interrupted, resume, start, working_dir_of,
 };
 pub use report::{execute_state, format_name, format_of, plan_of, report, status_of};

@@ -17,7 +17,7 @@ use crate::schema::EVENT_KINDS;
 /// the event is emitted: smaller than the event (no text timestamp, the rare fields already
 /// JSON), since a busy run's events wait in memory for the next commit. Read back, it gives the
 /// same event.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct EventRow {
     pub(crate) kind: i64,
     pub(crate) step_id: Option<Arc<str>>,

@@ -2,9 +2,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use plan_types::{Batch, Event, EventSink, Journal, JournalError, RunEnd};
-use rusqlite::TransactionBehavior;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use plan_types::{Batch, BatchLog, Event, EventSink, Journal, JournalError, RunEnd};
 use rusqlite::types::Value;
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
 
 use crate::events::EventRow;
 use crate::runs::RunState;
@@ -40,14 +44,250 @@ impl EventBuffer {
     }
 }
 
+/// Events numbered for the ledger, shared by a run's journal and its log: the log numbers the
+/// events of each batch it appends, and the journal stores them with its next commit.
+#[derive(Default)]
+struct Numbered {
+    next_seq: i64,
+    /// Events the log has appended and the ledger does not hold yet.
+    logged: Vec<(i64, EventRow)>,
+    /// Whether the log has appended anything: commits then say how far they folded it.
+    appended: bool,
+}
+
+impl Numbered {
+    /// Numbers what `events` holds.
+    fn take(&mut self, events: &EventBuffer) -> Vec<(i64, EventRow)> {
+        let taken = events.take();
+        let first = self.next_seq;
+        self.next_seq += i64::try_from(taken.len()).unwrap_or(i64::MAX);
+        (first..).zip(taken).collect()
+    }
+}
+
+fn lock(numbered: &Mutex<Numbered>) -> std::sync::MutexGuard<'_, Numbered> {
+    numbered
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// One batch as the ledger stores it, and as a line of a run's log.
+#[derive(Default, Serialize, Deserialize)]
+struct Entry {
+    /// The batch's number (the last one's, for a group).
+    n: u64,
+    /// Step id, position, item and the record's stored text.
+    records: Vec<(String, usize, Option<usize>, String)>,
+    /// Name and value (JSON text).
+    variables: Vec<(String, String)>,
+    /// Step id and checkpoint (JSON text).
+    checkpoints: Vec<(String, String)>,
+    events: Vec<(i64, EventRow)>,
+}
+
+impl Entry {
+    fn of(n: u64, batch: &Batch, events: Vec<(i64, EventRow)>) -> Result<Entry, StoreError> {
+        let records = batch
+            .records
+            .iter()
+            .map(|(position, record)| {
+                Ok((
+                    record.step_id.clone(),
+                    position.step,
+                    position.item,
+                    crate::runs::record_text(record)?,
+                ))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(Entry {
+            n,
+            records,
+            variables: batch
+                .variables
+                .iter()
+                .map(|(name, value)| (name.clone(), value.to_string()))
+                .collect(),
+            checkpoints: batch
+                .checkpoints
+                .iter()
+                .map(|(step_id, checkpoint)| (step_id.clone(), checkpoint.to_string()))
+                .collect(),
+            events,
+        })
+    }
+
+    /// Writes the entry's rows for run `key` (`run_id`). Replayed from a log, an event the
+    /// ledger holds already is left as it is.
+    fn store(
+        &self,
+        transaction: &rusqlite::Transaction<'_>,
+        run_id: &str,
+        key: i64,
+        replayed: bool,
+    ) -> Result<(), StoreError> {
+        let count = |n: usize| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+        let key = Value::Integer(key);
+        let records: Vec<[Value; 5]> = self
+            .records
+            .iter()
+            .map(|(step_id, position, item, text)| {
+                [
+                    key.clone(),
+                    Value::Text(step_id.clone()),
+                    count(*position),
+                    item.map_or(Value::Null, count),
+                    Value::Text(text.clone()),
+                ]
+            })
+            .collect();
+        insert_rows(
+            transaction,
+            "INSERT OR REPLACE INTO step_records (run, step_id, position, item, record)",
+            &records,
+        )?;
+        let pairs = |pairs: &[(String, String)]| -> Vec<[Value; 3]> {
+            pairs
+                .iter()
+                .map(|(name, value)| {
+                    [
+                        Value::Text(run_id.to_owned()),
+                        Value::Text(name.clone()),
+                        Value::Text(value.clone()),
+                    ]
+                })
+                .collect()
+        };
+        insert_rows(
+            transaction,
+            "INSERT OR REPLACE INTO variables (run_id, name, value)",
+            &pairs(&self.variables),
+        )?;
+        let events: Vec<[Value; 10]> = self
+            .events
+            .iter()
+            .map(|(seq, event)| event.values(&key, *seq))
+            .collect();
+        insert_rows(
+            transaction,
+            if replayed {
+                "INSERT OR IGNORE INTO run_events (run, seq, kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest)"
+            } else {
+                "INSERT INTO run_events (run, seq, kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest)"
+            },
+            &events,
+        )?;
+        insert_rows(
+            transaction,
+            "INSERT OR REPLACE INTO checkpoints (run_id, step_id, checkpoint)",
+            &pairs(&self.checkpoints),
+        )?;
+        Ok(())
+    }
+}
+
+/// The log file of run `key`'s generation `generation` beside the ledger at `ledger`.
+pub(crate) fn log_path(ledger: &Path, key: i64, generation: i64) -> PathBuf {
+    let mut name = ledger.as_os_str().to_owned();
+    name.push(format!("-run{key}-{generation}.log"));
+    PathBuf::from(name)
+}
+
+impl Store {
+    /// Folds into the ledger what run `key`'s log holds beyond what was folded before, if a
+    /// process that ran it died (after `kill -9`) and left its log; then starts the run's
+    /// next generation of log. Returns that generation. Only the run's owner, or a process
+    /// that knows the owner is dead, may call it.
+    fn recover_log(&mut self, run_id: &str, key: i64) -> Result<i64, StoreError> {
+        let (generation, folded): (i64, i64) = self
+            .conn
+            .query_row(
+                "SELECT generation, folded FROM run_logs WHERE run = ?1",
+                [key],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?
+            .unwrap_or((0, 0));
+        let left = log_path(&self.path, key, generation);
+        let text = match std::fs::read(&left) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => {
+                return Err(StoreError::Open {
+                    path: left,
+                    message: error.to_string(),
+                });
+            }
+        };
+        let transaction = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // A line cut short (the process died inside its write) ends what the log holds: its
+        // batch was never reported durable.
+        for line in text.split(|&byte| byte == b'\n') {
+            let Ok(entry) = serde_json::from_slice::<Entry>(line) else {
+                break;
+            };
+            if i64::try_from(entry.n).unwrap_or(i64::MAX) > folded {
+                entry.store(&transaction, run_id, key, true)?;
+            }
+        }
+        transaction.execute(
+            "INSERT OR REPLACE INTO run_logs (run, generation, folded) VALUES (?1, ?2, 0)",
+            params![key, generation + 1],
+        )?;
+        transaction.commit()?;
+        if !text.is_empty() {
+            // Folded now; a crash before this leaves a file no generation reads.
+            let _ = std::fs::remove_file(&left);
+        }
+        Ok(generation + 1)
+    }
+
+    /// Folds into the ledger what a run that died left in its log (see [`RunJournal`]), so
+    /// that `status` shows every step it completed. A no-op for a run that left none, and on
+    /// a ledger opened read-only (which shows what was folded). Call it only for a run whose
+    /// owner is not alive.
+    pub fn recover(&mut self, run_id: &str) -> Result<(), StoreError> {
+        if self.is_in_memory() || self.read_only {
+            return Ok(());
+        }
+        let key = self.run_key(run_id)?;
+        let generation: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT generation FROM run_logs WHERE run = ?1",
+                [key],
+                |row| row.get(0),
+            )
+            .optional()?;
+        match generation {
+            Some(generation) if log_path(&self.path, key, generation).exists() => {
+                self.recover_log(run_id, key).map(|_| ())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// One run's journal on a ledger.
+///
+/// Besides its commits, a journal on a ledger file has a log ([`Journal::log`]): a file beside
+/// the ledger to which the engine appends a batch its next step waits for, one line of JSON
+/// per batch in a single write, instead of waiting for a commit. A line written survives
+/// `kill -9` as a commit does (both are in the operating system's cache then; neither is
+/// synced to the disk). Commits fold logged batches into the tables as they do the others and
+/// say how far they folded (`run_logs`); the next journal of the run (`resume`), or
+/// [`Store::recover`], folds what a dead process left, and the log is removed when the run
+/// ends.
 pub struct RunJournal {
     store: Store,
     run_id: String,
     /// The run's integer key, which its rows carry.
     key: i64,
     events: Arc<EventBuffer>,
-    next_seq: i64,
+    numbered: Arc<Mutex<Numbered>>,
+    /// This process's log of the run, if the ledger is a file.
+    log: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RunJournal {
@@ -60,9 +300,20 @@ impl std::fmt::Debug for RunJournal {
 
 impl RunJournal {
     /// A journal for a run already in the ledger (`begin_run` or `resume_run` first); events
-    /// emitted to `events` are stored with each commit, after those already stored.
-    pub fn new(store: Store, run_id: &str, events: Arc<EventBuffer>) -> Result<Self, StoreError> {
+    /// emitted to `events` are stored with each commit, after those already stored. What an
+    /// earlier process of the run left in its log is folded into the ledger first.
+    pub fn new(
+        mut store: Store,
+        run_id: &str,
+        events: Arc<EventBuffer>,
+    ) -> Result<Self, StoreError> {
         let key = store.run_key(run_id)?;
+        let log = if store.is_in_memory() {
+            None
+        } else {
+            let generation = store.recover_log(run_id, key)?;
+            Some(log_path(&store.path, key, generation))
+        };
         let next_seq: i64 = store.conn.query_row(
             "SELECT coalesce(max(seq), 0) + 1 FROM run_events WHERE run = ?1",
             [key],
@@ -73,7 +324,11 @@ impl RunJournal {
             run_id: run_id.to_owned(),
             key,
             events,
-            next_seq,
+            numbered: Arc::new(Mutex::new(Numbered {
+                next_seq,
+                ..Numbered::default()
+            })),
+            log,
         })
     }
 
@@ -82,78 +337,78 @@ impl RunJournal {
         self.store
     }
 
-    fn write(&mut self, batch: &Batch, events: &[EventRow]) -> Result<(), StoreError> {
-        let run_id = self.run_id.as_str();
-        let key = Value::Integer(self.key);
+    fn write(&mut self, batch: &Batch, upto: u64) -> Result<(), StoreError> {
+        let (events, appended) = {
+            let mut numbered = lock(&self.numbered);
+            let mut events = std::mem::take(&mut numbered.logged);
+            events.extend(numbered.take(&self.events));
+            (events, numbered.appended)
+        };
+        let folds = appended && upto > 0;
+        if batch.is_empty() && events.is_empty() && !folds {
+            return Ok(());
+        }
+        let entry = Entry::of(upto, batch, events)?;
         let transaction = self
             .store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut records: Vec<[Value; 5]> = Vec::with_capacity(batch.records.len());
-        for (position, record) in &batch.records {
-            let item = position.item.map_or(Value::Null, |k| {
-                Value::Integer(i64::try_from(k).unwrap_or(i64::MAX))
-            });
-            records.push([
-                key.clone(),
-                Value::Text(record.step_id.clone()),
-                Value::Integer(i64::try_from(position.step).unwrap_or(i64::MAX)),
-                item,
-                Value::Text(crate::runs::record_text(record)?),
-            ]);
+        entry.store(&transaction, &self.run_id, self.key, false)?;
+        if folds {
+            transaction.execute(
+                "UPDATE run_logs SET folded = ?2 WHERE run = ?1",
+                params![self.key, i64::try_from(upto).unwrap_or(i64::MAX)],
+            )?;
         }
-        insert_rows(
-            &transaction,
-            "INSERT OR REPLACE INTO step_records (run, step_id, position, item, record)",
-            &records,
-        )?;
-        let variables: Vec<[Value; 3]> = batch
-            .variables
-            .iter()
-            .map(|(name, value)| {
-                [
-                    Value::Text(run_id.to_owned()),
-                    Value::Text(name.clone()),
-                    Value::Text(value.to_string()),
-                ]
-            })
-            .collect();
-        insert_rows(
-            &transaction,
-            "INSERT OR REPLACE INTO variables (run_id, name, value)",
-            &variables,
-        )?;
-        let mut event_rows: Vec<[Value; 10]> = Vec::with_capacity(events.len());
-        for (offset, event) in events.iter().enumerate() {
-            let seq = self.next_seq + i64::try_from(offset).unwrap_or(i64::MAX);
-            event_rows.push(event.values(&key, seq));
-        }
-        insert_rows(
-            &transaction,
-            "INSERT INTO run_events (run, seq, kind, step_id, attempt, ts_ms, tool, duration_ms, ok, rest)",
-            &event_rows,
-        )?;
-        let checkpoints: Vec<[Value; 3]> = batch
-            .checkpoints
-            .iter()
-            .map(|(step_id, checkpoint)| {
-                [
-                    Value::Text(run_id.to_owned()),
-                    Value::Text(step_id.clone()),
-                    Value::Text(checkpoint.to_string()),
-                ]
-            })
-            .collect();
-        insert_rows(
-            &transaction,
-            "INSERT OR REPLACE INTO checkpoints (run_id, step_id, checkpoint)",
-            &checkpoints,
-        )?;
         // The run's row is not touched here: it holds the whole plan document, and rewriting
         // it on every commit made large plans' runs crawl.
         transaction.commit()?;
-        self.next_seq += i64::try_from(events.len()).unwrap_or(i64::MAX);
         Ok(())
+    }
+}
+
+/// The log of one run in one process: see [`RunJournal`].
+struct RunLog {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+    events: Arc<EventBuffer>,
+    numbered: Arc<Mutex<Numbered>>,
+}
+
+impl RunLog {
+    fn append(&mut self, number: u64, batch: &Batch) -> Result<(), StoreError> {
+        let failed = |path: &Path, error: std::io::Error| StoreError::Open {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        };
+        if self.file.is_none() {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+                .map_err(|error| failed(&self.path, error))?;
+            self.file = Some(file);
+        }
+        let mut numbered = lock(&self.numbered);
+        let events = numbered.take(&self.events);
+        let entry = Entry::of(number, batch, events)?;
+        let mut line = serde_json::to_vec(&entry).map_err(crate::runs::damaged("log entry"))?;
+        line.push(b'\n');
+        if let Some(file) = self.file.as_mut() {
+            // One write: a line is in the log whole, or (the process killed inside it) cut
+            // short at the end, where recovery stops.
+            file.write_all(&line)
+                .map_err(|error| failed(&self.path, error))?;
+        }
+        numbered.logged.extend(entry.events);
+        numbered.appended = true;
+        Ok(())
+    }
+}
+
+impl BatchLog for RunLog {
+    fn append(&mut self, number: u64, batch: &Batch) -> Result<(), JournalError> {
+        RunLog::append(self, number, batch).map_err(|error| JournalError(error.to_string()))
     }
 }
 
@@ -180,26 +435,42 @@ fn insert_rows<const N: usize>(
 }
 
 impl Journal for RunJournal {
-    fn commit(&mut self, batch: &Batch) -> Result<(), JournalError> {
-        let events = self.events.take();
-        self.write(batch, &events)
+    fn commit(&mut self, batch: &Batch, upto: u64) -> Result<(), JournalError> {
+        self.write(batch, upto)
             .map_err(|error| JournalError(error.to_string()))
     }
 
     fn flush(&mut self) -> Result<(), JournalError> {
-        let events = self.events.take();
-        if events.is_empty() {
-            return Ok(());
-        }
-        self.write(&Batch::default(), &events)
+        self.write(&Batch::default(), 0)
             .map_err(|error| JournalError(error.to_string()))
+    }
+
+    fn log(&mut self) -> Option<Box<dyn BatchLog>> {
+        Some(Box::new(RunLog {
+            path: self.log.clone()?,
+            file: None,
+            events: self.events.clone(),
+            numbered: self.numbered.clone(),
+        }))
     }
 
     fn finish(&mut self, end: RunEnd) -> Result<(), JournalError> {
         // Events emitted since the last commit (`run.finished` among them).
-        let events = self.events.take();
-        self.write(&Batch::default(), &events)
+        self.write(&Batch::default(), 0)
             .map_err(|error| JournalError(error.to_string()))?;
+        if let Some(log) = &self.log {
+            // Everything in it is folded now.
+            match std::fs::remove_file(log) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    return Err(JournalError(format!(
+                        "cannot remove {}: {error}",
+                        log.display()
+                    )));
+                }
+            }
+        }
         let (state, status) = match end {
             RunEnd::Finished(status) => (RunState::Finished, Some(status)),
             RunEnd::Stopped => (RunState::Stopped, None),

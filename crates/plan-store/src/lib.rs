@@ -108,6 +108,8 @@ pub enum StoreError {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Opened with [`Store::open_read_only`].
+    read_only: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -147,6 +149,7 @@ impl Store {
             Ok(Store {
                 conn,
                 path: path.to_path_buf(),
+                read_only: true,
             })
         };
         let file = path
@@ -183,12 +186,18 @@ impl Store {
         Ok(Store {
             conn,
             path: path.to_path_buf(),
+            read_only: false,
         })
     }
 
     /// The ledger file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the ledger is in memory, not in a file.
+    fn is_in_memory(&self) -> bool {
+        self.path == Path::new(":memory:")
     }
 }
 

@@ -525,6 +525,14 @@ impl Store {
     /// run's results cannot be read back from the file.
     pub fn gc(&mut self, cutoff: &str, unfinished_too: bool) -> Result<usize, StoreError> {
         let states = expired_states(unfinished_too);
+        // Logs a dead process left (see `RunJournal`) hold results too: they go with the runs.
+        let mut statement = self.conn.prepare(&format!(
+            "SELECT l.run, l.generation FROM run_logs l JOIN runs r ON r.key = l.run WHERE {states} AND finished_at < ?1"
+        ))?;
+        let logs: Vec<(i64, i64)> = statement
+            .query_map([cutoff], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        drop(statement);
         self.conn.pragma_update(None, "secure_delete", true)?;
         let deleted = self.conn.execute(
             &format!("DELETE FROM runs WHERE {states} AND finished_at < ?1"),
@@ -532,6 +540,9 @@ impl Store {
         );
         self.conn.pragma_update(None, "secure_delete", false)?;
         let deleted = deleted?;
+        for (key, generation) in logs {
+            let _ = std::fs::remove_file(crate::journal::log_path(&self.path, key, generation));
+        }
         if deleted > 0 {
             // Until a checkpoint, the log still holds the pages as they were before.
             self.conn

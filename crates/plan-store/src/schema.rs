@@ -170,6 +170,17 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, revision)
     );
     ",
+    // 6: where each run's log of batches stands. Under `--durability sync` a step that waits
+    // for its dependencies' records has them appended to a log file beside the ledger (one
+    // per run and process, numbered by `generation`), which the writer folds into the tables;
+    // `folded` is the last batch folded, so that recovery from a crash replays only the rest.
+    "
+    CREATE TABLE run_logs (
+        run         INTEGER PRIMARY KEY REFERENCES runs (key) ON DELETE CASCADE,
+        generation  INTEGER NOT NULL,
+        folded      INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// The numbers event kinds are stored as (migration 4 spells the same table out in SQL).

@@ -104,7 +104,7 @@ fn a_ledger_from_a_newer_plan_cli_is_refused() {
             error,
             StoreError::TooNew {
                 found: 99,
-                supported: 5,
+                supported: 6,
                 ..
             }
         ),
@@ -166,46 +166,52 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
     events.emit(&tool_event("tool.succeeded", 2, json!({"duration_ms": 3})));
     // Committed out of order, across two batches: items of step 1, then step 0.
     journal
-        .commit(&Batch {
-            records: vec![
-                (
-                    Position {
-                        step: 1,
-                        item: None,
-                    },
-                    m.clone(),
-                ),
-                (
-                    Position {
-                        step: 1,
-                        item: Some(1),
-                    },
-                    m1.clone(),
-                ),
-                (
-                    Position {
-                        step: 1,
-                        item: Some(0),
-                    },
-                    m0.clone(),
-                ),
-            ],
-            variables: vec![("list".to_owned(), std::sync::Arc::new(list.clone()))],
-            checkpoints: Vec::new(),
-        })
+        .commit(
+            &Batch {
+                records: vec![
+                    (
+                        Position {
+                            step: 1,
+                            item: None,
+                        },
+                        m.clone(),
+                    ),
+                    (
+                        Position {
+                            step: 1,
+                            item: Some(1),
+                        },
+                        m1.clone(),
+                    ),
+                    (
+                        Position {
+                            step: 1,
+                            item: Some(0),
+                        },
+                        m0.clone(),
+                    ),
+                ],
+                variables: vec![("list".to_owned(), std::sync::Arc::new(list.clone()))],
+                checkpoints: Vec::new(),
+            },
+            1,
+        )
         .unwrap();
     journal
-        .commit(&Batch {
-            records: vec![(
-                Position {
-                    step: 0,
-                    item: None,
-                },
-                a.clone(),
-            )],
-            variables: vec![],
-            checkpoints: Vec::new(),
-        })
+        .commit(
+            &Batch {
+                records: vec![(
+                    Position {
+                        step: 0,
+                        item: None,
+                    },
+                    a.clone(),
+                )],
+                variables: vec![],
+                checkpoints: Vec::new(),
+            },
+            2,
+        )
         .unwrap();
     journal
         .finish(RunEnd::Finished(TaskStatus::Failed))
@@ -293,11 +299,14 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
     events.emit(&event(1));
     events.emit(&event(2));
     journal
-        .commit(&Batch {
-            records: vec![],
-            variables: vec![],
-            checkpoints: Vec::new(),
-        })
+        .commit(
+            &Batch {
+                records: vec![],
+                variables: vec![],
+                checkpoints: Vec::new(),
+            },
+            1,
+        )
         .unwrap();
     let store = journal.into_store();
     let stored = store.events_after("r", 0).unwrap();
@@ -398,26 +407,29 @@ fn forgotten_records_are_gone() {
     let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
     let (a, b) = (record("a", true), record("b", false));
     journal
-        .commit(&Batch {
-            records: vec![
-                (
-                    Position {
-                        step: 0,
-                        item: None,
-                    },
-                    a.clone(),
-                ),
-                (
-                    Position {
-                        step: 1,
-                        item: None,
-                    },
-                    b.clone(),
-                ),
-            ],
-            variables: vec![],
-            checkpoints: Vec::new(),
-        })
+        .commit(
+            &Batch {
+                records: vec![
+                    (
+                        Position {
+                            step: 0,
+                            item: None,
+                        },
+                        a.clone(),
+                    ),
+                    (
+                        Position {
+                            step: 1,
+                            item: None,
+                        },
+                        b.clone(),
+                    ),
+                ],
+                variables: vec![],
+                checkpoints: Vec::new(),
+            },
+            1,
+        )
         .unwrap();
     let mut store = journal.into_store();
     store.forget_records("r", &["b".to_owned()]).unwrap();
@@ -475,17 +487,20 @@ fn several_writers_share_one_file_without_lock_errors() {
                 for i in 0..200 {
                     let r = record(&format!("s{i}"), true);
                     journal
-                        .commit(&Batch {
-                            records: vec![(
-                                Position {
-                                    step: i,
-                                    item: None,
-                                },
-                                r.clone(),
-                            )],
-                            variables: vec![],
-                            checkpoints: Vec::new(),
-                        })
+                        .commit(
+                            &Batch {
+                                records: vec![(
+                                    Position {
+                                        step: i,
+                                        item: None,
+                                    },
+                                    r.clone(),
+                                )],
+                                variables: vec![],
+                                checkpoints: Vec::new(),
+                            },
+                            i as u64 + 1,
+                        )
                         .unwrap();
                 }
             })
@@ -669,4 +684,161 @@ fn deciding_several_approvals_is_all_or_nothing() {
             None,
         )
         .unwrap();
+}
+
+/// A batch of step records (at positions 0, 1, …) and variables.
+fn batch_of(records: &[&Record], variables: &[(&str, Value)]) -> Batch {
+    Batch {
+        records: records
+            .iter()
+            .enumerate()
+            .map(|(step, record)| (Position { step, item: None }, (*record).clone()))
+            .collect(),
+        variables: variables
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), Arc::new(value.clone())))
+            .collect(),
+        checkpoints: Vec::new(),
+    }
+}
+
+/// The run's log files left beside the ledger.
+fn logs_beside(dir: &tempfile::TempDir) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("the folder reads")
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".log"))
+        .collect();
+    names.sort();
+    names
+}
+
+fn step_event(kind: &str, step_id: &str) -> plan_types::Event {
+    serde_json::from_value(json!({"type": kind, "run_id": "r", "step_id": step_id,
+        "attempt": 1, "ts": "2026-01-01T00:00:01.250Z", "tool": "echo"}))
+    .expect("an event")
+}
+
+#[test]
+fn what_a_killed_run_logged_and_did_not_commit_is_folded_in_by_recover() {
+    use plan_types::EventSink;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut store = Store::open(&path).unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let events = Arc::new(EventBuffer::default());
+    let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
+    let mut log = journal.log().expect("a ledger file has a log");
+    let (a, b) = (record("a", true), record("b", true));
+
+    events.emit(&step_event("tool.succeeded", "a"));
+    let first = batch_of(&[&a], &[("x", json!(1))]);
+    log.append(1, &first).unwrap();
+    journal.commit(&first, 1).unwrap();
+    events.emit(&step_event("tool.succeeded", "b"));
+    log.append(2, &batch_of(&[&a, &b], &[("x", json!(2))]))
+        .unwrap();
+    // The process dies here: batch 2 is in the log only.
+    drop(log);
+    let store = journal.into_store();
+    assert_eq!(store.records("r").unwrap(), std::slice::from_ref(&a));
+    assert_eq!(logs_beside(&dir).len(), 1);
+    drop(store);
+
+    let mut store = Store::open(&path).unwrap();
+    store.recover("r").unwrap();
+    assert_eq!(store.records("r").unwrap(), [a, b]);
+    assert_eq!(store.variables("r").unwrap()["x"].as_ref(), &json!(2));
+    let kinds: Vec<(i64, Option<String>)> = store
+        .events_after("r", 0)
+        .unwrap()
+        .into_iter()
+        .map(|(seq, event)| (seq, event.step_id.map(|id| id.to_string())))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(1, Some("a".to_owned())), (2, Some("b".to_owned()))],
+        "each event once, in order"
+    );
+    assert!(logs_beside(&dir).is_empty(), "{:?}", logs_beside(&dir));
+    // Nothing is left to fold the second time.
+    store.recover("r").unwrap();
+    assert_eq!(store.records("r").unwrap().len(), 2);
+}
+
+/// Batch 1 is logged, then committed together with batch 2 (which rebinds `x`), then batch 3
+/// is logged and the process dies: the replay must not bring back batch 1's `x`.
+#[test]
+fn a_resumed_journal_replays_only_what_was_not_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut store = Store::open(&path).unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
+    let mut log = journal.log().expect("a ledger file has a log");
+    let (a, b, c) = (record("a", true), record("b", true), record("c", true));
+    let first = batch_of(&[&a], &[("x", json!("old"))]);
+    log.append(1, &first).unwrap();
+    let mut group = first;
+    group.append(batch_of(&[], &[("x", json!("new"))]));
+    journal.commit(&group, 2).unwrap();
+    log.append(3, &batch_of(&[&a, &b, &c], &[])).unwrap();
+    drop(log);
+    let mut store = journal.into_store();
+    // The log's last line was cut short when the process died inside its write.
+    let logs = logs_beside(&dir);
+    assert_eq!(logs.len(), 1);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join(&logs[0]))
+        .unwrap();
+    std::io::Write::write_all(&mut file, br#"{"n":4,"records":[["d",3,nu"#).unwrap();
+    drop(file);
+    store.resume_run("r", 43).unwrap();
+
+    let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
+    journal
+        .finish(RunEnd::Finished(TaskStatus::Completed))
+        .unwrap();
+    let store = journal.into_store();
+    assert_eq!(store.records("r").unwrap(), [a, b, c]);
+    assert_eq!(store.variables("r").unwrap()["x"].as_ref(), &json!("new"));
+    assert!(logs_beside(&dir).is_empty(), "{:?}", logs_beside(&dir));
+}
+
+#[test]
+fn a_run_that_ends_leaves_no_log_and_an_in_memory_ledger_has_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut store = Store::open(&path).unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
+    let mut log = journal.log().expect("a ledger file has a log");
+    let a = record("a", true);
+    let batch = batch_of(&[&a], &[]);
+    log.append(1, &batch).unwrap();
+    assert_eq!(logs_beside(&dir).len(), 1);
+    journal.commit(&batch, 1).unwrap();
+    journal
+        .finish(RunEnd::Finished(TaskStatus::Completed))
+        .unwrap();
+    assert!(logs_beside(&dir).is_empty());
+    assert_eq!(journal.into_store().records("r").unwrap(), [a]);
+
+    let mut memory = Store::in_memory().unwrap();
+    memory
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let mut journal = RunJournal::new(memory, "r", Arc::default()).unwrap();
+    assert!(journal.log().is_none());
 }

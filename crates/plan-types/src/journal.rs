@@ -77,10 +77,13 @@ pub struct JournalError(pub String);
 /// A durable record of a run. The engine calls it from a writer thread of its own, never from
 /// the scheduler, and hands it every batch in the order the batches settled. `commit` must not
 /// return before the batch is durable: under [`Durability::Sync`] the engine starts no step
-/// that depends on a batch's records until `commit` has returned.
+/// that depends on a batch's records until `commit` has returned, or until the journal's
+/// [`BatchLog`] has taken the batch.
 pub trait Journal: Send {
-    /// Makes a batch durable, all of it or none of it.
-    fn commit(&mut self, batch: &Batch) -> Result<(), JournalError>;
+    /// Makes a batch durable, all of it or none of it. Batches are numbered from 1 in the
+    /// order the engine sent them; `batch` holds every one up to number `upto` not committed
+    /// before (several are committed together when they queue up).
+    fn commit(&mut self, batch: &Batch, upto: u64) -> Result<(), JournalError>;
 
     /// Records how the run ended (after the last commit).
     fn finish(&mut self, end: RunEnd) -> Result<(), JournalError>;
@@ -91,6 +94,23 @@ pub trait Journal: Send {
     fn flush(&mut self) -> Result<(), JournalError> {
         Ok(())
     }
+
+    /// A quicker way to make a batch durable than a commit, if the journal has one; the
+    /// engine asks once, when the run starts. None by default.
+    fn log(&mut self) -> Option<Box<dyn BatchLog>> {
+        None
+    }
+}
+
+/// A journal's quick path to durability, used on the scheduler's own thread when a step waits
+/// for its dependencies' records (a chain): an append to a log, which the journal's `commit`
+/// later folds into the ledger. After a crash the journal must recover from the log every
+/// batch appended and not committed.
+pub trait BatchLog: Send {
+    /// Makes batch `number` durable (it survives the process being killed) before the journal
+    /// commits it. Called in order of the numbers, each once, always before `commit` is given
+    /// the batch.
+    fn append(&mut self, number: u64, batch: &Batch) -> Result<(), JournalError>;
 }
 
 /// When what settles reaches the ledger (the names are LangGraph's).

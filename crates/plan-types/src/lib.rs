@@ -7,7 +7,8 @@
 //! - [`Event`] is one line of the NDJSON event stream, sent to an [`EventSink`].
 //! - [`Approvals`] are decisions on `risk: high` calls; [`PendingApproval`] is one that waits.
 //! - [`Journal`] is the port the engine writes its ledger through, with [`Batch`]es of settled
-//!   records and [`Restored`] state for a resumed run.
+//!   records, an optional [`BatchLog`] that makes a batch durable before it is committed, and
+//!   [`Restored`] state for a resumed run.
 //!
 //! - [`TaskState`] is where a task step (a coding task in a git worktree) stands.
 //!
@@ -28,7 +29,7 @@ mod task;
 pub use approval::{Approvals, PLAN_APPROVAL, PendingApproval, Verdict};
 pub use code::ErrorCode;
 pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
-pub use journal::{Batch, Durability, Journal, JournalError, Position, Restored, RunEnd};
+pub use journal::{Batch, BatchLog, Durability, Journal, JournalError, Position, Restored, RunEnd};
 pub use record::{META_STEP_ID, Record, StepError, reasons};
 pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};
 pub use task::{

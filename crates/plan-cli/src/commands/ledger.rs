@@ -23,6 +23,14 @@ pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Fa
     plan_run::report(store, row).map_err(Failure::lifecycle)
 }
 
+/// The run with this id (or prefix, or `last`), with what its process made durable before it
+/// died folded in.
+pub(crate) fn read_run(store: &mut Store, id: &str) -> Result<RunRow, Failure> {
+    let row = store.run(id).map_err(Failure::ledger)?;
+    plan_run::recover_interrupted(store, &row).map_err(Failure::lifecycle)?;
+    Ok(row)
+}
+
 pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let wanted_status = match &args.status {
         None => None,
@@ -122,8 +130,8 @@ fn human_duration(duration: Duration) -> String {
 }
 
 pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> {
-    let store = ledger.open_reader()?;
-    let row = store.run(&args.run).map_err(Failure::ledger)?;
+    let mut store = ledger.open_reader()?;
+    let row = read_run(&mut store, &args.run)?;
     let report = stored_report(&store, &row)?;
     if !args.json {
         let plan = plan_of(&row)?;
@@ -214,8 +222,8 @@ fn ask_to_stop(pid: u32) -> Result<(), Failure> {
 
 /// `logs RUN [STEP]`: each record's output (see [`output::step_output`]) under a header.
 pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, Failure> {
-    let store = ledger.open_reader()?;
-    let row = store.run(&args.run).map_err(Failure::ledger)?;
+    let mut store = ledger.open_reader()?;
+    let row = read_run(&mut store, &args.run)?;
     let report = stored_report(&store, &row)?;
     let records: Vec<&plan_types::Record> = report
         .records
@@ -265,8 +273,8 @@ pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, 
 }
 
 pub(crate) fn events(args: &EventsArgs, ledger: &Ledger) -> Result<i32, Failure> {
-    let store = ledger.open_reader()?;
-    let row = store.run(&args.run).map_err(Failure::ledger)?;
+    let mut store = ledger.open_reader()?;
+    let row = read_run(&mut store, &args.run)?;
     let mut after = 0;
     loop {
         let lines = store

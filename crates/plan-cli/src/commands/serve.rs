@@ -361,8 +361,8 @@ impl PlanServer {
                 to_json(&report)
             }
             "plan_status" => {
-                let store = self.ledger.open_existing()?;
-                let row = store.run(&run_id()?).map_err(Failure::ledger)?;
+                let mut store = self.ledger.open_existing()?;
+                let row = super::ledger::read_run(&mut store, &run_id()?)?;
                 to_json(&stored_report(&store, &row)?)
             }
             "plan_resume" => {
