@@ -237,8 +237,12 @@ impl Store {
         )?;
         transaction.commit()?;
         if !text.is_empty() {
-            // Folded now; a crash before this leaves a file no generation reads.
             let _ = std::fs::remove_file(&left);
+        }
+        if generation > 1 {
+            // What a process killed between the commit above and the removal left, the time
+            // before: folded, and read by no later generation.
+            let _ = std::fs::remove_file(log_path(&self.path, key, generation - 1));
         }
         Ok(generation + 1)
     }

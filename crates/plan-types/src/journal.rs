@@ -74,8 +74,9 @@ pub enum RunEnd {
 #[error("{0}")]
 pub struct JournalError(pub String);
 
-/// A durable record of a run. The engine calls it from a writer thread of its own, never from
-/// the scheduler, and hands it every batch in the order the batches settled. `commit` must not
+/// A durable record of a run. The engine calls it from a writer thread of its own (or from the
+/// scheduler's thread, when that has nothing else to do or the writer has fallen behind), one
+/// call at a time, and hands it every batch in the order the batches settled. `commit` must not
 /// return before the batch is durable: under [`Durability::Sync`] the engine starts no step
 /// that depends on a batch's records until `commit` has returned, or until the journal's
 /// [`BatchLog`] has taken the batch.
