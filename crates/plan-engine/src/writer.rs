@@ -8,7 +8,8 @@
 //! ([`Writer::make_durable`]) rather than wait for the thread to wake up, take the queue and
 //! wake it back: it appends the batches to the journal's log if the journal has one (a write,
 //! where a commit is a transaction), else it commits them. The thread folds logged batches
-//! into the ledger as it does the others. Under `async` nothing waits; under `exit` the writer
+//! into the ledger as it does the others, in groups: it is woken for them only once
+//! [`FOLD_EVERY`] wait, and otherwise finds them when it looks, every [`FOLD_AFTER`]. Under `async` nothing waits; under `exit` the writer
 //! keeps every batch and commits them once, when the run ends.
 //!
 //! Whoever commits takes the journal's lock before it takes the queue, so batches are committed
@@ -25,6 +26,15 @@ use tokio::sync::watch;
 
 /// How long the writer waits without a batch before it writes the journal's events alone.
 const EVENTS_EVERY: Duration = Duration::from_millis(500);
+
+/// How often the writer thread looks for batches nobody woke it for: logged batches, which
+/// are durable already and wait to be folded into the ledger (so `status` trails a chain by at
+/// most this much).
+const FOLD_AFTER: Duration = Duration::from_millis(50);
+
+/// Logged batches the scheduler leaves to the thread's next look before it wakes the thread:
+/// folding them in groups costs the ledger one commit per group, not one per step of a chain.
+const FOLD_EVERY: usize = 64;
 
 /// Records waiting for the writer beyond which the scheduler helps it commit.
 const BACKLOG: usize = 8192;
@@ -83,8 +93,9 @@ impl Shared {
         }
     }
 
-    /// Commits every queued batch as one, in order, and publishes what is durable.
-    fn commit_queued(&self) {
+    /// Commits every queued batch as one, in order, and publishes what is durable. Returns
+    /// whether there was anything to commit.
+    fn commit_queued(&self) -> bool {
         let mut ledger = lock(&self.ledger);
         let batches = {
             let mut queue = lock(&self.queue);
@@ -95,7 +106,7 @@ impl Shared {
             std::mem::take(&mut queue.batches)
         };
         let Some(upto) = batches.last().map(|(number, _)| *number) else {
-            return;
+            return false;
         };
         let mut group = Batch::default();
         for (_, batch) in batches {
@@ -104,12 +115,12 @@ impl Shared {
         if ledger.failed.is_some() {
             // After a failure nothing more is written: later batches may depend on what was
             // lost.
-            return;
+            return true;
         }
         if self.durability == Durability::Exit {
             ledger.kept.append(group);
             ledger.kept_upto = upto;
-            return;
+            return true;
         }
         match ledger.journal.commit(&group, upto) {
             Ok(()) => {
@@ -120,6 +131,7 @@ impl Shared {
                 ledger.failed = Some(error);
             }
         }
+        true
     }
 }
 
@@ -167,17 +179,27 @@ impl Writer {
             .name("plan-ledger".to_owned())
             .stack_size(plan_types::json::VALUE_THREAD_STACK)
             .spawn(move || {
+                let mut last_commit = std::time::Instant::now();
                 loop {
-                    match woken.recv_timeout(EVENTS_EVERY) {
+                    match woken.recv_timeout(FOLD_AFTER) {
                         Ok(()) => {
                             // Wake-ups that came meanwhile are served by this one commit.
                             while woken.try_recv().is_ok() {}
                             on_thread.commit_queued();
+                            last_commit = std::time::Instant::now();
                         }
-                        // Nothing settled for a while (a long step): what the journal holds
-                        // besides batches (events such as `tool.called`) is written, so that
-                        // `status` and `events` show the run as it goes.
-                        Err(mpsc::RecvTimeoutError::Timeout) => on_thread.commit_idle(),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            if on_thread.commit_queued() {
+                                last_commit = std::time::Instant::now();
+                            } else if last_commit.elapsed() >= EVENTS_EVERY {
+                                // Nothing settled for a while (a long step): what the journal
+                                // holds besides batches (events such as `tool.called`) is
+                                // written, so that `status` and `events` show the run as it
+                                // goes.
+                                on_thread.commit_idle();
+                                last_commit = std::time::Instant::now();
+                            }
+                        }
                         Err(mpsc::RecvTimeoutError::Disconnected) => break,
                     }
                 }
@@ -224,11 +246,23 @@ impl Writer {
         waiting > BACKLOG
     }
 
-    /// Wakes the thread to commit what was sent since it was last woken, if anything was.
+    /// Wakes the thread to commit what was sent since it was last woken, if anything was;
+    /// batches the log holds are left to the thread's next look unless [`FOLD_EVERY`] wait.
     pub(crate) fn wake(&mut self) {
-        if !std::mem::replace(&mut self.unwoken, false) {
+        if !self.unwoken {
             return;
         }
+        if let Some((_, logged)) = &self.log {
+            let queue = lock(&self.shared.queue);
+            let all_logged = queue
+                .batches
+                .last()
+                .is_none_or(|(number, _)| number <= logged);
+            if all_logged && queue.batches.len() < FOLD_EVERY {
+                return;
+            }
+        }
+        self.unwoken = false;
         if let Some(wake) = &self.wake {
             // A thread that is gone has published why on the watch channel.
             let _ = wake.send(());
@@ -239,7 +273,7 @@ impl Writer {
     /// ledger; returns what is durable then.
     pub(crate) fn commit_now(&mut self) -> Durable {
         self.unwoken = false;
-        self.shared.commit_queued();
+        let _ = self.shared.commit_queued();
         self.shared.durable.borrow().clone()
     }
 

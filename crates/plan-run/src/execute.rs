@@ -352,6 +352,9 @@ pub async fn resume(
     } = *from;
     // Prepared already: the text is not kept through the run.
     drop(source);
+    // What the run's last process made durable in its log and did not commit is folded in
+    // before anything is read back.
+    store.recover(&row.run_id)?;
     let mut records = store.records(&row.run_id)?;
     if retry_failed || !retry_steps.is_empty() {
         // A failed step runs again; a failed block runs again from its entry point, so the
