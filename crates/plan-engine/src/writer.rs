@@ -9,8 +9,9 @@
 //! wake it back: it appends the batches to the journal's log if the journal has one (a write,
 //! where a commit is a transaction), else it commits them. The thread folds logged batches
 //! into the ledger as it does the others, in groups: it is woken for them only once
-//! [`FOLD_EVERY`] wait, and otherwise finds them when it looks, every [`FOLD_AFTER`]. Under `async` nothing waits; under `exit` the writer
-//! keeps every batch and commits them once, when the run ends.
+//! [`FOLD_EVERY`] wait, and otherwise finds them when it looks, every [`FOLD_AFTER`]. Under
+//! `async` nothing waits; under `exit` the writer keeps every batch and commits them once, when
+//! the run ends.
 //!
 //! Whoever commits takes the journal's lock before it takes the queue, so batches are committed
 //! in the order they were sent, and sending never waits for a commit. The log is appended to
