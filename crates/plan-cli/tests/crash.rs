@@ -347,3 +347,84 @@ fn guards_count_the_same_across_kill_9_and_resume() {
         assert!(runs < 200, "kills never landed");
     }
 }
+
+/// After `kill -9`, `status` shows every step that completed: what the run had appended to its
+/// log and not yet folded into the ledger is folded in first, and the log is gone after.
+#[test]
+fn status_after_kill_9_shows_every_completed_step() {
+    let lab = Lab {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let ran = lab.dir.path().join("ran.log");
+    let steps: Vec<Value> = (0..20)
+        .map(|i| {
+            let id = format!("s{i:02}");
+            let mut step = json!({"id": id, "tool": "exec", "args": {"argv": ["sh", "-c",
+                "echo \"$1\" >> \"$2\"; sleep 0.02", "sh", id, ran]}});
+            if i > 0 {
+                step["depends_on"] = json!([format!("s{:02}", i - 1)]);
+            }
+            step
+        })
+        .collect();
+    let plan_file = lab.dir.path().join("chain.json");
+    std::fs::write(
+        &plan_file,
+        json!({"id": "chain", "steps": steps}).to_string(),
+    )
+    .unwrap();
+    let mut child = lab
+        .command(&["run", plan_file.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&ran)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 8
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never got to s07"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let logs = || -> Vec<String> {
+        std::fs::read_dir(lab.dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("state.db-run") && name.ends_with(".log"))
+            .collect()
+    };
+    assert_eq!(
+        logs().len(),
+        1,
+        "the killed run's log is left: {:?}",
+        logs()
+    );
+
+    let run_id = lab.newest_run().unwrap();
+    let report = lab.json(&["status", &run_id, "--json"]);
+    assert_eq!(report["task_status"], "INTERRUPTED", "{report}");
+    let started = std::fs::read_to_string(&ran).unwrap();
+    let started: Vec<&str> = started.lines().collect();
+    let completed: Vec<&str> = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ok"] == json!(true))
+        .map(|r| r["step_id"].as_str().unwrap())
+        .collect();
+    // Every step that started completed, but the last, which may have been cut off.
+    let (in_flight, done) = started.split_last().unwrap();
+    assert!(
+        completed.len() == done.len() || completed.len() == started.len(),
+        "completed {completed:?}, started {started:?}"
+    );
+    assert_eq!(&completed[..done.len()], done);
+    assert!(completed.len() == done.len() || completed.last() == Some(in_flight));
+    assert!(logs().is_empty(), "status folded the log in: {:?}", logs());
+}
