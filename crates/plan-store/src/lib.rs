@@ -6,7 +6,9 @@
 //! implements the [`plan_types::Journal`] port: each batch the engine's writer thread hands it
 //! is one `BEGIN IMMEDIATE` transaction. WAL mode with `synchronous=NORMAL` makes a commit
 //! survive `kill -9` of the process without an fsync per commit; `busy_timeout` lets several
-//! processes share one file.
+//! processes share one file. A step that waits for its dependencies' records need not wait for
+//! a commit: the journal's log, a file of JSON lines beside the ledger, takes the batch in one
+//! write, and commits fold it in later ([`RunJournal`], [`Store::recover`]).
 //!
 //! This is the only crate that knows SQL. It depends on `plan-types` alone for the records,
 //! events and the `Journal` port it stores: no async runtime, no plan parser, no engine.
