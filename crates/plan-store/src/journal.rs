@@ -53,6 +53,8 @@ struct Numbered {
     logged: Vec<(i64, EventRow)>,
     /// Whether the log has appended anything: commits then say how far they folded it.
     appended: bool,
+    /// The last batch a commit folded (and recorded so in `run_logs`).
+    folded: u64,
 }
 
 impl Numbered {
@@ -367,14 +369,25 @@ impl RunJournal {
         // The run's row is not touched here: it holds the whole plan document, and rewriting
         // it on every commit made large plans' runs crawl.
         transaction.commit()?;
+        if folds {
+            lock(&self.numbered).folded = upto;
+        }
         Ok(())
     }
 }
+
+/// The size beyond which a log that is folded whole is emptied before its next line, so that a
+/// long chain's log stays small.
+const TRIM_AT: u64 = 1 << 20;
 
 /// The log of one run in one process: see [`RunJournal`].
 struct RunLog {
     path: PathBuf,
     file: Option<std::fs::File>,
+    /// Bytes in the file.
+    size: u64,
+    /// The last batch appended.
+    last: u64,
     events: Arc<EventBuffer>,
     numbered: Arc<Mutex<Numbered>>,
 }
@@ -399,11 +412,19 @@ impl RunLog {
         let mut line = serde_json::to_vec(&entry).map_err(crate::runs::damaged("log entry"))?;
         line.push(b'\n');
         if let Some(file) = self.file.as_mut() {
+            if self.size >= TRIM_AT && numbered.folded >= self.last {
+                // Every line is in the ledger, and `run_logs` says so: a crash now or after
+                // finds nothing in the log it lacks.
+                file.set_len(0).map_err(|error| failed(&self.path, error))?;
+                self.size = 0;
+            }
             // One write: a line is in the log whole, or (the process killed inside it) cut
             // short at the end, where recovery stops.
             file.write_all(&line)
                 .map_err(|error| failed(&self.path, error))?;
         }
+        self.size += line.len() as u64;
+        self.last = number;
         numbered.logged.extend(entry.events);
         numbered.appended = true;
         Ok(())
@@ -453,6 +474,8 @@ impl Journal for RunJournal {
         Some(Box::new(RunLog {
             path: self.log.clone()?,
             file: None,
+            size: 0,
+            last: 0,
             events: self.events.clone(),
             numbered: self.numbered.clone(),
         }))

@@ -842,3 +842,46 @@ fn a_run_that_ends_leaves_no_log_and_an_in_memory_ledger_has_none() {
     let mut journal = RunJournal::new(memory, "r", Arc::default()).unwrap();
     assert!(journal.log().is_none());
 }
+
+#[test]
+fn a_log_folded_whole_is_emptied_once_it_is_large_and_still_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut store = Store::open(&path).unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
+    let mut log = journal.log().expect("a ledger file has a log");
+    let big = |id: &str| {
+        let mut record = record(id, true);
+        record.result = Some(Arc::new(json!({"text": "x".repeat(700_000)})));
+        record
+    };
+    let (a, b, c, d) = (big("a"), big("b"), record("c", true), record("d", true));
+    let at = |step: usize, record: &Record| {
+        let mut batch = batch_of(&[record], &[]);
+        batch.records[0].0.step = step;
+        batch
+    };
+    log.append(1, &at(0, &a)).unwrap();
+    log.append(2, &at(1, &b)).unwrap();
+    let file = dir.path().join(&logs_beside(&dir)[0]);
+    let size = || std::fs::metadata(&file).unwrap().len();
+    assert!(size() > 1_400_000, "{}", size());
+    // Not folded yet: the next line goes after the others.
+    log.append(3, &at(2, &c)).unwrap();
+    assert!(size() > 1_400_000, "{}", size());
+    let mut group = at(0, &a);
+    group.append(at(1, &b));
+    group.append(at(2, &c));
+    journal.commit(&group, 3).unwrap();
+    log.append(4, &at(3, &d)).unwrap();
+    assert!(size() < 10_000, "emptied before batch 4: {}", size());
+    // The process dies here.
+    drop(log);
+    let mut store = journal.into_store();
+    store.recover("r").unwrap();
+    assert_eq!(store.records("r").unwrap(), [a, b, c, d]);
+}
