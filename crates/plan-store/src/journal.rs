@@ -121,24 +121,32 @@ impl Entry {
     /// Writes the entry's rows for run `key` (`run_id`). Replayed from a log, an event the
     /// ledger holds already is left as it is.
     fn store(
-        &self,
+        self,
         transaction: &rusqlite::Transaction<'_>,
         run_id: &str,
         key: i64,
         replayed: bool,
     ) -> Result<(), StoreError> {
+        // The entry's texts move into the statements' values: a group commit of a busy run
+        // holds thousands of records, which are not copied again here.
+        let Entry {
+            records,
+            variables,
+            checkpoints,
+            events,
+            ..
+        } = self;
         let count = |n: usize| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
         let key = Value::Integer(key);
-        let records: Vec<[Value; 5]> = self
-            .records
-            .iter()
+        let records: Vec<[Value; 5]> = records
+            .into_iter()
             .map(|(step_id, position, item, text)| {
                 [
                     key.clone(),
-                    Value::Text(step_id.clone()),
-                    count(*position),
+                    Value::Text(step_id),
+                    count(position),
                     item.map_or(Value::Null, count),
-                    Value::Text(text.clone()),
+                    Value::Text(text),
                 ]
             })
             .collect();
@@ -147,14 +155,15 @@ impl Entry {
             "INSERT OR REPLACE INTO step_records (run, step_id, position, item, record)",
             &records,
         )?;
-        let pairs = |pairs: &[(String, String)]| -> Vec<[Value; 3]> {
+        drop(records);
+        let pairs = |pairs: Vec<(String, String)>| -> Vec<[Value; 3]> {
             pairs
-                .iter()
+                .into_iter()
                 .map(|(name, value)| {
                     [
                         Value::Text(run_id.to_owned()),
-                        Value::Text(name.clone()),
-                        Value::Text(value.clone()),
+                        Value::Text(name),
+                        Value::Text(value),
                     ]
                 })
                 .collect()
@@ -162,10 +171,9 @@ impl Entry {
         insert_rows(
             transaction,
             "INSERT OR REPLACE INTO variables (run_id, name, value)",
-            &pairs(&self.variables),
+            &pairs(variables),
         )?;
-        let events: Vec<[Value; 10]> = self
-            .events
+        let events: Vec<[Value; 10]> = events
             .iter()
             .map(|(seq, event)| event.values(&key, *seq))
             .collect();
@@ -181,7 +189,7 @@ impl Entry {
         insert_rows(
             transaction,
             "INSERT OR REPLACE INTO checkpoints (run_id, step_id, checkpoint)",
-            &pairs(&self.checkpoints),
+            &pairs(checkpoints),
         )?;
         Ok(())
     }
