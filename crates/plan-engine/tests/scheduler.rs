@@ -804,15 +804,19 @@ impl plan_types::BatchLog for MemoryLog {
 }
 
 impl MemoryJournal {
-    /// The ids of the records durable now: committed or logged.
-    fn durable(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .committed
+    /// The ids of the records committed, in order.
+    fn committed_ids(&self) -> Vec<String> {
+        self.committed
             .lock()
             .unwrap()
             .iter()
             .map(|r| r.step_id.clone())
-            .collect();
+            .collect()
+    }
+
+    /// The ids of the records durable now: committed or logged.
+    fn durable(&self) -> Vec<String> {
+        let mut ids = self.committed_ids();
         if let Some(log) = &self.log {
             ids.extend(log.logged.lock().unwrap().iter().map(|r| r.step_id.clone()));
         }
@@ -966,14 +970,7 @@ async fn a_result_is_committed_before_any_dependent_starts() {
             );
         }
     }
-    let committed: Vec<String> = run
-        .journal
-        .committed
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|r| r.step_id.clone())
-        .collect();
+    let committed = run.journal.committed_ids();
     assert_eq!(
         committed.len(),
         10,
@@ -1096,14 +1093,7 @@ async fn a_stopped_run_commits_only_what_succeeded() {
     let report = run.run(|o| o.cancel = cancel).await.unwrap();
     assert_eq!(report.task_status, TaskStatus::Stopped);
     assert_eq!(report.task_status.exit_code(), 130);
-    let committed: Vec<String> = run
-        .journal
-        .committed
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|r| r.step_id.clone())
-        .collect();
+    let committed = run.journal.committed_ids();
     assert_eq!(
         committed,
         ["quick"],
@@ -1180,14 +1170,7 @@ async fn with_a_log_a_chain_waits_for_appends_not_commits() {
     let log = run.journal.log.as_ref().unwrap();
     assert_eq!(*log.numbers.lock().unwrap(), [1, 2, 3]);
     // Everything logged was committed as well, by the end.
-    let committed: Vec<String> = run
-        .journal
-        .committed
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|r| r.step_id.clone())
-        .collect();
+    let committed = run.journal.committed_ids();
     assert_eq!(committed, ["a", "b", "c", "d"]);
 }
 

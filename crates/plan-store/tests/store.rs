@@ -686,6 +686,27 @@ fn deciding_several_approvals_is_all_or_nothing() {
         .unwrap();
 }
 
+/// A ledger file in `dir` with run `r` begun: its path, the run's journal (storing what is
+/// emitted to `events`) and the journal's log.
+fn journal_with_log(
+    dir: &tempfile::TempDir,
+    events: Arc<EventBuffer>,
+) -> (
+    std::path::PathBuf,
+    RunJournal,
+    Box<dyn plan_types::BatchLog>,
+) {
+    let path = dir.path().join("state.db");
+    let mut store = Store::open(&path).expect("the ledger opens");
+    let (inputs, options) = (Map::new(), json!({}));
+    store
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .expect("the run begins");
+    let mut journal = RunJournal::new(store, "r", events).expect("a journal");
+    let log = journal.log().expect("a ledger file has a log");
+    (path, journal, log)
+}
+
 /// A batch of step records (at positions 0, 1, …) and variables.
 fn batch_of(records: &[&Record], variables: &[(&str, Value)]) -> Batch {
     Batch {
@@ -724,15 +745,8 @@ fn step_event(kind: &str, step_id: &str) -> plan_types::Event {
 fn what_a_killed_run_logged_and_did_not_commit_is_folded_in_by_recover() {
     use plan_types::EventSink;
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let mut store = Store::open(&path).unwrap();
-    let (inputs, options) = (Map::new(), json!({}));
-    store
-        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
-        .unwrap();
     let events = Arc::new(EventBuffer::default());
-    let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
-    let mut log = journal.log().expect("a ledger file has a log");
+    let (path, mut journal, mut log) = journal_with_log(&dir, events.clone());
     let (a, b) = (record("a", true), record("b", true));
 
     events.emit(&step_event("tool.succeeded", "a"));
@@ -775,14 +789,7 @@ fn what_a_killed_run_logged_and_did_not_commit_is_folded_in_by_recover() {
 #[test]
 fn a_resumed_journal_replays_only_what_was_not_committed() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let mut store = Store::open(&path).unwrap();
-    let (inputs, options) = (Map::new(), json!({}));
-    store
-        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
-        .unwrap();
-    let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
-    let mut log = journal.log().expect("a ledger file has a log");
+    let (_, mut journal, mut log) = journal_with_log(&dir, Arc::default());
     let (a, b, c) = (record("a", true), record("b", true), record("c", true));
     let first = batch_of(&[&a], &[("x", json!("old"))]);
     log.append(1, &first).unwrap();
@@ -816,14 +823,7 @@ fn a_resumed_journal_replays_only_what_was_not_committed() {
 #[test]
 fn a_run_that_ends_leaves_no_log_and_an_in_memory_ledger_has_none() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let mut store = Store::open(&path).unwrap();
-    let (inputs, options) = (Map::new(), json!({}));
-    store
-        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
-        .unwrap();
-    let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
-    let mut log = journal.log().expect("a ledger file has a log");
+    let (_, mut journal, mut log) = journal_with_log(&dir, Arc::default());
     let a = record("a", true);
     let batch = batch_of(&[&a], &[]);
     log.append(1, &batch).unwrap();
@@ -836,6 +836,7 @@ fn a_run_that_ends_leaves_no_log_and_an_in_memory_ledger_has_none() {
     assert_eq!(journal.into_store().records("r").unwrap(), [a]);
 
     let mut memory = Store::in_memory().unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
     memory
         .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
         .unwrap();
@@ -846,14 +847,7 @@ fn a_run_that_ends_leaves_no_log_and_an_in_memory_ledger_has_none() {
 #[test]
 fn a_log_folded_whole_is_emptied_once_it_is_large_and_still_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let mut store = Store::open(&path).unwrap();
-    let (inputs, options) = (Map::new(), json!({}));
-    store
-        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
-        .unwrap();
-    let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
-    let mut log = journal.log().expect("a ledger file has a log");
+    let (_, mut journal, mut log) = journal_with_log(&dir, Arc::default());
     let big = |id: &str| {
         let mut record = record(id, true);
         record.result = Some(Arc::new(json!({"text": "x".repeat(700_000)})));
