@@ -435,8 +435,9 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             break;
         }
         if running.is_empty() && scheduler.ready.is_empty() && scheduler.writer.is_some() {
-            // Nothing to do but wait for the ledger (a chain): commit here rather than wait
-            // for the writer thread to wake up and wake us back.
+            // Nothing to do but wait for the ledger (a chain): make the queue durable here (an
+            // append to the journal's log, or a commit) rather than wait for the writer thread
+            // to wake up and wake us back.
             if let Some(error) = scheduler.durable_here() {
                 failure.get_or_insert(error.0);
                 halt.cancel();
@@ -447,7 +448,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             }
             continue;
         }
-        if let Some(writer) = scheduler.writer.as_mut() {
+        if let Some(writer) = &scheduler.writer {
             // The scheduler is about to wait: what it sent is the thread's to commit.
             writer.wake();
         }
@@ -704,10 +705,12 @@ impl Scheduler<'_> {
     /// Commits what is queued for the ledger on this thread and releases the work it held;
     /// gives the ledger's failure, if it failed.
     fn commit_here(&mut self) -> Option<plan_types::JournalError> {
-        let now = self.writer.as_mut()?.commit_now();
+        let now = self.writer.as_ref()?.commit_now();
         self.released(now)
     }
 
+    /// Releases the work held for what is durable `now`; gives the ledger's failure, if it
+    /// failed.
     fn released(&mut self, now: Durable) -> Option<plan_types::JournalError> {
         match now {
             Durable::Upto(upto) => {

@@ -43,9 +43,11 @@ const BACKLOG: usize = 8192;
 /// What the scheduler knows of the ledger: the last durable batch, or why writing stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Durable {
-    /// Every batch up to this number is committed (0: none yet).
+    /// Every batch up to this number is durable: committed, or in the journal's log (0: none
+    /// yet).
     Upto(u64),
-    /// A commit failed: nothing after the last durable batch will be written.
+    /// A commit or an append to the log failed: nothing after the last durable batch will be
+    /// written.
     Failed(JournalError),
 }
 
@@ -145,8 +147,6 @@ pub(crate) struct Writer {
     thread: Option<JoinHandle<()>>,
     /// The number the next batch gets.
     next: u64,
-    /// Whether batches were sent since the thread was last woken.
-    unwoken: bool,
 }
 
 impl Writer {
@@ -213,7 +213,6 @@ impl Writer {
                 wake: Some(wake),
                 thread: Some(thread),
                 next: 1,
-                unwoken: false,
             },
             receiver,
         ))
@@ -225,8 +224,8 @@ impl Writer {
     }
 
     /// Queues a batch for the writer. An empty batch is not sent (its number is not used).
-    /// The thread is not woken yet: the scheduler either commits the queue itself
-    /// ([`Writer::commit_now`]) or wakes the thread ([`Writer::wake`]) before it waits for
+    /// The thread is not woken yet: the scheduler either makes the queue durable itself
+    /// ([`Writer::make_durable`]) or wakes the thread ([`Writer::wake`]) before it waits for
     /// anything, so a chain's steps do not each cost the thread a wake-up and a turn at the
     /// lock. Returns whether the writer has fallen behind (more than [`BACKLOG`] records
     /// wait): the caller should then help with [`Writer::commit_now`], so that a run whose
@@ -243,27 +242,22 @@ impl Writer {
             queue.batches.push((number, batch));
             queue.records
         };
-        self.unwoken = true;
         waiting > BACKLOG
     }
 
-    /// Wakes the thread to commit what was sent since it was last woken, if anything was;
-    /// batches the log holds are left to the thread's next look unless [`FOLD_EVERY`] wait.
-    pub(crate) fn wake(&mut self) {
-        if !self.unwoken {
-            return;
-        }
-        if let Some((_, logged)) = &self.log {
+    /// Wakes the thread to commit what is queued, if anything is; batches the log holds are
+    /// left to the thread's next look unless [`FOLD_EVERY`] wait.
+    pub(crate) fn wake(&self) {
+        {
             let queue = lock(&self.shared.queue);
-            let all_logged = queue
-                .batches
-                .last()
-                .is_none_or(|(number, _)| number <= logged);
+            let Some((last, _)) = queue.batches.last() else {
+                return;
+            };
+            let all_logged = self.log.as_ref().is_some_and(|(_, logged)| last <= logged);
             if all_logged && queue.batches.len() < FOLD_EVERY {
                 return;
             }
         }
-        self.unwoken = false;
         if let Some(wake) = &self.wake {
             // A thread that is gone has published why on the watch channel.
             let _ = wake.send(());
@@ -272,8 +266,7 @@ impl Writer {
 
     /// Commits what is queued on the caller's thread, for a scheduler whose steps outpace the
     /// ledger; returns what is durable then.
-    pub(crate) fn commit_now(&mut self) -> Durable {
-        self.unwoken = false;
+    pub(crate) fn commit_now(&self) -> Durable {
         let _ = self.shared.commit_queued();
         self.shared.durable.borrow().clone()
     }
