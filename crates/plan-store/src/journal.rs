@@ -1,9 +1,9 @@
-//! The engine's [`Journal`] on the ledger: each batch is one immediate transaction.
-
-use std::sync::{Arc, Mutex};
+//! The engine's [`Journal`] on the ledger: each batch is one immediate transaction; a batch a
+//! step waits for can be made durable sooner by the run's log, a file the commits fold in.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use plan_types::{Batch, BatchLog, Event, EventSink, Journal, JournalError, RunEnd};
 use rusqlite::types::Value;
@@ -208,25 +208,12 @@ impl Store {
     /// next generation of log. Returns that generation. Only the run's owner, or a process
     /// that knows the owner is dead, may call it.
     fn recover_log(&mut self, run_id: &str, key: i64) -> Result<i64, StoreError> {
-        let (generation, folded): (i64, i64) = self
-            .conn
-            .query_row(
-                "SELECT generation, folded FROM run_logs WHERE run = ?1",
-                [key],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()?
-            .unwrap_or((0, 0));
+        let (generation, folded) = self.log_state(key)?;
         let left = log_path(&self.path, key, generation);
         let text = match std::fs::read(&left) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(error) => {
-                return Err(StoreError::Open {
-                    path: left,
-                    message: error.to_string(),
-                });
-            }
+            Err(error) => return Err(StoreError::log(&left, "cannot read it", &error)),
         };
         let transaction = self
             .conn
@@ -266,20 +253,25 @@ impl Store {
             return Ok(());
         }
         let key = self.run_key(run_id)?;
-        let generation: Option<i64> = self
+        let (generation, _) = self.log_state(key)?;
+        if log_path(&self.path, key, generation).exists() {
+            self.recover_log(run_id, key)?;
+        }
+        Ok(())
+    }
+
+    /// Run `key`'s current log generation and the last batch of it folded ((0, 0) for a run
+    /// that never had a log).
+    fn log_state(&self, key: i64) -> Result<(i64, i64), StoreError> {
+        Ok(self
             .conn
             .query_row(
-                "SELECT generation FROM run_logs WHERE run = ?1",
+                "SELECT generation, folded FROM run_logs WHERE run = ?1",
                 [key],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?)),
             )
-            .optional()?;
-        match generation {
-            Some(generation) if log_path(&self.path, key, generation).exists() => {
-                self.recover_log(run_id, key).map(|_| ())
-            }
-            _ => Ok(()),
-        }
+            .optional()?
+            .unwrap_or((0, 0)))
     }
 }
 
@@ -402,16 +394,15 @@ struct RunLog {
 
 impl RunLog {
     fn append(&mut self, number: u64, batch: &Batch) -> Result<(), StoreError> {
-        let failed = |path: &Path, error: std::io::Error| StoreError::Open {
-            path: path.to_path_buf(),
-            message: error.to_string(),
+        let failed = |path: &Path, error: std::io::Error| {
+            StoreError::log(path, "cannot write to it", &error)
         };
         if self.file.is_none() {
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&self.path)
-                .map_err(|error| failed(&self.path, error))?;
+                .map_err(|error| StoreError::log(&self.path, "cannot create it", &error))?;
             self.file = Some(file);
         }
         let mut numbered = lock(&self.numbered);
@@ -499,10 +490,9 @@ impl Journal for RunJournal {
                 Ok(()) => {}
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(error) => {
-                    return Err(JournalError(format!(
-                        "cannot remove {}: {error}",
-                        log.display()
-                    )));
+                    return Err(JournalError(
+                        StoreError::log(log, "cannot remove it", &error).to_string(),
+                    ));
                 }
             }
         }

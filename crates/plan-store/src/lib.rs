@@ -93,6 +93,14 @@ pub enum StoreError {
     /// A plan id that is taken.
     #[error("a plan `{0}` is already stored (remove it first, or add with --force)")]
     PlanExists(String),
+    /// The run's log beside the ledger (see [`RunJournal`]) could not be read or written.
+    #[error("the run's log {}: {message}", path.display())]
+    Log {
+        /// The log file.
+        path: PathBuf,
+        /// What could not be done, and why.
+        message: String,
+    },
     /// A SQLite error: disk full, read-only file, I/O error, corruption.
     #[error("the ledger failed: {0}")]
     Sqlite(#[from] rusqlite::Error),
@@ -104,6 +112,16 @@ pub enum StoreError {
         /// The parse error.
         message: String,
     },
+}
+
+impl StoreError {
+    /// A failure of the run's log at `path`: `what` could not be done, for `error`.
+    fn log(path: &Path, what: &str, error: &std::io::Error) -> StoreError {
+        StoreError::Log {
+            path: path.to_path_buf(),
+            message: format!("{what}: {error}"),
+        }
+    }
 }
 
 /// An open ledger.

@@ -879,3 +879,38 @@ fn a_log_folded_whole_is_emptied_once_it_is_large_and_still_recovers() {
     store.recover("r").unwrap();
     assert_eq!(store.records("r").unwrap(), [a, b, c, d]);
 }
+
+#[test]
+fn a_log_that_cannot_be_written_says_which_file_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _journal, mut log) = journal_with_log(&dir, Arc::default());
+    // Where the log would go, a folder.
+    let path = dir.path().join("state.db-run1-1.log");
+    std::fs::create_dir(&path).unwrap();
+    let error = log
+        .append(1, &batch_of(&[&record("a", true)], &[]))
+        .unwrap_err();
+    assert_eq!(
+        error.0,
+        format!(
+            "the run's log {}: cannot create it: Is a directory (os error 21)",
+            path.display()
+        )
+    );
+}
+
+#[test]
+fn gc_removes_the_log_a_killed_and_cancelled_run_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, journal, mut log) = journal_with_log(&dir, Arc::default());
+    log.append(1, &batch_of(&[&record("a", true)], &[]))
+        .unwrap();
+    // The process dies; `cancel` marks the run stopped.
+    drop(log);
+    drop(journal);
+    let mut store = Store::open(&path).unwrap();
+    store.end_run("r", RunState::Stopped, None).unwrap();
+    assert_eq!(logs_beside(&dir).len(), 1);
+    assert_eq!(store.gc("9999-01-01T00:00:00.000Z", true).unwrap(), 1);
+    assert!(logs_beside(&dir).is_empty(), "{:?}", logs_beside(&dir));
+}
