@@ -348,13 +348,9 @@ fn guards_count_the_same_across_kill_9_and_resume() {
     }
 }
 
-/// After `kill -9`, `status` shows every step that completed: what the run had appended to its
-/// log and not yet folded into the ledger is folded in first, and the log is gone after.
-#[test]
-fn status_after_kill_9_shows_every_completed_step() {
-    let lab = Lab {
-        dir: tempfile::tempdir().unwrap(),
-    };
+/// Starts a chain of 20 `exec` steps and kills it with -9 once 8 have started; returns the
+/// run's id. Each step appends its id to `ran.log` when it starts.
+fn kill_a_chain_midway(lab: &Lab) -> String {
     let ran = lab.dir.path().join("ran.log");
     let steps: Vec<Value> = (0..20)
         .map(|i| {
@@ -392,24 +388,22 @@ fn status_after_kill_9_shows_every_completed_step() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let logs = || -> Vec<String> {
-        std::fs::read_dir(lab.dir.path())
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| name.starts_with("state.db-run") && name.ends_with(".log"))
-            .collect()
-    };
-    assert_eq!(
-        logs().len(),
-        1,
-        "the killed run's log is left: {:?}",
-        logs()
-    );
+    lab.newest_run().unwrap()
+}
 
-    let run_id = lab.newest_run().unwrap();
-    let report = lab.json(&["status", &run_id, "--json"]);
-    assert_eq!(report["task_status"], "INTERRUPTED", "{report}");
-    let started = std::fs::read_to_string(&ran).unwrap();
+/// The run logs left beside the ledger.
+fn run_logs(lab: &Lab) -> Vec<String> {
+    std::fs::read_dir(lab.dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("state.db-run") && name.ends_with(".log"))
+        .collect()
+}
+
+/// Checks that `report` has a success for every step of `kill_a_chain_midway` that started,
+/// but perhaps the last, cut off by the kill.
+fn assert_every_started_step_completed(lab: &Lab, report: &Value) {
+    let started = std::fs::read_to_string(lab.dir.path().join("ran.log")).unwrap();
     let started: Vec<&str> = started.lines().collect();
     let completed: Vec<&str> = report["records"]
         .as_array()
@@ -418,7 +412,6 @@ fn status_after_kill_9_shows_every_completed_step() {
         .filter(|r| r["ok"] == json!(true))
         .map(|r| r["step_id"].as_str().unwrap())
         .collect();
-    // Every step that started completed, but the last, which may have been cut off.
     let (in_flight, done) = started.split_last().unwrap();
     assert!(
         completed.len() == done.len() || completed.len() == started.len(),
@@ -426,5 +419,43 @@ fn status_after_kill_9_shows_every_completed_step() {
     );
     assert_eq!(&completed[..done.len()], done);
     assert!(completed.len() == done.len() || completed.last() == Some(in_flight));
-    assert!(logs().is_empty(), "status folded the log in: {:?}", logs());
+}
+
+/// After `kill -9`, `status` shows every step that completed: what the run had appended to its
+/// log and not yet folded into the ledger is folded in first, and the log is gone after.
+#[test]
+fn status_after_kill_9_shows_every_completed_step() {
+    let lab = Lab {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let run_id = kill_a_chain_midway(&lab);
+    assert_eq!(
+        run_logs(&lab).len(),
+        1,
+        "the killed run's log is left: {:?}",
+        run_logs(&lab)
+    );
+    let report = lab.json(&["status", &run_id, "--json"]);
+    assert_eq!(report["task_status"], "INTERRUPTED", "{report}");
+    assert_every_started_step_completed(&lab, &report);
+    assert!(
+        run_logs(&lab).is_empty(),
+        "status folded the log in: {:?}",
+        run_logs(&lab)
+    );
+}
+
+/// The same when the killed run was cancelled first (marked stopped, its process gone).
+#[test]
+fn status_after_kill_9_and_cancel_shows_every_completed_step() {
+    let lab = Lab {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let run_id = kill_a_chain_midway(&lab);
+    let cancelled = lab.command(&["cancel", &run_id]).status().unwrap();
+    assert!(cancelled.success());
+    let report = lab.json(&["status", &run_id, "--json"]);
+    assert_eq!(report["task_status"], "STOPPED", "{report}");
+    assert_every_started_step_completed(&lab, &report);
+    assert!(run_logs(&lab).is_empty(), "{:?}", run_logs(&lab));
 }

@@ -489,10 +489,13 @@ pub fn owner_alive(row: &RunRow) -> Option<u32> {
 }
 
 /// Folds into the ledger what a run whose process died (`kill -9`) had made durable in its log
-/// and not yet committed, so that a report shows every step it completed. A no-op for any
-/// other run, and on a ledger opened read-only. (`resume` does it too, before it goes on.)
+/// and not yet committed, so that a report shows every step it completed; also when `cancel`
+/// has marked it stopped since. A no-op for a run still running in a live process (this one
+/// included: it may be writing its log) or that left no log, and on a ledger opened read-only.
+/// (`resume` does it too, before it goes on.)
 pub fn recover_interrupted(store: &mut Store, row: &RunRow) -> Result<(), LifecycleError> {
-    if owner_died(row) {
+    let running = row.state == RunState::Running && !owner_died(row);
+    if !running {
         store.recover(&row.run_id)?;
     }
     Ok(())
