@@ -359,9 +359,9 @@ pub(crate) struct ExecutionArgs {
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) queue_timeout: Option<std::time::Duration>,
     /// When results reach the ledger: `sync` (a step starts once what it depends on is
-    /// committed; a completed step never runs again after a crash), `async` (commits trail the
-    /// run; a crash may run recently completed steps again), `exit` (written when the run ends
-    /// or stops)
+    /// durable, committed or written to the run's log beside the ledger; a completed step never
+    /// runs again after a crash), `async` (commits trail the run; a crash may run recently
+    /// completed steps again), `exit` (written when the run ends or stops)
     #[arg(long, value_name = "MODE", default_value = "sync", value_parser = ["sync", "async", "exit"])]
     pub(crate) durability: String,
 }
