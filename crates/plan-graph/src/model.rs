@@ -156,62 +156,6 @@ pub(crate) struct RawStep {
     pub(crate) run_if: Option<RunIf>,
 }
 
-/// A list read in chunks of a fixed size: a plan's steps, which read into one list would grow
-/// it by doubling (copying it each time and touching about twice its memory, a few
-/// milliseconds for 10,000 steps).
-#[derive(Debug)]
-pub(crate) struct Chunked<T>(Vec<Vec<T>>);
-
-/// Items per chunk: about 800 KB of written steps.
-const CHUNK: usize = 2048;
-
-impl<T> Chunked<T> {
-    pub(crate) fn len(&self) -> usize {
-        self.0.iter().map(Vec::len).sum()
-    }
-}
-
-impl<T> IntoIterator for Chunked<T> {
-    type Item = T;
-    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Vec<T>>>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.into_iter().flatten()
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Chunked<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Items<T>(std::marker::PhantomData<T>);
-
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Items<T> {
-            type Value = Chunked<T>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a sequence")
-            }
-
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Chunked<T>, A::Error> {
-                let mut chunks = Vec::new();
-                let mut chunk = Vec::new();
-                while let Some(item) = seq.next_element()? {
-                    if chunk.len() == CHUNK {
-                        chunks.push(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK)));
-                    } else if chunk.capacity() == 0 {
-                        // A short list (most plans) takes what it needs, as a Vec would.
-                        chunk.reserve(CHUNK.min(seq.size_hint().unwrap_or(0)).max(4));
-                    }
-                    chunk.push(item);
-                }
-                chunks.push(chunk);
-                Ok(Chunked(chunks))
-            }
-        }
-
-        deserializer.deserialize_seq(Items(std::marker::PhantomData))
-    }
-}
-
 /// A plan as written.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -230,8 +174,7 @@ pub(crate) struct RawPlan {
     pub(crate) retry: Option<RetryPolicy>,
     #[serde(default, alias = "timeoutMs")]
     pub(crate) timeout_ms: Option<u64>,
-    #[schemars(with = "Vec<RawStep>")]
-    pub(crate) steps: Chunked<RawStep>,
+    pub(crate) steps: Vec<RawStep>,
     #[serde(default)]
     pub(crate) guards: Option<Guards>,
     #[serde(default)]

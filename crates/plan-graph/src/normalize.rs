@@ -59,7 +59,9 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         }
     }
 
-    // Into a list sized exactly; the written steps' chunks go as they are read.
+    // Into a list of its own, sized exactly: collecting in place would keep the written
+    // steps' list, which is larger (a written step is larger, and the list grew by doubling
+    // as it was read), for as long as the plan lives.
     let mut steps = Vec::with_capacity(raw.steps.len());
     for (index, step) in raw.steps.into_iter().enumerate() {
         steps.push(normalize_step(index, step, &mut issues));
