@@ -684,3 +684,47 @@ fn every_steps_structural_error_is_reported_at_once() {
         ],
     );
 }
+
+/// A long plan keeps every step in order, in both formats, and an error far along is placed
+/// where it is.
+#[test]
+fn a_long_step_list_keeps_its_order_and_places_errors() {
+    let steps: Vec<serde_json::Value> = (0..5_000)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "echo"}))
+        .collect();
+    let text = serde_json::to_string_pretty(&json!({ "steps": steps })).unwrap();
+    for format in [Format::Json, Format::Yaml] {
+        let loaded = plan(&text, format);
+        let ids: Vec<String> = loaded.steps.iter().map(|s| s.id.0.clone()).collect();
+        let expected: Vec<String> = (0..5_000).map(|i| format!("s{i}")).collect();
+        assert_eq!(ids, expected);
+    }
+    let mut steps = steps;
+    steps[4_321] = json!({"id": "s4321", "tool": "echo", "timeout_ms": "soon"});
+    let text = serde_json::to_string_pretty(&json!({ "steps": steps })).unwrap();
+    let line = text
+        .lines()
+        .position(|line| line.contains("\"soon\""))
+        .unwrap()
+        + 1;
+    check_errors(
+        &text,
+        Format::Json,
+        &[(
+            "plan::schema",
+            "`timeout_ms` must be a whole number of 0 or more, not the string \"soon\"",
+            line,
+            21,
+        )],
+    );
+    check_errors(
+        "{\"steps\": {\"id\": \"a\"}}",
+        Format::Json,
+        &[(
+            "plan::schema",
+            "`steps` must be a list, not an object",
+            1,
+            11,
+        )],
+    );
+}
