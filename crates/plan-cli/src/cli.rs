@@ -361,7 +361,9 @@ pub(crate) struct ExecutionArgs {
     /// When results reach the ledger: `sync` (a step starts once what it depends on is
     /// durable, committed or written to the run's log beside the ledger; a completed step never
     /// runs again after a crash), `async` (commits trail the run; a crash may run recently
-    /// completed steps again), `exit` (written when the run ends or stops)
+    /// completed steps again), `exit` (written when the run ends or stops: the ledger is
+    /// untouched meanwhile, but the writing no longer overlaps the steps, so a run usually
+    /// takes longer than with `async`)
     #[arg(long, value_name = "MODE", default_value = "sync", value_parser = ["sync", "async", "exit"])]
     pub(crate) durability: String,
 }
