@@ -25,7 +25,7 @@ use std::time::Duration;
 use plan_types::{Batch, BatchLog, Durability, Journal, JournalError, RunEnd};
 use tokio::sync::watch;
 
-/// How long the writer waits without a batch before it writes the journal's events alone.
+/// How long the writer goes without a commit before it writes the journal's events alone.
 const EVENTS_EVERY: Duration = Duration::from_millis(500);
 
 /// How often the writer thread looks for batches nobody woke it for: logged batches, which
