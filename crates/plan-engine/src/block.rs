@@ -27,7 +27,8 @@ use serde_json::{Map, Value, json};
 use crate::admit::{Admission, Gate, executed_record};
 use crate::call::{CallContext, ToolCall, call_tool, millis};
 use crate::condition::{NodeScope, evaluate};
-use crate::program::{Overlay, argument_issues};
+use crate::overlay::Overlay;
+use crate::schema::argument_issues;
 use crate::schema::{check_schema, compile_schema};
 use crate::tool::{Registry, Tool, codes};
 

@@ -22,6 +22,7 @@ mod call;
 mod condition;
 mod expression;
 mod guard;
+mod overlay;
 mod program;
 mod redact;
 mod report;

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::block::{CompiledBlock, block_states, compile_block};
 use crate::condition::Condition;
 use crate::redact::Redactor;
-use crate::schema::{check_schema, compile_schema};
+use crate::schema::{argument_issues, check_schema, compile_schema};
 use crate::task::{CompiledTask, TaskSettings, compile_task};
 use crate::tool::{Registry, Tool, codes};
 use plan_types::BlockState;
@@ -122,29 +122,6 @@ pub struct PlannedCall {
     /// The step's `when`, decided at run time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
-}
-
-/// The run's variables with a few names of a block's or task's own on top (`input` and
-/// `nodes` in a block node, `task` and `failure` in a task's calls), which shadow run
-/// variables of those names.
-pub(crate) struct Overlay<'a> {
-    pub(crate) vars: &'a BTreeMap<String, Arc<Value>>,
-    pub(crate) own: [(&'static str, &'a Value); 2],
-}
-
-impl plan_vars::Variables for Overlay<'_> {
-    fn get(&self, name: &str) -> Option<&Value> {
-        match self.own.iter().find(|(own, _)| *own == name) {
-            Some((_, value)) => Some(value),
-            None => self.vars.get(name).map(|v| &**v),
-        }
-    }
-
-    fn names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.vars.keys().map(String::as_str).collect();
-        names.extend(self.own.iter().map(|(name, _)| *name));
-        names
-    }
 }
 
 /// The values a run reads besides its variables: the map item being run and the listed
@@ -662,106 +639,6 @@ impl<'a> ItemValues<'a> {
             }),
             ..base
         }
-    }
-}
-
-/// The schema violations of one call's arguments that hold whatever the run brings, as
-/// issues at `path` (the call's `args`): a missing argument at `args`, one the tool does not
-/// take at its key (with the nearest one it does take), others at the value.
-pub(crate) fn argument_issues(
-    tool: &dyn Tool,
-    tool_name: &str,
-    schema: &jsonschema::Validator,
-    args: &ValueTemplate,
-    scope: &Scope<'_>,
-    path: PlanPath,
-    issues: &mut Vec<Issue>,
-) {
-    // With every placeholder standing in, only an out-of-range path can fail to resolve; the
-    // run reports that one.
-    let Ok(args) = args.resolve(scope) else {
-        return;
-    };
-    let violations = crate::schema::known_violations(schema, &args);
-    if violations.is_empty() {
-        return;
-    }
-    let input_schema = tool.info().input_schema;
-    let properties: Vec<String> = input_schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|properties| properties.keys().cloned().collect())
-        .unwrap_or_default();
-    let required: Vec<&str> = input_schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|names| names.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let takes = if properties.is_empty() {
-        format!("`{tool_name}` takes no named arguments")
-    } else {
-        let listed: Vec<String> = properties
-            .iter()
-            .map(|name| {
-                if required.contains(&name.as_str()) {
-                    format!("{name} (required)")
-                } else {
-                    name.clone()
-                }
-            })
-            .collect();
-        format!("`{tool_name}` takes: {}", listed.join(", "))
-    };
-    for violation in violations {
-        let mut at = path.clone();
-        for raw in violation.pointer.split('/').skip(1) {
-            let segment = raw.replace("~1", "/").replace("~0", "~");
-            at = match segment.parse::<usize>() {
-                Ok(index) => at.index(index),
-                Err(_) => at.key(&segment),
-            };
-        }
-        let top = violation.pointer.is_empty();
-        if top && !violation.unexpected.is_empty() {
-            for name in &violation.unexpected {
-                let hint = match plan_graph::closest(name, &properties) {
-                    Some(near) => format!("did you mean `{near}`? {takes}"),
-                    None => takes.clone(),
-                };
-                issues.push(
-                    Issue::error(
-                        "plan::args_invalid",
-                        at.clone().key(name),
-                        format!("`{tool_name}` has no argument `{name}`"),
-                    )
-                    .at_key()
-                    .label("not an argument of this tool")
-                    .help(hint),
-                );
-            }
-            continue;
-        }
-        let (message, label) = match (&violation.missing, top) {
-            (Some(name), true) => (
-                format!("`{tool_name}` needs the argument `{name}`"),
-                format!("no `{name}` here"),
-            ),
-            _ => {
-                let shown = if top { "/" } else { violation.pointer.as_str() };
-                let message = format!(
-                    "the arguments do not match the schema of `{tool_name}`: {shown}: {}",
-                    violation.message
-                );
-                (message, "does not match".to_owned())
-            }
-        };
-        issues.push(
-            Issue::error("plan::args_invalid", at, message)
-                .label(label)
-                .help(format!(
-                    "{takes}; as written, the call fails with E_ARGS_INVALID"
-                )),
-        );
     }
 }
 

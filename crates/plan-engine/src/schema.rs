@@ -1,11 +1,14 @@
-//! Tools' argument schemas: compiled once per tool, checked before every call.
+//! Tools' argument schemas: compiled once per tool, checked before every call, and the
+//! violations a plan's own arguments already show, as issues at their place.
 
 use std::sync::Arc;
 
+use plan_graph::{Issue, PlanPath};
 use plan_types::StepError;
+use plan_vars::{Scope, ValueTemplate};
 use serde_json::Value;
 
-use crate::tool::codes;
+use crate::tool::{Tool, codes};
 
 /// Checks resolved arguments against a tool's schema: `E_ARGS_INVALID` listing each violation
 /// with its JSON pointer, sorted.
@@ -125,4 +128,104 @@ pub(crate) fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Va
     jsonschema::validator_for(schema)
         .map(|v| Some(Arc::new(v)))
         .map_err(|e| e.to_string())
+}
+
+/// The schema violations of one call's arguments that hold whatever the run brings, as
+/// issues at `path` (the call's `args`): a missing argument at `args`, one the tool does not
+/// take at its key (with the nearest one it does take), others at the value.
+pub(crate) fn argument_issues(
+    tool: &dyn Tool,
+    tool_name: &str,
+    schema: &jsonschema::Validator,
+    args: &ValueTemplate,
+    scope: &Scope<'_>,
+    path: PlanPath,
+    issues: &mut Vec<Issue>,
+) {
+    // With every placeholder standing in, only an out-of-range path can fail to resolve; the
+    // run reports that one.
+    let Ok(args) = args.resolve(scope) else {
+        return;
+    };
+    let violations = known_violations(schema, &args);
+    if violations.is_empty() {
+        return;
+    }
+    let input_schema = tool.info().input_schema;
+    let properties: Vec<String> = input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default();
+    let required: Vec<&str> = input_schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let takes = if properties.is_empty() {
+        format!("`{tool_name}` takes no named arguments")
+    } else {
+        let listed: Vec<String> = properties
+            .iter()
+            .map(|name| {
+                if required.contains(&name.as_str()) {
+                    format!("{name} (required)")
+                } else {
+                    name.clone()
+                }
+            })
+            .collect();
+        format!("`{tool_name}` takes: {}", listed.join(", "))
+    };
+    for violation in violations {
+        let mut at = path.clone();
+        for raw in violation.pointer.split('/').skip(1) {
+            let segment = raw.replace("~1", "/").replace("~0", "~");
+            at = match segment.parse::<usize>() {
+                Ok(index) => at.index(index),
+                Err(_) => at.key(&segment),
+            };
+        }
+        let top = violation.pointer.is_empty();
+        if top && !violation.unexpected.is_empty() {
+            for name in &violation.unexpected {
+                let hint = match plan_graph::closest(name, &properties) {
+                    Some(near) => format!("did you mean `{near}`? {takes}"),
+                    None => takes.clone(),
+                };
+                issues.push(
+                    Issue::error(
+                        "plan::args_invalid",
+                        at.clone().key(name),
+                        format!("`{tool_name}` has no argument `{name}`"),
+                    )
+                    .at_key()
+                    .label("not an argument of this tool")
+                    .help(hint),
+                );
+            }
+            continue;
+        }
+        let (message, label) = match (&violation.missing, top) {
+            (Some(name), true) => (
+                format!("`{tool_name}` needs the argument `{name}`"),
+                format!("no `{name}` here"),
+            ),
+            _ => {
+                let shown = if top { "/" } else { violation.pointer.as_str() };
+                let message = format!(
+                    "the arguments do not match the schema of `{tool_name}`: {shown}: {}",
+                    violation.message
+                );
+                (message, "does not match".to_owned())
+            }
+        };
+        issues.push(
+            Issue::error("plan::args_invalid", at, message)
+                .label(label)
+                .help(format!(
+                    "{takes}; as written, the call fails with E_ARGS_INVALID"
+                )),
+        );
+    }
 }

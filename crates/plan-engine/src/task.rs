@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use crate::admit::{Admission, Gate};
 use crate::block::NodeDone;
 use crate::call::{CallContext, ToolCall, call_tool};
-use crate::program::Overlay;
+use crate::overlay::Overlay;
 use crate::schema::{check_schema, compile_schema};
 use crate::tool::{Registry, Tool, codes};
 
