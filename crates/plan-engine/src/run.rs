@@ -1473,7 +1473,10 @@ impl Scheduler<'_> {
             run_id: self.run_id.clone(),
             events: self.events.clone(),
             redactor: self.redactor.clone(),
-            cancel: halt.child_token(),
+            // `halt` itself, not a child: nothing cancels one call's context alone (each
+            // attempt has a child token of its own), and a child per step cost a node of the
+            // token's tree and two locks of its parent.
+            cancel: halt.clone(),
             guard: self.guard.clone(),
             jitter_seed: self.jitter_seed,
             output: self.output.clone(),
