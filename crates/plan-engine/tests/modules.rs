@@ -12,7 +12,11 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
     for entry in std::fs::read_dir(&src).expect("src/ reads") {
         let path = entry.expect("an entry of src/").path();
         if path.extension().is_some_and(|ext| ext == "rs") {
-            let name = path.file_stem().expect("a file name").to_string_lossy().into_owned();
+            let name = path
+                .file_stem()
+                .expect("a file name")
+                .to_string_lossy()
+                .into_owned();
             texts.insert(
                 name,
                 std::fs::read_to_string(&path).expect("a module reads"),
