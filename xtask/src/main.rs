@@ -402,7 +402,8 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         "{:<70} {:>9} {:>12} {:>10} {:>10} {:>11}",
         "workload", "steps", "steps/s", "µs/step", "peak MiB", "run B/step"
     );
-    for entry in &results {
+    // The peer's comparisons print their own table as they go.
+    for entry in results.iter().filter(|entry| entry["kind"] != "peer") {
         let r = &entry["result"];
         let number = |key: &str, decimals: usize| {
             r.get(key)

@@ -103,11 +103,17 @@ pub(crate) fn bench(root: &Path, binary: &Path, out_dir: &Path) -> Result<Vec<Va
         let mut peer_times = Vec::new();
         let mut ours = Vec::new();
         let mut before = Vec::new();
-        // Alternating, so that a noisy spell of the machine hits both sides alike.
-        for _ in 0..scenario.rounds {
+        // Alternating, so that a noisy spell of the machine hits both sides alike. The two
+        // builds take turns at running first after the peer, whose writes the file system may
+        // still be flushing when the next process syncs its ledger.
+        for round in 0..scenario.rounds {
             peer_times.push(run_peer(&python, &script, scenario)?);
+            let old_first = round % 2 == 1;
+            if let Some(old) = baseline.as_ref().filter(|_| old_first) {
+                before.push(run_ours(old, &plan_path, &db, scenario, false)?);
+            }
             ours.push(run_ours(binary, &plan_path, &db, scenario, true)?);
-            if let Some(old) = &baseline {
+            if let Some(old) = baseline.as_ref().filter(|_| !old_first) {
                 before.push(run_ours(old, &plan_path, &db, scenario, false)?);
             }
         }
