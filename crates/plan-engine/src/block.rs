@@ -28,8 +28,7 @@ use crate::admit::{Admission, Gate, executed_record};
 use crate::call::{CallContext, ToolCall, call_tool, millis};
 use crate::condition::{NodeScope, evaluate};
 use crate::overlay::Overlay;
-use crate::schema::argument_issues;
-use crate::schema::{check_schema, compile_schema};
+use crate::schema::{argument_issues, check_schema, compile_schema};
 use crate::tool::{Registry, Tool, codes};
 
 /// A block bound to tools, its conditions compiled.

@@ -30,22 +30,49 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
     );
     let modules: BTreeSet<String> = texts.keys().cloned().collect();
     texts
-        .into_iter()
-        .map(|(name, text)| {
-            let named = text
-                .match_indices("crate::")
-                .filter_map(|(at, prefix)| {
-                    let rest = &text[at + prefix.len()..];
-                    let end = rest
-                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .unwrap_or(rest.len());
-                    let module = &rest[..end];
-                    (module != name && modules.contains(module)).then(|| module.to_owned())
-                })
-                .collect();
-            (name, named)
-        })
+        .iter()
+        .map(|(name, text)| (name.clone(), named_modules(text, name, &modules)))
         .collect()
+}
+
+/// The modules of `modules` other than `own` that `text` names after `crate::`, alone
+/// (`crate::block::NodeDone`) or in a group (`use crate::{admit::Gate, call};`).
+fn named_modules(text: &str, own: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let leading_word = |text: &str| -> String {
+        let text = text.trim_start();
+        let end = text
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(text.len());
+        text[..end].to_owned()
+    };
+    let mut named = BTreeSet::new();
+    for (at, prefix) in text.match_indices("crate::") {
+        let rest = &text[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // Each item of the group at its own depth: `a::{b, c}` names `a` only.
+            let mut depth = 0;
+            let mut item_start = 0;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        named.insert(leading_word(&group[item_start..i]));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        named.insert(leading_word(&group[item_start..i]));
+                        item_start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            named.insert(leading_word(rest));
+        }
+    }
+    named.retain(|module| module != own && modules.contains(module));
+    named
 }
 
 /// A cycle through `from`, as the modules along it, if there is one.
@@ -96,4 +123,16 @@ fn the_scan_sees_imports_in_use_lines_and_in_paths() {
     assert!(graph["run"].contains("block"));
     assert!(graph["program"].contains("task"));
     assert!(!graph["tool"].contains("run"));
+}
+
+#[test]
+fn grouped_imports_name_each_module_of_the_group() {
+    let modules: BTreeSet<String> = ["admit", "block", "call", "guard", "tool"]
+        .map(String::from)
+        .into();
+    let text = "use crate::{\n    admit::{Admission, Gate},\n    call,\n    tool::Tool,\n};\n\
+                fn f() { crate::block::run(); crate::guard::Guard::new(); }";
+    let named = named_modules(text, "block", &modules);
+    let expected: BTreeSet<String> = ["admit", "call", "guard", "tool"].map(String::from).into();
+    assert_eq!(named, expected);
 }
