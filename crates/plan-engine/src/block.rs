@@ -28,7 +28,7 @@ use crate::admit::{Admission, Gate, executed_record};
 use crate::call::{CallContext, ToolCall, call_tool, millis};
 use crate::condition::{NodeScope, evaluate};
 use crate::overlay::Overlay;
-use crate::schema::{argument_issues, check_schema, compile_schema};
+use crate::schema::{argument_issues, compile_schema, resolve_checked};
 use crate::tool::{Registry, Tool, codes};
 
 /// A block bound to tools, its conditions compiled.
@@ -826,13 +826,7 @@ impl BlockRun {
                         evaluate: Some(&evaluate),
                         ..Scope::default()
                     };
-                    args.resolve(&scope)
-                        .map_err(|error| StepError {
-                            code: codes::E_ARGS_UNRESOLVED,
-                            message: error.to_string(),
-                            details: None,
-                        })
-                        .and_then(|args| check_schema(schema.as_deref(), tool_name, args))
+                    resolve_checked(args, &scope, schema.as_deref(), tool_name)
                 };
                 let key = approval_key(path);
                 let gate = Gate {

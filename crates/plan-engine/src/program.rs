@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::block::{CompiledBlock, block_states, compile_block};
 use crate::condition::Condition;
 use crate::redact::Redactor;
-use crate::schema::{argument_issues, check_schema, compile_schema};
+use crate::schema::{argument_issues, compile_schema, resolve_checked};
 use crate::task::{CompiledTask, TaskSettings, compile_task};
 use crate::tool::{Registry, Tool, codes};
 use plan_types::BlockState;
@@ -671,7 +671,7 @@ fn preview_args(
                 ..scope
             })
             .map_err(unresolved)?;
-        let violations = crate::schema::known_violations(schema, &checked);
+        let violations = crate::schema::known_violations(schema, &step.args, &checked);
         if !violations.is_empty() {
             let listed = violations.into_iter().map(|v| (v.pointer, v.message));
             return Err(crate::schema::invalid_args(
@@ -685,12 +685,7 @@ fn preview_args(
 
 /// Resolves a step's arguments and checks them against its tool's schema.
 pub(crate) fn resolve_args(step: &CompiledStep, scope: &Scope<'_>) -> Result<Value, StepError> {
-    let args = step.args.resolve(scope).map_err(|error| StepError {
-        code: codes::E_ARGS_UNRESOLVED,
-        message: error.to_string(),
-        details: None,
-    })?;
-    check_schema(step.schema.as_deref(), &step.tool_name, args)
+    resolve_checked(&step.args, scope, step.schema.as_deref(), &step.tool_name)
 }
 
 /// The list a map step runs over.

@@ -5,29 +5,133 @@ use std::sync::Arc;
 
 use plan_graph::{Issue, PlanPath};
 use plan_types::StepError;
-use plan_vars::{Scope, ValueTemplate};
+use plan_vars::{Placeholder, Root, Scope, Segment, ValueTemplate};
 use serde_json::Value;
 
 use crate::tool::{Tool, codes};
 
-/// Checks resolved arguments against a tool's schema: `E_ARGS_INVALID` listing each violation
-/// with its JSON pointer, sorted.
-pub(crate) fn check_schema(
+/// Resolves a call's arguments and checks them against its tool's schema: `E_ARGS_UNRESOLVED`
+/// for a placeholder that does not resolve, else `E_ARGS_INVALID` listing each violation with
+/// its JSON pointer, sorted. Steps, map items, block nodes and tasks all resolve calls here.
+pub(crate) fn resolve_checked(
+    args: &ValueTemplate,
+    scope: &Scope<'_>,
     schema: Option<&jsonschema::Validator>,
     tool_name: &str,
-    args: Value,
 ) -> Result<Value, StepError> {
+    let resolved = args
+        .resolve(scope)
+        .map_err(|error| StepError::new(codes::E_ARGS_UNRESOLVED, error.to_string()))?;
     if let Some(schema) = schema
-        && !schema.is_valid(&args)
+        && !schema.is_valid(&resolved)
     {
         let mut violations: Vec<(String, String)> = schema
-            .iter_errors(&args)
-            .map(|error| (error.instance_path().to_string(), error.to_string()))
+            .iter_errors(&resolved)
+            .map(|error| (error.instance_path().to_string(), message_of(&error, args)))
             .collect();
         violations.sort();
         return Err(invalid_args(tool_name, violations));
     }
-    Ok(args)
+    Ok(resolved)
+}
+
+/// A violation as said to the user: jsonschema's message, and why when a string that is one
+/// placeholder gave a value of another type.
+fn message_of(error: &jsonschema::ValidationError<'_>, args: &ValueTemplate) -> String {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let mut message = error.to_string();
+    if matches!(error.kind(), Kind::Type { .. })
+        && let Some(hint) =
+            whole_placeholder_hint(args, &error.instance_path().to_string(), error.instance())
+    {
+        message.push_str(&hint);
+    }
+    message
+}
+
+/// Why a value the plan wrote as a string has another type: the string is exactly one
+/// placeholder, which gives its value with the value's own type (`argv: ["${n}"]` with a
+/// number `n` puts a number in `argv`). Says how to pass it as text instead.
+fn whole_placeholder_hint(args: &ValueTemplate, pointer: &str, value: &Value) -> Option<String> {
+    let kind = match value {
+        Value::String(_) => return None,
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    };
+    let placeholder = args.whole_placeholder_at(pointer)?;
+    let as_text = expression_of(placeholder).map_or_else(String::new, |expression| {
+        let convert = if matches!(value, Value::Bool(_) | Value::Number(_)) {
+            "string"
+        } else {
+            "toJson"
+        };
+        format!("; `${{{{ {convert}({expression}) }}}}` passes it as text")
+    });
+    Some(format!(
+        " (`{}` is the whole string, so it passes its value as it is, here {kind}{as_text})",
+        placeholder.text()
+    ))
+}
+
+/// The data expression that reads what `placeholder` reads, where there is one (expressions
+/// never read the environment).
+fn expression_of(placeholder: &Placeholder) -> Option<String> {
+    let mut expression = match &placeholder.root {
+        Root::Var(name) => format!("vars{}", field(name)),
+        Root::Each => "each".to_owned(),
+        Root::Index => "index".to_owned(),
+        Root::Key => "key".to_owned(),
+        Root::Env(_) => return None,
+        Root::Expr(text) => text.trim().to_owned(),
+    };
+    for segment in &placeholder.path {
+        match segment {
+            Segment::Field(name) => expression.push_str(&field(name)),
+            Segment::Index(i) => expression.push_str(&format!("[{i}]")),
+        }
+    }
+    Some(expression)
+}
+
+/// `.name`, or `["name"]` for a name CEL would not read after a dot.
+fn field(name: &str) -> String {
+    const RESERVED: &[&str] = &[
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "false",
+        "for",
+        "function",
+        "if",
+        "import",
+        "in",
+        "let",
+        "loop",
+        "namespace",
+        "null",
+        "package",
+        "return",
+        "true",
+        "var",
+        "void",
+        "while",
+    ];
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !RESERVED.contains(&name);
+    if plain {
+        format!(".{name}")
+    } else {
+        format!("[{}]", Value::String(name.to_owned()))
+    }
 }
 
 /// `E_ARGS_INVALID` listing each violation (JSON pointer, message) in order.
@@ -80,7 +184,11 @@ pub(crate) struct Violation {
 /// The schema violations of `args` that hold whatever [`UNKNOWN`] stands for: a violation at
 /// a value holding it is dropped, unless it is about the keys of an object (a property
 /// missing or not allowed), which no value can change.
-pub(crate) fn known_violations(schema: &jsonschema::Validator, args: &Value) -> Vec<Violation> {
+pub(crate) fn known_violations(
+    schema: &jsonschema::Validator,
+    template: &ValueTemplate,
+    args: &Value,
+) -> Vec<Violation> {
     use jsonschema::error::ValidationErrorKind as Kind;
     fn holds_unknown(value: &Value) -> bool {
         match value {
@@ -101,7 +209,7 @@ pub(crate) fn known_violations(schema: &jsonschema::Validator, args: &Value) -> 
             };
             Some(Violation {
                 pointer: error.instance_path().to_string(),
-                message: error.to_string(),
+                message: message_of(&error, template),
                 missing,
                 unexpected,
             })
@@ -137,17 +245,17 @@ pub(crate) fn argument_issues(
     tool: &dyn Tool,
     tool_name: &str,
     schema: &jsonschema::Validator,
-    args: &ValueTemplate,
+    template: &ValueTemplate,
     scope: &Scope<'_>,
     path: PlanPath,
     issues: &mut Vec<Issue>,
 ) {
     // With every placeholder standing in, only an out-of-range path can fail to resolve; the
     // run reports that one.
-    let Ok(args) = args.resolve(scope) else {
+    let Ok(args) = template.resolve(scope) else {
         return;
     };
-    let violations = known_violations(schema, &args);
+    let violations = known_violations(schema, template, &args);
     if violations.is_empty() {
         return;
     }
@@ -178,14 +286,7 @@ pub(crate) fn argument_issues(
         format!("`{tool_name}` takes: {}", listed.join(", "))
     };
     for violation in violations {
-        let mut at = path.clone();
-        for raw in violation.pointer.split('/').skip(1) {
-            let segment = raw.replace("~1", "/").replace("~0", "~");
-            at = match segment.parse::<usize>() {
-                Ok(index) => at.index(index),
-                Err(_) => at.key(&segment),
-            };
-        }
+        let at = path.clone().pointer(&violation.pointer);
         let top = violation.pointer.is_empty();
         if top && !violation.unexpected.is_empty() {
             for name in &violation.unexpected {
@@ -227,5 +328,25 @@ pub(crate) fn argument_issues(
                     "{takes}; as written, the call fails with E_ARGS_INVALID"
                 )),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field;
+
+    #[test]
+    fn a_field_is_read_after_a_dot_only_where_cel_can() {
+        for (name, read) in [
+            ("files", ".files"),
+            ("_a1", "._a1"),
+            ("my-list", "[\"my-list\"]"),
+            ("1st", "[\"1st\"]"),
+            ("in", "[\"in\"]"),
+            ("with \"quote\"", "[\"with \\\"quote\\\"\"]"),
+            ("", "[\"\"]"),
+        ] {
+            assert_eq!(field(name), read, "{name}");
+        }
     }
 }

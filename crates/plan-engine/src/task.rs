@@ -31,7 +31,7 @@ use crate::admit::{Admission, Gate};
 use crate::block::NodeDone;
 use crate::call::{CallContext, ToolCall, call_tool};
 use crate::overlay::Overlay;
-use crate::schema::{check_schema, compile_schema};
+use crate::schema::{compile_schema, resolve_checked};
 use crate::tool::{Registry, Tool, codes};
 
 /// A task's worktree: where it is, and its branch.
@@ -315,10 +315,7 @@ impl TaskTool {
             evaluate: Some(&evaluate),
             ..Scope::default()
         };
-        self.args
-            .resolve(&scope)
-            .map_err(|error| StepError::new(codes::E_ARGS_UNRESOLVED, error.to_string()))
-            .and_then(|args| check_schema(self.schema.as_deref(), &self.tool_name, args))
+        resolve_checked(&self.args, &scope, self.schema.as_deref(), &self.tool_name)
     }
 }
 

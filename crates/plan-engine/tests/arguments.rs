@@ -132,3 +132,46 @@ fn previews_fail_only_what_would_fail() {
     );
     assert_eq!(calls[1].args, json!({"n": "<result of bind>"}));
 }
+
+/// A string that is exactly one placeholder passes its value with the value's own type; when
+/// that type is what the schema refuses, the message says so and how to pass text instead,
+/// before the run (values the plan gives) and in the run (values the run gives) alike.
+#[tokio::test]
+async fn a_whole_placeholder_of_the_wrong_type_says_how_to_pass_text() {
+    let plan = json!({"variables": {"flag": true, "my-list": [7]}, "steps": [
+        {"id": "flag", "tool": "typed", "args": {"n": 1, "name": "${flag}"}},
+        {"id": "listed", "tool": "typed", "args": {"n": 1, "name": "${my-list[0]}"}},
+        {"id": "inside", "tool": "typed", "args": {"n": 1, "name": "X${flag}"}},
+        {"id": "each", "tool": "typed", "args": {"n": 1, "name": "${each}"}, "expand_on": [3]},
+        {"id": "shape", "tool": "typed", "args": {"n": 1, "name": "${{ {'a': 1} }}"}}
+    ]});
+    let messages: Vec<String> = found(plan.clone(), json!({}))
+        .into_iter()
+        .map(|(_, _, message)| message)
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "the arguments do not match the schema of `typed`: /name: true is not of type \"string\" (`${flag}` is the whole string, so it passes its value as it is, here a boolean; `${{ string(vars.flag) }}` passes it as text)",
+            "the arguments do not match the schema of `typed`: /name: 7 is not of type \"string\" (`${my-list[0]}` is the whole string, so it passes its value as it is, here a number; `${{ string(vars[\"my-list\"][0]) }}` passes it as text)",
+            "the arguments do not match the schema of `typed`: /name: \"Xtrue\" does not match \"^[a-z]+$\"",
+        ]
+    );
+    let (program, _) = program(plan);
+    let report = plan_engine::run(&program, plan_engine::RunOptions::new("r"))
+        .await
+        .unwrap();
+    let error_of = |id: &str| {
+        let record = report.records.iter().find(|r| r.step_id == id).unwrap();
+        record.error.as_ref().unwrap().message.clone()
+    };
+    assert_eq!(
+        error_of("each-0"),
+        "arguments do not match the schema of `typed`: /name: 3 is not of type \"string\" (`${each}` is the whole string, so it passes its value as it is, here a number; `${{ string(each) }}` passes it as text)"
+    );
+    assert_eq!(
+        error_of("shape"),
+        "arguments do not match the schema of `typed`: /name: {\"a\":1} is not of type \"string\" (`${{ {'a': 1} }}` is the whole string, so it passes its value as it is, here an object; `${{ toJson({'a': 1}) }}` passes it as text)"
+    );
+    assert!(error_of("flag").ends_with("`${{ string(vars.flag) }}` passes it as text)"));
+}

@@ -45,6 +45,20 @@ impl PlanPath {
         self.0.push(PathSegment::Index(index));
         self
     }
+
+    /// This path followed by a JSON pointer's tokens (`/a/0/b~1c`): a numeric token is taken
+    /// as a list index. Where a schema violation or a placeholder inside `args` is placed.
+    #[must_use]
+    pub fn pointer(mut self, pointer: &str) -> Self {
+        for raw in pointer.split('/').skip(1) {
+            let token = raw.replace("~1", "/").replace("~0", "~");
+            self.0.push(match token.parse::<usize>() {
+                Ok(index) => PathSegment::Index(index),
+                Err(_) => PathSegment::Key(token),
+            });
+        }
+        self
+    }
 }
 
 impl fmt::Display for PlanPath {
@@ -303,6 +317,16 @@ fn owned(event: Event<'_>) -> OwnedEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_pointer_extends_a_path_token_by_token() {
+        let args = PlanPath::step(2).key("args");
+        assert_eq!(args.clone().pointer("").to_string(), "steps[2].args");
+        assert_eq!(
+            args.pointer("/argv/1/a~1b~0c").to_string(),
+            "steps[2].args.argv[1].a/b~c"
+        );
+    }
 
     fn text_at(text: &str, range: Option<Range<usize>>) -> &str {
         &text[range.expect("a range")]

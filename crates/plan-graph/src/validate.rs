@@ -8,7 +8,7 @@ use crate::dag::Dependencies;
 use crate::issue::Issue;
 use crate::load::LoadOptions;
 use crate::model::Plan;
-use crate::source::{PathSegment, PlanPath};
+use crate::source::PlanPath;
 
 pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
     let mut issues = Vec::new();
@@ -321,7 +321,7 @@ fn placeholders_of(
         Ok(template) => template,
         Err(error) => {
             issues.push(
-                Issue::error("plan::placeholder", pointer_path(args_path, &error.pointer), format!("malformed placeholder: {error}"))
+                Issue::error("plan::placeholder", args_path.pointer(&error.pointer), format!("malformed placeholder: {error}"))
                     .help("placeholders are `${name}`, `${name.path}`, `$var.name`; write `$$` for a literal `$`"),
             );
             return None;
@@ -331,13 +331,7 @@ fn placeholders_of(
     let mut reads: Vec<(Placeholder, Place, PlanPath)> = template
         .placeholders_at()
         .into_iter()
-        .map(|(pointer, p)| {
-            (
-                p.clone(),
-                Place::Args,
-                pointer_path(args_path.clone(), &pointer),
-            )
-        })
+        .map(|(pointer, p)| (p.clone(), Place::Args, args_path.clone().pointer(&pointer)))
         .collect();
     if let Some(expand) = &step.expand {
         // Malformed ones were reported by normalisation.
@@ -387,10 +381,10 @@ fn placeholders_of(
                         .placeholders_at()
                         .into_iter()
                         .filter(|(_, p)| !matches!(p.variable(), Some("task" | "failure")))
-                        .map(|(pointer, p)| (p.clone(), Place::Block, pointer_path(path.clone(), &pointer))),
+                        .map(|(pointer, p)| (p.clone(), Place::Block, path.clone().pointer(&pointer))),
                 ),
                 Err(error) => issues.push(
-                    Issue::error("plan::placeholder", pointer_path(path, &error.pointer), format!("malformed placeholder: {error}"))
+                    Issue::error("plan::placeholder", path.pointer(&error.pointer), format!("malformed placeholder: {error}"))
                         .help("placeholders are `${task.id}`, `${name}`, `${name.path}`; write `$$` for a literal `$`"),
                 ),
             }
@@ -695,7 +689,7 @@ fn check_block(
                 {
                     issues.push(Issue::error(
                         "plan::placeholder",
-                        pointer_path(path.clone().key("args"), &error.pointer),
+                        path.clone().key("args").pointer(&error.pointer),
                         format!("malformed placeholder: {error}"),
                     ));
                 }
@@ -822,19 +816,6 @@ fn acyclic_ancestors<'a>(
     step: usize,
 ) -> &'a HashSet<usize> {
     memo.entry(step).or_insert_with(|| deps.ancestors(step))
-}
-
-/// `/a/0/b` under `base` as a plan path (a numeric segment is taken as a list index).
-fn pointer_path(base: PlanPath, pointer: &str) -> PlanPath {
-    let mut path = base;
-    for raw in pointer.split('/').skip(1) {
-        let segment = raw.replace("~1", "/").replace("~0", "~");
-        path.0.push(match segment.parse::<usize>() {
-            Ok(index) => PathSegment::Index(index),
-            Err(_) => PathSegment::Key(segment),
-        });
-    }
-    path
 }
 
 #[cfg(test)]

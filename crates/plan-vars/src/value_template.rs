@@ -65,6 +65,26 @@ impl ValueTemplate {
     pub fn resolve(&self, scope: &Scope<'_>) -> Result<Value, ResolveError> {
         resolve_node(&self.root, scope)
     }
+
+    /// The placeholder that is the whole string at JSON pointer `pointer` (and so gives its
+    /// value with its own type), if the string there is exactly one.
+    pub fn whole_placeholder_at(&self, pointer: &str) -> Option<&Placeholder> {
+        let mut node = &self.root;
+        if !pointer.is_empty() {
+            for token in pointer.strip_prefix('/')?.split('/') {
+                let token = token.replace("~1", "/").replace("~0", "~");
+                node = match node {
+                    Node::Array(items) => items.get(token.parse::<usize>().ok()?)?,
+                    Node::Object(entries) => &entries.iter().find(|(key, _)| *key == token)?.1,
+                    _ => return None,
+                };
+            }
+        }
+        match node {
+            Node::String(template) => template.as_placeholder(),
+            _ => None,
+        }
+    }
 }
 
 fn compile_node(value: &Value, pointer: &mut String) -> Result<Node, ParseError> {
@@ -236,6 +256,34 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&copy).ok(),
             serde_json::to_string(&value).ok()
+        );
+    }
+
+    #[test]
+    fn the_whole_placeholder_at_a_pointer_is_found_and_nothing_else() {
+        let value = json!({
+            "argv": ["echo", "${each}", "n=${each}"],
+            "a/b": {"c~d": "${x.y}"},
+            "plain": "text",
+        });
+        let template = ValueTemplate::compile(&value).expect("compiles");
+        let at = |pointer: &str| {
+            template
+                .whole_placeholder_at(pointer)
+                .map(|p| p.text().to_owned())
+        };
+        assert_eq!(at("/argv/1").as_deref(), Some("${each}"));
+        assert_eq!(at("/a~1b/c~0d").as_deref(), Some("${x.y}"));
+        // Text around a placeholder, literal text, containers, and paths that lead nowhere.
+        for pointer in [
+            "/argv/2", "/argv/0", "/plain", "/argv", "", "/argv/9", "/nope", "argv",
+        ] {
+            assert_eq!(at(pointer), None, "{pointer}");
+        }
+        let whole = ValueTemplate::compile(&json!("${v}")).expect("compiles");
+        assert_eq!(
+            whole.whole_placeholder_at("").map(Placeholder::text),
+            Some("${v}")
         );
     }
 
