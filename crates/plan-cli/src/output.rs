@@ -634,11 +634,13 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
     out
 }
 
-fn duration(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else {
-        format!("{:.2}s", ms as f64 / 1000.0)
+/// `850ms`, `12.34s`, `4m05s`, `2h03m`: a step's time and a run's alike.
+pub(crate) fn duration(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{}.{:02}s", ms / 1_000, (ms % 1_000) / 10),
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, (ms / 1_000) % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
     }
 }
 
@@ -779,6 +781,25 @@ pub(crate) fn in_colour(summary: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_would_write_them() {
+        let cases = [
+            (0, "0ms"),
+            (999, "999ms"),
+            (1_000, "1.00s"),
+            (1_234, "1.23s"),
+            (59_999, "59.99s"),
+            (60_000, "1m00s"),
+            (229_510, "3m49s"),
+            (3_599_999, "59m59s"),
+            (3_600_000, "1h00m"),
+            (50_580_000, "14h03m"),
+        ];
+        for (ms, text) in cases {
+            assert_eq!(duration(ms), text, "{ms} ms");
+        }
+    }
 
     fn labels_of(yaml: &str) -> StepLabels {
         let source = plan_graph::Source::new("plan.yaml", yaml);

@@ -112,6 +112,41 @@ fn an_approval_round_trip_waits_approves_and_resumes() {
         .stderr(predicate::str::contains("has finished"));
 }
 
+/// The `__meta__` record's `duration_ms`.
+fn run_duration_ms(report: &Value) -> u64 {
+    record(report, "__meta__")["duration_ms"].as_u64().unwrap()
+}
+
+/// A resumed run's report says how long the whole run took, from its first start, as `status`
+/// and `runs` say it afterwards: not only the resuming process's part.
+#[test]
+fn a_resumed_run_reports_its_whole_duration_as_status_and_runs_do() {
+    let lab = Lab::new();
+    let plan = lab.write("deploy.json", &deploy_plan());
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5);
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    std::thread::sleep(Duration::from_millis(300));
+    lab.cli()
+        .args(["approve", &run, "deploy"])
+        .assert()
+        .success();
+    let (code, resumed) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0);
+    let took = run_duration_ms(&resumed);
+    assert!(took >= 300, "{resumed}");
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    // Both count from the same start; the report's end is a moment after the ledger's (a
+    // moment that a busy machine may stretch: the point is that neither lost the 300 ms).
+    let stored = run_duration_ms(&status);
+    assert!((300..=took).contains(&stored), "{resumed} vs {status}");
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    assert_eq!(
+        runs[0]["duration_ms"].as_u64(),
+        Some(run_duration_ms(&status))
+    );
+}
+
 /// The `tool.called` events of `step` in a run's events file.
 fn called_events(path: &std::path::Path, step: &str) -> Vec<Value> {
     tool_calls(&std::fs::read_to_string(path).unwrap(), step)

@@ -386,9 +386,11 @@ fn kill_a_chain_midway(lab: &Lab) -> String {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+    // Asked while the run's process lives: `runs` would fold a dead run's log in.
+    let run_id = lab.newest_run().unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
-    lab.newest_run().unwrap()
+    run_id
 }
 
 /// The run logs left beside the ledger.
@@ -458,4 +460,30 @@ fn status_after_kill_9_and_cancel_shows_every_completed_step() {
     assert_eq!(report["task_status"], "STOPPED", "{report}");
     assert_every_started_step_completed(&lab, &report);
     assert!(run_logs(&lab).is_empty(), "{:?}", run_logs(&lab));
+}
+
+/// After `kill -9`, `runs` says how long the run took as `status` does: until its last event,
+/// with what its process left in its log folded in first (not 0 ms, where the run's row was
+/// last written).
+#[test]
+fn runs_after_kill_9_says_the_duration_status_says() {
+    let lab = Lab {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let run_id = kill_a_chain_midway(&lab);
+    let runs = lab.json(&["runs", "--json"]);
+    assert_eq!(runs[0]["run_id"], json!(run_id), "{runs}");
+    assert_eq!(runs[0]["task_status"], "INTERRUPTED", "{runs}");
+    assert!(run_logs(&lab).is_empty(), "{:?}", run_logs(&lab));
+    let listed = runs[0]["duration_ms"].as_u64().unwrap();
+    // Seven steps of 20 ms each had completed before the kill.
+    assert!(listed >= 7 * 20, "{runs}");
+    let report = lab.json(&["status", &run_id, "--json"]);
+    let meta = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == "__meta__")
+        .unwrap();
+    assert_eq!(meta["duration_ms"].as_u64(), Some(listed), "{report}");
 }

@@ -191,6 +191,7 @@ pub async fn start(
         // Kept so that a resumed run keeps the switch it was started with.
         "approvals": execution.approvals,
     });
+    let started_at = plan_store::timestamp(SystemTime::now());
     store.begin_run(&NewRun {
         run_id: &run_id,
         plan_id: prepared.program.plan_id(),
@@ -200,7 +201,7 @@ pub async fn start(
         inputs: &prepared.inputs,
         options: &options,
         owner_pid: std::process::id(),
-        started_at: &plan_store::timestamp(SystemTime::now()),
+        started_at: &started_at,
     })?;
     for id in &approve {
         store.decide(
@@ -211,6 +212,7 @@ pub async fn start(
         )?;
     }
     let from = From {
+        started_at,
         restored: None,
         stored_limit: None,
         stored_approvals: None,
@@ -418,6 +420,7 @@ pub async fn resume(
         .unwrap_or(Mode::Auto);
     let stored_approvals = row.options.get("approvals").and_then(Value::as_bool);
     let from = From {
+        started_at: row.started_at.clone(),
         restored: Some(Restored {
             records,
             variables,
@@ -529,6 +532,8 @@ fn process_alive(pid: u32) -> bool {
 
 /// What a run starts from besides its plan and execution settings.
 struct From {
+    /// When the run was first started, as the ledger keeps it.
+    started_at: String,
     /// What an earlier attempt at the run settled (`resume`).
     restored: Option<Restored>,
     /// The `max_concurrency` the run was started with.
@@ -570,6 +575,7 @@ async fn execute(
     from: From,
     execution: Execution,
 ) -> Result<Outcome, LifecycleError> {
+    let started_at = from.started_at;
     let ledger_events = Arc::new(EventBuffer::default());
     let journal = RunJournal::new(store, run_id, ledger_events.clone())?;
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![ledger_events];
@@ -620,7 +626,7 @@ async fn execute(
     // instead of waking another thread (a chain step costs ~4 µs instead of ~15–50 µs).
     let engine = program.clone();
     let outcome = tokio::spawn(async move { plan_engine::run(&engine, options).await }).await;
-    let report = match outcome {
+    let mut report = match outcome {
         Ok(Ok(report)) => report,
         Ok(Err(RunError::Preview)) => {
             return Err(LifecycleError::Refused("a preview runs nothing".to_owned()));
@@ -632,5 +638,14 @@ async fn execute(
             )));
         }
     };
+    // The run's last record says how long the whole run took, as `status` says it later: a
+    // resumed run counts from its first start, not from this process's (the `run.finished`
+    // event says how long this attempt took).
+    let since_start = humantime::parse_rfc3339(&started_at)
+        .ok()
+        .and_then(|start| SystemTime::now().duration_since(start).ok());
+    if let (Some(meta), Some(took)) = (report.records.last_mut(), since_start) {
+        meta.duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+    }
     Ok(Outcome { report })
 }

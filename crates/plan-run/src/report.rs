@@ -23,6 +23,32 @@ pub fn status_of(row: &RunRow) -> TaskStatus {
     }
 }
 
+/// How long a run took, or has taken so far: until it finished; until now while its process
+/// runs; until its last event when its process died; until it halted when it stopped or waits
+/// for a decision. `status`, `runs` and the execute-state document all say this one figure.
+pub fn duration_of(store: &Store, row: &RunRow) -> Result<Duration, LifecycleError> {
+    let status = status_of(row);
+    let last_event = if status == TaskStatus::Interrupted && row.finished_at.is_none() {
+        store.last_event_at(&row.run_id)?
+    } else {
+        None
+    };
+    let ended = row.finished_at.as_deref().or(match status {
+        TaskStatus::Running => None,
+        TaskStatus::Interrupted => last_event.as_deref().or(Some(row.updated_at.as_str())),
+        _ => Some(row.updated_at.as_str()),
+    });
+    let parse = |t: &str| humantime::parse_rfc3339(t).ok();
+    let Some(start) = parse(&row.started_at) else {
+        return Ok(Duration::ZERO);
+    };
+    let end = match ended {
+        Some(t) => parse(t).unwrap_or(start),
+        None => SystemTime::now(),
+    };
+    Ok(end.duration_since(start).unwrap_or(Duration::ZERO))
+}
+
 /// The plan a run ran, as stored with it.
 pub fn plan_of(row: &RunRow) -> Result<Plan, LifecycleError> {
     let source = Source::new(row.plan_name.clone(), row.plan_source.clone());
@@ -69,27 +95,13 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
     let stored = store.records(&row.run_id)?;
     // Steps of a run that has not ended which were called (their records come when they
     // settle): running, or cut off by the process's death.
-    let (started, last_event) = if matches!(status, TaskStatus::Running | TaskStatus::Interrupted) {
+    let started = if matches!(status, TaskStatus::Running | TaskStatus::Interrupted) {
         started_steps(store, row, &plan)?
     } else {
-        (Vec::new(), None)
+        Vec::new()
     };
     let mut records = with_unsettled(&plan, stored, status, &pending, &started);
-    // A run whose process died ran until its last event.
-    let ended = row.finished_at.as_deref().or_else(|| match status {
-        TaskStatus::Running => None,
-        TaskStatus::Interrupted => last_event.as_deref().or(Some(row.updated_at.as_str())),
-        _ => Some(row.updated_at.as_str()),
-    });
-    let elapsed = [Some(row.started_at.as_str()), ended]
-        .map(|t| t.and_then(|t| humantime::parse_rfc3339(t).ok()));
-    let duration = match elapsed {
-        [Some(start), Some(end)] => end.duration_since(start).unwrap_or(Duration::ZERO),
-        [Some(start), None] => SystemTime::now()
-            .duration_since(start)
-            .unwrap_or(Duration::ZERO),
-        _ => Duration::ZERO,
-    };
+    let duration = duration_of(store, row)?;
     records.push(Record::meta(
         status,
         u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
@@ -148,14 +160,9 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
 
 /// The steps of a run that were called in its current attempt (a `tool.called` of the step or
 /// of one of its map items or block nodes, or its block entered) since it last started or
-/// resumed, and when its last event was.
-fn started_steps(
-    store: &Store,
-    row: &RunRow,
-    plan: &Plan,
-) -> Result<(Vec<String>, Option<String>), LifecycleError> {
+/// resumed.
+fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>, LifecycleError> {
     let events = store.events_after(&row.run_id, 0)?;
-    let last = events.last().map(|(_, event)| event.ts.clone());
     // Only this attempt's: events after the last `run.started`.
     let from = events
         .iter()
@@ -183,7 +190,7 @@ fn started_steps(
             started.push(step.id.0.clone());
         }
     }
-    Ok((started, last))
+    Ok(started)
 }
 
 /// Blocks of a live run that entered and have not ended are `BUSY`, at the node their last
@@ -305,7 +312,7 @@ pub fn execute_state(
             attempts: &attempts,
             checkpoints: &checkpoints,
             run_dir: run_dir.as_deref(),
-            now: SystemTime::now(),
+            elapsed: duration_of(store, row)?,
         },
     ))
 }

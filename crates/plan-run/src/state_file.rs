@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::Duration;
 
 use plan_graph::{Dependencies, Plan};
 use plan_store::{AttemptRow, RunRow, RunState};
@@ -36,8 +36,8 @@ pub(crate) struct Inputs<'a> {
     pub(crate) checkpoints: &'a BTreeMap<String, Value>,
     /// The folder the run runs in (the plan's), which the workspace is relative to.
     pub(crate) run_dir: Option<&'a Path>,
-    /// Now, for the elapsed time of a run still going.
-    pub(crate) now: SystemTime,
+    /// How long the run has taken ([`crate::duration_of`]).
+    pub(crate) elapsed: Duration,
 }
 
 struct Task<'a> {
@@ -57,7 +57,7 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
         attempts,
         checkpoints,
         run_dir,
-        now,
+        elapsed,
     } = inputs;
     let (layer_names, layer_of_step) = layers(plan);
     let records_by_id: HashMap<&str, &Record> =
@@ -227,15 +227,7 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
         (RunState::Finished, Some(TaskStatus::Completed)) => "completed",
         (RunState::Finished, _) => "abandoned",
     };
-    let end = run
-        .finished_at
-        .as_deref()
-        .and_then(|t| humantime::parse_rfc3339(t).ok())
-        .unwrap_or(now);
-    let elapsed = humantime::parse_rfc3339(&run.started_at)
-        .ok()
-        .and_then(|start| end.duration_since(start).ok())
-        .map_or(0, |d| d.as_secs());
+    let elapsed = elapsed.as_secs();
     let option = |key: &str| run.options.get(key).cloned().unwrap_or(Value::Null);
     let settings = plan.workspace.as_ref();
     let project_path = layout

@@ -505,6 +505,20 @@ impl Store {
             .collect()
     }
 
+    /// When a run's last event happened (RFC 3339), if it has any: where a run whose process
+    /// died stopped.
+    pub fn last_event_at(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        let key = self.run_key(run_id)?;
+        let ts_ms: Option<i64> = self
+            .conn
+            .prepare_cached(
+                "SELECT ts_ms FROM run_events WHERE run = ?1 ORDER BY seq DESC LIMIT 1",
+            )?
+            .query_row([key], |row| row.get(0))
+            .optional()?;
+        Ok(ts_ms.map(crate::events::timestamp))
+    }
+
     /// The runs [`Store::gc`] would delete, oldest first.
     pub fn expired(&self, cutoff: &str, unfinished_too: bool) -> Result<Vec<RunRow>, StoreError> {
         let mut statement = self.conn.prepare(&format!(

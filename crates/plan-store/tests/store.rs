@@ -285,11 +285,12 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
         .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
         .unwrap();
     let events = Arc::new(EventBuffer::default());
+    assert_eq!(store.last_event_at("r").unwrap(), None);
     let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
     let event = |n: u32| {
         let mut e: plan_types::Event = serde_json::from_value(json!({
             "type": "run.started", "run_id": "r", "attempt": n,
-            "ts": "2026-01-01T00:00:00.042Z", "plan_id": "p"
+            "ts": format!("2026-01-01T00:00:00.04{n}Z"), "plan_id": "p"
         }))
         .unwrap();
         e.attempt = n;
@@ -316,6 +317,10 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
     );
     // An event reads back as it was emitted, field for field.
     assert_eq!(stored[1].1, event(2));
+    assert_eq!(
+        store.last_event_at("r").unwrap().as_deref(),
+        Some("2026-01-01T00:00:00.042Z")
+    );
     let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
     events.emit(&event(3));
     journal.finish(RunEnd::Stopped).unwrap();

@@ -43,10 +43,10 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
                 })?,
         ),
     };
-    let mut rows = if ledger.exists() {
-        ledger.open_reader()?.runs().map_err(Failure::ledger)?
-    } else {
-        Vec::new()
+    let mut store = ledger.exists().then(|| ledger.open_reader()).transpose()?;
+    let mut rows = match &store {
+        Some(store) => store.runs().map_err(Failure::ledger)?,
+        None => Vec::new(),
     };
     rows.retain(|row| {
         wanted_status.is_none_or(|status| plan_run::status_of(row) == status)
@@ -55,17 +55,29 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
     if let Some(limit) = args.limit {
         rows.truncate(limit);
     }
+    // How long each took, as `status` says it: a run whose process died ran until its last
+    // event, with what its process made durable before it died folded in first.
+    let mut durations = Vec::with_capacity(rows.len());
+    if let Some(store) = store.as_mut() {
+        for row in &rows {
+            if plan_run::status_of(row) == plan_types::TaskStatus::Interrupted {
+                plan_run::recover_interrupted(store, row).map_err(Failure::lifecycle)?;
+            }
+            durations.push(plan_run::duration_of(store, row).map_err(Failure::lifecycle)?);
+        }
+    }
     let text = if args.json {
         let list: Vec<Value> = rows
             .iter()
-            .map(|row| {
+            .zip(&durations)
+            .map(|(row, took)| {
                 json!({
                     "run_id": row.run_id,
                     "plan_id": row.plan_id,
                     "task_status": plan_run::status_of(row),
                     "started_at": row.started_at,
                     "finished_at": row.finished_at,
-                    "duration_ms": run_duration(row).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    "duration_ms": u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
                 })
             })
             .collect();
@@ -82,9 +94,9 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
             .iter()
             .map(|row| plan_run::status_of(row).as_str())
             .collect();
-        let durations: Vec<String> = rows
+        let durations: Vec<String> = durations
             .iter()
-            .map(|row| run_duration(row).map_or_else(|| "-".to_owned(), human_duration))
+            .map(|d| output::duration(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
             .collect();
         let status_width = statuses.iter().map(|s| s.len()).max().unwrap_or(0);
         let plan_width = rows
@@ -105,28 +117,6 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
     };
     print(&text)?;
     Ok(0)
-}
-
-/// How long a run took (or has taken so far, while it runs).
-fn run_duration(row: &RunRow) -> Option<Duration> {
-    let start = humantime::parse_rfc3339(&row.started_at).ok()?;
-    let end = match &row.finished_at {
-        Some(at) => humantime::parse_rfc3339(at).ok()?,
-        None if plan_run::status_of(row) == plan_types::TaskStatus::Running => SystemTime::now(),
-        None => humantime::parse_rfc3339(&row.updated_at).ok()?,
-    };
-    end.duration_since(start).ok()
-}
-
-/// `850ms`, `12.3s`, `4m05s`, `2h03m`.
-fn human_duration(duration: Duration) -> String {
-    let ms = duration.as_millis();
-    match ms {
-        0..1_000 => format!("{ms}ms"),
-        1_000..60_000 => format!("{:.1}s", duration.as_secs_f64()),
-        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, (ms / 1_000) % 60),
-        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
-    }
 }
 
 pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> {
