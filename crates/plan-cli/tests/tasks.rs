@@ -376,6 +376,60 @@ fn on_conflict_wait_halts_the_run_until_a_person_resolves_it() {
 }
 
 #[test]
+fn a_merge_over_uncommitted_changes_halts_the_run_and_resume_merges_without_redoing_the_work() {
+    let lab = Lab::new();
+    // The agent counts its runs outside the repository.
+    let runs = lab.dir.path().join("runs.txt");
+    let agent = format!(
+        "#!/bin/sh\necho run >> '{}'\nprintf 'def add(a, b):\\n    return a + b\\n' > calc.py\n",
+        runs.display()
+    );
+    let repo = repo(
+        &lab,
+        &[
+            ("agent.sh", &agent),
+            ("calc.py", "def add(a, b):\n    return 0\n"),
+        ],
+    );
+    // A person's edit, not committed, of the file the task changes.
+    let mine = "def add(a, b):\n    return 0  # mine\n";
+    std::fs::write(repo.join("calc.py"), mine).unwrap();
+    let plan = json!({"id": "dirty", "workspace": {"repo": "."}, "steps": [
+        calc_task("T1", &[], "1-calc"),
+        {"id": "T2", "depends_on": ["T1"], "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["touch", "after.txt"]}}
+        }}
+    ]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 5, "WAITING: {report}");
+    let pending = &report["pending_approvals"][0];
+    assert_eq!(pending["step_id"], "T1/merge#1", "{report}");
+    let reason = pending["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("would be overwritten by merge: calc.py") && reason.contains("stash"),
+        "{reason}"
+    );
+    assert_eq!(state["tasks"]["T1"]["status"], "verified", "{state}");
+    assert_eq!(std::fs::read_to_string(repo.join("calc.py")).unwrap(), mine);
+    assert!(!repo.join("after.txt").exists(), "its dependent waits");
+
+    git(&repo, &["stash", "-q"]);
+    let run_id = report["run_id"].as_str().unwrap();
+    let (code, report) = lab.json(&["resume", run_id, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("calc.py")).unwrap(),
+        "def add(a, b):\n    return a + b\n"
+    );
+    assert!(repo.join("after.txt").exists(), "its dependent ran");
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "run\n",
+        "the verified work was merged, not done again"
+    );
+}
+
+#[test]
 fn a_plan_with_tasks_but_no_repository_is_refused_before_it_runs() {
     let lab = Lab::new();
     let plan = lab.write(

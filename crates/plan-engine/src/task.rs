@@ -1112,20 +1112,35 @@ impl TaskRun {
                 .await
             }
             Err(error) => {
-                // Not the task's doing: it stays verified, so a resumed run merges it again.
+                // Not the task's doing (git refused: uncommitted changes in the base's checkout
+                // that the merge would overwrite, a hook, a lock). Failing the task would lose
+                // its verified work to `--retry-failed`, so the run halts for a person, as for
+                // a conflict under `on_conflict: wait`, and `resume` merges it again.
+                let base = workspace.base().to_owned();
+                let folder = match workspace.base_folder().await {
+                    Ok(folder) => format!(" in {}", folder.display()),
+                    Err(_) => String::new(),
+                };
                 state.status = TaskPhase::Verified;
                 if let Some(entry) = &mut state.queue {
-                    entry.status = QueueStatus::Ready;
+                    entry.status = QueueStatus::Pending;
                 }
                 state.worktree_status = Some(WorktreeStatus::Active);
-                self.report(state).await?;
-                Ok(Some(TaskEnd::Done(Err(StepError::new(
-                    codes::E_TOOL,
-                    format!(
-                        "merging task `{id}` into `{}` failed: {error}",
-                        workspace.base()
-                    ),
-                )))))
+                state.conflict_waits += 1;
+                let key = conflict_key(&id, state.conflict_waits);
+                let worktree = state.worktree_path.clone().unwrap_or_default();
+                let error = error.to_string();
+                let error = error.trim_end_matches('.');
+                let pending = PendingApproval {
+                    step_id: key.clone(),
+                    tool: None,
+                    args: Some(json!({"error": error, "worktree": worktree, "base": base})),
+                    reason: Some(format!(
+                        "merging task `{id}` into `{base}`{folder} failed: {error}. Its work is verified and kept: put that right (commit or stash changes there), then `plan-cli resume`; or `plan-cli reject RUN {key}` to abandon the task"
+                    )),
+                };
+                let checkpoint = serde_json::to_value(&*state).unwrap_or(Value::Null);
+                Ok(Some(TaskEnd::Waiting(checkpoint, pending)))
             }
         }
     }
@@ -1318,7 +1333,8 @@ fn once() -> RetryPolicy {
     }
 }
 
-/// The approval key a merge conflict under `on_conflict: wait` is listed under.
+/// The approval key a merge that halted the run for a person is listed under (a conflict under
+/// `on_conflict: wait`, or a merge git refused).
 fn conflict_key(task: &str, waits: u32) -> String {
     format!("{task}/merge#{waits}")
 }

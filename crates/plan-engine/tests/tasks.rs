@@ -12,7 +12,7 @@ use plan_engine::{
     WorkspaceError, Worktree, run,
 };
 use plan_graph::{Format, LoadOptions, Source, load};
-use plan_types::{RunReport, TaskPhase, TaskState};
+use plan_types::{RunReport, TaskPhase, TaskState, TaskStatus};
 use serde_json::{Value, json};
 
 /// What the fake repository holds and what was done to it.
@@ -28,6 +28,8 @@ struct Repo {
     dirty: BTreeMap<String, bool>,
     /// Tasks whose next merge conflicts.
     conflicts: Vec<String>,
+    /// Tasks whose next merge git refuses (changes in the base's checkout in the way).
+    refusals: Vec<String>,
     /// Calls of `merge`, whatever they found.
     merge_calls: usize,
     commits: usize,
@@ -92,6 +94,12 @@ impl Workspace for FakeWorkspace {
         repo.merge_calls += 1;
         if repo.merged.iter().any(|t| t == task) {
             return Ok(MergeOutcome::AlreadyMerged(format!("merge-{task}")));
+        }
+        if let Some(k) = repo.refusals.iter().position(|t| t == task) {
+            repo.refusals.remove(k);
+            return Err(WorkspaceError(
+                "error: Your local changes to the following files would be overwritten by merge: calc.py".into(),
+            ));
         }
         if let Some(k) = repo.conflicts.iter().position(|t| t == task) {
             repo.conflicts.remove(k);
@@ -312,6 +320,38 @@ async fn a_conflict_is_a_failed_attempt_whose_feedback_names_the_files() {
         log[1].1.contains("shared.txt") && log[1].1.contains("git merge trunk"),
         "{log:?}"
     );
+}
+
+#[tokio::test]
+async fn a_merge_git_refuses_halts_for_a_person_and_keeps_the_verified_work() {
+    let lab = lab(json!({"workspace": {"repo": "."},
+                         "steps": [task("T1", &[], "pass"), task("T2", &["T1"], "pass")]}));
+    lab.repo.0.lock().unwrap().refusals.push("T1".into());
+    let report = go(&lab, BTreeMap::new()).await;
+    assert_eq!(report.task_status, TaskStatus::Waiting, "{report:?}");
+    let pending = &report.pending_approvals[0];
+    assert_eq!(pending.step_id, "T1/merge#1");
+    let reason = pending.reason.as_deref().unwrap();
+    assert!(
+        reason.contains("calc.py") && reason.contains("plan-cli resume"),
+        "{reason}"
+    );
+    assert_eq!(lab.log.lock().unwrap().len(), 1, "implemented once");
+    assert!(lab.repo.0.lock().unwrap().merged.is_empty());
+    assert_eq!(lab.repo.0.lock().unwrap().worktrees, ["T1"], "work kept");
+
+    // Resumed where it waited: merged, not implemented again.
+    let waiting = TaskState {
+        conflict_waits: 1,
+        ..state(TaskPhase::Verified, 1)
+    };
+    let checkpoint = serde_json::to_value(waiting).unwrap();
+    let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
+    assert_eq!(report.task_status, TaskStatus::Completed, "{report:?}");
+    let log = lab.log.lock().unwrap().clone();
+    assert_eq!(log.len(), 2, "only T2 implemented: {log:?}");
+    assert_eq!(log[1].0, "T2");
+    assert_eq!(lab.repo.0.lock().unwrap().merged, ["T1", "T2"]);
 }
 
 #[tokio::test]

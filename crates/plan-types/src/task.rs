@@ -179,7 +179,8 @@ pub struct TaskState {
     /// Its merge queue entry, once verified.
     #[serde(default)]
     pub queue: Option<QueueEntry>,
-    /// How many times a merge conflict halted the run for a person (`on_conflict: wait`).
+    /// How many times merging halted the run for a person: a conflict under
+    /// `on_conflict: wait`, or a merge git refused (uncommitted changes in the base's checkout).
     #[serde(default)]
     pub conflict_waits: u32,
 }

@@ -556,20 +556,52 @@ async fn run_git(dir: &Path, args: &[&str], identity: bool) -> std::io::Result<R
     })
 }
 
-/// The first few lines of what git said, for an error.
+/// The first few lines of what git said, for an error, on one line: the files git lists
+/// (indented) after a line ending in `:` are joined with commas.
 fn first_lines(stderr: &str, stdout: &str) -> String {
     let text = if stderr.trim().is_empty() {
         stdout
     } else {
         stderr
     };
-    let lines: Vec<&str> = text.trim().lines().take(6).collect();
-    lines.join("; ")
+    let mut out = String::new();
+    // Whether the last line was one of a list of files.
+    let mut in_list = false;
+    for raw in text.trim().lines().take(8) {
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let listed = raw.starts_with(char::is_whitespace) && (in_list || out.ends_with(':'));
+        let separator = if out.is_empty() {
+            ""
+        } else if listed && in_list {
+            ", "
+        } else if listed || out.ends_with(':') || (!in_list && out.ends_with('.')) {
+            " "
+        } else {
+            "; "
+        };
+        out.push_str(separator);
+        out.push_str(line);
+        in_list = listed;
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_git_says_reads_as_one_line_with_its_files_listed() {
+        let refused = "error: Your local changes to the following files would be overwritten by merge:\n\tcalc.py\n\tlib/a b.py\nPlease commit your changes or stash them before you merge.\nAborting\nMerge with strategy ort failed.\n";
+        assert_eq!(
+            first_lines(refused, ""),
+            "error: Your local changes to the following files would be overwritten by merge: calc.py, lib/a b.py; Please commit your changes or stash them before you merge. Aborting; Merge with strategy ort failed."
+        );
+        assert_eq!(first_lines("", "one\ntwo\n"), "one; two");
+    }
 
     #[test]
     fn layouts_resolve_against_the_plan_folder() {
