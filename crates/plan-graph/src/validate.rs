@@ -269,7 +269,7 @@ fn check_variables(
                         issues.push(
                             Issue::warning("plan::undefined_variable", path.clone(), format!("no step binds `{name}` and the plan's `variables` do not define it"))
                                 .label(format!("reads `{name}`"))
-                                .help(undefined_help(name)),
+                                .help(undefined_help(plan, name)),
                         );
                     }
                 }
@@ -278,9 +278,16 @@ fn check_variables(
     }
 }
 
-/// What to do about a variable nothing defines. A name in capitals is most likely meant for
-/// a shell or the environment (`sh -c "echo ${HOME}"`): plan-cli reads `${...}` first.
-fn undefined_help(name: &str) -> String {
+/// What to do about a variable nothing defines. A step's id is most likely meant as its
+/// result (as in workflow tools where `${step.output}` reads it). A name in capitals is most
+/// likely meant for a shell or the environment (`sh -c "echo ${HOME}"`): plan-cli reads `${...}`
+/// first.
+fn undefined_help(plan: &Plan, name: &str) -> String {
+    if plan.steps.iter().any(|step| step.id.0 == name) {
+        return format!(
+            "`{name}` is a step, and a step's result is a variable only when the step names it: add `result_variable: {name}` to step `{name}` for its whole result, or `binds: {{NAME: $.field}}` for a part"
+        );
+    }
     let give = format!(
         "give it with `--var {name}=VALUE` or `--vars FILE`, or the steps that read it will fail"
     );

@@ -623,6 +623,23 @@ fn a_shell_variable_in_an_argument_gets_the_escape_as_help_at_its_string() {
 }
 
 #[test]
+fn reading_a_step_by_its_id_is_told_how_a_step_makes_its_result_a_variable() {
+    let loaded = load_as(
+        "steps:\n  - id: build\n    tool: echo\n  - id: deploy\n    tool: echo\n    depends_on: [build]\n    args: {a: \"${build.artifact}\"}\n",
+        Format::Yaml,
+    )
+    .unwrap();
+    let warning = &loaded.warnings[0];
+    assert_eq!(warning.code, "plan::undefined_variable");
+    assert_eq!(
+        warning.help.as_deref(),
+        Some(
+            "`build` is a step, and a step's result is a variable only when the step names it: add `result_variable: build` to step `build` for its whole result, or `binds: {NAME: $.field}` for a part"
+        )
+    );
+}
+
+#[test]
 fn expressions_are_held_to_the_rules_of_placeholders() {
     check_errors(
         r#"{"steps": [
