@@ -1009,7 +1009,10 @@ fn a_conflict_waiting_for_a_person_can_be_refused_which_abandons_the_task() {
             "not now",
         ])
         .assert()
-        .success();
+        .success()
+        .stdout(predicates::str::contains(format!(
+            "on resume task `{waiting}` is abandoned, its worktree kept"
+        )));
     let (code, report) = lab.json(&["resume", &run_id, "--json"]);
     assert_eq!(code, 1, "{report}");
     let record = common::record(&report, waiting);

@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use plan_graph::{OnConflict, RetryPolicy, Risk, TaskSpec};
 use plan_types::{
     Approvals, PendingApproval, QueueEntry, QueueStatus, RetryFeedback, StepError, TaskCommit,
-    TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus,
+    TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus, merge_key,
 };
 use plan_vars::{Scope, ValueTemplate};
 use serde_json::{Value, json};
@@ -631,7 +631,7 @@ impl TaskRun {
                 }
                 TaskPhase::Verified | TaskPhase::Merging => {
                     if state.conflict_waits > 0 {
-                        let key = conflict_key(&id, state.conflict_waits);
+                        let key = merge_key(&id, state.conflict_waits);
                         if let Verdict::Rejected(why) = self.approvals.decision(&key, None) {
                             state.errors.push(TaskError {
                                 attempt: state.attempts,
@@ -1084,7 +1084,7 @@ impl TaskRun {
                     });
                     state.status = TaskPhase::Verified;
                     state.conflict_waits += 1;
-                    let key = conflict_key(&id, state.conflict_waits);
+                    let key = merge_key(&id, state.conflict_waits);
                     let worktree = state.worktree_path.clone().unwrap_or_default();
                     let pending = PendingApproval {
                         step_id: key.clone(),
@@ -1127,7 +1127,7 @@ impl TaskRun {
                 }
                 state.worktree_status = Some(WorktreeStatus::Active);
                 state.conflict_waits += 1;
-                let key = conflict_key(&id, state.conflict_waits);
+                let key = merge_key(&id, state.conflict_waits);
                 let worktree = state.worktree_path.clone().unwrap_or_default();
                 let error = error.to_string();
                 let error = error.trim_end_matches('.');
@@ -1331,12 +1331,6 @@ fn once() -> RetryPolicy {
         attempts: 1,
         ..RetryPolicy::default()
     }
-}
-
-/// The approval key a merge that halted the run for a person is listed under (a conflict under
-/// `on_conflict: wait`, or a merge git refused).
-fn conflict_key(task: &str, waits: u32) -> String {
-    format!("{task}/merge#{waits}")
 }
 
 fn first_line(text: &str) -> String {

@@ -34,5 +34,5 @@ pub use record::{META_STEP_ID, Record, StepError, reasons};
 pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};
 pub use task::{
     QueueEntry, QueueStatus, RetryFeedback, TaskCommit, TaskError, TaskErrorKind, TaskPhase,
-    TaskState, WorktreeStatus,
+    TaskState, WorktreeStatus, merge_key, task_of_merge_key,
 };

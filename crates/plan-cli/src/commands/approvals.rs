@@ -3,7 +3,7 @@
 
 use plan_run::{Decided, Decisions};
 use plan_store::RunRow;
-use plan_types::PLAN_APPROVAL;
+use plan_types::{PLAN_APPROVAL, task_of_merge_key};
 
 use super::ledger::plan_of;
 use super::print;
@@ -24,7 +24,7 @@ pub(crate) fn approve(
     };
     let decided = approve_calls(&args.run, &decisions, toolbox, ledger)?;
     let names: Vec<&str> = decided.decided.iter().map(|id| display(id)).collect();
-    report(&decided, &format!("approved {}", names.join(", ")))
+    report(&decided, &format!("approved {}", names.join(", ")), "")
 }
 
 /// Approves `decisions` in run `run`.
@@ -53,11 +53,27 @@ pub(crate) fn reject(
     )?;
     report(
         &decided,
-        &format!(
-            "rejected {}: they fail with E_REJECTED and what depends on them is skipped",
-            decided.decided.join(", ")
-        ),
+        &format!("rejected {}", decided.decided.join(", ")),
+        &rejection_outcome(&decided.decided),
     )
+}
+
+/// What a rejection does on resume: a call fails, a task whose merge waited is abandoned.
+fn rejection_outcome(ids: &[String]) -> String {
+    let tasks: Vec<&str> = ids.iter().filter_map(|id| task_of_merge_key(id)).collect();
+    let calls = ids.len() - tasks.len();
+    let mut outcomes = Vec::new();
+    match calls {
+        0 => {}
+        1 => outcomes
+            .push("the call fails with E_REJECTED and what depends on it is skipped".to_owned()),
+        _ => outcomes
+            .push("the calls fail with E_REJECTED and what depends on them is skipped".to_owned()),
+    }
+    for task in tasks {
+        outcomes.push(format!("task `{task}` is abandoned, its worktree kept"));
+    }
+    format!(": on resume {}", outcomes.join("; "))
 }
 
 /// Rejects `steps` of run `run` with `reason`.
@@ -87,10 +103,11 @@ fn display(id: &str) -> &str {
     if id == PLAN_APPROVAL { "the plan" } else { id }
 }
 
-/// Says what was decided, what still waits, and how to go on.
-fn report(decided: &Decided, done: &str) -> Result<i32, Failure> {
+/// Says what was decided (and with `outcome`, what that does), what still waits, and how to
+/// go on.
+fn report(decided: &Decided, done: &str, outcome: &str) -> Result<i32, Failure> {
     let run = &decided.run_id;
-    let mut text = format!("{done} in run {run}\n");
+    let mut text = format!("{done} in run {run}{outcome}\n");
     if !decided.still_waiting.is_empty() {
         let waiting: Vec<&str> = decided.still_waiting.iter().map(|id| display(id)).collect();
         text.push_str(&format!("still waiting: {}\n", waiting.join(", ")));
@@ -98,4 +115,26 @@ fn report(decided: &Decided, done: &str) -> Result<i32, Failure> {
     text.push_str(&format!("continue it with `plan-cli resume {run}`\n"));
     print(&text)?;
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rejection_outcome;
+
+    #[test]
+    fn a_rejection_says_what_it_does_to_calls_and_to_waiting_merges() {
+        let ids = |ids: &[&str]| ids.iter().map(|id| (*id).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            rejection_outcome(&ids(&["deploy[prod]"])),
+            ": on resume the call fails with E_REJECTED and what depends on it is skipped"
+        );
+        assert_eq!(
+            rejection_outcome(&ids(&["a", "T1/merge#2", "b"])),
+            ": on resume the calls fail with E_REJECTED and what depends on them is skipped; task `T1` is abandoned, its worktree kept"
+        );
+        assert_eq!(
+            rejection_outcome(&ids(&["T1/merge#x"])),
+            ": on resume the call fails with E_REJECTED and what depends on it is skipped"
+        );
+    }
 }
