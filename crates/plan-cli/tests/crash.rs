@@ -464,7 +464,7 @@ fn status_after_kill_9_and_cancel_shows_every_completed_step() {
 
 /// After `kill -9`, `runs` says how long the run took as `status` does: until its last event,
 /// with what its process left in its log folded in first (not 0 ms, where the run's row was
-/// last written).
+/// last written); `cancel` later keeps that end.
 #[test]
 fn runs_after_kill_9_says_the_duration_status_says() {
     let lab = Lab {
@@ -486,4 +486,15 @@ fn runs_after_kill_9_says_the_duration_status_says() {
         .find(|r| r["step_id"] == "__meta__")
         .unwrap();
     assert_eq!(meta["duration_ms"].as_u64(), Some(listed), "{report}");
+    // Marking it stopped later does not make it longer.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        lab.command(&["cancel", &run_id])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let runs = lab.json(&["runs", "--json"]);
+    assert_eq!(runs[0]["task_status"], "STOPPED", "{runs}");
+    assert_eq!(runs[0]["duration_ms"].as_u64(), Some(listed), "{runs}");
 }

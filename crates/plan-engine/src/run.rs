@@ -19,7 +19,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use plan_graph::{Mode, RunIf};
 use plan_types::{
@@ -80,6 +80,10 @@ pub struct RunOptions {
     /// The git repository task steps work in (the plan's `workspace`, opened by the caller);
     /// a task step fails without one.
     pub workspace: Option<Arc<dyn crate::task::Workspace>>,
+    /// When the run first started (a resumed run's first attempt), in whole milliseconds: its
+    /// last record then counts from there to the end the journal records, so the two agree.
+    /// `None`: the last record gives this call's duration.
+    pub started_at: Option<SystemTime>,
 }
 
 impl RunOptions {
@@ -100,6 +104,7 @@ impl RunOptions {
             jitter_seed: None,
             output: None,
             workspace: None,
+            started_at: None,
         }
     }
 }
@@ -373,7 +378,9 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             args: None,
             reason: None,
         });
-        return scheduler.finalize(&options.run_id, started).await;
+        return scheduler
+            .finalize(&options.run_id, started, options.started_at)
+            .await;
     }
     for i in 0..n {
         if scheduler.steps[i].record.is_some() {
@@ -533,7 +540,9 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
     if !halt.is_cancelled() {
         scheduler.context_update(&halt).await;
     }
-    scheduler.finalize(&options.run_id, started).await
+    scheduler
+        .finalize(&options.run_id, started, options.started_at)
+        .await
 }
 
 impl Scheduler<'_> {
@@ -1483,7 +1492,12 @@ impl Scheduler<'_> {
         }
     }
 
-    async fn finalize(mut self, run_id: &str, started: Instant) -> Result<RunReport, RunError> {
+    async fn finalize(
+        mut self,
+        run_id: &str,
+        started: Instant,
+        first_started: Option<SystemTime>,
+    ) -> Result<RunReport, RunError> {
         let stopped = self.stopping.is_cancelled();
         let waiting = !stopped && !self.awaiting.is_empty();
         // Why what never started did not. Only a `fail_fast` skip is final, and committed: a
@@ -1577,7 +1591,7 @@ impl Scheduler<'_> {
             event
         });
         self.flush();
-        if let Some(writer) = self.writer.take() {
+        let ended = if let Some(writer) = self.writer.take() {
             let end = if stopped {
                 RunEnd::Stopped
             } else if waiting {
@@ -1595,9 +1609,14 @@ impl Scheduler<'_> {
             } else {
                 RunEnd::Finished(status)
             };
-            writer.finish(end).map_err(|e| RunError::Journal(e.0))?;
-        }
-        let mut meta = Record::meta(status, millis(elapsed));
+            writer.finish(end).map_err(|e| RunError::Journal(e.0))?
+        } else {
+            crate::writer::whole_millis(SystemTime::now())
+        };
+        let took = first_started.map_or(elapsed, |first| {
+            ended.duration_since(first).unwrap_or(Duration::ZERO)
+        });
+        let mut meta = Record::meta(status, millis(took));
         if let Some(error) = self.context_update_failed.take() {
             meta.reason = Some(format!(
                 "the context update after the last task failed: {}; task_status={status}",

@@ -20,7 +20,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use plan_types::{Batch, BatchLog, Durability, Journal, JournalError, RunEnd};
 use tokio::sync::watch;
@@ -304,8 +304,9 @@ impl Writer {
         self.commit_now()
     }
 
-    /// Writes what is left and tells the journal how the run ended.
-    pub(crate) fn finish(mut self, end: RunEnd) -> Result<(), JournalError> {
+    /// Writes what is left and tells the journal how the run ended; returns when it ended
+    /// (after the writing, which `--durability exit` leaves to the end).
+    pub(crate) fn finish(mut self, end: RunEnd) -> Result<SystemTime, JournalError> {
         self.stop_thread();
         self.shared.commit_queued();
         let mut ledger = lock(&self.shared.ledger);
@@ -318,7 +319,9 @@ impl Writer {
             ledger.journal.commit(&kept, upto)?;
             self.shared.durable.send_replace(Durable::Upto(upto));
         }
-        ledger.journal.finish(end)
+        let at = whole_millis(SystemTime::now());
+        ledger.journal.finish(end, at)?;
+        Ok(at)
     }
 
     fn stop_thread(&mut self) {
@@ -336,4 +339,11 @@ impl Drop for Writer {
     fn drop(&mut self) {
         self.stop_thread();
     }
+}
+
+/// `at` without its part below a millisecond, as the ledger's timestamps keep it: a duration
+/// counted to it equals one counted between the stored timestamps.
+pub(crate) fn whole_millis(at: SystemTime) -> SystemTime {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }

@@ -440,7 +440,11 @@ impl plan_types::Journal for Kept {
         Ok(())
     }
 
-    fn finish(&mut self, end: plan_types::RunEnd) -> Result<(), plan_types::JournalError> {
+    fn finish(
+        &mut self,
+        end: plan_types::RunEnd,
+        _at: std::time::SystemTime,
+    ) -> Result<(), plan_types::JournalError> {
         self.0.lock().expect("not poisoned").1 = Some(end);
         Ok(())
     }

@@ -857,7 +857,11 @@ impl plan_types::Journal for MemoryJournal {
         Ok(())
     }
 
-    fn finish(&mut self, end: plan_types::RunEnd) -> Result<(), plan_types::JournalError> {
+    fn finish(
+        &mut self,
+        end: plan_types::RunEnd,
+        _at: std::time::SystemTime,
+    ) -> Result<(), plan_types::JournalError> {
         *self.ended.lock().unwrap() = Some(end);
         Ok(())
     }

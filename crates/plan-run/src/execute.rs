@@ -575,7 +575,9 @@ async fn execute(
     from: From,
     execution: Execution,
 ) -> Result<Outcome, LifecycleError> {
-    let started_at = from.started_at;
+    // The run's last record counts from its first start (a resumed run's too, as `status`
+    // counts it later; the `run.finished` event says how long this attempt took).
+    let started_at = humantime::parse_rfc3339(&from.started_at).ok();
     let ledger_events = Arc::new(EventBuffer::default());
     let journal = RunJournal::new(store, run_id, ledger_events.clone())?;
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![ledger_events];
@@ -590,6 +592,7 @@ async fn execute(
     options.events = Some(Arc::new(Fanout(sinks)));
     options.output = execution.output.clone();
     options.journal = Some(Box::new(journal));
+    options.started_at = started_at;
     options.durability = execution.durability;
     options.restored = from.restored;
     options.approvals = from.approvals;
@@ -626,7 +629,7 @@ async fn execute(
     // instead of waking another thread (a chain step costs ~4 µs instead of ~15–50 µs).
     let engine = program.clone();
     let outcome = tokio::spawn(async move { plan_engine::run(&engine, options).await }).await;
-    let mut report = match outcome {
+    let report = match outcome {
         Ok(Ok(report)) => report,
         Ok(Err(RunError::Preview)) => {
             return Err(LifecycleError::Refused("a preview runs nothing".to_owned()));
@@ -638,14 +641,5 @@ async fn execute(
             )));
         }
     };
-    // The run's last record says how long the whole run took, as `status` says it later: a
-    // resumed run counts from its first start, not from this process's (the `run.finished`
-    // event says how long this attempt took).
-    let since_start = humantime::parse_rfc3339(&started_at)
-        .ok()
-        .and_then(|start| SystemTime::now().duration_since(start).ok());
-    if let (Some(meta), Some(took)) = (report.records.last_mut(), since_start) {
-        meta.duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-    }
     Ok(Outcome { report })
 }

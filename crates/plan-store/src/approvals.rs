@@ -60,15 +60,16 @@ pub struct ApprovalRow {
 }
 
 impl Store {
-    /// Ends a run `WAITING` for these approvals, with where its waiting blocks stopped, in
-    /// one transaction. Calls already decided keep their decision.
+    /// Ends a run `WAITING` for these approvals at `at`, with where its waiting blocks
+    /// stopped, in one transaction. Calls already decided keep their decision.
     pub fn halt_for_approvals(
         &mut self,
         run_id: &str,
         pending: &[PendingApproval],
         checkpoints: &[(String, Value)],
+        at: std::time::SystemTime,
     ) -> Result<(), StoreError> {
-        let now = crate::timestamp(std::time::SystemTime::now());
+        let now = crate::timestamp(at);
         let transaction = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use plan_types::{Batch, BatchLog, Event, EventSink, Journal, JournalError, RunEnd};
 use rusqlite::types::Value;
@@ -480,7 +481,7 @@ impl Journal for RunJournal {
         }))
     }
 
-    fn finish(&mut self, end: RunEnd) -> Result<(), JournalError> {
+    fn finish(&mut self, end: RunEnd, at: SystemTime) -> Result<(), JournalError> {
         // Events emitted since the last commit (`run.finished` among them).
         self.write(&Batch::default(), 0)
             .map_err(|error| JournalError(error.to_string()))?;
@@ -505,12 +506,12 @@ impl Journal for RunJournal {
             } => {
                 return self
                     .store
-                    .halt_for_approvals(&self.run_id, &pending, &checkpoints)
+                    .halt_for_approvals(&self.run_id, &pending, &checkpoints, at)
                     .map_err(|error| JournalError(error.to_string()));
             }
         };
         self.store
-            .end_run(&self.run_id, state, status)
+            .end_run(&self.run_id, state, status, at)
             .map_err(|error| JournalError(error.to_string()))
     }
 }

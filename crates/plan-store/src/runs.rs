@@ -257,14 +257,15 @@ impl Store {
         Ok(u32::try_from(count).unwrap_or(u32::MAX))
     }
 
-    /// Records how a run ended.
+    /// Records how a run ended, and when.
     pub fn end_run(
         &mut self,
         run_id: &str,
         state: RunState,
         task_status: Option<TaskStatus>,
+        at: std::time::SystemTime,
     ) -> Result<(), StoreError> {
-        let now = crate::timestamp(std::time::SystemTime::now());
+        let now = crate::timestamp(at);
         self.conn.execute(
             "UPDATE runs SET state = ?2, task_status = ?3, finished_at = ?4, updated_at = ?4 WHERE run_id = ?1",
             params![run_id, state.as_str(), task_status.map(TaskStatus::as_str), now],

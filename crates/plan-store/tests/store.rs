@@ -214,7 +214,7 @@ fn a_journal_writes_batches_that_read_back_in_plan_order() {
         )
         .unwrap();
     journal
-        .finish(RunEnd::Finished(TaskStatus::Failed))
+        .finish(RunEnd::Finished(TaskStatus::Failed), SystemTime::now())
         .unwrap();
     let store = journal.into_store();
 
@@ -323,7 +323,7 @@ fn events_are_stored_with_each_commit_and_continue_after_a_resume() {
     );
     let mut journal = RunJournal::new(store, "r", events.clone()).unwrap();
     events.emit(&event(3));
-    journal.finish(RunEnd::Stopped).unwrap();
+    journal.finish(RunEnd::Stopped, SystemTime::now()).unwrap();
     let store = journal.into_store();
     assert_eq!(store.events_after("r", 2).unwrap().len(), 1);
     assert_eq!(store.run("r").unwrap().state, RunState::Stopped);
@@ -384,9 +384,16 @@ fn runs_are_found_by_prefix_listed_newest_first_and_collected() {
     assert_eq!(store.run(plan_store::LAST_RUN).unwrap().run_id, "01BBB");
 
     store
-        .end_run("01AAA", RunState::Finished, Some(TaskStatus::Completed))
+        .end_run(
+            "01AAA",
+            RunState::Finished,
+            Some(TaskStatus::Completed),
+            SystemTime::now(),
+        )
         .unwrap();
-    store.end_run("01BBB", RunState::Stopped, None).unwrap();
+    store
+        .end_run("01BBB", RunState::Stopped, None, SystemTime::now())
+        .unwrap();
     // Everything ended "now"; a cutoff in the future deletes both ended runs, never a running one.
     let future = plan_store::timestamp(SystemTime::now() + Duration::from_secs(60));
     assert_eq!(store.gc("2000-01-01T00:00:00.000Z", true).unwrap(), 0);
@@ -655,7 +662,12 @@ fn deciding_several_approvals_is_all_or_nothing() {
         reason: None,
     };
     store
-        .halt_for_approvals("r", &[pending("a"), pending("b"), pending("c")], &[])
+        .halt_for_approvals(
+            "r",
+            &[pending("a"), pending("b"), pending("c")],
+            &[],
+            SystemTime::now(),
+        )
         .unwrap();
     store
         .decide("r", "b", Decision::Rejected, Some("no"))
@@ -817,7 +829,7 @@ fn a_resumed_journal_replays_only_what_was_not_committed() {
 
     let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
     journal
-        .finish(RunEnd::Finished(TaskStatus::Completed))
+        .finish(RunEnd::Finished(TaskStatus::Completed), SystemTime::now())
         .unwrap();
     let store = journal.into_store();
     assert_eq!(store.records("r").unwrap(), [a, b, c]);
@@ -835,7 +847,7 @@ fn a_run_that_ends_leaves_no_log_and_an_in_memory_ledger_has_none() {
     assert_eq!(logs_beside(&dir).len(), 1);
     journal.commit(&batch, 1).unwrap();
     journal
-        .finish(RunEnd::Finished(TaskStatus::Completed))
+        .finish(RunEnd::Finished(TaskStatus::Completed), SystemTime::now())
         .unwrap();
     assert!(logs_beside(&dir).is_empty());
     assert_eq!(journal.into_store().records("r").unwrap(), [a]);
@@ -914,7 +926,9 @@ fn gc_removes_the_log_a_killed_and_cancelled_run_left() {
     drop(log);
     drop(journal);
     let mut store = Store::open(&path).unwrap();
-    store.end_run("r", RunState::Stopped, None).unwrap();
+    store
+        .end_run("r", RunState::Stopped, None, SystemTime::now())
+        .unwrap();
     assert_eq!(logs_beside(&dir).len(), 1);
     assert_eq!(store.gc("9999-01-01T00:00:00.000Z", true).unwrap(), 1);
     assert!(logs_beside(&dir).is_empty(), "{:?}", logs_beside(&dir));

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -86,8 +87,9 @@ pub trait Journal: Send {
     /// before (several are committed together when they queue up).
     fn commit(&mut self, batch: &Batch, upto: u64) -> Result<(), JournalError>;
 
-    /// Records how the run ended (after the last commit).
-    fn finish(&mut self, end: RunEnd) -> Result<(), JournalError>;
+    /// Records how the run ended (after the last commit), and when: `at` is whole
+    /// milliseconds, and the run's last record counts its duration to it, so the two agree.
+    fn finish(&mut self, end: RunEnd, at: SystemTime) -> Result<(), JournalError>;
 
     /// Writes what the journal holds besides batches (events such as `tool.called`), when
     /// nothing has settled for a while: a long step shows in the ledger as running. Nothing by

@@ -150,8 +150,9 @@ pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i
         }
         RunState::Stopped => format!("run {run_id} is already stopped\n"),
         RunState::Waiting => {
+            let at = ended_at(&store, &row)?;
             store
-                .end_run(&run_id, RunState::Stopped, None)
+                .end_run(&run_id, RunState::Stopped, None, at)
                 .map_err(Failure::ledger)?;
             format!(
                 "run {run_id} was waiting for approvals; it is stopped now (`plan-cli resume {run_id}` continues it)\n"
@@ -179,8 +180,9 @@ pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i
                 }
             }
             None => {
+                let at = ended_at(&store, &row)?;
                 store
-                    .end_run(&run_id, RunState::Stopped, None)
+                    .end_run(&run_id, RunState::Stopped, None, at)
                     .map_err(Failure::ledger)?;
                 format!(
                     "run {run_id}'s process had died; it is marked stopped (`plan-cli resume {run_id}` continues it)\n"
@@ -190,6 +192,14 @@ pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i
     };
     print(&message)?;
     Ok(0)
+}
+
+/// When a run no process is running ended, as `status` counts it: a waiting run when it
+/// halted, a dead one at its last event. Marking it stopped later does not make it longer.
+fn ended_at(store: &Store, row: &RunRow) -> Result<SystemTime, Failure> {
+    let took = plan_run::duration_of(store, row).map_err(Failure::lifecycle)?;
+    Ok(humantime::parse_rfc3339(&row.started_at)
+        .map_or_else(|_| SystemTime::now(), |start| start + took))
 }
 
 /// Sends SIGTERM to the process that owns a run.
