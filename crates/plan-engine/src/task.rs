@@ -1082,20 +1082,13 @@ impl TaskRun {
                         message: message.clone(),
                         timestamp: now(),
                     });
-                    state.status = TaskPhase::Verified;
-                    state.conflict_waits += 1;
-                    let key = merge_key(&id, state.conflict_waits);
                     let worktree = state.worktree_path.clone().unwrap_or_default();
-                    let pending = PendingApproval {
-                        step_id: key.clone(),
-                        tool: None,
-                        args: Some(json!({"files": files, "worktree": worktree, "base": base})),
-                        reason: Some(format!(
+                    let args = json!({"files": files, "worktree": worktree, "base": base});
+                    return Ok(Some(self.wait_at_merge(state, args, |key| {
+                        format!(
                             "{message}: resolve it in {worktree} (`git merge {base}`, fix the files, commit), then `plan-cli resume`; or `plan-cli reject RUN {key}` to abandon the task"
-                        )),
-                    };
-                    let checkpoint = serde_json::to_value(&*state).unwrap_or(Value::Null);
-                    return Ok(Some(TaskEnd::Waiting(checkpoint, pending)));
+                        )
+                    })));
                 }
                 let feedback = format!(
                     "{message}: the base moved on while this task ran. Merge it into your branch (`git merge {base}` in the worktree), resolve the conflicts in {list} keeping both changes' intent, and commit"
@@ -1121,28 +1114,43 @@ impl TaskRun {
                     Ok(folder) => format!(" in {}", folder.display()),
                     Err(_) => String::new(),
                 };
-                state.status = TaskPhase::Verified;
                 if let Some(entry) = &mut state.queue {
                     entry.status = QueueStatus::Pending;
                 }
                 state.worktree_status = Some(WorktreeStatus::Active);
-                state.conflict_waits += 1;
-                let key = merge_key(&id, state.conflict_waits);
                 let worktree = state.worktree_path.clone().unwrap_or_default();
                 let error = error.to_string();
                 let error = error.trim_end_matches('.');
-                let pending = PendingApproval {
-                    step_id: key.clone(),
-                    tool: None,
-                    args: Some(json!({"error": error, "worktree": worktree, "base": base})),
-                    reason: Some(format!(
+                let args = json!({"error": error, "worktree": worktree, "base": base});
+                Ok(Some(self.wait_at_merge(state, args, |key| {
+                    format!(
                         "merging task `{id}` into `{base}`{folder} failed: {error}. Its work is verified and kept: put that right (commit or stash changes there), then `plan-cli resume`; or `plan-cli reject RUN {key}` to abandon the task"
-                    )),
-                };
-                let checkpoint = serde_json::to_value(&*state).unwrap_or(Value::Null);
-                Ok(Some(TaskEnd::Waiting(checkpoint, pending)))
+                    )
+                })))
             }
         }
+    }
+
+    /// Halts the run for a person at the task's merge, listed as `<ID>/merge#N` with `args`
+    /// and the reason `reason` gives for that key: the task stays verified, so `resume`
+    /// merges it again, and rejecting the key abandons it.
+    fn wait_at_merge(
+        &self,
+        state: &mut TaskState,
+        args: Value,
+        reason: impl FnOnce(&str) -> String,
+    ) -> TaskEnd {
+        state.status = TaskPhase::Verified;
+        state.conflict_waits += 1;
+        let key = merge_key(&self.step_id, state.conflict_waits);
+        let pending = PendingApproval {
+            reason: Some(reason(&key)),
+            step_id: key,
+            tool: None,
+            args: Some(args),
+        };
+        let checkpoint = serde_json::to_value(&*state).unwrap_or(Value::Null);
+        TaskEnd::Waiting(checkpoint, pending)
     }
 
     /// The step's result: what was merged.
