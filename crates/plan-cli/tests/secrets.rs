@@ -24,6 +24,7 @@ fn plan() -> Value {
         "steps": [
             {"id": "echoed", "tool": "echo", "args": {"auth": "Bearer ${env.PLAN_TEST_S}"}, "result_variable": "sent"},
             {"id": "printed", "tool": "exec", "args": {"argv": ["printf", "%s", "${env.PLAN_TEST_S}"]}},
+            {"id": "encoded", "tool": "exec", "args": {"argv": ["sh", "-c", "echo \"$1\" | base64 -w0", "sh", "${env.PLAN_TEST_S}"]}},
             {"id": "in_stderr", "tool": "exec", "args": {"argv": ["ls", "/nonexistent/${env.PLAN_TEST_S}"]}},
             {"id": "in_cwd", "tool": "exec", "args": {"argv": ["true"], "cwd": "/nonexistent/${env.PLAN_TEST_S}"}},
             {"id": "failed", "tool": "fail", "args": {"message": "cannot log in with ${env.PLAN_TEST_S}"}},
@@ -39,7 +40,15 @@ fn plan() -> Value {
 /// Where a secret was found in `text`, in any of its forms, or None.
 fn leak(text: &str) -> Option<String> {
     let lower = text.to_lowercase();
-    for needle in ["hunter2", "geheim", "wört", "w%c3%b6rt", "xn--"] {
+    // The last: the middle of `echo "$SECRET" | base64`.
+    for needle in [
+        "hunter2",
+        "geheim",
+        "wört",
+        "w%c3%b6rt",
+        "xn--",
+        "dgvymiaiuxvvdgvk",
+    ] {
         if let Some(at) = lower.find(needle) {
             let start = lower[..at]
                 .char_indices()
@@ -141,6 +150,10 @@ fn no_output_holds_a_secret_in_any_form() {
         json!("Bearer [redacted]")
     );
     assert_eq!(record("printed")["result"]["stdout"], json!("[redacted]"));
+    assert_eq!(
+        record("encoded")["result"]["stdout"],
+        json!("[redacted]Ao=")
+    );
     assert_eq!(
         record("failed")["error"]["message"],
         json!("cannot log in with [redacted]")

@@ -13,9 +13,10 @@ pub const REDACTED: &str = "[redacted]";
 /// Finds every secret in text, in the forms it takes on the way out of a tool.
 ///
 /// A secret rarely comes back verbatim: a URL lowercases a host and percent-encodes a path, a
-/// hostname with non-ASCII letters becomes punycode, a JSON error message escapes quotes. Each
-/// secret is searched for in all of those forms, ignoring ASCII case, so that a form not
-/// listed here differs from one that is at most by case.
+/// hostname with non-ASCII letters becomes punycode, a JSON error message escapes quotes, a
+/// program or a Basic auth header encodes it in base64. Each secret is searched for in all of
+/// those forms, ignoring ASCII case, so that a form not listed here differs from one that is at
+/// most by case.
 #[derive(Debug, Default, Clone)]
 pub struct Redactor {
     /// None when there is nothing to hide.
@@ -59,9 +60,34 @@ fn forms(secret: &str) -> Vec<String> {
             forms.push(host);
         }
     }
+    forms.extend(base64_forms(secret));
     forms.retain(|form| !form.is_empty());
     forms.sort();
     forms.dedup();
+    forms
+}
+
+/// The secret as it shows inside base64 (`echo "$TOKEN" | base64`, `user:TOKEN` in a Basic
+/// auth header a server echoes back), standard and URL-safe: for each of the three places it
+/// can start at in base64's groups of 3 bytes, the characters that only its own bytes decide
+/// (the ones at its edges mix in what is around it). A short secret has none of 8 characters
+/// or more, and gets none: a few base64 characters would match ordinary text.
+fn base64_forms(secret: &str) -> Vec<String> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+    let mut forms = Vec::new();
+    for lead in 0..3_usize {
+        let mut bytes = vec![0_u8; lead];
+        bytes.extend_from_slice(secret.as_bytes());
+        // The first character with no bit of the lead, and the last with no bit after it.
+        let (start, end) = ((lead * 8).div_ceil(6), bytes.len() * 8 / 6);
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let encoded = engine.encode(&bytes);
+            if let Some(inner) = encoded.get(start..end).filter(|inner| inner.len() >= 8) {
+                forms.push(inner.to_owned());
+            }
+        }
+    }
     forms
 }
 
@@ -226,6 +252,36 @@ mod tests {
             text,
             "error sending request for url (http://[redacted].invalid/)"
         );
+    }
+
+    #[test]
+    fn secrets_are_found_inside_base64_wherever_they_start() {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+        let secret = "supersecret123?>";
+        let redactor = Redactor::new([secret]);
+        for around in ["", "\n", "a", "user:", "xy", "Bearer ", "{\"token\":\""] {
+            let plain = format!("{around}{secret}{around}");
+            for encoded in [STANDARD.encode(&plain), URL_SAFE.encode(&plain)] {
+                let mut text = format!("got {encoded} back");
+                redactor.string(&mut text);
+                assert!(text.contains(REDACTED), "{around:?}: {text}");
+                // At most 2 characters at each edge are left, which mix in what is around.
+                let left = text.replace(REDACTED, "");
+                assert!(
+                    left.len() <= "got  back".len() + encoded.len() - 18,
+                    "{around:?}: {text}"
+                );
+            }
+        }
+        // `echo "$TOKEN" | base64`, as a user found it in a step's output.
+        let mut text = "c3VwZXJzZWNyZXQxMjMK".to_owned();
+        Redactor::new(["supersecret123"]).string(&mut text);
+        assert_eq!(text, "[redacted]MK");
+        // A secret too short to tell in base64 from other text is left to its other forms.
+        let mut text = "aGk=".to_owned();
+        Redactor::new(["hi"]).string(&mut text);
+        assert_eq!(text, "aGk=");
     }
 
     #[test]
