@@ -65,7 +65,58 @@ fn evaluate_here(
     match program.execute(&context) {
         Ok(cel::Value::Bool(holds)) => Ok(holds),
         Ok(other) => Err(format!("a condition must be true or false, not {other:?}")),
-        Err(error) => Err(error.to_string()),
+        Err(error) => Err(failure(&error)),
+    }
+}
+
+/// Why CEL could not evaluate an expression, said for a plan's author: an operator without
+/// an overload for its operands is named with their CEL types, and numbers of two kinds get
+/// the conversion to write, since CEL never converts numbers itself (`vars.n * 0.5` fails for
+/// an integer `n`; `double(vars.n) * 0.5` works).
+pub(crate) fn failure(error: &cel::ExecutionError) -> String {
+    let cel::ExecutionError::UnsupportedBinaryOperator(op, left, right) = error else {
+        return error.to_string();
+    };
+    let symbol = match *op {
+        "add" => "+",
+        "sub" => "-",
+        "mul" => "*",
+        "div" => "/",
+        "rem" => "%",
+        other => other,
+    };
+    let (a, b) = (type_name(left), type_name(right));
+    let numbers = ["int", "uint", "double"];
+    match (number(left), number(right)) {
+        (Some(l), Some(r)) if a != b && numbers.contains(&a) && numbers.contains(&b) => format!(
+            "`{symbol}` of {a} {l} and {b} {r}: CEL does not mix {a} and {b}; convert one with `{a}(…)` or `{b}(…)`"
+        ),
+        _ => format!("`{symbol}` does not apply to {a} and {b}"),
+    }
+}
+
+/// A value's type as CEL names it (`double`, where cel's `Display` says `float`).
+fn type_name(value: &cel::Value) -> &'static str {
+    match value {
+        cel::Value::Int(_) => "int",
+        cel::Value::UInt(_) => "uint",
+        cel::Value::Float(_) => "double",
+        cel::Value::String(_) => "string",
+        cel::Value::Bytes(_) => "bytes",
+        cel::Value::Bool(_) => "bool",
+        cel::Value::Null => "null",
+        cel::Value::List(_) => "list",
+        cel::Value::Map(_) => "map",
+        _ => "another type",
+    }
+}
+
+fn number(value: &cel::Value) -> Option<String> {
+    match value {
+        cel::Value::Int(n) => Some(n.to_string()),
+        cel::Value::UInt(n) => Some(format!("{n}u")),
+        cel::Value::Float(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 

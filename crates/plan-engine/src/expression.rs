@@ -9,7 +9,7 @@ use std::sync::Arc;
 use plan_vars::Scope;
 use serde_json::Value;
 
-use crate::condition::{CelJson, cel_context, set_variable};
+use crate::condition::{CelJson, cel_context, failure, set_variable};
 
 /// The expressions a program holds, each compiled once.
 #[derive(Default)]
@@ -81,9 +81,7 @@ fn evaluate_here(
         }
     }
     add_functions(&mut context).map_err(|e| e.to_string())?;
-    let value = program
-        .execute(&context)
-        .map_err(|error| error.to_string())?;
+    let value = program.execute(&context).map_err(|error| failure(&error))?;
     let json = value
         .json()
         .map_err(|error| format!("its value cannot be JSON: {error}"))?;

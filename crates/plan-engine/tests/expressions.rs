@@ -69,3 +69,36 @@ async fn a_list_found_at_run_time_is_mapped_over_and_fields_are_picked() {
         r#"{"a":2,"b":1,"c":{"y":2,"z":1}}"#
     );
 }
+
+/// CEL never converts numbers: `int * double` fails. The message names the operator and the
+/// operands' CEL types and says what to write, in data expressions and conditions alike.
+#[tokio::test(start_paused = true)]
+async fn an_operator_on_two_kinds_of_numbers_says_which_conversion_to_write() {
+    let harness = Harness::new();
+    let report = harness
+        .run(json!({"variables": {"n": 3, "tags": ["a"]}, "steps": [
+            {"id": "scaled", "tool": "work", "args": {"x": "${{ vars.n * 0.5 }}"}},
+            {"id": "fixed", "tool": "work", "args": {"x": "${{ double(vars.n) * 0.5 }}"}},
+            {"id": "joined", "tool": "work", "args": {"x": "${{ vars.tags + 'b' }}"}},
+            {"id": "gated", "tool": "work", "when": "vars.n + 0.5 > 3.0"}
+        ]}))
+        .await;
+    let message = |id: &str| {
+        let record = report.records.iter().find(|r| r.step_id == id).unwrap();
+        record.error.as_ref().unwrap().message.clone()
+    };
+    assert_eq!(
+        message("scaled"),
+        "`${{ vars.n * 0.5 }}`: `*` of int 3 and double 0.5: CEL does not mix int and double; convert one with `int(…)` or `double(…)`"
+    );
+    assert_eq!(result(&report, "fixed")["args"]["x"], json!(1.5));
+    assert_eq!(
+        message("joined"),
+        "`${{ vars.tags + 'b' }}`: `+` does not apply to list and string"
+    );
+    assert!(
+        message("gated").contains("`+` of int 3 and double 0.5: CEL does not mix int and double"),
+        "{}",
+        message("gated")
+    );
+}
