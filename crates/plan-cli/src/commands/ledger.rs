@@ -139,7 +139,8 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
 /// marked stopped here. `resume` continues it either way.
 pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let mut store = ledger.open_existing()?;
-    let row = store.run(&args.run).map_err(Failure::ledger)?;
+    // A dead run's log is folded first, so the end it is marked with is its last event.
+    let row = read_run(&mut store, &args.run)?;
     let run_id = row.run_id.clone();
     let message = match row.state {
         RunState::Finished => {
