@@ -161,10 +161,7 @@ async fn a_whole_placeholder_of_the_wrong_type_says_how_to_pass_text() {
     let report = plan_engine::run(&program, plan_engine::RunOptions::new("r"))
         .await
         .unwrap();
-    let error_of = |id: &str| {
-        let record = report.records.iter().find(|r| r.step_id == id).unwrap();
-        record.error.as_ref().unwrap().message.clone()
-    };
+    let error_of = |id: &str| common::error_message(&report, id);
     assert_eq!(
         error_of("each-0"),
         "arguments do not match the schema of `typed`: /name: 3 is not of type \"string\" (`${each}` is the whole string, so it passes its value as it is, here a number; `${{ string(each) }}` passes it as text)"

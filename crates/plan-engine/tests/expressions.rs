@@ -83,10 +83,7 @@ async fn an_operator_on_two_kinds_of_numbers_says_which_conversion_to_write() {
             {"id": "gated", "tool": "work", "when": "vars.n + 0.5 > 3.0"}
         ]}))
         .await;
-    let message = |id: &str| {
-        let record = report.records.iter().find(|r| r.step_id == id).unwrap();
-        record.error.as_ref().unwrap().message.clone()
-    };
+    let message = |id: &str| common::error_message(&report, id);
     assert_eq!(
         message("scaled"),
         "`${{ vars.n * 0.5 }}`: `*` of int 3 and double 0.5: CEL does not mix int and double; convert one with `int(…)` or `double(…)`"

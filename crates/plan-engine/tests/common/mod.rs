@@ -178,6 +178,20 @@ pub(crate) fn summary(report: &RunReport) -> Vec<(String, bool, bool, Option<Str
         .collect()
 }
 
+/// The error message of step `id`'s record; panics when it has none.
+pub(crate) fn error_message(report: &RunReport, id: &str) -> String {
+    let record = report
+        .records
+        .iter()
+        .find(|r| r.step_id == id)
+        .unwrap_or_else(|| panic!("no record {id}: {:#?}", report.records));
+    let error = record.error.as_ref();
+    error
+        .unwrap_or_else(|| panic!("{id} did not fail: {record:?}"))
+        .message
+        .clone()
+}
+
 pub(crate) fn row(
     id: &str,
     ok: bool,
