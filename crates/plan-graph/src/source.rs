@@ -50,8 +50,7 @@ impl PlanPath {
     /// as a list index. Where a schema violation or a placeholder inside `args` is placed.
     #[must_use]
     pub fn pointer(mut self, pointer: &str) -> Self {
-        for raw in pointer.split('/').skip(1) {
-            let token = raw.replace("~1", "/").replace("~0", "~");
+        for token in plan_vars::pointer_tokens(pointer) {
             self.0.push(match token.parse::<usize>() {
                 Ok(index) => PathSegment::Index(index),
                 Err(_) => PathSegment::Key(token),

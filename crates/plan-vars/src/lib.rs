@@ -32,4 +32,4 @@ pub use path::{Segment, kind};
 pub use scope::{Evaluate, Item, Scope, StandIn, Variables};
 pub use selector::Selector;
 pub use template::{Placeholder, Root, Template, outside_strings, whole_expression};
-pub use value_template::{ValueTemplate, compact, compact_map};
+pub use value_template::{ValueTemplate, compact, compact_map, pointer_tokens};

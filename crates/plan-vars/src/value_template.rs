@@ -70,15 +70,12 @@ impl ValueTemplate {
     /// value with its own type), if the string there is exactly one.
     pub fn whole_placeholder_at(&self, pointer: &str) -> Option<&Placeholder> {
         let mut node = &self.root;
-        if !pointer.is_empty() {
-            for token in pointer.strip_prefix('/')?.split('/') {
-                let token = token.replace("~1", "/").replace("~0", "~");
-                node = match node {
-                    Node::Array(items) => items.get(token.parse::<usize>().ok()?)?,
-                    Node::Object(entries) => &entries.iter().find(|(key, _)| *key == token)?.1,
-                    _ => return None,
-                };
-            }
+        for token in pointer_tokens(pointer) {
+            node = match node {
+                Node::Array(items) => items.get(token.parse::<usize>().ok()?)?,
+                Node::Object(entries) => &entries.iter().find(|(key, _)| *key == token)?.1,
+                _ => return None,
+            };
         }
         match node {
             Node::String(template) => template.as_placeholder(),
@@ -143,8 +140,7 @@ fn parse_entries(
     let mut nodes = Vec::with_capacity(map.len());
     for (key, item) in map {
         let len = pointer.len();
-        pointer.push('/');
-        pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+        push_key(pointer, key);
         nodes.push(parse_strings(item, pointer)?);
         pointer.truncate(len);
     }
@@ -188,6 +184,21 @@ pub fn compact_map(map: &Map<String, Value>) -> Map<String, Value> {
     copy
 }
 
+/// The tokens of a JSON pointer (RFC 6901), unescaped: `/a~1b/0` names `a/b`, then `0`. The
+/// pointers a [`ValueTemplate`] gives (its placeholders', its parse errors') read back so.
+pub fn pointer_tokens(pointer: &str) -> impl Iterator<Item = String> + '_ {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|token| token.replace("~1", "/").replace("~0", "~"))
+}
+
+/// Appends `/KEY` to a JSON pointer, escaped.
+fn push_key(pointer: &mut String, key: &str) {
+    pointer.push('/');
+    pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+}
+
 fn collect_at<'a>(node: &'a Node, pointer: &mut String, out: &mut Vec<(String, &'a Placeholder)>) {
     match node {
         Node::Literal(_) | Node::Shared(_) => {}
@@ -203,8 +214,7 @@ fn collect_at<'a>(node: &'a Node, pointer: &mut String, out: &mut Vec<(String, &
         Node::Object(entries) => {
             for (key, item) in entries {
                 let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                push_key(pointer, key);
                 collect_at(item, pointer, out);
                 pointer.truncate(len);
             }
