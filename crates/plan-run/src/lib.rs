@@ -25,4 +25,6 @@ pub use execute::{
     Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, filters_of,
     owner_alive, plan_drift, prepare_resume, recover_interrupted, resume, start, working_dir_of,
 };
-pub use report::{duration_of, execute_state, format_name, format_of, plan_of, report, status_of};
+pub use report::{
+    duration_of, ended_at, execute_state, format_name, format_of, plan_of, report, status_of,
+};

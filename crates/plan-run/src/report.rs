@@ -23,29 +23,28 @@ pub fn status_of(row: &RunRow) -> TaskStatus {
     }
 }
 
-/// How long a run took, or has taken so far: until it finished; until now while its process
-/// runs; until its last event when its process died; until it halted when it stopped or waits
-/// for a decision. `status`, `runs` and the execute-state document all say this one figure.
-pub fn duration_of(store: &Store, row: &RunRow) -> Result<Duration, LifecycleError> {
-    let status = status_of(row);
-    let last_event = if status == TaskStatus::Interrupted && row.finished_at.is_none() {
-        store.last_event_at(&row.run_id)?
-    } else {
-        None
+/// When a run ended, as far as its time goes: when it finished, stopped or halted for a
+/// decision; at its last event when its process died; `None` while its process runs.
+pub fn ended_at(store: &Store, row: &RunRow) -> Result<Option<SystemTime>, LifecycleError> {
+    let end = match (&row.finished_at, status_of(row)) {
+        (Some(at), _) => at.clone(),
+        (None, TaskStatus::Running) => return Ok(None),
+        (None, TaskStatus::Interrupted) => store
+            .last_event_at(&row.run_id)?
+            .unwrap_or_else(|| row.updated_at.clone()),
+        (None, _) => row.updated_at.clone(),
     };
-    let ended = row.finished_at.as_deref().or(match status {
-        TaskStatus::Running => None,
-        TaskStatus::Interrupted => last_event.as_deref().or(Some(row.updated_at.as_str())),
-        _ => Some(row.updated_at.as_str()),
-    });
     let parse = |t: &str| humantime::parse_rfc3339(t).ok();
-    let Some(start) = parse(&row.started_at) else {
+    Ok(parse(&end).or_else(|| parse(&row.started_at)))
+}
+
+/// How long a run took, or has taken so far (until [`ended_at`], or now while it runs).
+/// `status`, `runs` and the execute-state document all say this one figure.
+pub fn duration_of(store: &Store, row: &RunRow) -> Result<Duration, LifecycleError> {
+    let Ok(start) = humantime::parse_rfc3339(&row.started_at) else {
         return Ok(Duration::ZERO);
     };
-    let end = match ended {
-        Some(t) => parse(t).unwrap_or(start),
-        None => SystemTime::now(),
-    };
+    let end = ended_at(store, row)?.unwrap_or_else(SystemTime::now);
     Ok(end.duration_since(start).unwrap_or(Duration::ZERO))
 }
 

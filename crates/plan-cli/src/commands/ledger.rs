@@ -195,12 +195,11 @@ pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i
     Ok(0)
 }
 
-/// When a run no process is running ended, as `status` counts it: a waiting run when it
-/// halted, a dead one at its last event. Marking it stopped later does not make it longer.
+/// When a run no process is running ended, as `status` counts it (a waiting run when it
+/// halted, a dead one at its last event): marking it stopped later does not make it longer.
 fn ended_at(store: &Store, row: &RunRow) -> Result<SystemTime, Failure> {
-    let took = plan_run::duration_of(store, row).map_err(Failure::lifecycle)?;
-    Ok(humantime::parse_rfc3339(&row.started_at)
-        .map_or_else(|_| SystemTime::now(), |start| start + took))
+    let ended = plan_run::ended_at(store, row).map_err(Failure::lifecycle)?;
+    Ok(ended.unwrap_or_else(SystemTime::now))
 }
 
 /// Sends SIGTERM to the process that owns a run.
