@@ -86,9 +86,8 @@ pub(crate) fn failure(error: &cel::ExecutionError) -> String {
         other => other,
     };
     let (a, b) = (type_name(left), type_name(right));
-    let numbers = ["int", "uint", "double"];
     match (number(left), number(right)) {
-        (Some(l), Some(r)) if a != b && numbers.contains(&a) && numbers.contains(&b) => format!(
+        (Some(l), Some(r)) if a != b => format!(
             "`{symbol}` of {a} {l} and {b} {r}: CEL does not mix {a} and {b}; convert one with `{a}(…)` or `{b}(…)`"
         ),
         _ => format!("`{symbol}` does not apply to {a} and {b}"),
@@ -111,6 +110,7 @@ fn type_name(value: &cel::Value) -> &'static str {
     }
 }
 
+/// A number as CEL writes it; `None` for anything else.
 fn number(value: &cel::Value) -> Option<String> {
     match value {
         cel::Value::Int(n) => Some(n.to_string()),

@@ -577,7 +577,7 @@ fn first_lines(stderr: &str, stdout: &str) -> String {
             ""
         } else if listed && in_list {
             ", "
-        } else if listed || out.ends_with(':') || (!in_list && out.ends_with('.')) {
+        } else if out.ends_with(':') || (!in_list && out.ends_with('.')) {
             " "
         } else {
             "; "
