@@ -383,18 +383,24 @@ fn runs_are_found_by_prefix_listed_newest_first_and_collected() {
     // `last` names the newest run.
     assert_eq!(store.run(plan_store::LAST_RUN).unwrap().run_id, "01BBB");
 
+    // A run ends when it is told it did, to the millisecond the ledger keeps.
+    let ended = SystemTime::UNIX_EPOCH + Duration::from_micros(1_767_225_600_123_456);
     store
         .end_run(
             "01AAA",
             RunState::Finished,
             Some(TaskStatus::Completed),
-            SystemTime::now(),
+            ended,
         )
         .unwrap();
+    assert_eq!(
+        store.run("01AAA").unwrap().finished_at.as_deref(),
+        Some("2026-01-01T00:00:00.123Z")
+    );
     store
         .end_run("01BBB", RunState::Stopped, None, SystemTime::now())
         .unwrap();
-    // Everything ended "now"; a cutoff in the future deletes both ended runs, never a running one.
+    // A cutoff in the future deletes both ended runs, never a running one.
     let future = plan_store::timestamp(SystemTime::now() + Duration::from_secs(60));
     assert_eq!(store.gc("2000-01-01T00:00:00.000Z", true).unwrap(), 0);
     // A stopped run could still be resumed: kept unless asked for.
