@@ -39,7 +39,8 @@ pub(crate) enum Command {
     Cancel(CancelArgs),
     /// Approve high-risk steps (or the plan) of a run, then `resume` it
     Approve(ApproveArgs),
-    /// Refuse a high-risk step of a run: it fails with E_REJECTED and its dependents skip
+    /// Refuse a high-risk step (it fails with E_REJECTED, its dependents skip) or a task's
+    /// waiting merge (the task is abandoned)
     Reject(RejectArgs),
     /// Check a plan without running it
     Validate(ValidateArgs),
@@ -452,7 +453,7 @@ pub(crate) struct ApproveArgs {
 pub(crate) struct RejectArgs {
     /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
-    /// The steps or map items to refuse
+    /// The steps or map items to refuse, or a task's waiting merge (`T1/merge#1`)
     #[arg(value_name = "STEP", required = true)]
     pub(crate) steps: Vec<String>,
     /// Why; it becomes the step's error message
