@@ -132,6 +132,17 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
             check_block(block, &PlanPath::step(i).key("block"), options, &mut issues);
         }
         if let Some(task) = &step.task {
+            if let Some(problem) = crate::task_id::task_id_problem(&step.id.0) {
+                issues.push(
+                    Issue::error(
+                        "plan::task_id",
+                        PlanPath::step(i).key("id"),
+                        format!("`{}` cannot be a task's id: {problem}", step.id),
+                    )
+                    .label("not a task id")
+                    .help("a task's id names its branch `worktree-<ID>` and its folder `<worktree_dir>/<ID>`: use letters, digits, `-`, `_` and `.` (for example `L1-001`)"),
+                );
+            }
             let at = PlanPath::step(i).key("task");
             for (name, call) in task_calls(task) {
                 check_tool_known(

@@ -83,7 +83,20 @@ pub struct GitWorkspace {
     lock: tokio::sync::Mutex<()>,
     /// Where the base is checked out, once found.
     base_dir: std::sync::Mutex<Option<PathBuf>>,
+    /// `<git common dir>/plan-cli.lock`, locked for as long as this workspace is open: one
+    /// run at a time works in a repository (two would share worktrees and merge twice).
+    _run_lock: std::fs::File,
 }
+
+/// Where plan-cli notes the worktrees it made, in the worktree folder: `.plan-cli/<ID>`. A
+/// task id never starts with `.`, so this never names a task's folder. plan-cli removes or
+/// clears a task's folder, and reuses its branch, only when its note is there.
+const NOTES_DIR: &str = ".plan-cli";
+
+/// The note, in the base checkout's git folder, that a merge in progress there is plan-cli's
+/// (it holds the branch being merged): only such a merge, left half done by a killed
+/// plan-cli, is ever aborted.
+const MERGE_NOTE: &str = "plan-cli-MERGE";
 
 impl std::fmt::Debug for GitWorkspace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -152,14 +165,24 @@ impl GitWorkspace {
                 current.stdout.trim().to_owned()
             }
         };
+        let worktree_dir = confine(&repo, &layout.worktree_dir)?;
+        let common = probe(&repo, &["rev-parse", "--git-common-dir"]).await?;
+        if !common.ok {
+            return Err(WorkspaceError(format!(
+                "cannot find the git folder of {shown}: {}",
+                common.stderr.trim()
+            )));
+        }
+        let run_lock = lock_repository(&repo.join(common.stdout.trim()), &shown)?;
         let email = probe(&repo, &["config", "user.email"]).await?;
         Ok(GitWorkspace {
             repo,
-            worktree_dir: layout.worktree_dir,
+            worktree_dir,
             base,
             identity: !email.ok,
             lock: tokio::sync::Mutex::new(()),
             base_dir: std::sync::Mutex::new(None),
+            _run_lock: run_lock,
         })
     }
 
@@ -173,8 +196,80 @@ impl GitWorkspace {
         &self.worktree_dir
     }
 
-    fn path_of(&self, task: &str) -> PathBuf {
-        self.worktree_dir.join(task)
+    /// A task's folder. The id is checked again here (validation refuses such plans): a path
+    /// must never reach the file system as a task id.
+    fn path_of(&self, task: &str) -> Result<PathBuf, WorkspaceError> {
+        match plan_graph::task_id_problem(task) {
+            None => Ok(self.worktree_dir.join(task)),
+            Some(problem) => Err(WorkspaceError(format!(
+                "`{task}` cannot be a task's id: {problem}"
+            ))),
+        }
+    }
+
+    /// The note that plan-cli made the worktree and branch of `task`.
+    fn note_of(&self, task: &str) -> PathBuf {
+        self.worktree_dir.join(NOTES_DIR).join(task)
+    }
+
+    /// Whether plan-cli made `task`'s worktree: its note is a plain file (not a link).
+    fn noted(&self, task: &str) -> bool {
+        std::fs::symlink_metadata(self.note_of(task)).is_ok_and(|m| m.is_file())
+    }
+
+    fn write_note(&self, task: &str, path: &Path) -> Result<(), WorkspaceError> {
+        let notes = self.worktree_dir.join(NOTES_DIR);
+        std::fs::create_dir_all(&notes)
+            .map_err(|e| WorkspaceError(format!("cannot make {}: {e}", notes.display())))?;
+        let note = self.note_of(task);
+        std::fs::write(
+            &note,
+            format!(
+                "made by plan-cli for task {task}: {} on {}\n",
+                path.display(),
+                branch_of(task)
+            ),
+        )
+        .map_err(|e| WorkspaceError(format!("cannot write {}: {e}", note.display())))
+    }
+
+    /// The worktree of `task`, checked: its folder holds a linked worktree (`.git` a file) of
+    /// this repository, on the task's branch. An implementer that deleted `.git` or switched
+    /// branches fails here, before plan-cli commits anything: with the worktree folder inside
+    /// the repository, git would otherwise find the repository itself and commit the
+    /// operator's files on the base.
+    async fn intact(&self, task: &str) -> Result<PathBuf, WorkspaceError> {
+        let path = self.path_of(task)?;
+        let shown = path.display().to_string();
+        let linked = std::fs::symlink_metadata(path.join(".git")).is_ok_and(|m| m.is_file());
+        if !linked || !self.noted(task) {
+            return Err(WorkspaceError(format!(
+                "{shown} is no longer the worktree of task `{task}`: its `.git` is gone"
+            )));
+        }
+        let top = self.git(&path, &["rev-parse", "--show-toplevel"]).await?;
+        let same = top.ok
+            && std::fs::canonicalize(top.stdout.trim()).ok() == std::fs::canonicalize(&path).ok();
+        if !same {
+            return Err(WorkspaceError(format!(
+                "{shown} is no longer the worktree of task `{task}`: git finds {} there",
+                top.stdout.trim()
+            )));
+        }
+        let head = self.git(&path, &["symbolic-ref", "-q", "HEAD"]).await?;
+        let branch = format!("refs/heads/{}", branch_of(task));
+        if !head.ok || head.stdout.trim() != branch {
+            return Err(WorkspaceError(format!(
+                "the worktree of task `{task}` left its branch `{}` (HEAD is {}): commits go on the task's branch only",
+                branch_of(task),
+                if head.ok {
+                    head.stdout.trim()
+                } else {
+                    "detached"
+                }
+            )));
+        }
+        Ok(path)
     }
 
     async fn git(&self, dir: &Path, args: &[&str]) -> Result<Ran, WorkspaceError> {
@@ -265,6 +360,23 @@ impl GitWorkspace {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // Still there: removed only when no live process holds it open (git keeps its lock
+        // file open while it works). Where that cannot be known, it is left for a person.
+        match holder_of(&lock) {
+            Holder::None => {}
+            Holder::Process(pid) => {
+                return Err(WorkspaceError(format!(
+                    "{} is held by a running process (pid {pid}): another git is working in this repository",
+                    lock.display()
+                )));
+            }
+            Holder::Unknown => {
+                return Err(WorkspaceError(format!(
+                    "{} has been there for 10 s and plan-cli cannot tell whether a live process holds it: remove it if no git is running",
+                    lock.display()
+                )));
+            }
+        }
         match std::fs::remove_file(&lock) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WorkspaceError(format!(
                 "cannot remove {}: {e}",
@@ -287,6 +399,112 @@ fn git_dir(dir: &Path) -> Option<PathBuf> {
     Some(dir.join(named))
 }
 
+/// The worktree folder, checked to lie in the folder that holds the repository (its parent):
+/// never an absolute path elsewhere, never a way up and out through `..` or a link, never the
+/// repository itself or its git folder. Links in the part that exists are resolved first.
+fn confine(repo: &Path, worktree_dir: &Path) -> Result<PathBuf, WorkspaceError> {
+    let repo = std::fs::canonicalize(repo)
+        .map_err(|e| WorkspaceError(format!("cannot read {}: {e}", repo.display())))?;
+    let resolved = resolve_existing(worktree_dir);
+    let allowed = repo.parent().unwrap_or(&repo);
+    let shown = worktree_dir.display();
+    if !resolved.starts_with(allowed) || resolved == allowed {
+        return Err(WorkspaceError(format!(
+            "the worktree folder {shown} is outside {}, the folder that holds the repository: `workspace.worktree_dir` must stay in it",
+            allowed.display()
+        )));
+    }
+    if resolved == repo || resolved.starts_with(repo.join(".git")) {
+        return Err(WorkspaceError(format!(
+            "the worktree folder {shown} is the repository or its git folder: give `workspace.worktree_dir` a folder of its own"
+        )));
+    }
+    Ok(resolved)
+}
+
+/// `path` with its longest existing part resolved (links followed), the rest appended as
+/// written (it has no `..`: the path was normalised).
+fn resolve_existing(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&existing) {
+            let mut out = real;
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return out;
+        }
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_owned());
+                existing = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// Locks `<git common dir>/plan-cli.lock` for one run: a second run on the repository (from
+/// any process) is refused while the first holds it. The lock goes with the file, so a killed
+/// run leaves none.
+fn lock_repository(common: &Path, shown: &str) -> Result<std::fs::File, WorkspaceError> {
+    let path = common.join("plan-cli.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| WorkspaceError(format!("cannot open {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(WorkspaceError(format!(
+            "another plan-cli run is working in the repository {shown} (it holds {}): one run at a time works in a repository; wait for it to end, or cancel it",
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(WorkspaceError(format!(
+            "cannot lock {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// Who holds a lock file open.
+#[derive(Debug, PartialEq, Eq)]
+enum Holder {
+    None,
+    Process(u32),
+    /// The system does not say (no `/proc`).
+    Unknown,
+}
+
+/// Looks through `/proc/*/fd` for a process with `lock` open.
+fn holder_of(lock: &Path) -> Holder {
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return Holder::Unknown;
+    };
+    let wanted = std::fs::canonicalize(lock).unwrap_or_else(|_| lock.to_path_buf());
+    for process in processes.flatten() {
+        let Some(pid) = process
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(process.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|target| target == wanted) {
+                return Holder::Process(pid);
+            }
+        }
+    }
+    Holder::None
+}
+
 #[async_trait]
 impl Workspace for GitWorkspace {
     fn base(&self) -> &str {
@@ -294,8 +512,9 @@ impl Workspace for GitWorkspace {
     }
 
     fn worktree(&self, task: &str) -> Option<Worktree> {
-        let path = self.path_of(task);
-        path.join(".git").exists().then(|| Worktree {
+        let path = self.path_of(task).ok()?;
+        let linked = std::fs::symlink_metadata(path.join(".git")).is_ok_and(|m| m.is_file());
+        (linked && self.noted(task)).then(|| Worktree {
             path,
             branch: branch_of(task),
         })
@@ -303,32 +522,60 @@ impl Workspace for GitWorkspace {
 
     async fn create(&self, task: &str) -> Result<Worktree, WorkspaceError> {
         let _repo = self.lock.lock().await;
-        let path = self.path_of(task);
+        let path = self.path_of(task)?;
         let branch = branch_of(task);
+        let shown = path.display().to_string();
         std::fs::create_dir_all(&self.worktree_dir).map_err(|e| {
             WorkspaceError(format!("cannot make {}: {e}", self.worktree_dir.display()))
         })?;
-        if path.exists() && !path.join(".git").exists() {
-            // Left half made by a process that was killed: it holds nothing of the task's.
-            std::fs::remove_dir_all(&path)
-                .map_err(|e| WorkspaceError(format!("cannot clear {}: {e}", path.display())))?;
+        let ours = self.noted(task);
+        let branch_ref = format!("refs/heads/{branch}");
+        let branch_exists = self
+            .git(&self.repo, &["rev-parse", "--verify", "-q", &branch_ref])
+            .await?
+            .ok;
+        if branch_exists && !ours {
+            return Err(WorkspaceError(format!(
+                "the branch `{branch}` exists and plan-cli did not make it: rename or delete it, or give the task another id"
+            )));
         }
-        let shown = path.display().to_string();
-        // A new branch from the base; if the branch is there already (an earlier attempt's
-        // worktree was removed), a worktree of it as it is.
-        let new = ["worktree", "add", "-b", &branch, &shown, &self.base];
-        if self.git(&self.repo, &new).await?.ok {
-            return Ok(Worktree { path, branch });
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            if !ours {
+                return Err(WorkspaceError(format!(
+                    "{shown} exists and plan-cli did not make it: move it away, or set `workspace.worktree_dir` to another folder"
+                )));
+            }
+            if meta.is_dir() {
+                // plan-cli's, left half made by a killed process or broken by its
+                // implementer: a worktree of the branch is made anew (the branch keeps every
+                // commit).
+                std::fs::remove_dir_all(&path)
+                    .map_err(|e| WorkspaceError(format!("cannot clear {shown}: {e}")))?;
+            } else {
+                std::fs::remove_file(&path)
+                    .map_err(|e| WorkspaceError(format!("cannot clear {shown}: {e}")))?;
+            }
         }
         // A worktree git still lists though its folder is gone is forgotten first.
         self.must(&self.repo, &["worktree", "prune"]).await?;
-        self.must(&self.repo, &["worktree", "add", &shown, &branch])
+        if branch_exists {
+            // An earlier attempt's branch (its worktree was removed): a worktree of it as it is.
+            self.must(&self.repo, &["worktree", "add", &shown, &branch])
+                .await?;
+        } else {
+            // The note first: a kill between the two leaves a branch plan-cli knows is its own.
+            self.write_note(task, &path)?;
+            self.must(
+                &self.repo,
+                &["worktree", "add", "-b", &branch, &shown, &self.base],
+            )
             .await?;
+        }
         Ok(Worktree { path, branch })
     }
 
     async fn head(&self, task: &str) -> Result<String, WorkspaceError> {
-        let path = self.path_of(task);
+        let path = self.intact(task).await?;
         Ok(self
             .must(&path, &["rev-parse", "HEAD"])
             .await?
@@ -337,7 +584,7 @@ impl Workspace for GitWorkspace {
     }
 
     async fn commit_all(&self, task: &str, message: &str) -> Result<(), WorkspaceError> {
-        let path = self.path_of(task);
+        let path = self.intact(task).await?;
         self.clear_stale_lock(&path).await?;
         self.must(&path, &["add", "-A"]).await?;
         let committed = self.git(&path, &["commit", "-q", "-m", message]).await?;
@@ -356,7 +603,7 @@ impl Workspace for GitWorkspace {
         task: &str,
         since: &str,
     ) -> Result<Vec<(String, String)>, WorkspaceError> {
-        let path = self.path_of(task);
+        let path = self.intact(task).await?;
         let range = format!("{since}..HEAD");
         let log = self
             .must(
@@ -382,16 +629,46 @@ impl Workspace for GitWorkspace {
         let branch = branch_of(task);
         let dir = self.base_checkout().await?;
         self.clear_stale_lock(&dir).await?;
-        if git_dir(&dir).is_some_and(|g| g.join("MERGE_HEAD").exists()) {
-            // A merge a killed process left half done: the base goes back to clean first.
+        let git = match git_dir(&dir) {
+            Some(git) => git,
+            None => PathBuf::from(
+                self.must(&dir, &["rev-parse", "--absolute-git-dir"])
+                    .await?
+                    .trim(),
+            ),
+        };
+        let note = git.join(MERGE_NOTE);
+        if git.join("MERGE_HEAD").exists() {
+            if !std::fs::read_to_string(&note).is_ok_and(|n| !n.trim().is_empty()) {
+                // Someone else's merge (a person resolving a conflict by hand): never
+                // aborted. The task waits, as for a conflict, until it is finished.
+                return Err(WorkspaceError(format!(
+                    "a merge plan-cli did not start is in progress in {}: finish it (`git commit`) or abort it (`git merge --abort`) there, then resume",
+                    dir.display()
+                )));
+            }
+            // plan-cli's own merge, left half done by a killed process: the base goes back
+            // to clean first.
             self.must(&dir, &["merge", "--abort"]).await?;
         }
+        std::fs::write(&note, format!("{branch}\n"))
+            .map_err(|e| WorkspaceError(format!("cannot write {}: {e}", note.display())))?;
         let merged = self
             .git(
                 &dir,
                 &["merge", "--no-ff", "--no-edit", "-m", message, &branch],
             )
-            .await?;
+            .await;
+        let merged = match merged {
+            Ok(merged) => merged,
+            Err(error) => {
+                let _ = std::fs::remove_file(&note);
+                return Err(error);
+            }
+        };
+        if merged.ok {
+            let _ = std::fs::remove_file(&note);
+        }
         if merged.ok {
             if merged.stdout.contains("Already up") {
                 // Merged before (by an earlier attempt at the run that was stopped before it
@@ -427,9 +704,10 @@ impl Workspace for GitWorkspace {
             .await
             .unwrap_or_default();
         let files: Vec<String> = conflicted.lines().map(str::to_owned).collect();
-        if git_dir(&dir).is_some_and(|g| g.join("MERGE_HEAD").exists()) {
+        if git.join("MERGE_HEAD").exists() {
             self.must(&dir, &["merge", "--abort"]).await?;
         }
+        let _ = std::fs::remove_file(&note);
         if files.is_empty() {
             return Err(WorkspaceError(format!(
                 "`git merge {branch}` failed: {}",
@@ -498,9 +776,17 @@ impl Workspace for GitWorkspace {
 
     async fn remove(&self, task: &str) -> Result<(), WorkspaceError> {
         let _repo = self.lock.lock().await;
-        let path = self.path_of(task);
-        if path.exists() {
+        let path = self.path_of(task)?;
+        if !self.noted(task) {
+            // Not plan-cli's: left alone, whatever it is.
+            return Err(WorkspaceError(format!(
+                "plan-cli did not make {}: it is left as it is",
+                path.display()
+            )));
+        }
+        if std::fs::symlink_metadata(&path).is_ok() {
             let shown = path.display().to_string();
+            // git removes only a worktree of this repository; anything else it refuses.
             self.must(&self.repo, &["worktree", "remove", "--force", &shown])
                 .await?;
         } else {
@@ -514,6 +800,7 @@ impl Workspace for GitWorkspace {
                 first_lines(&deleted.stderr, &deleted.stdout)
             )));
         }
+        let _ = std::fs::remove_file(self.note_of(task));
         Ok(())
     }
 }
@@ -601,6 +888,28 @@ mod tests {
             "error: Your local changes to the following files would be overwritten by merge: calc.py, lib/a b.py; Please commit your changes or stash them before you merge. Aborting; Merge with strategy ort failed."
         );
         assert_eq!(first_lines("", "one\ntwo\n"), "one; two");
+    }
+
+    /// plan-graph's task id rules agree with git's own (`git check-ref-format`) on every id
+    /// git would take or refuse as a branch suffix; they are stricter only where an id would
+    /// be a path or a hidden folder (`/`, a leading `.`).
+    #[test]
+    fn task_ids_follow_gits_rules_for_branch_names() {
+        for id in [
+            "L1-001", "a.b", "@", "né", "-x", "a..b", "a.lock", "a.", "a b", "a~1", "a^", "a:b",
+            "a?", "a*", "a[b", "a\\b", "a@{b", "a\tb",
+        ] {
+            let git = std::process::Command::new("git")
+                .args(["check-ref-format", "--branch", &branch_of(id)])
+                .output()
+                .expect("git must be installed for this test");
+            assert_eq!(
+                git.status.success(),
+                plan_graph::task_id_problem(id).is_none(),
+                "{id:?}: git says {}",
+                String::from_utf8_lossy(&git.stderr)
+            );
+        }
     }
 
     #[test]
