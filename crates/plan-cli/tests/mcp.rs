@@ -587,3 +587,41 @@ fn one_broken_server_does_not_hide_the_others_tools() {
         .collect();
     assert!(columns.windows(2).all(|w| w[0] == w[1]), "{listed}");
 }
+
+/// An MCP server gets only the environment its `mcpServers` entry names (and what programs
+/// need to start): a secret in plan-cli's environment does not reach it, so a plan cannot read
+/// it back through a tool like `get-env`; one the entry names does.
+#[test]
+fn a_server_sees_only_the_environment_its_entry_names() {
+    let lab = mcp_lab();
+    let servers = servers_dir();
+    let npm = servers.join("npm/node_modules/@modelcontextprotocol");
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {
+            "everything": {"command": "node", "args": [
+                path_str(&npm.join("server-everything/dist/index.js")), "stdio"
+            ], "env": {"GIVEN": "named-in-the-entry"}}
+        }}),
+    );
+    let plan = lab.write(
+        "env.json",
+        &json!({"steps": [{"id": "env", "tool": "everything.get-env", "args": {}}]}),
+    );
+    let output = lab
+        .command()
+        .args(["run", path_str(&plan), "--json"])
+        .env("SECRET_TOKEN", "s3cret-operator-value")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let text = record(&report, "env")["result"].to_string();
+    assert_eq!(record(&report, "env")["ok"], true, "{report}");
+    assert!(text.contains("named-in-the-entry"), "{text}");
+    assert!(
+        text.contains("PATH"),
+        "programs still find their programs: {text}"
+    );
+    assert!(!text.contains("SECRET_TOKEN"), "{text}");
+    assert!(!text.contains("s3cret-operator-value"), "{text}");
+}

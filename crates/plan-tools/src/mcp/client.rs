@@ -37,6 +37,33 @@ pub struct McpError {
     pub message: String,
 }
 
+/// What a server started as a program gets of plan-cli's environment, besides its
+/// `mcpServers` entry's own `env`: what programs need to start and find their files (as
+/// `exec`'s programs get [`crate::Exec::BASE_ENV`]), plus where Node and Python keep their
+/// caches and certificates. Nothing else: a secret in plan-cli's environment never reaches a
+/// server (and through a tool such as `get-env`, a plan) unless the operator's configuration
+/// names it.
+pub const SERVER_BASE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+    "SHELL",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+];
+
 /// The configured servers of a run; each starts when first needed.
 pub struct McpServers {
     servers: BTreeMap<String, Arc<Server>>,
@@ -334,7 +361,13 @@ impl Server {
                 cwd,
             } => {
                 let mut process = tokio::process::Command::new(command);
-                process.args(args).envs(env);
+                process.args(args).env_clear();
+                for name in SERVER_BASE_ENV {
+                    if let Some(value) = std::env::var_os(name) {
+                        process.env(name, value);
+                    }
+                }
+                process.envs(env);
                 if let Some(cwd) = cwd {
                     process.current_dir(cwd);
                 }

@@ -7,5 +7,5 @@ mod config;
 #[cfg(feature = "mcp-server")]
 pub mod server;
 
-pub use client::{McpError, McpServers, McpTool};
+pub use client::{McpError, McpServers, McpTool, SERVER_BASE_ENV};
 pub use config::{ConfigError, McpConfig, ServerConfig};
