@@ -86,7 +86,6 @@ impl Toolbox {
             notices: Some(notices),
         };
         let dispatcher = self
-            .runtime
             .block_on(async {
                 let queue = plan_queue::Queue::connect(&settings.url, &settings.name).await?;
                 plan_queue::Dispatcher::new(queue, options).await
@@ -117,18 +116,16 @@ impl Toolbox {
         &self,
         url: &str,
     ) -> Result<BTreeMap<String, plan_engine::ToolInfo>, Failure> {
-        self.runtime
-            .block_on(async {
-                let queue = plan_queue::Queue::connect(url, plan_queue::DEFAULT_QUEUE).await?;
-                queue.published_tools().await
-            })
-            .map_err(|error| Failure::input(error.to_string()))
+        self.block_on(async {
+            let queue = plan_queue::Queue::connect(url, plan_queue::DEFAULT_QUEUE).await?;
+            queue.published_tools().await
+        })
+        .map_err(|error| Failure::input(error.to_string()))
     }
 
     /// Connects to a queue for a worker.
     pub(crate) fn queue(&self, url: &str, name: &str) -> Result<plan_queue::Queue, Failure> {
-        self.runtime
-            .block_on(plan_queue::Queue::connect(url, name))
+        self.block_on(plan_queue::Queue::connect(url, name))
             .map_err(|error| Failure::input(error.to_string()))
     }
 
@@ -137,8 +134,16 @@ impl Toolbox {
         self.servers.is_some()
     }
 
-    pub(crate) fn runtime(&self) -> &tokio::runtime::Runtime {
-        &self.runtime
+    /// Runs `future` to its end on the process's runtime, from anywhere: also from code that
+    /// a future on the runtime calls synchronously (the check of a model's plan runs inside
+    /// the model's conversation, and starts the MCP servers the plan names), where a plain
+    /// `block_on` panics ("Cannot start a runtime from within a runtime").
+    pub(crate) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::task::block_in_place(|| self.runtime.block_on(future))
+        } else {
+            self.runtime.block_on(future)
+        }
     }
 
     /// The tools a plan naming `tools` can use: the built-ins, and every tool of each server
@@ -200,10 +205,7 @@ impl Toolbox {
         let mut broken = Vec::new();
         for name in servers.names() {
             let mut scratch = self.builtins.clone();
-            match self
-                .runtime
-                .block_on(servers.register(std::slice::from_ref(&name), &mut scratch))
-            {
+            match self.block_on(servers.register(std::slice::from_ref(&name), &mut scratch)) {
                 Ok(_) => working.push(name),
                 Err(error) => broken.push((name, error.to_string())),
             }
@@ -232,7 +234,6 @@ impl Toolbox {
         let mut registry = self.builtins.clone();
         let ambiguous = match &self.servers {
             Some(servers) => self
-                .runtime
                 .block_on(servers.register(names, &mut registry))
                 .map_err(|error| Failure::input(error.to_string()))?,
             None => BTreeMap::new(),
@@ -251,7 +252,7 @@ impl Toolbox {
     /// Stops the MCP servers that were started.
     pub(crate) fn shutdown(&self) {
         if let Some(servers) = &self.servers {
-            self.runtime.block_on(servers.shutdown());
+            self.block_on(servers.shutdown());
         }
     }
 }

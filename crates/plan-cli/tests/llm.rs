@@ -314,3 +314,39 @@ fn a_failed_run_is_re_planned_and_finishes_with_the_new_steps() {
 fn path_str(path: &std::path::Path) -> &str {
     path.to_str().unwrap()
 }
+
+/// With an MCP configuration in effect, checking a model's plan starts the servers the plan
+/// names from inside the model's conversation; that once panicked ("Cannot start a runtime
+/// from within a runtime", exit 101). A real server from npm, a plan that names its tool.
+#[test]
+fn a_models_plan_naming_an_mcp_tool_is_checked_with_the_server_running() {
+    let lab = Lab::new();
+    let npm = common::servers_dir().join("npm/node_modules/@modelcontextprotocol");
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {"everything": {"command": "node", "args": [
+            path_str(&npm.join("server-everything/dist/index.js")), "stdio"
+        ]}}}),
+    );
+    let plan = json!({"id": "sum", "title": "Add", "steps": [
+        {"id": "add", "tool": "everything.get-sum", "args": {"a": 2, "b": 3}}
+    ]});
+    let server = Scripted::start(vec![answer(&plan)]);
+    let output = create(
+        &lab,
+        &server.url,
+        &["add two numbers", "--model", "m1", "--json"],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(printed["plan"]["steps"][0]["tool"], "everything.get-sum");
+    // The model was told of the server's tools, with their schemas.
+    let system = server.requests()[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(system.contains("get-sum"), "{system}");
+}

@@ -368,7 +368,7 @@ where
     }
     let cancel = settings.cancel.clone();
     let lost = settings.queue.as_ref().map(|queue| queue.lost());
-    let outcome = toolbox.runtime().block_on(async {
+    let outcome = toolbox.block_on(async {
         tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned(), live.clone()));
         if let Some(lost) = lost {
             let stopped = cancel.clone();

@@ -361,7 +361,6 @@ pub(crate) fn generate(
         max_retries,
     };
     let created = toolbox
-        .runtime()
         .block_on(plan_llm::create_plan(model, &request, |plan| {
             check(&with_id(plan))
         }))

@@ -56,7 +56,6 @@ pub(crate) fn until_done(
             max_retries: 2,
         };
         let created = toolbox
-            .runtime()
             .block_on(plan_llm::create_plan(model, &ask, &mut check))
             .map_err(|error| Failure::input(format!("re-planning run {run_id}: {error}")))?;
         let combined = combine(&written, &done, &created.plan, &taken).map_err(Failure::input)?;

@@ -41,7 +41,6 @@ pub(crate) fn serve(
         instructions: "Run plans (graphs of tool calls) with plan-cli: validate, run, then status, approve and resume.",
     };
     toolbox
-        .runtime()
         .block_on(serve_stdio(info, server))
         .map_err(|error| Failure::internal(error.to_string()))?;
     Ok(0)

@@ -56,7 +56,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
         args.concurrency
     ));
     let stop = CancellationToken::new();
-    let stats = toolbox.runtime().block_on(async {
+    let stats = toolbox.block_on(async {
         let signal_stop = stop.clone();
         tokio::spawn(async move {
             let mut signals = Signals::new();
