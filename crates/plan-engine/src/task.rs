@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use plan_graph::{OnConflict, RetryPolicy, Risk, TaskSpec};
+use plan_graph::{OnConflict, PlanPath, RetryPolicy, Risk, TaskSpec};
 use plan_types::{
     Approvals, PendingApproval, QueueEntry, QueueStatus, RetryFeedback, StepError, TaskCommit,
     TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus, merge_key,
@@ -335,6 +335,9 @@ pub(crate) struct CompiledTask {
     checks: Vec<CompiledCheck>,
     /// The `exec` tool the checks run with (when there are checks).
     exec: Option<Arc<dyn Tool>>,
+    /// The checks wait for an approval (`{ID}/verify`, once per attempt's checks) when the
+    /// `exec` they run with is a high-risk tool, as an `exec` step would.
+    checks_gated: bool,
     spec: String,
     title: String,
     layer: String,
@@ -354,6 +357,9 @@ impl CompiledTask {
         if self.feedback.as_ref().is_some_and(|f| f.gated) {
             keys.push(format!("{step}/feedback"));
         }
+        if self.checks_gated {
+            keys.push(format!("{step}/verify"));
+        }
         keys
     }
 
@@ -363,6 +369,7 @@ impl CompiledTask {
         match name {
             "implement" => Some(&self.implement.tool_name),
             "feedback" => self.feedback.as_ref().map(|f| &*f.tool_name),
+            "verify" => Some("exec"),
             _ if name.starts_with("check-") => Some("exec"),
             _ => None,
         }
@@ -443,6 +450,7 @@ pub(crate) fn compile_task(
         implement,
         feedback,
         checks,
+        checks_gated: exec.as_ref().is_some_and(|e| e.info().risk == Risk::High),
         exec,
         spec: task.spec.clone().unwrap_or_default(),
         title: title.unwrap_or(id).to_owned(),
@@ -561,9 +569,13 @@ impl TaskRun {
                 TaskPhase::Pending | TaskPhase::Failed | TaskPhase::InProgress => {
                     let existing = workspace.worktree(&id);
                     if state.status == TaskPhase::InProgress && existing.is_none() {
-                        // Its worktree is gone: the attempt starts over, from pending.
-                        state.status = TaskPhase::Pending;
-                        state.attempts = state.attempts.saturating_sub(1);
+                        // Its worktree is gone (or broken: its `.git` removed) during the
+                        // attempt: the attempt fails and counts, so `max_attempts` always ends
+                        // the task, however often an implementer breaks its worktree.
+                        if let Some(end) = self.fail(state, worktree_gone(&id)).await? {
+                            return Ok(end);
+                        }
+                        continue;
                     }
                     if state.status != TaskPhase::InProgress {
                         if state.attempts >= max {
@@ -609,8 +621,10 @@ impl TaskRun {
                 }
                 TaskPhase::Verifying => {
                     let Some(worktree) = workspace.worktree(&id) else {
-                        // Gone while verifying: the attempt starts over.
-                        state.status = TaskPhase::InProgress;
+                        // Gone while verifying: the attempt fails, and counts.
+                        if let Some(end) = self.fail(state, worktree_gone(&id)).await? {
+                            return Ok(end);
+                        }
                         continue;
                     };
                     match self.verify(state, &worktree).await? {
@@ -805,10 +819,11 @@ impl TaskRun {
                 "argv": argv,
                 "timeout_ms": u64::try_from(check.timeout.as_millis()).unwrap_or(u64::MAX),
             });
+            let key = format!("{}/verify", self.step_id);
             let gate = Gate {
                 tool: Some("exec"),
-                approval: None,
-                waits_as: &path,
+                approval: task.checks_gated.then_some((key.as_str(), None)),
+                waits_as: &key,
             };
             let (args, approvals_off) = match self.context.admit(Ok(args), &gate, &self.approvals) {
                 Admission::Call {
@@ -823,16 +838,9 @@ impl TaskRun {
                         message: error.message,
                     }));
                 }
-                // Checks are never gated (no approval is asked above).
-                Admission::Wait(pending) => {
-                    let message = format!("check `{}` waits for `{}`", check.text, pending.step_id);
-                    return Ok(Err(Failure {
-                        kind: TaskErrorKind::VerificationFailed,
-                        step: check.text.clone(),
-                        feedback: message.clone(),
-                        message,
-                    }));
-                }
+                // A high-risk `exec`: the run halts for a person, and `resume` verifies again
+                // once it is decided.
+                Admission::Wait(pending) => return Err(Stopped::Waiting(pending)),
             };
             let finished = call_tool(
                 &self.context,
@@ -1321,6 +1329,13 @@ fn git_failure(message: String) -> Failure {
     }
 }
 
+/// An attempt whose worktree went away under it (removed, or its `.git` deleted).
+fn worktree_gone(id: &str) -> Failure {
+    git_failure(format!(
+        "the worktree of task `{id}` is gone or is no longer a git worktree (was its `.git` removed?): the attempt is lost; the next one starts from a new worktree"
+    ))
+}
+
 /// An error no later attempt can mend: arguments that do not fit, a refusal, a budget.
 fn hopeless(error: &StepError) -> bool {
     [
@@ -1372,5 +1387,58 @@ mod tests {
     fn first_lines_are_short() {
         assert_eq!(first_line("one\ntwo"), "one");
         assert_eq!(first_line(&"y".repeat(200)).chars().count(), 118);
+    }
+}
+
+impl CompiledTask {
+    /// Its calls (`implement`, `feedback`, each check), for [`crate::Program::call_sites`].
+    pub(crate) fn call_sites(
+        &self,
+        path: PlanPath,
+        step: &Arc<str>,
+        sites: &mut crate::sites::Sites,
+    ) {
+        use crate::sites::CallKind;
+        let implement = &self.implement;
+        sites.push(
+            path.clone().key("implement"),
+            step,
+            CallKind::Implement,
+            (&implement.tool_name, &*implement.tool),
+            implement.gated,
+        );
+        if let Some(feedback) = &self.feedback {
+            sites.push(
+                path.clone().key("feedback"),
+                step,
+                CallKind::Feedback,
+                (&feedback.tool_name, &*feedback.tool),
+                feedback.gated,
+            );
+        }
+        if let Some(exec) = &self.exec {
+            for k in 0..self.checks.len() {
+                sites.push(
+                    path.clone().key("verify").index(k),
+                    step,
+                    CallKind::Check,
+                    ("exec", &**exec),
+                    self.checks_gated,
+                );
+            }
+        }
+    }
+}
+
+impl ContextUpdate {
+    /// Its call, for [`crate::Program::call_sites`].
+    pub(crate) fn call_sites(&self, path: PlanPath, sites: &mut crate::sites::Sites) {
+        sites.push(
+            path,
+            &Arc::from(""),
+            crate::sites::CallKind::ContextUpdate,
+            (&self.call.tool_name, &*self.call.tool),
+            self.call.gated,
+        );
     }
 }

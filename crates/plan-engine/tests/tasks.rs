@@ -292,7 +292,7 @@ async fn a_task_resumed_while_verifying_checks_again_without_implementing_again(
 }
 
 #[tokio::test]
-async fn an_in_progress_task_whose_worktree_is_gone_starts_its_attempt_over() {
+async fn an_in_progress_task_whose_worktree_is_gone_loses_that_attempt() {
     let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
     lab.repo
         .0
@@ -303,8 +303,9 @@ async fn an_in_progress_task_whose_worktree_is_gone_starts_its_attempt_over() {
     let checkpoint = serde_json::to_value(state(TaskPhase::InProgress, 2)).unwrap();
     let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
     assert!(report.records[0].ok);
-    // Attempt 2 ran again (not a third attempt), in a worktree made anew.
-    assert_eq!(report.records[0].result.as_ref().unwrap()["attempts"], 2);
+    // Attempt 2 is lost and counts (an implementer that deletes its worktree's `.git` every
+    // time must not run forever at one attempt); attempt 3 runs in a worktree made anew.
+    assert_eq!(report.records[0].result.as_ref().unwrap()["attempts"], 3);
     assert_eq!(lab.log.lock().unwrap().len(), 1);
 }
 
