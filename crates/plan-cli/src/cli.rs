@@ -270,6 +270,10 @@ pub(crate) struct ServeArgs {
     /// none)
     #[arg(long = "allow-env", value_name = "NAME")]
     pub(crate) allow_env: Vec<String>,
+    /// Let clients' plans have task steps and their `workspace` (a git repository inside the
+    /// work folder; by default none)
+    #[arg(long)]
+    pub(crate) allow_workspace: bool,
     /// The folder `exec` runs programs in; a `cwd` outside it is refused (default: the current
     /// folder)
     #[arg(long, value_name = "DIR")]
@@ -288,9 +292,9 @@ pub(crate) struct ServeArgs {
     /// [default: 10m]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) max_run_time: Option<std::time::Duration>,
-    /// The operator's policy as a JSON file: {"allow_tools", "allow_env", "workdir",
-    /// "allow_client_approval", "max_plan_bytes", "max_steps", "max_run_time"}; flags add to
-    /// its lists and win over its values
+    /// The operator's policy as a JSON file: {"allow_tools", "allow_env", "allow_workspace",
+    /// "workdir", "allow_client_approval", "max_plan_bytes", "max_steps", "max_run_time"}; flags
+    /// add to its lists and win over its values
     #[arg(long, value_name = "FILE")]
     pub(crate) policy: Option<PathBuf>,
     #[command(flatten)]

@@ -59,7 +59,7 @@ fn main() {
     }
     let mut policy = None;
     if let Command::Mcp(McpCommand::Serve(args)) = &cli.command {
-        match commands::Policy::of(args) {
+        match commands::policy_of(args) {
             Ok(read) => {
                 exec = exec.confined_to(read.workdir.clone());
                 policy = Some(read);

@@ -97,13 +97,19 @@ fn by_default_a_client_gets_low_risk_tools_no_environment_and_no_approvals() {
             ["plan_validate", {"plan": ok_plan}],
         ]),
     );
-    refused(&answers[0], "does not let clients use `exec`");
-    refused(&answers[1], "does not let clients use `http`");
+    refused(
+        &answers[0],
+        "steps[0]: the step calls `exec` (medium risk), which is not allowed",
+    );
+    refused(
+        &answers[1],
+        "steps[0]: the step calls `http` (medium risk), which is not allowed",
+    );
     refused(
         &answers[2],
-        "does not let plans read the environment variable `SECRET_TOKEN`",
+        "env[0]: reading the environment variable `SECRET_TOKEN` is not allowed",
     );
-    refused(&answers[3], "does not let clients use `exec`");
+    refused(&answers[3], "the step calls `exec`");
     refused(&answers[4], "does not let clients approve");
     // The run waits for the operator; the client cannot approve it, but may reject it.
     assert_eq!(
@@ -113,7 +119,7 @@ fn by_default_a_client_gets_low_risk_tools_no_environment_and_no_approvals() {
         answers[5]
     );
     refused(&answers[6], "`when` is too large: it is 12001 bytes long");
-    refused(&answers[7], "at most 50 (`mcp serve --max-steps`)");
+    refused(&answers[7], "the plan has 51 steps; at most 50 are allowed");
     refused(&answers[8], "takes plans of at most 20000");
     // After all of that the server is alive and answers.
     assert_eq!(answers[9]["is_error"], json!(false), "{}", answers[9]);
@@ -195,23 +201,145 @@ fn what_the_operator_allows_is_still_bounded() {
         "{}",
         answers[4]
     );
-    refused(&answers[5], "does not let clients use `http`");
+    refused(&answers[5], "the step calls `http`");
 }
 
+/// A client sees, decides and resumes only runs clients started: the operator's run is not
+/// `last` for it, a prefix does not find it, a rejection cannot veto its waiting step, and a
+/// resume cannot run it (with the operator's `exec`).
 #[test]
-fn a_client_cannot_resume_a_run_that_uses_more_than_clients_may() {
+fn a_client_cannot_see_decide_or_resume_the_operators_runs() {
     let lab = Lab::new();
     let plan = lab.write(
         "op.json",
         &json!({"steps": [
             {"id": "gate", "tool": "echo", "risk": "high"},
-            {"id": "x", "tool": "exec", "args": {"argv": ["true"]}, "depends_on": ["gate"]}]}),
+            {"id": "x", "tool": "exec", "args": {"argv": ["echo", "operator-output"]}, "depends_on": ["gate"]}]}),
     );
     let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
     assert_eq!(code, 5, "{report}");
     let run_id = report["run_id"].as_str().unwrap();
-    let answers = serve(&lab, &[], &json!([["plan_resume", {"run_id": run_id}]]));
-    refused(&answers[0], "does not let clients use `exec`");
+    let answers = serve(
+        &lab,
+        &["--allow-client-approval"],
+        &json!([
+            ["plan_status", {"run_id": "last"}],
+            ["plan_status", {"run_id": run_id}],
+            ["plan_status", {"run_id": &run_id[..4]}],
+            ["plan_status", {"run_id": ""}],
+            ["plan_approve", {"run_id": run_id, "steps": ["gate"], "reject": true}],
+            ["plan_approve", {"run_id": "last", "all": true}],
+            ["plan_resume", {"run_id": run_id}],
+            // The client's own run is `last` for it.
+            ["plan_run", {"plan": {"steps": [{"id": "mine", "tool": "echo", "args": {"t": 1}}]}}],
+            ["plan_status", {"run_id": "last"}],
+        ]),
+    );
+    for answer in &answers[..7] {
+        refused(answer, "among the runs this server's clients started");
+    }
+    // `last`, a prefix and an empty id name no run of the operator's, and list none.
+    for k in [0, 2, 3, 5] {
+        let text = answers[k]["text"].as_str().unwrap();
+        assert!(!text.contains(run_id), "{text}");
+    }
+    let mine = answers[7]["content"]["run_id"].as_str().unwrap();
+    assert_eq!(
+        answers[8]["content"]["run_id"],
+        json!(mine),
+        "{}",
+        answers[8]
+    );
+    // The operator's run still waits for the operator, undecided.
+    let (_, status) = lab.json(&["status", run_id, "--json"]);
+    assert_eq!(status["task_status"], json!("WAITING"), "{status}");
+    lab.cli()
+        .args(["approve", run_id, "gate"])
+        .assert()
+        .success();
+}
+
+/// A policy is checked against every call a plan can make: for each kind of call, a plan whose
+/// only forbidden call is of that kind is refused, with where the plan makes it.
+#[test]
+fn every_kind_of_call_is_checked_not_only_the_steps_tools() {
+    let lab = Lab::new();
+    let exec = json!({"tool": "exec", "args": {"argv": ["id"]}});
+    let echo = json!({"tool": "echo", "args": {"t": 1}});
+    let task = |extra: Value| {
+        let mut task = json!({"implement": echo});
+        for (k, v) in extra.as_object().unwrap() {
+            task[k] = v.clone();
+        }
+        json!({"workspace": {"repo": "."}, "steps": [{"id": "T1", "task": task}]})
+    };
+    let cases = [
+        (
+            json!({"steps": [{"id": "m", "tool": "exec", "expand_on": [1, 2], "args": {"argv": ["id"]}}]}),
+            "steps[0]: the map step (one call per item) calls `exec`",
+        ),
+        (
+            json!({"steps": [{"id": "b", "block": {"entry_point": "n", "nodes": {"n": exec}}}]}),
+            "steps[0].block.nodes.n: the block node calls `exec`",
+        ),
+        (
+            json!({"steps": [{"id": "b", "block": {"entry_point": "outer", "nodes": {"outer": {"block": {"entry_point": "n", "nodes": {"n": exec}}}}}}]}),
+            "steps[0].block.nodes.outer.block.nodes.n: the block node calls `exec`",
+        ),
+        (
+            task(json!({"implement": exec})),
+            "steps[0].task.implement: the task's `implement` calls `exec`",
+        ),
+        (
+            task(json!({"feedback": exec})),
+            "steps[0].task.feedback: the task's `feedback` calls `exec`",
+        ),
+        (
+            task(json!({"verify": [{"argv": ["sh", "-c", "id > owned"]}]})),
+            "steps[0].task.verify[0]: the task's `verify` check calls `exec`",
+        ),
+        (
+            {
+                let mut plan = task(json!({}));
+                plan["workspace"]["context_update"] = exec.clone();
+                plan
+            },
+            "workspace.context_update: the workspace's `context_update` calls `exec`",
+        ),
+    ];
+    let calls: Vec<Value> = cases
+        .iter()
+        .flat_map(|(plan, _)| {
+            [
+                json!(["plan_validate", {"plan": plan}]),
+                json!(["plan_run", {"plan": plan}]),
+            ]
+        })
+        .collect();
+    let answers = serve(&lab, &["--allow-workspace"], &json!(calls));
+    for (k, (_, says)) in cases.iter().enumerate() {
+        refused(&answers[2 * k], says);
+        refused(&answers[2 * k + 1], says);
+    }
+    assert!(!lab.dir.path().join("owned").exists());
+    // Without --allow-workspace a task plan is refused for its workspace alone.
+    let answers = serve(&lab, &[], &json!([["plan_run", {"plan": task(json!({}))}]]));
+    refused(
+        &answers[0],
+        "workspace: task steps and their `workspace` (programs in git worktrees, merges into a branch) are not allowed",
+    );
+    // With it, the repository must be inside the work folder.
+    let mut outside = task(json!({}));
+    outside["workspace"]["repo"] = json!("..");
+    let answers = serve(
+        &lab,
+        &["--allow-workspace"],
+        &json!([["plan_run", {"plan": outside}]]),
+    );
+    refused(
+        &answers[0],
+        "workspace.repo: the repository `..` is outside the work folder",
+    );
 }
 
 #[test]
@@ -244,14 +372,14 @@ fn the_operator_can_give_the_policy_as_a_file() {
         "{}",
         answers[0]
     );
-    refused(&answers[1], "at most 2 (`mcp serve --max-steps`)");
-    refused(&answers[2], "does not let clients use `http`");
+    refused(&answers[1], "at most 2 are allowed");
+    refused(&answers[2], "the step calls `http`");
 
     // A policy that does not parse stops the server before it serves.
     let bad = lab.write("bad.json", &json!({"allow_tool": ["exec"]}));
     let stderr = lab.fails(&["mcp", "serve", "--policy", path_str(&bad)], 2);
     assert!(
-        stderr.contains("is not a valid policy: unknown field `allow_tool`"),
+        stderr.contains("not a valid policy: unknown field `allow_tool`"),
         "{stderr}"
     );
 }
@@ -354,8 +482,12 @@ fn plan_create_and_execute_asks_the_client_s_own_model_and_checks_its_plan() {
         second[2]["text"]
             .as_str()
             .unwrap()
-            .contains("does not let clients use `exec`"),
+            .contains("the step calls `exec`"),
         "{second:?}"
+    );
+    assert!(
+        !second[2]["text"].as_str().unwrap().contains("--allow"),
+        "feedback to a model never says how to widen the policy: {second:?}"
     );
 }
 

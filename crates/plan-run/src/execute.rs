@@ -109,6 +109,9 @@ pub struct Start {
     pub layer_filter: Option<String>,
     /// The run runs only this step (`run --task`; the state file's `task_filter`).
     pub task_filter: Option<String>,
+    /// Who wrote the plan (kept with the run: `mcp serve` shows a client only the runs
+    /// clients started; see [`author_of`]).
+    pub author: crate::Author,
 }
 
 impl Start {
@@ -121,8 +124,18 @@ impl Start {
             working_dir: None,
             layer_filter: None,
             task_filter: None,
+            author: crate::Author::Operator,
         }
     }
+}
+
+/// Who wrote a run's plan, as its start kept it (the operator for runs from before authors
+/// were kept).
+pub fn author_of(row: &RunRow) -> crate::Author {
+    row.options
+        .get("author")
+        .and_then(|author| serde_json::from_value(author.clone()).ok())
+        .unwrap_or(crate::Author::Operator)
 }
 
 /// The folder a run's programs run in, as its start kept it.
@@ -165,6 +178,7 @@ pub async fn start(
         working_dir,
         layer_filter,
         task_filter,
+        author,
     } = start;
     let gated: Vec<String> = prepared.program.gated_steps();
     let mut approvals = Approvals::new();
@@ -190,6 +204,7 @@ pub async fn start(
         "task_filter": task_filter,
         // Kept so that a resumed run keeps the switch it was started with.
         "approvals": execution.approvals,
+        "author": author,
     });
     let started_at = plan_store::timestamp(SystemTime::now());
     store.begin_run(&NewRun {

@@ -16,15 +16,18 @@
 mod decide;
 mod error;
 mod execute;
+mod policy;
 mod report;
 mod state_file;
 
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, reject};
 pub use error::LifecycleError;
 pub use execute::{
-    Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, filters_of,
-    owner_alive, plan_drift, prepare_resume, recover_interrupted, resume, start, working_dir_of,
+    Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, author_of,
+    filters_of, owner_alive, plan_drift, prepare_resume, recover_interrupted, resume, start,
+    working_dir_of,
 };
+pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
 pub use report::{
     duration_of, ended_at, execute_state, format_name, format_of, plan_of, report, status_of,
 };

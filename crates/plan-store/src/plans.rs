@@ -22,6 +22,8 @@ pub struct StoredPlan {
     pub hash: String,
     /// When it was added.
     pub added_at: String,
+    /// Who stored it: `operator`, `mcp_client` or `model` (plan-run's `Author`, by name).
+    pub author: String,
 }
 
 impl Store {
@@ -42,8 +44,8 @@ impl Store {
             return Err(StoreError::PlanExists(plan.plan_id.clone()));
         }
         transaction.execute(
-            "INSERT OR REPLACE INTO plans (plan_id, title, name, format, source, hash, added_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![plan.plan_id, plan.title, plan.name, plan.format, plan.source, plan.hash, plan.added_at],
+            "INSERT OR REPLACE INTO plans (plan_id, title, name, format, source, hash, added_at, author) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![plan.plan_id, plan.title, plan.name, plan.format, plan.source, plan.hash, plan.added_at, plan.author],
         )?;
         transaction.commit()?;
         Ok(())
@@ -51,7 +53,7 @@ impl Store {
 
     /// Every stored plan, by id.
     pub fn plans(&self) -> Result<Vec<StoredPlan>, StoreError> {
-        let mut statement = self.conn.prepare("SELECT plan_id, title, name, format, source, hash, added_at FROM plans ORDER BY plan_id")?;
+        let mut statement = self.conn.prepare("SELECT plan_id, title, name, format, source, hash, added_at, author FROM plans ORDER BY plan_id")?;
         let rows = statement
             .query_map([], plan_row)?
             .collect::<Result<_, _>>()?;
@@ -63,7 +65,7 @@ impl Store {
         Ok(self
             .conn
             .query_row(
-                "SELECT plan_id, title, name, format, source, hash, added_at FROM plans WHERE plan_id = ?1",
+                "SELECT plan_id, title, name, format, source, hash, added_at, author FROM plans WHERE plan_id = ?1",
                 [plan_id],
                 plan_row,
             )
@@ -94,5 +96,6 @@ fn plan_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<StoredPlan> {
         source: row.get(4)?,
         hash: row.get(5)?,
         added_at: row.get(6)?,
+        author: row.get(7)?,
     })
 }

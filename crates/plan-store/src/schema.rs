@@ -181,6 +181,9 @@ const MIGRATIONS: &[&str] = &[
         folded      INTEGER NOT NULL
     );
     ",
+    // 7: who stored each plan (`operator`, `mcp_client`, `model`): an MCP client may replace
+    // or remove only plans clients stored.
+    "ALTER TABLE plans ADD COLUMN author TEXT NOT NULL DEFAULT 'operator';",
 ];
 
 /// The numbers event kinds are stored as (migration 4 spells the same table out in SQL).

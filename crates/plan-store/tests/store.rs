@@ -465,6 +465,7 @@ fn plans_are_stored_listed_and_removed() {
         source: "steps: []\n".into(),
         hash: plan_store::plan_hash("steps: []\n"),
         added_at: "2026-01-01T00:00:00.000Z".into(),
+        author: "model".into(),
     };
     store.add_plan(&plan, false).unwrap();
     assert!(matches!(

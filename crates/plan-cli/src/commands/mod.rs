@@ -14,7 +14,7 @@ pub(crate) use approvals::{approve, reject};
 pub(crate) use execute::{resume, retry, run};
 pub(crate) use ledger::{cancel, events, gc, logs, runs, state_export, status};
 pub(crate) use plans::{completions, import, init, plan, schema, show, tools, validate};
-pub(crate) use serve::{Policy, serve};
+pub(crate) use serve::{policy_of, serve};
 pub(crate) use worker::worker;
 
 use crate::exit::Failure;

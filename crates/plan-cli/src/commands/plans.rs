@@ -290,7 +290,7 @@ fn create(
         &mut check,
         toolbox,
     )?;
-    store_generated(&generated, &by, ask.force, ledger)?;
+    store_generated(&generated, &by, ask.force, plan_run::Author::Model, ledger)?;
     Ok(generated)
 }
 
@@ -380,33 +380,26 @@ pub(crate) fn store_generated(
     (plan_id, plan): &(String, serde_json::Value),
     by: &str,
     force: bool,
+    author: plan_run::Author,
     ledger: &Ledger,
 ) -> Result<(), Failure> {
     let text = serde_json::to_string_pretty(plan).map_err(|e| Failure::internal(e.to_string()))?;
     let title = plan["title"].as_str().map(str::to_owned);
     let name = format!("created from a goal by {by}");
-    store_plan(
-        plan_id,
-        title,
-        name,
-        plan_graph::Format::Json,
-        text,
-        force,
-        ledger,
-    )
+    let stored = to_store(plan_id, title, name, plan_graph::Format::Json, text, author);
+    store_plan(&stored, force, ledger)
 }
 
-/// Stores plan text in the registry under `plan_id`.
-fn store_plan(
+/// A plan's text as the registry keeps it.
+fn to_store(
     plan_id: &str,
     title: Option<String>,
     name: String,
     format: plan_graph::Format,
     text: String,
-    force: bool,
-    ledger: &Ledger,
-) -> Result<(), Failure> {
-    let stored = StoredPlan {
+    author: plan_run::Author,
+) -> StoredPlan {
+    StoredPlan {
         plan_id: plan_id.to_owned(),
         title,
         name,
@@ -414,10 +407,15 @@ fn store_plan(
         hash: plan_store::plan_hash(&text),
         source: text,
         added_at: plan_store::timestamp(SystemTime::now()),
-    };
+        author: author.as_str().to_owned(),
+    }
+}
+
+/// Stores a plan in the registry.
+fn store_plan(stored: &StoredPlan, force: bool, ledger: &Ledger) -> Result<(), Failure> {
     ledger
         .open()?
-        .add_plan(&stored, force)
+        .add_plan(stored, force)
         .map_err(Failure::ledger)
 }
 
@@ -457,7 +455,15 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
     let plan_id = ready.program.plan_id().to_owned();
     let title = ready.loaded.plan.title.clone();
     let name = file.display().to_string();
-    store_plan(&plan_id, title, name, format, text, force, ledger)?;
+    let stored = to_store(
+        &plan_id,
+        title,
+        name,
+        format,
+        text,
+        plan_run::Author::Operator,
+    );
+    store_plan(&stored, force, ledger)?;
     let steps = ready.program.len();
     print(&format!(
         "stored plan `{plan_id}` ({steps} step{}); run it with `plan-cli run {plan_id}`\n",

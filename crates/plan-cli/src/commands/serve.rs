@@ -6,15 +6,14 @@
 //! result's structured content and as its text. stdout is the protocol, so nothing else is
 //! printed there; diagnostics go into the answers.
 
-use std::collections::BTreeSet;
-
 use plan_graph::Severity;
 use std::sync::Arc;
-use std::time::Duration;
 
 use plan_graph::{Format, Plan, Source};
 use plan_tools::mcp::server::{Answer, Client, ServedTool, ServerInfo, Service, serve_stdio};
 use serde_json::{Map, Value, json};
+
+use plan_run::{Author, Policy};
 
 use super::approvals::{approve_calls, reject_calls};
 use super::execute::{Frontend, continue_run, start_run};
@@ -52,101 +51,43 @@ struct PlanServer {
     policy: Policy,
 }
 
-/// What the operator lets clients do (`mcp serve`'s flags and `--policy` file). A client is
-/// anyone who can write to the server's stdin: it gets none of the operator's powers unless
-/// given them here.
-pub(crate) struct Policy {
-    /// `--allow-tool '*'`.
-    every_tool: bool,
-    /// Tools allowed beyond the low-risk ones, as plans name them or as `SERVER.tool`.
-    tools: BTreeSet<String>,
-    /// Environment variables plans may list under `env:`.
-    env: BTreeSet<String>,
-    client_approval: bool,
-    max_plan_bytes: usize,
-    max_steps: usize,
-    max_run_time: Duration,
-    /// Where `exec` runs programs.
-    pub(crate) workdir: std::path::PathBuf,
-}
-
-/// The `--policy` file: the same powers as the flags.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicyFile {
-    #[serde(default)]
-    allow_tools: Vec<String>,
-    #[serde(default)]
-    allow_env: Vec<String>,
-    workdir: Option<std::path::PathBuf>,
-    #[serde(default)]
-    allow_client_approval: bool,
-    max_plan_bytes: Option<usize>,
-    max_steps: Option<usize>,
-    #[serde(default, with = "humantime_serde_opt")]
-    max_run_time: Option<Duration>,
-}
-
-/// `"10m"` in the policy file, as on the command line.
-mod humantime_serde_opt {
-    use std::time::Duration;
-
-    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Duration>, D::Error> {
-        let text: Option<String> = serde::Deserialize::deserialize(deserializer)?;
-        text.map(|t| humantime::parse_duration(&t).map_err(serde::de::Error::custom))
-            .transpose()
+/// The policy of `mcp serve` (docs/security.md): the restricted default a client gets, widened
+/// by the operator's `--policy` file and flags (the flags add to its lists and win over its
+/// values). A client is anyone who can write to the server's stdin: it gets none of the
+/// operator's powers unless given them here.
+pub(crate) fn policy_of(args: &ServeArgs) -> Result<Policy, Failure> {
+    let file = match &args.policy {
+        None => plan_run::PolicyFile::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|error| {
+                Failure::input(format!(
+                    "cannot read the policy {}: {error}",
+                    path.display()
+                ))
+            })?;
+            plan_run::PolicyFile::parse(&text)
+                .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?
+        }
+    };
+    let mut policy = file.into_policy();
+    policy.tools.extend(args.allow_tools.iter().cloned());
+    policy.every_tool |= policy.tools.contains("*");
+    policy.env.extend(args.allow_env.iter().cloned());
+    policy.workspace |= args.allow_workspace;
+    policy.self_approval |= args.allow_client_approval;
+    if let Some(bytes) = args.max_plan_bytes {
+        policy.max_plan_bytes = bytes;
     }
-}
-
-impl Policy {
-    /// The policy of `mcp serve`: its `--policy` file, with the flags added and winning.
-    pub(crate) fn of(args: &ServeArgs) -> Result<Policy, Failure> {
-        let file = match &args.policy {
-            None => PolicyFile::default(),
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|error| {
-                    Failure::input(format!(
-                        "cannot read the policy {}: {error}",
-                        path.display()
-                    ))
-                })?;
-                serde_json::from_str(&text).map_err(|error| {
-                    Failure::input(format!("{} is not a valid policy: {error}", path.display()))
-                })?
-            }
-        };
-        let tools: BTreeSet<String> = file
-            .allow_tools
-            .into_iter()
-            .chain(args.allow_tools.iter().cloned())
-            .collect();
-        Ok(Policy {
-            every_tool: tools.contains("*"),
-            tools,
-            env: file
-                .allow_env
-                .into_iter()
-                .chain(args.allow_env.iter().cloned())
-                .collect(),
-            client_approval: file.allow_client_approval || args.allow_client_approval,
-            max_plan_bytes: args
-                .max_plan_bytes
-                .or(file.max_plan_bytes)
-                .unwrap_or(1024 * 1024),
-            max_steps: args.max_steps.or(file.max_steps).unwrap_or(1000),
-            max_run_time: args
-                .max_run_time
-                .or(file.max_run_time)
-                .unwrap_or(Duration::from_secs(600)),
-            workdir: args
-                .workdir
-                .clone()
-                .or(file.workdir)
-                .unwrap_or_else(|| std::path::PathBuf::from(".")),
-        })
+    if let Some(steps) = args.max_steps {
+        policy.max_steps = steps;
     }
+    if let Some(time) = args.max_run_time {
+        policy.max_run_time = Some(time);
+    }
+    if let Some(dir) = &args.workdir {
+        policy.workdir = dir.clone();
+    }
+    Ok(policy)
 }
 
 /// mcp-cli's answer to `plan_create`: the plan's id, title and steps.
@@ -342,7 +283,7 @@ impl PlanServer {
                 let ready = self.prepare(args, Severity::Warning)?;
                 let frontend = Frontend {
                     json: true,
-                    time_limit: Some(self.policy.max_run_time),
+                    time_limit: self.policy.max_run_time,
                     // A client's plan cannot turn approvals off: the operator's gate holds.
                     approvals: Some(true),
                     max_concurrency: args
@@ -354,6 +295,7 @@ impl PlanServer {
                 let start = plan_run::Start {
                     approve: strings("approve"),
                     mode: ready.program.mode(),
+                    author: Author::McpClient,
                     ..plan_run::Start::new()
                 };
                 let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
@@ -361,26 +303,26 @@ impl PlanServer {
             }
             "plan_status" => {
                 let mut store = self.ledger.open_existing()?;
-                let row = super::ledger::read_run(&mut store, &run_id()?)?;
+                let row = self.client_run(&mut store, &run_id()?)?;
                 to_json(&stored_report(&store, &row)?)
             }
             "plan_resume" => {
                 // A run is resumed with its stored plan: it meets the same policy as a new one
-                // (a run the operator started may use more than clients may).
-                let run_id = run_id()?;
-                {
-                    let store = self.ledger.open_existing()?;
-                    let row = store.run(&run_id).map_err(Failure::ledger)?;
+                // (and only runs clients started can be resumed here).
+                let run_id = {
+                    let mut store = self.ledger.open_existing()?;
+                    let row = self.client_run(&mut store, &run_id()?)?;
                     let plan = plan_run::plan_of(&row).map_err(Failure::lifecycle)?;
                     self.check_plan(&plan)?;
-                }
+                    row.run_id
+                };
                 let options = plan_run::ResumeOptions {
                     retry_failed: flag("retry_failed"),
                     ..plan_run::ResumeOptions::default()
                 };
                 let frontend = Frontend {
                     json: true,
-                    time_limit: Some(self.policy.max_run_time),
+                    time_limit: self.policy.max_run_time,
                     // A client's plan cannot turn approvals off: the operator's gate holds.
                     approvals: Some(true),
                     ..Frontend::default()
@@ -397,6 +339,12 @@ impl PlanServer {
             }
             "plan_approve" => {
                 let steps = strings("steps");
+                // Only runs clients started: the operator's waiting steps are the operator's.
+                let run_id = {
+                    let mut store = self.ledger.open_existing()?;
+                    let id = self.client_run(&mut store, &run_id()?)?.run_id;
+                    move || Ok::<String, Failure>(id.clone())
+                };
                 let decided = if flag("reject") {
                     let reason = string("reason");
                     reject_calls(
@@ -426,6 +374,11 @@ impl PlanServer {
                 let plan_id =
                     string("plan_id").ok_or_else(|| Failure::input("`plan_id` is required"))?;
                 let stored = super::plans::find(&plan_id, &self.ledger)?;
+                if Author::from_name(&stored.author) != Author::McpClient {
+                    return Err(Failure::input(format!(
+                        "no plan `{plan_id}` among the plans this server's clients stored"
+                    )));
+                }
                 self.execute(&plan_id, Value::String(stored.source))
             }
             "plan_create_and_execute" => {
@@ -462,14 +415,7 @@ impl PlanServer {
             }
         };
         let policy = &self.policy;
-        let tools = super::plans::describe_tools(&self.toolbox, |info| {
-            policy.every_tool
-                || info.risk == plan_engine::Risk::Low
-                || policy.tools.contains(&info.name)
-                || policy
-                    .tools
-                    .contains(&format!("{}.{}", info.source, info.name))
-        });
+        let tools = super::plans::describe_tools(&self.toolbox, |info| policy.allows_tool(info));
         let mut check = |plan: &Value| -> Result<(), String> {
             let mut args = Map::new();
             args.insert("plan".into(), plan.clone());
@@ -492,7 +438,30 @@ impl PlanServer {
             &mut check,
             &self.toolbox,
         )?;
-        super::plans::store_generated(&generated, &by, true, &self.ledger)?;
+        // A plan a client's model writes never replaces one it did not store: it takes the
+        // first free id after its own (`deploy-2`, …).
+        let (mut plan_id, mut plan) = generated;
+        let taken = |id: &str| -> Result<bool, Failure> {
+            Ok(self
+                .ledger
+                .open()?
+                .find_plan(id)
+                .map_err(Failure::ledger)?
+                .is_some_and(|stored| Author::from_name(&stored.author) != Author::McpClient))
+        };
+        if taken(&plan_id)? {
+            let base = plan_id.clone();
+            let mut n = 2;
+            while taken(&format!("{base}-{n}"))? {
+                n += 1;
+            }
+            plan_id = format!("{base}-{n}");
+            if let Some(object) = plan.as_object_mut() {
+                object.insert("id".into(), plan_id.clone().into());
+            }
+        }
+        let generated = (plan_id, plan);
+        super::plans::store_generated(&generated, &by, true, Author::McpClient, &self.ledger)?;
         Ok(generated)
     }
 
@@ -517,13 +486,14 @@ impl PlanServer {
             .collect();
         let frontend = Frontend {
             json: true,
-            time_limit: Some(self.policy.max_run_time),
+            time_limit: self.policy.max_run_time,
             // A model's plan cannot turn approvals off: the operator's gate holds.
             approvals: Some(true),
             ..Frontend::default()
         };
         let start = plan_run::Start {
             mode: ready.program.mode(),
+            author: Author::McpClient,
             ..plan_run::Start::new()
         };
         let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
@@ -609,66 +579,65 @@ impl PlanServer {
             &self.toolbox,
             arguments,
         )?;
-        self.check_plan(&ready.loaded.plan)?;
+        self.policy
+            .check(Author::McpClient, &ready.loaded.plan, &ready.program)
+            .map_err(|error| Failure::input(error.to_string()))?;
         Ok(ready)
     }
 
-    /// Refuses a plan that needs more than the operator allows: tools, environment
-    /// variables, size.
+    /// Refuses a stored plan (a run's, to resume it) that needs more than the operator allows:
+    /// compiled against the tools it names, and checked by every call it can make.
     fn check_plan(&self, plan: &Plan) -> Result<(), Failure> {
-        let policy = &self.policy;
-        if plan.steps.len() > policy.max_steps {
-            return Err(Failure::input(format!(
-                "the plan has {} steps; this server runs plans of at most {} (`mcp serve --max-steps`)",
-                plan.steps.len(),
-                policy.max_steps
-            )));
-        }
-        let env: Vec<String> = plan
-            .env
-            .iter()
-            .filter(|name| !policy.env.contains(*name))
-            .map(|name| format!("`{name}`"))
+        let tools = self.toolbox.for_plan(plan.tool_names().iter().copied())?;
+        let program =
+            plan_engine::Program::compile(plan, "mcp-plan", &tools.registry).map_err(|_| {
+                Failure::input("the run's plan no longer compiles with this server's tools")
+            })?;
+        self.policy
+            .check(Author::McpClient, plan, &program)
+            .map_err(|error| Failure::input(error.to_string()))
+    }
+
+    /// The run `id` names (an id, a unique prefix, or `last`) among the runs this server's
+    /// clients started: the operator's own runs are neither shown nor decided nor resumed.
+    fn client_run(
+        &self,
+        store: &mut plan_store::Store,
+        id: &str,
+    ) -> Result<plan_store::RunRow, Failure> {
+        let runs: Vec<plan_store::RunRow> = store
+            .runs()
+            .map_err(Failure::ledger)?
+            .into_iter()
+            .filter(|row| plan_run::author_of(row) == Author::McpClient)
             .collect();
-        if !env.is_empty() {
-            return Err(Failure::input(format!(
-                "this server does not let plans read the environment variable{} {}; its operator can allow one with `plan-cli mcp serve --allow-env NAME`",
-                if env.len() == 1 { "" } else { "s" },
-                env.join(", ")
-            )));
+        let mut matching: Vec<&plan_store::RunRow> = if id == plan_store::LAST_RUN {
+            runs.first().into_iter().collect()
+        } else if let Some(exact) = runs.iter().find(|row| row.run_id == id) {
+            vec![exact]
+        } else {
+            runs.iter()
+                .filter(|row| row.run_id.starts_with(id))
+                .collect()
+        };
+        match matching.len() {
+            0 => Err(Failure::input(format!(
+                "no run `{id}` among the runs this server's clients started"
+            ))),
+            1 => {
+                let row = matching.remove(0).clone();
+                plan_run::recover_interrupted(store, &row).map_err(Failure::lifecycle)?;
+                Ok(row)
+            }
+            n => Err(Failure::input(format!(
+                "`{id}` is the start of {n} runs this server's clients started: give more of the id"
+            ))),
         }
-        if policy.every_tool {
-            return Ok(());
-        }
-        let names = plan.tool_names();
-        let tools = self.toolbox.for_plan(names.iter().copied())?;
-        let refused: Vec<String> = names
-            .iter()
-            .filter(|name| {
-                if policy.tools.contains(**name) {
-                    return false;
-                }
-                // A tool no server has is the plan's error, reported by validation.
-                tools.registry.get(name).is_some_and(|tool| {
-                    let info = tool.info();
-                    let qualified = format!("{}.{}", info.source, info.name);
-                    info.risk != plan_engine::Risk::Low && !policy.tools.contains(&qualified)
-                })
-            })
-            .map(|name| format!("`{name}`"))
-            .collect();
-        if !refused.is_empty() {
-            return Err(Failure::input(format!(
-                "this server does not let clients use {} (only low-risk tools unless its operator allows more with `plan-cli mcp serve --allow-tool NAME`)",
-                refused.join(", ")
-            )));
-        }
-        Ok(())
     }
 
     /// Refuses approvals from a client unless the operator allows them.
     fn check_approval(&self) -> Result<(), Failure> {
-        if self.policy.client_approval {
+        if self.policy.self_approval {
             return Ok(());
         }
         Err(Failure::input(
