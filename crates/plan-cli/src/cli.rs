@@ -317,6 +317,29 @@ pub(crate) struct PlanArgs {
     pub(crate) vars_file: Option<PathBuf>,
 }
 
+/// What a model may put in a plan (`plan create`, `run --replan`), and with `run --policy`
+/// what the run's own plan may do: by default what a default `mcp serve` client gets (the
+/// low-risk tools, no environment variables, no task steps, approvals on), widened by these.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct PolicyArgs {
+    /// Also let a model's plans use this tool (repeatable; `*` for every tool). By default
+    /// they may use the low-risk tools only: not exec or http
+    #[arg(long = "allow-tool", value_name = "TOOL")]
+    pub(crate) allow_tools: Vec<String>,
+    /// Let a model's plans read this environment variable with `env:` (repeatable; by
+    /// default none)
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub(crate) allow_env: Vec<String>,
+    /// Let a model's plans have task steps and their `workspace` (by default none)
+    #[arg(long)]
+    pub(crate) allow_workspace: bool,
+    /// The policy as a JSON file ({"allow_tools", "allow_env", "allow_workspace",
+    /// "max_steps", "max_run_time"}; flags add to it); on `run`, the run's own plan is checked
+    /// against it too
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy: Option<PathBuf>,
+}
+
 /// How a run goes, for `run` and `resume`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ExecutionArgs {
@@ -399,6 +422,8 @@ pub(crate) struct RunArgs {
     /// finish the work another way, and run them; at most N times
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) replan: u32,
+    #[command(flatten)]
+    pub(crate) policy: PolicyArgs,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }
@@ -596,6 +621,12 @@ pub(crate) enum PlanCommand {
         /// Print `{"plan_id", "plan"}` instead of drawing it
         #[arg(long)]
         json: bool,
+        /// With --run: run the model's plan without asking (it is listed first, every call it
+        /// can make; without a terminal to ask on, --run needs --yes)
+        #[arg(long, short = 'y')]
+        yes: bool,
+        #[command(flatten)]
+        policy: PolicyArgs,
         #[command(flatten)]
         tool_options: ToolOptions,
     },

@@ -11,6 +11,7 @@ mod json_out;
 mod ledger;
 mod output;
 mod plan_file;
+mod policy;
 mod toolbox;
 
 use clap::Parser;

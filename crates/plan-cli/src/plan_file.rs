@@ -251,12 +251,16 @@ pub(crate) fn prepare_quietly(
     prepare_source_with(source, format, id, inputs, toolbox, Severity::Error, false)
 }
 
-/// A plan a model wrote, judged as `validate --json` judges a plan (arguments checked as
-/// errors, nothing printed): `Err` is every error, one per line, as the model should read it.
+/// plan-cli's whole validation of a model's plan, as `validate --json` judges it, and then
+/// `policy`'s judgement of every call it can make (of the steps in `only`, for a re-plan's new
+/// steps): the problems as lines for the model to read, or `Ok`. Nothing in them tells the
+/// model how to widen its policy (no "add `env:`" for a variable it may not read).
 pub(crate) fn check_for_model(
     plan: &Value,
     fallback_id: &str,
     toolbox: &Toolbox,
+    policy: &plan_run::Policy,
+    only: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<(), String> {
     let source = Source::new("plan.json", plan.to_string());
     let prepared = prepare_source_with(
@@ -268,8 +272,27 @@ pub(crate) fn check_for_model(
         Severity::Error,
         false,
     );
-    let Err(failure) = prepared else {
-        return Ok(());
+    let failure = match prepared {
+        Ok(ready) => {
+            let judged = match only {
+                None => policy.check(plan_run::Author::Model, &ready.loaded.plan, &ready.program),
+                Some(steps) => policy.check_steps(
+                    plan_run::Author::Model,
+                    &ready.loaded.plan,
+                    &ready.program,
+                    steps,
+                ),
+            };
+            return judged.map_err(|error| {
+                error
+                    .violations
+                    .iter()
+                    .map(|v| format!("- {}: {}", v.path, v.message))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        Err(failure) => failure,
     };
     let lines: Vec<String> = failure
         .issues
@@ -277,7 +300,9 @@ pub(crate) fn check_for_model(
         .filter(|issue| issue["severity"] == "error")
         .map(|issue| {
             let mut line = format!("- {}", issue["message"].as_str().unwrap_or(""));
-            if let Some(help) = issue["help"].as_str() {
+            if let Some(help) = issue["help"].as_str()
+                && (policy.is_operator() || !help.starts_with("add `env:"))
+            {
                 line.push_str(&format!(" ({help})"));
             }
             line

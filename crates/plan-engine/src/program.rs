@@ -811,6 +811,36 @@ fn compile_expand(expand: &plan_graph::Expand) -> Result<CompiledExpand, String>
     Ok(CompiledExpand { on, on_text, key })
 }
 
+impl Program {
+    /// Every call this program can make, in plan order: each step's (a map step's once, for
+    /// all its items), each block node's, each task's `implement`, `feedback` and `verify`
+    /// checks, and the workspace's `context_update`. A policy is checked against this list,
+    /// never against the steps' tool names alone.
+    pub fn call_sites(&self) -> Vec<crate::sites::CallSite> {
+        let mut sites = crate::sites::Sites { sites: Vec::new() };
+        for (i, step) in self.steps.iter().enumerate() {
+            let at = PlanPath::step(i);
+            match &step.action {
+                Action::Tool(tool) => {
+                    let kind = if step.expand.is_some() {
+                        crate::sites::CallKind::MapItem
+                    } else {
+                        crate::sites::CallKind::Step
+                    };
+                    sites.push(at, &step.id, kind, (&step.tool_name, &**tool), step.gated);
+                }
+                Action::Block(block) => block.call_sites(at.key("block"), &step.id, &mut sites),
+                Action::Task(task) => task.call_sites(at.key("task"), &step.id, &mut sites),
+            }
+        }
+        if let Some(update) = &self.context_update {
+            let at = PlanPath::root().key("workspace").key("context_update");
+            update.call_sites(at, &mut sites);
+        }
+        sites.sites
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! Every call a compiled program can make, with where the plan writes it: what a policy is
-//! checked against ([`Program::call_sites`]). Built from the compiled program, so no kind of
+//! checked against (`Program::call_sites`, in `program.rs`; this module imports none of the
+//! step kinds' modules, which each add their own calls). Built from the compiled program, so no kind of
 //! call (a map item, a block node, a task's checks, `context_update`) can be left out by a
 //! caller that looks only at the steps' `tool`.
 
@@ -7,7 +8,6 @@ use std::sync::Arc;
 
 use plan_graph::{PlanPath, Risk};
 
-use crate::program::{Action, Program};
 use crate::tool::Tool;
 
 /// What kind of call a [`CallSite`] is.
@@ -102,35 +102,5 @@ impl Sites {
             risk: info.risk,
             gated,
         });
-    }
-}
-
-impl Program {
-    /// Every call this program can make, in plan order: each step's (a map step's once, for
-    /// all its items), each block node's, each task's `implement`, `feedback` and `verify`
-    /// checks, and the workspace's `context_update`. A policy is checked against this list,
-    /// never against the steps' tool names alone.
-    pub fn call_sites(&self) -> Vec<CallSite> {
-        let mut sites = Sites { sites: Vec::new() };
-        for (i, step) in self.steps.iter().enumerate() {
-            let at = PlanPath::step(i);
-            match &step.action {
-                Action::Tool(tool) => {
-                    let kind = if step.expand.is_some() {
-                        CallKind::MapItem
-                    } else {
-                        CallKind::Step
-                    };
-                    sites.push(at, &step.id, kind, (&step.tool_name, &**tool), step.gated);
-                }
-                Action::Block(block) => block.call_sites(at.key("block"), &step.id, &mut sites),
-                Action::Task(task) => task.call_sites(at.key("task"), &step.id, &mut sites),
-            }
-        }
-        if let Some(update) = &self.context_update {
-            let at = PlanPath::root().key("workspace").key("context_update");
-            update.call_sites(at, &mut sites);
-        }
-        sites.sites
     }
 }

@@ -44,4 +44,4 @@ pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
 pub use schema::{PLAN_SCHEMA_ID, plan_schema};
 pub use source::{PathSegment, PlanPath, SourceMap};
 pub use task_id::{MAX_TASK_ID_BYTES, task_id_problem};
-pub use validate::{is_item_of, unknown_tool, variables_read};
+pub use validate::{env_read, is_item_of, unknown_tool, variables_read};

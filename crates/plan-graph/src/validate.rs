@@ -747,6 +747,23 @@ pub fn variables_read(plan: &Plan) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The environment variables step `i` reads (`${env.NAME}`), wherever in it (its arguments,
+/// map settings, block nodes, task calls and checks): what a policy judges of a re-planned
+/// step, whose plan lists the operator's `env:`.
+pub fn env_read(plan: &Plan, i: usize) -> std::collections::BTreeSet<String> {
+    let mut ignored = Vec::new();
+    plan.steps
+        .get(i)
+        .and_then(|step| placeholders_of(step, i, &mut ignored))
+        .into_iter()
+        .flatten()
+        .filter_map(|(placeholder, _, _)| match placeholder.root {
+            Root::Env(name) => Some(name),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether `id` has the shape of an item of map step `step`: `STEP-N` or `STEP[KEY]`.
 pub fn is_item_of(id: &str, step: &str) -> bool {
     id.strip_prefix(step).is_some_and(|rest| {

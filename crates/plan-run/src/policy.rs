@@ -253,10 +253,62 @@ impl Policy {
     /// Checks `program` (compiled from `plan`, written by `author`) against this policy:
     /// its size, the environment it reads, every call it can make, and its workspace.
     pub fn check(&self, author: Author, plan: &Plan, program: &Program) -> Result<(), PolicyError> {
+        self.check_in(author, plan, program, None)
+    }
+
+    /// Checks only the steps of `program` named in `steps` (a re-plan's new steps, written by
+    /// a model into the operator's plan): every call they can make, the environment variables
+    /// they read (the plan's `env:` is the operator's), and whether they are task steps.
+    pub fn check_steps(
+        &self,
+        author: Author,
+        plan: &Plan,
+        program: &Program,
+        steps: &BTreeSet<String>,
+    ) -> Result<(), PolicyError> {
+        self.check_in(author, plan, program, Some(steps))
+    }
+
+    fn check_in(
+        &self,
+        author: Author,
+        plan: &Plan,
+        program: &Program,
+        only: Option<&BTreeSet<String>>,
+    ) -> Result<(), PolicyError> {
         if self.is_operator() {
             return Ok(());
         }
         let mut violations = Vec::new();
+        if let Some(only) = only {
+            for (i, step) in plan.steps.iter().enumerate() {
+                if !only.contains(&step.id.0) {
+                    continue;
+                }
+                for name in plan_graph::env_read(plan, i) {
+                    if !self.every_env() && !self.env.contains(&name) {
+                        violations.push(Violation {
+                            path: PlanPath::step(i),
+                            message: format!(
+                                "the step reads the environment variable `{name}`, which is not allowed"
+                            ),
+                        });
+                    }
+                }
+                if step.task.is_some() && !self.workspace {
+                    violations.push(Violation {
+                        path: PlanPath::step(i).key("task"),
+                        message: "task steps (programs in git worktrees, merges into a branch) are not allowed".to_owned(),
+                    });
+                }
+            }
+            for site in program.call_sites() {
+                if only.contains(&*site.step) {
+                    self.check_site(&site, &mut violations);
+                }
+            }
+            return finish(author, violations);
+        }
         if plan.steps.len() > self.max_steps {
             violations.push(Violation {
                 path: PlanPath::root().key("steps"),
@@ -276,38 +328,7 @@ impl Policy {
             }
         }
         for site in program.call_sites() {
-            if !self.allows(&site) {
-                violations.push(Violation {
-                    path: site.path.clone(),
-                    message: format!(
-                        "the {} calls `{}` ({} risk), which is not allowed: only low-risk tools are{}",
-                        site.kind.describe(),
-                        site.tool,
-                        risk_name(site.risk),
-                        if self.tools.is_empty() {
-                            String::new()
-                        } else {
-                            format!(
-                                ", and {}",
-                                self.tools
-                                    .iter()
-                                    .map(|t| format!("`{t}`"))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            )
-                        }
-                    ),
-                });
-            } else if !self.lower_risk && site.risk == Risk::High && !site.gated {
-                violations.push(Violation {
-                    path: site.path.clone(),
-                    message: format!(
-                        "the {} lowers the risk of `{}`, a high-risk tool, so that it would run unapproved; that is not allowed",
-                        site.kind.describe(),
-                        site.tool
-                    ),
-                });
-            }
+            self.check_site(&site, &mut violations);
         }
         if let Some(workspace) = &plan.workspace {
             let at = PlanPath::root().key("workspace");
@@ -328,10 +349,41 @@ impl Policy {
                 });
             }
         }
-        if violations.is_empty() {
-            Ok(())
-        } else {
-            Err(PolicyError { author, violations })
+        finish(author, violations)
+    }
+
+    fn check_site(&self, site: &CallSite, violations: &mut Vec<Violation>) {
+        if !self.allows(site) {
+            violations.push(Violation {
+                path: site.path.clone(),
+                message: format!(
+                    "the {} calls `{}` ({} risk), which is not allowed: only low-risk tools are{}",
+                    site.kind.describe(),
+                    site.tool,
+                    risk_name(site.risk),
+                    if self.tools.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            ", and {}",
+                            self.tools
+                                .iter()
+                                .map(|t| format!("`{t}`"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
+                ),
+            });
+        } else if !self.lower_risk && site.risk == Risk::High && !site.gated {
+            violations.push(Violation {
+                path: site.path.clone(),
+                message: format!(
+                "the {} lowers the risk of `{}`, a high-risk tool, so that it would run unapproved; that is not allowed",
+                site.kind.describe(),
+                site.tool
+                ),
+            });
         }
     }
 
@@ -342,6 +394,14 @@ impl Policy {
     /// Whether a plan's `approvals: false` (or a run's) may turn approvals off.
     pub fn forces_approvals(&self) -> bool {
         !self.lower_risk
+    }
+}
+
+fn finish(author: Author, violations: Vec<Violation>) -> Result<(), PolicyError> {
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(PolicyError { author, violations })
     }
 }
 

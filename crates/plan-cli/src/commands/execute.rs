@@ -21,6 +21,21 @@ use crate::plan_file::{Ready, prepare, prepare_source};
 use crate::toolbox::Toolbox;
 
 pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
+    run_as(args, plan_run::Author::Operator, toolbox, ledger)
+}
+
+/// `run`, of a plan `author` wrote: a model's plan (`plan create --run`) runs under the
+/// model's policy (`args.policy`), with approvals on whatever it says; the operator's own runs
+/// under a policy only when `--policy` gives one. Steps a model writes in `--replan` always
+/// meet the model's policy.
+pub(crate) fn run_as(
+    args: &RunArgs,
+    author: plan_run::Author,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
+    let policy = crate::policy::of(&args.policy)?;
+    let judged = author != plan_run::Author::Operator || args.policy.policy.is_some();
     if let Some(queue) = args.execution.queue_settings()
         && !args.dry_run
     {
@@ -28,6 +43,11 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
     }
     let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
     let ready = select(ready, args.layer.as_deref(), args.task.as_deref(), toolbox)?;
+    if judged {
+        policy
+            .check(author, &ready.loaded.plan, &ready.program)
+            .map_err(|error| Failure::input(error.to_string()))?;
+    }
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
     if args.dry_run || mode == Mode::Preview {
         let calls = ready.program.preview(&ready.inputs, &ready.env);
@@ -71,16 +91,34 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
         working_dir: working_dir.map(|dir| dir.display().to_string()),
         layer_filter: args.layer.clone(),
         task_filter: args.task.clone(),
+        author,
         ..plan_run::Start::new()
     };
-    let frontend = Frontend::of(&args.execution)?;
+    let mut frontend = Frontend::of(&args.execution)?;
+    if judged && policy.forces_approvals() {
+        if ready.loaded.plan.approvals == Some(false) || frontend.approvals == Some(false) {
+            eprintln!(
+                "warning: approvals stay on: {} plan runs with its high-risk calls gated",
+                if author == plan_run::Author::Model {
+                    "a model's"
+                } else {
+                    "under --policy, a"
+                }
+            );
+        }
+        frontend.approvals = Some(true);
+        frontend.time_limit = policy.max_run_time;
+    }
     let mut outcome = start_run(ready, start, &frontend, toolbox, ledger)?;
     if let Some(model) = &mut replanner {
         outcome = super::replan::until_done(
             outcome,
             args.replan,
             model,
-            &secrets,
+            &super::replan::Replanning {
+                secrets: &secrets,
+                policy: &policy,
+            },
             &frontend,
             toolbox,
             ledger,
@@ -91,7 +129,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
 
 /// How a run shows itself and what it writes besides the ledger: from `run` and `resume`'s
 /// flags, or plain for `mcp serve`.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Frontend {
     /// `--json`: no progress bar.
     pub(crate) json: bool,

@@ -11,7 +11,7 @@ mod worker;
 use std::io::Write;
 
 pub(crate) use approvals::{approve, reject};
-pub(crate) use execute::{resume, retry, run};
+pub(crate) use execute::{resume, retry, run, run_as};
 pub(crate) use ledger::{cancel, events, gc, logs, runs, state_export, status};
 pub(crate) use plans::{completions, import, init, plan, schema, show, tools, validate};
 pub(crate) use serve::{policy_of, serve};

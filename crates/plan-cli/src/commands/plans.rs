@@ -1,5 +1,6 @@
 //! Commands about plans rather than runs: `validate`, `show`, `tools`, and the plan registry.
 
+use std::io::Write;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -189,8 +190,11 @@ pub(crate) fn plan(
             max_retries,
             force,
             json,
+            yes,
+            policy: policy_args,
             ..
         } => {
+            let policy = crate::policy::of(policy_args)?;
             let ask = CreateArgs {
                 goal,
                 model: model.as_deref(),
@@ -198,21 +202,21 @@ pub(crate) fn plan(
                 max_retries: *max_retries,
                 force: *force,
             };
-            let (plan_id, plan) = create(&ask, toolbox, ledger)?;
+            let (plan_id, plan) = create(&ask, &policy, toolbox, ledger)?;
+            let source = plan_graph::Source::new(plan_id.clone(), plan.to_string());
+            let ready = prepare_source(
+                source,
+                plan_graph::Format::Json,
+                plan_id.clone(),
+                Default::default(),
+                toolbox,
+                Severity::Warning,
+            )?;
             if *json {
                 print(&pretty(
                     &serde_json::json!({"plan_id": plan_id, "plan": plan}),
                 ))?;
             } else {
-                let source = plan_graph::Source::new(plan_id.clone(), plan.to_string());
-                let ready = prepare_source(
-                    source,
-                    plan_graph::Format::Json,
-                    plan_id.clone(),
-                    Default::default(),
-                    toolbox,
-                    Severity::Warning,
-                )?;
                 print(&draw(&ready.loaded.plan, &plan_id, GraphFormat::Ascii))?;
                 if !*run {
                     print(&format!(
@@ -223,9 +227,34 @@ pub(crate) fn plan(
             if !*run {
                 return Ok(0);
             }
-            let args = crate::cli::RunArgs::stored(&plan_id)
+            // A model's plan runs only once a person has seen every call it can make.
+            let listing = calls_of(&ready.program);
+            let mut err = std::io::stderr();
+            let _ = writeln!(err, "{listing}");
+            if !*yes {
+                use std::io::IsTerminal;
+                if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+                    return Err(Failure::input(
+                        "a model's plan runs only when a person agrees: run `plan create --run` on a terminal to be asked, or add --yes",
+                    ));
+                }
+                let _ = write!(err, "Run plan `{plan_id}` with these calls? [y/N] ");
+                let _ = err.flush();
+                let mut answer = String::new();
+                std::io::stdin()
+                    .read_line(&mut answer)
+                    .map_err(|e| Failure::input(format!("cannot read the answer: {e}")))?;
+                if !matches!(answer.trim(), "y" | "Y" | "yes" | "Yes") {
+                    let _ = writeln!(err, "not run; stored as `{plan_id}`");
+                    return Ok(0);
+                }
+            }
+            drop(ready);
+            let mut args = crate::cli::RunArgs::stored(&plan_id)
                 .ok_or_else(|| Failure::internal("cannot make the arguments of `run`"))?;
-            super::run(&args, toolbox, ledger)
+            args.policy = policy_args.clone();
+            args.execution.json = *json;
+            super::run_as(&args, plan_run::Author::Model, toolbox, ledger)
         }
         PlanCommand::List(JsonArgs { json }) => list(*json, ledger),
         PlanCommand::Show { id, format, .. } => {
@@ -266,6 +295,7 @@ struct CreateArgs<'a> {
 /// valid, and stores it: its id and the plan.
 fn create(
     ask: &CreateArgs<'_>,
+    policy: &plan_run::Policy,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<(String, serde_json::Value), Failure> {
@@ -276,11 +306,14 @@ fn create(
     })?;
     let by = endpoint.model.clone();
     let mut model = plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))?;
-    let tools = describe_tools(toolbox, |_| true);
+    // The model is told of the tools its policy lets it use, and no others.
+    let tools = describe_tools(toolbox, |info| policy.allows_tool(info));
     let fallback_id = ask.id.map_or_else(|| slug(ask.goal), str::to_owned);
-    // plan-cli's whole validation, as `validate --json` gives it, for the model to read.
-    let mut check =
-        |plan: &serde_json::Value| crate::plan_file::check_for_model(plan, &fallback_id, toolbox);
+    // plan-cli's whole validation, as `validate --json` gives it, and the model's policy, for
+    // the model to read.
+    let mut check = |plan: &serde_json::Value| {
+        crate::plan_file::check_for_model(plan, &fallback_id, toolbox, policy, None)
+    };
     let generated = generate(
         &mut model,
         ask.goal,
@@ -292,6 +325,31 @@ fn create(
     )?;
     store_generated(&generated, &by, ask.force, plan_run::Author::Model, ledger)?;
     Ok(generated)
+}
+
+/// Every call a program can make, one per line with where the plan makes it, for a person to
+/// read before a model's plan runs.
+fn calls_of(program: &plan_engine::Program) -> String {
+    let sites = program.call_sites();
+    let mut text = format!(
+        "The plan can make {} call{}:",
+        sites.len(),
+        if sites.len() == 1 { "" } else { "s" }
+    );
+    for site in &sites {
+        text.push_str(&format!(
+            "\n  {:<32} {} `{}`{}",
+            site.path.to_string(),
+            site.kind.describe(),
+            site.tool,
+            if site.gated {
+                " (waits for approval)"
+            } else {
+                ""
+            }
+        ));
+    }
+    text
 }
 
 /// The model endpoint the environment names (PLAN_LLM_URL or OPENAI_BASE_URL, OPENAI_API_KEY),

@@ -24,16 +24,34 @@ pub(crate) fn model() -> Result<plan_llm::Http, Failure> {
     plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))
 }
 
-/// Re-plans a failed run up to `budget` times; the last outcome.
+/// What a re-plan keeps to: the secrets the model must not see, and the model's policy.
+pub(crate) struct Replanning<'a> {
+    pub(crate) secrets: &'a [String],
+    pub(crate) policy: &'a plan_run::Policy,
+}
+
+/// Re-plans a failed run up to `budget` times; the last outcome. The model's new steps meet
+/// its policy (every call they can make, the environment they read) and run with approvals on.
 pub(crate) fn until_done(
     mut outcome: Ran,
     budget: u32,
     model: &mut plan_llm::Http,
-    secrets: &[String],
+    replanning: &Replanning<'_>,
     frontend: &Frontend,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ran, Failure> {
+    let Replanning { secrets, policy } = *replanning;
+    let forced;
+    let frontend = if policy.forces_approvals() && frontend.approvals != Some(true) {
+        forced = Frontend {
+            approvals: Some(true),
+            ..frontend.clone()
+        };
+        &forced
+    } else {
+        frontend
+    };
     let mut revisions = 0;
     while revisions < budget && outcome.0.task_status == TaskStatus::Failed {
         let run_id = outcome.0.run_id.clone();
@@ -45,9 +63,21 @@ pub(crate) fn until_done(
         let (request, done, taken) = request(&written, &outcome.0, secrets);
         let mut check = |answer: &Value| -> Result<(), String> {
             let combined = combine(&written, &done, answer, &taken)?;
-            crate::plan_file::check_for_model(&combined, &row.plan_id, toolbox)
+            let new_steps: std::collections::BTreeSet<String> = answer["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(id_of)
+                .collect();
+            crate::plan_file::check_for_model(
+                &combined,
+                &row.plan_id,
+                toolbox,
+                policy,
+                Some(&new_steps),
+            )
         };
-        let tools = super::plans::describe_tools(toolbox, |_| true);
+        let tools = super::plans::describe_tools(toolbox, |info| policy.allows_tool(info));
         let schema = plan_graph::plan_schema();
         let ask = plan_llm::Ask {
             goal: &request,

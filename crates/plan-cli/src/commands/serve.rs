@@ -56,24 +56,13 @@ struct PlanServer {
 /// values). A client is anyone who can write to the server's stdin: it gets none of the
 /// operator's powers unless given them here.
 pub(crate) fn policy_of(args: &ServeArgs) -> Result<Policy, Failure> {
-    let file = match &args.policy {
-        None => plan_run::PolicyFile::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|error| {
-                Failure::input(format!(
-                    "cannot read the policy {}: {error}",
-                    path.display()
-                ))
-            })?;
-            plan_run::PolicyFile::parse(&text)
-                .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?
-        }
-    };
-    let mut policy = file.into_policy();
-    policy.tools.extend(args.allow_tools.iter().cloned());
-    policy.every_tool |= policy.tools.contains("*");
-    policy.env.extend(args.allow_env.iter().cloned());
-    policy.workspace |= args.allow_workspace;
+    let mut policy = crate::policy::read_file(args.policy.as_deref())?.into_policy();
+    crate::policy::widen(
+        &mut policy,
+        &args.allow_tools,
+        &args.allow_env,
+        args.allow_workspace,
+    );
     policy.self_approval |= args.allow_client_approval;
     if let Some(bytes) = args.max_plan_bytes {
         policy.max_plan_bytes = bytes;
