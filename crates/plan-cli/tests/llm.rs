@@ -505,3 +505,34 @@ fn re_planned_steps_cannot_read_the_operators_secrets() {
             .contains("tok-secret-42")
     );
 }
+
+/// A model's answer is read up to 4 MiB, no further: a larger one (or a larger error body) is
+/// a clear error, never printed whole.
+#[test]
+fn an_answer_past_the_cap_is_refused_and_not_printed() {
+    let huge = "x".repeat(5 << 20);
+    let lab = Lab::new();
+    for reply in [
+        (
+            200,
+            json!({"choices": [{"message": {"role": "assistant", "content": huge}}]}),
+        ),
+        (500, json!({"error": huge})),
+    ] {
+        let server = Scripted::start(vec![reply]);
+        let output = create(&lab, &server.url, &["anything", "--model", "m"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{}",
+            &stderr[..stderr.len().min(500)]
+        );
+        assert!(
+            stderr.contains("more than 4 MiB"),
+            "{}",
+            &stderr[..stderr.len().min(500)]
+        );
+        assert!(stderr.len() < 10_000, "printed {} bytes", stderr.len());
+    }
+}

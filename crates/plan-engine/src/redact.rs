@@ -21,6 +21,31 @@ pub const REDACTED: &str = "[redacted]";
 pub struct Redactor {
     /// None when there is nothing to hide.
     matcher: Option<aho_corasick::AhoCorasick>,
+    /// Every secret percent-encoded with any choice of safe characters (each byte as itself
+    /// or as `%XX`, a space also as `+`): an encoder's safe set is the caller's to choose
+    /// (Python's `quote` keeps `/`, `quote_plus` does not), so no list of sets is complete.
+    /// Run only on text that holds a `%`.
+    percent: Option<regex::Regex>,
+}
+
+/// A pattern for `secret` with each byte either itself or percent-encoded.
+fn percent_pattern(secret: &str) -> String {
+    let mut pattern = String::new();
+    for c in secret.chars() {
+        let mut bytes = [0_u8; 4];
+        let encoded: String = c
+            .encode_utf8(&mut bytes)
+            .bytes()
+            .map(|b| format!("%{b:02X}"))
+            .collect();
+        let literal = regex::escape(c.encode_utf8(&mut [0_u8; 4]));
+        if c == ' ' {
+            pattern.push_str(&format!("(?: |\\+|{encoded})"));
+        } else {
+            pattern.push_str(&format!("(?:{literal}|{encoded})"));
+        }
+    }
+    pattern
 }
 
 /// Bytes a URL may carry unencoded in every part of it.
@@ -94,21 +119,32 @@ fn base64_forms(secret: &str) -> Vec<String> {
 impl Redactor {
     /// A redactor of these secret values (empty ones are ignored).
     pub fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
-        let patterns: Vec<String> = values
-            .into_iter()
-            .filter(|v| !v.is_empty())
-            .flat_map(forms)
-            .collect();
+        let values: Vec<&str> = values.into_iter().filter(|v| !v.is_empty()).collect();
+        let patterns: Vec<String> = values.iter().copied().flat_map(forms).collect();
         if patterns.is_empty() {
-            return Redactor { matcher: None };
+            return Redactor::default();
         }
+        // Longest first, so that a secret holding another is replaced whole.
+        let mut sorted = values.clone();
+        sorted.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        let percent = regex::RegexBuilder::new(
+            &sorted
+                .iter()
+                .map(|v| percent_pattern(v))
+                .collect::<Vec<_>>()
+                .join("|"),
+        )
+        .case_insensitive(true)
+        .size_limit(64 << 20)
+        .build()
+        .ok();
         // Leftmost-longest: a secret containing another is replaced whole.
         let matcher = aho_corasick::AhoCorasick::builder()
             .ascii_case_insensitive(true)
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
             .build(&patterns)
             .ok();
-        Redactor { matcher }
+        Redactor { matcher, percent }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -118,6 +154,7 @@ impl Redactor {
     /// Whether the text holds a secret in any of its forms.
     pub(crate) fn finds(&self, text: &str) -> bool {
         self.matcher.as_ref().is_some_and(|m| m.is_match(text))
+            || (text.contains('%') && self.percent.as_ref().is_some_and(|p| p.is_match(text)))
     }
 
     pub(crate) fn string(&self, text: &mut String) {
@@ -130,6 +167,12 @@ impl Redactor {
                 true
             });
             *text = out;
+        }
+        if text.contains('%')
+            && let Some(percent) = &self.percent
+            && percent.is_match(text)
+        {
+            *text = percent.replace_all(text, REDACTED).into_owned();
         }
     }
 
@@ -244,6 +287,20 @@ mod tests {
             let mut text = format!("before {form} after");
             redactor.string(&mut text);
             assert_eq!(text, "before [redacted] after", "{form}");
+        }
+        // Encoders choose their safe characters: Python's `quote` keeps `/`, `quote_plus`
+        // turns spaces into `+`, some encode every byte, letters included.
+        for form in [
+            "Hunter2%20%22%C3%A9%22/x",
+            "Hunter2+%22%C3%A9%22%2Fx",
+            "%48%75%6E%74%65%72%32%20%22%C3%A9%22%2F%78",
+            "Hunter2 %22é%22/x",
+            "hUnTeR2%20\"%c3%A9\"%2fX",
+        ] {
+            let mut text = format!("before {form} after");
+            redactor.string(&mut text);
+            assert_eq!(text, "before [redacted] after", "{form}");
+            assert!(Redactor::new([secret]).finds(form), "{form}");
         }
         let host = Redactor::new(["bücher"]);
         let mut text = "error sending request for url (http://xn--bcher-kva.invalid/)".to_owned();

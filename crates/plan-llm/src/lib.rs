@@ -56,6 +56,10 @@ pub struct Created {
     pub tries: u32,
 }
 
+/// The largest answer read from a model (the whole HTTP body, or a sampled message): past it
+/// the answer is refused with [`LlmError::Endpoint`], and nothing more is read.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 /// Why no valid plan came back.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
@@ -173,6 +177,17 @@ pub async fn create_plan(
     let mut tries = 0;
     loop {
         let answer = model.answer(&messages, ask.schema).await?;
+        // Whatever the model's transport (MCP sampling has no cap of its own).
+        if answer.len() > MAX_ANSWER_BYTES {
+            return Err(LlmError::Endpoint {
+                url: "the model".to_owned(),
+                message: format!(
+                    "an answer of {} bytes: plan-cli reads at most {} MiB",
+                    answer.len(),
+                    MAX_ANSWER_BYTES >> 20
+                ),
+            });
+        }
         tries += 1;
         let problems = match parse_answer(&answer) {
             Ok(plan) => match check(&plan) {
@@ -230,9 +245,21 @@ async fn complete(
     if let Some(key) = &endpoint.api_key {
         request = request.bearer_auth(key);
     }
-    let response = request.send().await.map_err(|e| failed(e.to_string()))?;
+    let mut response = request.send().await.map_err(|e| failed(e.to_string()))?;
     let status = response.status();
-    let text = response.text().await.map_err(|e| failed(e.to_string()))?;
+    // Read up to the cap, and no further: a 50 MB answer once took 488 MB of memory, and a
+    // 20 MB error body was printed whole.
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(failed(format!(
+                "an answer of more than {} MiB (HTTP {status}): plan-cli reads at most that much",
+                MAX_ANSWER_BYTES >> 20
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
     if !status.is_success() {
         if strict && status.as_u16() == 400 && text.contains("strict") {
             return Err(Refused::Strict);
@@ -246,8 +273,9 @@ async fn complete(
         .as_str()
         .map(str::to_owned)
         .ok_or_else(|| {
+            let shown: String = value.to_string().chars().take(500).collect();
             failed(format!(
-                "an answer without `choices[0].message.content`: {value}"
+                "an answer without `choices[0].message.content`: {shown}"
             ))
         })
 }

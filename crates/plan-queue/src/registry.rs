@@ -59,6 +59,18 @@ fn low() -> Risk {
     Risk::Low
 }
 
+/// Whether an entry last seen at `seen_ms` is a live worker's at `now`: seen within
+/// [`STALE_AFTER`]. An entry from further in the future than that (a clock far off, or an entry
+/// written by hand) is not live: counting it live would make it live for good, and a tool's
+/// routing could wait on a worker that does not exist.
+fn is_live(seen_ms: u64, now: u64) -> bool {
+    let window = STALE_AFTER.as_millis() as u64;
+    if seen_ms > now {
+        return seen_ms - now < window;
+    }
+    now - seen_ms < window
+}
+
 /// The live workers, by id. Entries that are unreadable or stale are left out (and stale ones
 /// older than a day are deleted, so the hash does not grow with every worker ever started).
 pub(crate) async fn live_workers(
@@ -75,7 +87,7 @@ pub(crate) async fn live_workers(
             continue;
         };
         let age = now.saturating_sub(entry.seen_ms);
-        if age < STALE_AFTER.as_millis() as u64 {
+        if is_live(entry.seen_ms, now) {
             live.insert(id, entry);
         } else if age > 24 * 3600 * 1000 {
             let _: redis::RedisResult<i64> = redis::cmd("HDEL")
@@ -185,6 +197,18 @@ pub(crate) fn route(workers: &BTreeMap<String, WorkerEntry>, tool: &str, base: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_from_the_future_are_not_live_for_good() {
+        let now = 1_000_000_000;
+        assert!(is_live(now, now));
+        assert!(is_live(now - 14_000, now));
+        assert!(!is_live(now - 16_000, now));
+        // A little skew is a live worker's; a day ahead is no worker's.
+        assert!(is_live(now + 5_000, now));
+        assert!(!is_live(now + 24 * 3600 * 1000, now));
+        assert!(!is_live(u64::MAX, now));
+    }
 
     fn worker(queue: &str, tools: &[&str]) -> WorkerEntry {
         WorkerEntry {

@@ -165,6 +165,17 @@ impl McpServers {
     }
 }
 
+/// A tool's risk from its annotations (`readOnlyHint`, `destructiveHint`): one that says it
+/// may destroy is gated whatever else it says (a server cannot talk its way out of the gate
+/// with a second hint); one that only says it reads is low; the rest are medium.
+fn risk_of(hints: Option<(Option<bool>, Option<bool>)>) -> Risk {
+    match hints {
+        Some((_, Some(true))) => Risk::High,
+        Some((Some(true), _)) => Risk::Low,
+        _ => Risk::Medium,
+    }
+}
+
 /// One tool of an MCP server, callable from plans as `SERVER.tool`.
 #[derive(Clone)]
 pub struct McpTool {
@@ -176,13 +187,11 @@ pub struct McpTool {
 
 impl McpTool {
     fn new(server: Arc<Server>, tool: rmcp::model::Tool) -> Self {
-        let annotations = tool.annotations.as_ref();
-        // A tool that says it may destroy is gated; one that says it only reads is low.
-        let risk = match annotations {
-            Some(a) if a.read_only_hint == Some(true) => Risk::Low,
-            Some(a) if a.destructive_hint == Some(true) => Risk::High,
-            _ => Risk::Medium,
-        };
+        let risk = risk_of(
+            tool.annotations
+                .as_ref()
+                .map(|a| (a.read_only_hint, a.destructive_hint)),
+        );
         let info = ToolInfo {
             name: format!("{}.{}", server.name, tool.name),
             description: tool
@@ -556,6 +565,16 @@ mod tests {
 
     fn text(t: &str) -> ContentBlock {
         ContentBlock::Text(TextContent::new(t))
+    }
+
+    #[test]
+    fn a_tool_that_says_it_may_destroy_is_high_risk_whatever_else_it_says() {
+        assert_eq!(risk_of(Some((Some(true), Some(true)))), Risk::High);
+        assert_eq!(risk_of(Some((None, Some(true)))), Risk::High);
+        assert_eq!(risk_of(Some((Some(true), Some(false)))), Risk::Low);
+        assert_eq!(risk_of(Some((Some(true), None))), Risk::Low);
+        assert_eq!(risk_of(Some((None, None))), Risk::Medium);
+        assert_eq!(risk_of(None), Risk::Medium);
     }
 
     fn result(
