@@ -869,6 +869,35 @@ impl BlockRun {
     }
 }
 
+impl CompiledBlock {
+    /// Its nodes' calls, nested blocks' included, for [`crate::Program::call_sites`].
+    pub(crate) fn call_sites(
+        &self,
+        path: PlanPath,
+        step: &Arc<str>,
+        sites: &mut crate::sites::Sites,
+    ) {
+        for (name, node) in self.names.iter().zip(&self.nodes) {
+            let at = path.clone().key("nodes").key(name);
+            match node {
+                CompiledNode::Call {
+                    tool,
+                    tool_name,
+                    gated,
+                    ..
+                } => sites.push(
+                    at,
+                    step,
+                    crate::sites::CallKind::BlockNode,
+                    (tool_name, &**tool),
+                    *gated,
+                ),
+                CompiledNode::Block(inner) => inner.call_sites(at.key("block"), step, sites),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -934,34 +963,5 @@ mod tests {
                 (BlockPhase::Ready, None),
             ]
         );
-    }
-}
-
-impl CompiledBlock {
-    /// Its nodes' calls, nested blocks' included, for [`crate::Program::call_sites`].
-    pub(crate) fn call_sites(
-        &self,
-        path: PlanPath,
-        step: &Arc<str>,
-        sites: &mut crate::sites::Sites,
-    ) {
-        for (name, node) in self.names.iter().zip(&self.nodes) {
-            let at = path.clone().key("nodes").key(name);
-            match node {
-                CompiledNode::Call {
-                    tool,
-                    tool_name,
-                    gated,
-                    ..
-                } => sites.push(
-                    at,
-                    step,
-                    crate::sites::CallKind::BlockNode,
-                    (tool_name, &**tool),
-                    *gated,
-                ),
-                CompiledNode::Block(inner) => inner.call_sites(at.key("block"), step, sites),
-            }
-        }
     }
 }

@@ -1369,27 +1369,6 @@ fn first_line(text: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tails_keep_the_last_lines_within_the_byte_limit() {
-        assert_eq!(tail("a\nb\nc\nd\n", 2, 100), "c\nd");
-        assert_eq!(tail("", 3, 100), "");
-        let long = "x".repeat(50);
-        assert_eq!(tail(&long, 3, 10), format!("…{}", "x".repeat(10)));
-        // A cut inside a character moves to its end.
-        assert_eq!(tail("ééééé", 1, 3), "…é");
-    }
-
-    #[test]
-    fn first_lines_are_short() {
-        assert_eq!(first_line("one\ntwo"), "one");
-        assert_eq!(first_line(&"y".repeat(200)).chars().count(), 118);
-    }
-}
-
 impl CompiledTask {
     /// Its calls (`implement`, `feedback`, each check), for [`crate::Program::call_sites`].
     pub(crate) fn call_sites(
@@ -1440,5 +1419,26 @@ impl ContextUpdate {
             (&self.call.tool_name, &*self.call.tool),
             self.call.gated,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_keep_the_last_lines_within_the_byte_limit() {
+        assert_eq!(tail("a\nb\nc\nd\n", 2, 100), "c\nd");
+        assert_eq!(tail("", 3, 100), "");
+        let long = "x".repeat(50);
+        assert_eq!(tail(&long, 3, 10), format!("…{}", "x".repeat(10)));
+        // A cut inside a character moves to its end.
+        assert_eq!(tail("ééééé", 1, 3), "…é");
+    }
+
+    #[test]
+    fn first_lines_are_short() {
+        assert_eq!(first_line("one\ntwo"), "one");
+        assert_eq!(first_line(&"y".repeat(200)).chars().count(), 118);
     }
 }
