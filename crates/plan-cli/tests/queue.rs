@@ -638,3 +638,43 @@ fn a_resumed_coordinator_never_adds_a_call_twice() {
     let (_, log) = stop(ours, "TERM");
     assert_eq!(calls_made(&log), (1, 0), "{log}");
 }
+
+/// Ctrl+C of a `--queue` run (and so `cancel`, which asks the run's process to stop the same
+/// way) removes the jobs no worker has taken: a worker started later runs nothing of the
+/// cancelled run.
+#[test]
+fn a_cancelled_queue_run_leaves_no_job_for_a_later_worker() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let marker = lab.dir.path().join("ran");
+    let plan = lab.write(
+        "one.json",
+        &json!({"steps": [{"id": "a", "tool": "exec", "args": {"argv": ["touch", path_str(&marker)]}}]}),
+    );
+    let url = redis.url();
+    let mut coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
+    let mut stderr = coordinator.stderr.take().unwrap();
+    let said = std::thread::spawn(move || {
+        let mut text = String::new();
+        let mut buffer = [0u8; 512];
+        while !text.contains("waiting for a worker") {
+            match std::io::Read::read(&mut stderr, &mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => text.push_str(&String::from_utf8_lossy(&buffer[..n])),
+            }
+        }
+        text
+    });
+    assert!(said.join().unwrap().contains("waiting for a worker"));
+    wait_until("the call's job was never added", || {
+        redis_cli(&redis, &["LLEN", "bull:steps:wait"]) == "1"
+    });
+    let (code, _) = stop(coordinator, "INT");
+    assert_ne!(code, Some(0));
+    assert_eq!(redis_cli(&redis, &["LLEN", "bull:steps:wait"]), "0");
+    let serving = worker(&lab, &url, &[]);
+    published(&redis, 1);
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = stop(serving, "TERM");
+    assert!(!marker.exists(), "a worker ran a call of the cancelled run");
+}

@@ -375,16 +375,21 @@ async fn watch(dispatcher: Weak<Dispatcher>) {
     }
 }
 
+/// Removes a job no worker has taken yet; whether it did.
+async fn withdraw(producer: &bullmq::Queue, job_id: &str) -> bool {
+    matches!(
+        producer.get_job_state(job_id).await,
+        Ok(bullmq::JobState::Waiting | bullmq::JobState::Prioritized | bullmq::JobState::Delayed)
+    ) && producer.remove(job_id).await.unwrap_or(false)
+}
+
 /// A call no worker took within the queue timeout: its job is removed (so no worker runs it
 /// later) and the call fails. A job a worker took meanwhile is left to finish.
 async fn expire(this: &Arc<Dispatcher>, job_id: &str, queue: &str, tool: &str) {
     let Ok(producer) = this.producer(queue).await else {
         return;
     };
-    if let Ok(bullmq::JobState::Waiting | bullmq::JobState::Prioritized | bullmq::JobState::Delayed) =
-        producer.get_job_state(job_id).await
-        && producer.remove(job_id).await.unwrap_or(false)
-    {
+    if withdraw(&producer, job_id).await {
         let limit = this.options.queue_timeout.unwrap_or_default();
         this.deliver(
             job_id,
@@ -504,9 +509,11 @@ impl Tool for RemoteTool {
         tokio::select! {
             outcome = receiver => outcome.unwrap_or_else(|_| Err(unavailable("the queue was lost".to_owned()))),
             () = ctx.cancel.cancelled() => {
-                // The job stays: a resumed run adds it again under the same id and gets its
-                // result.
                 lock(&dispatcher.waiting).remove(&job_id);
+                // A job no worker has taken is removed, so that no worker started later runs
+                // a call of a cancelled run (`resume` adds it again). A job a worker is running
+                // stays: a resumed run adds it again under the same id and gets its result.
+                withdraw(&producer, &job_id).await;
                 Err(ToolError::new(codes::E_CANCELLED, "the call was cancelled while a worker ran it"))
             }
         }
