@@ -3,6 +3,7 @@
 //
 //   npm install bullmq ioredis
 //   REDIS_URL=redis://127.0.0.1:6379 node producer.mjs
+import { createHmac, randomUUID } from 'node:crypto';
 import { Queue, QueueEvents } from 'bullmq';
 import IORedis from 'ioredis';
 
@@ -14,7 +15,17 @@ const events = new QueueEvents('steps', { connection: connections[1] });
 await events.waitUntilReady();
 
 // The job's name is the tool; its data says what to call with what.
-const job = await queue.add('echo', { tool: 'echo', args: { hello: 'from node' } });
+const data = { tool: 'echo', args: { hello: 'from node' } };
+const jobId = randomUUID();
+// Workers started with PLAN_QUEUE_SECRET run only jobs signed with it: HMAC-SHA-256 over the
+// job's name, its id and its data as canonical JSON (keys sorted, no spaces), joined by "\n".
+const secret = process.env.PLAN_QUEUE_SECRET;
+if (secret) {
+  data.signature = createHmac('sha256', secret)
+    .update(['echo', jobId, canonical(data)].join('\n'))
+    .digest('hex');
+}
+const job = await queue.add('echo', data, { jobId });
 const result = await job.waitUntilFinished(events, 30_000);
 console.log(JSON.stringify(result));
 
@@ -22,3 +33,15 @@ await events.close();
 await queue.close();
 // Connections passed in are the caller's to close.
 await Promise.all(connections.map((c) => c.quit()));
+
+// JSON with object keys sorted at every depth and no spaces: the bytes plan-cli signs.
+function canonical(value) {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    return `{${Object.keys(value)
+      .sort()
+      .map((key) => `${JSON.stringify(key)}:${canonical(value[key])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(value);
+}

@@ -84,6 +84,7 @@ impl Toolbox {
             outage: settings.outage,
             queue_timeout: settings.timeout,
             notices: Some(notices),
+            secret: queue_secret(),
         };
         let dispatcher = self
             .block_on(async {
@@ -261,4 +262,11 @@ impl Toolbox {
 fn say(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// `PLAN_QUEUE_SECRET`: coordinators sign their jobs with it, and workers run only jobs signed
+/// with it (docs/security.md).
+pub(crate) fn queue_secret() -> Option<plan_queue::QueueSecret> {
+    std::env::var_os("PLAN_QUEUE_SECRET")
+        .and_then(|secret| plan_queue::QueueSecret::new(secret.into_encoded_bytes()))
 }

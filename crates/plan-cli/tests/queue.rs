@@ -135,6 +135,11 @@ fn published(redis: &Redis, n: usize) {
 /// Runs one of the examples of `examples/queue` with Node, from a folder of the lab where the
 /// npm packages the tests installed are found (Node looks for them beside the script).
 fn node(lab: &Lab, script: &str, url: &str) -> Child {
+    node_with(lab, script, url, &[])
+}
+
+/// [`node`], with environment variables.
+fn node_with(lab: &Lab, script: &str, url: &str, env: &[(&str, &str)]) -> Child {
     let dir = lab.dir.path().join("node");
     if !dir.exists() {
         std::fs::create_dir_all(&dir).unwrap();
@@ -149,6 +154,7 @@ fn node(lab: &Lab, script: &str, url: &str) -> Child {
     Command::new("node")
         .arg(dir.join(script))
         .env("REDIS_URL", url)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -677,4 +683,89 @@ fn a_cancelled_queue_run_leaves_no_job_for_a_later_worker() {
     std::thread::sleep(Duration::from_secs(2));
     let _ = stop(serving, "TERM");
     assert!(!marker.exists(), "a worker ran a call of the cancelled run");
+}
+
+/// With PLAN_QUEUE_SECRET on both sides, coordinators sign their jobs and workers run only
+/// signed ones: a job from a producer without the secret (anyone who can write to the Redis)
+/// fails uncalled, one signed with another secret too; a producer with the secret (Node's
+/// crypto, the documented bytes) and a coordinator with it are served.
+#[test]
+fn with_a_queue_secret_workers_run_only_jobs_signed_with_it() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let url = redis.url();
+    let secret = [("PLAN_QUEUE_SECRET", "shared-secret")];
+    let ours = {
+        let mut command = lab.command();
+        command
+            .args(["worker", "--queue", &url])
+            .env("PLAN_QUEUE_SECRET", "shared-secret")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command.spawn().unwrap()
+    };
+    published(&redis, 1);
+    // Unsigned: refused, and the tool is not called.
+    let output = finish_within(node(&lab, "producer.mjs", &url), Duration::from_secs(60));
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("the job is not signed"), "{said}");
+    // Signed with another secret: refused.
+    let output = finish_within(
+        node_with(
+            &lab,
+            "producer.mjs",
+            &url,
+            &[("PLAN_QUEUE_SECRET", "a-guess")],
+        ),
+        Duration::from_secs(60),
+    );
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("does not match"));
+    // Signed with the secret: served.
+    let output = finish_within(
+        node_with(&lab, "producer.mjs", &url, &secret),
+        Duration::from_secs(60),
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(result, json!({"hello": "from node"}));
+    // A coordinator with the secret signs its jobs; one without it is refused.
+    let plan = lab.write(
+        "one.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {"n": 1}}]}),
+    );
+    let signed = lab
+        .command()
+        .args(["run", path_str(&plan), "--json", "--queue", &url])
+        .env("PLAN_QUEUE_SECRET", "shared-secret")
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&signed.stdout).unwrap();
+    assert_eq!(report["task_status"], "COMPLETED", "{report}");
+    let unsigned = lab
+        .command()
+        .args(["run", path_str(&plan), "--json", "--queue", &url])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&unsigned.stdout).unwrap();
+    assert_eq!(report["task_status"], "FAILED", "{report}");
+    assert!(
+        report["records"][0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the job is not signed"),
+        "{report}"
+    );
+    let (_, log) = stop(ours, "TERM");
+    assert!(log.contains("signed jobs only"), "{log}");
+    assert_eq!(
+        calls_made(&log).0,
+        2,
+        "only the two signed jobs were called: {log}"
+    );
 }

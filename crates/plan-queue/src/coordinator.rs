@@ -37,6 +37,9 @@ pub struct DispatchOptions {
     /// Where the dispatcher says what a person watching the run should know (a call waiting
     /// for a worker); the library prints nothing.
     pub notices: Option<tokio::sync::mpsc::UnboundedSender<DispatchNotice>>,
+    /// Signs every job with this secret (`PLAN_QUEUE_SECRET`), for workers that run only
+    /// signed jobs.
+    pub secret: Option<crate::QueueSecret>,
 }
 
 impl Default for DispatchOptions {
@@ -45,6 +48,7 @@ impl Default for DispatchOptions {
             outage: DEFAULT_OUTAGE,
             queue_timeout: None,
             notices: None,
+            secret: None,
         }
     }
 }
@@ -480,6 +484,9 @@ impl Tool for RemoteTool {
         // A task's calls work in its worktree: a worker on the same machine finds it.
         if let Some(dir) = &ctx.working_dir {
             data["working_dir"] = Value::from(dir.display().to_string());
+        }
+        if let Some(secret) = &dispatcher.options.secret {
+            secret.sign(&self.name, &job_id, &mut data);
         }
         let producer = dispatcher
             .producer(&queue)

@@ -18,12 +18,14 @@
 
 mod coordinator;
 mod registry;
+mod signing;
 mod worker;
 
 use std::time::Duration;
 
 pub use coordinator::{DEFAULT_OUTAGE, DispatchNotice, DispatchOptions, Dispatcher, RemoteTool};
 pub use registry::{PublishedTool, REGISTRY_KEY, STALE_AFTER, WorkerEntry};
+pub use signing::{QueueSecret, SIGNATURE_FIELD, Unsigned, canonical};
 pub use worker::{WorkerNotice, WorkerOptions, WorkerStats, work};
 
 /// The queue tool calls go to when none is named.

@@ -31,6 +31,8 @@ pub struct WorkerOptions {
     pub drain_timeout: Duration,
     /// Where the worker says what went wrong while it goes on; the library prints nothing.
     pub notices: Option<tokio::sync::mpsc::UnboundedSender<WorkerNotice>>,
+    /// Runs only jobs signed with this secret (`PLAN_QUEUE_SECRET`); others fail, uncalled.
+    pub secret: Option<crate::QueueSecret>,
 }
 
 /// Something that went wrong while a worker goes on working.
@@ -77,10 +79,23 @@ pub async fn work(
     let processor = {
         let (tools, done, claimed) = (tools.clone(), done.clone(), claimed.clone());
         let (id, notices) = (options.id.clone(), options.notices.clone());
+        let secret = options.secret.clone();
         move |job: Job, token: bullmq::worker::CancellationToken| {
             let (tools, done, claimed) = (tools.clone(), done.clone(), claimed.clone());
             let (id, notices) = (id.clone(), notices.clone());
+            let secret = secret.clone();
             async move {
+                // With a secret, a job not signed with it (added by whoever can write to the
+                // Redis, or altered there) fails uncalled.
+                if let Some(secret) = &secret
+                    && let Err(refused) = secret.verify(job.name(), job.id(), job.data())
+                {
+                    let error = ToolError::new(
+                        codes::E_TOOL,
+                        format!("worker {id} refused job {}: {refused}", job.id()),
+                    );
+                    return Err(bullmq::Error::Unrecoverable(failure_text(&error)));
+                }
                 if job.attempts_started() > 1 {
                     claimed.fetch_add(1, Ordering::Relaxed);
                     notify(

@@ -48,12 +48,18 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
         lock_duration: args.lock_duration,
         drain_timeout: args.drain_timeout,
         notices: Some(notices),
+        secret: crate::toolbox::queue_secret(),
     };
     say(&format!(
-        "worker {id}: taking calls from BullMQ queue `{}` ({} tools, {} at once); Ctrl+C or SIGTERM drains and stops",
+        "worker {id}: taking calls from BullMQ queue `{}` ({} tools, {} at once{}); Ctrl+C or SIGTERM drains and stops",
         args.queue_name,
         tools.names().len(),
-        args.concurrency
+        args.concurrency,
+        if options.secret.is_some() {
+            ", signed jobs only"
+        } else {
+            ""
+        }
     ));
     let stop = CancellationToken::new();
     let stats = toolbox.block_on(async {
