@@ -1031,3 +1031,50 @@ fn a_conflict_waiting_for_a_person_can_be_refused_which_abandons_the_task() {
         ""
     );
 }
+
+/// An attempt a kill -9 interrupted starts again from the task's last recorded commit: what
+/// the killed implementer had half written (a new file, an edit) is gone, so it never reaches
+/// the base.
+#[test]
+fn a_resumed_attempt_starts_from_a_clean_worktree() {
+    let lab = Lab::new();
+    let started = lab.dir.path().join("started-once");
+    // First run: writes half its work, then hangs (and is killed). After: writes the result.
+    let agent = format!(
+        "#!/bin/sh\nif [ ! -e {0} ]; then touch {0}; echo half > partial.txt; echo broken >> readme; sleep 60; fi\necho done > result.txt\n",
+        path_str(&started)
+    );
+    let repo = repo(&lab, &[("agent.sh", &agent), ("readme", "kept\n")]);
+    let plan = json!({"workspace": {"repo": "."}, "steps": [{"id": "T1", "task": {
+        "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/agent.sh"]}},
+        "verify": [{"argv": ["test", "-f", "result.txt"]}]
+    }}]});
+    let plan_path = repo.join("plan.json");
+    std::fs::write(&plan_path, plan.to_string()).unwrap();
+    let mut child = lab.spawn(&["run", path_str(&plan_path)]);
+    let partial = worktrees(&lab).join("T1/partial.txt");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !partial.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    let id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let (code, report) = lab.json(&["resume", &id, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["task_status"], "COMPLETED", "{report}");
+    assert!(repo.join("result.txt").exists(), "the work was merged");
+    assert!(
+        !repo.join("partial.txt").exists(),
+        "the killed attempt's file was merged"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("readme")).unwrap(),
+        "kept\n"
+    );
+}

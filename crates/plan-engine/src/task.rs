@@ -96,6 +96,14 @@ pub trait Workspace: Send + Sync {
     /// Removes the task's worktree and deletes its branch (after its merge).
     async fn remove(&self, task: &str) -> Result<(), WorkspaceError>;
 
+    /// Puts the task's worktree back to `commit` (its last recorded commit; `None`: where the
+    /// branch left the base) with nothing else in it: an attempt a kill interrupted starts
+    /// again from there, not from what it had half written.
+    async fn reset(&self, task: &str, commit: Option<&str>) -> Result<(), WorkspaceError> {
+        let _ = (task, commit);
+        Ok(())
+    }
+
     /// The project's PROJECT.md, when it has one: then the plan's `context_update` call runs
     /// after the last task.
     fn project_md(&self) -> Option<PathBuf> {
@@ -584,6 +592,22 @@ impl TaskRun {
                         state.attempts += 1;
                     }
                     let worktree = match existing {
+                        Some(worktree) if state.status == TaskPhase::InProgress => {
+                            // Resumed mid-attempt: the attempt starts again from the task's
+                            // last recorded commit, with the killed attempt's half-written
+                            // output gone.
+                            let last = state.commits.last().map(|c| c.hash.clone());
+                            if let Err(error) = workspace.reset(&id, last.as_deref()).await {
+                                let failure = git_failure(format!(
+                                    "cannot clean the worktree for the resumed attempt: {error}"
+                                ));
+                                if let Some(end) = self.fail(state, failure).await? {
+                                    return Ok(end);
+                                }
+                                continue;
+                            }
+                            worktree
+                        }
                         Some(worktree) => worktree,
                         None => {
                             state.worktree_status = Some(WorktreeStatus::Creating);

@@ -774,6 +774,23 @@ impl Workspace for GitWorkspace {
         Ok(Some(head.trim().to_owned()))
     }
 
+    async fn reset(&self, task: &str, commit: Option<&str>) -> Result<(), WorkspaceError> {
+        let path = self.intact(task).await?;
+        self.clear_stale_lock(&path).await?;
+        let target = match commit {
+            Some(commit) => commit.to_owned(),
+            None => self
+                .must(&path, &["merge-base", &self.base, "HEAD"])
+                .await?
+                .trim()
+                .to_owned(),
+        };
+        self.must(&path, &["reset", "-q", "--hard", &target])
+            .await?;
+        self.must(&path, &["clean", "-q", "-fdx"]).await?;
+        Ok(())
+    }
+
     async fn remove(&self, task: &str) -> Result<(), WorkspaceError> {
         let _repo = self.lock.lock().await;
         let path = self.path_of(task)?;

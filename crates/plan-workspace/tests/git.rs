@@ -322,3 +322,31 @@ async fn a_lock_file_a_live_process_holds_is_left_alone() {
         MergeOutcome::Merged(_)
     ));
 }
+
+/// `reset` puts a worktree back to a commit, with nothing else in it.
+#[tokio::test]
+async fn reset_leaves_the_worktree_at_the_commit_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path()).await;
+    let tree = ws.create("T1").await.unwrap();
+    let start = ws.head("T1").await.unwrap();
+    std::fs::write(tree.path.join("b.txt"), "b\n").unwrap();
+    ws.commit_all("T1", "[T1] add b").await.unwrap();
+    let first = ws.head("T1").await.unwrap();
+    std::fs::write(tree.path.join("half.txt"), "half\n").unwrap();
+    std::fs::write(tree.path.join("a.txt"), "edited\n").unwrap();
+    std::fs::create_dir_all(tree.path.join("new/dir")).unwrap();
+    std::fs::write(tree.path.join("new/dir/x"), "x").unwrap();
+    ws.reset("T1", Some(&first)).await.unwrap();
+    assert!(!tree.path.join("half.txt").exists());
+    assert!(!tree.path.join("new").exists());
+    assert_eq!(
+        std::fs::read_to_string(tree.path.join("a.txt")).unwrap(),
+        "a\n"
+    );
+    assert!(tree.path.join("b.txt").exists());
+    // Without a commit: where the branch left the base.
+    ws.reset("T1", None).await.unwrap();
+    assert_eq!(ws.head("T1").await.unwrap(), start);
+    assert!(!tree.path.join("b.txt").exists());
+}
