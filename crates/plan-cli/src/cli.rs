@@ -315,6 +315,10 @@ pub(crate) struct PlanArgs {
     /// Read variables from a JSON or YAML object; `--var` wins over it, it wins over the plan
     #[arg(long = "vars", value_name = "FILE")]
     pub(crate) vars_file: Option<PathBuf>,
+    /// `plan` is a stored plan's id, never a file (`plan create --run`: a model's id such as
+    /// `deploy.json` must not run the operator's file of that name).
+    #[arg(skip)]
+    pub(crate) stored_only: bool,
 }
 
 /// What a model may put in a plan (`plan create`, `run --replan`), and with `run --policy`

@@ -28,6 +28,21 @@ pub(crate) struct Ready {
 
 /// The plan's text: from a file, from stdin (`-`, JSON or YAML), or else the stored plan with
 /// that id.
+/// The stored plan `id`, from the ledger alone.
+fn read_stored(id: &str, ledger: &Ledger) -> Result<(Source, Format), Failure> {
+    if ledger.exists()
+        && let Some(stored) = ledger.open()?.find_plan(id).map_err(Failure::ledger)?
+    {
+        let format = if stored.format == "yaml" {
+            Format::Yaml
+        } else {
+            Format::Json
+        };
+        return Ok((Source::new(stored.name, stored.source), format));
+    }
+    Err(Failure::input(format!("no stored plan has the id `{id}`")))
+}
+
 pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Format), Failure> {
     if path == Path::new("-") {
         let mut text = String::new();
@@ -49,19 +64,11 @@ pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Forma
         )),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let id = path.to_string_lossy();
-            if ledger.exists()
-                && let Some(stored) = ledger.open()?.find_plan(&id).map_err(Failure::ledger)?
-            {
-                let format = if stored.format == "yaml" {
-                    Format::Yaml
-                } else {
-                    Format::Json
-                };
-                return Ok((Source::new(stored.name, stored.source), format));
-            }
-            Err(Failure::input(format!(
-                "cannot read plan `{id}`: no such file, and no stored plan has that id"
-            )))
+            read_stored(&id, ledger).map_err(|_| {
+                Failure::input(format!(
+                    "cannot read plan `{id}`: no such file, and no stored plan has that id"
+                ))
+            })
         }
         Err(error) => Err(Failure::input(format!(
             "cannot read plan `{}`: {error}",
@@ -194,7 +201,11 @@ pub(crate) fn prepare(
     arguments: Severity,
 ) -> Result<Ready, Failure> {
     let inputs = read_inputs(args)?;
-    let (source, format) = read_source(&args.plan, ledger)?;
+    let (source, format) = if args.stored_only {
+        read_stored(&args.plan.to_string_lossy(), ledger)?
+    } else {
+        read_source(&args.plan, ledger)?
+    };
     prepare_source(
         source,
         format,
@@ -246,7 +257,11 @@ pub(crate) fn prepare_quietly(
     ledger: &Ledger,
 ) -> Result<Ready, Failure> {
     let inputs = read_inputs(args)?;
-    let (source, format) = read_source(&args.plan, ledger)?;
+    let (source, format) = if args.stored_only {
+        read_stored(&args.plan.to_string_lossy(), ledger)?
+    } else {
+        read_source(&args.plan, ledger)?
+    };
     let id = default_plan_id(&args.plan);
     prepare_source_with(source, format, id, inputs, toolbox, Severity::Error, false)
 }

@@ -536,3 +536,25 @@ fn an_answer_past_the_cap_is_refused_and_not_printed() {
         assert!(stderr.len() < 10_000, "printed {} bytes", stderr.len());
     }
 }
+
+/// `plan create --run` runs the plan it listed, by its stored id: a model that names its plan
+/// after a file of the operator's (`deploy.json`) does not make plan-cli run that file.
+#[test]
+fn plan_create_run_runs_the_models_plan_not_a_file_of_its_name() {
+    let lab = Lab::new();
+    lab.write(
+        "deploy.json",
+        &json!({"id": "opfile", "steps": [{"id": "operator_step", "tool": "echo", "args": {"who": "operator"}}]}),
+    );
+    let plan = json!({"id": "deploy.json", "steps": [{"id": "model_step", "tool": "echo", "args": {"who": "model"}}]});
+    let server = Scripted::start(vec![answer(&plan)]);
+    let output = create(
+        &lab,
+        &server.url,
+        &["deploy", "--model", "m", "--run", "--yes", "--json"],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("model_step"), "{stdout}");
+    let (_, status) = lab.json(&["status", "last", "--json"]);
+    assert_eq!(status["records"][0]["step_id"], "model_step", "{status}");
+}

@@ -187,3 +187,57 @@ fn no_output_holds_a_secret_in_any_form() {
         assert_clean(&format!("the ledger file {name}"), &bytes);
     }
 }
+
+/// A data expression cannot cut a secret into pieces the redactor would not find: what binds,
+/// variables and block nodes read of a result is redacted already (a secret reaches a tool
+/// only through `${env.NAME}`). And `base64`'s output wrapped at 76 columns is redacted too.
+#[test]
+fn expressions_and_wrapped_base64_carry_no_piece_of_a_secret() {
+    let lab = Lab::new();
+    let secret = "tok-1234567890-secret-value-that-is-long-enough-to-wrap-base64-output";
+    let plan = lab.write(
+        "cut.json",
+        &json!({"env": ["PLAN_TEST_S"], "steps": [
+            {"id": "a", "tool": "echo", "args": {"t": "${env.PLAN_TEST_S}"},
+             "binds": {"tail": "${{ result.t.substring(1) }}", "spaced": "${{ result.t.split('').join(' ') }}", "whole": "$.t"}},
+            {"id": "b", "tool": "echo", "depends_on": ["a"], "args": {"v": "${{ vars.whole.substring(2) }}"}},
+            {"id": "blk", "block": {"entry_point": "n1", "nodes": {
+                "n1": {"tool": "echo", "args": {"t": "${env.PLAN_TEST_S}"}},
+                "n2": {"tool": "echo", "args": {"v": "${nodes.n1.t}"}}
+            }, "transitions": {"n1": "n2"}}},
+            {"id": "wrapped", "tool": "exec", "args": {"argv": ["base64"], "stdin": "${env.PLAN_TEST_S}"}}
+        ]}),
+    );
+    let output = lab
+        .cli()
+        .args(["run", path_str(&plan), "--json"])
+        .env("PLAN_TEST_S", secret)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let report: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(report["task_status"], "COMPLETED", "{report}");
+    for piece in [&secret[1..], &secret[2..], &secret[3..], "t o k - 1 2 3"] {
+        assert!(!text.contains(piece), "`{piece}` in {text}");
+    }
+    let wrapped = record_result(&report, "wrapped");
+    assert!(wrapped.contains("[redacted]"), "{wrapped}");
+    assert!(
+        wrapped.replace("[redacted]", "").trim().len() < 12,
+        "{wrapped}"
+    );
+    for (name, bytes) in ledger_files(lab.dir.path()) {
+        let bytes = String::from_utf8_lossy(&bytes);
+        assert!(!bytes.contains(&secret[3..]), "{name}");
+    }
+}
+
+fn record_result(report: &Value, id: &str) -> String {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == id)
+        .map(|r| r["result"]["stdout"].as_str().unwrap_or("").to_owned())
+        .unwrap()
+}

@@ -500,3 +500,88 @@ fn without_sampling_or_an_endpoint_plan_create_says_why() {
         "this client offers no sampling, and the server's operator set no PLAN_LLM_URL",
     );
 }
+
+fn git_repo(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    common::git(dir, &["init", "-q", "-b", "trunk"]);
+    std::fs::write(dir.join("readme"), "x\n").unwrap();
+    common::git(dir, &["add", "-A"]);
+    common::git(dir, &["commit", "-qm", "start"]);
+}
+
+/// With --allow-workspace, the repository git finds must lie in the work folder: a link out
+/// of it, or a work folder inside someone's repository (git searches upward), are refused
+/// before any branch is made; `workspace.tasks` (where the state file goes) is refused.
+#[test]
+fn a_clients_workspace_stays_in_the_work_folder() {
+    let lab = Lab::new();
+    let outside = lab.dir.path().join("outside/repo");
+    git_repo(&outside);
+    let work = lab.dir.path().join("outside/repo/work");
+    std::fs::create_dir_all(&work).unwrap();
+    let elsewhere = lab.dir.path().join("elsewhere");
+    git_repo(&elsewhere);
+    std::os::unix::fs::symlink(&elsewhere, work.join("ext")).unwrap();
+    let task = |repo: &str, extra: Value| {
+        let mut workspace = json!({"repo": repo, "max_attempts": 1});
+        for (k, v) in extra.as_object().unwrap() {
+            workspace[k] = v.clone();
+        }
+        json!({"workspace": workspace, "steps": [{"id": "T9", "task": {"implement": {"tool": "echo", "args": {}}}}]})
+    };
+    let victim = lab.dir.path().join("victim");
+    let answers = serve(
+        &lab,
+        &["--allow-workspace", "--workdir", path_str(&work)],
+        &json!([
+            ["plan_run", {"plan": task("ext", json!({}))}],
+            ["plan_run", {"plan": task(".", json!({}))}],
+            ["plan_run", {"plan": task(".", json!({"tasks": path_str(&victim)}))}],
+        ]),
+    );
+    refused(&answers[0], "is outside");
+    refused(&answers[1], "is outside");
+    refused(&answers[2], "workspace.tasks");
+    for repo in [&outside, &elsewhere] {
+        let branches = common::git(repo, &["branch", "--list", "worktree-*"]);
+        assert_eq!(branches.trim(), "", "{}", repo.display());
+    }
+    assert!(!victim.exists());
+}
+
+/// The feedback a client's model gets never tells it how to widen the policy (no "add
+/// `env:`" for a variable it may not read).
+#[test]
+fn a_client_s_model_is_not_told_to_list_a_variable_it_may_not_read() {
+    let lab = Lab::new();
+    let script = lab.dir.path().join("sampling.py");
+    std::fs::write(&script, SAMPLING_CLIENT).unwrap();
+    let answers = json!([
+        {"id": "peek", "steps": [{"id": "a", "tool": "echo", "args": {"t": "${env.SECRET_TOKEN}"}}]},
+        {"id": "peek", "steps": [{"id": "a", "tool": "echo", "args": {"t": "hi"}}]}
+    ]);
+    let output = std::process::Command::new(python())
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .env_remove("PLAN_LLM_URL")
+        .env_remove("OPENAI_BASE_URL")
+        .env("SECRET_TOKEN", "tok-123-secret")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .arg("peek")
+        .arg(answers.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let requests = printed["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 2, "{printed}");
+    let feedback = requests[1]["messages"][2]["text"].as_str().unwrap();
+    assert!(feedback.contains("SECRET_TOKEN"), "{feedback}");
+    assert!(!feedback.contains("add `env:"), "{feedback}");
+    assert!(!printed.to_string().contains("tok-123-secret"));
+}

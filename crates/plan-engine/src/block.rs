@@ -677,7 +677,10 @@ impl BlockRun {
                     });
                 }
             };
-            results.insert(name.clone(), result.clone());
+            // What later nodes read of this one (`nodes.NAME`) is redacted: an expression over
+            // it (`${{ nodes.a.t.substring(1) }}`) could otherwise carry a piece of a secret
+            // past the redactor, which finds only whole secrets.
+            results.insert(name.clone(), self.context.redactor.visible(&result));
             let Some(transition) = &block.transitions[current] else {
                 return Ok(BlockEnd::Done(Ok(result)));
             };

@@ -21,11 +21,29 @@ pub const REDACTED: &str = "[redacted]";
 pub struct Redactor {
     /// None when there is nothing to hide.
     matcher: Option<aho_corasick::AhoCorasick>,
-    /// Every secret percent-encoded with any choice of safe characters (each byte as itself
-    /// or as `%XX`, a space also as `+`): an encoder's safe set is the caller's to choose
-    /// (Python's `quote` keeps `/`, `quote_plus` does not), so no list of sets is complete.
-    /// Run only on text that holds a `%`.
-    percent: Option<regex::Regex>,
+    /// The forms no list of literal strings covers: every secret percent-encoded with any
+    /// choice of safe characters (each byte as itself or as `%XX`, a space also as `+`: an
+    /// encoder's safe set is the caller's to choose, Python's `quote` keeps `/`, `quote_plus`
+    /// does not), and its base64 forms wrapped across lines (`base64` wraps at 76 columns).
+    /// Run only on text that holds a `%` or a line break.
+    spread: Option<regex::Regex>,
+}
+
+/// A base64 form of a secret with a line break allowed between any two characters.
+fn wrapped_pattern(form: &str) -> String {
+    let mut pattern = String::new();
+    for (k, c) in form.chars().enumerate() {
+        if k > 0 {
+            pattern.push_str("(?:\\r?\\n)?");
+        }
+        pattern.push_str(&regex::escape(c.encode_utf8(&mut [0_u8; 4])));
+    }
+    pattern
+}
+
+/// Whether a text may hold a form only `Redactor::spread` finds.
+fn spreads(text: &str) -> bool {
+    text.contains('%') || text.contains('\n')
 }
 
 /// A pattern for `secret` with each byte either itself or percent-encoded.
@@ -127,10 +145,16 @@ impl Redactor {
         // Longest first, so that a secret holding another is replaced whole.
         let mut sorted = values.clone();
         sorted.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        let percent = regex::RegexBuilder::new(
+        let spread = regex::RegexBuilder::new(
             &sorted
                 .iter()
                 .map(|v| percent_pattern(v))
+                .chain(
+                    sorted
+                        .iter()
+                        .flat_map(|v| base64_forms(v))
+                        .map(|form| wrapped_pattern(&form)),
+                )
                 .collect::<Vec<_>>()
                 .join("|"),
         )
@@ -144,7 +168,7 @@ impl Redactor {
             .match_kind(aho_corasick::MatchKind::LeftmostLongest)
             .build(&patterns)
             .ok();
-        Redactor { matcher, percent }
+        Redactor { matcher, spread }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -154,7 +178,7 @@ impl Redactor {
     /// Whether the text holds a secret in any of its forms.
     pub(crate) fn finds(&self, text: &str) -> bool {
         self.matcher.as_ref().is_some_and(|m| m.is_match(text))
-            || (text.contains('%') && self.percent.as_ref().is_some_and(|p| p.is_match(text)))
+            || (spreads(text) && self.spread.as_ref().is_some_and(|p| p.is_match(text)))
     }
 
     pub(crate) fn string(&self, text: &mut String) {
@@ -168,12 +192,22 @@ impl Redactor {
             });
             *text = out;
         }
-        if text.contains('%')
-            && let Some(percent) = &self.percent
-            && percent.is_match(text)
+        if spreads(text)
+            && let Some(spread) = &self.spread
+            && spread.is_match(text)
         {
-            *text = percent.replace_all(text, REDACTED).into_owned();
+            *text = spread.replace_all(text, REDACTED).into_owned();
         }
+    }
+
+    /// What a plan may read of a value a tool gave back (variables, binds, block nodes): the
+    /// value with every secret redacted. Data expressions can cut and rearrange what they
+    /// read, and the redactor finds only whole secrets, so no expression ever sees one: a
+    /// secret reaches a tool only through `${env.NAME}`.
+    pub(crate) fn visible(&self, value: &Value) -> Value {
+        let mut value = value.clone();
+        self.value(&mut value);
+        value
     }
 
     /// A redacted copy of the text.
@@ -302,6 +336,18 @@ mod tests {
             assert_eq!(text, "before [redacted] after", "{form}");
             assert!(Redactor::new([secret]).finds(form), "{form}");
         }
+        // `base64` wraps its output at 76 columns.
+        let long = "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefGHIJKLmnopQRSTuvwx";
+        let encoded = {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(long)
+        };
+        let (a, b) = encoded.split_at(76);
+        let mut text = format!("{a}\n{b}\n");
+        Redactor::new([long]).string(&mut text);
+        assert!(text.contains(REDACTED), "{text}");
+        // What stays is the few characters at the edges, which mix in the bytes around.
+        assert!(text.replace(REDACTED, "").len() < 12, "{text}");
         let host = Redactor::new(["bücher"]);
         let mut text = "error sending request for url (http://xn--bcher-kva.invalid/)".to_owned();
         host.string(&mut text);

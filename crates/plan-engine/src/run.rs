@@ -1117,16 +1117,26 @@ impl Scheduler<'_> {
     /// the step.
     fn bind(&mut self, index: usize, value: Arc<Value>) -> Result<Arc<Value>, StepError> {
         let step = &self.program.steps[index];
-        // The whole result is shared with its variable, not copied (a deep result would be
-        // copied once per step that binds it).
+        if step.binds.is_empty() {
+            return Ok(value);
+        }
+        // Binds see the result redacted (`Redactor::visible`): no variable holds a secret, so
+        // no data expression can cut one into pieces the redactor would not find. Without
+        // secrets the whole result is shared with its variable, not copied (a deep result
+        // would be copied once per step that binds it).
+        let seen = if self.redactor.is_empty() {
+            value.clone()
+        } else {
+            Arc::new(self.redactor.visible(&value))
+        };
         let selected: Vec<Arc<Value>> = step
             .binds
             .iter()
             .map(|(name, bind)| {
                 if bind.is_whole() {
-                    Ok(value.clone())
+                    Ok(seen.clone())
                 } else {
-                    select_bind(name, bind, &value, &self.vars, &self.program.expressions)
+                    select_bind(name, bind, &seen, &self.vars, &self.program.expressions)
                         .map(Arc::new)
                 }
             })
@@ -1140,6 +1150,17 @@ impl Scheduler<'_> {
 
     fn select_binds(&self, index: usize, value: &Value) -> Result<Vec<Value>, StepError> {
         let step = &self.program.steps[index];
+        if step.binds.is_empty() {
+            return Ok(Vec::new());
+        }
+        // As in `bind`: binds see the result redacted.
+        let redacted;
+        let value = if self.redactor.is_empty() {
+            value
+        } else {
+            redacted = self.redactor.visible(value);
+            &redacted
+        };
         step.binds
             .iter()
             .map(|(name, bind)| {
@@ -1654,7 +1675,8 @@ impl Scheduler<'_> {
             records
         };
         records.push(meta);
-        // Records were redacted as they were made; the variables still hold real values.
+        // Records were redacted as they were made, and so were variables bound from results;
+        // the inputs are redacted here.
         let mut variables = self.vars;
         if !self.redactor.is_empty() {
             variables

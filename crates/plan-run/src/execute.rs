@@ -112,6 +112,9 @@ pub struct Start {
     /// Who wrote the plan (kept with the run: `mcp serve` shows a client only the runs
     /// clients started; see [`author_of`]).
     pub author: crate::Author,
+    /// The folder the plan's git repository must lie in, once resolved (links followed, and
+    /// git's search upward done): a policy's work folder. Kept with the run for `resume`.
+    pub workspace_root: Option<String>,
 }
 
 impl Start {
@@ -125,6 +128,7 @@ impl Start {
             layer_filter: None,
             task_filter: None,
             author: crate::Author::Operator,
+            workspace_root: None,
         }
     }
 }
@@ -179,6 +183,7 @@ pub async fn start(
         layer_filter,
         task_filter,
         author,
+        workspace_root,
     } = start;
     let gated: Vec<String> = prepared.program.gated_steps();
     let mut approvals = Approvals::new();
@@ -195,7 +200,12 @@ pub async fn start(
         }
         approvals.approve(id.clone());
     }
-    let workspace = open_workspace(&prepared.loaded.plan, working_dir.as_deref()).await?;
+    let workspace = open_workspace(
+        &prepared.loaded.plan,
+        working_dir.as_deref(),
+        workspace_root.as_deref(),
+    )
+    .await?;
     let options = json!({
         "max_concurrency": execution.max_concurrency,
         "mode": mode,
@@ -205,6 +215,7 @@ pub async fn start(
         // Kept so that a resumed run keeps the switch it was started with.
         "approvals": execution.approvals,
         "author": author,
+        "workspace_root": workspace_root,
     });
     let started_at = plan_store::timestamp(SystemTime::now());
     store.begin_run(&NewRun {
@@ -418,7 +429,8 @@ pub async fn resume(
         records.retain(|r| !forgotten(&r.step_id));
     }
     let dir = working_dir_of(&row).map(|dir| dir.display().to_string());
-    let workspace = open_workspace(&prepared.loaded.plan, dir.as_deref()).await?;
+    let root = row.options.get("workspace_root").and_then(Value::as_str);
+    let workspace = open_workspace(&prepared.loaded.plan, dir.as_deref(), root).await?;
     let variables = store.variables(&row.run_id)?;
     let approvals = store.decisions(&row.run_id)?;
     let checkpoints = store.checkpoints(&row.run_id)?;
@@ -567,6 +579,7 @@ struct From {
 async fn open_workspace(
     plan: &Plan,
     dir: Option<&str>,
+    root: Option<&str>,
 ) -> Result<Option<Arc<dyn plan_engine::Workspace>>, LifecycleError> {
     let Some(settings) = &plan.workspace else {
         return Ok(None);
@@ -579,6 +592,20 @@ async fn open_workspace(
     let workspace = plan_workspace::GitWorkspace::open(settings, &dir)
         .await
         .map_err(|error| LifecycleError::Refused(error.to_string()))?;
+    if let Some(root) = root {
+        // The repository git found (through links, or upward from a subfolder) must lie in
+        // the root: a policy's check of `repo` as written cannot see either.
+        let inside = std::fs::canonicalize(root)
+            .ok()
+            .zip(std::fs::canonicalize(workspace.repo()).ok())
+            .is_some_and(|(root, repo)| repo.starts_with(&root));
+        if !inside {
+            return Err(LifecycleError::Refused(format!(
+                "the workspace's repository {} is outside {root}, the folder plans of this author may use",
+                workspace.repo().display()
+            )));
+        }
+    }
     Ok(Some(Arc::new(workspace)))
 }
 

@@ -334,10 +334,18 @@ impl Policy {
             let at = PlanPath::root().key("workspace");
             if !self.workspace {
                 violations.push(Violation {
-                    path: at,
+                    path: at.clone(),
                     message: "task steps and their `workspace` (programs in git worktrees, merges into a branch) are not allowed".to_owned(),
                 });
-            } else if !stays_inside(Path::new(&workspace.repo)) {
+            } else if let Some(tasks) = &workspace.tasks {
+                violations.push(Violation {
+                    path: at.clone().key("tasks"),
+                    message: format!(
+                        "`tasks: {tasks}` (where the state file is written) is not allowed"
+                    ),
+                });
+            }
+            if self.workspace && !stays_inside(Path::new(&workspace.repo)) {
                 // Allowed: the repository must lie in the work folder (plan-workspace keeps
                 // the worktrees in the folder that holds it).
                 violations.push(Violation {

@@ -76,9 +76,28 @@ pub fn check(text: &str, format: Format, registry: &Registry) -> Result<(), Stri
             render(&loaded.warnings, &loaded.source, &mut rendered)?;
             let _ = plan_graph::render::ascii(&loaded.plan, &|_| plan_graph::render::Mark::Pending);
             let id = loaded.plan.id.clone().unwrap_or_else(|| "fuzz".to_owned());
+            // A task's id names a folder and a branch: one that is a path must never load.
+            for step in loaded.plan.steps.iter().filter(|s| s.task.is_some()) {
+                if let Some(problem) = plan_graph::task_id_problem(&step.id.0) {
+                    return Err(format!(
+                        "the task id {:?} passed validation ({problem})",
+                        step.id.0
+                    ));
+                }
+            }
             match Program::compile(&loaded.plan, &id, registry) {
                 Err(issues) => render(&issues, &loaded.source, &mut rendered)?,
                 Ok(program) => {
+                    // Every tool the plan names is among the calls a policy is checked
+                    // against: no kind of call is left out.
+                    let sites = program.call_sites();
+                    for tool in loaded.plan.tool_names() {
+                        if !sites.iter().any(|site| &*site.tool == tool) {
+                            return Err(format!(
+                                "`{tool}` is called by the plan but is no call site"
+                            ));
+                        }
+                    }
                     let env: BTreeMap<String, String> = program
                         .env_names()
                         .iter()
@@ -412,7 +431,7 @@ fn extreme(rng: &mut fastrand::Rng) -> String {
         format!("{{\"id\":\"{id}\",\"tool\":\"echo\",\"args\":{{\"v\":1}}{extra}}}")
     };
     let plan = |steps: Vec<String>| format!("{{\"env\":[\"S\"],\"steps\":[{}]}}", steps.join(","));
-    match rng.u8(0..12) {
+    match rng.u8(0..13) {
         // A long condition: a sum, nested parentheses, or a long string with a bad escape.
         0 => plan(vec![step("a".into(), format!(",\"when\":\"{}1\"", "1+".repeat(n)))]),
         1 => plan(vec![step(
@@ -469,6 +488,31 @@ fn extreme(rng: &mut fastrand::Rng) -> String {
         ),
         // Secrets where ids and errors are made.
         10 => "{\"env\":[\"S\"],\"steps\":[{\"id\":\"m\",\"tool\":\"echo\",\"expand_on\":[1,2],\"expand_key\":\"${env.S}\",\"args\":{\"v\":\"${each}\"}},{\"id\":\"h\",\"tool\":\"http\",\"args\":{\"url\":\"http://${env.S}.invalid/\"}},{\"id\":\"x\",\"tool\":\"echo\",\"args\":{\"v\":\"${nope.${env.S}}\"}}]}".to_owned(),
+        // A task whose id tries to be a path (or a name git refuses), with checks.
+        11 => {
+            let id = [
+                "/etc",
+                "../up",
+                "a/b",
+                "x/.git",
+                "a/.lock/b",
+                ".git",
+                "x.lock",
+                "a..b",
+                "a b",
+                "..",
+                "~",
+                "L1-001",
+            ][rng.usize(..12)]
+            .to_owned();
+            let id = if rng.bool() { id } else { random_string(rng) };
+            serde_json::json!({"workspace": {"repo": ".", "worktree_dir": id.clone()}, "steps": [
+                {"id": id, "task": {"implement": {"tool": "echo", "args": {"t": "${task.id}"}},
+                 "verify": [{"argv": ["true", "${task.worktree}"]}]}},
+                {"id": "after", "tool": "echo", "depends_on": [id]}
+            ]})
+            .to_string()
+        }
         // A very long line of one string.
         _ => format!("{{\"steps\":[{{\"id\":\"{}\",\"tool\":\"echo\"}}]", "x".repeat(n * 20)),
     }

@@ -92,6 +92,8 @@ pub(crate) fn run_as(
         layer_filter: args.layer.clone(),
         task_filter: args.task.clone(),
         author,
+        // Under a policy, the repository git finds must lie in the policy's work folder.
+        workspace_root: judged.then(|| policy.workdir.display().to_string()),
         ..plan_run::Start::new()
     };
     let mut frontend = Frontend::of(&args.execution)?;

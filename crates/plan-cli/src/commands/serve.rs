@@ -285,6 +285,8 @@ impl PlanServer {
                     approve: strings("approve"),
                     mode: ready.program.mode(),
                     author: Author::McpClient,
+                    working_dir: Some(self.policy.workdir.display().to_string()),
+                    workspace_root: Some(self.policy.workdir.display().to_string()),
                     ..plan_run::Start::new()
                 };
                 let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
@@ -405,18 +407,17 @@ impl PlanServer {
         };
         let policy = &self.policy;
         let tools = super::plans::describe_tools(&self.toolbox, |info| policy.allows_tool(info));
+        // The same judgement as a model's plan anywhere: plan-cli's validation, then this
+        // server's policy; nothing in it tells the model how to widen the policy.
         let mut check = |plan: &Value| -> Result<(), String> {
-            let mut args = Map::new();
-            args.insert("plan".into(), plan.clone());
-            self.prepare(&args, Severity::Error)
-                .map(drop)
-                .map_err(|failure| {
-                    let mut text = failure.diagnostics.join("\n");
-                    if let Some(message) = failure.message {
-                        text.push_str(&message);
-                    }
-                    text
-                })
+            let size = plan.to_string().len();
+            if size > self.policy.max_plan_bytes {
+                return Err(format!(
+                    "- the plan is {size} bytes; at most {} are allowed",
+                    self.policy.max_plan_bytes
+                ));
+            }
+            crate::plan_file::check_for_model(plan, "mcp-plan", &self.toolbox, &self.policy, None)
         };
         let generated = super::plans::generate(
             &mut *model,
@@ -483,6 +484,8 @@ impl PlanServer {
         let start = plan_run::Start {
             mode: ready.program.mode(),
             author: Author::McpClient,
+            working_dir: Some(self.policy.workdir.display().to_string()),
+            workspace_root: Some(self.policy.workdir.display().to_string()),
             ..plan_run::Start::new()
         };
         let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
