@@ -426,8 +426,9 @@ pub(crate) struct RunArgs {
     /// finish the work another way, and run them; at most N times
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) replan: u32,
+    /// Boxed: few runs give a policy, and `Command` stays small.
     #[command(flatten)]
-    pub(crate) policy: PolicyArgs,
+    pub(crate) policy: Box<PolicyArgs>,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }

@@ -252,7 +252,7 @@ pub(crate) fn plan(
             drop(ready);
             let mut args = crate::cli::RunArgs::stored(&plan_id)
                 .ok_or_else(|| Failure::internal("cannot make the arguments of `run`"))?;
-            args.policy = policy_args.clone();
+            *args.policy = policy_args.clone();
             args.plan.stored_only = true;
             args.execution.json = *json;
             super::run_as(&args, plan_run::Author::Model, toolbox, ledger)
