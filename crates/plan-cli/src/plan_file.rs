@@ -26,8 +26,28 @@ pub(crate) struct Ready {
     pub(crate) env: BTreeMap<String, String>,
 }
 
-/// The plan's text: from a file, from stdin (`-`, JSON or YAML), or else the stored plan with
-/// that id.
+/// Who wrote the plan `run PLAN` would run: the author kept with a stored plan (a model's,
+/// an MCP client's), the operator for a file or stdin.
+pub(crate) fn author_of(
+    args: &crate::cli::PlanArgs,
+    ledger: &Ledger,
+) -> Result<plan_run::Author, Failure> {
+    let path = &args.plan;
+    if !args.stored_only && (path == Path::new("-") || path.exists()) {
+        return Ok(plan_run::Author::Operator);
+    }
+    if !ledger.exists() {
+        return Ok(plan_run::Author::Operator);
+    }
+    Ok(ledger
+        .open()?
+        .find_plan(&path.to_string_lossy())
+        .map_err(Failure::ledger)?
+        .map_or(plan_run::Author::Operator, |stored| {
+            plan_run::Author::from_name(&stored.author)
+        }))
+}
+
 /// The stored plan `id`, from the ledger alone.
 fn read_stored(id: &str, ledger: &Ledger) -> Result<(Source, Format), Failure> {
     if ledger.exists()
@@ -43,6 +63,8 @@ fn read_stored(id: &str, ledger: &Ledger) -> Result<(Source, Format), Failure> {
     Err(Failure::input(format!("no stored plan has the id `{id}`")))
 }
 
+/// The plan's text: from a file, from stdin (`-`, JSON or YAML), or else the stored plan with
+/// that id.
 pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Format), Failure> {
     if path == Path::new("-") {
         let mut text = String::new();
@@ -64,11 +86,18 @@ pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Forma
         )),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let id = path.to_string_lossy();
-            read_stored(&id, ledger).map_err(|_| {
-                Failure::input(format!(
+            if !ledger.exists()
+                || ledger
+                    .open()?
+                    .find_plan(&id)
+                    .map_err(Failure::ledger)?
+                    .is_none()
+            {
+                return Err(Failure::input(format!(
                     "cannot read plan `{id}`: no such file, and no stored plan has that id"
-                ))
-            })
+                )));
+            }
+            read_stored(&id, ledger)
         }
         Err(error) => Err(Failure::input(format!(
             "cannot read plan `{}`: {error}",
@@ -277,7 +306,19 @@ pub(crate) fn check_for_model(
     policy: &plan_run::Policy,
     only: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<(), String> {
-    let source = Source::new("plan.json", plan.to_string());
+    let text = plan.to_string();
+    let listed = |error: plan_run::PolicyError| {
+        error
+            .violations
+            .iter()
+            .map(|v| format!("- {}: {}", v.path, v.message))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    policy
+        .check_size(plan_run::Author::Model, text.len())
+        .map_err(listed)?;
+    let source = Source::new("plan.json", text);
     let prepared = prepare_source_with(
         source,
         Format::Json,
@@ -298,14 +339,7 @@ pub(crate) fn check_for_model(
                     steps,
                 ),
             };
-            return judged.map_err(|error| {
-                error
-                    .violations
-                    .iter()
-                    .map(|v| format!("- {}: {}", v.path, v.message))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
+            return judged.map_err(listed);
         }
         Err(failure) => failure,
     };

@@ -553,8 +553,11 @@ fn plan_create_run_runs_the_models_plan_not_a_file_of_its_name() {
         &server.url,
         &["deploy", "--model", "m", "--run", "--yes", "--json"],
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("model_step"), "{stdout}");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let (_, status) = lab.json(&["status", "last", "--json"]);
     assert_eq!(status["records"][0]["step_id"], "model_step", "{status}");
 }
@@ -637,4 +640,56 @@ fn answer_in_a_terminal(lab: &Lab, args: &[&str], url: &str, reply: &str) -> Str
     }
     std::thread::sleep(Duration::from_millis(100));
     text()
+}
+
+/// A stored plan keeps its author: `plan-cli run ID` of a model's plan runs it under the
+/// model's policy (the run's `--allow-tool` widens it), and a model's plan never replaces one
+/// the operator stored, `--force` or not.
+#[test]
+fn a_models_stored_plan_keeps_its_author() {
+    let lab = Lab::new();
+    let plan = json!({"id": "lister", "steps": [{"id": "ls", "tool": "exec", "args": {"argv": ["true"]}}]});
+    let server = Scripted::start(vec![answer(&plan)]);
+    let output = create(
+        &lab,
+        &server.url,
+        &["list", "--model", "m", "--json", "--allow-tool", "exec"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let refused = lab.fails(&["run", "lister"], 2);
+    assert!(refused.contains("the step calls `exec`"), "{refused}");
+    let (code, report) = lab.json(&["run", "lister", "--json", "--allow-tool", "exec"]);
+    assert_eq!(code, 0, "{report}");
+
+    // The operator's own plan `deploy` stays the operator's.
+    let own = lab.write(
+        "deploy.yaml",
+        &json!({"id": "deploy", "steps": [{"id": "mine", "tool": "echo"}]}),
+    );
+    lab.cli()
+        .args(["plan", "add", path_str(&own)])
+        .assert()
+        .success();
+    std::fs::remove_file(&own).unwrap();
+    let theirs = json!({"id": "deploy", "steps": [{"id": "theirs", "tool": "echo"}]});
+    let server = Scripted::start(vec![answer(&theirs)]);
+    let output = create(
+        &lab,
+        &server.url,
+        &["deploy", "--model", "m", "--json", "--force"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(printed["plan_id"], "deploy-2", "{printed}");
+    let (code, report) = lab.json(&["run", "deploy", "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["records"][0]["step_id"], "mine", "{report}");
 }

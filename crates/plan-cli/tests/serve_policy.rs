@@ -120,7 +120,7 @@ fn by_default_a_client_gets_low_risk_tools_no_environment_and_no_approvals() {
     );
     refused(&answers[6], "`when` is too large: it is 12001 bytes long");
     refused(&answers[7], "the plan has 51 steps; at most 50 are allowed");
-    refused(&answers[8], "takes plans of at most 20000");
+    refused(&answers[8], "plans of at most 20000 are allowed");
     // After all of that the server is alive and answers.
     assert_eq!(answers[9]["is_error"], json!(false), "{}", answers[9]);
 
@@ -584,4 +584,36 @@ fn a_client_s_model_is_not_told_to_list_a_variable_it_may_not_read() {
     assert!(feedback.contains("SECRET_TOKEN"), "{feedback}");
     assert!(!feedback.contains("add `env:"), "{feedback}");
     assert!(!printed.to_string().contains("tok-123-secret"));
+}
+
+/// Under a policy the worktree folder must lie in the work folder too: a repository that is
+/// the work folder, with the default `../.worktrees` beside it, is refused before anything is
+/// made; a `worktree_dir` inside it is fine.
+#[test]
+fn a_clients_worktree_folder_stays_in_the_work_folder() {
+    let lab = Lab::new();
+    let work = lab.dir.path().join("work");
+    git_repo(&work);
+    let plan = |worktree_dir: Option<&str>| {
+        let mut workspace = json!({"repo": ".", "max_attempts": 1});
+        if let Some(dir) = worktree_dir {
+            workspace["worktree_dir"] = json!(dir);
+        }
+        json!({"workspace": workspace, "steps": [{"id": "T1", "task": {"implement": {"tool": "echo", "args": {}}}}]})
+    };
+    let answers = serve(
+        &lab,
+        &["--allow-workspace", "--workdir", path_str(&work)],
+        &json!([
+            ["plan_run", {"plan": plan(None)}],
+            ["plan_run", {"plan": plan(Some("../elsewhere"))}],
+            ["plan_run", {"plan": plan(Some("wt"))}],
+        ]),
+    );
+    refused(&answers[0], "worktree folder");
+    refused(&answers[1], "worktree folder");
+    assert!(!lab.dir.path().join(".worktrees").exists());
+    assert!(!lab.dir.path().join("elsewhere").exists());
+    // Inside, the task runs (and fails: echo changes nothing), in the work folder's `wt`.
+    assert_eq!(answers[2]["is_error"], json!(false), "{}", answers[2]);
 }

@@ -1041,7 +1041,7 @@ fn a_resumed_attempt_starts_from_a_clean_worktree() {
     let started = lab.dir.path().join("started-once");
     // First run: writes half its work, then hangs (and is killed). After: writes the result.
     let agent = format!(
-        "#!/bin/sh\nif [ ! -e {0} ]; then touch {0}; echo half > partial.txt; echo broken >> readme; sleep 60; fi\necho done > result.txt\n",
+        "#!/bin/sh\nif [ ! -e {0} ]; then echo half > partial.txt; echo broken >> readme; touch {0}; sleep 60; fi\necho done > result.txt\n",
         path_str(&started)
     );
     let repo = repo(&lab, &[("agent.sh", &agent), ("readme", "kept\n")]);
@@ -1052,9 +1052,9 @@ fn a_resumed_attempt_starts_from_a_clean_worktree() {
     let plan_path = repo.join("plan.json");
     std::fs::write(&plan_path, plan.to_string()).unwrap();
     let mut child = lab.spawn(&["run", path_str(&plan_path)]);
-    let partial = worktrees(&lab).join("T1/partial.txt");
+    // Both half-made changes are on disk once `started` is.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !partial.exists() {
+    while !started.exists() {
         assert!(
             std::time::Instant::now() < deadline,
             "the agent never started"

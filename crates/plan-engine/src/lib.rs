@@ -39,7 +39,7 @@ pub use plan_graph::{Mode, Risk};
 pub use program::{DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_PARALLEL_TASKS, PlannedCall, Program};
 pub use redact::{REDACTED, Redactor};
 pub use run::{RunError, RunOptions, run};
-pub use sites::{CallKind, CallSite};
+pub use sites::{CallKind, CallSite, qualified};
 pub use task::{MergeOutcome, Workspace, WorkspaceError, Worktree};
 pub use tool::{
     Output, OutputSink, Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes,

@@ -26,7 +26,7 @@ pub struct Redactor {
     /// encoder's safe set is the caller's to choose, Python's `quote` keeps `/`, `quote_plus`
     /// does not), and its base64 forms wrapped across lines (`base64` wraps at 76 columns).
     /// Run only on text that holds a `%` or a line break.
-    spread: Option<regex::Regex>,
+    spread: Vec<regex::Regex>,
 }
 
 /// A base64 form of a secret with a line break allowed between any two characters.
@@ -142,26 +142,33 @@ impl Redactor {
         if patterns.is_empty() {
             return Redactor::default();
         }
-        // Longest first, so that a secret holding another is replaced whole.
+        // Longest first, so that a secret holding another is replaced whole. One pattern per
+        // secret, so that one too large to compile (a secret of many kilobytes) loses only its
+        // own wrapped-base64 forms, then only its percent-encoded ones, never another's.
         let mut sorted = values.clone();
         sorted.sort_by_key(|v| std::cmp::Reverse(v.len()));
-        let spread = regex::RegexBuilder::new(
-            &sorted
-                .iter()
-                .map(|v| percent_pattern(v))
-                .chain(
-                    sorted
-                        .iter()
-                        .flat_map(|v| base64_forms(v))
-                        .map(|form| wrapped_pattern(&form)),
-                )
-                .collect::<Vec<_>>()
-                .join("|"),
-        )
-        .case_insensitive(true)
-        .size_limit(64 << 20)
-        .build()
-        .ok();
+        let build = |pattern: &str| {
+            regex::RegexBuilder::new(pattern)
+                .case_insensitive(true)
+                .size_limit(64 << 20)
+                .build()
+                .ok()
+        };
+        let spread = sorted
+            .iter()
+            .filter_map(|secret| {
+                let percent = percent_pattern(secret);
+                let wrapped: Vec<String> = base64_forms(secret)
+                    .iter()
+                    .map(|form| wrapped_pattern(form))
+                    .collect();
+                let whole = std::iter::once(percent.clone())
+                    .chain(wrapped)
+                    .collect::<Vec<_>>()
+                    .join("|");
+                build(&whole).or_else(|| build(&percent))
+            })
+            .collect();
         // Leftmost-longest: a secret containing another is replaced whole.
         let matcher = aho_corasick::AhoCorasick::builder()
             .ascii_case_insensitive(true)
@@ -178,7 +185,7 @@ impl Redactor {
     /// Whether the text holds a secret in any of its forms.
     pub(crate) fn finds(&self, text: &str) -> bool {
         self.matcher.as_ref().is_some_and(|m| m.is_match(text))
-            || (spreads(text) && self.spread.as_ref().is_some_and(|p| p.is_match(text)))
+            || (spreads(text) && self.spread.iter().any(|p| p.is_match(text)))
     }
 
     pub(crate) fn string(&self, text: &mut String) {
@@ -192,11 +199,12 @@ impl Redactor {
             });
             *text = out;
         }
-        if spreads(text)
-            && let Some(spread) = &self.spread
-            && spread.is_match(text)
-        {
-            *text = spread.replace_all(text, REDACTED).into_owned();
+        if spreads(text) {
+            for spread in &self.spread {
+                if spread.is_match(text) {
+                    *text = spread.replace_all(text, REDACTED).into_owned();
+                }
+            }
         }
     }
 

@@ -71,9 +71,23 @@ pub struct CallSite {
 }
 
 impl CallSite {
-    /// `SOURCE.NAME` (`builtin.exec`, `fs.read_file`).
+    /// `SOURCE.NAME` (`builtin.exec`, `fs.read_file`): an MCP tool's name is already
+    /// `SERVER.tool`, and is not qualified twice.
     pub fn qualified(&self) -> String {
-        format!("{}.{}", self.source, self.name)
+        qualified(&self.source, &self.name)
+    }
+}
+
+/// A tool's name qualified by where it comes from (`builtin.exec`); a name that already starts
+/// with `SOURCE.` (an MCP tool's `fs.read_file`) as it is.
+pub fn qualified(source: &str, name: &str) -> String {
+    if name
+        .strip_prefix(source)
+        .is_some_and(|rest| rest.starts_with('.'))
+    {
+        name.to_owned()
+    } else {
+        format!("{source}.{name}")
     }
 }
 

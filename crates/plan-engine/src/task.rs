@@ -99,10 +99,7 @@ pub trait Workspace: Send + Sync {
     /// Puts the task's worktree back to `commit` (its last recorded commit; `None`: where the
     /// branch left the base) with nothing else in it: an attempt a kill interrupted starts
     /// again from there, not from what it had half written.
-    async fn reset(&self, task: &str, commit: Option<&str>) -> Result<(), WorkspaceError> {
-        let _ = (task, commit);
-        Ok(())
-    }
+    async fn reset(&self, task: &str, commit: Option<&str>) -> Result<(), WorkspaceError>;
 
     /// The project's PROJECT.md, when it has one: then the plan's `context_update` call runs
     /// after the last task.

@@ -113,6 +113,17 @@ impl Workspace for FakeWorkspace {
         repo.worktrees.retain(|t| t != task);
         Ok(())
     }
+
+    /// The branch keeps its commits up to `commit` (none without one).
+    async fn reset(&self, task: &str, commit: Option<&str>) -> Result<(), WorkspaceError> {
+        let mut repo = self.0.lock().unwrap();
+        let commits = repo.branches.entry(task.to_owned()).or_default();
+        let keep = commit.map_or(0, |c| {
+            commits.iter().position(|h| h == c).map_or(0, |k| k + 1)
+        });
+        commits.truncate(keep);
+        Ok(())
+    }
 }
 
 /// `agent`: "writes" in the task's worktree (so the attempt has something to commit), and

@@ -138,8 +138,8 @@ impl Start {
 pub fn author_of(row: &RunRow) -> crate::Author {
     row.options
         .get("author")
-        .and_then(|author| serde_json::from_value(author.clone()).ok())
-        .unwrap_or(crate::Author::Operator)
+        .and_then(Value::as_str)
+        .map_or(crate::Author::Operator, crate::Author::from_name)
 }
 
 /// The folder a run's programs run in, as its start kept it.
@@ -185,6 +185,9 @@ pub async fn start(
         author,
         workspace_root,
     } = start;
+    // Kept absolute, so that a resume from another folder checks the same folder.
+    let workspace_root = workspace_root
+        .map(|root| std::fs::canonicalize(&root).map_or(root, |path| path.display().to_string()));
     let gated: Vec<String> = prepared.program.gated_steps();
     let mut approvals = Approvals::new();
     for id in &approve {
@@ -593,17 +596,24 @@ async fn open_workspace(
         .await
         .map_err(|error| LifecycleError::Refused(error.to_string()))?;
     if let Some(root) = root {
-        // The repository git found (through links, or upward from a subfolder) must lie in
-        // the root: a policy's check of `repo` as written cannot see either.
-        let inside = std::fs::canonicalize(root)
-            .ok()
-            .zip(std::fs::canonicalize(workspace.repo()).ok())
-            .is_some_and(|(root, repo)| repo.starts_with(&root));
-        if !inside {
-            return Err(LifecycleError::Refused(format!(
-                "the workspace's repository {} is outside {root}, the folder plans of this author may use",
-                workspace.repo().display()
-            )));
+        // The repository git found (through links, or upward from a subfolder) and the
+        // worktree folder must lie in the root: a policy's check of the plan's text can see
+        // neither. (The worktree folder is resolved already, links followed.)
+        let root_path = std::fs::canonicalize(root).map_err(|e| {
+            LifecycleError::Refused(format!("cannot read the work folder {root}: {e}"))
+        })?;
+        for (what, path) in [
+            ("repository", workspace.repo()),
+            ("worktree folder", workspace.worktree_dir()),
+        ] {
+            let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            if !real.starts_with(&root_path) {
+                return Err(LifecycleError::Refused(format!(
+                    "the workspace's {what} {} is outside {}, the folder plans of this author may use (set `worktree_dir` to a folder inside it)",
+                    path.display(),
+                    root_path.display()
+                )));
+            }
         }
     }
     Ok(Some(Arc::new(workspace)))

@@ -44,13 +44,14 @@ impl Author {
         }
     }
 
-    /// The author a ledger name stands for (the operator for an unknown one).
+    /// The author a ledger name stands for. A name this build does not know (a damaged or a
+    /// newer ledger) is taken for a model's: the least trusted, never the operator.
     pub fn from_name(name: &str) -> Author {
         match name {
+            "operator" => Author::Operator,
             "mcp_client" => Author::McpClient,
-            "model" => Author::Model,
             "queue_producer" => Author::QueueProducer,
-            _ => Author::Operator,
+            _ => Author::Model,
         }
     }
 
@@ -233,21 +234,43 @@ impl Policy {
 
     /// Whether the call at `site` may be made.
     fn allows(&self, site: &CallSite) -> bool {
-        self.every_tool
-            || site.risk == Risk::Low
-            || self.tools.contains(&*site.tool)
-            || self.tools.contains(&site.qualified())
+        self.allows_named(&site.tool, site.risk, &site.qualified())
     }
 
     /// Whether a tool, as `info` describes it, may be offered to the author (a model is told
     /// only of the tools it may use).
     pub fn allows_tool(&self, info: &plan_engine::ToolInfo) -> bool {
+        self.allows_named(
+            &info.name,
+            info.risk,
+            &plan_engine::qualified(&info.source, &info.name),
+        )
+    }
+
+    /// The one rule: every tool, a low-risk one, or one allowed by the name a plan uses or by
+    /// `SOURCE.NAME`.
+    fn allows_named(&self, name: &str, risk: Risk, qualified: &str) -> bool {
         self.every_tool
-            || info.risk == Risk::Low
-            || self.tools.contains(&info.name)
-            || self
-                .tools
-                .contains(&format!("{}.{}", info.source, info.name))
+            || risk == Risk::Low
+            || self.tools.contains(name)
+            || self.tools.contains(qualified)
+    }
+
+    /// Checks the size of a plan's text (`max_plan_bytes`).
+    pub fn check_size(&self, author: Author, bytes: usize) -> Result<(), PolicyError> {
+        if bytes <= self.max_plan_bytes {
+            return Ok(());
+        }
+        finish(
+            author,
+            vec![Violation {
+                path: PlanPath::root(),
+                message: format!(
+                    "the plan is {bytes} bytes; plans of at most {} are allowed",
+                    self.max_plan_bytes
+                ),
+            }],
+        )
     }
 
     /// Checks `program` (compiled from `plan`, written by `author`) against this policy:

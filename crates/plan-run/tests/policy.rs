@@ -76,8 +76,10 @@ fn each_kind_of_call_is_refused_alone_where_the_plan_makes_it() {
             "workspace.context_update: the workspace's `context_update` calls `exec`",
         ),
     ];
-    let mut model = Policy::default();
-    model.workspace = true;
+    let mut model = Policy {
+        workspace: true,
+        ..Policy::default()
+    };
     for (plan, says) in &cases {
         let found = refused(&model, plan);
         assert_eq!(found.len(), 1, "{plan}: {found:?}");

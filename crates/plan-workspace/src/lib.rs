@@ -57,7 +57,16 @@ fn normalize(path: &Path) -> PathBuf {
         match part {
             std::path::Component::CurDir => {}
             std::path::Component::ParentDir => {
-                if !out.pop() {
+                // A `..` goes back over a name, never over another `..` (`../../x` stays).
+                if matches!(
+                    out.components().next_back(),
+                    Some(std::path::Component::Normal(_))
+                ) {
+                    out.pop();
+                } else if !matches!(
+                    out.components().next_back(),
+                    Some(std::path::Component::RootDir)
+                ) {
                     out.push("..");
                 }
             }
@@ -927,6 +936,14 @@ mod tests {
                 String::from_utf8_lossy(&git.stderr)
             );
         }
+    }
+
+    #[test]
+    fn normalising_keeps_every_way_up() {
+        assert_eq!(normalize(Path::new("../../x")), PathBuf::from("../../x"));
+        assert_eq!(normalize(Path::new("a/./b/../c")), PathBuf::from("a/c"));
+        assert_eq!(normalize(Path::new("a/../../b")), PathBuf::from("../b"));
+        assert_eq!(normalize(Path::new("/../a")), PathBuf::from("/a"));
     }
 
     #[test]

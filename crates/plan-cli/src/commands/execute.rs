@@ -21,7 +21,17 @@ use crate::plan_file::{Ready, prepare, prepare_source};
 use crate::toolbox::Toolbox;
 
 pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
-    run_as(args, plan_run::Author::Operator, toolbox, ledger)
+    // A stored plan a model or a client wrote keeps its author: it runs under that author's
+    // policy (widened by this command's --allow-* flags), not with the operator's powers.
+    let author = crate::plan_file::author_of(&args.plan, ledger)?;
+    if author != plan_run::Author::Operator && !args.execution.json {
+        eprintln!(
+            "plan `{}` was written by {}: it runs under that author's policy (--allow-tool, --allow-env, --allow-workspace or --policy widen it)",
+            args.plan.plan.display(),
+            author.describe()
+        );
+    }
+    run_as(args, author, toolbox, ledger)
 }
 
 /// `run`, of a plan `author` wrote: a model's plan (`plan create --run`) runs under the
@@ -45,7 +55,8 @@ pub(crate) fn run_as(
     let ready = select(ready, args.layer.as_deref(), args.task.as_deref(), toolbox)?;
     if judged {
         policy
-            .check(author, &ready.loaded.plan, &ready.program)
+            .check_size(author, ready.loaded.source.text().len())
+            .and_then(|()| policy.check(author, &ready.loaded.plan, &ready.program))
             .map_err(|error| Failure::input(error.to_string()))?;
     }
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);

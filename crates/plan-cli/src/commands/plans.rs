@@ -324,8 +324,7 @@ fn create(
         &mut check,
         toolbox,
     )?;
-    store_generated(&generated, &by, ask.force, plan_run::Author::Model, ledger)?;
-    Ok(generated)
+    store_generated(generated, &by, ask.force, plan_run::Author::Model, ledger)
 }
 
 /// Every call a program can make, one per line with where the plan makes it, for a person to
@@ -434,19 +433,47 @@ pub(crate) fn generate(
     Ok((plan_id, plan))
 }
 
-/// Stores a generated plan in the registry.
+/// Stores a generated plan in the registry, and says under which id: never over a plan
+/// another author stored (a model's id that is taken so takes the next free one, `deploy-2`,
+/// …); over one of its own author's only with `force`.
 pub(crate) fn store_generated(
-    (plan_id, plan): &(String, serde_json::Value),
+    (mut plan_id, mut plan): (String, serde_json::Value),
     by: &str,
     force: bool,
     author: plan_run::Author,
     ledger: &Ledger,
-) -> Result<(), Failure> {
-    let text = serde_json::to_string_pretty(plan).map_err(|e| Failure::internal(e.to_string()))?;
+) -> Result<(String, serde_json::Value), Failure> {
+    let taken = |id: &str| -> Result<bool, Failure> {
+        Ok(ledger
+            .open()?
+            .find_plan(id)
+            .map_err(Failure::ledger)?
+            .is_some_and(|stored| plan_run::Author::from_name(&stored.author) != author))
+    };
+    if taken(&plan_id)? {
+        let base = plan_id.clone();
+        let mut n = 2;
+        while taken(&format!("{base}-{n}"))? {
+            n += 1;
+        }
+        plan_id = format!("{base}-{n}");
+        if let Some(object) = plan.as_object_mut() {
+            object.insert("id".into(), plan_id.clone().into());
+        }
+    }
+    let text = serde_json::to_string_pretty(&plan).map_err(|e| Failure::internal(e.to_string()))?;
     let title = plan["title"].as_str().map(str::to_owned);
     let name = format!("created from a goal by {by}");
-    let stored = to_store(plan_id, title, name, plan_graph::Format::Json, text, author);
-    store_plan(&stored, force, ledger)
+    let stored = to_store(
+        &plan_id,
+        title,
+        name,
+        plan_graph::Format::Json,
+        text,
+        author,
+    );
+    store_plan(&stored, force, ledger)?;
+    Ok((plan_id, plan))
 }
 
 /// A plan's text as the registry keeps it.

@@ -410,13 +410,6 @@ impl PlanServer {
         // The same judgement as a model's plan anywhere: plan-cli's validation, then this
         // server's policy; nothing in it tells the model how to widen the policy.
         let mut check = |plan: &Value| -> Result<(), String> {
-            let size = plan.to_string().len();
-            if size > self.policy.max_plan_bytes {
-                return Err(format!(
-                    "- the plan is {size} bytes; at most {} are allowed",
-                    self.policy.max_plan_bytes
-                ));
-            }
             crate::plan_file::check_for_model(plan, "mcp-plan", &self.toolbox, &self.policy, None)
         };
         let generated = super::plans::generate(
@@ -428,31 +421,9 @@ impl PlanServer {
             &mut check,
             &self.toolbox,
         )?;
-        // A plan a client's model writes never replaces one it did not store: it takes the
-        // first free id after its own (`deploy-2`, …).
-        let (mut plan_id, mut plan) = generated;
-        let taken = |id: &str| -> Result<bool, Failure> {
-            Ok(self
-                .ledger
-                .open()?
-                .find_plan(id)
-                .map_err(Failure::ledger)?
-                .is_some_and(|stored| Author::from_name(&stored.author) != Author::McpClient))
-        };
-        if taken(&plan_id)? {
-            let base = plan_id.clone();
-            let mut n = 2;
-            while taken(&format!("{base}-{n}"))? {
-                n += 1;
-            }
-            plan_id = format!("{base}-{n}");
-            if let Some(object) = plan.as_object_mut() {
-                object.insert("id".into(), plan_id.clone().into());
-            }
-        }
-        let generated = (plan_id, plan);
-        super::plans::store_generated(&generated, &by, true, Author::McpClient, &self.ledger)?;
-        Ok(generated)
+        // Never over a plan another author stored (it takes the next free id); over a plan
+        // clients stored, yes.
+        super::plans::store_generated(generated, &by, true, Author::McpClient, &self.ledger)
     }
 
     /// Runs a plan as `plan_run` does and answers as mcp-cli's `plan_execute` does.
@@ -547,13 +518,9 @@ impl PlanServer {
             ),
             _ => return Err(Failure::input("`plan` must be a plan object or its text")),
         };
-        if text.len() > self.policy.max_plan_bytes {
-            return Err(Failure::input(format!(
-                "the plan is {} bytes; this server takes plans of at most {} (`mcp serve --max-plan-bytes`)",
-                text.len(),
-                self.policy.max_plan_bytes
-            )));
-        }
+        self.policy
+            .check_size(Author::McpClient, text.len())
+            .map_err(|error| Failure::input(error.to_string()))?;
         let name = match format {
             Format::Json => "plan.json",
             Format::Yaml => "plan.yaml",
