@@ -95,6 +95,8 @@ pub struct GitWorkspace {
     /// `<git common dir>/plan-cli.lock`, locked for as long as this workspace is open: one
     /// run at a time works in a repository (two would share worktrees and merge twice).
     _run_lock: std::fs::File,
+    /// The repository's git folder (shared by its worktrees).
+    common: PathBuf,
 }
 
 /// Where plan-cli notes the worktrees it made, in the worktree folder: `.plan-cli/<ID>`. A
@@ -182,7 +184,8 @@ impl GitWorkspace {
                 common.stderr.trim()
             )));
         }
-        let run_lock = lock_repository(&repo.join(common.stdout.trim()), &shown)?;
+        let common = repo.join(common.stdout.trim());
+        let run_lock = lock_repository(&common, &shown)?;
         let email = probe(&repo, &["config", "user.email"]).await?;
         Ok(GitWorkspace {
             repo,
@@ -192,6 +195,7 @@ impl GitWorkspace {
             lock: tokio::sync::Mutex::new(()),
             base_dir: std::sync::Mutex::new(None),
             _run_lock: run_lock,
+            common,
         })
     }
 
@@ -240,6 +244,21 @@ impl GitWorkspace {
             ),
         )
         .map_err(|e| WorkspaceError(format!("cannot write {}: {e}", note.display())))
+    }
+
+    /// Whether `path` is a worktree a plan-cli made before it kept notes (a run started then
+    /// and resumed now): a linked worktree of this repository, on the task's branch. Only git
+    /// makes such a folder, and a plan cannot run git without `exec`.
+    fn made_before_notes(&self, task: &str, path: &Path) -> bool {
+        let (Some(git), Ok(worktrees)) = (
+            git_dir(path).and_then(|g| std::fs::canonicalize(g).ok()),
+            std::fs::canonicalize(self.common.join("worktrees")),
+        ) else {
+            return false;
+        };
+        git.starts_with(&worktrees)
+            && std::fs::read_to_string(git.join("HEAD"))
+                .is_ok_and(|head| head.trim() == format!("ref: refs/heads/{}", branch_of(task)))
     }
 
     /// The worktree of `task`, checked: its folder holds a linked worktree (`.git` a file) of
@@ -523,6 +542,10 @@ impl Workspace for GitWorkspace {
     fn worktree(&self, task: &str) -> Option<Worktree> {
         let path = self.path_of(task).ok()?;
         let linked = std::fs::symlink_metadata(path.join(".git")).is_ok_and(|m| m.is_file());
+        if linked && !self.noted(task) && self.made_before_notes(task, &path) {
+            // A run an earlier plan-cli started goes on with the worktree it made.
+            let _ = self.write_note(task, &path);
+        }
         (linked && self.noted(task)).then(|| Worktree {
             path,
             branch: branch_of(task),

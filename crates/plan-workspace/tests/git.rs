@@ -350,3 +350,42 @@ async fn reset_leaves_the_worktree_at_the_commit_and_nothing_else() {
     assert_eq!(ws.head("T1").await.unwrap(), start);
     assert!(!tree.path.join("b.txt").exists());
 }
+
+/// A worktree an earlier plan-cli made (before it kept notes) is its own: a run started then
+/// goes on with it. Another repository's folder of that name is not.
+#[tokio::test]
+async fn a_worktree_made_before_notes_is_taken_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path()).await;
+    let repo = dir.path().join("repo");
+    let path = dir.path().join(".worktrees/T1");
+    git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "worktree-T1",
+            &path.display().to_string(),
+        ],
+    );
+    let tree = ws.worktree("T1").expect("taken up");
+    assert_eq!(tree.path, path);
+    std::fs::write(path.join("b.txt"), "b\n").unwrap();
+    ws.commit_all("T1", "[T1] add b").await.unwrap();
+    // On another branch it is not the task's.
+    let other = dir.path().join(".worktrees/T2");
+    git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "feature",
+            &other.display().to_string(),
+        ],
+    );
+    assert!(ws.worktree("T2").is_none());
+}
