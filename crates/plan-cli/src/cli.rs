@@ -261,19 +261,8 @@ pub(crate) enum McpCommand {
 /// What `mcp serve` lets its clients do (docs/security.md).
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
-    /// Also let clients' plans use this tool (repeatable; `*` for every tool). By default
-    /// they may use the low-risk tools only: echo, sleep, fail, and the tools an MCP server
-    /// marks read-only; not exec or http
-    #[arg(long = "allow-tool", value_name = "TOOL")]
-    pub(crate) allow_tools: Vec<String>,
-    /// Let clients' plans read this environment variable with `env:` (repeatable; by default
-    /// none)
-    #[arg(long = "allow-env", value_name = "NAME")]
-    pub(crate) allow_env: Vec<String>,
-    /// Let clients' plans have task steps and their `workspace` (a git repository inside the
-    /// work folder; by default none)
-    #[arg(long)]
-    pub(crate) allow_workspace: bool,
+    #[command(flatten)]
+    pub(crate) policy: PolicyArgs,
     /// The folder `exec` runs programs in; a `cwd` outside it is refused (default: the current
     /// folder)
     #[arg(long, value_name = "DIR")]
@@ -292,11 +281,6 @@ pub(crate) struct ServeArgs {
     /// [default: 10m]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) max_run_time: Option<std::time::Duration>,
-    /// The operator's policy as a JSON file: {"allow_tools", "allow_env", "allow_workspace",
-    /// "workdir", "allow_client_approval", "max_plan_bytes", "max_steps", "max_run_time"}; flags
-    /// add to its lists and win over its values
-    #[arg(long, value_name = "FILE")]
-    pub(crate) policy: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }
@@ -321,24 +305,29 @@ pub(crate) struct PlanArgs {
     pub(crate) stored_only: bool,
 }
 
-/// What a model may put in a plan (`plan create`, `run --replan`), and with `run --policy`
-/// what the run's own plan may do: by default what a default `mcp serve` client gets (the
-/// low-risk tools, no environment variables, no task steps, approvals on), widened by these.
+/// What plans others write may do (an MCP client's with `mcp serve`; a model's with `plan
+/// create` and `run --replan`), and with `run --policy` what the run's own plan may do: by
+/// default the low-risk tools, no environment variables, no task steps, approvals on; widened
+/// by these.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct PolicyArgs {
-    /// Also let a model's plans use this tool (repeatable; `*` for every tool). By default
-    /// they may use the low-risk tools only: not exec or http
+    /// Also let plans others write (a model's; `mcp serve`: its clients') use this tool
+    /// (repeatable; `SERVER.tool` or the plan's name; `*` for every tool). By default they may
+    /// use the low-risk tools only: echo, sleep, fail, and the tools an MCP server marks
+    /// read-only; not exec or http
     #[arg(long = "allow-tool", value_name = "TOOL")]
     pub(crate) allow_tools: Vec<String>,
-    /// Let a model's plans read this environment variable with `env:` (repeatable; by
+    /// Let plans others write read this environment variable with `env:` (repeatable; by
     /// default none)
     #[arg(long = "allow-env", value_name = "NAME")]
     pub(crate) allow_env: Vec<String>,
-    /// Let a model's plans have task steps and their `workspace` (by default none)
+    /// Let plans others write have task steps and their `workspace` (a git repository and
+    /// worktree folder inside the work folder; by default none)
     #[arg(long)]
     pub(crate) allow_workspace: bool,
-    /// The policy as a JSON file ({"allow_tools", "allow_env", "allow_workspace",
-    /// "max_steps", "max_run_time"}; flags add to it); on `run`, the run's own plan is checked
+    /// The operator's policy as a JSON file: {"allow_tools", "allow_env", "allow_workspace",
+    /// "workdir", "allow_client_approval", "max_plan_bytes", "max_steps", "max_run_time"};
+    /// flags add to its lists and win over its values. On `run`, the run's own plan is checked
     /// against it too
     #[arg(long, value_name = "FILE")]
     pub(crate) policy: Option<PathBuf>,

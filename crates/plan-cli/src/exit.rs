@@ -66,6 +66,7 @@ impl Failure {
         match error {
             LifecycleError::Ledger(error) => Failure::ledger(error),
             LifecycleError::Refused(message) => Failure::input(message),
+            LifecycleError::Policy(refused) => Failure::input(refused.to_string()),
             LifecycleError::InvalidPlan(invalid) => Failure::invalid_plan(
                 invalid.plan_source.name(),
                 invalid.error_count(),

@@ -12,6 +12,9 @@ pub enum LifecycleError {
     /// a live process, a plan that is not the run's): the caller's to fix.
     #[error("{0}")]
     Refused(String),
+    /// The plan needs more than its author's policy allows.
+    #[error(transparent)]
+    Policy(#[from] crate::PolicyError),
     /// A plan given to compare with a run's does not load.
     #[error("{} is not a valid plan", .0.plan_source.name())]
     InvalidPlan(Box<plan_graph::InvalidPlan>),

@@ -112,9 +112,11 @@ pub struct Start {
     /// Who wrote the plan (kept with the run: `mcp serve` shows a client only the runs
     /// clients started; see [`author_of`]).
     pub author: crate::Author,
-    /// The folder the plan's git repository must lie in, once resolved (links followed, and
-    /// git's search upward done): a policy's work folder. Kept with the run for `resume`.
-    pub workspace_root: Option<String>,
+    /// What the author may do, when the plan runs under a policy: [`start`] checks the plan
+    /// against it, keeps approvals on when it says so, and keeps the plan's git repository
+    /// and worktree folder inside its work folder (checked where git finds them; kept with
+    /// the run for `resume`). `None`: the operator's powers.
+    pub policy: Option<crate::Policy>,
 }
 
 impl Start {
@@ -128,9 +130,69 @@ impl Start {
             layer_filter: None,
             task_filter: None,
             author: crate::Author::Operator,
-            workspace_root: None,
+            policy: None,
         }
     }
+}
+
+/// The run `id` names (an id, a unique prefix, or `last`) among the runs whose plan `author`
+/// wrote, its log folded in if its process died: an MCP client's `last` is the newest run
+/// clients started, and a prefix never finds (or lists) a run another author started.
+pub fn run_by(
+    store: &mut Store,
+    id: &str,
+    author: crate::Author,
+) -> Result<RunRow, LifecycleError> {
+    let runs: Vec<RunRow> = store
+        .runs()?
+        .into_iter()
+        .filter(|row| author_of(row) == author)
+        .collect();
+    let mut matching: Vec<&RunRow> = if id == plan_store::LAST_RUN {
+        runs.first().into_iter().collect()
+    } else if let Some(exact) = runs.iter().find(|row| row.run_id == id) {
+        vec![exact]
+    } else {
+        runs.iter()
+            .filter(|row| row.run_id.starts_with(id))
+            .collect()
+    };
+    let whose = format!("the runs {} started", author.describe_plural());
+    match matching.len() {
+        0 => Err(LifecycleError::Refused(format!(
+            "no run `{id}` among {whose}"
+        ))),
+        1 => {
+            let row = matching.remove(0).clone();
+            recover_interrupted(store, &row)?;
+            Ok(row)
+        }
+        n => Err(LifecycleError::Refused(format!(
+            "`{id}` is the start of {n} of {whose}: give more of the id"
+        ))),
+    }
+}
+
+/// The id a plan `author` wrote is stored under: `id`, unless a plan another author stored
+/// holds it; then the first free `id-2`, `id-3`, …: no author's plan ever replaces another's.
+pub fn free_plan_id(
+    store: &Store,
+    id: &str,
+    author: crate::Author,
+) -> Result<String, LifecycleError> {
+    let taken = |id: &str| -> Result<bool, LifecycleError> {
+        Ok(store
+            .find_plan(id)?
+            .is_some_and(|stored| crate::Author::from_name(&stored.author) != author))
+    };
+    if !taken(id)? {
+        return Ok(id.to_owned());
+    }
+    let mut n = 2;
+    while taken(&format!("{id}-{n}"))? {
+        n += 1;
+    }
+    Ok(format!("{id}-{n}"))
 }
 
 /// Who wrote a run's plan, as its start kept it (the operator for runs from before authors
@@ -173,7 +235,7 @@ pub async fn start(
     mut store: Store,
     prepared: Prepared,
     start: Start,
-    execution: Execution,
+    mut execution: Execution,
 ) -> Result<Outcome, LifecycleError> {
     let Start {
         run_id,
@@ -183,11 +245,23 @@ pub async fn start(
         layer_filter,
         task_filter,
         author,
-        workspace_root,
+        policy,
     } = start;
+    if let Some(policy) = &policy {
+        policy
+            .check_size(author, prepared.loaded.source.text().len())
+            .and_then(|()| policy.check(author, &prepared.loaded.plan, &prepared.program))?;
+        if policy.forces_approvals() {
+            execution.approvals = Some(true);
+        }
+    }
     // Kept absolute, so that a resume from another folder checks the same folder.
-    let workspace_root = workspace_root
-        .map(|root| std::fs::canonicalize(&root).map_or(root, |path| path.display().to_string()));
+    let workspace_root = policy.as_ref().map(|policy| {
+        std::fs::canonicalize(&policy.workdir)
+            .unwrap_or_else(|_| policy.workdir.clone())
+            .display()
+            .to_string()
+    });
     let gated: Vec<String> = prepared.program.gated_steps();
     let mut approvals = Approvals::new();
     for id in &approve {

@@ -24,8 +24,8 @@ pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, reject};
 pub use error::LifecycleError;
 pub use execute::{
     Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, author_of,
-    filters_of, owner_alive, plan_drift, prepare_resume, recover_interrupted, resume, start,
-    working_dir_of,
+    filters_of, free_plan_id, owner_alive, plan_drift, prepare_resume, recover_interrupted, resume,
+    run_by, start, working_dir_of,
 };
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
 pub use report::{

@@ -55,6 +55,16 @@ impl Author {
         }
     }
 
+    /// How messages name the authors of a kind (`this server's clients`).
+    pub fn describe_plural(self) -> &'static str {
+        match self {
+            Author::Operator => "the operator",
+            Author::McpClient => "this server's clients",
+            Author::Model => "models",
+            Author::QueueProducer => "queue producers",
+        }
+    }
+
     /// How messages name the author.
     pub fn describe(self) -> &'static str {
         match self {

@@ -53,12 +53,6 @@ pub(crate) fn run_as(
     }
     let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
     let ready = select(ready, args.layer.as_deref(), args.task.as_deref(), toolbox)?;
-    if judged {
-        policy
-            .check_size(author, ready.loaded.source.text().len())
-            .and_then(|()| policy.check(author, &ready.loaded.plan, &ready.program))
-            .map_err(|error| Failure::input(error.to_string()))?;
-    }
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
     if args.dry_run || mode == Mode::Preview {
         let calls = ready.program.preview(&ready.inputs, &ready.env);
@@ -103,8 +97,8 @@ pub(crate) fn run_as(
         layer_filter: args.layer.clone(),
         task_filter: args.task.clone(),
         author,
-        // Under a policy, the repository git finds must lie in the policy's work folder.
-        workspace_root: judged.then(|| policy.workdir.display().to_string()),
+        // plan_run::start checks the plan against it and keeps approvals on.
+        policy: judged.then(|| policy.clone()),
         ..plan_run::Start::new()
     };
     let mut frontend = Frontend::of(&args.execution)?;
@@ -119,7 +113,6 @@ pub(crate) fn run_as(
                 }
             );
         }
-        frontend.approvals = Some(true);
         frontend.time_limit = policy.max_run_time;
     }
     let mut outcome = start_run(ready, start, &frontend, toolbox, ledger)?;

@@ -443,20 +443,10 @@ pub(crate) fn store_generated(
     author: plan_run::Author,
     ledger: &Ledger,
 ) -> Result<(String, serde_json::Value), Failure> {
-    let taken = |id: &str| -> Result<bool, Failure> {
-        Ok(ledger
-            .open()?
-            .find_plan(id)
-            .map_err(Failure::ledger)?
-            .is_some_and(|stored| plan_run::Author::from_name(&stored.author) != author))
-    };
-    if taken(&plan_id)? {
-        let base = plan_id.clone();
-        let mut n = 2;
-        while taken(&format!("{base}-{n}"))? {
-            n += 1;
-        }
-        plan_id = format!("{base}-{n}");
+    let free =
+        plan_run::free_plan_id(&ledger.open()?, &plan_id, author).map_err(Failure::lifecycle)?;
+    if free != plan_id {
+        plan_id = free;
         if let Some(object) = plan.as_object_mut() {
             object.insert("id".into(), plan_id.clone().into());
         }

@@ -56,13 +56,7 @@ struct PlanServer {
 /// values). A client is anyone who can write to the server's stdin: it gets none of the
 /// operator's powers unless given them here.
 pub(crate) fn policy_of(args: &ServeArgs) -> Result<Policy, Failure> {
-    let mut policy = crate::policy::read_file(args.policy.as_deref())?.into_policy();
-    crate::policy::widen(
-        &mut policy,
-        &args.allow_tools,
-        &args.allow_env,
-        args.allow_workspace,
-    );
+    let mut policy = crate::policy::of(&args.policy)?;
     policy.self_approval |= args.allow_client_approval;
     if let Some(bytes) = args.max_plan_bytes {
         policy.max_plan_bytes = bytes;
@@ -273,8 +267,6 @@ impl PlanServer {
                 let frontend = Frontend {
                     json: true,
                     time_limit: self.policy.max_run_time,
-                    // A client's plan cannot turn approvals off: the operator's gate holds.
-                    approvals: Some(true),
                     max_concurrency: args
                         .get("max_concurrency")
                         .and_then(Value::as_u64)
@@ -286,7 +278,8 @@ impl PlanServer {
                     mode: ready.program.mode(),
                     author: Author::McpClient,
                     working_dir: Some(self.policy.workdir.display().to_string()),
-                    workspace_root: Some(self.policy.workdir.display().to_string()),
+                    // plan_run::start checks the plan again and keeps approvals on.
+                    policy: Some(self.policy.clone()),
                     ..plan_run::Start::new()
                 };
                 let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
@@ -448,15 +441,13 @@ impl PlanServer {
         let frontend = Frontend {
             json: true,
             time_limit: self.policy.max_run_time,
-            // A model's plan cannot turn approvals off: the operator's gate holds.
-            approvals: Some(true),
             ..Frontend::default()
         };
         let start = plan_run::Start {
             mode: ready.program.mode(),
             author: Author::McpClient,
             working_dir: Some(self.policy.workdir.display().to_string()),
-            workspace_root: Some(self.policy.workdir.display().to_string()),
+            policy: Some(self.policy.clone()),
             ..plan_run::Start::new()
         };
         let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
@@ -557,41 +548,14 @@ impl PlanServer {
             .map_err(|error| Failure::input(error.to_string()))
     }
 
-    /// The run `id` names (an id, a unique prefix, or `last`) among the runs this server's
-    /// clients started: the operator's own runs are neither shown nor decided nor resumed.
+    /// The run `id` names among the runs this server's clients started: the operator's own
+    /// runs are neither shown nor decided nor resumed.
     fn client_run(
         &self,
         store: &mut plan_store::Store,
         id: &str,
     ) -> Result<plan_store::RunRow, Failure> {
-        let runs: Vec<plan_store::RunRow> = store
-            .runs()
-            .map_err(Failure::ledger)?
-            .into_iter()
-            .filter(|row| plan_run::author_of(row) == Author::McpClient)
-            .collect();
-        let mut matching: Vec<&plan_store::RunRow> = if id == plan_store::LAST_RUN {
-            runs.first().into_iter().collect()
-        } else if let Some(exact) = runs.iter().find(|row| row.run_id == id) {
-            vec![exact]
-        } else {
-            runs.iter()
-                .filter(|row| row.run_id.starts_with(id))
-                .collect()
-        };
-        match matching.len() {
-            0 => Err(Failure::input(format!(
-                "no run `{id}` among the runs this server's clients started"
-            ))),
-            1 => {
-                let row = matching.remove(0).clone();
-                plan_run::recover_interrupted(store, &row).map_err(Failure::lifecycle)?;
-                Ok(row)
-            }
-            n => Err(Failure::input(format!(
-                "`{id}` is the start of {n} runs this server's clients started: give more of the id"
-            ))),
-        }
+        plan_run::run_by(store, id, Author::McpClient).map_err(Failure::lifecycle)
     }
 
     /// Refuses approvals from a client unless the operator allows them.
