@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::time::{Duration, Instant};
+use std::io::{BufRead, BufReader};
 
 use common::{Lab, path_str};
 use serde_json::json;
@@ -75,49 +74,8 @@ fn in_a_log_each_line_comes_as_it_happens_with_its_time() {
     );
 }
 
-/// Runs plan-cli in a real pseudo-terminal (stdout and stderr both on it) with `env`; all it
-/// wrote.
 fn in_a_terminal(lab: &Lab, args: &[&str], env: &[(&str, &str)]) -> String {
-    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 120,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_plan-cli"));
-    command.args(args);
-    command.cwd(lab.dir.path());
-    command.env_remove("PLAN_DB");
-    command.env_remove("NO_COLOR");
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    let mut child = pair.slave.spawn_command(command).unwrap();
-    drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
-    let (sender, received) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut all = Vec::new();
-        let mut chunk = [0u8; 4096];
-        // A pseudo-terminal reports EIO once the other side is closed: the end.
-        while let Ok(n) = reader.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            all.extend_from_slice(&chunk[..n]);
-        }
-        let _ = sender.send(all);
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "the run did not end");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    drop(pair.master);
-    String::from_utf8_lossy(&received.recv_timeout(Duration::from_secs(10)).unwrap()).into_owned()
+    common::in_a_terminal(lab, args, env, None)
 }
 
 #[test]

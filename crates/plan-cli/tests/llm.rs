@@ -570,13 +570,13 @@ fn on_a_terminal_plan_create_run_asks_before_it_runs() {
     let lab = Lab::new();
     for (reply, runs) in [("n", 0), ("y", 1)] {
         let server = Scripted::start(vec![answer(&plan)]);
-        let screen = answer_in_a_terminal(
+        let screen = common::in_a_terminal(
             &lab,
             &[
                 "plan", "create", "say hi", "--model", "m", "--run", "--force",
             ],
-            &server.url,
-            reply,
+            &[("NO_COLOR", "1"), ("PLAN_LLM_URL", &server.url)],
+            Some(("[y/N]", reply)),
         );
         assert!(screen.contains("The plan can make 1 call"), "{screen}");
         assert!(
@@ -590,56 +590,6 @@ fn on_a_terminal_plan_create_run_asks_before_it_runs() {
             "{reply}: {screen}"
         );
     }
-}
-
-/// Runs plan-cli in a pseudo-terminal, answers `reply` to its question, and returns all it
-/// wrote.
-fn answer_in_a_terminal(lab: &Lab, args: &[&str], url: &str, reply: &str) -> String {
-    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
-    use std::time::{Duration, Instant};
-    let pair = native_pty_system()
-        .openpty(PtySize {
-            rows: 30,
-            cols: 200,
-            pixel_width: 0,
-            pixel_height: 0,
-        })
-        .unwrap();
-    let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_plan-cli"));
-    command.args(args);
-    command.cwd(lab.dir.path());
-    command.env_remove("PLAN_DB");
-    command.env("NO_COLOR", "1");
-    command.env("PLAN_LLM_URL", url);
-    let mut child = pair.slave.spawn_command(command).unwrap();
-    drop(pair.slave);
-    let mut reader = pair.master.try_clone_reader().unwrap();
-    let mut writer = pair.master.take_writer().unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    std::thread::spawn(move || {
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
-        }
-    });
-    let text = || String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !text().contains("[y/N]") {
-        assert!(Instant::now() < deadline, "never asked: {}", text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    writer.write_all(format!("{reply}\r").as_bytes()).unwrap();
-    writer.flush().unwrap();
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "did not end: {}", text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(100));
-    text()
 }
 
 /// A stored plan keeps its author: `plan-cli run ID` of a model's plan runs it under the

@@ -201,3 +201,68 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// Runs plan-cli in a real pseudo-terminal (stdout and stderr both on it) with `env` (and
+/// without PLAN_DB or NO_COLOR unless `env` sets them); when it writes `prompt`, types `reply`
+/// and Enter. All it wrote.
+pub(crate) fn in_a_terminal(
+    lab: &Lab,
+    args: &[&str],
+    env: &[(&str, &str)],
+    answer: Option<(&str, &str)>,
+) -> String {
+    use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows: 30,
+            cols: 120,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .unwrap();
+    let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_plan-cli"));
+    command.args(args);
+    command.cwd(lab.dir.path());
+    command.env_remove("PLAN_DB");
+    command.env_remove("NO_COLOR");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = pair.slave.spawn_command(command).unwrap();
+    drop(pair.slave);
+    let mut reader = pair.master.try_clone_reader().unwrap();
+    let mut writer = pair.master.take_writer().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let reading = std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        // A pseudo-terminal reports EIO once the other side is closed: the end.
+        while let Ok(n) = reader.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+        }
+    });
+    let text = || String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    if let Some((prompt, reply)) = answer {
+        while !text().contains(prompt) {
+            assert!(Instant::now() < deadline, "never asked: {}", text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        writer.write_all(format!("{reply}\r").as_bytes()).unwrap();
+        writer.flush().unwrap();
+    }
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the run did not end: {}", text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(writer);
+    drop(pair.master);
+    let _ = reading.join();
+    text()
+}
