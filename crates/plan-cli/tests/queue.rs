@@ -86,6 +86,20 @@ fn stop(child: Child, signal: &str) -> (Option<i32>, String) {
     )
 }
 
+/// What a process wrote on stderr until it wrote `needle` (or closed stderr).
+fn stderr_until(child: &mut Child, needle: &str) -> String {
+    let mut stderr = child.stderr.take().unwrap();
+    let mut text = String::new();
+    let mut buffer = [0u8; 512];
+    while !text.contains(needle) {
+        match std::io::Read::read(&mut stderr, &mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.push_str(&String::from_utf8_lossy(&buffer[..n])),
+        }
+    }
+    text
+}
+
 /// Waits for a process, killing it (and failing) if it takes longer than `limit`: a lost call
 /// must fail a test, not hang it.
 fn finish_within(child: Child, limit: Duration) -> std::process::Output {
@@ -362,19 +376,7 @@ fn a_run_on_a_queue_nobody_serves_says_it_waits() {
     let plan = lab.write("one.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
     let url = redis.url();
     let mut coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
-    let mut stderr = coordinator.stderr.take().unwrap();
-    let said = std::thread::spawn(move || {
-        let mut text = String::new();
-        let mut buffer = [0u8; 512];
-        while !text.contains("waiting for a worker") {
-            match std::io::Read::read(&mut stderr, &mut buffer) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => text.push_str(&String::from_utf8_lossy(&buffer[..n])),
-            }
-        }
-        text
-    });
-    let text = said.join().unwrap();
+    let text = stderr_until(&mut coordinator, "waiting for a worker");
     assert!(text.contains("waiting for a worker for `echo`"), "{text}");
     let serving = worker(&lab, &url, &[]);
     let output = finish_within(coordinator, Duration::from_secs(60));
@@ -659,19 +661,9 @@ fn a_cancelled_queue_run_leaves_no_job_for_a_later_worker() {
     );
     let url = redis.url();
     let mut coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
-    let mut stderr = coordinator.stderr.take().unwrap();
-    let said = std::thread::spawn(move || {
-        let mut text = String::new();
-        let mut buffer = [0u8; 512];
-        while !text.contains("waiting for a worker") {
-            match std::io::Read::read(&mut stderr, &mut buffer) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => text.push_str(&String::from_utf8_lossy(&buffer[..n])),
-            }
-        }
-        text
-    });
-    assert!(said.join().unwrap().contains("waiting for a worker"));
+    assert!(
+        stderr_until(&mut coordinator, "waiting for a worker").contains("waiting for a worker")
+    );
     wait_until("the call's job was never added", || {
         redis_cli(&redis, &["LLEN", "bull:steps:wait"]) == "1"
     });
