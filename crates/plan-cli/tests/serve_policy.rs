@@ -415,27 +415,20 @@ async def main():
 asyncio.run(main())
 "#;
 
-#[test]
-fn plan_create_and_execute_asks_the_client_s_own_model_and_checks_its_plan() {
-    let lab = Lab::new();
+/// Runs [`SAMPLING_CLIENT`] with `goal`, its model answering `answers` in turn (SECRET_TOKEN
+/// set in the server's environment): what it printed.
+fn sample(lab: &Lab, goal: &str, answers: &Value) -> Value {
     let script = lab.dir.path().join("sampling.py");
     std::fs::write(&script, SAMPLING_CLIENT).unwrap();
-    // The model first reaches for `exec`, which this server does not give clients; then it
-    // writes a plan within the policy.
-    let answers = json!([
-        {"id": "listing", "steps": [{"id": "ls", "tool": "exec", "args": {"argv": ["ls"]}}]},
-        {"id": "greeting", "title": "Greet", "steps": [
-            {"id": "hi", "title": "Say hi", "tool": "echo", "args": {"text": "hi"}, "result_variable": "said"}
-        ]}
-    ]);
     let output = std::process::Command::new(python())
         .current_dir(lab.dir.path())
         .env_remove("PLAN_DB")
         .env_remove("PLAN_LLM_URL")
         .env_remove("OPENAI_BASE_URL")
+        .env("SECRET_TOKEN", "tok-123-secret")
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_plan-cli"))
-        .arg("greet the user")
+        .arg(goal)
         .arg(answers.to_string())
         .output()
         .unwrap();
@@ -444,7 +437,21 @@ fn plan_create_and_execute_asks_the_client_s_own_model_and_checks_its_plan() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn plan_create_and_execute_asks_the_client_s_own_model_and_checks_its_plan() {
+    let lab = Lab::new();
+    // The model first reaches for `exec`, which this server does not give clients; then it
+    // writes a plan within the policy.
+    let answers = json!([
+        {"id": "listing", "steps": [{"id": "ls", "tool": "exec", "args": {"argv": ["ls"]}}]},
+        {"id": "greeting", "title": "Greet", "steps": [
+            {"id": "hi", "title": "Say hi", "tool": "echo", "args": {"text": "hi"}, "result_variable": "said"}
+        ]}
+    ]);
+    let printed = sample(&lab, "greet the user", &answers);
     let answer = &printed["answer"];
     assert_eq!(answer["is_error"], json!(false), "{answer}");
     let content = &answer["content"];
@@ -554,30 +561,11 @@ fn a_clients_workspace_stays_in_the_work_folder() {
 #[test]
 fn a_client_s_model_is_not_told_to_list_a_variable_it_may_not_read() {
     let lab = Lab::new();
-    let script = lab.dir.path().join("sampling.py");
-    std::fs::write(&script, SAMPLING_CLIENT).unwrap();
     let answers = json!([
         {"id": "peek", "steps": [{"id": "a", "tool": "echo", "args": {"t": "${env.SECRET_TOKEN}"}}]},
         {"id": "peek", "steps": [{"id": "a", "tool": "echo", "args": {"t": "hi"}}]}
     ]);
-    let output = std::process::Command::new(python())
-        .current_dir(lab.dir.path())
-        .env_remove("PLAN_DB")
-        .env_remove("PLAN_LLM_URL")
-        .env_remove("OPENAI_BASE_URL")
-        .env("SECRET_TOKEN", "tok-123-secret")
-        .arg(&script)
-        .arg(env!("CARGO_BIN_EXE_plan-cli"))
-        .arg("peek")
-        .arg(answers.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let printed = sample(&lab, "peek", &answers);
     let requests = printed["requests"].as_array().unwrap();
     assert_eq!(requests.len(), 2, "{printed}");
     let feedback = requests[1]["messages"][2]["text"].as_str().unwrap();
