@@ -259,17 +259,7 @@ fn a_failed_run_is_re_planned_and_finishes_with_the_new_steps() {
         {"id": "fallback", "tool": "echo", "args": {"text": "${prep.text} from the fallback"}, "depends_on": ["prepare"], "result_variable": "fell"}
     ]});
     let server = Scripted::start(vec![answer(&reused), answer(&right)]);
-    let output = lab
-        .cli()
-        .env("PLAN_LLM_URL", &server.url)
-        .env("PLAN_LLM_MODEL", "m")
-        .env("TOKEN", "tok-secret-42")
-        .args(["run", path_str(&plan), "--replan", "1", "--json"])
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-        panic!("{}", String::from_utf8_lossy(&output.stderr));
-    });
+    let report = replan(&lab, &server.url, &plan);
     assert_eq!(report["task_status"], "COMPLETED", "{report}");
     assert_eq!(report["replanned"], true);
     assert_eq!(report["revisions"], 1);
@@ -309,6 +299,21 @@ fn a_failed_run_is_re_planned_and_finishes_with_the_new_steps() {
     let events = String::from_utf8_lossy(&events.stdout);
     assert!(events.contains("\"type\":\"plan.replanned\""), "{events}");
     assert!(!events.contains("tok-secret-42"));
+}
+
+/// `run PLAN --replan 1 --json` against the model at `url`, with TOKEN set: the report.
+fn replan(lab: &Lab, url: &str, plan: &std::path::Path) -> Value {
+    let output = lab
+        .cli()
+        .env("PLAN_LLM_URL", url)
+        .env("PLAN_LLM_MODEL", "m")
+        .env("TOKEN", "tok-secret-42")
+        .args(["run", path_str(plan), "--replan", "1", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!("{}", String::from_utf8_lossy(&output.stderr));
+    })
 }
 
 fn path_str(path: &std::path::Path) -> &str {
@@ -479,17 +484,7 @@ fn re_planned_steps_cannot_read_the_operators_secrets() {
     ]});
     let fine = json!({"steps": [{"id": "fallback", "tool": "echo", "args": {"t": "ok"}}]});
     let server = Scripted::start(vec![answer(&leaky), answer(&fine)]);
-    let output = lab
-        .cli()
-        .env("PLAN_LLM_URL", &server.url)
-        .env("PLAN_LLM_MODEL", "m")
-        .env("TOKEN", "tok-secret-42")
-        .args(["run", path_str(&plan), "--replan", "1", "--json"])
-        .output()
-        .unwrap();
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
-        panic!("{}", String::from_utf8_lossy(&output.stderr));
-    });
+    let report = replan(&lab, &server.url, &plan);
     assert_eq!(report["task_status"], "COMPLETED", "{report}");
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
