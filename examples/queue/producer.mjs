@@ -11,7 +11,9 @@ const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const connections = [0, 1].map(() => new IORedis(url, { maxRetriesPerRequest: null }));
 
 const queue = new Queue('steps', { connection: connections[0] });
-const events = new QueueEvents('steps', { connection: connections[1] });
+// From the stream's start: a job a worker finishes before the listener's first read would
+// otherwise be missed (its event gone by, `waitUntilFinished` left waiting for good).
+const events = new QueueEvents('steps', { connection: connections[1], lastEventId: '0-0' });
 await events.waitUntilReady();
 
 // The job's name is the tool; its data says what to call with what.
