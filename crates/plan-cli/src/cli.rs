@@ -203,6 +203,19 @@ fn queue_url(given: Option<&String>) -> Option<(String, bool)> {
 }
 
 impl ExecutionArgs {
+    /// Where a stored run's calls go on: `--queue` when given, else the queue it kept.
+    pub(crate) fn queue_or(&self, stored: Option<&plan_run::QueueSource>) -> Option<QueueSettings> {
+        self.queue_settings().or_else(|| {
+            stored.map(|queue| QueueSettings {
+                url: queue.url.clone(),
+                from_redis_url: false,
+                name: queue.name.clone(),
+                outage: self.queue_outage,
+                timeout: self.queue_timeout,
+            })
+        })
+    }
+
     /// Where the run's calls go, if to a queue.
     pub(crate) fn queue_settings(&self) -> Option<QueueSettings> {
         let (url, from_redis_url) = queue_url(self.queue.as_ref())?;

@@ -76,6 +76,8 @@ fn main() {
     let mcp_config = after
         .and_then(|tools| tools.mcp_config.clone())
         .or_else(|| cli.tool_options.mcp_config.clone())
+        // A stored run's own configuration, so `approve` and `resume` find its tools.
+        .or_else(|| stored_sources(&cli.command, &ledger).mcp_config)
         .or_else(|| {
             project
                 .map(|dir| dir.join(toolbox::MCP_CONFIG_NAME))
@@ -153,6 +155,28 @@ fn working_dir(
         Command::Retry(args) => stored(&args.run, args.execution.cwd.as_deref()),
         _ => Ok(None),
     }
+}
+
+/// Where the run a command goes on with (`resume`, `retry`, `approve`, `reject`) found its
+/// tools: see `plan_run::sources_of`. Nothing for other commands or an unknown run (which the
+/// command itself reports).
+pub(crate) fn stored_sources(command: &Command, ledger: &Ledger) -> plan_run::RunSources {
+    let run = match command {
+        Command::Resume(args) => &args.run,
+        Command::Retry(args) => &args.run,
+        Command::Approve(args) => &args.run,
+        Command::Reject(args) => &args.run,
+        _ => return plan_run::RunSources::default(),
+    };
+    if !ledger.exists() {
+        return plan_run::RunSources::default();
+    }
+    ledger
+        .open_reader()
+        .ok()
+        .and_then(|store| store.run(run).ok())
+        .map(|row| plan_run::sources_of(&row))
+        .unwrap_or_default()
 }
 
 /// Prints a failure (its diagnostics and message) and exits with the outcome's code.

@@ -19,6 +19,8 @@ pub(crate) const MCP_CONFIG_NAME: &str = "mcp.json";
 
 pub(crate) struct Toolbox {
     builtins: Registry,
+    /// The MCP configuration read, as an absolute path (kept with runs).
+    config: Option<std::path::PathBuf>,
     servers: Option<McpServers>,
     runtime: tokio::runtime::Runtime,
     /// With `--queue`: every tool call goes to the workers through it.
@@ -61,6 +63,7 @@ impl Toolbox {
             }
         };
         Ok(Toolbox {
+            config: config.map(|path| std::fs::canonicalize(path).unwrap_or(path.to_path_buf())),
             builtins: {
                 let mut builtins = plan_tools::builtin_registry();
                 builtins.register(exec);
@@ -105,6 +108,11 @@ impl Toolbox {
         });
         let _ = self.remote.set(dispatcher);
         Ok(())
+    }
+
+    /// The MCP configuration the tools come from, if any (absolute).
+    pub(crate) fn config(&self) -> Option<&Path> {
+        self.config.as_deref()
     }
 
     /// The queue's dispatcher, with `--queue`.

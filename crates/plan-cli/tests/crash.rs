@@ -500,3 +500,59 @@ fn runs_after_kill_9_says_the_duration_status_says() {
     assert_eq!(runs[0]["task_status"], "STOPPED", "{runs}");
     assert_eq!(runs[0]["duration_ms"].as_u64(), Some(listed), "{runs}");
 }
+
+/// A run keeps its `--state-file`: after `kill -9`, a plain `resume` (from another folder,
+/// the file given relative to the first) brings the file to the run's end rather than leaving
+/// it `in_progress`.
+#[test]
+fn resume_after_kill_9_keeps_the_run_s_state_file_current() {
+    let lab = Lab {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let marker = lab.dir.path().join("started");
+    let plan = lab.dir.path().join("p.json");
+    std::fs::write(
+        &plan,
+        json!({"steps": [
+            {"id": "a", "tool": "exec", "args": {"argv": ["sh", "-c", "touch \"$1\"; sleep 2", "sh", marker]}},
+            {"id": "b", "tool": "echo", "depends_on": ["a"]},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let state = lab.dir.path().join("state.json");
+    let mut child = lab
+        .command(&["run", plan.to_str().unwrap(), "--state-file", "state.json"])
+        .current_dir(lab.dir.path())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(marker.exists() && state.exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let document = |path: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    assert_ne!(document(&state)["status"], "completed");
+    let run = lab.newest_run().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let output = lab
+        .command(&["resume", &run])
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(document(&state)["status"], "completed");
+    assert!(!elsewhere.path().join("state.json").exists());
+}

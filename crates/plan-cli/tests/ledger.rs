@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Lab, path_str};
+use common::{Lab, path_str, record};
 
 fn without_durations(mut report: Value) -> Value {
     for record in report["records"].as_array_mut().unwrap() {
@@ -162,6 +162,52 @@ fn resume_refuses_a_different_plan_unless_forced_and_retries_failures_on_request
     assert_eq!(resumed["run_id"], json!(run_id));
     let (_, status) = lab.json(&["status", &run_id, "--json"]);
     assert_eq!(status["task_status"], "COMPLETED");
+}
+
+#[test]
+fn retry_failed_runs_what_follows_a_failure_again_after_it_and_counts_attempts_on() {
+    // build → test → deploy → cleanup (`run_if: all_done`). `test` fails once; its re-run is
+    // attempt 2 (so `fail {times: 1}` passes), and cleanup, which ran after the skipped
+    // deploy, runs again after the deploy that now happens.
+    let lab = Lab::new();
+    let deployed = lab.dir.path().join("deployed");
+    let plan = lab.write(
+        "d.json",
+        &json!({"steps": [
+            {"id": "build", "tool": "echo", "args": {"v": 1}},
+            {"id": "test", "tool": "fail", "args": {"times": 1}, "depends_on": ["build"]},
+            {"id": "deploy", "tool": "exec", "args": {"argv": ["touch", path_str(&deployed)]}, "depends_on": ["test"]},
+            {"id": "cleanup", "tool": "exec", "run_if": "all_done", "depends_on": ["deploy"],
+             "args": {"argv": ["test", "-f", path_str(&deployed)], "check": false}},
+        ]}),
+    );
+    let (code, first) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 1);
+    assert_eq!(record(&first, "cleanup")["result"]["exit_code"], 1);
+    let run_id = first["run_id"].as_str().unwrap().to_owned();
+
+    let (code, again) = lab.json(&["resume", &run_id, "--retry-failed", "--json"]);
+    assert_eq!(
+        (code, again["task_status"].as_str()),
+        (0, Some("COMPLETED"))
+    );
+    assert_eq!(record(&again, "test")["attempts"], 2);
+    assert_eq!(record(&again, "test")["result"]["attempt"], 2);
+    assert_eq!(record(&again, "deploy")["ok"], true);
+    assert_eq!(
+        record(&again, "cleanup")["result"]["exit_code"],
+        0,
+        "cleanup ran again, after deploy"
+    );
+    // The ledger says the same.
+    let (_, status) = lab.json(&["status", &run_id, "--json"]);
+    assert_eq!(record(&status, "cleanup")["result"]["exit_code"], 0);
+    assert_eq!(record(&status, "test")["attempts"], 2);
+
+    // `retry` of a step that passed counts on too: its third attempt.
+    let (code, retried) = lab.json(&["retry", &run_id, "test", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(record(&retried, "test")["result"]["attempt"], 3);
 }
 
 #[test]

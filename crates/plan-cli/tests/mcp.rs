@@ -625,3 +625,41 @@ fn a_server_sees_only_the_environment_its_entry_names() {
     assert!(!text.contains("SECRET_TOKEN"), "{text}");
     assert!(!text.contains("s3cret-operator-value"), "{text}");
 }
+
+/// A run keeps the MCP configuration it was given: `approve` (of a call not waiting yet, which
+/// compiles the plan) and `resume` find its servers' tools without `--mcp-config` again.
+#[test]
+fn a_run_with_mcp_config_is_approved_and_resumed_without_the_flag() {
+    let lab = Lab::new();
+    let servers = servers_dir();
+    let config = lab.write(
+        "servers.json",
+        &json!({"mcpServers": {
+            "time": {"command": path_str(&servers.join("venv/bin/mcp-server-time")), "args": ["--local-timezone", "UTC"]}
+        }}),
+    );
+    let plan = lab.write(
+        "time.json",
+        &json!({"steps": [
+            {"id": "now", "tool": "time.get_current_time", "risk": "high", "args": {"timezone": "UTC"}},
+            {"id": "later", "tool": "time.get_current_time", "risk": "high", "args": {"timezone": "Asia/Tokyo"}, "depends_on": ["now"]}
+        ]}),
+    );
+    let output = lab
+        .cli()
+        .args(["run", path_str(&plan), "--mcp-config", path_str(&config)])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5));
+    let said = String::from_utf8_lossy(&output.stdout);
+    let run = lab.newest_run_id();
+    assert!(said.contains(&format!("plan-cli approve {run}")), "{said}");
+    lab.cli().args(["approve", &run, "now"]).assert().success();
+    lab.cli()
+        .args(["approve", &run, "later"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(record(&report, "later")["result"]["timezone"], "Asia/Tokyo");
+}

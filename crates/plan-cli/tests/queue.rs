@@ -761,3 +761,102 @@ fn with_a_queue_secret_workers_run_only_jobs_signed_with_it() {
         "only the two signed jobs were called: {log}"
     );
 }
+
+/// A call run again through the queue (`retry`, `resume --retry-failed`, a failed block node
+/// someone approved to run again) is a new job with the next attempt number: BullMQ keeps
+/// finished jobs, so reusing the first one's id gave back its failure.
+#[test]
+fn a_call_run_again_through_the_queue_is_a_new_job_and_counts_attempts_on() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let url = redis.url();
+    let ours = worker(&lab, &url, &[]);
+    published(&redis, 1);
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [
+            {"id": "flaky", "tool": "fail", "args": {"times": 1}},
+            {"id": "review", "depends_on": ["flaky"], "block": {
+                "entry_point": "check",
+                "on_failure": "wait",
+                "nodes": {"check": {"tool": "fail", "args": {"times": 1}}}
+            }},
+        ]}),
+    );
+    let (code, first) = lab.json(&["run", path_str(&plan), "--json", "--queue", &url]);
+    assert_eq!(code, 1, "{first}");
+    let run = first["run_id"].as_str().unwrap().to_owned();
+
+    // resume --retry-failed: `flaky` is its second attempt, a job of its own.
+    let (code, report) = lab.json(&["resume", &run, "--retry-failed", "--json", "--queue", &url]);
+    assert_eq!(code, 5, "the block's node failed and waits: {report}");
+    assert_eq!(record(&report, "flaky")["result"], json!({"attempt": 2}));
+    assert_eq!(
+        report["pending_approvals"][0]["step_id"],
+        "review/check#1@1"
+    );
+    // Approved, the failed node runs again as attempt 2.
+    lab.cli()
+        .args(["approve", &run, "review/check#1@1"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json", "--queue", &url]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        record(&report, "review/check#1")["result"],
+        json!({"attempt": 2})
+    );
+    assert_eq!(record(&report, "review/check#1")["attempts"], 2);
+
+    // `retry` of a step that passed: attempt 3, not the finished job of attempt 2.
+    let (code, report) = lab.json(&["retry", &run, "flaky", "--json", "--queue", &url]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(record(&report, "flaky")["result"], json!({"attempt": 3}));
+    let jobs = redis_cli(&redis, &["KEYS", "bull:steps:*flaky*"]);
+    for attempt in 1..=3 {
+        assert!(
+            jobs.contains(&format!("flaky#{attempt}")),
+            "a job per attempt: {jobs}"
+        );
+    }
+    drop(ours);
+}
+
+/// A run keeps its queue: a high-risk call of a tool only a worker serves is approved,
+/// rejected and resumed without `--queue` given again (the plan is compiled against the
+/// workers' tools, found through the queue the run used).
+#[test]
+fn a_waiting_run_on_a_worker_s_tool_is_approved_and_resumed_without_its_flags() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let url = redis.url();
+    let node_worker = node(&lab, "worker.mjs", &url);
+    let ours = worker(&lab, &url, &[]);
+    published(&redis, 2);
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [
+            {"id": "hi", "tool": "greet", "risk": "high", "args": {"name": "Ada"}},
+            {"id": "bye", "tool": "greet", "risk": "high", "args": {"name": "Bob"}},
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json", "--queue", &url]);
+    assert_eq!(code, 5, "{report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli().args(["approve", &run, "hi"]).assert().success();
+    lab.cli()
+        .args(["reject", &run, "bye", "--reason", "not today"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 1, "bye was rejected: {report}");
+    assert_eq!(
+        record(&report, "hi")["result"],
+        json!({"greeting": "Hello, Ada!", "by": "node"})
+    );
+    assert_eq!(record(&report, "bye")["error"]["code"], "E_REJECTED");
+    for child in [node_worker, ours] {
+        let (code, log) = stop(child, "TERM");
+        assert_eq!(code, Some(0), "{log}");
+    }
+}

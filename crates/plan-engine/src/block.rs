@@ -350,6 +350,9 @@ pub(crate) struct Checkpoint {
     /// The failure that waits for a decision (`on_failure: wait`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     failure: Option<StepError>,
+    /// The attempts the failed node run made: run again, it counts on from them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    failed_attempts: u32,
     /// When the node is a nested block: where that block stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     inner: Option<Box<Checkpoint>>,
@@ -423,9 +426,10 @@ fn checkpoint(
     visits: &[u32],
     results: &Map<String, Value>,
     recoveries: u32,
-    failure: Option<StepError>,
+    failure: Option<(StepError, u32)>,
     inner: Option<Box<Checkpoint>>,
 ) -> Box<Checkpoint> {
+    let (failure, failed_attempts) = failure.map_or((None, 0), |(error, n)| (Some(error), n));
     Box::new(Checkpoint {
         node: block.names[at.0].clone(),
         steps: at.1,
@@ -438,8 +442,20 @@ fn checkpoint(
         results: results.clone(),
         recoveries,
         failure,
+        failed_attempts,
         inner,
     })
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Where a node run goes on from: a nested block's checkpoint, or the attempts a failed call
+/// made before someone approved running it again.
+struct NodeFrom {
+    inner: Option<Box<Checkpoint>>,
+    earlier: u32,
 }
 
 /// How a block run ended: with a result, or waiting.
@@ -580,14 +596,17 @@ impl BlockRun {
             }
             results = checkpoint.results;
             recoveries = checkpoint.recoveries;
-            failure = checkpoint.failure;
+            failure = checkpoint.failure.map(|e| (e, checkpoint.failed_attempts));
             inner = checkpoint.inner;
         }
         loop {
             let name = &block.names[current];
             let node_path = format!("{path}/{name}#{}", visits[current] + 1);
+            // Attempts of this node run before a failure someone decided to run it again.
+            let mut earlier = 0;
             // A failed node run waiting for a decision: run it again only once approved.
-            if let Some(error) = failure.take() {
+            if let Some((error, attempts)) = failure.take() {
+                earlier = attempts;
                 let key = recovery_key(&node_path, recoveries);
                 match self.approvals.decision(&key, None) {
                     Verdict::Approved => recoveries += 1,
@@ -606,8 +625,15 @@ impl BlockRun {
                     Verdict::Undecided | Verdict::Off => {
                         let pending = self.recovery_request(&key, &error);
                         let at = (current, steps);
-                        let checkpoint =
-                            checkpoint(block, at, &visits, &results, recoveries, Some(error), None);
+                        let checkpoint = checkpoint(
+                            block,
+                            at,
+                            &visits,
+                            &results,
+                            recoveries,
+                            Some((error, attempts)),
+                            None,
+                        );
                         return Ok(BlockEnd::Waiting(checkpoint, pending));
                     }
                 }
@@ -630,7 +656,10 @@ impl BlockRun {
                     &node_path,
                     input,
                     &nodes_value,
-                    inner.take(),
+                    NodeFrom {
+                        inner: inner.take(),
+                        earlier,
+                    },
                 )
                 .await
             {
@@ -651,7 +680,7 @@ impl BlockRun {
                 let key = recovery_key(&node_path, recoveries);
                 let pending = self.recovery_request(&key, error);
                 let at = (current, steps - 1);
-                let failure = Some(error.clone());
+                let failure = Some((error.clone(), attempts));
                 let checkpoint =
                     checkpoint(block, at, &visits, &results, recoveries, failure, None);
                 return Ok(BlockEnd::Waiting(checkpoint, pending));
@@ -793,8 +822,9 @@ impl BlockRun {
         path: &str,
         input: &Value,
         nodes: &Value,
-        inner: Option<Box<Checkpoint>>,
+        from: NodeFrom,
     ) -> NodeEnd {
+        let NodeFrom { inner, earlier } = from;
         match node {
             CompiledNode::Block(nested) => {
                 self.depth += 1;
@@ -855,6 +885,9 @@ impl BlockRun {
                     timeout: *timeout,
                     working_dir: None,
                     approvals_off,
+                    // A block run again from its entry point counts on from its earlier
+                    // run's attempts; a failed node run again, from its own.
+                    earlier: earlier.max(self.context.earlier(path)),
                 };
                 let finished = call_tool(&self.context, call).await;
                 NodeEnd::Ran(finished.result.map_err(StepError::from), finished.attempts)

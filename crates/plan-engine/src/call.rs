@@ -27,9 +27,16 @@ pub(crate) struct CallContext {
     pub(crate) jitter_seed: Option<u64>,
     /// Where tools' printed lines go (`run -v`).
     pub(crate) output: Option<crate::tool::OutputSink>,
+    /// Attempts calls made before they were run again (`Restored::earlier_attempts`), by id.
+    pub(crate) earlier: Arc<std::collections::BTreeMap<String, u32>>,
 }
 
 impl CallContext {
+    /// The attempts call `id` made before this run of it: its first attempt now is the next.
+    pub(crate) fn earlier(&self, id: &str) -> u32 {
+        self.earlier.get(id).copied().unwrap_or(0)
+    }
+
     /// Admits a call made in this run (see [`crate::admit::admit`]): the run's guards count
     /// it, the run's secrets are redacted from what waits.
     pub(crate) fn admit(
@@ -70,6 +77,10 @@ pub(crate) struct ToolCall {
     pub(crate) working_dir: Option<Arc<std::path::Path>>,
     /// A high-risk call made only because approvals are off: its `tool.called` events say so.
     pub(crate) approvals_off: bool,
+    /// Attempts the call made before (an earlier run of it, since run again): its attempts
+    /// go on counting from there, so each has an identity of its own (a queue job id). The
+    /// retry policy's budget is for this run's attempts.
+    pub(crate) earlier: u32,
 }
 
 /// Calls a tool, retrying retryable errors as `retry` allows; each attempt is bounded by
@@ -84,6 +95,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         timeout,
         working_dir,
         approvals_off,
+        earlier,
     } = call;
     let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {
         if let Some(sink) = &context.events {
@@ -94,7 +106,10 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             sink.emit(&event);
         }
     };
-    let mut attempt = 1;
+    let first = earlier.saturating_add(1);
+    // The last attempt the retry policy allows in this run of the call.
+    let last = earlier.saturating_add(retry.attempts.max(1));
+    let mut attempt = first;
     loop {
         emit(EventKind::ToolCalled, attempt, &|event| {
             if approvals_off {
@@ -140,7 +155,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         };
         // The last attempt the policy allows gets the arguments themselves; an earlier one a
         // copy (compact: a tool such as `echo` keeps it in its result).
-        let attempt_args = if attempt < retry.attempts {
+        let attempt_args = if attempt < last {
             plan_vars::compact(&args)
         } else {
             std::mem::take(&mut args)
@@ -180,10 +195,8 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         });
         let never_retried =
             error.code == codes::E_ARGS_INVALID || error.code == codes::E_ARGS_UNRESOLVED;
-        let again = error.retryable
-            && !never_retried
-            && attempt < retry.attempts
-            && !context.cancel.is_cancelled();
+        let again =
+            error.retryable && !never_retried && attempt < last && !context.cancel.is_cancelled();
         if !again {
             return ToolFinished {
                 result: Err(error),
@@ -191,7 +204,8 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             };
         }
         let unit = retry::jitter_unit(context.jitter_seed, &step_id, attempt);
-        let delay = retry::delay(&retry, attempt, error.retry_after, unit);
+        // Backoff grows with this run's attempts, as if the earlier ones were not there.
+        let delay = retry::delay(&retry, attempt - earlier, error.retry_after, unit);
         emit(EventKind::StepRetrying, attempt + 1, &|event| {
             event.tool = None;
             event.delay_ms = Some(millis(delay));

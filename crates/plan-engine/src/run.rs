@@ -280,6 +280,8 @@ struct Scheduler<'p> {
     first_failure: Option<Arc<str>>,
     /// The context update after the last task failed: the run fails, and says why.
     context_update_failed: Option<StepError>,
+    /// Attempts of calls before they were run again, by id (`Restored::earlier_attempts`).
+    earlier_attempts: Arc<BTreeMap<String, u32>>,
 }
 
 /// Runs a program to the end and returns its records.
@@ -342,6 +344,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         output: options.output.clone(),
         first_failure: None,
         context_update_failed: None,
+        earlier_attempts: Arc::default(),
     };
     let mode = options.mode.unwrap_or(program.mode);
     if mode == Mode::Preview {
@@ -596,6 +599,7 @@ impl Scheduler<'_> {
         let program = self.program;
         self.vars.extend(restored.variables);
         self.checkpoints.extend(restored.checkpoints);
+        self.earlier_attempts = Arc::new(restored.earlier_attempts);
         self.restored_order = restored
             .records
             .iter()
@@ -860,7 +864,6 @@ impl Scheduler<'_> {
                 item,
                 context,
                 call: ToolCall {
-                    step_id,
                     tool_name: step.tool_name.clone(),
                     tool: tool.clone(),
                     args,
@@ -868,6 +871,8 @@ impl Scheduler<'_> {
                     timeout: step.timeout,
                     working_dir: None,
                     approvals_off,
+                    earlier: self.earlier_attempts.get(&*step_id).copied().unwrap_or(0),
+                    step_id,
                 },
             }),
             // A task reads the variables as they are when it starts, as a block does.
@@ -1510,6 +1515,7 @@ impl Scheduler<'_> {
             guard: self.guard.clone(),
             jitter_seed: self.jitter_seed,
             output: self.output.clone(),
+            earlier: self.earlier_attempts.clone(),
         }
     }
 

@@ -227,6 +227,7 @@ pub(crate) async fn run_context_update(
             timeout: call.timeout,
             working_dir: Some(Arc::from(dir.as_path())),
             approvals_off,
+            earlier: 0,
         },
     )
     .await;
@@ -874,6 +875,8 @@ impl TaskRun {
                     timeout: Some(check.timeout + Duration::from_secs(5)),
                     working_dir: Some(Arc::from(worktree.path.as_path())),
                     approvals_off,
+                    // A task's calls carry its attempt in their path (`ID/check-1#2`).
+                    earlier: 0,
                 },
             )
             .await;
@@ -1282,6 +1285,7 @@ impl TaskRun {
                 timeout: call.timeout,
                 working_dir: dir.map(Arc::from),
                 approvals_off,
+                earlier: 0,
             },
         )
         .await;

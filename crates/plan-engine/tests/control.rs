@@ -498,6 +498,7 @@ async fn a_nested_block_waits_at_its_node_and_goes_on_from_there() {
                 records,
                 variables: Default::default(),
                 checkpoints: checkpoints.into_iter().collect(),
+                ..plan_types::Restored::default()
             });
         })
         .await;

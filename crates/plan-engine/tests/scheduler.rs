@@ -1028,6 +1028,7 @@ async fn a_resumed_run_skips_what_settled_and_ends_with_the_same_records() {
     let keep = ["a", "b", "m-1"];
     let restored = plan_types::Restored {
         checkpoints: Default::default(),
+        earlier_attempts: Default::default(),
         records: full
             .records
             .iter()
@@ -1066,6 +1067,7 @@ async fn kept_failures_stay_failed_on_resume() {
     let again = JournalRun::new(plan, MemoryJournal::default());
     let restored = plan_types::Restored {
         checkpoints: Default::default(),
+        earlier_attempts: Default::default(),
         records: first.records.clone(),
         variables: Default::default(),
     };

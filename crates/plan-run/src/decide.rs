@@ -123,9 +123,20 @@ fn check_all(
     rows: &[ApprovalRow],
     gated: impl FnOnce(&RunRow) -> Result<Vec<String>, LifecycleError>,
 ) -> Result<(), LifecycleError> {
-    let gated = gated(row)?;
+    // Asked only for an id that waits for nothing yet: knowing the run's high-risk steps
+    // means compiling its plan against its tools (an MCP server started, a queue reached).
+    let mut gated = Some(gated);
+    let mut known: Option<Vec<String>> = None;
     for id in ids {
-        if rows.iter().any(|r| r.step_id == *id) || can_wait(id, &gated) {
+        if rows.iter().any(|r| r.step_id == *id) {
+            continue;
+        }
+        if known.is_none()
+            && let Some(gated) = gated.take()
+        {
+            known = Some(gated(row)?);
+        }
+        if known.as_deref().is_some_and(|steps| can_wait(id, steps)) {
             continue;
         }
         let waiting: Vec<&str> = pending(rows).map(|r| display(&r.step_id)).collect();

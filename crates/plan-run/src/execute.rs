@@ -117,6 +117,9 @@ pub struct Start {
     /// and worktree folder inside its work folder (checked where git finds them; kept with
     /// the run for `resume`). `None`: the operator's powers.
     pub policy: Option<crate::Policy>,
+    /// Where the run's tools come from and its state file (kept with the run: see
+    /// [`sources_of`](crate::sources_of)).
+    pub sources: crate::RunSources,
 }
 
 impl Start {
@@ -131,6 +134,7 @@ impl Start {
             task_filter: None,
             author: crate::Author::Operator,
             policy: None,
+            sources: crate::RunSources::default(),
         }
     }
 }
@@ -246,6 +250,7 @@ pub async fn start(
         task_filter,
         author,
         policy,
+        sources,
     } = start;
     if let Some(policy) = &policy {
         policy
@@ -293,6 +298,7 @@ pub async fn start(
         "approvals": execution.approvals,
         "author": author,
         "workspace_root": workspace_root,
+        "sources": sources,
     });
     let started_at = plan_store::timestamp(SystemTime::now());
     store.begin_run(&NewRun {
@@ -475,17 +481,35 @@ pub async fn resume(
             Vec::new()
         };
         let mut again: Vec<String> = Vec::new();
-        if !retry_steps.is_empty() {
-            let plan = plan_of(&row)?;
-            let deps = plan_graph::Dependencies::new(&plan);
-            let named: Vec<usize> = retry_steps
-                .iter()
-                .filter_map(|id| plan.position(id))
-                .collect();
-            for (i, step) in plan.steps.iter().enumerate() {
-                if named.contains(&i) || deps.ancestors(i).iter().any(|a| named.contains(a)) {
-                    again.push(step.id.0.clone());
-                }
+        let plan = plan_of(&row)?;
+        let deps = plan_graph::Dependencies::new(&plan);
+        let named: Vec<usize> = retry_steps
+            .iter()
+            .filter_map(|id| plan.position(id))
+            .collect();
+        // The steps that failed (themselves, an item or a node of theirs): every step after
+        // them runs again too, in dependency order, since what it saw of them changes (a
+        // `run_if: all_done` cleanup runs after the deploy it follows, not before it).
+        let failed_steps: Vec<usize> = plan
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, step)| {
+                let id = step.id.0.as_str();
+                failed.iter().any(|f| {
+                    f == id || f.starts_with(&format!("{id}/")) || plan_graph::is_item_of(f, id)
+                })
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for (i, step) in plan.steps.iter().enumerate() {
+            let ancestors = deps.ancestors(i);
+            if named.contains(&i)
+                || ancestors
+                    .iter()
+                    .any(|a| named.contains(a) || failed_steps.contains(a))
+            {
+                again.push(step.id.0.clone());
             }
         }
         // A failed map step keeps its items that succeeded; a step run again loses them all.
@@ -511,6 +535,7 @@ pub async fn resume(
     let variables = store.variables(&row.run_id)?;
     let approvals = store.decisions(&row.run_id)?;
     let checkpoints = store.checkpoints(&row.run_id)?;
+    let earlier_attempts = store.earlier_attempts(&row.run_id)?;
     store.resume_run(&row.run_id, std::process::id())?;
     let stored_limit = row
         .options
@@ -529,6 +554,7 @@ pub async fn resume(
             records,
             variables,
             checkpoints,
+            earlier_attempts,
         }),
         stored_limit,
         stored_approvals,

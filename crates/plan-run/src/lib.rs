@@ -18,6 +18,7 @@ mod error;
 mod execute;
 mod policy;
 mod report;
+mod sources;
 mod state_file;
 
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, reject};
@@ -31,3 +32,4 @@ pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Viola
 pub use report::{
     duration_of, ended_at, execute_state, format_name, format_of, plan_of, report, status_of,
 };
+pub use sources::{QueueSource, RunSources, sources_of};

@@ -379,10 +379,22 @@ impl Store {
             .collect()
     }
 
-    /// Forgets some of a run's records (`resume --retry-failed` runs those steps again).
+    /// Forgets some of a run's records (`resume --retry-failed` runs those steps again). The
+    /// attempts each had made are kept ([`Store::earlier_attempts`]), in the same transaction:
+    /// a re-run counts on from them.
     pub fn forget_records(&mut self, run_id: &str, step_ids: &[String]) -> Result<(), StoreError> {
         let transaction = self.conn.transaction()?;
         {
+            // A record's `attempts` counts every attempt of the step so far, earlier runs'
+            // included, so the larger figure is the step's.
+            let mut earlier = transaction.prepare(
+                "INSERT INTO earlier_attempts (run_id, step_id, attempts)
+                 SELECT ?1, step_id, json_extract(record, '$.attempts') FROM step_records
+                 WHERE run = (SELECT key FROM runs WHERE run_id = ?1) AND step_id = ?2
+                   AND json_extract(record, '$.attempts') > 0
+                 ON CONFLICT (run_id, step_id)
+                 DO UPDATE SET attempts = max(attempts, excluded.attempts)",
+            )?;
             let mut records = transaction.prepare(
                 "DELETE FROM step_records WHERE run = (SELECT key FROM runs WHERE run_id = ?1) AND step_id = ?2",
             )?;
@@ -390,12 +402,25 @@ impl Store {
             let mut checkpoints = transaction
                 .prepare("DELETE FROM checkpoints WHERE run_id = ?1 AND step_id = ?2")?;
             for step_id in step_ids {
+                earlier.execute(params![run_id, step_id])?;
                 records.execute(params![run_id, step_id])?;
                 checkpoints.execute(params![run_id, step_id])?;
             }
         }
         transaction.commit()?;
         Ok(())
+    }
+
+    /// The attempts each step (or item, or block node) of a run made before its record was
+    /// forgotten to run it again: its next attempt is one more.
+    pub fn earlier_attempts(&self, run_id: &str) -> Result<BTreeMap<String, u32>, StoreError> {
+        let mut statement = self
+            .conn
+            .prepare_cached("SELECT step_id, attempts FROM earlier_attempts WHERE run_id = ?1")?;
+        let rows = statement
+            .query_map([run_id], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
     }
 
     /// A run's variables as last committed: every bind so far.

@@ -184,6 +184,17 @@ const MIGRATIONS: &[&str] = &[
     // 7: who stored each plan (`operator`, `mcp_client`, `model`): an MCP client may replace
     // or remove only plans clients stored.
     "ALTER TABLE plans ADD COLUMN author TEXT NOT NULL DEFAULT 'operator';",
+    // 8: the attempts a step made before it was run again (`retry`, `resume --retry-failed`):
+    // a re-run goes on counting from there, so its calls get identities (queue job ids) of
+    // their own. Written only when records are forgotten: nothing per step.
+    "
+    CREATE TABLE earlier_attempts (
+        run_id    TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        step_id   TEXT NOT NULL,
+        attempts  INTEGER NOT NULL,
+        PRIMARY KEY (run_id, step_id)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The numbers event kinds are stored as (migration 4 spells the same table out in SQL).

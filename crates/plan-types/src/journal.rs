@@ -175,4 +175,8 @@ pub struct Restored {
     pub variables: BTreeMap<String, Arc<Value>>,
     /// Where waiting block steps stopped, by step id, as given in [`RunEnd::Waiting`].
     pub checkpoints: BTreeMap<String, Value>,
+    /// Attempts made by steps (or items) whose records were dropped to run them again, by
+    /// id: a re-run's first attempt is the next number, so each attempt of a call has an
+    /// identity of its own (a queue job id) and a tool's `attempt` keeps counting.
+    pub earlier_attempts: BTreeMap<String, u32>,
 }

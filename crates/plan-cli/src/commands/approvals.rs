@@ -90,10 +90,21 @@ pub(crate) fn reject_calls(
 }
 
 /// The run's high-risk steps, from its stored plan compiled against the tools it names (which
-/// may start their MCP servers).
+/// may start their MCP servers, or reach the queue the run's calls went to: its tools may be
+/// only its workers').
 fn gated(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, plan_run::LifecycleError> {
     let refused =
         |failure: Failure| plan_run::LifecycleError::Refused(failure.message.unwrap_or_default());
+    if let Some(queue) = plan_run::sources_of(row).queue {
+        let settings = crate::cli::QueueSettings {
+            url: queue.url,
+            from_redis_url: false,
+            name: queue.name,
+            outage: std::time::Duration::from_secs(30),
+            timeout: None,
+        };
+        toolbox.use_queue(&settings).map_err(refused)?;
+    }
     let plan = plan_of(row).map_err(refused)?;
     let tools = toolbox.for_plan(plan.tool_names()).map_err(refused)?;
     plan_run::gated_steps(row, &tools.registry)

@@ -99,6 +99,14 @@ pub(crate) fn run_as(
         author,
         // plan_run::start checks the plan against it and keeps approvals on.
         policy: judged.then(|| policy.clone()),
+        sources: plan_run::RunSources {
+            mcp_config: toolbox.config().map(Path::to_path_buf),
+            queue: args
+                .execution
+                .queue_settings()
+                .and_then(|queue| plan_run::QueueSource::keepable(&queue.url, &queue.name)),
+            state_file: args.execution.state_file.as_deref().map(absolute),
+        },
         ..plan_run::Start::new()
     };
     let mut frontend = Frontend::of(&args.execution)?;
@@ -238,8 +246,18 @@ fn go_on(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let queue = execution.queue_settings();
-    let frontend = Frontend::of(execution)?;
+    // The run's own queue and state file, unless the command gives others.
+    let stored = ledger
+        .open_existing()
+        .ok()
+        .and_then(|store| store.run(run).ok())
+        .map(|row| plan_run::sources_of(&row))
+        .unwrap_or_default();
+    let queue = execution.queue_or(stored.queue.as_ref());
+    let mut frontend = Frontend::of(execution)?;
+    if frontend.state_file.is_none() {
+        frontend.state_file = stored.state_file;
+    }
     let (report, steps) = continue_run(run, options, queue.as_ref(), &frontend, toolbox, ledger)?;
     print_outcome(&report, steps.as_deref(), &frontend)
 }
@@ -549,6 +567,11 @@ fn check_state_file(path: &Path) -> Result<(), Failure> {
         ))
     })?;
     Ok(())
+}
+
+/// `path` from the root, so that a run resumed from another folder writes the same file.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn state_dir(path: &Path) -> &Path {

@@ -47,6 +47,15 @@ impl Lab {
         stderr
     }
 
+    /// The newest run's id (`runs --json`).
+    pub(crate) fn newest_run_id(&self) -> String {
+        let (_, runs) = self.json(&["runs", "--json"]);
+        runs[0]["run_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no run: {runs}"))
+            .to_owned()
+    }
+
     pub(crate) fn json(&self, args: &[&str]) -> (i32, Value) {
         let output = self.cli().args(args).output().unwrap();
         let value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
