@@ -558,7 +558,9 @@ fn a_block_killed_mid_run_goes_on_from_its_last_finished_node() {
         assert!(Instant::now() < deadline, "the block never reached c");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // `c` is running: a and b are done and committed.
+    // `c` is running: a and b are done and committed. The block is busy, not waiting.
+    let (_, status) = lab.json(&["status", "last", "--json"]);
+    assert_eq!(status["blocks"][0]["state"], "BUSY", "{status}");
     child.kill().unwrap();
     child.wait().unwrap();
     let (_, runs) = lab.json(&["runs", "--json"]);

@@ -295,6 +295,17 @@ fn a_failed_run_is_re_planned_and_finishes_with_the_new_steps() {
     let run_id = report["run_id"].as_str().unwrap();
     let (_, status) = lab.json(&["status", run_id, "--json"]);
     assert_eq!(status["revisions"], 1, "{status}");
+    // `run --replan --json` prints the records `status --json` has, the failed step's too.
+    let ids = |report: &Value| -> Vec<String> {
+        report["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["step_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&report), ids(&status));
+    assert!(ids(&report).contains(&"fetch".to_owned()), "{report}");
     let events = lab.cli().args(["events", run_id]).output().unwrap();
     let events = String::from_utf8_lossy(&events.stdout);
     assert!(events.contains("\"type\":\"plan.replanned\""), "{events}");

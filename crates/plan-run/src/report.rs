@@ -194,7 +194,9 @@ fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>
 
 /// Blocks of a live run that entered and have not ended are `BUSY`, at the node their last
 /// committed `block.transition` went to (or their entry point). Events reach the ledger with
-/// the scheduler's commits, so the node may lag behind by a node or two.
+/// the scheduler's commits, so the node may lag behind by a node or two. A running block
+/// commits where it stands after each node (so that a kill loses none): in a live run that
+/// checkpoint is progress, not a wait (a run's waits are written when it halts).
 fn busy_blocks(
     store: &Store,
     row: &RunRow,
@@ -202,10 +204,14 @@ fn busy_blocks(
     blocks: &mut [plan_types::BlockState],
 ) -> Result<(), LifecycleError> {
     let events = store.events_after(&row.run_id, 0)?;
-    for block in blocks
-        .iter_mut()
-        .filter(|b| b.state == plan_types::BlockPhase::Ready)
-    {
+    for block in blocks.iter_mut() {
+        if block.state == plan_types::BlockPhase::Waiting {
+            block.state = plan_types::BlockPhase::Busy;
+            continue;
+        }
+        if block.state != plan_types::BlockPhase::Ready {
+            continue;
+        }
         let mut entered = false;
         let mut node = None;
         for (_, event) in &events {

@@ -109,8 +109,13 @@ pub(crate) fn until_done(
         };
         outcome = continue_run(&run_id, &options, None, frontend, toolbox, ledger)?;
         revisions = revision;
-        outcome.0.replanned = true;
-        outcome.0.revisions = revision;
+    }
+    if revisions > 0 {
+        // The run's records are the ledger's: the steps the last revision no longer has (the
+        // failed step the model replaced) are the run's too, as `status` shows them.
+        let store = ledger.open_existing()?;
+        let row = store.run(&outcome.0.run_id).map_err(Failure::ledger)?;
+        outcome.0 = plan_run::report(&store, &row).map_err(Failure::lifecycle)?;
     }
     Ok(outcome)
 }
