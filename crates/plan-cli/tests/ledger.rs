@@ -1088,3 +1088,43 @@ fn programs_run_in_the_plan_files_folder_from_anywhere_and_resume_keeps_it() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--cwd /no/such/dir"));
 }
+
+/// With one call at a time, ready steps are called in plan order, also when one of them waits
+/// for its dependency's record to be durable (it is made durable then, not passed over).
+#[test]
+fn one_call_at_a_time_calls_steps_in_plan_order() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "order.json",
+        &json!({"steps": [
+            {"id": "a", "tool": "echo"},
+            {"id": "b", "tool": "echo", "depends_on": ["a"]},
+            {"id": "c", "tool": "echo"},
+            {"id": "d", "tool": "echo", "depends_on": ["b"]},
+            {"id": "e", "tool": "echo"},
+        ]}),
+    );
+    for durability in ["sync", "async"] {
+        let events = lab.dir.path().join(format!("{durability}.ndjson"));
+        let (code, _) = lab.json(&[
+            "run",
+            path_str(&plan),
+            "--json",
+            "--max-concurrency",
+            "1",
+            "--durability",
+            durability,
+            "--events",
+            path_str(&events),
+        ]);
+        assert_eq!(code, 0);
+        let called: Vec<String> = std::fs::read_to_string(&events)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .filter(|event| event["type"] == "tool.called")
+            .map(|event| event["step_id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(called, ["a", "b", "c", "d", "e"], "--durability {durability}");
+    }
+}

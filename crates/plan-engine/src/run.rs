@@ -415,6 +415,15 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             if scheduler.is_settled(work.step, item) {
                 continue;
             }
+            if scheduler.needs(work.step) > scheduler.durable && limit == 1 {
+                // One call at a time keeps plan order (the README promises it): rather than let
+                // a later independent step pass, what this one depends on is made durable here
+                // (a log append, or a commit), as a chain's is.
+                if let Some(error) = scheduler.durable_here() {
+                    failure.get_or_insert(error.0);
+                    halt.cancel();
+                }
+            }
             if scheduler.needs(work.step) > scheduler.durable {
                 // What it depends on is not durable yet: it starts when it is.
                 scheduler.held.push(work);
