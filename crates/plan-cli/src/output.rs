@@ -195,7 +195,8 @@ impl EventSink for Live {
         let ts = Some(event.ts.as_str());
         let id = event.step_id.as_deref().unwrap_or("");
         let label = self.steps.label(id);
-        let node = id.contains('/');
+        let call = plan_types::CallId::parse(id);
+        let node = call.is_inside();
         let mut state = self.lock();
         match event.kind {
             EventKind::RunStarted => {
@@ -214,7 +215,7 @@ impl EventSink for Live {
                     }
                     self.say(&format!("▶ {label}"), ts);
                 } else if node {
-                    let (top, rest) = id.split_once('/').unwrap_or((id, ""));
+                    let (top, rest) = (call.top(), call.inside().unwrap_or(""));
                     if let Some(entry) = state.running.iter_mut().find(|(r, _)| r == top) {
                         entry.1 = Some(rest.to_owned());
                     }
@@ -375,15 +376,13 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         let id = label(record);
         if plan.label(&record.step_id).is_none() {
             // A block's node (`STEP/NODE#N`) or a map step's item.
-            let part = record.step_id.as_str();
-            let of_a_step = part
-                .match_indices('/')
-                .any(|(at, _)| plan.label(&part[..at]).is_some())
-                || plan.map_of(part).is_some();
+            let call = plan_types::CallId::parse(&record.step_id);
+            let of_a_step = (call.is_inside() && plan.label(call.top()).is_some())
+                || plan.map_of(call.top()).is_some();
             if !of_a_step {
                 // A step of an earlier revision of the plan (`run --replan`): shown as it ended.
                 earlier += 1;
-            } else if record.step_id.contains('/') {
+            } else if call.is_inside() {
                 nodes += 1;
             } else {
                 items += 1;

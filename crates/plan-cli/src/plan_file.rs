@@ -397,7 +397,21 @@ fn prepare_source_with(
     let loaded = match load(source, format, &options) {
         Ok(loaded) => loaded,
         Err(invalid) => {
-            return Err(Failure::plan_issues(&invalid.plan_source, &invalid.issues));
+            let mut issues = invalid.issues;
+            // Every problem at once: what compiling the plan finds (expressions, blocks,
+            // tasks) and the arguments that break their tools' schemas are reported with
+            // what validation found, not in later rounds.
+            if let Some(plan) = &invalid.plan {
+                let id = plan.id.clone().unwrap_or(fallback_id);
+                let inputs = inputs.resolve(plan).unwrap_or_default();
+                let found = Program::problems(plan, &id, registry, &inputs);
+                let fresh: Vec<Issue> = found
+                    .into_iter()
+                    .filter(|issue| !already_reported(&issues, issue))
+                    .collect();
+                issues.extend(fresh);
+            }
+            return Err(Failure::plan_issues(&invalid.plan_source, &issues));
         }
     };
     let inputs = inputs.resolve(&loaded.plan)?;
@@ -446,6 +460,28 @@ fn prepare_source_with(
             Err(Failure::plan_issues(&loaded.source, &all))
         }
     }
+}
+
+/// Whether validation already reported what compiling found as `issue`: an error at the same
+/// field of the same step (a `when` that does not parse, a tool name that is empty), or any
+/// error of a step whose tool compiling could not find.
+fn already_reported(reported: &[Issue], issue: &Issue) -> bool {
+    let place = |issue: &Issue| match &issue.location {
+        plan_graph::Location::Path { path, .. } => path.0.iter().take(3).cloned().collect(),
+        _ => Vec::new(),
+    };
+    let (at, step) = (
+        place(issue),
+        place(issue).into_iter().take(2).collect::<Vec<_>>(),
+    );
+    reported.iter().any(|known| {
+        known == issue
+            || (known.is_error()
+                && !at.is_empty()
+                && (place(known) == at
+                    || (issue.code == "plan::unknown_tool"
+                        && place(known).into_iter().take(2).collect::<Vec<_>>() == step)))
+    })
 }
 
 /// Prints each issue to stderr as a miette diagnostic with the plan's source.

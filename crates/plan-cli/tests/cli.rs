@@ -808,3 +808,76 @@ fn tool_options_are_listed_only_where_tools_are_used_and_work_on_either_side() {
         assert!(String::from_utf8_lossy(&output.stderr).contains("MCP server `broken`"));
     }
 }
+
+/// `validate` reports every problem at once: the plan's graph, its tools, what compiling finds
+/// (expressions) and arguments that break their tools' schemas, in one round; a dependency
+/// listed twice is only a warning; a block node's `vars.nodes` is no undefined variable.
+#[test]
+fn validate_reports_every_problem_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "p.json",
+        &json!({"steps": [
+            {"id": "a", "tool": "echo", "depends_on": ["b"]},
+            {"id": "b", "tool": "echo", "depends_on": ["a"]},
+            {"id": "c", "tool": "nope"},
+            {"id": "d", "tool": "exec", "args": {"argv": 5}},
+            {"id": "e", "tool": "echo", "when": "parseJson('{}') == {}", "depends_on": ["d", "d"]},
+            {"id": "r", "args": {"topic": "x"}, "block": {
+                "entry_point": "n1",
+                "nodes": {
+                    "n1": {"tool": "echo", "args": {"t": "${input.topic}"}},
+                    "n2": {"tool": "echo", "args": {"v": "${{ vars.nodes.n1.t + vars.input.topic }}"}}
+                },
+                "transitions": {"n1": "n2"}
+            }},
+        ]}),
+    );
+    let output = plan_cli()
+        .args(["validate", "--json", plan.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let codes = |key: &str| -> Vec<String> {
+        report[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|issue| issue["code"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        codes("errors"),
+        [
+            "plan::unknown_tool",
+            "plan::cycle",
+            "plan::condition",
+            "plan::args_invalid"
+        ],
+        "{report:#}"
+    );
+    assert_eq!(
+        codes("warnings"),
+        ["plan::duplicate_dependency"],
+        "{report:#}"
+    );
+}
+
+/// A map item whose key holds a `/` is an item, not a block node.
+#[test]
+fn an_item_key_with_a_slash_is_counted_as_an_item() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "m.json",
+        &json!({"steps": [{"id": "m", "tool": "echo", "expand_on": ["a/b", "c"], "expand_key": "$each"}]}),
+    );
+    plan_cli()
+        .args(["run", plan.to_str().unwrap(), "--db"])
+        .arg(dir.path().join("s.db"))
+        .assert()
+        .code(0)
+        .stdout(predicates::str::contains("2 map items"));
+}

@@ -1125,6 +1125,10 @@ fn one_call_at_a_time_calls_steps_in_plan_order() {
             .filter(|event| event["type"] == "tool.called")
             .map(|event| event["step_id"].as_str().unwrap().to_owned())
             .collect();
-        assert_eq!(called, ["a", "b", "c", "d", "e"], "--durability {durability}");
+        assert_eq!(
+            called,
+            ["a", "b", "c", "d", "e"],
+            "--durability {durability}"
+        );
     }
 }

@@ -187,7 +187,7 @@ pub(crate) fn compile_block(
                 for placeholder in args.placeholders() {
                     if let plan_vars::Root::Expr(text) = &placeholder.root {
                         expressions
-                            .add(text)
+                            .add(text, &crate::expression::Place::DATA)
                             .map_err(|e| format!("node `{name}`: `{placeholder}`: {e}"))?;
                     }
                 }
@@ -284,7 +284,16 @@ pub(crate) fn compile_block(
                             });
                             continue;
                         };
-                        match plan_graph::compile_condition(text) {
+                        let checked = plan_graph::compile_condition(text)
+                            .map_err(|error| error.to_string())
+                            .and_then(|program| {
+                                crate::expression::check_references(
+                                    &program,
+                                    &crate::expression::Place::BRANCH,
+                                )?;
+                                Ok(program)
+                            });
+                        match checked {
                             Ok(program) => Some((program, text.clone())),
                             Err(error) => {
                                 invalid.get_or_insert_with(|| {

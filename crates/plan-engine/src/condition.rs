@@ -74,6 +74,14 @@ fn evaluate_here(
 /// the conversion to write, since CEL never converts numbers itself (`vars.n * 0.5` fails for
 /// an integer `n`; `double(vars.n) * 0.5` works).
 pub(crate) fn failure(error: &cel::ExecutionError) -> String {
+    if let cel::ExecutionError::UnexpectedType { got, want } = error {
+        // cel words these in Rust (`got 'DefaultMap({…})', want 'Arc<String>'`).
+        return format!(
+            "a function was given {} where it takes {}",
+            rust_type_in_words(got),
+            rust_type_in_words(want)
+        );
+    }
     let cel::ExecutionError::UnsupportedBinaryOperator(op, left, right) = error else {
         return error.to_string();
     };
@@ -92,6 +100,35 @@ pub(crate) fn failure(error: &cel::ExecutionError) -> String {
         ),
         _ => format!("`{symbol}` does not apply to {a} and {b}"),
     }
+}
+
+/// A type as cel's errors spell it in Rust (a type, or a value's debug form), in CEL's words.
+fn rust_type_in_words(rust: &str) -> &'static str {
+    let named = [
+        ("Arc<String>", "a string"),
+        ("String", "a string"),
+        ("Map", "a map"),
+        ("List", "a list"),
+        ("Vec", "a list"),
+        ("Int", "an int"),
+        ("i64", "an int"),
+        ("UInt", "a uint"),
+        ("u64", "a uint"),
+        ("Float", "a double"),
+        ("f64", "a double"),
+        ("Bool", "a bool"),
+        ("bool", "a bool"),
+        ("Bytes", "bytes"),
+        ("Null", "null"),
+        ("Timestamp", "a timestamp"),
+        ("Duration", "a duration"),
+    ];
+    named
+        .iter()
+        .find(|(prefix, _)| {
+            rust.starts_with(prefix) || rust.starts_with(&format!("Default{prefix}"))
+        })
+        .map_or("a value of another type", |(_, words)| words)
 }
 
 /// A value's type as CEL names it (`double`, where cel's `Display` says `float`).

@@ -18,13 +18,15 @@ pub(crate) struct Expressions {
 }
 
 impl Expressions {
-    /// Compiles `text` if it is new (`Err`: why it is not CEL).
-    pub(crate) fn add(&mut self, text: &str) -> Result<(), String> {
-        if self.compiled.contains_key(text) {
-            return Ok(());
+    /// Compiles `text` if it is new, and checks that it reads only what `place` gives and
+    /// calls only functions there are (`Err`: why not, in the plan author's words).
+    pub(crate) fn add(&mut self, text: &str, place: &Place<'_>) -> Result<(), String> {
+        if let Some(program) = self.compiled.get(text) {
+            return check_references(program, place);
         }
         let program = plan_graph::on_condition_stack(|| cel::Program::compile(text))
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| first_line(&error.to_string()))?;
+        check_references(&program, place)?;
         self.compiled.insert(text.to_owned(), program);
         Ok(())
     }
@@ -100,6 +102,210 @@ fn sorted(value: Value) -> Value {
         Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
         other => other,
     }
+}
+
+/// What an expression may read and call where it is written.
+pub(crate) struct Place<'a> {
+    /// The names it may read: `vars` everywhere; `each`, `index` (and `key`) in a map step's
+    /// arguments; `result` in a bind; `result`, `input` and `attempt` in a block's branch
+    /// condition.
+    pub(crate) variables: &'a [&'a str],
+    /// Data expressions (`${{ }}`) have `parseJson`, `toJson` and `lines`; conditions do not.
+    pub(crate) data: bool,
+}
+
+impl Place<'_> {
+    /// A data expression in a step's arguments, `expand_on`, a block node's or a task's.
+    pub(crate) const DATA: Place<'static> = Place {
+        variables: &["vars"],
+        data: true,
+    };
+    /// A data expression in a map step's arguments.
+    pub(crate) const ITEM: Place<'static> = Place {
+        variables: &["vars", "each", "index", "key"],
+        data: true,
+    };
+    /// A bind's expression.
+    pub(crate) const BIND: Place<'static> = Place {
+        variables: &["vars", "result"],
+        data: true,
+    };
+    /// A step's `when`.
+    pub(crate) const WHEN: Place<'static> = Place {
+        variables: &["vars"],
+        data: false,
+    };
+    /// A block's branch condition.
+    pub(crate) const BRANCH: Place<'static> = Place {
+        variables: &["vars", "result", "input", "attempt"],
+        data: false,
+    };
+}
+
+/// The first line of a CEL parse error, without its `ERROR: <input>:` prefix.
+fn first_line(message: &str) -> String {
+    let line = message.lines().next().unwrap_or("invalid expression");
+    line.trim_start_matches("ERROR: ").to_owned()
+}
+
+/// What an expression reads and calls: its free names (not a macro's own loop variables)
+/// and the functions it calls by name (operators aside), with whether each is called on a
+/// value (`x.f()`).
+#[derive(Default)]
+struct References {
+    variables: Vec<String>,
+    functions: Vec<(String, bool)>,
+}
+
+fn collect(expr: &cel::IdedExpr, bound: &mut Vec<String>, found: &mut References) {
+    use cel::common::ast::{EntryExpr, Expr};
+    match &expr.expr {
+        Expr::Unspecified | Expr::Literal(_) => {}
+        Expr::Ident(name) => {
+            if !name.starts_with('@') && !bound.contains(name) && !found.variables.contains(name) {
+                found.variables.push(name.clone());
+            }
+        }
+        Expr::Call(call) => {
+            let name = &call.func_name;
+            let operator = name.starts_with(['_', '@', '!', '-']);
+            let member = call.target.is_some();
+            if !operator
+                && !found
+                    .functions
+                    .iter()
+                    .any(|(n, m)| n == name && *m == member)
+            {
+                found.functions.push((name.clone(), member));
+            }
+            if let Some(target) = &call.target {
+                collect(target, bound, found);
+            }
+            for arg in &call.args {
+                collect(arg, bound, found);
+            }
+        }
+        Expr::Comprehension(comprehension) => {
+            collect(&comprehension.iter_range, bound, found);
+            let before = bound.len();
+            bound.push(comprehension.iter_var.clone());
+            bound.extend(comprehension.iter_var2.clone());
+            bound.push(comprehension.accu_var.clone());
+            for part in [
+                &comprehension.accu_init,
+                &comprehension.loop_cond,
+                &comprehension.loop_step,
+                &comprehension.result,
+            ] {
+                collect(part, bound, found);
+            }
+            bound.truncate(before);
+        }
+        Expr::List(list) => {
+            for element in &list.elements {
+                collect(element, bound, found);
+            }
+        }
+        Expr::Select(select) => collect(&select.operand, bound, found),
+        Expr::Map(map) => {
+            for entry in &map.entries {
+                if let EntryExpr::MapEntry(entry) = &entry.expr {
+                    collect(&entry.key, bound, found);
+                    collect(&entry.value, bound, found);
+                }
+            }
+        }
+        Expr::Struct(object) => {
+            for entry in &object.entries {
+                if let EntryExpr::StructField(field) = &entry.expr {
+                    collect(&field.value, bound, found);
+                }
+            }
+        }
+    }
+}
+
+/// Checks that `program` reads only the names `place` gives and calls only functions its
+/// environment has, so that what compiles here never fails at run time for a name.
+pub(crate) fn check_references(program: &cel::Program, place: &Place<'_>) -> Result<(), String> {
+    let mut found = References::default();
+    plan_graph::on_condition_stack(|| collect(program.expression(), &mut Vec::new(), &mut found));
+    for (name, member) in &found.functions {
+        if !function_exists(name, *member, place.data) {
+            let hint = if !place.data && DATA_FUNCTIONS.contains(&name.as_str()) {
+                format!(" (`{name}` is for data expressions, `${{{{ … }}}}`, not conditions)")
+            } else {
+                String::new()
+            };
+            let called = if *member {
+                format!("`.{name}(…)`")
+            } else {
+                format!("`{name}(…)`")
+            };
+            return Err(format!(
+                "{called}: there is no such function in CEL here{hint}"
+            ));
+        }
+    }
+    for name in &found.variables {
+        if !place.variables.contains(&name.as_str()) {
+            let readable: Vec<String> = place.variables.iter().map(|n| format!("`{n}`")).collect();
+            let hint = if place.variables.contains(&"vars") {
+                format!(" (a variable `{name}` is `vars.{name}`)")
+            } else {
+                String::new()
+            };
+            return Err(format!(
+                "`{name}` is not defined here: an expression here reads {}{hint}",
+                readable.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The functions data expressions add to CEL's.
+const DATA_FUNCTIONS: [&str; 3] = ["parseJson", "toJson", "lines"];
+
+/// Whether a call to `name` (on a value when `member`) finds a function: asked of the very
+/// environment expressions run in, by calling it with no arguments (the answer is cached:
+/// the environment never changes).
+fn function_exists(name: &str, member: bool, data: bool) -> bool {
+    use std::sync::Mutex;
+    /// `(name, member, data)` → whether it exists.
+    type Known = HashMap<(String, bool, bool), bool>;
+    static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
+    let key = (name.to_owned(), member, data);
+    if let Some(known) = KNOWN
+        .lock()
+        .ok()
+        .and_then(|known| known.as_ref()?.get(&key).copied())
+    {
+        return known;
+    }
+    let probe = if member {
+        format!("null.{name}()")
+    } else {
+        format!("{name}()")
+    };
+    let exists = match cel::Program::compile(&probe) {
+        // A name CEL reserves: not ours to judge.
+        Err(_) => true,
+        Ok(program) => {
+            let mut context = cel_context();
+            if data {
+                let _ = add_functions(&mut context);
+            }
+            !matches!(
+                program.execute(&context),
+                Err(cel::ExecutionError::UndeclaredReference(ref undeclared)) if undeclared.as_str() == name
+            )
+        }
+    };
+    if let Ok(mut known) = KNOWN.lock() {
+        known.get_or_insert_with(HashMap::new).insert(key, exists);
+    }
+    exists
 }
 
 /// `parseJson(text)`, `toJson(value)`, `lines(text)`.

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::block::{CompiledBlock, block_states, compile_block};
 use crate::condition::Condition;
+use crate::expression::{Place, check_references};
 use crate::redact::Redactor;
 use crate::schema::{argument_issues, compile_schema, resolve_checked};
 use crate::task::{CompiledTask, TaskSettings, compile_task};
@@ -239,7 +240,7 @@ impl Program {
             let mut binds = Vec::with_capacity(step.binds.len());
             for (name, selector) in &step.binds {
                 match plan_vars::whole_expression(selector) {
-                    Some(text) => match expressions.add(&text) {
+                    Some(text) => match expressions.add(&text, &Place::BIND) {
                         Ok(()) => binds.push((name.clone(), Bind::Expression(text))),
                         Err(error) => issues.push(Issue::error(
                             "plan::bind_selector",
@@ -264,7 +265,12 @@ impl Program {
             }
             let when = match &step.when {
                 None => None,
-                Some(text) => match plan_graph::compile_condition(text) {
+                Some(text) => match plan_graph::compile_condition(text)
+                    .map_err(|error| error.to_string())
+                    .and_then(|program| {
+                        check_references(&program, &Place::WHEN)?;
+                        Ok(program)
+                    }) {
                     Ok(program) => Some(Condition {
                         program,
                         text: text.clone(),
@@ -291,24 +297,38 @@ impl Program {
                     continue;
                 }
             };
-            // The data expressions in its arguments and `expand_on`, compiled once.
-            let written = args.placeholders().into_iter().chain(
-                expand
-                    .as_ref()
-                    .and_then(|expand| match &expand.on {
-                        ExpandSource::Placeholder(template) => Some(template.placeholders()),
-                        ExpandSource::Literal(_) => None,
-                    })
-                    .into_iter()
-                    .flatten(),
-            );
-            for placeholder in written {
+            // The data expressions in its arguments, `expand_on` and `expand_key`, compiled
+            // once, each checked against what its place gives (a map step's arguments and
+            // key read the item).
+            let in_args = if expand.is_some() {
+                &Place::ITEM
+            } else {
+                &Place::DATA
+            };
+            let mut written: Vec<(&str, &Place<'_>, &Placeholder)> = args
+                .placeholders()
+                .into_iter()
+                .map(|p| ("args", in_args, p))
+                .collect();
+            if let Some(expand) = &expand {
+                if let ExpandSource::Placeholder(template) = &expand.on {
+                    written.extend(
+                        template
+                            .placeholders()
+                            .map(|p| ("expand_on", &Place::DATA, p)),
+                    );
+                }
+                if let Some(key) = &expand.key {
+                    written.extend(key.placeholders().map(|p| ("expand_key", &Place::ITEM, p)));
+                }
+            }
+            for (field, place, placeholder) in written {
                 if let Root::Expr(text) = &placeholder.root
-                    && let Err(message) = expressions.add(text)
+                    && let Err(message) = expressions.add(text, place)
                 {
                     issues.push(Issue::error(
                         "plan::expression",
-                        PlanPath::step(i).key("args"),
+                        PlanPath::step(i).key(field),
                         format!("`{placeholder}` is not a valid expression: {message}"),
                     ));
                 }
@@ -562,6 +582,48 @@ impl Program {
         calls
     }
 
+    /// Every problem compiling `plan` finds, and every argument that breaks its tool's schema
+    /// with what is known before the run (see [`Program::check_arguments`]), at once: the
+    /// arguments of steps that compile are checked even when other steps do not (those are
+    /// set aside for it). Empty when the plan compiles and its arguments fit.
+    pub fn problems(
+        plan: &Plan,
+        plan_id: &str,
+        registry: &Registry,
+        inputs: &Map<String, Value>,
+    ) -> Vec<Issue> {
+        let mut issues = match Program::compile(plan, plan_id, registry) {
+            Ok(program) => return program.check_arguments(inputs),
+            Err(issues) => issues,
+        };
+        let broken: std::collections::BTreeSet<usize> = issues.iter().filter_map(step_of).collect();
+        let Some(stand_in) = registry.names().into_iter().next() else {
+            return issues;
+        };
+        let mut rest = plan.clone();
+        for &i in &broken {
+            let step = &mut rest.steps[i];
+            // A call of any tool with nothing to resolve: compiles, and its arguments are not
+            // reported (its problems are).
+            step.tool.clone_from(&stand_in);
+            step.args = Arc::default();
+            step.binds.clear();
+            step.when = None;
+            step.expand = None;
+            step.block = None;
+            step.task = None;
+        }
+        if let Ok(program) = Program::compile(&rest, plan_id, registry) {
+            issues.extend(
+                program
+                    .check_arguments(inputs)
+                    .into_iter()
+                    .filter(|issue| step_of(issue).is_none_or(|i| !broken.contains(&i))),
+            );
+        }
+        issues
+    }
+
     /// Arguments that break their tool's schema whatever the run brings, found before it
     /// starts (`validate`, and a warning from `run`): steps' and block nodes' arguments are
     /// resolved with what is known — literals, the plan's variables overlaid with `inputs` —
@@ -778,6 +840,18 @@ pub(crate) fn item_ids(
         ids,
         keys: Some(keys),
     })
+}
+
+/// The step an issue is about, when it is located in one (`steps[3]…`).
+fn step_of(issue: &Issue) -> Option<usize> {
+    use plan_graph::{Location, PathSegment};
+    let Location::Path { path, .. } = &issue.location else {
+        return None;
+    };
+    match path.0.as_slice() {
+        [PathSegment::Key(steps), PathSegment::Index(i), ..] if steps == "steps" => Some(*i),
+        _ => None,
+    }
 }
 
 /// A map step's item ids, and their keys when it has `expand_key`.

@@ -23,8 +23,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use plan_graph::{Mode, RunIf};
 use plan_types::{
-    Approvals, Batch, Durability, ErrorCode, Event, EventKind, EventSink, Journal, PLAN_APPROVAL,
-    PendingApproval, Position, Record, Restored, RunEnd, RunReport, StepError, TaskStatus, reasons,
+    Approvals, Batch, CallId, Durability, ErrorCode, Event, EventKind, EventSink, Journal,
+    PLAN_APPROVAL, PendingApproval, Position, Record, Restored, RunEnd, RunReport, StepError,
+    TaskStatus, reasons,
 };
 use plan_vars::Scope;
 use serde_json::{Map, Value};
@@ -613,7 +614,7 @@ impl Scheduler<'_> {
             .records
             .iter()
             .enumerate()
-            .filter(|(_, record)| record.step_id.contains('/'))
+            .filter(|(_, record)| CallId::parse(&record.step_id).is_inside())
             .map(|(k, record)| (record.step_id.clone(), k))
             .collect();
         if let Some(guard) = &self.guard {
@@ -1721,8 +1722,9 @@ impl Scheduler<'_> {
 /// The step among `parents` that an item (`STEP-N`, `STEP[KEY]`) or a block node's run
 /// (`STEP/NODE#K`) belongs to.
 fn parent_of<'a>(id: &str, parents: &'a HashMap<&str, usize>) -> Option<&'a usize> {
-    if let Some((step, _)) = id.split_once('/')
-        && let Some(i) = parents.get(step)
+    let call = CallId::parse(id);
+    if call.is_inside()
+        && let Some(i) = parents.get(call.top())
     {
         return Some(i);
     }
@@ -1757,7 +1759,10 @@ fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
             let step = &program.steps[i];
             let calls = matches!(step.action, Action::Tool(_)) && step.expand.is_none();
             (calls.then(|| &*step.tool_name), true)
-        } else if let Some((block, inside)) = id.split_once('/') {
+        } else if let (block, Some(inside)) = {
+            let call = CallId::parse(id);
+            (call.top(), call.inside())
+        } {
             // A block node: its failure is its block's, counted with the block's record.
             let tool = by_id
                 .get(block)

@@ -397,7 +397,7 @@ fn compile_call(
     for placeholder in args.placeholders() {
         if let plan_vars::Root::Expr(text) = &placeholder.root {
             expressions
-                .add(text)
+                .add(text, &crate::expression::Place::DATA)
                 .map_err(|e| format!("`{name}`: `{placeholder}`: {e}"))?;
         }
     }

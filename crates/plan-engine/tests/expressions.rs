@@ -99,3 +99,64 @@ async fn an_operator_on_two_kinds_of_numbers_says_which_conversion_to_write() {
         message("gated")
     );
 }
+
+/// The messages compiling `plan` gives (it must load).
+fn compile_problems(plan: Value) -> Vec<String> {
+    let harness = Harness::new();
+    let loaded = plan_graph::load(
+        plan_graph::Source::new("test.json", plan.to_string()),
+        plan_graph::Format::Json,
+        &plan_graph::LoadOptions::default(),
+    )
+    .unwrap_or_else(|invalid| panic!("invalid test plan: {:#?}", invalid.issues));
+    match plan_engine::Program::compile(&loaded.plan, "test", &harness.registry()) {
+        Ok(_) => Vec::new(),
+        Err(issues) => issues.into_iter().map(|issue| issue.message).collect(),
+    }
+}
+
+/// What compiles runs: a name or function an expression's place does not have is found when
+/// the plan is compiled (so `validate` reports it), not when the step runs.
+#[test]
+fn an_expression_reads_and_calls_only_what_its_place_has() {
+    // Allowed: the item in a map step's key and arguments, a macro's own loop variable, the
+    // strings extension, data functions in data expressions.
+    let fine = json!({"variables": {"l": [{"id": 1}], "t": "a/b"}, "steps": [
+        {"id": "m", "tool": "work", "expand_on": "$var.l", "expand_key": "${{ string(each.id).replace('/', '_') }}",
+         "args": {"k": "$key", "i": "${{ index + 1 }}", "ids": "${{ vars.l.map(x, x.id) }}"}},
+        {"id": "w", "tool": "work", "when": "vars.l.all(x, x.id > 0) && vars.t.contains('/')",
+         "args": {"j": "${{ parseJson(toJson(vars.l)) }}"}},
+    ]});
+    assert_eq!(compile_problems(fine), Vec::<String>::new());
+
+    let problems = compile_problems(json!({"variables": {"l": [1]}, "steps": [
+        {"id": "w", "tool": "work", "when": "parseJson('{}') == {}"},
+        {"id": "r", "tool": "work", "args": {"x": "${{ vars.l.reduce(a, b, a + b) }}"}},
+        {"id": "e", "tool": "work", "args": {"x": "${{ result.v }}"}},
+        {"id": "k", "tool": "work", "expand_on": "$var.l", "expand_key": "${{ nope(each) }}"},
+    ]}));
+    assert_eq!(
+        problems,
+        [
+            "`when` is not a valid CEL expression: `parseJson(…)`: there is no such function in CEL here (`parseJson` is for data expressions, `${{ … }}`, not conditions)",
+            "`${{ vars.l.reduce(a, b, a + b) }}` is not a valid expression: `.reduce(…)`: there is no such function in CEL here",
+            "`${{ result.v }}` is not a valid expression: `result` is not defined here: an expression here reads `vars` (a variable `result` is `vars.result`)",
+            "`${{ nope(each) }}` is not a valid expression: `nope(…)`: there is no such function in CEL here",
+        ]
+    );
+}
+
+/// A value of the wrong type for a function is named in CEL's words, not Rust's.
+#[tokio::test(start_paused = true)]
+async fn a_function_given_the_wrong_type_says_so_in_cel_s_words() {
+    let harness = Harness::new();
+    let report = harness
+        .run(json!({"variables": {"m": {"t": "x"}}, "steps": [
+            {"id": "p", "tool": "work", "args": {"v": "${{ parseJson(vars.m) }}"}}
+        ]}))
+        .await;
+    assert_eq!(
+        common::error_message(&report, "p"),
+        "`${{ parseJson(vars.m) }}`: a function was given a map where it takes a string"
+    );
+}

@@ -29,13 +29,19 @@ impl Dependencies {
         let mut deps = vec![Vec::new(); n];
         let mut unknown = vec![Vec::new(); n];
         let mut dependents = vec![Vec::new(); n];
+        // `added[d] == i + 1`: step `i` already depends on `d` (a dependency listed twice
+        // counts once), found without a search of the list.
+        let mut added = vec![0usize; n];
         for (i, step) in plan.steps.iter().enumerate() {
             for dep in &step.depends_on {
                 match position.get(dep.0.as_str()) {
+                    Some(&d) if added[d] == i + 1 => {}
                     Some(&d) => {
+                        added[d] = i + 1;
                         deps[i].push(d);
                         dependents[d].push(i);
                     }
+                    None if unknown[i].contains(dep) => {}
                     None => unknown[i].push(dep.clone()),
                 }
             }

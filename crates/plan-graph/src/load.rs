@@ -65,6 +65,9 @@ pub struct InvalidPlan {
     pub plan_source: Source,
     /// Errors and warnings, in document order.
     pub issues: Vec<Issue>,
+    /// The plan, when the document read as one and only its validation failed: a caller can
+    /// go on to find the problems compiling it finds too, and report everything at once.
+    pub plan: Option<Box<Plan>>,
 }
 
 impl InvalidPlan {
@@ -101,6 +104,7 @@ pub fn load(
         return Err(InvalidPlan {
             plan_source: source,
             issues: vec![issue],
+            plan: None,
         });
     }
     let raw = match parse::<RawPlan>(&source, format) {
@@ -116,6 +120,7 @@ pub fn load(
             return Err(InvalidPlan {
                 plan_source: source,
                 issues,
+                plan: None,
             });
         }
     };
@@ -125,6 +130,7 @@ pub fn load(
         return Err(InvalidPlan {
             plan_source: source,
             issues,
+            plan: Some(Box::new(plan)),
         });
     }
     Ok(LoadedPlan {
@@ -249,6 +255,7 @@ pub fn load_variables(source: Source, format: Format) -> Result<Map<String, Valu
         Err(issue) => Err(InvalidPlan {
             plan_source: source,
             issues: vec![*issue],
+            plan: None,
         }),
     }
 }

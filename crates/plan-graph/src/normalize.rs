@@ -399,14 +399,19 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         ));
     }
 
+    // A dependency listed twice is harmless (mcp-cli's planner writes such plans): a warning,
+    // and the step depends on it once (`Dependencies` counts it once). The list stays as
+    // written, so that later problems point at the right entry.
     let depends_on = raw.depends_on.unwrap_or_default();
     for (i, dep) in depends_on.iter().enumerate() {
         if depends_on[..i].contains(dep) {
             issues.push(
-                Issue::error(
+                Issue::warning(
                     "plan::duplicate_dependency",
                     at.clone().key("depends_on").index(i),
-                    format!("step `{id}` lists `{dep}` twice in `depends_on`"),
+                    format!(
+                        "step `{id}` lists `{dep}` twice in `depends_on`; it depends on it once"
+                    ),
                 )
                 .label("again"),
             );

@@ -466,6 +466,8 @@ fn expressions_as_reads(
         }
         let mut names: Vec<String> = condition_reads(expression)
             .into_iter()
+            // In a block node, `vars.input` and `vars.nodes` are the block's own.
+            .filter(|name| place != Place::Block || !matches!(name.as_str(), "input" | "nodes"))
             .map(|name| format!("${{{name}}}"))
             .collect();
         // The map item, read by name: held to the same rules as `$each`, `$index`, `$key`.

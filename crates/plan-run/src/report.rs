@@ -178,7 +178,7 @@ fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>
         let Some(id) = event.step_id.as_deref() else {
             continue;
         };
-        let top = id.split('/').next().unwrap_or(id);
+        let top = plan_types::CallId::parse(id).top();
         let step = plan
             .steps
             .iter()

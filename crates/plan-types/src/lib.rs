@@ -12,12 +12,15 @@
 //!
 //! - [`TaskState`] is where a task step (a coding task in a git worktree) stands.
 //!
+//! - [`CallId`] reads a call's id (a step's, a map item's, a block node's, a task's call).
+//!
 //! - [`json`] reads back JSON of any nesting depth.
 //!
 //! These shapes are a compatibility promise: they change only with a version bump.
 #![deny(missing_docs)]
 
 mod approval;
+mod call_id;
 mod code;
 mod event;
 mod journal;
@@ -27,6 +30,7 @@ mod report;
 mod task;
 
 pub use approval::{Approvals, PLAN_APPROVAL, PendingApproval, Verdict};
+pub use call_id::CallId;
 pub use code::ErrorCode;
 pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
 pub use journal::{Batch, BatchLog, Durability, Journal, JournalError, Position, Restored, RunEnd};

@@ -135,6 +135,12 @@ impl Placeholder {
         }
         let word_len = name_len(after, false);
         let word = &after[..word_len];
+        if word == "step" && is_removed_step_reference(&after[word_len..]) {
+            return Err(ParseError::new(
+                offset,
+                "`$step-XX.…` was removed: give the step `binds: {NAME: $.field}` (or `result_variable: NAME`) and read `$var.NAME`",
+            ));
+        }
         let (root, path_allowed) = match word {
             "var" => {
                 let Some(rest) = after[word_len..].strip_prefix('.') else {
@@ -154,6 +160,7 @@ impl Placeholder {
                 let consumed = 1 + word_len + 1 + name_len;
                 let (path, path_len) = parse_segments(&text[consumed..], false, offset + consumed)?;
                 let len = consumed + path_len;
+                refuse_all_items(&text[len..], offset)?;
                 let placeholder = Placeholder {
                     root: Root::Var(name.to_owned()),
                     path,
@@ -173,6 +180,7 @@ impl Placeholder {
             (Vec::new(), 0)
         };
         let len = consumed + path_len;
+        refuse_all_items(&text[len..], offset)?;
         let placeholder = Placeholder {
             root,
             path,
@@ -328,6 +336,31 @@ fn find_closing_brace(text: &str) -> Option<usize> {
 enum Part {
     Text(String),
     Value(Placeholder),
+}
+
+/// Whether what follows `$step` is the removed `$step-XX.…` form (`$step-01.v`), not text
+/// that merely starts so (`$step-by-step`).
+fn is_removed_step_reference(rest: &str) -> bool {
+    let Some(rest) = rest.strip_prefix('-') else {
+        return false;
+    };
+    let id_len = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    id_len > 0
+        && rest[id_len..].starts_with('.')
+        && rest[..id_len].bytes().any(|b| b.is_ascii_digit())
+}
+
+/// `[*]` right after a placeholder (`$var.items[*].id`) is the removed form for every item.
+fn refuse_all_items(rest: &str, offset: usize) -> Result<(), ParseError> {
+    if rest.starts_with("[*]") {
+        return Err(ParseError::new(
+            offset,
+            "`[*]` was removed: run a step once per item with `expand_on` and read `$each`, or take a field of every item with a data expression (`${{ vars.items.map(i, i.id) }}`)",
+        ));
+    }
+    Ok(())
 }
 
 /// A parsed string: literal text, exactly one placeholder, or text with placeholders in it.

@@ -326,3 +326,16 @@ fn expressions_are_scanned_outside_their_strings_and_found_whole() {
     assert_eq!(plan_vars::whole_expression("$.stdout"), None);
     assert_eq!(plan_vars::whole_expression("x ${{ 1 }}"), None);
 }
+
+/// The forms the source documents removed are refused with what to write instead, never
+/// taken as text: `$step-XX.…` and `[*]`. Text that merely looks alike stays text.
+#[test]
+fn removed_forms_are_refused_with_their_replacement() {
+    let refused = |text: &str| Template::parse(text).unwrap_err().message;
+    assert!(refused("$step-01.v").starts_with("`$step-XX.…` was removed: give the step `binds"));
+    assert!(refused("ids: $var.items[*].id").starts_with("`[*]` was removed"));
+    assert!(refused("$each.tags[*]").starts_with("`[*]` was removed"));
+    for text in ["$step-by-step", "$steps", "a $step", "$var.items[0].id"] {
+        assert!(Template::parse(text).is_ok(), "{text}");
+    }
+}

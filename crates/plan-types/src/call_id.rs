@@ -1,0 +1,82 @@
+//! A call's identity as records, events, approvals and queue jobs carry it, read in one place:
+//! a step (`deploy`), a map item (`deploy-0`, `deploy[prod]`, whose key may hold any
+//! character, `/` included), or a call inside a step (a block node's run `review/draft#1`,
+//! nested `review/inner#1/check#2`, a task's call `T1/check-1#2`).
+
+/// The parts of a call id, borrowed from its text. Made by [`CallId::parse`]; shown as the
+/// text it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallId<'a> {
+    text: &'a str,
+    /// Where the part inside the step starts (after its `/`), if there is one.
+    inside: Option<usize>,
+}
+
+impl<'a> CallId<'a> {
+    /// Reads `id`. A map item's key is everything between the first `[` and the `]` that ends
+    /// the id, so a `/` in it never starts a node's part.
+    pub fn parse(id: &'a str) -> CallId<'a> {
+        let inside = match id.find(['/', '[']) {
+            Some(at) if id.as_bytes()[at] == b'/' => Some(at + 1),
+            // `STEP[KEY]`: the key runs to the end; an item has no part inside.
+            _ => None,
+        };
+        CallId { text: id, inside }
+    }
+
+    /// The step's own call, or a map item's (`deploy`, `deploy-0`, `deploy[prod]`): the id up
+    /// to the part inside it.
+    pub fn top(&self) -> &'a str {
+        match self.inside {
+            Some(at) => &self.text[..at - 1],
+            None => self.text,
+        }
+    }
+
+    /// The part inside the step: a block node's path (`draft#1`, `inner#1/check#2`) or a
+    /// task's call (`check-1#2`). `None` for a step's or an item's own call.
+    pub fn inside(&self) -> Option<&'a str> {
+        self.inside.map(|at| &self.text[at..])
+    }
+
+    /// Whether this is a call inside a step (a block node, a task's call).
+    pub fn is_inside(&self) -> bool {
+        self.inside.is_some()
+    }
+
+    /// The id as written.
+    pub fn as_str(&self) -> &'a str {
+        self.text
+    }
+}
+
+impl std::fmt::Display for CallId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CallId;
+
+    #[test]
+    fn steps_items_and_nodes_are_told_apart() {
+        fn parts(id: &str) -> (&str, Option<&str>) {
+            let call = CallId::parse(id);
+            (call.top(), call.inside())
+        }
+        assert_eq!(parts("deploy"), ("deploy", None));
+        assert_eq!(parts("deploy-3"), ("deploy-3", None));
+        assert_eq!(parts("review/draft#1"), ("review", Some("draft#1")));
+        assert_eq!(
+            parts("review/inner#1/check#2"),
+            ("review", Some("inner#1/check#2"))
+        );
+        assert_eq!(parts("T1/check-1#2"), ("T1", Some("check-1#2")));
+        // A key with a `/` is an item's, never a node's.
+        assert_eq!(parts("m[a/b]"), ("m[a/b]", None));
+        assert_eq!(parts("m[x]/y]"), ("m[x]/y]", None));
+        assert!(!CallId::parse("m[a/b]").is_inside());
+    }
+}
