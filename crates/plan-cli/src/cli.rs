@@ -265,9 +265,10 @@ pub(crate) struct WorkerArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum McpCommand {
-    /// Serve plan_validate, plan_run, plan_status, plan_resume and plan_approve over stdio.
-    /// A client gets only what the operator allows: by default the low-risk tools, no
-    /// environment variables, and no approvals
+    /// Serve plan_create, plan_execute, plan_create_and_execute, plan_validate, plan_run,
+    /// plan_status, plan_resume and plan_approve over stdio. A client gets only what the
+    /// operator allows: by default the low-risk tools, no environment variables, and no
+    /// approvals
     Serve(ServeArgs),
 }
 

@@ -195,7 +195,7 @@ impl EventSink for Live {
         let ts = Some(event.ts.as_str());
         let id = event.step_id.as_deref().unwrap_or("");
         let label = self.steps.label(id);
-        let call = plan_types::CallId::parse(id);
+        let call = plan_types::CallId::within(id, |step| self.steps.label(step).is_some());
         let node = call.is_inside();
         let mut state = self.lock();
         match event.kind {
@@ -293,7 +293,12 @@ impl EventSink for Live {
                         bar.inc(1);
                     }
                     let reason = event.reason.as_deref().unwrap_or("");
-                    self.say(&format!("- {label}  skipped: {reason}"), ts);
+                    // As the summary words it: a step that can never run is not a skip.
+                    if reason.starts_with(plan_types::reasons::UNKNOWN_DEPENDENCY) {
+                        self.say(&format!("! {label}  not run: {reason}"), ts);
+                    } else {
+                        self.say(&format!("- {label}  skipped: {reason}"), ts);
+                    }
                 }
             }
             EventKind::TaskChanged => {
@@ -331,7 +336,13 @@ impl EventSink for Live {
                     .pending
                     .iter()
                     .flatten()
-                    .map(|p| p.step_id.as_str())
+                    .map(|p| {
+                        if p.step_id == plan_types::PLAN_APPROVAL {
+                            "the plan"
+                        } else {
+                            p.step_id.as_str()
+                        }
+                    })
                     .collect();
                 self.say(
                     &format!("… waiting for approval: {}", waiting.join(", ")),
@@ -376,7 +387,8 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         let id = label(record);
         if plan.label(&record.step_id).is_none() {
             // A block's node (`STEP/NODE#N`) or a map step's item.
-            let call = plan_types::CallId::parse(&record.step_id);
+            let call =
+                plan_types::CallId::within(&record.step_id, |step| plan.label(step).is_some());
             let of_a_step = (call.is_inside() && plan.label(call.top()).is_some())
                 || plan.map_of(call.top()).is_some();
             if !of_a_step {
@@ -595,18 +607,28 @@ pub(crate) fn waiting(report: &RunReport) -> String {
 
 /// What `--dry-run` prints without `--json`.
 pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
-    let plural = if calls.len() == 1 { "" } else { "s" };
+    let not_run = calls.iter().filter(|call| call.not_run.is_some()).count();
+    let made = calls.len() - not_run;
     let failing = calls.iter().filter(|call| call.error.is_some()).count();
     let mut out = format!(
-        "dry run of `{plan_id}`: {} call{plural}, none made{}\n",
-        calls.len(),
+        "dry run of `{plan_id}`: {}, none made{}{}\n",
+        count(made, "call", "calls"),
         if failing == 0 {
             String::new()
         } else {
             format!("; {failing} would fail")
+        },
+        if not_run == 0 {
+            String::new()
+        } else {
+            format!("; {} would not run", count(not_run, "step", "steps"))
         }
     );
     for call in calls {
+        if let Some(why) = &call.not_run {
+            out.push_str(&format!("{}  {} not run: {why}\n", call.step_id, call.tool));
+            continue;
+        }
         let after = if call.depends_on.is_empty() {
             String::new()
         } else {
@@ -631,6 +653,11 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `1 call`, `2 calls`: a number with the word for it.
+pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// `850ms`, `12.34s`, `4m05s`, `2h03m`: a step's time and a run's alike.

@@ -881,3 +881,102 @@ fn an_item_key_with_a_slash_is_counted_as_an_item() {
         .code(0)
         .stdout(predicates::str::contains("2 map items"));
 }
+
+/// The small things a newcomer meets: a dry run does not list a step that can never run as a
+/// call; `show` of an empty plan says so; `runs` has a header; a plain `resume` of a failed run
+/// says how to run its failures again; the live view names the plan, not `__plan__`, and says
+/// `not run` as the summary does.
+#[test]
+fn newcomer_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let blocked = write_plan(
+        dir.path(),
+        "g.json",
+        &json!({"steps": [{"id": "a", "tool": "echo"}, {"id": "b", "tool": "echo", "depends_on": ["zz"]}]}),
+    );
+    plan_cli()
+        .args(["run", blocked.to_str().unwrap(), "--dry-run"])
+        .assert()
+        .code(1)
+        .stdout(predicates::str::contains(
+            "dry run of `g`: 1 call, none made; 1 step would not run\na  echo {}\nb  echo not run: it depends on `zz`, which is not a step of the plan\n",
+        ));
+    let run = plan_cli()
+        .args(["run", blocked.to_str().unwrap(), "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        said.contains("! b [echo]  not run: unknown dependency"),
+        "{said}"
+    );
+
+    let empty = write_plan(dir.path(), "e.json", &json!({"steps": []}));
+    plan_cli()
+        .args(["show", empty.to_str().unwrap()])
+        .assert()
+        .code(0)
+        .stdout("e\n\nno steps: a run of this plan calls nothing and completes at once\n");
+
+    let approval = write_plan(
+        dir.path(),
+        "m.json",
+        &json!({"mode": "approval", "steps": [{"id": "a", "tool": "echo"}]}),
+    );
+    let run = plan_cli()
+        .args(["run", approval.to_str().unwrap(), "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(said.contains("waiting for approval: the plan"), "{said}");
+
+    let failing = write_plan(
+        dir.path(),
+        "f.json",
+        &json!({"steps": [{"id": "x", "tool": "fail"}]}),
+    );
+    let (_, report) = run_json(&[failing.to_str().unwrap(), "--db", db.to_str().unwrap()]);
+    let id = report["run_id"].as_str().unwrap();
+    plan_cli()
+        .args(["resume", id, "--db"])
+        .arg(&db)
+        .assert()
+        .code(1)
+        .stderr(predicates::str::contains(format!(
+            "run {id} ended FAILED; run its failed steps (and what follows them) again with `plan-cli resume {id} --retry-failed`"
+        )));
+
+    plan_cli()
+        .args(["runs", "--db"])
+        .arg(&db)
+        .assert()
+        .code(0)
+        .stdout(predicates::str::starts_with("RUN  "));
+
+    // Suggestions name the field as the docs write it, and `argv` for a command.
+    let typos = write_plan(
+        dir.path(),
+        "t.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "depends": []}]}),
+    );
+    plan_cli()
+        .args(["validate", typos.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("did you mean `depends_on`?"));
+    let command = write_plan(
+        dir.path(),
+        "c.json",
+        &json!({"steps": [{"id": "a", "tool": "exec", "args": {"cmd": "ls -l"}}]}),
+    );
+    plan_cli()
+        .args(["validate", command.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "a program and its arguments go in `argv`",
+        ));
+}

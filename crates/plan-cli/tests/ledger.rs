@@ -997,13 +997,17 @@ fn runs_filter_by_status_and_plan_and_show_aligned_durations() {
     let output = lab.cli().args(["runs"]).output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     let (_, all) = lab.json(&["runs", "--json"]);
-    let starts: Vec<usize> = text
-        .lines()
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with("RUN "), "a header first: {text}");
+    let starts: Vec<usize> = lines
+        .clone()
         .zip(all.as_array().unwrap())
         .map(|(line, run)| line.find(run["started_at"].as_str().unwrap()).unwrap())
         .collect();
     assert!(starts.windows(2).all(|w| w[0] == w[1]), "{text}");
-    let ends: Vec<usize> = text.lines().map(str::len).collect();
+    assert_eq!(header.find("STARTED"), starts.first().copied(), "{text}");
+    let ends: Vec<usize> = text.lines().map(|line| line.chars().count()).collect();
     assert!(
         ends.windows(2).all(|w| w[0] == w[1]),
         "durations end together: {text}"

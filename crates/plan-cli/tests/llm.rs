@@ -165,7 +165,7 @@ fn a_model_that_never_gets_it_right_is_reported_with_what_was_wrong() {
     );
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("no valid plan in 2 tries"), "{stderr}");
+    assert!(stderr.contains("no valid plan in 2 answers"), "{stderr}");
     assert!(stderr.contains("dependency cycle"), "{stderr}");
     assert_eq!(server.requests().len(), 2);
     let (_, plans) = lab.json(&["plan", "list", "--json"]);

@@ -149,13 +149,26 @@ fn structured_content_text_progress_and_timeouts_from_the_everything_server() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|e| e["type"] == "tool.progress" && e["step_id"] == "long")
         .collect();
-    // One notification per step, 0.5 s apart; the last comes right before the result and
-    // may be handled after the call ended (it is then dropped, not reported late).
-    assert!(
-        progress.len() >= 2,
-        "progress notifications become events: {progress:?}"
+    // One notification per step, 0.5 s apart; the last comes right before the result, and
+    // is reported too, before the call ends.
+    assert_eq!(
+        progress.len(),
+        4,
+        "every progress notification becomes an event: {progress:?}"
     );
     assert_eq!(progress[0]["progress"]["total"], 4.0);
+    assert_eq!(progress[3]["progress"]["progress"], 4.0);
+    let lines: Vec<&str> = events.lines().collect();
+    let last_progress = lines
+        .iter()
+        .rposition(|l| l.contains("\"tool.progress\"") && l.contains("\"step_id\":\"long\""));
+    let ended = lines
+        .iter()
+        .position(|l| l.contains("\"tool.succeeded\"") && l.contains("\"step_id\":\"long\""));
+    assert!(
+        last_progress < ended,
+        "progress comes before the call's end"
+    );
 }
 
 /// Progress comes back for a call whatever calls came before it, on any server: rmcp numbers
@@ -179,7 +192,7 @@ fn progress_comes_back_whatever_calls_came_first() {
         .lines()
         .filter(|line| line.contains("\"tool.progress\"") && line.contains("\"step_id\":\"long\""))
         .count();
-    assert!(progress >= 2, "{progress} progress events for `long`");
+    assert_eq!(progress, 4, "{progress} progress events for `long`");
 }
 
 #[test]

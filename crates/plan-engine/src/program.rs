@@ -123,6 +123,10 @@ pub struct PlannedCall {
     /// The step's `when`, decided at run time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
+    /// Why the step would not run at all: it depends (itself, or through the steps it waits
+    /// for) on a step the plan does not have, so the run ends `BLOCKED` without calling it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_run: Option<String>,
 }
 
 /// The values a run reads besides its variables: the map item being run and the listed
@@ -504,6 +508,36 @@ impl Program {
         let unknown = |placeholder: &Placeholder| {
             stand_in(placeholder).map(|_| crate::schema::UNKNOWN.to_owned())
         };
+        // Steps that never run: an unknown dependency, or a dependency that never runs.
+        let mut blocked: Vec<Option<String>> = self
+            .deps
+            .unknown
+            .iter()
+            .map(|unknown| {
+                let names: Vec<String> = unknown.iter().map(|d| format!("`{}`", d.0)).collect();
+                (!names.is_empty()).then(|| {
+                    format!(
+                        "it depends on {}, which is not a step of the plan",
+                        names.join(", ")
+                    )
+                })
+            })
+            .collect();
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for i in 0..self.steps.len() {
+                if blocked[i].is_none()
+                    && let Some(&d) = self.deps.deps[i].iter().find(|&&d| blocked[d].is_some())
+                {
+                    blocked[i] = Some(format!(
+                        "it waits for `{}`, which does not run",
+                        self.steps[d].id
+                    ));
+                    changed = true;
+                }
+            }
+        }
         let mut calls = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
             let depends_on: Vec<String> = self.deps.deps[i]
@@ -511,6 +545,19 @@ impl Program {
                 .map(|&d| self.steps[d].id.to_string())
                 .chain(self.deps.unknown[i].iter().map(|d| d.0.clone()))
                 .collect();
+            if let Some(why) = &blocked[i] {
+                calls.push(PlannedCall {
+                    step_id: step.id.to_string(),
+                    tool: step.tool_name.to_string(),
+                    args: Value::Null,
+                    depends_on,
+                    expand_on: None,
+                    error: None,
+                    when: None,
+                    not_run: Some(why.clone()),
+                });
+                continue;
+            }
             let planned =
                 |step_id: String, resolved: Result<Value, StepError>, expand_on: Option<String>| {
                     let (mut args, mut error) = match resolved {
@@ -529,6 +576,7 @@ impl Program {
                         expand_on,
                         error,
                         when: step.when.as_ref().map(|c| c.text.clone()),
+                        not_run: None,
                     }
                 };
             let evaluate = |text: &str, scope: &Scope<'_>| self.expressions.evaluate(text, scope);

@@ -395,7 +395,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 .iter()
                 .map(|d| d.0.as_str())
                 .collect();
-            let reason = format!("unknown dependency: {}", json_list(&unknown));
+            let reason = format!("{}: {}", reasons::UNKNOWN_DEPENDENCY, json_list(&unknown));
             scheduler.record_not_run(i, false, false, reason);
             scheduler.settle(i, Outcome::Blocked);
         } else if scheduler.steps[i].remaining == 0 {
@@ -1722,7 +1722,7 @@ impl Scheduler<'_> {
 /// The step among `parents` that an item (`STEP-N`, `STEP[KEY]`) or a block node's run
 /// (`STEP/NODE#K`) belongs to.
 fn parent_of<'a>(id: &str, parents: &'a HashMap<&str, usize>) -> Option<&'a usize> {
-    let call = CallId::parse(id);
+    let call = CallId::within(id, |step| parents.contains_key(step));
     if call.is_inside()
         && let Some(i) = parents.get(call.top())
     {
@@ -1760,7 +1760,7 @@ fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
             let calls = matches!(step.action, Action::Tool(_)) && step.expand.is_none();
             (calls.then(|| &*step.tool_name), true)
         } else if let (block, Some(inside)) = {
-            let call = CallId::parse(id);
+            let call = CallId::within(id, |step| by_id.contains_key(step));
             (call.top(), call.inside())
         } {
             // A block node: its failure is its block's, counted with the block's record.

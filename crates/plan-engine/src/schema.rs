@@ -290,7 +290,21 @@ pub(crate) fn argument_issues(
         let top = violation.pointer.is_empty();
         if top && !violation.unexpected.is_empty() {
             for name in &violation.unexpected {
+                // A command written as one string, as a shell takes it: `exec`'s is a list.
+                let command = [
+                    "cmd",
+                    "command",
+                    "commands",
+                    "script",
+                    "shell",
+                    "run",
+                    "commandline",
+                ]
+                .contains(&name.to_ascii_lowercase().as_str());
                 let hint = match plan_graph::closest(name, &properties) {
+                    _ if command && properties.iter().any(|p| p == "argv") => format!(
+                        "a program and its arguments go in `argv`, as a list (`[\"ls\", \"-l\"]`; no shell reads it); {takes}"
+                    ),
                     Some(near) => format!("did you mean `{near}`? {takes}"),
                     None => takes.clone(),
                 };

@@ -394,18 +394,20 @@ fn serde_issue(
         issue.message = format!("unknown field `{field}`");
         issue.label = "not a field here".to_owned();
         let expected = expected_names(message);
-        issue.help = Some(match closest(&field, &expected) {
-            Some(name) => format!("did you mean `{name}`?"),
-            None if expected.is_empty() => "remove it".to_owned(),
-            None => format!(
-                "the fields here are {}",
-                expected
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        });
+        issue.help = Some(
+            match closest(&field, &expected).map(|name| canonical(name, &expected)) {
+                Some(name) => format!("did you mean `{name}`?"),
+                None if expected.is_empty() => "remove it".to_owned(),
+                None => format!(
+                    "the fields here are {}",
+                    expected
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+        );
         if let Some(range) = source.key_near(&field, offset) {
             issue.location = Location::Span(range);
         }
@@ -564,6 +566,25 @@ fn expected_names(message: &str) -> Vec<String> {
         .map(|name| name.trim().trim_matches('`').to_owned())
         .filter(|name| !name.is_empty())
         .collect()
+}
+
+/// The name the docs write for a field: `depends_on` for its alias `dependsOn`, when both are
+/// accepted here.
+fn canonical(name: &str, accepted: &[String]) -> String {
+    let mut snake = String::with_capacity(name.len() + 2);
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            snake.push('_');
+            snake.push(c.to_ascii_lowercase());
+        } else {
+            snake.push(c);
+        }
+    }
+    if snake != name && accepted.contains(&snake) {
+        snake
+    } else {
+        name.to_owned()
+    }
 }
 
 /// The candidate nearest to `name`, if it is near enough to be a typo (for "did you mean").

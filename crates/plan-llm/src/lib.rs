@@ -72,7 +72,7 @@ pub enum LlmError {
         message: String,
     },
     /// Every answer was wrong; the problems with the last one.
-    #[error("the model gave no valid plan in {tries} tries; the last answer: {problems}")]
+    #[error("the model gave no valid plan in {tries} {}; the last answer: {problems}", if *tries == 1 { "answer" } else { "answers" })]
     Invalid {
         /// Answers received.
         tries: u32,

@@ -144,7 +144,7 @@ fn check_all(
         let steps: Vec<String> = plan_of(row)
             .map(|plan| plan.steps.iter().map(|s| s.id.0.clone()).collect())
             .unwrap_or_default();
-        let step = plan_types::CallId::parse(id).top();
+        let step = plan_types::CallId::within(id, |step| steps.iter().any(|s| s == step)).top();
         let known = steps
             .iter()
             .any(|s| s == step || plan_graph::is_item_of(step, s));

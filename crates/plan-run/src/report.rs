@@ -178,7 +178,7 @@ fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>
         let Some(id) = event.step_id.as_deref() else {
             continue;
         };
-        let top = plan_types::CallId::parse(id).top();
+        let top = plan_types::CallId::within(id, |step| plan.position(step).is_some()).top();
         let step = plan
             .steps
             .iter()

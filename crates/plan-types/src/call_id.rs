@@ -24,6 +24,30 @@ impl<'a> CallId<'a> {
         CallId { text: id, inside }
     }
 
+    /// Reads `id` knowing the plan's steps: a step's id may hold a `/` itself (`a/b`), so the
+    /// call's step is the first prefix ending before a `/` that `is_step` accepts
+    /// (`a/b/check#1` is a node of step `a/b`); without one, as [`CallId::parse`] reads it.
+    pub fn within(id: &'a str, is_step: impl Fn(&str) -> bool) -> CallId<'a> {
+        if is_step(id) {
+            return CallId {
+                text: id,
+                inside: None,
+            };
+        }
+        let key = id.find('[').unwrap_or(id.len());
+        id[..key]
+            .match_indices('/')
+            .map(|(at, _)| at)
+            .find(|&at| is_step(&id[..at]))
+            .map_or_else(
+                || CallId::parse(id),
+                |at| CallId {
+                    text: id,
+                    inside: Some(at + 1),
+                },
+            )
+    }
+
     /// The step's own call, or a map item's (`deploy`, `deploy-0`, `deploy[prod]`): the id up
     /// to the part inside it.
     pub fn top(&self) -> &'a str {
@@ -78,5 +102,14 @@ mod tests {
         assert_eq!(parts("m[a/b]"), ("m[a/b]", None));
         assert_eq!(parts("m[x]/y]"), ("m[x]/y]", None));
         assert!(!CallId::parse("m[a/b]").is_inside());
+        // A step's id may hold a `/`: the plan's steps say where the node's part starts.
+        let steps = ["a/b", "c"];
+        let within = |id| {
+            let call = CallId::within(id, |s| steps.contains(&s));
+            (call.top(), call.inside())
+        };
+        assert_eq!(within("a/b"), ("a/b", None));
+        assert_eq!(within("a/b/check#1"), ("a/b", Some("check#1")));
+        assert_eq!(within("c/x#1/y#2"), ("c", Some("x#1/y#2")));
     }
 }

@@ -82,7 +82,10 @@ pub(crate) fn run_as(
         print(&text)?;
         // A dry run that finds a call that would fail says so in its exit code, as the run
         // would.
-        let would_fail = args.dry_run && calls.iter().any(|call| call.error.is_some());
+        let would_fail = args.dry_run
+            && calls
+                .iter()
+                .any(|call| call.error.is_some() || call.not_run.is_some());
         return Ok(i32::from(would_fail));
     }
     // A model to re-plan with is needed before anything runs, not after a failure.
@@ -259,7 +262,18 @@ fn go_on(
         frontend.state_file = stored.state_file;
     }
     let (report, steps) = continue_run(run, options, queue.as_ref(), &frontend, toolbox, ledger)?;
-    print_outcome(&report, steps.as_deref(), &frontend)
+    let code = print_outcome(&report, steps.as_deref(), &frontend)?;
+    let failed = matches!(
+        report.task_status,
+        plan_types::TaskStatus::Failed | plan_types::TaskStatus::Partial
+    );
+    if failed && !options.retry_failed && !frontend.json {
+        eprintln!(
+            "run {0} ended {1}; run its failed steps (and what follows them) again with `plan-cli resume {0} --retry-failed`",
+            report.run_id, report.task_status
+        );
+    }
+    Ok(code)
 }
 
 /// Goes on with a stored run (a finished one, unless failures are to be retried, only gives

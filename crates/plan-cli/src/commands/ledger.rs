@@ -104,16 +104,26 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
             .map(|r| r.plan_id.chars().count())
             .max()
             .unwrap_or(0);
-        let duration_width = durations.iter().map(String::len).max().unwrap_or(0);
-        rows.iter()
-            .zip(statuses.iter().zip(&durations))
-            .map(|(row, (status, took))| {
-                format!(
-                    "{}  {status:<status_width$}  {:<plan_width$}  {}  {took:>duration_width$}\n",
-                    row.run_id, row.plan_id, row.started_at
-                )
-            })
-            .collect()
+        let status_width = status_width.max("STATUS".len());
+        let plan_width = plan_width.max("PLAN".len());
+        let duration_width = durations
+            .iter()
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+            .max("TOOK".len());
+        let id_width = rows[0].run_id.len();
+        let mut text = format!(
+            "{:<id_width$}  {:<status_width$}  {:<plan_width$}  {:<24}  {:>duration_width$}\n",
+            "RUN", "STATUS", "PLAN", "STARTED", "TOOK"
+        );
+        for (row, (status, took)) in rows.iter().zip(statuses.iter().zip(&durations)) {
+            text.push_str(&format!(
+                "{:<id_width$}  {status:<status_width$}  {:<plan_width$}  {:<24}  {took:>duration_width$}\n",
+                row.run_id, row.plan_id, row.started_at
+            ));
+        }
+        text
     };
     print(&text)?;
     Ok(0)

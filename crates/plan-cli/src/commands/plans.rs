@@ -91,7 +91,11 @@ fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
                 .title
                 .as_deref()
                 .map_or(String::new(), |t| format!(" — {t}"));
-            let picture = plan_graph::render::ascii(plan, &|_| plan_graph::render::Mark::Pending);
+            let picture = if plan.steps.is_empty() {
+                "no steps: a run of this plan calls nothing and completes at once\n".to_owned()
+            } else {
+                plan_graph::render::ascii(plan, &|_| plan_graph::render::Mark::Pending)
+            };
             format!("{plan_id}{title}\n\n{picture}")
         }
         GraphFormat::Mermaid => plan_graph::render::mermaid(plan),

@@ -132,67 +132,110 @@ impl plan_llm::Model for Sampling {
     }
 }
 
-/// A tool of the server; `schema` is a JSON Schema object.
-fn tool(name: &'static str, description: &'static str, input_schema: Value) -> ServedTool {
-    ServedTool {
-        name,
-        description,
-        input_schema,
-    }
+/// The tools `mcp serve` offers, in the order it lists them: the one list its tool list, its
+/// dispatch (an exhaustive `match`) and `mcp serve --help` (checked by a test) come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    Create,
+    Execute,
+    CreateAndExecute,
+    Validate,
+    Run,
+    Status,
+    Resume,
+    Approve,
 }
 
-fn tools() -> Vec<ServedTool> {
-    let plan = json!({
-        "description": "The plan: a JSON object, or its text (JSON or YAML)",
-        "type": ["object", "string"]
-    });
-    let run_id = json!({"type": "string", "description": "The run's id (or a unique prefix)"});
-    let goal = json!({"type": "string", "description": "What to accomplish, in natural language: be specific about the end result"});
-    vec![
-        tool(
-            "plan_create",
-            "Generate a multi-step plan from a goal without running it (written by your model through MCP sampling, else by the server's configured model, and checked before it is stored). Returns the plan id and its steps; run it with plan_execute.",
-            json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]}),
-        ),
-        tool(
-            "plan_execute",
-            "Run a stored plan by its id; returns every step's outcome and the plan's variables (results).",
-            json!({"type": "object", "properties": {"plan_id": {"type": "string", "description": "The id plan_create returned"}}, "required": ["plan_id"]}),
-        ),
-        tool(
-            "plan_create_and_execute",
-            "Generate a plan from a goal and run it in one call; returns every step's outcome and the results.",
-            json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]}),
-        ),
-        tool(
-            "plan_validate",
-            "Check a plan without running it: every error with its line and column.",
-            json!({"type": "object", "properties": {"plan": plan, "variables": {"type": "object"}}, "required": ["plan"]}),
-        ),
-        tool(
-            "plan_run",
-            "Run a plan and return its records, variables and task_status (as `plan-cli run --json`). High-risk steps wait unless listed in `approve`.",
-            json!({"type": "object", "properties": {
+impl Served {
+    const ALL: [Served; 8] = [
+        Served::Create,
+        Served::Execute,
+        Served::CreateAndExecute,
+        Served::Validate,
+        Served::Run,
+        Served::Status,
+        Served::Resume,
+        Served::Approve,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Served::Create => "plan_create",
+            Served::Execute => "plan_execute",
+            Served::CreateAndExecute => "plan_create_and_execute",
+            Served::Validate => "plan_validate",
+            Served::Run => "plan_run",
+            Served::Status => "plan_status",
+            Served::Resume => "plan_resume",
+            Served::Approve => "plan_approve",
+        }
+    }
+
+    fn named(name: &str) -> Option<Served> {
+        Served::ALL.into_iter().find(|served| served.name() == name)
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Served::Create => {
+                "Generate a multi-step plan from a goal without running it (written by your model through MCP sampling, else by the server's configured model, and checked before it is stored). Returns the plan id and its steps; run it with plan_execute."
+            }
+            Served::Execute => {
+                "Run a stored plan by its id; returns every step's outcome and the plan's variables (results)."
+            }
+            Served::CreateAndExecute => {
+                "Generate a plan from a goal and run it in one call; returns every step's outcome and the results."
+            }
+            Served::Validate => {
+                "Check a plan without running it: every error with its line and column."
+            }
+            Served::Run => {
+                "Run a plan and return its records, variables and task_status (as `plan-cli run --json`). High-risk steps wait unless listed in `approve`."
+            }
+            Served::Status => "A run's records and status, as `plan-cli status RUN --json`.",
+            Served::Resume => {
+                "Continue a stopped, interrupted or waiting run; completed steps are not run again."
+            }
+            Served::Approve => {
+                "Approve (or with reject: true, refuse) a waiting run's high-risk steps; then plan_resume."
+            }
+        }
+    }
+
+    /// Its arguments' JSON Schema.
+    fn input_schema(self) -> Value {
+        let plan = json!({
+            "description": "The plan: a JSON object, or its text (JSON or YAML)",
+            "type": ["object", "string"]
+        });
+        let run_id = json!({"type": "string", "description": "The run's id (or a unique prefix)"});
+        let goal = json!({"type": "string", "description": "What to accomplish, in natural language: be specific about the end result"});
+        match self {
+            Served::Create => {
+                json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]})
+            }
+            Served::Execute => {
+                json!({"type": "object", "properties": {"plan_id": {"type": "string", "description": "The id plan_create returned"}}, "required": ["plan_id"]})
+            }
+            Served::CreateAndExecute => {
+                json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]})
+            }
+            Served::Validate => {
+                json!({"type": "object", "properties": {"plan": plan, "variables": {"type": "object"}}, "required": ["plan"]})
+            }
+            Served::Run => json!({"type": "object", "properties": {
                 "plan": plan,
                 "variables": {"type": "object", "description": "Inputs; they win over the plan's variables"},
                 "approve": {"type": "array", "items": {"type": "string"}, "description": "High-risk steps approved in advance"},
                 "max_concurrency": {"type": "integer", "minimum": 1}
             }, "required": ["plan"]}),
-        ),
-        tool(
-            "plan_status",
-            "A run's records and status, as `plan-cli status RUN --json`.",
-            json!({"type": "object", "properties": {"run_id": run_id}, "required": ["run_id"]}),
-        ),
-        tool(
-            "plan_resume",
-            "Continue a stopped, interrupted or waiting run; completed steps are not run again.",
-            json!({"type": "object", "properties": {"run_id": run_id, "retry_failed": {"type": "boolean"}}, "required": ["run_id"]}),
-        ),
-        tool(
-            "plan_approve",
-            "Approve (or with reject: true, refuse) a waiting run's high-risk steps; then plan_resume.",
-            json!({"type": "object", "properties": {
+            Served::Status => {
+                json!({"type": "object", "properties": {"run_id": run_id}, "required": ["run_id"]})
+            }
+            Served::Resume => {
+                json!({"type": "object", "properties": {"run_id": run_id, "retry_failed": {"type": "boolean"}}, "required": ["run_id"]})
+            }
+            Served::Approve => json!({"type": "object", "properties": {
                 "run_id": run_id,
                 "steps": {"type": "array", "items": {"type": "string"}},
                 "all": {"type": "boolean", "description": "Everything the run waits for"},
@@ -200,8 +243,19 @@ fn tools() -> Vec<ServedTool> {
                 "reject": {"type": "boolean"},
                 "reason": {"type": "string"}
             }, "required": ["run_id"]}),
-        ),
-    ]
+        }
+    }
+}
+
+fn tools() -> Vec<ServedTool> {
+    Served::ALL
+        .into_iter()
+        .map(|served| ServedTool {
+            name: served.name(),
+            description: served.description(),
+            input_schema: served.input_schema(),
+        })
+        .collect()
 }
 
 impl Service for PlanServer {
@@ -248,8 +302,11 @@ impl PlanServer {
                 .unwrap_or_default()
         };
         let run_id = || string("run_id").ok_or_else(|| Failure::input("`run_id` is required"));
-        match tool {
-            "plan_validate" => {
+        let Some(served) = Served::named(tool) else {
+            return Err(Failure::input(format!("no tool `{tool}`")));
+        };
+        match served {
+            Served::Validate => {
                 let ready = self.prepare(args, Severity::Error)?;
                 Ok(json!({
                     "valid": true,
@@ -259,7 +316,7 @@ impl PlanServer {
                     "warnings": crate::plan_file::render(&ready.loaded.source, &ready.loaded.warnings),
                 }))
             }
-            "plan_run" => {
+            Served::Run => {
                 if !strings("approve").is_empty() {
                     self.check_approval()?;
                 }
@@ -285,12 +342,12 @@ impl PlanServer {
                 let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
                 to_json(&report)
             }
-            "plan_status" => {
+            Served::Status => {
                 let mut store = self.ledger.open_existing()?;
                 let row = self.client_run(&mut store, &run_id()?)?;
                 to_json(&stored_report(&store, &row)?)
             }
-            "plan_resume" => {
+            Served::Resume => {
                 // A run is resumed with its stored plan: it meets the same policy as a new one
                 // (and only runs clients started can be resumed here).
                 let run_id = {
@@ -321,7 +378,7 @@ impl PlanServer {
                 )?;
                 to_json(&report)
             }
-            "plan_approve" => {
+            Served::Approve => {
                 let steps = strings("steps");
                 // Only runs clients started: the operator's waiting steps are the operator's.
                 let run_id = {
@@ -349,12 +406,12 @@ impl PlanServer {
                 };
                 to_json(&decided)
             }
-            "plan_create" => {
+            Served::Create => {
                 let goal = string("goal").ok_or_else(|| Failure::input("`goal` is required"))?;
                 let (plan_id, plan) = self.create(&goal, client)?;
                 Ok(created(&plan_id, &plan))
             }
-            "plan_execute" => {
+            Served::Execute => {
                 let plan_id =
                     string("plan_id").ok_or_else(|| Failure::input("`plan_id` is required"))?;
                 let stored = super::plans::find(&plan_id, &self.ledger)?;
@@ -365,12 +422,11 @@ impl PlanServer {
                 }
                 self.execute(&plan_id, Value::String(stored.source))
             }
-            "plan_create_and_execute" => {
+            Served::CreateAndExecute => {
                 let goal = string("goal").ok_or_else(|| Failure::input("`goal` is required"))?;
                 let (plan_id, plan) = self.create(&goal, client)?;
                 self.execute(&plan_id, plan)
             }
-            other => Err(Failure::input(format!("no tool `{other}`"))),
         }
     }
 
@@ -571,4 +627,29 @@ impl PlanServer {
 
 fn to_json(value: &impl serde::Serialize) -> Result<Value, Failure> {
     serde_json::to_value(value).map_err(|error| Failure::internal(error.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Served;
+
+    /// `mcp serve --help` names every tool the server offers.
+    #[test]
+    fn the_help_names_every_served_tool() {
+        use clap::CommandFactory;
+        let mut cli = crate::cli::Cli::command();
+        let serve = cli
+            .find_subcommand_mut("mcp")
+            .and_then(|mcp| mcp.find_subcommand_mut("serve"))
+            .map(|serve| serve.render_long_help().to_string())
+            .unwrap_or_default();
+        for served in Served::ALL {
+            assert!(
+                serve.contains(served.name()),
+                "{} is not in:\n{serve}",
+                served.name()
+            );
+            assert_eq!(Served::named(served.name()), Some(served));
+        }
+    }
 }

@@ -51,9 +51,9 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
         secret: crate::toolbox::queue_secret(),
     };
     say(&format!(
-        "worker {id}: taking calls from BullMQ queue `{}` ({} tools, {} at once{}); Ctrl+C or SIGTERM drains and stops",
+        "worker {id}: taking calls from BullMQ queue `{}` ({}, {} at once{}); Ctrl+C or SIGTERM drains and stops",
         args.queue_name,
-        tools.names().len(),
+        crate::output::count(tools.names().len(), "tool", "tools"),
         args.concurrency,
         if options.secret.is_some() {
             ", signed jobs only"

@@ -254,7 +254,7 @@ impl Tool for McpTool {
         };
         let outcome = handle.await_response().await;
         abandoned.id = None;
-        self.server.unwatch_progress(&token);
+        self.server.unwatch_progress(&token).await;
         match outcome {
             Ok(ServerResult::CallToolResult(result)) => result_value(result),
             Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::new(
@@ -318,7 +318,7 @@ struct Server {
     config: ServerConfig,
     state: tokio::sync::Mutex<State>,
     /// Progress reporters of calls in flight, by progress token.
-    progress: Arc<Mutex<HashMap<i64, Progress>>>,
+    progress: Arc<Mutex<HashMap<i64, Arc<Watch>>>>,
     /// The last lines the server wrote to stderr, for error messages.
     stderr: Arc<Mutex<VecDeque<String>>>,
 }
@@ -469,17 +469,45 @@ impl Server {
             self.progress
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(n, progress);
+                .insert(n, Arc::new(Watch::new(progress)));
         }
     }
 
-    fn unwatch_progress(&self, token: &ProgressToken) {
-        if let NumberOrString::Number(n) = &token.0 {
-            self.progress
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(n);
+    /// Stops reporting a call's progress once its answer came. rmcp hands each notification
+    /// to a task of its own, so the last ones (sent right before the answer) may still be on
+    /// their way: a call whose progress names its total waits for the notification that
+    /// reaches it (at most `LATE_PROGRESS`); one without a total lets the tasks already
+    /// started run first.
+    async fn unwatch_progress(&self, token: &ProgressToken) {
+        let NumberOrString::Number(n) = &token.0 else {
+            return;
+        };
+        let watch = self
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(n)
+            .cloned();
+        if let Some(watch) = watch {
+            // Notification tasks already started run before a total is looked for.
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            let deadline = tokio::time::Instant::now() + LATE_PROGRESS;
+            loop {
+                let notified = watch.changed.notified();
+                if watch.complete() {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    break;
+                }
+            }
         }
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(n);
     }
 
     fn stderr_tail(&self) -> String {
@@ -519,9 +547,50 @@ impl Drop for Abandoned {
     }
 }
 
+/// How long a call's answer waits for the progress notifications sent before it.
+const LATE_PROGRESS: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A call's progress reporter, with how far its server said it got.
+struct Watch {
+    reporter: Progress,
+    /// The highest progress reported, and the total when the server gave one.
+    seen: Mutex<(f64, Option<f64>)>,
+    changed: tokio::sync::Notify,
+}
+
+impl Watch {
+    fn new(reporter: Progress) -> Self {
+        Watch {
+            reporter,
+            // Nothing seen and no total: nothing to wait for until a notification says more.
+            seen: Mutex::new((0.0, None)),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Whether every notification the server announced has come: its progress reached its
+    /// total, or it gave none.
+    fn complete(&self) -> bool {
+        let (seen, total) = *self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        total.is_none_or(|total| seen >= total)
+    }
+
+    fn report(&self, report: ProgressReport) {
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            seen.0 = seen.0.max(report.progress);
+            if report.total.is_some() {
+                seen.1 = report.total;
+            }
+        }
+        self.reporter.report(report);
+        self.changed.notify_waiters();
+    }
+}
+
 /// What plan-cli does with what a server sends unasked: progress becomes events.
 struct Handler {
-    progress: Arc<Mutex<HashMap<i64, Progress>>>,
+    progress: Arc<Mutex<HashMap<i64, Arc<Watch>>>>,
 }
 
 impl ClientHandler for Handler {
