@@ -138,6 +138,7 @@ const RUN_COLUMNS: &str = "run_id, plan_id, plan_name, plan_format, plan_source,
 /// most records have: an `echo` step's row is 45 bytes shorter. Rows written whole (by older
 /// plan-cli) read back the same.
 #[derive(serde::Serialize)]
+#[expect(clippy::box_collection, reason = "borrows `Record::upstream` as it is")]
 struct StoredRecord<'a> {
     #[serde(skip_serializing_if = "is_true")]
     ok: bool,
@@ -159,6 +160,7 @@ struct StoredRecord<'a> {
 
 /// A stored record read back, each field missing from the row at its usual value.
 #[derive(serde::Deserialize)]
+#[expect(clippy::box_collection, reason = "becomes `Record::upstream` as it is")]
 struct ReadRecord {
     #[serde(default = "yes")]
     ok: bool,
