@@ -8,6 +8,52 @@
 //! engine's own. The engine never touches the terminal, files or the environment: callers
 //! decide where events and records go. The types it produces live in `plan-types`.
 //!
+//! A plan run with a tool of the caller's own:
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use plan_engine::{Program, Registry, RunOptions, Tool, ToolContext, ToolError, ToolInfo};
+//! use plan_graph::{Format, LoadOptions, Source};
+//! use serde_json::{Value, json};
+//!
+//! /// Doubles `n`.
+//! struct Double;
+//!
+//! #[async_trait]
+//! impl Tool for Double {
+//!     fn info(&self) -> ToolInfo {
+//!         ToolInfo {
+//!             name: "double".to_owned(),
+//!             description: "Doubles n".to_owned(),
+//!             source: "example".to_owned(),
+//!             input_schema: json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+//!             risk: plan_graph::Risk::Low,
+//!         }
+//!     }
+//!
+//!     async fn call(&self, args: Value, _ctx: ToolContext) -> Result<Value, ToolError> {
+//!         let n = args["n"].as_i64().ok_or_else(|| ToolError::invalid_args("n"))?;
+//!         Ok(json!({"n": n * 2}))
+//!     }
+//! }
+//!
+//! let text = r#"{"steps": [
+//!     {"id": "a", "tool": "double", "args": {"n": 2}, "binds": {"x": "$.n"}},
+//!     {"id": "b", "tool": "double", "args": {"n": "${x}"}, "depends_on": ["a"]}
+//! ]}"#;
+//! let loaded = plan_graph::load(Source::new("p.json", text), Format::Json, &LoadOptions::default())
+//!     .expect("valid");
+//! let mut registry = Registry::new();
+//! registry.register(Double);
+//! let program = Program::compile(&loaded.plan, "p", &registry).expect("compiles");
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! let report = runtime
+//!     .block_on(plan_engine::run(&program, RunOptions::new("run-1")))
+//!     .expect("runs");
+//! assert_eq!(report.task_status, plan_types::TaskStatus::Completed);
+//! assert_eq!(report.records[1].result.as_deref(), Some(&json!({"n": 8})));
+//! ```
+//!
 //! Run it on threads with deep stacks, as plan-cli does: give the runtime's builder
 //! `thread_stack_size(plan_types::json::VALUE_THREAD_STACK)`. Conditions and data expressions
 //! are evaluated where 32 MiB of stack are left, and with less a stack is grown for each

@@ -1,6 +1,27 @@
 //! The plan model of plan-cli: loading a plan from JSON or YAML, validating it, and
 //! analysing its dependency graph.
 //!
+//! ```
+//! use plan_graph::{Format, LoadOptions, Source, load};
+//!
+//! let text = r#"{"steps": [
+//!     {"id": "build", "tool": "echo"},
+//!     {"id": "test", "tool": "echo", "dependsOn": ["build"]}
+//! ]}"#;
+//! let loaded = load(Source::new("ci.json", text), Format::Json, &LoadOptions::default())
+//!     .expect("a valid plan");
+//! assert_eq!(loaded.plan.steps[1].depends_on[0].0, "build");
+//!
+//! // Every problem at once, each with its place in the text.
+//! let broken = r#"{"steps": [{"id": "a", "tool": "echo", "depends_on": ["b"]},
+//!                             {"id": "b", "tool": "echo", "depends_on": ["a"]}]}"#;
+//! let invalid = load(Source::new("loop.json", broken), Format::Json, &LoadOptions::default())
+//!     .expect_err("a cycle");
+//! assert_eq!(invalid.issues[0].code, "plan::cycle");
+//! let diagnostic = invalid.plan_source.diagnostic(&invalid.issues[0]);
+//! assert!(format!("{:?}", miette::Report::new(diagnostic)).contains("loop.json:1:"));
+//! ```
+//!
 //! [`load`] turns text into a [`Plan`] or an [`InvalidPlan`] listing every [`Issue`] with its
 //! location; [`Source::diagnostic`] renders an issue as a miette diagnostic pointing at the
 //! plan's line and column. The loader accepts every source format's form: `id`/`index`/`step_id`,

@@ -2,6 +2,49 @@
 //! "here is its report", with the ledger as the record. The CLI and `plan-cli mcp serve` both
 //! use it, with typed options; so can any program.
 //!
+//! Start a run whose high-risk step waits, approve the step, resume the run:
+//!
+//! ```
+//! use plan_graph::{Format, LoadOptions, Source};
+//! use plan_run::{Decisions, Execution, Prepared, Resumable, ResumeOptions, Start};
+//! use plan_store::Store;
+//! use plan_types::TaskStatus;
+//!
+//! let text = r#"{"steps": [
+//!     {"id": "build", "tool": "echo"},
+//!     {"id": "deploy", "tool": "echo", "risk": "high", "depends_on": ["build"]}
+//! ]}"#;
+//! let registry = plan_tools::builtin_registry();
+//! let prepare = || {
+//!     let loaded = plan_graph::load(Source::new("p.json", text), Format::Json, &LoadOptions::default())
+//!         .expect("valid");
+//!     let program = plan_engine::Program::compile(&loaded.plan, "p", &registry).expect("compiles");
+//!     Prepared { loaded, program, format: Format::Json, inputs: Default::default(), env: Default::default() }
+//! };
+//! let dir = tempfile::tempdir().unwrap();
+//! let ledger = dir.path().join("state.db");
+//! let runtime = tokio::runtime::Builder::new_multi_thread()
+//!     .enable_all()
+//!     .thread_stack_size(plan_types::json::VALUE_THREAD_STACK)
+//!     .build()
+//!     .unwrap();
+//!
+//! let started = runtime
+//!     .block_on(plan_run::start(Store::open(&ledger).unwrap(), prepare(), Start::new(), Execution::new()))
+//!     .unwrap();
+//! assert_eq!(started.report.task_status, TaskStatus::Waiting);
+//! let run = started.report.run_id;
+//!
+//! let mut store = Store::open(&ledger).unwrap();
+//! let request = Decisions { steps: vec!["deploy".to_owned()], ..Decisions::default() };
+//! plan_run::approve(&mut store, &run, &request, |row| plan_run::gated_steps(row, &registry)).unwrap();
+//!
+//! let Resumable::Continue(from) = plan_run::prepare_resume(&store, &run, &ResumeOptions::default()).unwrap()
+//! else { panic!("the run goes on") };
+//! let done = runtime.block_on(plan_run::resume(store, from, prepare(), Execution::new())).unwrap();
+//! assert_eq!(done.report.task_status, TaskStatus::Completed);
+//! ```
+//!
 //! - [`start`] records a new run of a [`Prepared`] plan and runs it; [`resume`] goes on with a
 //!   stored run after [`prepare_resume`] has checked its owner, its plan and what to retry.
 //! - [`approve`] and [`reject`] decide a waiting run's high-risk calls.

@@ -10,6 +10,50 @@
 //! a commit: the journal's log, a file of JSON lines beside the ledger, takes the batch in one
 //! write, and commits fold it in later ([`RunJournal`], [`Store::recover`]).
 //!
+//! Reading a run back (here one the example records itself; plan-cli's runs read the same):
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use plan_store::{EventBuffer, NewRun, RunJournal, Store};
+//! use plan_types::{Batch, Journal, Position, Record};
+//! use serde_json::json;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let ledger = dir.path().join("state.db");
+//! let mut store = Store::open(&ledger).unwrap();
+//! store
+//!     .begin_run(&NewRun {
+//!         run_id: "R1",
+//!         plan_id: "p",
+//!         plan_name: "p.json",
+//!         plan_format: "json",
+//!         plan_source: r#"{"steps": [{"id": "a", "tool": "echo"}]}"#,
+//!         inputs: &serde_json::Map::new(),
+//!         options: &json!({}),
+//!         owner_pid: std::process::id(),
+//!         started_at: "2026-11-26T08:00:00.000Z",
+//!     })
+//!     .unwrap();
+//! // What the engine's writer thread does with each batch of settled records.
+//! let mut journal = RunJournal::new(store, "R1", Arc::new(EventBuffer::default())).unwrap();
+//! let record: Record = serde_json::from_value(json!({
+//!     "step_id": "a", "ok": true, "skipped": false, "result": {"hi": 1}, "attempts": 1, "duration_ms": 2
+//! }))
+//! .unwrap();
+//! let batch = Batch {
+//!     records: vec![(Position { step: 0, item: None }, record.clone())],
+//!     ..Batch::default()
+//! };
+//! journal.commit(&batch, 1).unwrap();
+//! drop(journal);
+//!
+//! let store = Store::open(&ledger).unwrap();
+//! let row = store.run("R1").unwrap();
+//! assert_eq!(row.plan_id, "p");
+//! assert_eq!(store.records("R1").unwrap(), vec![record]);
+//! ```
+//!
 //! This is the only crate that knows SQL. It depends on `plan-types` alone for the records,
 //! events and the `Journal` port it stores: no async runtime, no plan parser, no engine.
 #![deny(missing_docs)]

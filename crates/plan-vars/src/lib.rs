@@ -1,5 +1,24 @@
 //! Placeholders for plan-cli plans: parse once, resolve many times.
 //!
+//! ```
+//! use std::collections::BTreeMap;
+//!
+//! use plan_vars::{Scope, Template, ValueTemplate};
+//! use serde_json::{Value, json};
+//!
+//! let vars: BTreeMap<String, Value> =
+//!     BTreeMap::from([("user".to_owned(), json!({"name": "ada", "id": 7}))]);
+//! let scope = Scope::with_vars(&vars);
+//! // Inside text, interpolated; alone, the value keeps its type.
+//! let greeting = Template::parse("hello ${user.name}").unwrap();
+//! assert_eq!(greeting.resolve(&scope).unwrap(), json!("hello ada"));
+//! let args = ValueTemplate::compile(&json!({"id": "$var.user.id"})).unwrap();
+//! assert_eq!(args.resolve(&scope).unwrap(), json!({"id": 7}));
+//! // What does not resolve is an error naming it, never the text passed on.
+//! let missing = Template::parse("${nobody}").unwrap();
+//! assert!(missing.resolve(&scope).unwrap_err().to_string().contains("nobody"));
+//! ```
+//!
 //! A plan's `args` are JSON values whose strings may hold placeholders:
 //!
 //! | form | meaning |
