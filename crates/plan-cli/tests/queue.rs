@@ -8,64 +8,12 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Lab, free_port, outcomes, path_str, record, servers_dir};
+use common::{
+    Lab, Redis, free_port, outcomes, path_str, published, record, redis_cli, servers_dir,
+    wait_until,
+};
 use predicates::prelude::*;
 use serde_json::{Value, json};
-
-/// A `redis-server` of the test's own, stopped when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    /// Starts one; a test that cannot start one fails (`.ci/run` installs redis-server with
-    /// apt-get).
-    fn start() -> Redis {
-        let port = free_port();
-        Redis::on(port)
-    }
-
-    fn on(port: u16) -> Redis {
-        let child = match Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(error) => panic!(
-                "redis-server cannot be started ({error}): install it (apt-get install redis-server)"
-            ),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Redis { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn worker(lab: &Lab, url: &str, extra: &[&str]) -> Child {
     let mut args = vec!["worker", "--queue", url];
@@ -115,35 +63,6 @@ fn finish_within(child: Child, limit: Duration) -> std::process::Output {
             panic!("the process did not finish within {limit:?}");
         }
     }
-}
-
-/// A Redis command's answer, through redis-cli.
-fn redis_cli(redis: &Redis, args: &[&str]) -> String {
-    let output = Command::new("redis-cli")
-        .args(["-p", &redis.port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli (it comes with redis-server)");
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
-}
-
-/// Waits (up to 30 s) until `done` says so, failing with `what` if it never does.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits until `n` workers have published their tools.
-fn published(redis: &Redis, n: usize) {
-    wait_until(&format!("{n} workers never published their tools"), || {
-        redis_cli(redis, &["HLEN", "plan:tools"])
-            .parse::<usize>()
-            .unwrap_or(0)
-            >= n
-    });
 }
 
 /// Runs one of the examples of `examples/queue` with Node, from a folder of the lab where the

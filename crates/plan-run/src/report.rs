@@ -237,6 +237,16 @@ fn busy_blocks(
 
 /// The stored records with a record for every step that has none yet (a run that is
 /// running, stopped or waiting), in plan order, as `run` reports them.
+/// Whether `id` is an item or a node of step `step` (or of an earlier step's revision).
+fn of_step(id: &str, step: &str, steps: &std::collections::HashSet<&str>) -> bool {
+    let top = plan_types::CallId::within(id, |s| steps.contains(s)).top();
+    top == step
+        || plan_graph::is_item_of(top, step)
+        || !steps
+            .iter()
+            .any(|s| top == *s || plan_graph::is_item_of(top, s))
+}
+
 fn with_unsettled(
     plan: &Plan,
     stored: Vec<Record>,
@@ -264,7 +274,11 @@ fn with_unsettled(
         while let Some(record) = stored.peek() {
             if record.step_id == step.id.0 {
                 found = true;
-            } else if ids.contains(record.step_id.as_str()) {
+            } else if ids.contains(record.step_id.as_str())
+                || !of_step(&record.step_id, &step.id.0, &ids)
+            {
+                // Another step's, or an item or node of a later step (this one has not
+                // settled: its record is made up below).
                 break;
             }
             records.extend(stored.next());

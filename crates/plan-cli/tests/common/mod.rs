@@ -275,3 +275,90 @@ pub(crate) fn in_a_terminal(
     let _ = reading.join();
     text()
 }
+
+/// A `redis-server` of the test's own, stopped when dropped.
+pub(crate) struct Redis {
+    child: std::process::Child,
+    pub(crate) port: u16,
+}
+
+impl Redis {
+    /// Starts one; a test that cannot start one fails (`.ci/run` installs redis-server with
+    /// apt-get).
+    pub(crate) fn start() -> Redis {
+        let port = free_port();
+        Redis::on(port)
+    }
+
+    pub(crate) fn on(port: u16) -> Redis {
+        let child = match std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(error) => panic!(
+                "redis-server cannot be started ({error}): install it (apt-get install redis-server)"
+            ),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Redis { child, port }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A Redis command's answer, through redis-cli.
+pub(crate) fn redis_cli(redis: &Redis, args: &[&str]) -> String {
+    let output = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (it comes with redis-server)");
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// Waits (up to 30 s) until `done` says so, failing with `what` if it never does.
+pub(crate) fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Waits until `n` workers have published their tools.
+pub(crate) fn published(redis: &Redis, n: usize) {
+    wait_until(&format!("{n} workers never published their tools"), || {
+        redis_cli(redis, &["HLEN", "plan:tools"])
+            .parse::<usize>()
+            .unwrap_or(0)
+            >= n
+    });
+}

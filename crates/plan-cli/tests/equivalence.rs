@@ -1,0 +1,357 @@
+//! One plan, the same records, whatever the way it runs: generated plans (steps, binds, map
+//! steps, blocks, `when`, `run_if`, failures with retries, steps that wait for an approval)
+//! run by the real binary in-process, under `--durability async`, through `--queue` workers on
+//! a real Redis, killed with `kill -9` and resumed until they end, and through `mcp serve`
+//! driven by the official MCP Python SDK client. Their records must be the same, durations
+//! aside.
+//!
+//! CI runs a short pass; `PLAN_EQUIVALENCE_CASES=N` runs a longer one.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Lab, Redis, path_str, published};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::{Value, json};
+
+/// One generated step, before its id and dependencies are given.
+#[derive(Debug, Clone)]
+enum Kind {
+    /// `echo` of its number and what an earlier step bound.
+    Echo,
+    /// `fail` for its first `times` attempts (always, when `None`), tried `attempts` times.
+    Fail { times: Option<u32>, attempts: u32 },
+    /// A map step over a literal list.
+    Map { items: usize },
+    /// A block of two nodes, the second reading the first.
+    Block,
+    /// `sleep` a few milliseconds (something for a kill to land on).
+    Sleep { ms: u64 },
+    /// A high-risk `echo`: the run waits for its approval.
+    Approval,
+}
+
+#[derive(Debug, Clone)]
+struct Generated {
+    kind: Kind,
+    /// Earlier steps it depends on, as fractions of its position.
+    deps: Vec<prop::sample::Index>,
+    /// Its `when` reads the plan's `flag`.
+    when: bool,
+    /// `run_if: all_done`.
+    all_done: bool,
+}
+
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        4 => Just(Kind::Echo),
+        2 => (prop::option::of(0u32..2), 1u32..3).prop_map(|(times, attempts)| Kind::Fail { times, attempts }),
+        2 => (1usize..4).prop_map(|items| Kind::Map { items }),
+        2 => Just(Kind::Block),
+        2 => (0u64..25).prop_map(|ms| Kind::Sleep { ms }),
+        1 => Just(Kind::Approval),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Generated> {
+    (
+        kind(),
+        prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(kind, deps, when, all_done)| Generated {
+            kind,
+            deps,
+            when,
+            all_done,
+        })
+}
+
+/// A plan of 2 to 7 generated steps, and the value of its `flag`.
+fn plan() -> impl Strategy<Value = Value> {
+    (prop::collection::vec(step(), 2..8), any::<bool>())
+        .prop_map(|(steps, flag)| render(&steps, flag))
+}
+
+fn render(steps: &[Generated], flag: bool) -> Value {
+    let mut out: Vec<Value> = Vec::new();
+    // Which earlier steps bind a value (`x<i>`) that later ones may read.
+    let mut binds: Vec<bool> = Vec::new();
+    for (i, generated) in steps.iter().enumerate() {
+        let id = format!("s{i}");
+        let mut deps: Vec<usize> = if i == 0 {
+            Vec::new()
+        } else {
+            generated.deps.iter().map(|d| d.index(i)).collect()
+        };
+        deps.sort_unstable();
+        deps.dedup();
+        // Read what the nearest bound dependency bound.
+        let read = deps
+            .iter()
+            .rev()
+            .find(|&&d| binds[d])
+            .map(|d| format!("${{x{d}}}"));
+        let mut step = match &generated.kind {
+            Kind::Echo => {
+                let mut args = json!({"v": i});
+                if let Some(read) = &read {
+                    args["from"] = json!(read);
+                }
+                json!({"tool": "echo", "args": args, "binds": {format!("x{i}"): "$.v"}})
+            }
+            Kind::Fail { times, attempts } => {
+                let mut args = json!({"message": format!("s{i} failed"), "retryable": true});
+                if let Some(times) = times {
+                    args["times"] = json!(times);
+                }
+                json!({"tool": "fail", "args": args, "retry": {"attempts": attempts, "backoff_ms": 1}})
+            }
+            Kind::Map { items } => {
+                let list: Vec<String> = (0..*items).map(|k| format!("i{k}")).collect();
+                json!({"tool": "echo", "expand_on": list, "args": {"item": "$each", "n": "$index"}})
+            }
+            Kind::Block => json!({"args": {"topic": i}, "block": {
+                "entry_point": "a",
+                "nodes": {
+                    "a": {"tool": "echo", "args": {"t": "${input.topic}"}},
+                    "b": {"tool": "echo", "args": {"seen": "${nodes.a.t}"}}
+                },
+                "transitions": {"a": "b"}
+            }}),
+            Kind::Sleep { ms } => json!({"tool": "sleep", "args": {"ms": ms}}),
+            Kind::Approval => json!({"tool": "echo", "risk": "high", "args": {"deploy": i}}),
+        };
+        binds.push(matches!(generated.kind, Kind::Echo));
+        step["id"] = json!(id);
+        if !deps.is_empty() {
+            step["depends_on"] = json!(deps.iter().map(|d| format!("s{d}")).collect::<Vec<_>>());
+        }
+        if generated.when {
+            step["when"] = json!("vars.flag == true");
+        }
+        if generated.all_done {
+            step["run_if"] = json!("all_done");
+        }
+        out.push(step);
+    }
+    json!({"id": "generated", "variables": {"flag": flag}, "steps": out})
+}
+
+/// What must be the same: each record without its duration, the status, the variables and
+/// what waits for an approval.
+fn comparable(report: &Value) -> Value {
+    let records: Vec<Value> = report["records"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|record| {
+            let mut record = record.clone();
+            if let Some(object) = record.as_object_mut() {
+                object.remove("duration_ms");
+                if object.get("step_id") == Some(&json!("__meta__")) {
+                    // Its reason counts steps and says how long the run took.
+                    object.remove("reason");
+                }
+            }
+            record
+        })
+        .collect();
+    let waiting: Vec<Value> = report["pending_approvals"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|pending| pending["step_id"].clone())
+        .collect();
+    json!({
+        "task_status": report["task_status"],
+        "records": records,
+        "variables": report["variables"],
+        "waiting": waiting,
+    })
+}
+
+/// `plan-cli ARGS` in the lab: its exit code and stdout as JSON.
+fn json_of(lab: &Lab, args: &[&str]) -> Value {
+    let output = lab.command().args(args).output().unwrap();
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "{args:?}: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// Starts the run, kills it with -9 after `delay`, and resumes it (killing each resume too,
+/// twice) until a resume ends by itself: the ledger's report of the run.
+fn killed_and_resumed(lab: &Lab, plan: &str, delay: Duration) -> Value {
+    let mut child = lab
+        .command()
+        .args(["run", plan, "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(delay);
+    let _ = child.kill();
+    let _ = child.wait();
+    let runs = json_of(lab, &["runs", "--json"]);
+    let Some(run) = runs[0]["run_id"].as_str().map(str::to_owned) else {
+        // Killed before it recorded the run: nothing happened, run it whole.
+        return json_of(lab, &["run", plan, "--json"]);
+    };
+    for _ in 0..2 {
+        let mut child = lab
+            .command()
+            .args(["resume", &run, "--json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay / 2);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    // A finished run's resume gives its report as it stands.
+    json_of(lab, &["resume", &run, "--json"]);
+    json_of(lab, &["status", &run, "--json"])
+}
+
+/// The official MCP Python SDK client: `plan_run` of each plan in one session, the answers'
+/// reports.
+const CLIENT: &str = r#"
+import asyncio, json, sys, os
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    plans = json.loads(open(sys.argv[2]).read())
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "serve"], env=dict(os.environ))
+    answers = []
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            for plan in plans:
+                result = await session.call_tool("plan_run", {"plan": plan})
+                text = result.content[0].text if result.content else "null"
+                answers.append(json.loads(text) if not result.is_error else {"error": text})
+    print(json.dumps(answers))
+
+asyncio.run(main())
+"#;
+
+fn through_mcp_serve(lab: &Lab, plans: &[Value]) -> Vec<Value> {
+    let script = lab.dir.path().join("client.py");
+    std::fs::write(&script, CLIENT).unwrap();
+    let list = lab.dir.path().join("plans.json");
+    std::fs::write(&list, Value::Array(plans.to_vec()).to_string()).unwrap();
+    let output = Command::new(common::servers_dir().join("venv/bin/python"))
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .arg(&list)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the MCP client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice::<Value>(&output.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn cases() -> u32 {
+    std::env::var("PLAN_EQUIVALENCE_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(12)
+}
+
+#[test]
+fn every_way_a_plan_runs_gives_the_same_records() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let workers_lab = Lab::new();
+    let mut worker = workers_lab
+        .command()
+        .args(["worker", "--queue", &url, "--concurrency", "8"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    published(&redis, 1);
+
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    // The plans and their in-process reports, for one `mcp serve` session at the end.
+    let served = std::cell::RefCell::new(Vec::new());
+    let result = runner.run(&(plan(), 1u64..40), |(plan, kill_after_ms)| {
+        let lab = Lab::new();
+        let file = lab.write("plan.json", &plan);
+        let file = path_str(&file);
+        let expected = comparable(&json_of(&lab, &["run", file, "--json"]));
+        let mut ways = vec![
+            (
+                "--durability async",
+                comparable(&json_of(
+                    &lab,
+                    &["run", file, "--json", "--durability", "async"],
+                )),
+            ),
+            (
+                "--queue",
+                comparable(&json_of(&lab, &["run", file, "--json", "--queue", &url])),
+            ),
+        ];
+        let killed = Lab::new();
+        let killed_file = killed.write("plan.json", &plan);
+        ways.push((
+            "kill -9 and resume",
+            comparable(&killed_and_resumed(
+                &killed,
+                path_str(&killed_file),
+                Duration::from_millis(kill_after_ms),
+            )),
+        ));
+        for (way, got) in ways {
+            if got != expected {
+                return Err(TestCaseError::fail(format!(
+                    "{way} differs for plan {plan:#}\nin-process: {expected:#}\n{way}: {got:#}"
+                )));
+            }
+        }
+        served.borrow_mut().push((plan, expected));
+        Ok(())
+    });
+    if let Err(error) = result {
+        let _ = worker.kill();
+        panic!("{error}");
+    }
+    let served = served.into_inner();
+    let lab = Lab::new();
+    let plans: Vec<Value> = served.iter().map(|(plan, _)| plan.clone()).collect();
+    let answers = through_mcp_serve(&lab, &plans);
+    for ((plan, expected), answer) in served.iter().zip(&answers) {
+        assert_eq!(
+            &comparable(answer),
+            expected,
+            "mcp serve differs for plan {plan:#}: {answer:#}"
+        );
+    }
+    let _ = worker.kill();
+    let _ = worker.wait();
+}
