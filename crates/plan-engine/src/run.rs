@@ -1610,7 +1610,28 @@ impl Scheduler<'_> {
         };
         let elapsed = started.elapsed();
         let pending_approvals = if waiting {
-            std::mem::take(&mut self.awaiting)
+            // In plan order (by step, then id), not the order they became ready: a resumed
+            // run, whose restored steps make their dependents ready first, lists them the same.
+            let mut pending = std::mem::take(&mut self.awaiting);
+            let position: HashMap<&str, usize> = self
+                .program
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, step)| (&*step.id, i))
+                .collect();
+            let step_of = |id: &str| {
+                let top = CallId::within(id, |step| position.contains_key(step)).top();
+                position.get(top).copied().or_else(|| {
+                    // A map item's: the step it is an item of.
+                    self.program
+                        .steps
+                        .iter()
+                        .position(|step| plan_graph::is_item_of(top, &step.id))
+                })
+            };
+            pending.sort_by_cached_key(|p| (step_of(&p.step_id), p.step_id.clone()));
+            pending
         } else {
             Vec::new()
         };

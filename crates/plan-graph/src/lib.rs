@@ -44,7 +44,6 @@ mod normalize;
 pub mod render;
 mod schema;
 mod source;
-mod task_id;
 mod validate;
 
 pub use condition::{
@@ -62,7 +61,7 @@ pub use model::{
     TaskSpec, Transition, Workspace,
 };
 pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
+pub use plan_types::{MAX_TASK_ID_BYTES, task_id_problem};
 pub use schema::{PLAN_SCHEMA_ID, plan_schema};
 pub use source::{PathSegment, PlanPath, SourceMap};
-pub use task_id::{MAX_TASK_ID_BYTES, task_id_problem};
 pub use validate::{env_read, is_item_of, unknown_tool, variables_read};

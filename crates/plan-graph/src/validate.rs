@@ -132,7 +132,7 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
             check_block(block, &PlanPath::step(i).key("block"), options, &mut issues);
         }
         if let Some(task) = &step.task {
-            if let Some(problem) = crate::task_id::task_id_problem(&step.id.0) {
+            if let Some(problem) = plan_types::task_id_problem(&step.id.0) {
                 issues.push(
                     Issue::error(
                         "plan::task_id",

@@ -568,6 +568,15 @@ pub async fn resume(
     execute(prepared, &run_id, store, from, execution).await
 }
 
+/// What `plan-workspace` reads of a plan's `workspace:`.
+pub(crate) fn workspace_settings(settings: &plan_graph::Workspace) -> plan_workspace::Settings {
+    plan_workspace::Settings {
+        repo: settings.repo.clone(),
+        worktree_dir: settings.worktree_dir.clone(),
+        base: settings.base.clone(),
+    }
+}
+
 /// The steps (and other settings) in which plan `given` differs from a run's `stored` plan,
 /// each in a few words (`step "b" changed`); empty when they are the same.
 pub fn plan_drift(stored: &Plan, given: &Plan) -> Vec<String> {
@@ -692,7 +701,7 @@ async fn open_workspace(
         None => std::env::current_dir()
             .map_err(|e| LifecycleError::Refused(format!("cannot read the current folder: {e}")))?,
     };
-    let workspace = plan_workspace::GitWorkspace::open(settings, &dir)
+    let workspace = plan_workspace::GitWorkspace::open(&workspace_settings(settings), &dir)
         .await
         .map_err(|error| LifecycleError::Refused(error.to_string()))?;
     if let Some(root) = root {

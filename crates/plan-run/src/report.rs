@@ -117,7 +117,7 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
     );
     variables.extend(store.variables(&row.run_id)?);
     let pending_approvals = if status == TaskStatus::Waiting {
-        store
+        let mut pending: Vec<plan_types::PendingApproval> = store
             .approvals(&row.run_id)?
             .into_iter()
             .filter(|a| a.decision == plan_store::Decision::Pending)
@@ -129,7 +129,18 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
                     reason: None,
                 })
             })
-            .collect()
+            .collect();
+        // In plan order, as the run reported them (by step, then id).
+        let step_of = |id: &str| {
+            let top = plan_types::CallId::within(id, |step| plan.position(step).is_some()).top();
+            plan.position(top).or_else(|| {
+                plan.steps
+                    .iter()
+                    .position(|step| plan_graph::is_item_of(top, &step.id.0))
+            })
+        };
+        pending.sort_by_cached_key(|p| (step_of(&p.step_id), p.step_id.clone()));
+        pending
     } else {
         Vec::new()
     };

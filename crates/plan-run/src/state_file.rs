@@ -69,11 +69,9 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
             .or_default()
             .push(attempt);
     }
-    let layout = plan
-        .workspace
-        .as_ref()
-        .zip(run_dir)
-        .map(|(settings, dir)| plan_workspace::Layout::of(settings, dir));
+    let layout = plan.workspace.as_ref().zip(run_dir).map(|(settings, dir)| {
+        plan_workspace::Layout::of(&crate::execute::workspace_settings(settings), dir)
+    });
 
     // Tasks: each step, preceded by its map items (as the records order them).
     let mut tasks: Vec<Task<'_>> = Vec::new();

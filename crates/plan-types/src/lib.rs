@@ -10,7 +10,8 @@
 //!   records, an optional [`BatchLog`] that makes a batch durable before it is committed, and
 //!   [`Restored`] state for a resumed run.
 //!
-//! - [`TaskState`] is where a task step (a coding task in a git worktree) stands.
+//! - [`TaskState`] is where a task step (a coding task in a git worktree) stands;
+//!   [`task_id_problem`] says why an id cannot be a task's (it names a branch and a folder).
 //!
 //! - [`CallId`] reads a call's id (a step's, a map item's, a block node's, a task's call).
 //!
@@ -28,6 +29,7 @@ pub mod json;
 mod record;
 mod report;
 mod task;
+mod task_id;
 
 pub use approval::{Approvals, PLAN_APPROVAL, PendingApproval, Verdict};
 pub use call_id::CallId;
@@ -40,3 +42,4 @@ pub use task::{
     QueueEntry, QueueStatus, RetryFeedback, TaskCommit, TaskError, TaskErrorKind, TaskPhase,
     TaskState, WorktreeStatus, merge_key, task_of_merge_key,
 };
+pub use task_id::{MAX_TASK_ID_BYTES, task_id_problem};

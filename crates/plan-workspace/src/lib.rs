@@ -17,11 +17,23 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use plan_engine::{MergeOutcome, Workspace, WorkspaceError, Worktree};
+use plan_ports::{MergeOutcome, Workspace, WorkspaceError, Worktree};
 use tokio::process::Command;
 
 /// Where a workspace's repository and worktrees are, from the plan's settings and the plan
 /// file's folder, without touching git.
+/// What this crate reads of a plan's `workspace:` (the plan model's `Workspace` has more; the
+/// caller hands these over, so that this crate needs no plan parser).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// The repository, relative to the plan file's folder.
+    pub repo: String,
+    /// Where worktrees go, relative to the repository (default [`DEFAULT_WORKTREE_DIR`]).
+    pub worktree_dir: Option<String>,
+    /// The branch tasks start from and merge into (default: the branch checked out now).
+    pub base: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// The repository, as the plan names it (relative paths taken from the plan's folder).
@@ -32,7 +44,7 @@ pub struct Layout {
 
 impl Layout {
     /// The layout of `settings` for a plan in `plan_dir`.
-    pub fn of(settings: &plan_graph::Workspace, plan_dir: &Path) -> Layout {
+    pub fn of(settings: &Settings, plan_dir: &Path) -> Layout {
         let repo = normalize(&plan_dir.join(&settings.repo));
         let worktree_dir = normalize(
             &repo.join(
@@ -131,7 +143,7 @@ impl GitWorkspace {
     /// with at least one commit; the base is `settings.base` (which must exist) or the branch
     /// checked out now.
     pub async fn open(
-        settings: &plan_graph::Workspace,
+        settings: &Settings,
         plan_dir: &Path,
     ) -> Result<GitWorkspace, WorkspaceError> {
         let layout = Layout::of(settings, plan_dir);
@@ -212,7 +224,7 @@ impl GitWorkspace {
     /// A task's folder. The id is checked again here (validation refuses such plans): a path
     /// must never reach the file system as a task id.
     fn path_of(&self, task: &str) -> Result<PathBuf, WorkspaceError> {
-        match plan_graph::task_id_problem(task) {
+        match plan_types::task_id_problem(task) {
             None => Ok(self.worktree_dir.join(task)),
             Some(problem) => Err(WorkspaceError(format!(
                 "`{task}` cannot be a task's id: {problem}"
@@ -954,7 +966,7 @@ mod tests {
                 .expect("git must be installed for this test");
             assert_eq!(
                 git.status.success(),
-                plan_graph::task_id_problem(id).is_none(),
+                plan_types::task_id_problem(id).is_none(),
                 "{id:?}: git says {}",
                 String::from_utf8_lossy(&git.stderr)
             );
@@ -971,7 +983,10 @@ mod tests {
 
     #[test]
     fn layouts_resolve_against_the_plan_folder() {
-        let settings: plan_graph::Workspace = serde_json::from_str(r#"{"repo": "."}"#).unwrap();
+        let settings = Settings {
+            repo: ".".to_owned(),
+            ..Settings::default()
+        };
         let layout = Layout::of(&settings, Path::new("/home/me/app"));
         assert_eq!(layout.repo, PathBuf::from("/home/me/app"));
         assert_eq!(layout.worktree_dir, PathBuf::from("/home/me/.worktrees"));

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use plan_engine::{MergeOutcome, Workspace};
+use plan_ports::{MergeOutcome, Workspace};
 use plan_workspace::GitWorkspace;
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -33,7 +33,10 @@ async fn workspace(dir: &Path) -> GitWorkspace {
     std::fs::write(repo.join("a.txt"), "a\n").unwrap();
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-qm", "start"]);
-    let settings: plan_graph::Workspace = serde_json::from_str(r#"{"repo": "repo"}"#).unwrap();
+    let settings = plan_workspace::Settings {
+        repo: "repo".to_owned(),
+        ..plan_workspace::Settings::default()
+    };
     GitWorkspace::open(&settings, dir).await.unwrap()
 }
 
@@ -133,6 +136,11 @@ fn repo_with_commit(dir: &Path) -> std::path::PathBuf {
 
 async fn open_with(dir: &Path, settings: &str) -> Result<GitWorkspace, String> {
     let settings: plan_graph::Workspace = serde_json::from_str(settings).unwrap();
+    let settings = plan_workspace::Settings {
+        repo: settings.repo,
+        worktree_dir: settings.worktree_dir,
+        base: settings.base,
+    };
     GitWorkspace::open(&settings, dir).await.map_err(|e| e.0)
 }
 
