@@ -66,15 +66,23 @@ impl Failure {
         match error {
             LifecycleError::Ledger(error) => Failure::ledger(error),
             LifecycleError::Refused(message) => Failure::input(message),
+            error @ LifecycleError::StillRunning { .. } => Failure::input(format!(
+                "{error}; stop it first, or resume with --force if that process is not plan-cli"
+            )),
+            error @ LifecycleError::PlanDiffers { .. } => Failure::input(format!(
+                "{error}; resume without --plan to use the stored plan, or with --force to use this one"
+            )),
             LifecycleError::Policy(refused) => Failure::input(refused.to_string()),
             LifecycleError::InvalidPlan(invalid) => Failure::invalid_plan(
                 invalid.plan_source.name(),
                 invalid.error_count(),
                 crate::plan_file::render(&invalid.plan_source, &invalid.issues),
             ),
-            error @ (LifecycleError::Journal { .. } | LifecycleError::Internal(_)) => {
-                Failure::internal(error.to_string())
+            LifecycleError::Journal { ref run_id, .. } => {
+                let resume = format!(": `plan-cli resume {run_id}`");
+                Failure::internal(format!("{error}{resume}"))
             }
+            error @ LifecycleError::Internal(_) => Failure::internal(error.to_string()),
         }
     }
 

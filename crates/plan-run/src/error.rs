@@ -12,6 +12,25 @@ pub enum LifecycleError {
     /// a live process, a plan that is not the run's): the caller's to fix.
     #[error("{0}")]
     Refused(String),
+    /// The run is still running in a live process (which may not be plan-cli's: a process id
+    /// can be reused).
+    #[error("run {run_id} is still running in process {pid}")]
+    StillRunning {
+        /// The run.
+        run_id: String,
+        /// Its owner's process id.
+        pid: u32,
+    },
+    /// A plan given to go on with is not the plan the run ran.
+    #[error("{plan} is not the plan run {run_id} ran: {}", .changes.join(", "))]
+    PlanDiffers {
+        /// The given plan's name.
+        plan: String,
+        /// The run.
+        run_id: String,
+        /// How it differs (`step \`b\` changed`), each in a few words.
+        changes: Vec<String>,
+    },
     /// The plan needs more than its author's policy allows.
     #[error(transparent)]
     Policy(#[from] crate::PolicyError),
@@ -21,7 +40,7 @@ pub enum LifecycleError {
     /// The ledger failed during the run, which stopped; what was committed stays, and the run
     /// can be resumed.
     #[error(
-        "the ledger could not be written, so run {run_id} stopped: {message}\nwhat was recorded before is kept: fix the cause, then `plan-cli resume {run_id}`"
+        "the ledger could not be written, so run {run_id} stopped: {message}\nwhat was recorded before is kept: fix the cause, then resume the run"
     )]
     Journal {
         /// The run.

@@ -317,7 +317,7 @@ pub async fn start(
             &run_id,
             id,
             Decision::Approved,
-            Some("approved with run --approve"),
+            Some("approved in advance, when the run started"),
         )?;
     }
     let from = From {
@@ -386,10 +386,10 @@ pub fn prepare_resume(
     if let Some(pid) = owner_alive(&row)
         && !options.force
     {
-        return Err(LifecycleError::Refused(format!(
-            "run {} is still running in process {pid}; stop it first, or resume with --force if that process is not plan-cli",
-            row.run_id
-        )));
+        return Err(LifecycleError::StillRunning {
+            run_id: row.run_id.clone(),
+            pid,
+        });
     }
     if !options.retry_steps.is_empty() {
         let plan = plan_of(&row)?;
@@ -425,12 +425,11 @@ pub fn prepare_resume(
             .map_err(|invalid| LifecycleError::InvalidPlan(Box::new(invalid)))?;
         let changes = plan_drift(&plan_of(&row)?, &loaded.plan);
         if !changes.is_empty() && !options.force {
-            return Err(LifecycleError::Refused(format!(
-                "{} is not the plan run {} ran: {}; resume without --plan to use the stored plan, or with --force to use this one",
-                given.name(),
-                row.run_id,
-                changes.join(", ")
-            )));
+            return Err(LifecycleError::PlanDiffers {
+                plan: given.name().to_owned(),
+                run_id: row.run_id.clone(),
+                changes,
+            });
         }
         if !changes.is_empty() {
             source = given.clone();

@@ -47,7 +47,8 @@
 //!
 //! - [`start`] records a new run of a [`Prepared`] plan and runs it; [`resume`] goes on with a
 //!   stored run after [`prepare_resume`] has checked its owner, its plan and what to retry.
-//! - [`approve`] and [`reject`] decide a waiting run's high-risk calls.
+//! - [`approve`] and [`reject`] decide a waiting run's high-risk calls; [`cancel`] stops a run
+//!   from outside its process.
 //! - [`report`] rebuilds the `run --json` object of any stored run (with records for the
 //!   steps that have not settled); [`status_of`], [`plan_of`] and [`execute_state`] read the
 //!   rest of what `status` and `state export` show.
@@ -56,6 +57,7 @@
 //! gives, cancellation comes through the caller's token.
 #![deny(missing_docs)]
 
+mod cancel;
 mod decide;
 mod error;
 mod execute;
@@ -64,6 +66,7 @@ mod report;
 mod sources;
 mod state_file;
 
+pub use cancel::{Cancelled, cancel};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, reject};
 pub use error::LifecycleError;
 pub use execute::{

@@ -149,85 +149,26 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
 /// marked stopped here. `resume` continues it either way.
 pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let mut store = ledger.open_existing()?;
-    // A dead run's log is folded first, so the end it is marked with is its last event.
-    let row = read_run(&mut store, &args.run)?;
-    let run_id = row.run_id.clone();
-    let message = match row.state {
-        RunState::Finished => {
-            return Err(Failure::input(format!(
-                "run {run_id} has finished ({}): there is nothing to cancel",
-                plan_run::status_of(&row)
-            )));
+    let (run, cancelled) =
+        plan_run::cancel(&mut store, &args.run, std::time::Duration::from_secs(30))
+            .map_err(Failure::lifecycle)?;
+    let message = match cancelled {
+        plan_run::Cancelled::AlreadyStopped => format!("run {run} is already stopped\n"),
+        plan_run::Cancelled::WasWaiting => format!(
+            "run {run} was waiting for approvals; it is stopped now (`plan-cli resume {run}` continues it)\n"
+        ),
+        plan_run::Cancelled::Stopped(status) => {
+            format!("run {run} stopped ({status}); `plan-cli resume {run}` continues it\n")
         }
-        RunState::Stopped => format!("run {run_id} is already stopped\n"),
-        RunState::Waiting => {
-            let at = ended_at(&store, &row)?;
-            store
-                .end_run(&run_id, RunState::Stopped, None, at)
-                .map_err(Failure::ledger)?;
-            format!(
-                "run {run_id} was waiting for approvals; it is stopped now (`plan-cli resume {run_id}` continues it)\n"
-            )
+        plan_run::Cancelled::Asked(pid) => {
+            format!("asked process {pid} to stop run {run}; it has not stopped yet\n")
         }
-        RunState::Running => match plan_run::owner_alive(&row) {
-            Some(pid) => {
-                ask_to_stop(pid)?;
-                // Its process commits what finished and marks the run stopped.
-                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-                loop {
-                    let now = store.run(&run_id).map_err(Failure::ledger)?;
-                    if now.state != RunState::Running {
-                        break format!(
-                            "run {run_id} stopped ({}); `plan-cli resume {run_id}` continues it\n",
-                            plan_run::status_of(&now)
-                        );
-                    }
-                    if std::time::Instant::now() > deadline {
-                        break format!(
-                            "asked process {pid} to stop run {run_id}; it has not stopped yet\n"
-                        );
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                }
-            }
-            None => {
-                let at = ended_at(&store, &row)?;
-                store
-                    .end_run(&run_id, RunState::Stopped, None, at)
-                    .map_err(Failure::ledger)?;
-                format!(
-                    "run {run_id}'s process had died; it is marked stopped (`plan-cli resume {run_id}` continues it)\n"
-                )
-            }
-        },
+        plan_run::Cancelled::OwnerDied => format!(
+            "run {run}'s process had died; it is marked stopped (`plan-cli resume {run}` continues it)\n"
+        ),
     };
     print(&message)?;
     Ok(0)
-}
-
-/// When a run no process is running ended, as `status` counts it (a waiting run when it
-/// halted, a dead one at its last event): marking it stopped later does not make it longer.
-fn ended_at(store: &Store, row: &RunRow) -> Result<SystemTime, Failure> {
-    let ended = plan_run::ended_at(store, row).map_err(Failure::lifecycle)?;
-    Ok(ended.unwrap_or_else(SystemTime::now))
-}
-
-/// Sends SIGTERM to the process that owns a run.
-fn ask_to_stop(pid: u32) -> Result<(), Failure> {
-    #[cfg(unix)]
-    {
-        let pid = i32::try_from(pid)
-            .map_err(|_| Failure::internal(format!("process id {pid} is out of range")))?;
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .map_err(|error| Failure::input(format!("cannot signal process {pid}: {error}")))
-    }
-    #[cfg(not(unix))]
-    Err(Failure::input(format!(
-        "cannot signal process {pid} on this system: stop it there"
-    )))
 }
 
 /// `logs RUN [STEP]`: each record's output (see [`output::step_output`]) under a header.

@@ -1,0 +1,96 @@
+//! Stopping a run from outside its process (`plan-cli cancel`): a live run's process is asked
+//! to stop (SIGTERM: it commits what finished and marks the run stopped); a run no process
+//! runs (waiting for approvals, or its process died) is marked stopped here.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use plan_store::{RunState, Store};
+use plan_types::TaskStatus;
+
+use crate::LifecycleError;
+
+/// What cancelling a run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It was stopped already.
+    AlreadyStopped,
+    /// It waited for approvals; it is stopped now.
+    WasWaiting,
+    /// Its process stopped it, ending with this status.
+    Stopped(TaskStatus),
+    /// Its process was asked to stop and has not yet (it is still finishing what it runs).
+    Asked(u32),
+    /// Its process had died; it is marked stopped.
+    OwnerDied,
+}
+
+/// Stops run `run` (its id or a unique prefix) and says how; a live run's process gets
+/// `patience` to stop. A finished run is refused: there is nothing to stop.
+pub fn cancel(
+    store: &mut Store,
+    run: &str,
+    patience: Duration,
+) -> Result<(String, Cancelled), LifecycleError> {
+    let row = store.run(run)?;
+    // A dead run's log is folded first, so the end it is marked with is its last event.
+    crate::recover_interrupted(store, &row)?;
+    let run_id = row.run_id.clone();
+    let mark_stopped = |store: &mut Store| -> Result<(), LifecycleError> {
+        let at = crate::ended_at(store, &row)?.unwrap_or_else(SystemTime::now);
+        store.end_run(&run_id, RunState::Stopped, None, at)?;
+        Ok(())
+    };
+    let cancelled = match row.state {
+        RunState::Finished => {
+            return Err(LifecycleError::Refused(format!(
+                "run {run_id} has finished ({}): there is nothing to cancel",
+                crate::status_of(&row)
+            )));
+        }
+        RunState::Stopped => Cancelled::AlreadyStopped,
+        RunState::Waiting => {
+            mark_stopped(store)?;
+            Cancelled::WasWaiting
+        }
+        RunState::Running => match crate::owner_alive(&row) {
+            Some(pid) => {
+                ask_to_stop(pid)?;
+                // Its process commits what finished and marks the run stopped.
+                let deadline = Instant::now() + patience;
+                loop {
+                    let now = store.run(&run_id)?;
+                    if now.state != RunState::Running {
+                        break Cancelled::Stopped(crate::status_of(&now));
+                    }
+                    if Instant::now() > deadline {
+                        break Cancelled::Asked(pid);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            None => {
+                mark_stopped(store)?;
+                Cancelled::OwnerDied
+            }
+        },
+    };
+    Ok((run_id, cancelled))
+}
+
+/// Sends SIGTERM to the process that owns a run.
+fn ask_to_stop(pid: u32) -> Result<(), LifecycleError> {
+    #[cfg(unix)]
+    {
+        let raw = i32::try_from(pid)
+            .map_err(|_| LifecycleError::Refused(format!("process id {pid} is out of range")))?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(raw),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .map_err(|error| LifecycleError::Refused(format!("cannot signal process {pid}: {error}")))
+    }
+    #[cfg(not(unix))]
+    Err(LifecycleError::Refused(format!(
+        "cannot signal process {pid} on this system: stop it there"
+    )))
+}
