@@ -811,8 +811,18 @@ fn layer_and_task_filters_run_a_part_of_the_breakdown() {
     assert_eq!(code, 0, "{report}");
     assert!(repo.join("L2-001.txt").exists());
     assert_eq!(state["options"]["task_filter"], "L2-001");
-    assert_eq!(report["records"][0]["step_id"], "L2-001");
-    assert_eq!(report["records"][1]["step_id"], "__meta__", "{report}");
+    // The task's calls (its implement call, its checks), then the task, then `__meta__`.
+    let ids: Vec<&str> = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["step_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["L2-001/implement#1", "L2-001", "__meta__"],
+        "{report}"
+    );
 
     let plan = repo.join("plan.json");
     let stderr = lab.fails(&["run", path_str(&plan), "--task", "L2-01"], 2);
@@ -1077,4 +1087,69 @@ fn a_resumed_attempt_starts_from_a_clean_worktree() {
         std::fs::read_to_string(repo.join("readme")).unwrap(),
         "kept\n"
     );
+}
+
+/// A task's calls are recorded like a block's nodes, so the run's guards count them on resume:
+/// killed with -9 at any moment and resumed, a run whose `max_tool_calls` runs out in its
+/// third task ends as the uninterrupted run does (the calls made before the kill still count).
+#[test]
+fn guards_count_a_task_s_calls_across_kill_9_and_resume() {
+    let agent = "#!/bin/sh\necho \"$1\" >> \"$1.txt\"\nsleep 0.15\n";
+    let task = |id: &str, deps: &[&str]| {
+        json!({"id": id, "depends_on": deps, "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/agent.sh", "${task.id}"]}},
+            "verify": [{"argv": ["test", "-s", format!("{id}.txt")]}]
+        }})
+    };
+    // Two calls a task: T1 and T2 take four, T3's implement the fifth; its check is refused.
+    let plan = json!({"id": "guarded-tasks", "guards": {"max_tool_calls": 5},
+        "workspace": {"repo": ".", "max_attempts": 1}, "steps": [
+        task("T1", &[]), task("T2", &["T1"]), task("T3", &["T2"]), task("T4", &["T3"]),
+    ]});
+    let verdicts = |report: &Value| -> Vec<(String, bool, Value)> {
+        report["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| ["T1", "T2", "T3", "T4"].contains(&r["step_id"].as_str().unwrap()))
+            .map(|r| {
+                (
+                    r["step_id"].as_str().unwrap().to_owned(),
+                    r["ok"].as_bool().unwrap(),
+                    r["error"]["code"].clone(),
+                )
+            })
+            .collect()
+    };
+    let uninterrupted = {
+        let lab = Lab::new();
+        let repo = repo(&lab, &[("agent.sh", agent)]);
+        let (_, report, _) = run(&lab, &repo, &plan, &[]);
+        verdicts(&report)
+    };
+    assert_eq!(
+        uninterrupted.iter().map(|v| v.1).collect::<Vec<_>>(),
+        [true, true, false, false],
+        "{uninterrupted:?}"
+    );
+    for kill_after_ms in [250, 450, 700, 900] {
+        let lab = Lab::new();
+        let repo = repo(&lab, &[("agent.sh", agent)]);
+        let plan_path = repo.join("plan.json");
+        std::fs::write(&plan_path, plan.to_string()).unwrap();
+        let mut child = lab.spawn(&["run", path_str(&plan_path)]);
+        std::thread::sleep(Duration::from_millis(kill_after_ms));
+        let _ = child.kill();
+        child.wait().unwrap();
+        let (_, runs) = lab.json(&["runs", "--json"]);
+        let id = runs[0]["run_id"].as_str().unwrap().to_owned();
+        let (_, report) = lab.json(&["resume", &id, "--json"]);
+        let (_, status) = lab.json(&["status", &id, "--json"]);
+        assert_eq!(
+            verdicts(&report),
+            uninterrupted,
+            "killed after {kill_after_ms} ms: {report}"
+        );
+        assert_eq!(verdicts(&status), uninterrupted);
+    }
 }

@@ -635,7 +635,9 @@ impl Scheduler<'_> {
         let mut finished_parents: HashMap<&str, usize> = HashMap::new();
         for (i, step) in program.steps.iter().enumerate() {
             if let Some(record) = by_id.remove(&*step.id) {
-                if step.expand.is_some() || matches!(step.action, Action::Block(_)) {
+                if step.expand.is_some()
+                    || matches!(step.action, Action::Block(_) | Action::Task(_))
+                {
                     finished_parents.insert(&step.id, i);
                 }
                 let outcome = if record.ok {
@@ -896,9 +898,13 @@ impl Scheduler<'_> {
                 approvals: self.approvals.clone(),
                 workspace: self.workspace.clone(),
                 merges: self.merges.clone(),
-                from: self.checkpoints.remove(&*step.id),
+                from: self.checkpoints.remove(&*step.id).inspect(|_| {
+                    // The records of the calls it made before it stopped come first.
+                    self.take_prior_records(step_index);
+                }),
                 progress: self.block_progress.clone(),
                 shown: None,
+                records: Vec::new(),
             })),
             // A block reads the variables as they are when it starts (its ancestors' binds).
             Action::Block(block) => Started::Block(BlockCall {
@@ -918,26 +924,26 @@ impl Scheduler<'_> {
                     .remove(&*step.id)
                     .and_then(|value| serde_json::from_value::<Checkpoint>(value).ok())
                     .map(Box::new)
-                    .inspect(|_| {
-                        // The node records the block made before it stopped, in their order.
-                        let prefix = format!("{}/", step.id);
-                        let mut prior: Vec<Record> = Vec::new();
-                        self.restored_items.retain(|id, record| {
-                            if id.starts_with(&prefix) {
-                                prior.push(record.clone());
-                                false
-                            } else {
-                                true
-                            }
-                        });
-                        prior.sort_by_key(|record| {
-                            self.restored_order.get(&record.step_id).copied()
-                        });
-                        // The records of the block's next nodes are appended after these.
-                        self.nested.insert(step_index, prior);
-                    }),
+                    .inspect(|_| self.take_prior_records(step_index)),
             }),
         })
+    }
+
+    /// Takes back, in their order, the records of the calls a block or task step made before
+    /// an earlier attempt at the run stopped: the records of its next calls follow them.
+    fn take_prior_records(&mut self, step_index: usize) {
+        let prefix = format!("{}/", self.program.steps[step_index].id);
+        let mut prior: Vec<Record> = Vec::new();
+        self.restored_items.retain(|id, record| {
+            if id.starts_with(&prefix) {
+                prior.push(record.clone());
+                false
+            } else {
+                true
+            }
+        });
+        prior.sort_by_key(|record| self.restored_order.get(&record.step_id).copied());
+        self.nested.insert(step_index, prior);
     }
 
     /// Turns a ready map step into items, or settles it at once when its list is empty or
@@ -1954,7 +1960,8 @@ async fn execute_block(call: BlockCall) -> Finished {
 async fn execute_task(run: TaskRun) -> Finished {
     let started = Instant::now();
     let step = run.step;
-    let (result, waiting) = match run.run().await {
+    let (end, nested) = run.run().await;
+    let (result, waiting) = match end {
         TaskEnd::Done(result) => (result, None),
         TaskEnd::Waiting(checkpoint, pending) => (Ok(Value::Null), Some((checkpoint, pending))),
     };
@@ -1964,7 +1971,7 @@ async fn execute_task(run: TaskRun) -> Finished {
         result,
         attempts: 1,
         elapsed: started.elapsed(),
-        nested: Vec::new(),
+        nested,
         waiting,
     }
 }

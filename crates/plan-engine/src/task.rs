@@ -20,8 +20,8 @@ use std::time::{Duration, SystemTime};
 
 use plan_graph::{OnConflict, PlanPath, RetryPolicy, Risk, TaskSpec};
 use plan_types::{
-    Approvals, PendingApproval, QueueEntry, QueueStatus, RetryFeedback, StepError, TaskCommit,
-    TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus, merge_key,
+    Approvals, PendingApproval, QueueEntry, QueueStatus, Record, RetryFeedback, StepError,
+    TaskCommit, TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus, merge_key,
 };
 use plan_vars::{Scope, ValueTemplate};
 use serde_json::{Value, json};
@@ -398,6 +398,11 @@ pub(crate) struct TaskRun {
     pub(crate) progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
     /// The status and attempt last announced.
     pub(crate) shown: Option<(TaskPhase, u32)>,
+    /// The records of the calls it made (`ID/implement#1`, `ID/check-1#1`, …) not yet handed
+    /// to the scheduler: they go with the next committed state, or with the task's end. So a
+    /// task's calls are in the ledger like a block's nodes, and the guards count them on
+    /// resume.
+    pub(crate) records: Vec<Record>,
 }
 
 /// What ends a task's run early: the run stopping, the ledger failing, or an error no attempt
@@ -442,7 +447,14 @@ fn tail(text: &str, lines: usize, bytes: usize) -> String {
 
 impl TaskRun {
     /// Runs the task from where it stands to its merge, its abandonment, or a wait.
-    pub(crate) async fn run(mut self) -> TaskEnd {
+    /// Runs the task, and gives the records of the calls it made that were not committed
+    /// with one of its states.
+    pub(crate) async fn run(mut self) -> (TaskEnd, Vec<Record>) {
+        let end = self.run_here().await;
+        (end, std::mem::take(&mut self.records))
+    }
+
+    async fn run_here(&mut self) -> TaskEnd {
         let Some(workspace) = self.workspace.clone() else {
             return TaskEnd::Done(Err(StepError::new(
                 codes::E_TOOL,
@@ -758,6 +770,7 @@ impl TaskRun {
                     approvals_off,
                 } => (args, approvals_off),
                 Admission::Fail(error) => {
+                    self.keep(&path, Err(error.clone()), 0, Duration::ZERO);
                     return Ok(Err(Failure {
                         kind: TaskErrorKind::VerificationFailed,
                         step: check.text.clone(),
@@ -769,6 +782,7 @@ impl TaskRun {
                 // once it is decided.
                 Admission::Wait(pending) => return Err(Stopped::Waiting(pending)),
             };
+            let started = std::time::Instant::now();
             let finished = call_tool(
                 &self.context,
                 ToolCall {
@@ -791,6 +805,12 @@ impl TaskRun {
                     self.step_id
                 )));
             }
+            self.keep(
+                &path,
+                finished.result.clone().map_err(StepError::from),
+                finished.attempts,
+                started.elapsed(),
+            );
             // A program that exits non-zero fails its `exec` call (so the run's output marks
             // the check failed); the error's details hold what it printed.
             let printed = |result: &Value| {
@@ -1176,9 +1196,13 @@ impl TaskRun {
                 args,
                 approvals_off,
             } => (args, approvals_off),
-            Admission::Fail(error) => return Ok(Err(error)),
+            Admission::Fail(error) => {
+                self.keep(path, Err(error.clone()), 0, Duration::ZERO);
+                return Ok(Err(error));
+            }
             Admission::Wait(pending) => return Err(Stopped::Waiting(pending)),
         };
+        let started = std::time::Instant::now();
         let finished = call_tool(
             &self.context,
             ToolCall {
@@ -1200,7 +1224,27 @@ impl TaskRun {
                 self.step_id, call.tool_name
             )));
         }
-        Ok(finished.result.map_err(StepError::from))
+        let result = finished.result.map_err(StepError::from);
+        self.keep(path, result.clone(), finished.attempts, started.elapsed());
+        Ok(result)
+    }
+
+    /// Keeps the record of a call the task made (a cancelled one is not kept: it runs again
+    /// on resume), to be committed with the task's next state.
+    fn keep(
+        &mut self,
+        path: &str,
+        outcome: Result<Value, StepError>,
+        attempts: u32,
+        took: Duration,
+    ) {
+        self.records.push(crate::admit::executed_record(
+            path.to_owned(),
+            outcome.map(Arc::new),
+            attempts,
+            crate::call::millis(took),
+            &self.context.redactor,
+        ));
     }
 
     /// Hands the task's state to the scheduler to be committed, and waits until it is
@@ -1230,10 +1274,11 @@ impl TaskRun {
             return Ok(());
         };
         let checkpoint = serde_json::to_value(state).unwrap_or(Value::Null);
+        let records = std::mem::take(&mut self.records);
         let durable = NodeDone::commit(
             progress,
             self.step,
-            Vec::new(),
+            records,
             checkpoint,
             &self.context.cancel,
         )

@@ -271,7 +271,7 @@ async fn a_task_resumed_while_merging_is_not_merged_again() {
     }
     let checkpoint = serde_json::to_value(state(TaskPhase::Merging, 1)).unwrap();
     let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
-    assert!(report.records[0].ok, "{:?}", report.records[0]);
+    assert!(of(&report, "T1").ok, "{:?}", of(&report, "T1"));
     // The engine asks to merge again (it cannot know whether the kill came before the merge);
     // the workspace finds it merged (plan-workspace's own test checks git does).
     assert_eq!(lab.repo.0.lock().unwrap().merge_calls, 1);
@@ -286,6 +286,15 @@ async fn a_task_resumed_while_merging_is_not_merged_again() {
     );
 }
 
+/// The task step's own record (its calls' records come before it).
+fn of<'a>(report: &'a RunReport, id: &str) -> &'a plan_types::Record {
+    report
+        .records
+        .iter()
+        .find(|r| r.step_id == id)
+        .unwrap_or_else(|| panic!("no record of {id}: {:#?}", report.records))
+}
+
 #[tokio::test]
 async fn a_task_resumed_while_verifying_checks_again_without_implementing_again() {
     let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
@@ -296,10 +305,10 @@ async fn a_task_resumed_while_verifying_checks_again_without_implementing_again(
     }
     let checkpoint = serde_json::to_value(state(TaskPhase::Verifying, 1)).unwrap();
     let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
-    assert!(report.records[0].ok);
+    assert!(of(&report, "T1").ok);
     assert!(lab.log.lock().unwrap().is_empty());
     assert_eq!(lab.repo.0.lock().unwrap().merged, ["T1"]);
-    assert_eq!(report.records[0].result.as_ref().unwrap()["attempts"], 1);
+    assert_eq!(of(&report, "T1").result.as_ref().unwrap()["attempts"], 1);
 }
 
 #[tokio::test]
@@ -313,10 +322,10 @@ async fn an_in_progress_task_whose_worktree_is_gone_loses_that_attempt() {
         .insert("T1".into(), Vec::new());
     let checkpoint = serde_json::to_value(state(TaskPhase::InProgress, 2)).unwrap();
     let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
-    assert!(report.records[0].ok);
+    assert!(of(&report, "T1").ok);
     // Attempt 2 is lost and counts (an implementer that deletes its worktree's `.git` every
     // time must not run forever at one attempt); attempt 3 runs in a worktree made anew.
-    assert_eq!(report.records[0].result.as_ref().unwrap()["attempts"], 3);
+    assert_eq!(of(&report, "T1").result.as_ref().unwrap()["attempts"], 3);
     assert_eq!(lab.log.lock().unwrap().len(), 1);
 }
 
@@ -325,7 +334,7 @@ async fn a_conflict_is_a_failed_attempt_whose_feedback_names_the_files() {
     let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
     lab.repo.0.lock().unwrap().conflicts.push("T1".into());
     let report = go(&lab, BTreeMap::new()).await;
-    assert!(report.records[0].ok, "{:?}", report.records[0]);
+    assert!(of(&report, "T1").ok, "{:?}", of(&report, "T1"));
     let log = lab.log.lock().unwrap().clone();
     assert_eq!(log.len(), 2);
     assert!(
@@ -370,6 +379,6 @@ async fn a_merge_git_refuses_halts_for_a_person_and_keeps_the_verified_work() {
 async fn without_a_workspace_a_task_fails_and_says_why() {
     let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
     let report = run(&lab.program, RunOptions::new("run")).await.unwrap();
-    let error = report.records[0].error.as_ref().unwrap();
+    let error = of(&report, "T1").error.as_ref().unwrap();
     assert!(error.message.contains("needs a git workspace"), "{error:?}");
 }
