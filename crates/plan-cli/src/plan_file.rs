@@ -462,26 +462,16 @@ fn prepare_source_with(
     }
 }
 
-/// Whether validation already reported what compiling found as `issue`: an error at the same
-/// field of the same step (a `when` that does not parse, a tool name that is empty), or any
-/// error of a step whose tool compiling could not find.
+/// Whether validation already reported what compiling found as `issue`: the same issue, or
+/// an error at the very same place (a `when` that does not parse is reported by both), or the
+/// "unknown tool ``" of a step whose tool validation found missing.
 fn already_reported(reported: &[Issue], issue: &Issue) -> bool {
-    let place = |issue: &Issue| match &issue.location {
-        plan_graph::Location::Path { path, .. } => path.0.iter().take(3).cloned().collect(),
-        _ => Vec::new(),
-    };
-    let (at, step) = (
-        place(issue),
-        place(issue).into_iter().take(2).collect::<Vec<_>>(),
-    );
-    reported.iter().any(|known| {
-        known == issue
-            || (known.is_error()
-                && !at.is_empty()
-                && (place(known) == at
-                    || (issue.code == "plan::unknown_tool"
-                        && place(known).into_iter().take(2).collect::<Vec<_>>() == step)))
-    })
+    let same_place = |known: &Issue| known.is_error() && known.location == issue.location;
+    let no_tool = issue.code == "plan::unknown_tool" && issue.message == "unknown tool ``";
+    reported
+        .iter()
+        .any(|known| known == issue || same_place(known))
+        || no_tool
 }
 
 /// Prints each issue to stderr as a miette diagnostic with the plan's source.

@@ -756,13 +756,15 @@ fn a_waiting_run_on_a_worker_s_tool_is_approved_and_resumed_without_its_flags() 
         "p.json",
         &json!({"steps": [
             {"id": "hi", "tool": "greet", "risk": "high", "args": {"name": "Ada"}},
-            {"id": "bye", "tool": "greet", "risk": "high", "args": {"name": "Bob"}},
+            {"id": "bye", "tool": "greet", "risk": "high", "args": {"name": "Bob"}, "depends_on": ["hi"]},
         ]}),
     );
     let (code, report) = lab.json(&["run", path_str(&plan), "--json", "--queue", &url]);
     assert_eq!(code, 5, "{report}");
     let run = report["run_id"].as_str().unwrap().to_owned();
     lab.cli().args(["approve", &run, "hi"]).assert().success();
+    // `bye` waits for nothing yet: deciding it compiles the plan against the workers' tools,
+    // through the queue the run kept.
     lab.cli()
         .args(["reject", &run, "bye", "--reason", "not today"])
         .assert()

@@ -689,7 +689,8 @@ impl BlockRun {
                 let key = recovery_key(&node_path, recoveries);
                 let pending = self.recovery_request(&key, error);
                 let at = (current, steps - 1);
-                let failure = Some((error.clone(), attempts));
+                // A run again refused before its call keeps the attempts made before.
+                let failure = Some((error.clone(), attempts.max(earlier)));
                 let checkpoint =
                     checkpoint(block, at, &visits, &results, recoveries, failure, None);
                 return Ok(BlockEnd::Waiting(checkpoint, pending));

@@ -155,6 +155,9 @@ fn first_line(message: &str) -> String {
 struct References {
     variables: Vec<String>,
     functions: Vec<(String, bool)>,
+    /// Calls on a bare name (`strings.quote(x)`, `optional.of(1)`): a qualified function's
+    /// name when the name is no variable.
+    qualified: Vec<(String, String)>,
 }
 
 fn collect(expr: &cel::IdedExpr, bound: &mut Vec<String>, found: &mut References) {
@@ -179,6 +182,11 @@ fn collect(expr: &cel::IdedExpr, bound: &mut Vec<String>, found: &mut References
                 found.functions.push((name.clone(), member));
             }
             if let Some(target) = &call.target {
+                if let Expr::Ident(namespace) = &target.expr
+                    && !bound.contains(namespace)
+                {
+                    found.qualified.push((namespace.clone(), name.clone()));
+                }
                 collect(target, bound, found);
             }
             for arg in &call.args {
@@ -230,8 +238,31 @@ fn collect(expr: &cel::IdedExpr, bound: &mut Vec<String>, found: &mut References
 pub(crate) fn check_references(program: &cel::Program, place: &Place<'_>) -> Result<(), String> {
     let mut found = References::default();
     plan_graph::on_condition_stack(|| collect(program.expression(), &mut Vec::new(), &mut found));
+    // `strings.quote(x)`: a qualified function, when `strings` is not a variable here.
+    let mut namespaces: Vec<&str> = Vec::new();
+    let mut qualified_calls: Vec<&str> = Vec::new();
+    for (namespace, name) in &found.qualified {
+        if !place.variables.contains(&namespace.as_str())
+            && exists(
+                &format!("{namespace}.{name}()"),
+                &[namespace, name],
+                place.data,
+            )
+        {
+            namespaces.push(namespace);
+            qualified_calls.push(name);
+        }
+    }
     for (name, member) in &found.functions {
-        if !function_exists(name, *member, place.data) {
+        if *member && qualified_calls.contains(&name.as_str()) {
+            continue;
+        }
+        let probe = if *member {
+            format!("null.{name}()")
+        } else {
+            format!("{name}()")
+        };
+        if !exists(&probe, &[name], place.data) {
             let hint = if !place.data && DATA_FUNCTIONS.contains(&name.as_str()) {
                 format!(" (`{name}` is for data expressions, `${{{{ … }}}}`, not conditions)")
             } else {
@@ -248,7 +279,11 @@ pub(crate) fn check_references(program: &cel::Program, place: &Place<'_>) -> Res
         }
     }
     for name in &found.variables {
-        if !place.variables.contains(&name.as_str()) {
+        let name = name.as_str();
+        if !place.variables.contains(&name)
+            && !namespaces.contains(&name)
+            && !CEL_TYPE_NAMES.contains(&name)
+        {
             let readable: Vec<String> = place.variables.iter().map(|n| format!("`{n}`")).collect();
             let hint = if place.variables.contains(&"vars") {
                 format!(" (a variable `{name}` is `vars.{name}`)")
@@ -267,15 +302,33 @@ pub(crate) fn check_references(program: &cel::Program, place: &Place<'_>) -> Res
 /// The functions data expressions add to CEL's.
 const DATA_FUNCTIONS: [&str; 3] = ["parseJson", "toJson", "lines"];
 
-/// Whether a call to `name` (on a value when `member`) finds a function: asked of the very
-/// environment expressions run in, by calling it with no arguments (the answer is cached:
-/// the environment never changes).
-fn function_exists(name: &str, member: bool, data: bool) -> bool {
+/// The names CEL gives its types (`type(x) == string`): readable everywhere.
+const CEL_TYPE_NAMES: [&str; 10] = [
+    "bool",
+    "int",
+    "uint",
+    "double",
+    "string",
+    "bytes",
+    "list",
+    "map",
+    "null_type",
+    "type",
+];
+
+/// How many answers [`exists`] keeps: the names come from plans, and a long-lived `mcp serve`
+/// must not keep every one a client ever sent.
+const KNOWN_AT_MOST: usize = 4096;
+
+/// Whether calling `probe` (`f()`, `null.f()`, `ns.f()`: no arguments) finds a function, asked
+/// of the very environment expressions run in: it does unless CEL says one of `names` is
+/// undeclared. The answer is cached (the environment never changes).
+fn exists(probe: &str, names: &[&str], data: bool) -> bool {
     use std::sync::Mutex;
-    /// `(name, member, data)` → whether it exists.
-    type Known = HashMap<(String, bool, bool), bool>;
+    /// `(probe, data)` → whether it finds a function.
+    type Known = HashMap<(String, bool), bool>;
     static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
-    let key = (name.to_owned(), member, data);
+    let key = (probe.to_owned(), data);
     if let Some(known) = KNOWN
         .lock()
         .ok()
@@ -283,12 +336,7 @@ fn function_exists(name: &str, member: bool, data: bool) -> bool {
     {
         return known;
     }
-    let probe = if member {
-        format!("null.{name}()")
-    } else {
-        format!("{name}()")
-    };
-    let exists = match cel::Program::compile(&probe) {
+    let exists = match cel::Program::compile(probe) {
         // A name CEL reserves: not ours to judge.
         Err(_) => true,
         Ok(program) => {
@@ -298,12 +346,17 @@ fn function_exists(name: &str, member: bool, data: bool) -> bool {
             }
             !matches!(
                 program.execute(&context),
-                Err(cel::ExecutionError::UndeclaredReference(ref undeclared)) if undeclared.as_str() == name
+                Err(cel::ExecutionError::UndeclaredReference(ref undeclared))
+                    if names.contains(&undeclared.as_str())
+                        || names.len() == 2 && undeclared.as_str() == probe.trim_end_matches("()")
             )
         }
     };
     if let Ok(mut known) = KNOWN.lock() {
-        known.get_or_insert_with(HashMap::new).insert(key, exists);
+        let known = known.get_or_insert_with(HashMap::new);
+        if known.len() < KNOWN_AT_MOST {
+            known.insert(key, exists);
+        }
     }
     exists
 }

@@ -523,19 +523,26 @@ impl Program {
                 })
             })
             .collect();
-        let mut changed = true;
-        while changed {
-            changed = false;
-            for i in 0..self.steps.len() {
-                if blocked[i].is_none()
-                    && let Some(&d) = self.deps.deps[i].iter().find(|&&d| blocked[d].is_some())
-                {
-                    blocked[i] = Some(format!(
-                        "it waits for `{}`, which does not run",
-                        self.steps[d].id
-                    ));
-                    changed = true;
-                }
+        // In dependency order, as the scheduler decides it: a step whose dependency never
+        // runs is skipped too, unless its `run_if` lets it run after that (`all_done`), or
+        // another dependency may still succeed (`any_success`).
+        for i in self.deps.levels().into_iter().flatten() {
+            let deps = &self.deps.deps[i];
+            let never = |d: &usize| blocked[*d].is_some();
+            let first = deps.iter().find(|d| never(d)).copied();
+            let skipped = match self.steps[i].run_if {
+                RunIf::AllSuccess => first.is_some(),
+                RunIf::AllDone => false,
+                RunIf::AnySuccess => !deps.is_empty() && deps.iter().all(never),
+            };
+            if blocked[i].is_none()
+                && skipped
+                && let Some(d) = first
+            {
+                blocked[i] = Some(format!(
+                    "it waits for `{}`, which does not run",
+                    self.steps[d].id
+                ));
             }
         }
         let mut calls = Vec::new();

@@ -610,11 +610,14 @@ impl Scheduler<'_> {
         self.vars.extend(restored.variables);
         self.checkpoints.extend(restored.checkpoints);
         self.earlier_attempts = Arc::new(restored.earlier_attempts);
+        let ids: std::collections::HashSet<&str> = program.steps.iter().map(|s| &*s.id).collect();
         self.restored_order = restored
             .records
             .iter()
             .enumerate()
-            .filter(|(_, record)| CallId::parse(&record.step_id).is_inside())
+            .filter(|(_, record)| {
+                CallId::within(&record.step_id, |step| ids.contains(step)).is_inside()
+            })
             .map(|(k, record)| (record.step_id.clone(), k))
             .collect();
         if let Some(guard) = &self.guard {
@@ -1616,27 +1619,9 @@ impl Scheduler<'_> {
         };
         let elapsed = started.elapsed();
         let pending_approvals = if waiting {
-            // In plan order (by step, then id), not the order they became ready: a resumed
-            // run, whose restored steps make their dependents ready first, lists them the same.
             let mut pending = std::mem::take(&mut self.awaiting);
-            let position: HashMap<&str, usize> = self
-                .program
-                .steps
-                .iter()
-                .enumerate()
-                .map(|(i, step)| (&*step.id, i))
-                .collect();
-            let step_of = |id: &str| {
-                let top = CallId::within(id, |step| position.contains_key(step)).top();
-                position.get(top).copied().or_else(|| {
-                    // A map item's: the step it is an item of.
-                    self.program
-                        .steps
-                        .iter()
-                        .position(|step| plan_graph::is_item_of(top, &step.id))
-                })
-            };
-            pending.sort_by_cached_key(|p| (step_of(&p.step_id), p.step_id.clone()));
+            plan_graph::StepIndex::new(self.program.steps.iter().map(|step| &*step.id))
+                .sort_pending(&mut pending);
             pending
         } else {
             Vec::new()

@@ -479,46 +479,43 @@ pub async fn resume(
         } else {
             Vec::new()
         };
-        let mut again: Vec<String> = Vec::new();
         let plan = plan_of(&row)?;
         let deps = plan_graph::Dependencies::new(&plan);
-        let named: Vec<usize> = retry_steps
-            .iter()
-            .filter_map(|id| plan.position(id))
-            .collect();
-        // The steps that failed (themselves, an item or a node of theirs): every step after
-        // them runs again too, in dependency order, since what it saw of them changes (a
-        // `run_if: all_done` cleanup runs after the deploy it follows, not before it).
-        let failed_steps: Vec<usize> = plan
-            .steps
-            .iter()
-            .enumerate()
-            .filter(|(_, step)| {
-                let id = step.id.0.as_str();
-                failed.iter().any(|f| {
-                    f == id || f.starts_with(&format!("{id}/")) || plan_graph::is_item_of(f, id)
-                })
-            })
-            .map(|(i, _)| i)
-            .collect();
-        for (i, step) in plan.steps.iter().enumerate() {
-            let ancestors = deps.ancestors(i);
-            if named.contains(&i)
-                || ancestors
-                    .iter()
-                    .any(|a| named.contains(a) || failed_steps.contains(a))
-            {
-                again.push(step.id.0.clone());
+        // The step of the plan a record is of (itself, an item, or a call inside it), if any:
+        // a step of an earlier revision (`run --replan`) is none, and its record stays.
+        let index = plan_graph::StepIndex::new(plan.steps.iter().map(|step| step.id.0.as_str()));
+        let step_of = |id: &str| index.step_of(id);
+        let failed: Vec<&String> = failed.iter().filter(|id| step_of(id).is_some()).collect();
+        // Steps run again whole: the named ones, and every step after a named or a failed one
+        // (what it saw of them changes: a `run_if: all_done` cleanup runs again after the
+        // deploy it follows). One pass in dependency order: a step is marked when one of its
+        // dependencies is.
+        let mut again = vec![false; plan.steps.len()];
+        let mut after = vec![false; plan.steps.len()];
+        for id in &retry_steps {
+            if let Some(i) = plan.position(id) {
+                again[i] = true;
+                after[i] = true;
             }
         }
-        // A failed map step keeps its items that succeeded; a step run again loses them all.
+        for id in &failed {
+            if let Some(i) = step_of(id) {
+                after[i] = true;
+            }
+        }
+        for i in deps.levels().into_iter().flatten() {
+            if deps.deps[i].iter().any(|&d| after[d]) {
+                again[i] = true;
+                after[i] = true;
+            }
+        }
+        // A failed map step keeps its items that succeeded, a failed block runs again from
+        // its entry (its nodes' records go), and a step run again loses everything it made.
+        let is_step = |step: &str| plan.position(step).is_some();
         let forgotten = |id: &str| {
-            failed
-                .iter()
-                .any(|f| id == f || id.starts_with(&format!("{f}/")))
-                || again.iter().any(|f| {
-                    id == f || id.starts_with(&format!("{f}/")) || plan_graph::is_item_of(id, f)
-                })
+            let top = plan_types::CallId::within(id, is_step).top();
+            failed.iter().any(|f| id == f.as_str() || top == f.as_str())
+                || step_of(id).is_some_and(|i| again[i])
         };
         let forget: Vec<String> = records
             .iter()

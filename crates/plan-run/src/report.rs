@@ -130,16 +130,9 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
                 })
             })
             .collect();
-        // In plan order, as the run reported them (by step, then id).
-        let step_of = |id: &str| {
-            let top = plan_types::CallId::within(id, |step| plan.position(step).is_some()).top();
-            plan.position(top).or_else(|| {
-                plan.steps
-                    .iter()
-                    .position(|step| plan_graph::is_item_of(top, &step.id.0))
-            })
-        };
-        pending.sort_by_cached_key(|p| (step_of(&p.step_id), p.step_id.clone()));
+        // In plan order, as the run reported them.
+        plan_graph::StepIndex::new(plan.steps.iter().map(|step| step.id.0.as_str()))
+            .sort_pending(&mut pending);
         pending
     } else {
         Vec::new()
@@ -246,10 +239,9 @@ fn busy_blocks(
     Ok(())
 }
 
-/// The stored records with a record for every step that has none yet (a run that is
-/// running, stopped or waiting), in plan order, as `run` reports them.
-/// Whether `id` is an item or a node of step `step` (or of an earlier step's revision).
-fn of_step(id: &str, step: &str, steps: &std::collections::HashSet<&str>) -> bool {
+/// Whether record `id` goes with step `step` in the ledger's order: an item or a call inside
+/// it, or a record of no step of the plan (a step of an earlier revision, `run --replan`).
+fn goes_with(id: &str, step: &str, steps: &std::collections::HashSet<&str>) -> bool {
     let top = plan_types::CallId::within(id, |s| steps.contains(s)).top();
     top == step
         || plan_graph::is_item_of(top, step)
@@ -258,6 +250,8 @@ fn of_step(id: &str, step: &str, steps: &std::collections::HashSet<&str>) -> boo
             .any(|s| top == *s || plan_graph::is_item_of(top, s))
 }
 
+/// The stored records with a record for every step that has none yet (a run that is
+/// running, stopped or waiting), in plan order, as `run` reports them.
 fn with_unsettled(
     plan: &Plan,
     stored: Vec<Record>,
@@ -286,7 +280,7 @@ fn with_unsettled(
             if record.step_id == step.id.0 {
                 found = true;
             } else if ids.contains(record.step_id.as_str())
-                || !of_step(&record.step_id, &step.id.0, &ids)
+                || !goes_with(&record.step_id, &step.id.0, &ids)
             {
                 // Another step's, or an item or node of a later step (this one has not
                 // settled: its record is made up below).

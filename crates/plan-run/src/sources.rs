@@ -14,7 +14,8 @@ pub struct RunSources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_config: Option<PathBuf>,
     /// The BullMQ queue every call of the run went to. A Redis address with a password is
-    /// not kept (the ledger is no place for it): such a run is given its queue again.
+    /// not kept (the ledger is no place for it): the queue's name is, so that the run is
+    /// never resumed without its queue by mistake.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueSource>,
     /// The execute-state file the run keeps current (an absolute path).
@@ -25,26 +26,24 @@ pub struct RunSources {
 /// A BullMQ queue: the Redis it lives in and its name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueSource {
-    /// `redis://HOST:PORT[/DB]`.
-    pub url: String,
+    /// `redis://HOST:PORT[/DB]`; `None` when the address held credentials and was not kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// The queue's name (keys `bull:NAME:*`).
     pub name: String,
 }
 
 impl QueueSource {
-    /// The queue at `url` called `name`, if the address can be kept: one with a password in
-    /// it (`redis://:secret@host`) cannot.
-    pub fn keepable(url: &str, name: &str) -> Option<QueueSource> {
-        let credentials = url
-            .split_once("://")
-            .map_or(url, |(_, rest)| rest)
-            .split('/')
-            .next()
-            .is_some_and(|authority| authority.contains('@'));
-        (!credentials).then(|| QueueSource {
-            url: url.to_owned(),
+    /// The queue at `url` called `name`, to keep with a run: an address with credentials in
+    /// it (`redis://:secret@host`, `rediss://user:pw@host`, a socket's
+    /// `unix:///run/redis.sock?pass=secret`) is left out, and so is one that holds an `@`, a
+    /// query or a fragment anywhere (what cannot be told safe is not kept).
+    pub fn of(url: &str, name: &str) -> QueueSource {
+        let plain = !url.contains(['@', '?', '#']);
+        QueueSource {
+            url: plain.then(|| url.to_owned()),
             name: name.to_owned(),
-        })
+        }
     }
 }
 
@@ -62,8 +61,20 @@ mod tests {
 
     #[test]
     fn a_redis_address_with_credentials_is_not_kept() {
-        assert!(QueueSource::keepable("redis://127.0.0.1:6379/2", "steps").is_some());
-        assert!(QueueSource::keepable("redis://:secret@127.0.0.1:6379", "steps").is_none());
-        assert!(QueueSource::keepable("rediss://user:pw@host/0", "steps").is_none());
+        let kept = |url: &str| QueueSource::of(url, "steps").url;
+        assert_eq!(
+            kept("redis://127.0.0.1:6379/2").as_deref(),
+            Some("redis://127.0.0.1:6379/2")
+        );
+        assert_eq!(kept("redis://:secret@127.0.0.1:6379"), None);
+        assert_eq!(kept("rediss://user:pw@host/0"), None);
+        assert_eq!(kept("redis://user:pw@host?db=1"), None);
+        assert_eq!(kept("unix:///tmp/r.sock?pass=s3cret"), None);
+        assert_eq!(kept("redis+unix:///tmp/r.sock?user=u&pass=p"), None);
+        assert_eq!(
+            kept("unix:///tmp/r.sock").as_deref(),
+            Some("unix:///tmp/r.sock")
+        );
+        assert_eq!(QueueSource::of("redis://:s@h", "jobs").name, "jobs");
     }
 }

@@ -24,28 +24,20 @@ impl<'a> CallId<'a> {
         CallId { text: id, inside }
     }
 
-    /// Reads `id` knowing the plan's steps: a step's id may hold a `/` itself (`a/b`), so the
-    /// call's step is the first prefix ending before a `/` that `is_step` accepts
-    /// (`a/b/check#1` is a node of step `a/b`); without one, as [`CallId::parse`] reads it.
+    /// Reads `id` knowing the plan's steps: a step's id may hold a `/` or a `[` itself (`a/b`,
+    /// `b[x]`), so the call's step is the first prefix ending before a `/` that `is_step`
+    /// accepts (`a/b/check#1` is a node of step `a/b`, `b[x]/n#1` of step `b[x]`). Without one
+    /// the id is a call of its own: a step's, or an item's (`a/m[x/y]` of map step `a/m`).
     pub fn within(id: &'a str, is_step: impl Fn(&str) -> bool) -> CallId<'a> {
-        if is_step(id) {
-            return CallId {
-                text: id,
-                inside: None,
-            };
-        }
-        let key = id.find('[').unwrap_or(id.len());
-        id[..key]
-            .match_indices('/')
-            .map(|(at, _)| at)
-            .find(|&at| is_step(&id[..at]))
-            .map_or_else(
-                || CallId::parse(id),
-                |at| CallId {
-                    text: id,
-                    inside: Some(at + 1),
-                },
-            )
+        let inside = if is_step(id) {
+            None
+        } else {
+            id.match_indices('/')
+                .map(|(at, _)| at)
+                .find(|&at| is_step(&id[..at]))
+                .map(|at| at + 1)
+        };
+        CallId { text: id, inside }
     }
 
     /// The step's own call, or a map item's (`deploy`, `deploy-0`, `deploy[prod]`): the id up
@@ -111,5 +103,14 @@ mod tests {
         assert_eq!(within("a/b"), ("a/b", None));
         assert_eq!(within("a/b/check#1"), ("a/b", Some("check#1")));
         assert_eq!(within("c/x#1/y#2"), ("c", Some("x#1/y#2")));
+        // Ids with `/` and `[` of their own (hostile review): map step `a/m`, block `b[x]`.
+        let steps = ["a/m", "b[x]"];
+        let within = |id| {
+            let call = CallId::within(id, |s| steps.contains(&s));
+            (call.top(), call.inside())
+        };
+        assert_eq!(within("a/m[x]"), ("a/m[x]", None));
+        assert_eq!(within("a/m[x/y]"), ("a/m[x/y]", None));
+        assert_eq!(within("b[x]/n#1"), ("b[x]", Some("n#1")));
     }
 }

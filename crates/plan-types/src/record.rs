@@ -56,7 +56,9 @@ pub struct Record {
     /// many records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Box<StepError>>,
-    /// Attempts made (0 when it never ran).
+    /// Attempts made (0 when it never ran). A call run again (`retry`, a retry of failures, an
+    /// approved re-run of a failed block node) counts on from its earlier attempts, so this is
+    /// the number of its last attempt, and each attempt has an identity of its own.
     pub attempts: u32,
     /// Wall time from its first attempt to its end.
     pub duration_ms: u64,

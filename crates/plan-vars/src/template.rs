@@ -138,7 +138,7 @@ impl Placeholder {
         if word == "step" && is_removed_step_reference(&after[word_len..]) {
             return Err(ParseError::new(
                 offset,
-                "`$step-XX.…` was removed: give the step `binds: {NAME: $.field}` (or `result_variable: NAME`) and read `$var.NAME`",
+                "`$step-XX.…` was removed: give the step `binds: {NAME: $.field}` (or `result_variable: NAME`) and read `$var.NAME` (write `$$step` for the text)",
             ));
         }
         let (root, path_allowed) = match word {
@@ -338,18 +338,19 @@ enum Part {
     Value(Placeholder),
 }
 
-/// Whether what follows `$step` is the removed `$step-XX.…` form (`$step-01.v`), not text
-/// that merely starts so (`$step-by-step`).
+/// Whether what follows `$step` is the removed `$step-XX.field` form (`$step-01.v`: two
+/// digits or more, then a field's name), not text that merely starts so (`$step-by-step`,
+/// `cp $step-1.tar`, `$step-2.50`).
 fn is_removed_step_reference(rest: &str) -> bool {
     let Some(rest) = rest.strip_prefix('-') else {
         return false;
     };
-    let id_len = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(rest.len());
-    id_len > 0
-        && rest[id_len..].starts_with('.')
-        && rest[..id_len].bytes().any(|b| b.is_ascii_digit())
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    digits >= 2
+        && rest[digits..]
+            .strip_prefix('.')
+            .and_then(|field| field.chars().next())
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
 }
 
 /// `[*]` right after a placeholder (`$var.items[*].id`) is the removed form for every item.
@@ -357,7 +358,7 @@ fn refuse_all_items(rest: &str, offset: usize) -> Result<(), ParseError> {
     if rest.starts_with("[*]") {
         return Err(ParseError::new(
             offset,
-            "`[*]` was removed: run a step once per item with `expand_on` and read `$each`, or take a field of every item with a data expression (`${{ vars.items.map(i, i.id) }}`)",
+            "`[*]` was removed: run a step once per item with `expand_on` and read `$each`, or take a field of every item with a data expression (`${{ vars.items.map(i, i.id) }}`); for the text after a value, write `${name}[*]`",
         ));
     }
     Ok(())

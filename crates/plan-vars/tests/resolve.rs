@@ -335,7 +335,15 @@ fn removed_forms_are_refused_with_their_replacement() {
     assert!(refused("$step-01.v").starts_with("`$step-XX.…` was removed: give the step `binds"));
     assert!(refused("ids: $var.items[*].id").starts_with("`[*]` was removed"));
     assert!(refused("$each.tags[*]").starts_with("`[*]` was removed"));
-    for text in ["$step-by-step", "$steps", "a $step", "$var.items[0].id"] {
+    for text in [
+        "$step-by-step",
+        "$steps",
+        "a $step",
+        "$var.items[0].id",
+        "cp $step-1.tar /backup",
+        "price $step-2.50",
+        "x$step-1.y",
+    ] {
         assert!(Template::parse(text).is_ok(), "{text}");
     }
 }

@@ -1,4 +1,4 @@
-//! The git repository plan-cli's task steps work in ([`GitWorkspace`], the engine's
+//! The git repository plan-cli's task steps work in ([`GitWorkspace`], plan-ports'
 //! [`Workspace`] port): each task has a worktree at `<worktree_dir>/<ID>` on branch
 //! `worktree-<ID>`, made from the base branch; a verified task's branch is merged into the base
 //! with `git merge --no-ff`, in the worktree where the base is checked out (the repository
@@ -20,8 +20,6 @@ use async_trait::async_trait;
 use plan_ports::{MergeOutcome, Workspace, WorkspaceError, Worktree};
 use tokio::process::Command;
 
-/// Where a workspace's repository and worktrees are, from the plan's settings and the plan
-/// file's folder, without touching git.
 /// What this crate reads of a plan's `workspace:` (the plan model's `Workspace` has more; the
 /// caller hands these over, so that this crate needs no plan parser).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +32,8 @@ pub struct Settings {
     pub base: Option<String>,
 }
 
+/// Where a workspace's repository and worktrees are, from the plan's settings and the plan
+/// file's folder, without touching git.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// The repository, as the plan names it (relative paths taken from the plan's folder).

@@ -95,14 +95,13 @@ pub(crate) fn reject_calls(
 fn gated(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, plan_run::LifecycleError> {
     let refused =
         |failure: Failure| plan_run::LifecycleError::Refused(failure.message.unwrap_or_default());
-    if let Some(queue) = plan_run::sources_of(row).queue {
-        let settings = crate::cli::QueueSettings {
-            url: queue.url,
-            from_redis_url: false,
-            name: queue.name,
-            outage: std::time::Duration::from_secs(30),
-            timeout: None,
-        };
+    if let Some(plan_run::QueueSource {
+        url: Some(url),
+        name,
+    }) = plan_run::sources_of(row).queue
+    {
+        let settings =
+            crate::cli::QueueSettings::of(&url, &name, std::time::Duration::from_secs(30), None);
         toolbox.use_queue(&settings).map_err(refused)?;
     }
     let plan = plan_of(row).map_err(refused)?;

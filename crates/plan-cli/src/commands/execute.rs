@@ -107,7 +107,7 @@ pub(crate) fn run_as(
             queue: args
                 .execution
                 .queue_settings()
-                .and_then(|queue| plan_run::QueueSource::keepable(&queue.url, &queue.name)),
+                .map(|queue| plan_run::QueueSource::of(&queue.url, &queue.name)),
             state_file: args.execution.state_file.as_deref().map(absolute),
         },
         ..plan_run::Start::new()
@@ -256,10 +256,14 @@ fn go_on(
         .and_then(|store| store.run(run).ok())
         .map(|row| plan_run::sources_of(&row))
         .unwrap_or_default();
-    let queue = execution.queue_or(stored.queue.as_ref());
+    let queue = execution.queue_or(run, stored.queue.as_ref())?;
     let mut frontend = Frontend::of(execution)?;
-    if frontend.state_file.is_none() {
-        frontend.state_file = stored.state_file;
+    if frontend.state_file.is_none()
+        && let Some(path) = stored.state_file
+    {
+        // Checked as a given one is, before anything runs.
+        check_state_file(&path)?;
+        frontend.state_file = Some(path);
     }
     let (report, steps) = continue_run(run, options, queue.as_ref(), &frontend, toolbox, ledger)?;
     let code = print_outcome(&report, steps.as_deref(), &frontend)?;

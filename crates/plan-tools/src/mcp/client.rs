@@ -245,16 +245,20 @@ impl Tool for McpTool {
         // set), so progress for this call comes back with the handle's token: watched from
         // before the server can have answered anything.
         let token = handle.progress_token.clone();
-        if let Some(progress) = ctx.progress.clone() {
-            self.server.watch_progress(token.clone(), progress);
-        }
+        let watching = ctx
+            .progress
+            .clone()
+            .and_then(|progress| self.server.watch_progress(&token, progress));
         let mut abandoned = Abandoned {
             peer: peer.clone(),
             id: Some(handle.id.clone()),
         };
         let outcome = handle.await_response().await;
         abandoned.id = None;
-        self.server.unwatch_progress(&token).await;
+        if let Some(watching) = &watching {
+            watching.settle(ctx.deadline).await;
+        }
+        drop(watching);
         match outcome {
             Ok(ServerResult::CallToolResult(result)) => result_value(result),
             Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::new(
@@ -464,50 +468,22 @@ impl Server {
         }
     }
 
-    fn watch_progress(&self, token: ProgressToken, progress: Progress) {
-        if let NumberOrString::Number(n) = token.0 {
-            self.progress
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(n, Arc::new(Watch::new(progress)));
-        }
-    }
-
-    /// Stops reporting a call's progress once its answer came. rmcp hands each notification
-    /// to a task of its own, so the last ones (sent right before the answer) may still be on
-    /// their way: a call whose progress names its total waits for the notification that
-    /// reaches it (at most `LATE_PROGRESS`); one without a total lets the tasks already
-    /// started run first.
-    async fn unwatch_progress(&self, token: &ProgressToken) {
-        let NumberOrString::Number(n) = &token.0 else {
-            return;
+    /// Reports the progress notifications that come with `token` to `progress` until the
+    /// returned guard is dropped (also when the call's future is: nothing is left behind).
+    fn watch_progress(&self, token: &ProgressToken, progress: Progress) -> Option<Watching> {
+        let NumberOrString::Number(n) = token.0 else {
+            return None;
         };
-        let watch = self
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(n)
-            .cloned();
-        if let Some(watch) = watch {
-            // Notification tasks already started run before a total is looked for.
-            for _ in 0..4 {
-                tokio::task::yield_now().await;
-            }
-            let deadline = tokio::time::Instant::now() + LATE_PROGRESS;
-            loop {
-                let notified = watch.changed.notified();
-                if watch.complete() {
-                    break;
-                }
-                if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                    break;
-                }
-            }
-        }
+        let watch = Arc::new(Watch::new(progress));
         self.progress
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(n);
+            .insert(n, watch.clone());
+        Some(Watching {
+            map: self.progress.clone(),
+            token: n,
+            watch,
+        })
     }
 
     fn stderr_tail(&self) -> String {
@@ -550,6 +526,52 @@ impl Drop for Abandoned {
 /// How long a call's answer waits for the progress notifications sent before it.
 const LATE_PROGRESS: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// A call's progress being watched; dropped, it stops (its entry leaves the map).
+struct Watching {
+    map: Arc<Mutex<HashMap<i64, Arc<Watch>>>>,
+    token: i64,
+    watch: Arc<Watch>,
+}
+
+impl Watching {
+    /// Once the call's answer came: rmcp hands each notification to a task of its own, so the
+    /// last ones (sent right before the answer) may still be on their way. A call whose
+    /// progress names its total waits for the notification that reaches it, at most
+    /// `LATE_PROGRESS` and never past the attempt's `deadline` (the answer must not turn into
+    /// a timeout); one without a total lets the tasks already started run first.
+    async fn settle(&self, deadline: Option<std::time::SystemTime>) {
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        let mut wait = LATE_PROGRESS;
+        if let Some(deadline) = deadline {
+            let left = deadline
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            wait = wait.min(left.saturating_sub(std::time::Duration::from_millis(50)));
+        }
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = self.watch.changed.notified();
+            if self.watch.complete() {
+                break;
+            }
+            if tokio::time::timeout_at(until, notified).await.is_err() {
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.token);
+    }
+}
+
 /// A call's progress reporter, with how far its server said it got.
 struct Watch {
     reporter: Progress,
@@ -568,11 +590,12 @@ impl Watch {
         }
     }
 
-    /// Whether every notification the server announced has come: its progress reached its
-    /// total, or it gave none.
+    /// Whether nothing more is worth waiting for: the progress reached its total, or the
+    /// server gave none, or it is more than one step short of it (a server that announces a
+    /// total it never reaches must not slow every call down).
     fn complete(&self) -> bool {
         let (seen, total) = *self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        total.is_none_or(|total| seen >= total)
+        total.is_none_or(|total| seen >= total || total - seen > 1.0)
     }
 
     fn report(&self, report: ProgressReport) {
