@@ -24,8 +24,8 @@ use plan_vars::{Scope, ValueTemplate};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::admit::{Admission, Gate, executed_record};
-use crate::call::{CallContext, ToolCall, call_tool, millis};
+use crate::admit::{Gate, executed_record};
+use crate::call::{CallContext, Inner, Made, millis};
 use crate::condition::{NodeScope, evaluate};
 use crate::overlay::Overlay;
 use crate::schema::{argument_issues, compile_schema, resolve_checked};
@@ -867,6 +867,7 @@ impl BlockRun {
                         vars: Some(&variables),
                         env: Some(&self.env),
                         evaluate: Some(&evaluate),
+                        names: Some(&self.context.variable_names),
                         ..Scope::default()
                     };
                     resolve_checked(args, &scope, schema.as_deref(), tool_name)
@@ -877,30 +878,27 @@ impl BlockRun {
                     approval: gated.then_some((key.as_str(), None)),
                     waits_as: &key,
                 };
-                let (args, approvals_off) =
-                    match self.context.admit(resolved, &gate, &self.approvals) {
-                        Admission::Call {
-                            args,
-                            approvals_off,
-                        } => (args, approvals_off),
-                        Admission::Fail(error) => return NodeEnd::Ran(Err(error), 0),
-                        Admission::Wait(pending) => return NodeEnd::Waiting(None, pending),
-                    };
-                let call = ToolCall {
-                    step_id: Arc::from(path),
-                    tool_name: tool_name.clone(),
-                    tool: tool.clone(),
-                    args,
+                let call = Inner {
+                    id: path,
+                    tool_name,
+                    tool,
                     retry: retry.clone(),
                     timeout: *timeout,
                     working_dir: None,
-                    approvals_off,
                     // A block run again from its entry point counts on from its earlier
                     // run's attempts; a failed node run again, from its own.
                     earlier: earlier.max(self.context.earlier(path)),
                 };
-                let finished = call_tool(&self.context, call).await;
-                NodeEnd::Ran(finished.result.map_err(StepError::from), finished.attempts)
+                match self
+                    .context
+                    .make(call, resolved, &gate, &self.approvals)
+                    .await
+                {
+                    Made::Done {
+                        outcome, attempts, ..
+                    } => NodeEnd::Ran(outcome, attempts),
+                    Made::Waiting(pending) => NodeEnd::Waiting(None, pending),
+                }
             }
         }
     }

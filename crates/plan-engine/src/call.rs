@@ -29,6 +29,9 @@ pub(crate) struct CallContext {
     pub(crate) output: Option<crate::tool::OutputSink>,
     /// Attempts calls made before they were run again (`Restored::earlier_attempts`), by id.
     pub(crate) earlier: Arc<std::collections::BTreeMap<String, u32>>,
+    /// Every variable name the plan can define: what a missing variable's message suggests
+    /// (`Scope::names`), the same whatever the timing.
+    pub(crate) variable_names: Arc<[String]>,
 }
 
 impl CallContext {
@@ -50,6 +53,100 @@ impl CallContext {
             gate,
             approvals,
             self.guard.as_deref(),
+            &self.redactor,
+        )
+    }
+}
+
+/// A call made inside a running step (a block's node, a task's call, the workspace's context
+/// update): what to call, and how.
+pub(crate) struct Inner<'a> {
+    /// Its id in records and events (`review/check#2`, `T1/implement#1`).
+    pub(crate) id: &'a str,
+    pub(crate) tool_name: &'a Arc<str>,
+    pub(crate) tool: &'a Arc<dyn Tool>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) timeout: Option<Duration>,
+    /// The folder the tool works in (a task's worktree).
+    pub(crate) working_dir: Option<Arc<std::path::Path>>,
+    /// Attempts made before (see [`ToolCall::earlier`]).
+    pub(crate) earlier: u32,
+}
+
+/// How a call made through [`CallContext::make`] ended.
+pub(crate) enum Made {
+    /// It ran, or admission refused it (`attempts` 0, nothing called): its outcome.
+    Done {
+        outcome: Result<Value, plan_types::StepError>,
+        attempts: u32,
+        took: Duration,
+    },
+    /// It waits for a decision; nothing was called.
+    Waiting(plan_types::PendingApproval),
+}
+
+impl CallContext {
+    /// Makes an inner call the one way every call is made: admitted (its approval, the run's
+    /// guards), called with its retries and timeout, its outcome what the tool said. The
+    /// scheduler makes a step's own call the same way, in two halves (it admits in its loop
+    /// and spawns the call).
+    pub(crate) async fn make(
+        &self,
+        call: Inner<'_>,
+        resolved: Result<Value, plan_types::StepError>,
+        gate: &crate::admit::Gate<'_>,
+        approvals: &plan_types::Approvals,
+    ) -> Made {
+        let (args, approvals_off) = match self.admit(resolved, gate, approvals) {
+            crate::admit::Admission::Call {
+                args,
+                approvals_off,
+            } => (args, approvals_off),
+            crate::admit::Admission::Fail(error) => {
+                return Made::Done {
+                    outcome: Err(error),
+                    attempts: 0,
+                    took: Duration::ZERO,
+                };
+            }
+            crate::admit::Admission::Wait(pending) => return Made::Waiting(pending),
+        };
+        let started = Instant::now();
+        let finished = call_tool(
+            self,
+            ToolCall {
+                step_id: Arc::from(call.id),
+                tool_name: call.tool_name.clone(),
+                tool: call.tool.clone(),
+                args,
+                retry: call.retry,
+                timeout: call.timeout,
+                working_dir: call.working_dir,
+                approvals_off,
+                earlier: call.earlier,
+            },
+        )
+        .await;
+        Made::Done {
+            outcome: finished.result.map_err(plan_types::StepError::from),
+            attempts: finished.attempts,
+            took: started.elapsed(),
+        }
+    }
+
+    /// The record of call `id` that ended so (redacted as every record is).
+    pub(crate) fn record(
+        &self,
+        id: &str,
+        outcome: &Result<Value, plan_types::StepError>,
+        attempts: u32,
+        took: Duration,
+    ) -> plan_types::Record {
+        crate::admit::executed_record(
+            id.to_owned(),
+            outcome.clone().map(Arc::new),
+            attempts,
+            millis(took),
             &self.redactor,
         )
     }

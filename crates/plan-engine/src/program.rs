@@ -96,6 +96,9 @@ pub struct Program {
     /// Each bound variable and the first step that binds it (previews show its value as
     /// `<result of STEP>`).
     binders: BTreeMap<String, Arc<str>>,
+    /// Every variable name the plan can define (its variables, its binds), sorted: what a
+    /// missing variable's message may suggest, whatever is bound when it is missed.
+    pub(crate) variable_names: Arc<[String]>,
     /// The data expressions (`${{ EXPR }}`) of every step, compiled.
     pub(crate) expressions: crate::expression::Expressions,
     /// The workspace's `context_update` call, run after the last task.
@@ -395,6 +398,17 @@ impl Program {
             guards: plan.guards.clone(),
             mode: plan.mode.unwrap_or_default(),
             fail_fast: plan.fail_fast,
+            variable_names: {
+                let mut names: Vec<String> = plan
+                    .variables
+                    .keys()
+                    .chain(binders.keys())
+                    .cloned()
+                    .collect();
+                names.sort();
+                names.dedup();
+                names.into()
+            },
             binders,
             expressions,
             context_update,

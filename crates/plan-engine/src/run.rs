@@ -830,6 +830,7 @@ impl Scheduler<'_> {
             vars: Some(&self.vars),
             env: Some(&self.env),
             evaluate: Some(&evaluate),
+            names: Some(&program.variable_names),
             ..Scope::default()
         };
         let (step_id, resolved) = match item {
@@ -960,6 +961,7 @@ impl Scheduler<'_> {
             vars: Some(&self.vars),
             env: Some(&self.env),
             evaluate: Some(&evaluate),
+            names: Some(&program.variable_names),
             ..Scope::default()
         };
         let expanded = self.shared_list(expand).map_or_else(
@@ -1535,6 +1537,7 @@ impl Scheduler<'_> {
             jitter_seed: self.jitter_seed,
             output: self.output.clone(),
             earlier: self.earlier_attempts.clone(),
+            variable_names: self.program.variable_names.clone(),
         }
     }
 

@@ -26,9 +26,9 @@ use plan_types::{
 use plan_vars::{Scope, ValueTemplate};
 use serde_json::{Value, json};
 
-use crate::admit::{Admission, Gate};
+use crate::admit::Gate;
 use crate::block::NodeDone;
-use crate::call::{CallContext, ToolCall, call_tool};
+use crate::call::{CallContext, Inner, Made};
 use crate::overlay::Overlay;
 use crate::schema::{compile_schema, resolve_checked};
 use crate::tool::{Registry, Tool, codes};
@@ -104,39 +104,34 @@ pub(crate) async fn run_context_update(
         ),
     });
     let own = [("task", &values), ("failure", &Value::Null)];
-    let resolved = call.resolve(vars, own, env, &update.expressions);
+    let resolved = call.resolve(vars, own, env, &update.expressions, &context.variable_names);
     let gate = Gate {
         tool: Some(&call.tool_name),
         approval: None,
         waits_as: CONTEXT_UPDATE,
     };
-    let (args, approvals_off) = match context.admit(resolved, &gate, approvals) {
-        Admission::Call {
-            args,
-            approvals_off,
-        } => (args, approvals_off),
-        Admission::Fail(error) => return Err(error),
-        Admission::Wait(pending) => {
+    let inner = Inner {
+        // Shown as the workspace's own call (`STEP/CALL`, like a task's calls).
+        id: "workspace/context_update",
+        tool_name: &call.tool_name,
+        tool: &call.tool,
+        retry: once(),
+        timeout: call.timeout,
+        working_dir: Some(Arc::from(dir.as_path())),
+        earlier: 0,
+    };
+    let result = match context.make(inner, resolved, &gate, approvals).await {
+        // Refused before it ran (its arguments, a guard): that error.
+        Made::Done {
+            outcome: Err(error),
+            attempts: 0,
+            ..
+        } => return Err(error),
+        Made::Done { outcome, .. } => outcome.map_err(|e| failed(e.message))?,
+        Made::Waiting(pending) => {
             return Err(failed(format!("waits for `{}`", pending.step_id)));
         }
     };
-    let finished = call_tool(
-        context,
-        ToolCall {
-            // Shown as the workspace's own call (`STEP/CALL`, like a task's calls).
-            step_id: Arc::from("workspace/context_update"),
-            tool_name: call.tool_name.clone(),
-            tool: call.tool.clone(),
-            args,
-            retry: once(),
-            timeout: call.timeout,
-            working_dir: Some(Arc::from(dir.as_path())),
-            approvals_off,
-            earlier: 0,
-        },
-    )
-    .await;
-    let result = finished.result.map_err(|e| failed(e.message))?;
     let after = workspace
         .changed()
         .await
@@ -217,6 +212,7 @@ impl TaskTool {
         own: [(&'static str, &Value); 2],
         env: &BTreeMap<String, Value>,
         expressions: &crate::expression::Expressions,
+        names: &[String],
     ) -> Result<Value, StepError> {
         let variables = Overlay { vars, own };
         let evaluate = |text: &str, scope: &Scope<'_>| expressions.evaluate(text, scope);
@@ -224,6 +220,7 @@ impl TaskTool {
             vars: Some(&variables),
             env: Some(env),
             evaluate: Some(&evaluate),
+            names: Some(names),
             ..Scope::default()
         };
         resolve_checked(&self.args, &scope, self.schema.as_deref(), &self.tool_name)
@@ -500,7 +497,12 @@ impl TaskRun {
                         }
                         continue;
                     }
-                    if state.status != TaskPhase::InProgress {
+                    // An attempt counted and interrupted while its worktree was being made
+                    // (the state says `creating`) has not started: it goes on as that attempt,
+                    // rather than counting another (with `max_attempts: 1` the task was
+                    // abandoned without ever running).
+                    let counted = state.worktree_status == Some(WorktreeStatus::Creating);
+                    if state.status != TaskPhase::InProgress && !counted {
                         if state.attempts >= max {
                             return self.abandon(state).await;
                         }
@@ -738,6 +740,7 @@ impl TaskRun {
                 let scope = Scope {
                     vars: Some(&variables),
                     env: Some(&self.env),
+                    names: Some(&self.context.variable_names),
                     ..Scope::default()
                 };
                 check.argv.resolve(&scope)
@@ -764,65 +767,61 @@ impl TaskRun {
                 approval: task.checks_gated.then_some((key.as_str(), None)),
                 waits_as: &key,
             };
-            let (args, approvals_off) = match self.context.admit(Ok(args), &gate, &self.approvals) {
-                Admission::Call {
-                    args,
-                    approvals_off,
-                } => (args, approvals_off),
-                Admission::Fail(error) => {
-                    self.keep(&path, Err(error.clone()), 0, Duration::ZERO);
-                    return Ok(Err(Failure {
-                        kind: TaskErrorKind::VerificationFailed,
-                        step: check.text.clone(),
-                        feedback: error.message.clone(),
-                        message: error.message,
-                    }));
-                }
+            let exec_name: Arc<str> = Arc::from("exec");
+            let inner = Inner {
+                id: &path,
+                tool_name: &exec_name,
+                tool: exec,
+                retry: once(),
+                timeout: Some(check.timeout + Duration::from_secs(5)),
+                working_dir: Some(Arc::from(worktree.path.as_path())),
+                // A task's calls carry its attempt in their id (`ID/check-1#2`).
+                earlier: 0,
+            };
+            let (outcome, attempts, took) = match self
+                .context
+                .make(inner, Ok(args), &gate, &self.approvals)
+                .await
+            {
+                Made::Done {
+                    outcome,
+                    attempts,
+                    took,
+                } => (outcome, attempts, took),
                 // A high-risk `exec`: the run halts for a person, and `resume` verifies again
                 // once it is decided.
-                Admission::Wait(pending) => return Err(Stopped::Waiting(pending)),
+                Made::Waiting(pending) => return Err(Stopped::Waiting(pending)),
             };
-            let started = std::time::Instant::now();
-            let finished = call_tool(
-                &self.context,
-                ToolCall {
-                    step_id: Arc::from(path.as_str()),
-                    tool_name: Arc::from("exec"),
-                    tool: exec.clone(),
-                    args,
-                    retry: once(),
-                    timeout: Some(check.timeout + Duration::from_secs(5)),
-                    working_dir: Some(Arc::from(worktree.path.as_path())),
-                    approvals_off,
-                    // A task's calls carry its attempt in their path (`ID/check-1#2`).
-                    earlier: 0,
-                },
-            )
-            .await;
             if self.context.cancel.is_cancelled() {
                 return Err(stopped(format!(
                     "the run stopped while task `{}` was being verified",
                     self.step_id
                 )));
             }
-            self.keep(
-                &path,
-                finished.result.clone().map_err(StepError::from),
-                finished.attempts,
-                started.elapsed(),
-            );
+            self.keep(&path, &outcome, attempts, took);
+            if attempts == 0
+                && let Err(error) = outcome
+            {
+                // Refused before it ran (a rejection, a guard).
+                return Ok(Err(Failure {
+                    kind: TaskErrorKind::VerificationFailed,
+                    step: check.text.clone(),
+                    feedback: error.message.clone(),
+                    message: error.message,
+                }));
+            }
             // A program that exits non-zero fails its `exec` call (so the run's output marks
             // the check failed); the error's details hold what it printed.
             let printed = |result: &Value| {
                 let text = |key: &str| result.get(key).and_then(Value::as_str).unwrap_or("");
                 format!("{}{}", text("stdout"), text("stderr"))
             };
-            let (message, output) = match finished.result {
+            let (message, output) = match outcome {
                 Err(error) if error.code == codes::E_TIMEOUT => (
                     format!("timed out after {} s", check.timeout.as_secs()),
                     String::new(),
                 ),
-                Err(error) => match error.details.as_deref() {
+                Err(error) => match error.details.as_ref() {
                     Some(result) if result.get("exit_code").is_some() => {
                         let message = match result.get("exit_code").and_then(Value::as_i64) {
                             Some(code) => format!("exited with status {code}"),
@@ -1184,49 +1183,49 @@ impl TaskRun {
     ) -> Result<Result<Value, StepError>, Stopped> {
         // Resolved before the call: the scope (not `Send`) must not live across it.
         let own = [("task", task), ("failure", failure)];
-        let resolved = call.resolve(&self.vars, own, &self.env, &self.task.expressions);
+        let resolved = call.resolve(
+            &self.vars,
+            own,
+            &self.env,
+            &self.task.expressions,
+            &self.context.variable_names,
+        );
         let key = format!("{}/{name}", self.step_id);
         let gate = Gate {
             tool: Some(&call.tool_name),
             approval: call.gated.then_some((key.as_str(), None)),
             waits_as: &key,
         };
-        let (args, approvals_off) = match self.context.admit(resolved, &gate, &self.approvals) {
-            Admission::Call {
-                args,
-                approvals_off,
-            } => (args, approvals_off),
-            Admission::Fail(error) => {
-                self.keep(path, Err(error.clone()), 0, Duration::ZERO);
-                return Ok(Err(error));
-            }
-            Admission::Wait(pending) => return Err(Stopped::Waiting(pending)),
+        let inner = Inner {
+            id: path,
+            tool_name: &call.tool_name,
+            tool: &call.tool,
+            retry: once(),
+            timeout: call.timeout,
+            working_dir: dir.map(Arc::from),
+            // A task's calls carry its attempt in their id (`ID/implement#2`).
+            earlier: 0,
         };
-        let started = std::time::Instant::now();
-        let finished = call_tool(
-            &self.context,
-            ToolCall {
-                step_id: Arc::from(path),
-                tool_name: call.tool_name.clone(),
-                tool: call.tool.clone(),
-                args,
-                retry: once(),
-                timeout: call.timeout,
-                working_dir: dir.map(Arc::from),
-                approvals_off,
-                earlier: 0,
-            },
-        )
-        .await;
+        let (outcome, attempts, took) = match self
+            .context
+            .make(inner, resolved, &gate, &self.approvals)
+            .await
+        {
+            Made::Done {
+                outcome,
+                attempts,
+                took,
+            } => (outcome, attempts, took),
+            Made::Waiting(pending) => return Err(Stopped::Waiting(pending)),
+        };
         if self.context.cancel.is_cancelled() {
             return Err(stopped(format!(
                 "the run stopped while task `{}` ran `{}`",
                 self.step_id, call.tool_name
             )));
         }
-        let result = finished.result.map_err(StepError::from);
-        self.keep(path, result.clone(), finished.attempts, started.elapsed());
-        Ok(result)
+        self.keep(path, &outcome, attempts, took);
+        Ok(outcome)
     }
 
     /// Keeps the record of a call the task made (a cancelled one is not kept: it runs again
@@ -1234,17 +1233,12 @@ impl TaskRun {
     fn keep(
         &mut self,
         path: &str,
-        outcome: Result<Value, StepError>,
+        outcome: &Result<Value, StepError>,
         attempts: u32,
         took: Duration,
     ) {
-        self.records.push(crate::admit::executed_record(
-            path.to_owned(),
-            outcome.map(Arc::new),
-            attempts,
-            crate::call::millis(took),
-            &self.context.redactor,
-        ));
+        let record = self.context.record(path, outcome, attempts, took);
+        self.records.push(record);
     }
 
     /// Hands the task's state to the scheduler to be committed, and waits until it is

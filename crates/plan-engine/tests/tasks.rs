@@ -382,3 +382,21 @@ async fn without_a_workspace_a_task_fails_and_says_why() {
     let error = of(&report, "T1").error.as_ref().unwrap();
     assert!(error.message.contains("needs a git workspace"), "{error:?}");
 }
+
+/// An attempt counted and then interrupted while its worktree was being made has not
+/// started: resumed, it runs as that attempt (with one attempt allowed, the task was
+/// abandoned without ever running; found by a kill -9 test of guards).
+#[tokio::test]
+async fn an_attempt_interrupted_while_its_worktree_is_made_runs_on_resume() {
+    let lab = lab(json!({"workspace": {"repo": ".", "max_attempts": 1},
+                         "steps": [task("T1", &[], "pass")]}));
+    let interrupted = TaskState {
+        worktree_status: Some(plan_types::WorktreeStatus::Creating),
+        ..state(TaskPhase::Pending, 1)
+    };
+    let checkpoint = serde_json::to_value(interrupted).unwrap();
+    let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
+    assert!(of(&report, "T1").ok, "{:?}", report.records);
+    assert_eq!(of(&report, "T1").result.as_ref().unwrap()["attempts"], 1);
+    assert_eq!(lab.log.lock().unwrap().len(), 1, "implemented once");
+}

@@ -83,6 +83,11 @@ pub struct Scope<'a> {
     /// Evaluates data expressions; without it, a `${{ EXPR }}` does not resolve (this crate
     /// knows no expression language).
     pub evaluate: Option<&'a Evaluate<'a>>,
+    /// The names a missing variable's message may suggest instead (`did you mean …?`), when
+    /// the message must not depend on what happens to be bound at the moment (a run's records
+    /// are the same whatever the timing): every name the plan can define. Without it, the
+    /// variables there are now.
+    pub names: Option<&'a [String]>,
 }
 
 impl<'a> Scope<'a> {
@@ -110,8 +115,16 @@ impl<'a> Scope<'a> {
     }
 
     pub(crate) fn missing_variable(&self, name: &str) -> String {
-        let names = self.vars.map(|vars| vars.names()).unwrap_or_default();
+        let names: Vec<&str> = match self.names {
+            Some(names) => names.iter().map(String::as_str).collect(),
+            None => self.vars.map(|vars| vars.names()).unwrap_or_default(),
+        };
         let mut reason = format!("no variable `{name}` is defined");
+        if self.names.is_some() && names.contains(&name) {
+            // A name the plan binds: the step that binds it has not (skipped, or failed).
+            reason.push_str(": the step that binds it did not bind it (it was skipped or failed)");
+            return reason;
+        }
         let closest = names
             .iter()
             .map(|candidate| (strsim::levenshtein(name, candidate), *candidate))
