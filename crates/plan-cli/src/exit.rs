@@ -94,6 +94,9 @@ impl Failure {
             _ => INVALID_INPUT,
         };
         let mut message = error.to_string();
+        if matches!(error, StoreError::PlanExists(_)) {
+            message.push_str(" (remove it first, or add with --force)");
+        }
         if matches!(error, StoreError::Open { .. } | StoreError::Foreign { .. }) {
             message.push_str("\nrecord runs elsewhere with --db PATH or PLAN_DB=PATH");
         }

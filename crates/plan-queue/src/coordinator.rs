@@ -400,7 +400,7 @@ async fn expire(this: &Arc<Dispatcher>, job_id: &str, queue: &str, tool: &str) {
             Err(ToolError::new(
                 codes::E_QUEUE_TIMEOUT,
                 format!(
-                    "no worker took the call of `{tool}` within {} (--queue-timeout)",
+                    "no worker took the call of `{tool}` within {}, the run's queue timeout",
                     humanize(limit)
                 ),
             )),
@@ -562,7 +562,7 @@ impl RemoteTool {
                         return Err(ToolError::new(
                             codes::E_QUEUE_TIMEOUT,
                             format!(
-                                "no worker for `{}` within {} (--queue-timeout): {why}",
+                                "no worker for `{}` within {}, the run's queue timeout: {why}",
                                 self.name,
                                 humanize(limit)
                             ),

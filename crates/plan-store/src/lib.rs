@@ -135,7 +135,7 @@ pub enum StoreError {
         decision: &'static str,
     },
     /// A plan id that is taken.
-    #[error("a plan `{0}` is already stored (remove it first, or add with --force)")]
+    #[error("a plan `{0}` is already stored")]
     PlanExists(String),
     /// The run's log beside the ledger (see [`RunJournal`]) could not be read or written.
     #[error("the run's log {}: {message}", path.display())]

@@ -282,6 +282,15 @@ impl Service for PlanServer {
 }
 
 impl PlanServer {
+    /// Where a client's run finds its tools, kept with it: the server's MCP configuration (a
+    /// later `plan-cli resume` finds the same tools).
+    fn sources(&self) -> plan_run::RunSources {
+        plan_run::RunSources {
+            mcp_config: self.toolbox.config().map(std::path::Path::to_path_buf),
+            ..plan_run::RunSources::default()
+        }
+    }
+
     fn answer(
         &self,
         tool: &str,
@@ -337,6 +346,7 @@ impl PlanServer {
                     working_dir: Some(self.policy.workdir.display().to_string()),
                     // plan_run::start checks the plan again and keeps approvals on.
                     policy: Some(self.policy.clone()),
+                    sources: self.sources(),
                     ..plan_run::Start::new()
                 };
                 let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
@@ -504,6 +514,7 @@ impl PlanServer {
             author: Author::McpClient,
             working_dir: Some(self.policy.workdir.display().to_string()),
             policy: Some(self.policy.clone()),
+            sources: self.sources(),
             ..plan_run::Start::new()
         };
         let (report, _) = start_run(ready, start, &frontend, &self.toolbox, &self.ledger)?;
