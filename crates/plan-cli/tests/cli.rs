@@ -980,3 +980,42 @@ fn newcomer_words() {
             "a program and its arguments go in `argv`",
         ));
 }
+
+/// A problem of shape (a field that does not read) does not hide the others: with it set
+/// aside, the rest of the plan is validated and compiled too, in the same round.
+#[test]
+fn a_shape_problem_does_not_hide_tool_and_argument_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "p.json",
+        &json!({"steps": [
+            {"id": "a", "tool": "echo", "map": {"x": 1}},
+            {"id": "b", "tool": "nope"},
+            {"id": "c", "tool": "exec", "args": {"argv": 5}},
+            {"id": "d", "tol": "echo"},
+        ]}),
+    );
+    let output = plan_cli()
+        .args(["validate", "--json", plan.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let codes: Vec<&str> = report["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|issue| issue["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "plan::unknown_field",
+            "plan::unknown_field",
+            "plan::unknown_tool",
+            "plan::args_invalid"
+        ],
+        "{report:#}"
+    );
+}

@@ -116,11 +116,28 @@ pub fn load(
             let mut issues = every_schema_issue(&source, format);
             if issues.is_empty() {
                 issues.push(*issue);
+                return Err(InvalidPlan {
+                    plan_source: source,
+                    issues,
+                    plan: None,
+                });
             }
+            // Every problem at once: with the fields that do not read set aside, the rest of
+            // the plan is read and validated too (and a caller may compile it), so a problem of
+            // shape does not hide one of meaning elsewhere.
+            let plan = set_aside(&source, format).map(|(raw, removed)| {
+                let (plan, mut more) = normalize::normalize(raw);
+                more.extend(validate::validate(&plan, options));
+                issues.extend(
+                    more.into_iter()
+                        .filter(|issue| !about_set_aside(issue, &removed)),
+                );
+                Box::new(plan)
+            });
             return Err(InvalidPlan {
                 plan_source: source,
                 issues,
-                plan: None,
+                plan,
             });
         }
     };
@@ -138,6 +155,117 @@ pub fn load(
         source,
         warnings: issues,
     })
+}
+
+/// The plan `source` holds with the fields that do not read set aside (each field of each step,
+/// and of the plan, read on its own as `every_schema_issue` reads them), if the rest then
+/// reads; `None` when a whole step does not (not an object, no id).
+fn set_aside(source: &Source, format: Format) -> Option<(RawPlan, Vec<SetAside>)> {
+    let document: Value = match format {
+        Format::Json => serde_json::from_str(source.text()).ok()?,
+        Format::Yaml => serde_saphyr::from_str_with_options(source.text(), yaml_options()).ok()?,
+    };
+    let Value::Object(mut top) = document else {
+        return None;
+    };
+    let Some(Value::Array(steps)) = top.remove("steps") else {
+        return None;
+    };
+    let reads = |object: &Map<String, Value>, step: bool| {
+        let value = Value::Object(object.clone());
+        if step {
+            serde_json::from_value::<crate::model::RawStep>(value).is_ok()
+        } else {
+            serde_json::from_value::<RawPlan>(value).is_ok()
+        }
+    };
+    let mut removed: Vec<SetAside> = Vec::new();
+    // The fields that read alone (beside those the object cannot do without).
+    let mut keep_readable =
+        |object: Map<String, Value>, step: Option<usize>| -> Map<String, Value> {
+            let is_step = step.is_some();
+            let step_index = step;
+            let step = is_step;
+            let kept: &[&str] = if step {
+                &["id", "index", "step_id"]
+            } else {
+                &["steps"]
+            };
+            let base: Map<String, Value> = object
+                .iter()
+                .filter(|(k, _)| kept.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let mut out = base.clone();
+            for (key, value) in object {
+                if kept.contains(&key.as_str()) {
+                    continue;
+                }
+                let mut alone = base.clone();
+                alone.insert(key.clone(), value.clone());
+                if reads(&alone, step) {
+                    out.insert(key, value);
+                } else {
+                    removed.push((step_index, key));
+                }
+            }
+            out
+        };
+    let mut fixed = Vec::with_capacity(steps.len());
+    for (i, step) in steps.into_iter().enumerate() {
+        let Value::Object(object) = step else {
+            return None;
+        };
+        let object = if reads(&object, true) {
+            object
+        } else {
+            keep_readable(object, Some(i))
+        };
+        fixed.push(Value::Object(object));
+    }
+    top.insert("steps".to_owned(), Value::Array(Vec::new()));
+    let mut top = if reads(&top, false) {
+        top
+    } else {
+        keep_readable(top, None)
+    };
+    top.insert("steps".to_owned(), Value::Array(fixed));
+    let raw = serde_json::from_value(Value::Object(top)).ok()?;
+    Some((raw, removed))
+}
+
+/// A field set aside: its step (`None`: the plan's own) and its name.
+type SetAside = (Option<usize>, String);
+
+/// Whether `issue` is about a field that was set aside (or is the missing tool of a step that
+/// had one set aside): its shape problem says it already.
+fn about_set_aside(issue: &Issue, removed: &[SetAside]) -> bool {
+    use crate::source::PathSegment;
+    let Location::Path { path, .. } = &issue.location else {
+        return false;
+    };
+    let (step, field) = match path.0.as_slice() {
+        [
+            PathSegment::Key(steps),
+            PathSegment::Index(i),
+            PathSegment::Key(field),
+            ..,
+        ] if steps == "steps" => (Some(*i), field.as_str()),
+        // A step without a tool that had a field set aside: most likely the tool misspelt
+        // (`tol: echo`), which its shape problem names.
+        [PathSegment::Key(steps), PathSegment::Index(i)]
+            if steps == "steps" && issue.code == "plan::missing_tool" =>
+        {
+            return removed.iter().any(|(s, _)| *s == Some(*i));
+        }
+        [PathSegment::Key(field), ..] => (None, field.as_str()),
+        _ => return false,
+    };
+    let field = match field {
+        "dependsOn" => "depends_on",
+        other => other,
+    };
+    removed.iter().any(|(s, f)| *s == step && f == field)
 }
 
 /// The structural problems of a document that reads as JSON or YAML but not as a plan: the
