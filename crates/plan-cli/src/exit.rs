@@ -82,7 +82,9 @@ impl Failure {
                 let resume = format!(": `plan-cli resume {run_id}`");
                 Failure::internal(format!("{error}{resume}"))
             }
-            error @ LifecycleError::Internal(_) => Failure::internal(error.to_string()),
+            error @ (LifecycleError::Internal(_) | LifecycleError::StateFile { .. }) => {
+                Failure::internal(error.to_string())
+            }
         }
     }
 

@@ -48,6 +48,14 @@ pub enum LifecycleError {
         /// What the ledger said.
         message: String,
     },
+    /// The run ended (its ledger is whole) but its state file could not be written at the end.
+    #[error("run {run_id} ended, but {message}")]
+    StateFile {
+        /// The run.
+        run_id: String,
+        /// Why not.
+        message: String,
+    },
     /// Something that should not happen (a stored plan that no longer loads, the engine's
     /// task lost).
     #[error("{0}")]

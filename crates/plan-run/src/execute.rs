@@ -57,6 +57,8 @@ pub struct Execution {
     /// `queue`.)
     #[cfg(feature = "queue")]
     pub queue: Option<Arc<Dispatcher>>,
+    /// Keep this execute-state document current as the ledger commits, and at the run's end.
+    pub state_file: Option<crate::StateFile>,
 }
 
 impl Execution {
@@ -71,6 +73,7 @@ impl Execution {
             approvals: None,
             #[cfg(feature = "queue")]
             queue: None,
+            state_file: None,
         }
     }
 }
@@ -737,6 +740,18 @@ async fn execute(
     let started_at = humantime::parse_rfc3339(&from.started_at).ok();
     let ledger_events = Arc::new(EventBuffer::default());
     let journal = RunJournal::new(store, run_id, ledger_events.clone())?;
+    let state_failed = Arc::new(std::sync::Mutex::new(None));
+    let journal: Box<dyn plan_types::Journal> = match execution.state_file.clone() {
+        None => Box::new(journal),
+        Some(file) => Box::new(crate::state_file::StateFileJournal {
+            inner: journal,
+            file,
+            run_id: run_id.to_owned(),
+            plan: prepared.loaded.plan.clone(),
+            last: None,
+            failed: state_failed.clone(),
+        }),
+    };
     let mut sinks: Vec<Arc<dyn EventSink>> = vec![ledger_events];
     sinks.extend(execution.events);
     let mut options = RunOptions::new(run_id);
@@ -748,7 +763,7 @@ async fn execute(
     options.env = prepared.env;
     options.events = Some(Arc::new(Fanout(sinks)));
     options.output = execution.output.clone();
-    options.journal = Some(Box::new(journal));
+    options.journal = Some(journal);
     options.started_at = started_at;
     options.durability = execution.durability;
     options.restored = from.restored;
@@ -798,5 +813,15 @@ async fn execute(
             )));
         }
     };
+    if let Some(message) = state_failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        return Err(LifecycleError::StateFile {
+            run_id: run_id.to_owned(),
+            message,
+        });
+    }
     Ok(Outcome { report })
 }

@@ -79,3 +79,4 @@ pub use report::{
     duration_of, ended_at, execute_state, format_name, format_of, plan_of, report, status_of,
 };
 pub use sources::{QueueSource, RunSources, sources_of};
+pub use state_file::StateFile;

@@ -451,3 +451,98 @@ fn max_into(slot: &mut Option<String>, value: Option<&str>) {
         *slot = Some(value.to_owned());
     }
 }
+
+/// Where a run keeps its execute-state document current (`run --state-file`): written as the
+/// ledger commits, not by reading the ledger on a timer.
+#[derive(Debug, Clone)]
+pub struct StateFile {
+    /// The file (replaced whole each time: a reader never sees half a document).
+    pub path: std::path::PathBuf,
+    /// The project's path the document names (`project_path`), as the caller sees it.
+    pub project_path: Option<String>,
+}
+
+/// How often at most the document is written while the run goes (always at its end).
+const STATE_FILE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A run's journal that also rewrites its state file after a commit (at most every
+/// `STATE_FILE_EVERY`, and after the run's end), from the ledger it has just committed to. A
+/// write that fails is kept in `failed` (the run goes on; the caller reports it).
+pub(crate) struct StateFileJournal {
+    pub(crate) inner: plan_store::RunJournal,
+    pub(crate) file: StateFile,
+    pub(crate) run_id: String,
+    pub(crate) plan: plan_graph::Plan,
+    pub(crate) last: Option<std::time::Instant>,
+    pub(crate) failed: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl StateFileJournal {
+    fn write(&mut self, now: bool) {
+        if !now && self.last.is_some_and(|at| at.elapsed() < STATE_FILE_EVERY) {
+            return;
+        }
+        self.last = Some(std::time::Instant::now());
+        let outcome = self
+            .document()
+            .and_then(|document| write_whole(&self.file.path, &document));
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        *failed = outcome.err();
+    }
+
+    fn document(&self) -> Result<Value, String> {
+        let store = self.inner.store();
+        let row = store.run(&self.run_id).map_err(|e| e.to_string())?;
+        crate::execute_state(store, &row, &self.plan, self.file.project_path.as_deref())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Writes `document` to `path` whole: a file beside it, renamed over it.
+fn write_whole(path: &std::path::Path, document: &Value) -> Result<(), String> {
+    let mut text = serde_json::to_string_pretty(document).map_err(|e| e.to_string())?;
+    text.push('\n');
+    let name = path.file_name().map_or_else(
+        || "state".into(),
+        |name| name.to_string_lossy().into_owned(),
+    );
+    let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&temporary, text)
+        .and_then(|()| std::fs::rename(&temporary, path))
+        .map_err(|error| {
+            let _ = std::fs::remove_file(&temporary);
+            format!("cannot write the state file {}: {error}", path.display())
+        })
+}
+
+impl plan_types::Journal for StateFileJournal {
+    fn commit(
+        &mut self,
+        batch: &plan_types::Batch,
+        upto: u64,
+    ) -> Result<(), plan_types::JournalError> {
+        self.inner.commit(batch, upto)?;
+        self.write(false);
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        end: plan_types::RunEnd,
+        at: std::time::SystemTime,
+    ) -> Result<(), plan_types::JournalError> {
+        self.inner.finish(end, at)?;
+        self.write(true);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), plan_types::JournalError> {
+        self.inner.flush()?;
+        self.write(false);
+        Ok(())
+    }
+
+    fn log(&mut self) -> Option<Box<dyn plan_types::BatchLog>> {
+        self.inner.log()
+    }
+}

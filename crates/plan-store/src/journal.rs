@@ -306,6 +306,12 @@ impl std::fmt::Debug for RunJournal {
 }
 
 impl RunJournal {
+    /// The ledger it writes, as committed so far (what a document kept current as the run
+    /// commits reads).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// A journal for a run already in the ledger (`begin_run` or `resume_run` first); events
     /// emitted to `events` are stored with each commit, after those already stored. What an
     /// earlier process of the run left in its log is folded into the ledger first.

@@ -1,6 +1,5 @@
 //! `run` and `resume`: a run recorded in the ledger as it goes.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -200,14 +199,9 @@ pub(crate) fn start_run(
 ) -> Result<Ran, Failure> {
     let store = ledger.open()?;
     let run_id = start.run_id.clone();
-    drive(
-        &run_id,
-        ready,
-        frontend,
-        toolbox,
-        ledger,
-        |prepared, settings| plan_run::start(store, prepared, start, settings),
-    )
+    drive(&run_id, ready, frontend, toolbox, |prepared, settings| {
+        plan_run::start(store, prepared, start, settings)
+    })
 }
 
 pub(crate) fn resume(
@@ -319,14 +313,9 @@ pub(crate) fn continue_run(
     let (layer, task) = plan_run::filters_of(&from.row);
     let ready = select(ready, layer.as_deref(), task.as_deref(), toolbox)?;
     let run_id = from.row.run_id.clone();
-    drive(
-        &run_id,
-        ready,
-        frontend,
-        toolbox,
-        ledger,
-        |prepared, settings| plan_run::resume(store, from, prepared, settings),
-    )
+    drive(&run_id, ready, frontend, toolbox, |prepared, settings| {
+        plan_run::resume(store, from, prepared, settings)
+    })
 }
 
 /// Prints a run's outcome as `run` does (the summary, or `--json`'s object) and gives the exit
@@ -402,7 +391,6 @@ fn drive<F>(
     ready: Ready,
     args: &Frontend,
     toolbox: &Toolbox,
-    ledger: &Ledger,
     run: impl FnOnce(plan_run::Prepared, plan_run::Execution) -> F,
 ) -> Result<Ran, Failure>
 where
@@ -420,6 +408,13 @@ where
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
     settings.queue = toolbox.remote().cloned();
+    // Kept current by the run itself, as its ledger commits.
+    settings.state_file = state_file.clone().map(|path| plan_run::StateFile {
+        path,
+        project_path: std::env::current_dir()
+            .ok()
+            .map(|dir| dir.display().to_string()),
+    });
     let events_file = match &args.events {
         Some(path) => Some(Arc::new(EventsFile::open(path).map_err(|error| {
             Failure::input(format!(
@@ -466,20 +461,7 @@ where
                 stop.cancel();
             });
         }
-        let state_writer = state_file.clone().map(|path| {
-            let (run_id, db) = (run_id.to_owned(), ledger.path().to_path_buf());
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                    let _ = write_state_file(&db, &run_id, &path);
-                }
-            })
-        });
-        let outcome = run(prepared, settings).await;
-        if let Some(writer) = state_writer {
-            writer.abort();
-        }
-        outcome
+        run(prepared, settings).await
     });
     if let Some(live) = &live {
         live.finish();
@@ -488,9 +470,6 @@ where
         file.close();
     }
     let outcome = outcome.map_err(Failure::lifecycle)?;
-    if let Some(path) = &state_file {
-        write_state_file(ledger.path(), run_id, path).map_err(Failure::internal)?;
-    }
     Ok((outcome.report, steps))
 }
 
@@ -596,20 +575,4 @@ fn state_dir(path: &Path) -> &Path {
     path.parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
-}
-
-fn write_state_file(db: &Path, run_id: &str, path: &PathBuf) -> Result<(), String> {
-    let store = plan_store::Store::open(db).map_err(|e| e.to_string())?;
-    let row = store.run(run_id).map_err(|e| e.to_string())?;
-    let plan = plan_run::plan_of(&row).map_err(|e| e.to_string())?;
-    let document = super::ledger::execute_state(&store, &row, &plan)
-        .map_err(|f| f.message.unwrap_or_default())?;
-    let dir = state_dir(path);
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .map_err(|e| format!("cannot write the state file in {}: {e}", dir.display()))?;
-    serde_json::to_writer_pretty(&mut file, &document).map_err(|e| e.to_string())?;
-    file.write_all(b"\n").map_err(|e| e.to_string())?;
-    file.persist(path)
-        .map_err(|e| format!("cannot write the state file {}: {e}", path.display()))?;
-    Ok(())
 }
