@@ -778,27 +778,11 @@ impl TaskRun {
                 // A task's calls carry its attempt in their id (`ID/check-1#2`).
                 earlier: 0,
             };
-            let (outcome, attempts, took) = match self
-                .context
-                .make(inner, Ok(args), &gate, &self.approvals)
-                .await
-            {
-                Made::Done {
-                    outcome,
-                    attempts,
-                    took,
-                } => (outcome, attempts, took),
-                // A high-risk `exec`: the run halts for a person, and `resume` verifies again
-                // once it is decided.
-                Made::Waiting(pending) => return Err(Stopped::Waiting(pending)),
-            };
-            if self.context.cancel.is_cancelled() {
-                return Err(stopped(format!(
-                    "the run stopped while task `{}` was being verified",
-                    self.step_id
-                )));
-            }
-            self.keep(&path, &outcome, attempts, took);
+            // A high-risk `exec` waits: the run halts for a person, and `resume` verifies
+            // again once it is decided.
+            let (outcome, attempts) = self
+                .make(inner, Ok(args), &gate, "was being verified")
+                .await?;
             if attempts == 0
                 && let Err(error) = outcome
             {
@@ -1206,9 +1190,26 @@ impl TaskRun {
             // A task's calls carry its attempt in their id (`ID/implement#2`).
             earlier: 0,
         };
+        let doing = format!("ran `{}`", call.tool_name);
+        let (outcome, _) = self.make(inner, resolved, &gate, &doing).await?;
+        Ok(outcome)
+    }
+
+    /// Makes one of the task's calls ([`CallContext::make`]) and keeps its record, to be
+    /// committed with the task's next state: its outcome and attempts (0: refused before it
+    /// ran). A call that waits for a decision, or that the run's stop cancelled (it is not
+    /// kept: it runs again on resume), stops the task; `doing` says what it was doing.
+    async fn make(
+        &mut self,
+        inner: Inner<'_>,
+        resolved: Result<Value, StepError>,
+        gate: &Gate<'_>,
+        doing: &str,
+    ) -> Result<(Result<Value, StepError>, u32), Stopped> {
+        let id = inner.id.to_owned();
         let (outcome, attempts, took) = match self
             .context
-            .make(inner, resolved, &gate, &self.approvals)
+            .make(inner, resolved, gate, &self.approvals)
             .await
         {
             Made::Done {
@@ -1220,25 +1221,13 @@ impl TaskRun {
         };
         if self.context.cancel.is_cancelled() {
             return Err(stopped(format!(
-                "the run stopped while task `{}` ran `{}`",
-                self.step_id, call.tool_name
+                "the run stopped while task `{}` {doing}",
+                self.step_id
             )));
         }
-        self.keep(path, &outcome, attempts, took);
-        Ok(outcome)
-    }
-
-    /// Keeps the record of a call the task made (a cancelled one is not kept: it runs again
-    /// on resume), to be committed with the task's next state.
-    fn keep(
-        &mut self,
-        path: &str,
-        outcome: &Result<Value, StepError>,
-        attempts: u32,
-        took: Duration,
-    ) {
-        let record = self.context.record(path, outcome, attempts, took);
+        let record = self.context.record(&id, &outcome, attempts, took);
         self.records.push(record);
+        Ok((outcome, attempts))
     }
 
     /// Hands the task's state to the scheduler to be committed, and waits until it is
