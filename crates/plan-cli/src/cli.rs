@@ -407,10 +407,13 @@ pub(crate) struct ExecutionArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) events: Option<PathBuf>,
     /// Keep the execute-state.json document (schema 2.0) current in FILE while the run goes
+    /// (kept with the run: `resume` and `retry` keep the same file current)
     #[arg(long, value_name = "FILE")]
     pub(crate) state_file: Option<PathBuf>,
     /// Run every tool call as a job on a BullMQ queue at this Redis (`redis://HOST:PORT[/DB]`;
-    /// also PLAN_QUEUE, or REDIS_URL); workers run them (see `worker`)
+    /// also PLAN_QUEUE, or REDIS_URL); workers run them (see `worker`). A run keeps its queue:
+    /// `resume`, `retry` and `approve` use it again unless given another (an address holding a
+    /// password is not kept; give it again)
     #[arg(long, env = "PLAN_QUEUE", hide_env_values = true, value_name = "URL")]
     pub(crate) queue: Option<String>,
     /// The BullMQ queue calls go to (keys `bull:NAME:*`)
