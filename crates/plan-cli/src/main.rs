@@ -73,11 +73,13 @@ fn main() {
             }
         }
     }
+    // What a stored run a command goes on with kept: read once, for its tools and its queue.
+    let stored = stored_sources(&cli.command, &ledger);
     let mcp_config = after
         .and_then(|tools| tools.mcp_config.clone())
         .or_else(|| cli.tool_options.mcp_config.clone())
         // A stored run's own configuration, so `approve` and `resume` find its tools.
-        .or_else(|| stored_sources(&cli.command, &ledger).mcp_config)
+        .or_else(|| stored.mcp_config.clone())
         .or_else(|| {
             project
                 .map(|dir| dir.join(toolbox::MCP_CONFIG_NAME))
@@ -94,8 +96,8 @@ fn main() {
     };
     let outcome = match &cli.command {
         Command::Run(args) => commands::run(args, &toolbox, &ledger),
-        Command::Resume(args) => commands::resume(args, &toolbox, &ledger),
-        Command::Retry(args) => commands::retry(args, &toolbox, &ledger),
+        Command::Resume(args) => commands::resume(args, &stored, &toolbox, &ledger),
+        Command::Retry(args) => commands::retry(args, &stored, &toolbox, &ledger),
         Command::Cancel(args) => commands::cancel(args, &ledger),
         Command::Approve(args) => commands::approve(args, &toolbox, &ledger),
         Command::Reject(args) => commands::reject(args, &toolbox, &ledger),

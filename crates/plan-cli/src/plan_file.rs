@@ -404,11 +404,7 @@ fn prepare_source_with(
             if let Some(plan) = &invalid.plan {
                 let id = plan.id.clone().unwrap_or(fallback_id);
                 let inputs = inputs.resolve(plan).unwrap_or_default();
-                let found = Program::problems(plan, &id, registry, &inputs);
-                let fresh: Vec<Issue> = found
-                    .into_iter()
-                    .filter(|issue| !already_reported(&issues, issue))
-                    .collect();
+                let fresh = Program::problems(plan, &id, registry, &inputs, &issues);
                 issues.extend(fresh);
             }
             return Err(Failure::plan_issues(&invalid.plan_source, &issues));
@@ -460,18 +456,6 @@ fn prepare_source_with(
             Err(Failure::plan_issues(&loaded.source, &all))
         }
     }
-}
-
-/// Whether validation already reported what compiling found as `issue`: the same issue, or
-/// an error at the very same place (a `when` that does not parse is reported by both), or the
-/// "unknown tool ``" of a step whose tool validation found missing.
-fn already_reported(reported: &[Issue], issue: &Issue) -> bool {
-    let same_place = |known: &Issue| known.is_error() && known.location == issue.location;
-    let no_tool = issue.code == "plan::unknown_tool" && issue.message == "unknown tool ``";
-    reported
-        .iter()
-        .any(|known| known == issue || same_place(known))
-        || no_tool
 }
 
 /// Prints each issue to stderr as a miette diagnostic with the plan's source.

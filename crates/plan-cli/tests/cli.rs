@@ -834,20 +834,8 @@ fn validate_reports_every_problem_at_once() {
             }},
         ]}),
     );
-    let output = plan_cli()
-        .args(["validate", "--json", plan.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let codes = |key: &str| -> Vec<String> {
-        report[key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|issue| issue["code"].as_str().unwrap().to_owned())
-            .collect()
-    };
+    let report = invalid(&plan);
+    let codes = |key: &str| codes(&report, key);
     assert_eq!(
         codes("errors"),
         [
@@ -996,20 +984,9 @@ fn a_shape_problem_does_not_hide_tool_and_argument_problems() {
             {"id": "d", "tol": "echo"},
         ]}),
     );
-    let output = plan_cli()
-        .args(["validate", "--json", plan.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let codes: Vec<&str> = report["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|issue| issue["code"].as_str().unwrap())
-        .collect();
+    let report = invalid(&plan);
     assert_eq!(
-        codes,
+        codes(&report, "errors"),
         [
             "plan::unknown_field",
             "plan::unknown_field",
@@ -1018,4 +995,24 @@ fn a_shape_problem_does_not_hide_tool_and_argument_problems() {
         ],
         "{report:#}"
     );
+}
+
+/// `validate --json` of a plan that must be refused (exit 2): its report.
+fn invalid(plan: &Path) -> Value {
+    let output = plan_cli()
+        .args(["validate", "--json", plan.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// The codes of a `validate --json` report's `errors` or `warnings`, in order.
+fn codes(report: &Value, key: &str) -> Vec<String> {
+    report[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|issue| issue["code"].as_str().unwrap().to_owned())
+        .collect()
 }

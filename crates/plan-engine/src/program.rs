@@ -652,10 +652,23 @@ impl Program {
     }
 
     /// Every problem compiling `plan` finds, and every argument that breaks its tool's schema
-    /// with what is known before the run (see [`Program::check_arguments`]), at once: the
-    /// arguments of steps that compile are checked even when other steps do not (those are
-    /// set aside for it). Empty when the plan compiles and its arguments fit.
+    /// with what is known before the run (see [`Program::check_arguments`]), at once, besides
+    /// those `reported` already (validation's): the arguments of steps that compile are
+    /// checked even when other steps do not (those are set aside for it). Empty when the plan
+    /// compiles and its arguments fit.
     pub fn problems(
+        plan: &Plan,
+        plan_id: &str,
+        registry: &Registry,
+        inputs: &Map<String, Value>,
+        reported: &[Issue],
+    ) -> Vec<Issue> {
+        let mut found = Self::all_problems(plan, plan_id, registry, inputs);
+        found.retain(|issue| !already_reported(reported, issue));
+        found
+    }
+
+    fn all_problems(
         plan: &Plan,
         plan_id: &str,
         registry: &Registry,
@@ -909,6 +922,18 @@ pub(crate) fn item_ids(
         ids,
         keys: Some(keys),
     })
+}
+
+/// Whether validation already reported what compiling found as `issue`: the same issue, or
+/// an error at the very same place (a `when` that does not parse is reported by both), or the
+/// "unknown tool ``" of a step whose tool validation found missing.
+fn already_reported(reported: &[Issue], issue: &Issue) -> bool {
+    let same_place = |known: &Issue| known.is_error() && known.location == issue.location;
+    let no_tool = issue.code == "plan::unknown_tool" && issue.message == "unknown tool ``";
+    reported
+        .iter()
+        .any(|known| known == issue || same_place(known))
+        || no_tool
 }
 
 /// The step an issue is about, when it is located in one (`steps[3]…`).

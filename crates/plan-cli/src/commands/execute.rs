@@ -206,6 +206,7 @@ pub(crate) fn start_run(
 
 pub(crate) fn resume(
     args: &ResumeArgs,
+    stored: &plan_run::RunSources,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
@@ -219,12 +220,20 @@ pub(crate) fn resume(
             None => None,
         },
     };
-    go_on(&args.run, &options, &args.execution, toolbox, ledger)
+    go_on(
+        &args.run,
+        &options,
+        &args.execution,
+        stored,
+        toolbox,
+        ledger,
+    )
 }
 
 /// `retry RUN STEP...`: the run goes on with those steps and their dependents forgotten.
 pub(crate) fn retry(
     args: &crate::cli::RetryArgs,
+    stored: &plan_run::RunSources,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
@@ -232,28 +241,30 @@ pub(crate) fn retry(
         retry_steps: args.steps.clone(),
         ..plan_run::ResumeOptions::default()
     };
-    go_on(&args.run, &options, &args.execution, toolbox, ledger)
+    go_on(
+        &args.run,
+        &options,
+        &args.execution,
+        stored,
+        toolbox,
+        ledger,
+    )
 }
 
 /// `resume` and `retry`: the stored run goes on as `options` say, shown as `execution` asks.
+/// `stored` is what the run kept of where its tools and state file are.
 fn go_on(
     run: &str,
     options: &plan_run::ResumeOptions,
     execution: &ExecutionArgs,
+    stored: &plan_run::RunSources,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    // The run's own queue and state file, unless the command gives others.
-    let stored = ledger
-        .open_existing()
-        .ok()
-        .and_then(|store| store.run(run).ok())
-        .map(|row| plan_run::sources_of(&row))
-        .unwrap_or_default();
     let queue = execution.queue_or(run, stored.queue.as_ref())?;
     let mut frontend = Frontend::of(execution)?;
     if frontend.state_file.is_none()
-        && let Some(path) = stored.state_file
+        && let Some(path) = stored.state_file.clone()
     {
         // Checked as a given one is, before anything runs.
         check_state_file(&path)?;
