@@ -1,12 +1,11 @@
 //! Reading a plan (a file, stdin, or a stored plan), and reporting its problems as
 //! diagnostics.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
 use plan_engine::Program;
-use plan_graph::{Format, Issue, LoadOptions, LoadedPlan, Severity, Source, load, load_variables};
+use plan_graph::{Format, Issue, LoadOptions, Severity, Source, load, load_variables};
 use serde_json::{Map, Value};
 
 use crate::cli::PlanArgs;
@@ -15,16 +14,7 @@ use crate::ledger::Ledger;
 use crate::toolbox::Toolbox;
 
 /// A plan that loaded and bound to the registry's tools, with the run's inputs.
-pub(crate) struct Ready {
-    pub(crate) loaded: LoadedPlan,
-    pub(crate) program: Program,
-    /// JSON or YAML: kept with a run so `resume` reads the plan as it was.
-    pub(crate) format: Format,
-    /// The plan's variables as given: `--vars FILE` overlaid with `--var` and `--var-json`.
-    pub(crate) inputs: Map<String, Value>,
-    /// Values of the environment variables the plan lists under `env:` (unset ones left out).
-    pub(crate) env: BTreeMap<String, String>,
-}
+pub(crate) type Ready = plan_run::Prepared;
 
 /// Who wrote the plan `run PLAN` would run: the author kept with a stored plan (a model's,
 /// an MCP client's), the operator for a file or stdin.

@@ -33,6 +33,35 @@ pub struct Prepared {
     pub env: BTreeMap<String, String>,
 }
 
+impl Prepared {
+    /// The part of the plan `layer` and `task` select (`Plan::select`), compiled again against
+    /// `registry`; the plan as written (kept with the run, and read by the state file) stays
+    /// whole.
+    pub fn select(
+        self,
+        layer: Option<&str>,
+        task: Option<&str>,
+        registry: &plan_engine::Registry,
+    ) -> Result<Prepared, LifecycleError> {
+        let part = self
+            .loaded
+            .plan
+            .select(layer, task)
+            .map_err(LifecycleError::Refused)?;
+        let program =
+            Program::compile(&part, self.program.plan_id(), registry).map_err(|issues| {
+                LifecycleError::Refused(
+                    issues
+                        .iter()
+                        .map(|issue| issue.message.clone())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            })?;
+        Ok(Prepared { program, ..self })
+    }
+}
+
 /// How a run goes, whether started or resumed.
 pub struct Execution {
     /// Most calls at once (overrides the plan's `max_concurrency`, and for a resumed run the

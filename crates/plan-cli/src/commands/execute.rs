@@ -355,8 +355,8 @@ pub(crate) fn print_outcome(
     Ok(report.task_status.exit_code())
 }
 
-/// The part of a prepared plan that `--layer` and `--task` select, compiled again; the plan as
-/// written (kept with the run, and read by the state file) stays whole.
+/// The part of a prepared plan that `--layer` and `--task` select (`Prepared::select`), its
+/// tools found as the whole plan's were.
 fn select(
     ready: Ready,
     layer: Option<&str>,
@@ -366,33 +366,10 @@ fn select(
     if layer.is_none() && task.is_none() {
         return Ok(ready);
     }
-    let part = ready
-        .loaded
-        .plan
-        .select(layer, task)
-        .map_err(Failure::input)?;
-    let tools = toolbox.for_plan(part.tool_names())?;
-    let program = plan_engine::Program::compile(&part, ready.program.plan_id(), &tools.registry)
-        .map_err(|issues| {
-            Failure::input(
-                issues
-                    .iter()
-                    .map(|issue| issue.message.clone())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            )
-        })?;
-    Ok(Ready { program, ..ready })
-}
-
-fn prepared(ready: Ready) -> plan_run::Prepared {
-    plan_run::Prepared {
-        loaded: ready.loaded,
-        program: ready.program,
-        format: ready.format,
-        inputs: ready.inputs,
-        env: ready.env,
-    }
+    let tools = toolbox.for_plan(ready.loaded.plan.tool_names())?;
+    ready
+        .select(layer, task, &tools.registry)
+        .map_err(Failure::lifecycle)
 }
 
 /// Runs a start or a resume with what the terminal adds: the events file, the progress bar,
@@ -407,7 +384,7 @@ fn drive<F>(
 where
     F: std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
 {
-    let prepared = prepared(ready);
+    let prepared = ready;
     // A plan made from a task breakdown keeps its state beside the breakdown by default.
     let state_file = args.state_file.clone().or_else(|| {
         let tasks = prepared.loaded.plan.workspace.as_ref()?.tasks.as_ref()?;
