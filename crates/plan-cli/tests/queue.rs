@@ -165,18 +165,40 @@ fn three_workers_one_killed_mid_run_give_the_in_process_records() {
     assert_eq!(code, 0);
 
     let url = redis.url();
-    let workers: Vec<Child> = (0..3)
-        .map(|_| worker(&lab, &url, &["--concurrency", "4", "--lock-duration", "2s"]))
-        .collect();
-    published(&redis, 3);
+    // The victim works alone until it holds a sleeping call, and dies holding it, without a
+    // chance to clean up: what it held is handed to the two workers started after it by
+    // BullMQ's stalled-job check once its lock expires. (Waiting for the held job, not for a
+    // fixed time, keeps this from depending on how fast the machine is.)
+    let victim = worker(&lab, &url, &["--concurrency", "4", "--lock-duration", "2s"]);
+    published(&redis, 1);
     let coordinator = lab.spawn(&["run", path_str(&plan), "--json", "--queue", &url]);
-    // Mid-run, one worker dies without a chance to clean up: what it held is handed to the
-    // others by BullMQ's stalled-job check once its locks expire.
-    std::thread::sleep(Duration::from_millis(500));
-    let mut workers = workers.into_iter();
-    let victim = workers.next().unwrap();
+    let sleeping = |redis: &Redis| {
+        redis_cli(redis, &["LRANGE", "bull:steps:active", "0", "-1"])
+            .lines()
+            .any(|job| {
+                let step = job.split('/').nth(1).unwrap_or("");
+                let number: u32 = step
+                    .trim_start_matches('s')
+                    .split('#')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                number % 25 == 5
+            })
+    };
+    wait_until("the first worker never took a sleeping call", || {
+        sleeping(&redis)
+    });
     let (code, _) = stop(victim, "KILL");
     assert_eq!(code, None, "killed by a signal");
+    assert_ne!(
+        redis_cli(&redis, &["LLEN", "bull:steps:active"]),
+        "0",
+        "the killed worker held calls"
+    );
+    let workers: Vec<Child> = (0..2)
+        .map(|_| worker(&lab, &url, &["--concurrency", "4", "--lock-duration", "2s"]))
+        .collect();
     let output = coordinator.wait_with_output().unwrap();
     assert_eq!(
         output.status.code(),
