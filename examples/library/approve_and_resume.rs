@@ -4,8 +4,8 @@
 //! `cargo run -p plan-run --example approve_and_resume [LEDGER]` (a temporary ledger by
 //! default). The crate's tests run it too.
 
-use plan_graph::{Format, LoadOptions, Source};
-use plan_run::{Decisions, Execution, Prepared, Resumable, ResumeOptions};
+use plan_graph::{Format, Source};
+use plan_run::{Decisions, Execution, Prepared, Resumable, ResumeOptions, Strictness, Toolbox};
 use plan_store::Store;
 use plan_types::TaskStatus;
 
@@ -18,20 +18,21 @@ const PLAN: &str = r#"{
   ]
 }"#;
 
-/// Loads and compiles the plan against the built-in tools.
-fn prepare(source: Source) -> Result<Prepared, Box<dyn std::error::Error>> {
-    let loaded = plan_graph::load(source, Format::Json, &LoadOptions::default())
-        .map_err(|invalid| format!("{} errors in the plan", invalid.error_count()))?;
-    let registry = plan_tools::builtin_registry();
-    let program = plan_engine::Program::compile(&loaded.plan, "deploy", &registry)
-        .map_err(|issues| format!("{} problems compiling the plan", issues.len()))?;
-    Ok(Prepared {
-        loaded,
-        program,
-        format: Format::Json,
-        inputs: serde_json::Map::new(),
-        env: Default::default(),
-    })
+/// Loads, validates and compiles the plan against the built-in tools, as every front-end of
+/// plan-cli does.
+async fn prepare(source: Source) -> Result<Prepared, plan_run::PrepareError> {
+    let toolbox = Toolbox::new(plan_tools::builtin_registry());
+    let no_env = |_: &str| None;
+    plan_run::prepare(
+        source,
+        Format::Json,
+        "deploy",
+        Default::default(),
+        &toolbox,
+        Strictness::RUN,
+        &no_env,
+    )
+    .await
 }
 
 /// Starts, approves and resumes; returns the final status.
@@ -44,7 +45,7 @@ pub(crate) fn run(ledger: &std::path::Path) -> Result<TaskStatus, Box<dyn std::e
         .build()?;
 
     // 1. Start: `build` runs, `deploy` waits for its approval, `notify` waits for `deploy`.
-    let prepared = prepare(Source::new("deploy.json", PLAN))?;
+    let prepared = runtime.block_on(prepare(Source::new("deploy.json", PLAN)))?;
     let store = Store::open(ledger)?;
     let started = runtime.block_on(plan_run::start(
         store,
@@ -83,7 +84,7 @@ pub(crate) fn run(ledger: &std::path::Path) -> Result<TaskStatus, Box<dyn std::e
         Resumable::Continue(from) => from,
         Resumable::Finished(outcome) => return Ok(outcome.report.task_status),
     };
-    let prepared = prepare(from.source.clone())?;
+    let prepared = runtime.block_on(prepare(from.source.clone()))?;
     let resumed = runtime.block_on(plan_run::resume(store, from, prepared, Execution::new()))?;
     for record in &resumed.report.records {
         println!(

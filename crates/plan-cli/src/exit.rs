@@ -73,6 +73,7 @@ impl Failure {
                 "{error}; resume without --plan to use the stored plan, or with --force to use this one"
             )),
             LifecycleError::Policy(refused) => Failure::input(refused.to_string()),
+            error @ LifecycleError::Replan { .. } => Failure::input(error.to_string()),
             LifecycleError::InvalidPlan(invalid) => Failure::invalid_plan(
                 invalid.plan_source.name(),
                 invalid.error_count(),
@@ -85,6 +86,34 @@ impl Failure {
             error @ (LifecycleError::Internal(_) | LifecycleError::StateFile { .. }) => {
                 Failure::internal(error.to_string())
             }
+        }
+    }
+
+    /// Tools that could not be found: a server that does not start or answer, an MCP
+    /// configuration that cannot be read, or none where `--server` asks for one.
+    pub(crate) fn tools(error: plan_run::ToolsError) -> Self {
+        match error {
+            plan_run::ToolsError::NoConfig { server } => Failure::input(format!(
+                "--server {server}: there is no MCP configuration (give --mcp-config FILE, or write .plan/{})",
+                crate::toolbox::MCP_CONFIG_NAME
+            )),
+            error => Failure::input(error.to_string()),
+        }
+    }
+
+    /// A plan that could not be prepared: its problems as diagnostics, or why its tools or
+    /// inputs could not be had.
+    pub(crate) fn prepare(error: plan_run::PrepareError) -> Self {
+        match error {
+            plan_run::PrepareError::Invalid(problems) => {
+                Failure::plan_issues(&problems.source, &problems.issues)
+            }
+            plan_run::PrepareError::Tools(error) => Failure::tools(error),
+            ref error @ plan_run::PrepareError::NotJson {
+                ref name, ref text, ..
+            } => Failure::input(format!(
+                "--var {name}={text}: {error}; quote a string as --var-json '{name}=\"{text}\"'"
+            )),
         }
     }
 

@@ -125,7 +125,7 @@ fn main() {
         }
     };
     // MCP servers that were started stop before the process ends.
-    toolbox.shutdown();
+    toolbox.block_on(toolbox.shutdown());
     exit_with(outcome);
 }
 

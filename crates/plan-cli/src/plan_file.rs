@@ -4,8 +4,8 @@
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
-use plan_engine::Program;
-use plan_graph::{Format, Issue, LoadOptions, Severity, Source, load, load_variables};
+use plan_graph::{Format, Issue, Severity, Source, load_variables};
+use plan_run::Inputs;
 use serde_json::{Map, Value};
 
 use crate::cli::PlanArgs;
@@ -96,83 +96,6 @@ pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Forma
     }
 }
 
-/// The variables a run is given, before the plan says how `--var` text is read.
-#[derive(Debug, Default)]
-pub(crate) struct Inputs {
-    /// Typed values: `--vars FILE` overlaid with `--var-json`, a stored run's, or an MCP
-    /// client's.
-    pub(crate) typed: Map<String, Value>,
-    /// `--var NAME=TEXT`: a string, unless the plan's default for NAME is a number, a
-    /// boolean, a list or an object; then TEXT is read as JSON.
-    pub(crate) text: Vec<(String, String)>,
-    /// Given on the command line: names the plan neither defines nor reads are warned of
-    /// (a stored run's or an MCP client's are not: they were checked before, or are the
-    /// client's business).
-    pub(crate) check_names: bool,
-}
-
-impl From<Map<String, Value>> for Inputs {
-    fn from(typed: Map<String, Value>) -> Self {
-        Inputs {
-            typed,
-            text: Vec::new(),
-            check_names: false,
-        }
-    }
-}
-
-impl Inputs {
-    /// Every name given.
-    fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.typed.keys().cloned().collect();
-        names.extend(self.text.iter().map(|(name, _)| name.clone()));
-        names
-    }
-
-    /// The values, typed by the plan's defaults; warns of names the plan neither defines nor
-    /// reads (a typo would otherwise go unnoticed until a step reads the default).
-    fn resolve(self, plan: &plan_graph::Plan) -> Result<Map<String, Value>, Failure> {
-        let Inputs {
-            mut typed,
-            text,
-            check_names,
-        } = self;
-        // Reading every step's placeholders is only worth it when names were given.
-        if check_names && (!typed.is_empty() || !text.is_empty()) {
-            let mut known: Vec<String> = plan.variables.keys().cloned().collect();
-            known.extend(plan_graph::variables_read(plan));
-            let given = typed.keys().chain(text.iter().map(|(name, _)| name));
-            for name in given {
-                if known.contains(name) {
-                    continue;
-                }
-                let hint = plan_graph::closest(name, &known)
-                    .map(|near| format!(" (did you mean `{near}`?)"))
-                    .unwrap_or_default();
-                eprintln!(
-                    "warning: variable `{name}` is given, but the plan neither defines nor reads it{hint}"
-                );
-            }
-        }
-        for (name, text) in text {
-            let value = match plan.variables.get(&name) {
-                Some(default) if !default.is_string() && !default.is_null() => {
-                    serde_json::from_str(&text).map_err(|_| {
-                        Failure::input(format!(
-                            "--var {name}={text}: the plan's default for `{name}` is {} ({default}), so the value is read as JSON, and `{text}` is not JSON; \
-                             quote a string as --var-json '{name}=\"{text}\"'",
-                            plan_vars::kind(default),
-                        ))
-                    })?
-                }
-                _ => Value::String(text),
-            };
-            typed.insert(name, value);
-        }
-        Ok(typed)
-    }
-}
-
 /// `--vars FILE`, then `--var` and `--var-json` over it.
 pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Inputs, Failure> {
     let mut typed = Map::new();
@@ -204,7 +127,7 @@ pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Inputs, Failure> {
         typed.remove(name);
     }
     typed.extend(args.json_vars.iter().cloned());
-    Ok(Inputs {
+    Ok(plan_run::Inputs {
         typed,
         text: args.vars.clone(),
         check_names: true,
@@ -246,9 +169,10 @@ pub(crate) fn default_plan_id(path: &Path) -> String {
     )
 }
 
-/// Loads, validates and compiles plan text. Arguments that break their tool's schema before
-/// the run (see `Program::check_arguments`) are `arguments`: errors for `validate`, warnings
-/// where the run is to go on (each such call then fails with E_ARGS_INVALID).
+/// Loads, validates and compiles plan text (`plan_run::prepare`) and prints its warnings.
+/// Arguments that break their tool's schema before the run (see `Program::check_arguments`)
+/// are `arguments`: errors for `validate`, warnings where the run is to go on (each such call
+/// then fails with E_ARGS_INVALID).
 pub(crate) fn prepare_source(
     source: Source,
     format: Format,
@@ -257,15 +181,20 @@ pub(crate) fn prepare_source(
     toolbox: &Toolbox,
     arguments: Severity,
 ) -> Result<Ready, Failure> {
-    prepare_source_with(
-        source,
-        format,
-        fallback_id,
-        inputs,
-        toolbox,
-        arguments,
-        true,
-    )
+    let ready = prepare_silently(source, format, &fallback_id, inputs, toolbox, arguments)?;
+    for unused in &ready.unused_inputs {
+        let hint = unused
+            .near
+            .as_ref()
+            .map(|near| format!(" (did you mean `{near}`?)"))
+            .unwrap_or_default();
+        eprintln!(
+            "warning: variable `{}` is given, but the plan neither defines nor reads it{hint}",
+            unused.name
+        );
+    }
+    report(&ready.loaded.source, &ready.loaded.warnings);
+    Ok(ready)
 }
 
 /// [`prepare`] for `validate --json`: arguments checked as errors, and nothing printed (the
@@ -282,170 +211,32 @@ pub(crate) fn prepare_quietly(
         read_source(&args.plan, ledger)?
     };
     let id = default_plan_id(&args.plan);
-    prepare_source_with(source, format, id, inputs, toolbox, Severity::Error, false)
+    prepare_silently(source, format, &id, inputs, toolbox, Severity::Error)
 }
 
-/// plan-cli's whole validation of a model's plan, as `validate --json` judges it, and then
-/// `policy`'s judgement of every call it can make (of the steps in `only`, for a re-plan's new
-/// steps): the problems as lines for the model to read, or `Ok`. Nothing in them tells the
-/// model how to widen its policy (no "add `env:`" for a variable it may not read).
-pub(crate) fn check_for_model(
-    plan: &Value,
-    fallback_id: &str,
-    toolbox: &Toolbox,
-    policy: &plan_run::Policy,
-    only: Option<&std::collections::BTreeSet<String>>,
-) -> Result<(), String> {
-    let text = plan.to_string();
-    let listed = |error: plan_run::PolicyError| {
-        error
-            .violations
-            .iter()
-            .map(|v| format!("- {}: {}", v.path, v.message))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    policy
-        .check_size(plan_run::Author::Model, text.len())
-        .map_err(listed)?;
-    let source = Source::new("plan.json", text);
-    let prepared = prepare_source_with(
-        source,
-        Format::Json,
-        fallback_id.to_owned(),
-        Inputs::default(),
-        toolbox,
-        Severity::Error,
-        false,
-    );
-    let failure = match prepared {
-        Ok(ready) => {
-            let judged = match only {
-                None => policy.check(plan_run::Author::Model, &ready.loaded.plan, &ready.program),
-                Some(steps) => policy.check_steps(
-                    plan_run::Author::Model,
-                    &ready.loaded.plan,
-                    &ready.program,
-                    steps,
-                ),
-            };
-            return judged.map_err(listed);
-        }
-        Err(failure) => failure,
-    };
-    let lines: Vec<String> = failure
-        .issues
-        .iter()
-        .filter(|issue| issue["severity"] == "error")
-        .map(|issue| {
-            let mut line = format!("- {}", issue["message"].as_str().unwrap_or(""));
-            if let Some(help) = issue["help"].as_str()
-                && (policy.is_operator() || !help.starts_with("add `env:"))
-            {
-                line.push_str(&format!(" ({help})"));
-            }
-            line
-        })
-        .chain(failure.message.map(|message| format!("- {message}")))
-        .collect();
-    Err(lines.join("\n"))
-}
-
-/// [`prepare_source`], printing the warnings only when `print_warnings`.
-fn prepare_source_with(
+/// `plan_run::prepare`, with the values of the plan's `env:` variables read from this
+/// process's environment.
+fn prepare_silently(
     source: Source,
     format: Format,
-    fallback_id: String,
+    fallback_id: &str,
     inputs: Inputs,
     toolbox: &Toolbox,
     arguments: Severity,
-    print_warnings: bool,
 ) -> Result<Ready, Failure> {
-    let provided_variables = inputs.names();
-    // With MCP servers configured, a first reading finds the tools the plan names, so that
-    // only their servers start. If it fails, the full reading below reports why, without
-    // checking tools.
-    let first = toolbox.has_servers().then(|| {
-        let options = LoadOptions {
-            provided_variables: provided_variables.clone(),
-            ..LoadOptions::default()
-        };
-        load(source.clone(), format, &options).ok()
-    });
-    let (tools, check_tools) = match &first {
-        None => (toolbox.for_plan([])?, true),
-        Some(Some(loaded)) => (toolbox.for_plan(loaded.plan.tool_names())?, true),
-        Some(None) => (toolbox.for_plan([])?, false),
-    };
-    let registry = &tools.registry;
-    let options = LoadOptions {
-        provided_variables,
-        known_tools: check_tools.then(|| registry.names()),
-        ambiguous_tools: tools.ambiguous.clone(),
-        ..LoadOptions::default()
-    };
-    let loaded = match load(source, format, &options) {
-        Ok(loaded) => loaded,
-        Err(invalid) => {
-            let mut issues = invalid.issues;
-            // Every problem at once: what compiling the plan finds (expressions, blocks,
-            // tasks) and the arguments that break their tools' schemas are reported with
-            // what validation found, not in later rounds.
-            if let Some(plan) = &invalid.plan {
-                let id = plan.id.clone().unwrap_or(fallback_id);
-                let inputs = inputs.resolve(plan).unwrap_or_default();
-                let fresh = Program::problems(plan, &id, registry, &inputs, &issues);
-                issues.extend(fresh);
-            }
-            return Err(Failure::plan_issues(&invalid.plan_source, &issues));
-        }
-    };
-    let inputs = inputs.resolve(&loaded.plan)?;
-    let id = loaded.plan.id.clone().unwrap_or(fallback_id);
-    let mut loaded = loaded;
-    let compiled = Program::compile(&loaded.plan, &id, registry).and_then(|program| {
-        // Arguments that break their tool's schema with what is known before the run.
-        let mut problems = program.check_arguments(&inputs);
-        match arguments {
-            Severity::Error if !problems.is_empty() => Err(problems),
-            _ => {
-                for problem in &mut problems {
-                    problem.severity = Severity::Warning;
-                }
-                loaded.warnings.extend(problems);
-                Ok(program)
-            }
-        }
-    });
-    match compiled {
-        Ok(program) => {
-            if print_warnings {
-                report(&loaded.source, &loaded.warnings);
-            }
-            // Only the variables the plan lists are read, and only here: the engine reads no
-            // environment.
-            let env = program
-                .env_names()
-                .iter()
-                .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
-                .collect();
-            // The program holds its own copy of the variables; the plan's is not needed again
-            // (a large list would otherwise be held twice for the whole run).
-            loaded.plan.variables = Map::new();
-            Ok(Ready {
-                loaded,
-                program,
-                format,
-                inputs,
-                env,
-            })
-        }
-        Err(issues) => {
-            let mut all = loaded.warnings.clone();
-            all.extend(issues);
-            Err(Failure::plan_issues(&loaded.source, &all))
-        }
-    }
+    let strictness = plan_run::Strictness { arguments };
+    let env = |name: &str| std::env::var(name).ok();
+    toolbox
+        .block_on(plan_run::prepare(
+            source,
+            format,
+            fallback_id,
+            inputs,
+            toolbox,
+            strictness,
+            &env,
+        ))
+        .map_err(Failure::prepare)
 }
 
 /// Prints each issue to stderr as a miette diagnostic with the plan's source.

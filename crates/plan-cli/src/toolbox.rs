@@ -6,10 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
-
-use plan_engine::Registry;
-use plan_tools::mcp::{McpConfig, McpServers};
 
 use crate::exit::Failure;
 
@@ -18,20 +14,18 @@ use crate::exit::Failure;
 pub(crate) const MCP_CONFIG_NAME: &str = "mcp.json";
 
 pub(crate) struct Toolbox {
-    builtins: Registry,
-    /// The MCP configuration read, as an absolute path (kept with runs).
-    config: Option<std::path::PathBuf>,
-    servers: Option<McpServers>,
+    tools: plan_run::Toolbox,
     runtime: tokio::runtime::Runtime,
-    /// With `--queue`: every tool call goes to the workers through it.
-    remote: std::sync::OnceLock<Arc<plan_queue::Dispatcher>>,
 }
 
-/// A plan's tools: the registry to compile it with, and the bare names that several servers
-/// have (an error at the step that uses one).
-pub(crate) struct PlanTools {
-    pub(crate) registry: Registry,
-    pub(crate) ambiguous: BTreeMap<String, Vec<String>>,
+/// The library's toolbox is this one's: `toolbox.for_plan(…)` and the rest are its futures,
+/// run with [`Toolbox::block_on`].
+impl std::ops::Deref for Toolbox {
+    type Target = plan_run::Toolbox;
+
+    fn deref(&self) -> &plan_run::Toolbox {
+        &self.tools
+    }
 }
 
 impl Toolbox {
@@ -46,40 +40,24 @@ impl Toolbox {
             .map_err(|error| {
                 Failure::internal(format!("cannot start the async runtime: {error}"))
             })?;
-        let path = config.map(Path::to_path_buf);
-        let servers = match path {
-            None => None,
+        let mut builtins = plan_tools::builtin_registry();
+        builtins.register(exec);
+        let tools = match config {
+            None => plan_run::Toolbox::new(builtins),
+            // `${env.NAME}` in a server's `env` and `headers` reads the environment here.
             Some(path) => {
-                let text = std::fs::read_to_string(&path).map_err(|error| {
-                    Failure::input(format!(
-                        "cannot read the MCP configuration {}: {error}",
-                        path.display()
-                    ))
-                })?;
-                // `${env.NAME}` in a server's `env` and `headers` reads the environment here.
-                let config = McpConfig::parse(&text, &|name| std::env::var(name).ok())
-                    .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?;
-                Some(McpServers::new(config))
+                plan_run::Toolbox::with_mcp_config(builtins, path, &|name| std::env::var(name).ok())
+                    .map_err(Failure::tools)?
             }
         };
-        Ok(Toolbox {
-            config: config.map(|path| std::fs::canonicalize(path).unwrap_or(path.to_path_buf())),
-            builtins: {
-                let mut builtins = plan_tools::builtin_registry();
-                builtins.register(exec);
-                builtins
-            },
-            servers,
-            runtime,
-            remote: std::sync::OnceLock::new(),
-        })
+        Ok(Toolbox { tools, runtime })
     }
 
     /// Sends every tool call of later plans to the workers of the queue; fails at once (exit
     /// 2, `E_QUEUE_UNAVAILABLE`) if Redis does not answer. What the queue has to say while the
     /// run goes (a call waiting for a worker) is printed on stderr.
     pub(crate) fn use_queue(&self, settings: &crate::cli::QueueSettings) -> Result<(), Failure> {
-        if self.remote.get().is_some() {
+        if self.tools.queue().is_some() {
             return Ok(());
         }
         let (notices, mut heard) = tokio::sync::mpsc::unbounded_channel();
@@ -106,18 +84,8 @@ impl Toolbox {
                 say(&notice.to_string());
             }
         });
-        let _ = self.remote.set(dispatcher);
+        self.tools.use_queue(dispatcher);
         Ok(())
-    }
-
-    /// The MCP configuration the tools come from, if any (absolute).
-    pub(crate) fn config(&self) -> Option<&Path> {
-        self.config.as_deref()
-    }
-
-    /// The queue's dispatcher, with `--queue`.
-    pub(crate) fn remote(&self) -> Option<&Arc<plan_queue::Dispatcher>> {
-        self.remote.get()
     }
 
     /// The tools the live workers on the Redis at `url` publish, by name.
@@ -133,20 +101,18 @@ impl Toolbox {
     }
 
     /// Connects to a queue for a worker.
-    pub(crate) fn queue(&self, url: &str, name: &str) -> Result<plan_queue::Queue, Failure> {
+    pub(crate) fn connect_queue(
+        &self,
+        url: &str,
+        name: &str,
+    ) -> Result<plan_queue::Queue, Failure> {
         self.block_on(plan_queue::Queue::connect(url, name))
             .map_err(|error| Failure::input(error.to_string()))
     }
 
-    /// Whether an MCP configuration was found.
-    pub(crate) fn has_servers(&self) -> bool {
-        self.servers.is_some()
-    }
-
     /// Runs `future` to its end on the process's runtime, from anywhere: also from code that
-    /// a future on the runtime calls synchronously (the check of a model's plan runs inside
-    /// the model's conversation, and starts the MCP servers the plan names), where a plain
-    /// `block_on` panics ("Cannot start a runtime from within a runtime").
+    /// a future on the runtime calls synchronously, where a plain `block_on` panics ("Cannot
+    /// start a runtime from within a runtime").
     pub(crate) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         if tokio::runtime::Handle::try_current().is_ok() {
             tokio::task::block_in_place(|| self.runtime.block_on(future))
@@ -155,114 +121,13 @@ impl Toolbox {
         }
     }
 
-    /// The tools a plan naming `tools` can use: the built-ins, and every tool of each server
-    /// the plan needs: a server named in `SERVER.tool`, or every server when the plan names
-    /// a tool that is neither built in nor qualified.
-    pub(crate) fn for_plan<'a>(
+    /// The tools a plan naming `tools` can use ([`plan_run::Toolbox::for_plan`]).
+    pub(crate) fn plan_tools<'a>(
         &self,
         tools: impl IntoIterator<Item = &'a str>,
-    ) -> Result<PlanTools, Failure> {
-        let Some(servers) = &self.servers else {
-            return self.with_servers(&[]);
-        };
-        let configured = servers.names();
-        let mut needed = std::collections::BTreeSet::new();
-        for tool in tools {
-            if self.builtins.get(tool).is_some() {
-                continue;
-            }
-            match tool.split_once('.') {
-                Some((server, _)) if configured.iter().any(|c| c == server) => {
-                    needed.insert(server.to_owned());
-                }
-                // Neither built in nor `SERVER.tool`: any server may have it.
-                _ => needed.extend(configured.iter().cloned()),
-            }
-        }
-        let needed: Vec<String> = needed.into_iter().collect();
-        self.with_servers(&needed)
-    }
-
-    /// Every tool, the tools of `only` (or of every server) included.
-    pub(crate) fn all(&self, only: Option<&str>) -> Result<PlanTools, Failure> {
-        let names = match (&self.servers, only) {
-            (None, Some(name)) => {
-                return Err(Failure::input(format!(
-                    "--server {name}: there is no MCP configuration (give --mcp-config FILE, or write .plan/{MCP_CONFIG_NAME})"
-                )));
-            }
-            (None, None) => Vec::new(),
-            (Some(_), Some(name)) => vec![name.to_owned()],
-            (Some(servers), None) => servers.names(),
-        };
-        self.with_servers(&names)
-    }
-
-    /// Every tool that can be listed: as [`Toolbox::all`], but a server that cannot start or
-    /// answer is left out and named with its error, rather than failing the whole list.
-    pub(crate) fn listable(&self) -> (PlanTools, Vec<(String, String)>) {
-        let Some(servers) = &self.servers else {
-            return (
-                PlanTools {
-                    registry: self.builtins.clone(),
-                    ambiguous: BTreeMap::new(),
-                },
-                Vec::new(),
-            );
-        };
-        let mut working = Vec::new();
-        let mut broken = Vec::new();
-        for name in servers.names() {
-            let mut scratch = self.builtins.clone();
-            match self.block_on(servers.register(std::slice::from_ref(&name), &mut scratch)) {
-                Ok(_) => working.push(name),
-                Err(error) => broken.push((name, error.to_string())),
-            }
-        }
-        match self.with_servers(&working) {
-            Ok(tools) => (tools, broken),
-            Err(failure) => {
-                // Answered alone, not together: name them all.
-                broken.extend(
-                    working
-                        .into_iter()
-                        .map(|name| (name, failure.message.clone().unwrap_or_default())),
-                );
-                (
-                    PlanTools {
-                        registry: self.builtins.clone(),
-                        ambiguous: BTreeMap::new(),
-                    },
-                    broken,
-                )
-            }
-        }
-    }
-
-    fn with_servers(&self, names: &[String]) -> Result<PlanTools, Failure> {
-        let mut registry = self.builtins.clone();
-        let ambiguous = match &self.servers {
-            Some(servers) => self
-                .block_on(servers.register(names, &mut registry))
-                .map_err(|error| Failure::input(error.to_string()))?,
-            None => BTreeMap::new(),
-        };
-        // With a queue, the same names, schemas and risks, but every call made by a worker.
-        let registry = match self.remote.get() {
-            Some(dispatcher) => dispatcher.remote(&registry),
-            None => registry,
-        };
-        Ok(PlanTools {
-            registry,
-            ambiguous,
-        })
-    }
-
-    /// Stops the MCP servers that were started.
-    pub(crate) fn shutdown(&self) {
-        if let Some(servers) = &self.servers {
-            self.block_on(servers.shutdown());
-        }
+    ) -> Result<plan_run::PlanTools, Failure> {
+        self.block_on(self.tools.for_plan(tools))
+            .map_err(Failure::tools)
     }
 }
 

@@ -168,7 +168,7 @@ impl Model for Http {
 pub async fn create_plan(
     model: &mut dyn Model,
     ask: &Ask<'_>,
-    mut check: impl FnMut(&Value) -> Result<(), String>,
+    mut check: impl AsyncFnMut(&Value) -> Result<(), String>,
 ) -> Result<Created, LlmError> {
     let mut messages = vec![
         json!({"role": "system", "content": system_prompt(ask.tools)}),
@@ -190,7 +190,7 @@ pub async fn create_plan(
         }
         tries += 1;
         let problems = match parse_answer(&answer) {
-            Ok(plan) => match check(&plan) {
+            Ok(plan) => match check(&plan).await {
                 Ok(()) => return Ok(Created { plan, tries }),
                 Err(problems) => problems,
             },

@@ -56,6 +56,15 @@ pub enum LifecycleError {
         /// Why not.
         message: String,
     },
+    /// The model asked to re-plan a failed run gave no plan that passed (or could not be
+    /// asked).
+    #[error("re-planning run {run_id}: {source}")]
+    Replan {
+        /// The run.
+        run_id: String,
+        /// What the model's conversation ended with.
+        source: plan_llm::LlmError,
+    },
     /// Something that should not happen (a stored plan that no longer loads, the engine's
     /// task lost).
     #[error("{0}")]

@@ -31,6 +31,8 @@ pub struct Prepared {
     pub inputs: Map<String, Value>,
     /// Values of the environment variables the plan lists under `env:`.
     pub env: BTreeMap<String, String>,
+    /// Variables given that the plan neither defines nor reads (see [`crate::prepare`]).
+    pub unused_inputs: Vec<crate::UnusedInput>,
 }
 
 impl Prepared {

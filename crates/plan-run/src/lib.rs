@@ -5,8 +5,8 @@
 //! Start a run whose high-risk step waits, approve the step, resume the run:
 //!
 //! ```
-//! use plan_graph::{Format, LoadOptions, Source};
-//! use plan_run::{Decisions, Execution, Prepared, Resumable, ResumeOptions, Start};
+//! use plan_graph::{Format, Source};
+//! use plan_run::{Decisions, Execution, Resumable, ResumeOptions, Start, Strictness, Toolbox};
 //! use plan_store::Store;
 //! use plan_types::TaskStatus;
 //!
@@ -14,12 +14,9 @@
 //!     {"id": "build", "tool": "echo"},
 //!     {"id": "deploy", "tool": "echo", "risk": "high", "depends_on": ["build"]}
 //! ]}"#;
-//! let registry = plan_tools::builtin_registry();
-//! let prepare = || {
-//!     let loaded = plan_graph::load(Source::new("p.json", text), Format::Json, &LoadOptions::default())
-//!         .expect("valid");
-//!     let program = plan_engine::Program::compile(&loaded.plan, "p", &registry).expect("compiles");
-//!     Prepared { loaded, program, format: Format::Json, inputs: Default::default(), env: Default::default() }
+//! let toolbox = Toolbox::new(plan_tools::builtin_registry());
+//! let prepare = |source| {
+//!     plan_run::prepare(source, Format::Json, "p", Default::default(), &toolbox, Strictness::RUN, &|_| None)
 //! };
 //! let dir = tempfile::tempdir().unwrap();
 //! let ledger = dir.path().join("state.db");
@@ -29,22 +26,28 @@
 //!     .build()
 //!     .unwrap();
 //!
+//! let prepared = runtime.block_on(prepare(Source::new("p.json", text))).expect("valid");
 //! let started = runtime
-//!     .block_on(plan_run::start(Store::open(&ledger).unwrap(), prepare(), Start::new(), Execution::new()))
+//!     .block_on(plan_run::start(Store::open(&ledger).unwrap(), prepared, Start::new(), Execution::new()))
 //!     .unwrap();
 //! assert_eq!(started.report.task_status, TaskStatus::Waiting);
 //! let run = started.report.run_id;
 //!
 //! let mut store = Store::open(&ledger).unwrap();
 //! let request = Decisions { steps: vec!["deploy".to_owned()], ..Decisions::default() };
+//! let registry = plan_tools::builtin_registry();
 //! plan_run::approve(&mut store, &run, &request, |row| plan_run::gated_steps(row, &registry)).unwrap();
 //!
 //! let Resumable::Continue(from) = plan_run::prepare_resume(&store, &run, &ResumeOptions::default()).unwrap()
 //! else { panic!("the run goes on") };
-//! let done = runtime.block_on(plan_run::resume(store, from, prepare(), Execution::new())).unwrap();
+//! let prepared = runtime.block_on(prepare(from.source.clone())).expect("valid");
+//! let done = runtime.block_on(plan_run::resume(store, from, prepared, Execution::new())).unwrap();
 //! assert_eq!(done.report.task_status, TaskStatus::Completed);
 //! ```
 //!
+//! - [`prepare`] loads, validates and compiles a plan with the tools of a [`Toolbox`] (the
+//!   built-ins, MCP servers, a queue's workers); [`generate`] and [`replan`] have a model
+//!   write one, judged by [`check_for_model`].
 //! - [`start`] records a new run of a [`Prepared`] plan and runs it; [`resume`] goes on with a
 //!   stored run after [`prepare_resume`] has checked its owner, its plan and what to retry.
 //! - [`approve`] and [`reject`] decide a waiting run's high-risk calls; [`cancel`] stops a run
@@ -61,10 +64,13 @@ mod cancel;
 mod decide;
 mod error;
 mod execute;
+mod generate;
 mod policy;
+mod prepare;
 mod report;
 mod sources;
 mod state_file;
+mod toolbox;
 
 pub use cancel::{Cancelled, cancel};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, reject};
@@ -74,9 +80,16 @@ pub use execute::{
     filters_of, free_plan_id, owner_alive, plan_drift, prepare_resume, recover_interrupted, resume,
     run_by, start, working_dir_of,
 };
+pub use generate::{
+    Replanned, Replanning, generate, generate_checked, replan, slug, store_generated, stored_plan,
+};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
+pub use prepare::{
+    Inputs, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare, select,
+};
 pub use report::{
     duration_of, ended_at, execute_state, format_name, format_of, plan_of, report, status_of,
 };
 pub use sources::{QueueSource, RunSources, sources_of};
 pub use state_file::StateFile;
+pub use toolbox::{PlanTools, Toolbox, ToolsError};

@@ -105,7 +105,7 @@ fn gated(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, plan_run::Lifec
         toolbox.use_queue(&settings).map_err(refused)?;
     }
     let plan = plan_of(row).map_err(refused)?;
-    let tools = toolbox.for_plan(plan.tool_names()).map_err(refused)?;
+    let tools = toolbox.plan_tools(plan.tool_names()).map_err(refused)?;
     plan_run::gated_steps(row, &tools.registry)
 }
 

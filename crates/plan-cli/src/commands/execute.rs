@@ -131,7 +131,7 @@ pub(crate) fn run_as(
             outcome,
             args.replan,
             model,
-            &super::replan::Replanning {
+            &plan_run::Replanning {
                 secrets: &secrets,
                 policy: &policy,
             },
@@ -355,20 +355,15 @@ pub(crate) fn print_outcome(
     Ok(report.task_status.exit_code())
 }
 
-/// The part of a prepared plan that `--layer` and `--task` select (`Prepared::select`), its
-/// tools found as the whole plan's were.
+/// The part of a prepared plan that `--layer` and `--task` select (`plan_run::select`).
 fn select(
     ready: Ready,
     layer: Option<&str>,
     task: Option<&str>,
     toolbox: &Toolbox,
 ) -> Result<Ready, Failure> {
-    if layer.is_none() && task.is_none() {
-        return Ok(ready);
-    }
-    let tools = toolbox.for_plan(ready.loaded.plan.tool_names())?;
-    ready
-        .select(layer, task, &tools.registry)
+    toolbox
+        .block_on(plan_run::select(ready, layer, task, toolbox))
         .map_err(Failure::lifecycle)
 }
 
@@ -395,7 +390,7 @@ where
     settings.approvals = args.approvals;
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
-    settings.queue = toolbox.remote().cloned();
+    settings.queue = toolbox.queue().cloned();
     // Kept current by the run itself, as its ledger commits.
     settings.state_file = state_file.clone().map(|path| plan_run::StateFile {
         path,

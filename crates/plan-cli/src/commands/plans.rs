@@ -2,7 +2,6 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::SystemTime;
 
 use plan_graph::{Plan, Severity};
 use plan_store::StoredPlan;
@@ -106,8 +105,13 @@ fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
 pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure> {
     // One server that does not start does not hide the others' tools.
     let (tools, broken) = match args.server.as_deref() {
-        Some(_) => (toolbox.all(args.server.as_deref())?, Vec::new()),
-        None => toolbox.listable(),
+        Some(_) => (
+            toolbox
+                .block_on(toolbox.all(args.server.as_deref()))
+                .map_err(Failure::tools)?,
+            Vec::new(),
+        ),
+        None => toolbox.block_on(toolbox.listable()),
     };
     // Bare aliases of MCP tools are listed once, under their qualified names.
     let infos: Vec<plan_engine::ToolInfo> = tools
@@ -311,24 +315,24 @@ fn create(
     })?;
     let by = endpoint.model.clone();
     let mut model = plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))?;
-    // The model is told of the tools its policy lets it use, and no others.
-    let tools = describe_tools(toolbox, |info| policy.allows_tool(info));
-    let fallback_id = ask.id.map_or_else(|| slug(ask.goal), str::to_owned);
-    // plan-cli's whole validation, as `validate --json` gives it, and the model's policy, for
-    // the model to read.
-    let mut check = |plan: &serde_json::Value| {
-        crate::plan_file::check_for_model(plan, &fallback_id, toolbox, policy, None)
-    };
-    let generated = generate(
-        &mut model,
-        ask.goal,
-        ask.id,
-        ask.max_retries,
-        &tools,
-        &mut check,
-        toolbox,
-    )?;
-    store_generated(generated, &by, ask.force, plan_run::Author::Model, ledger)
+    let generated = toolbox
+        .block_on(plan_run::generate_checked(
+            &mut model,
+            ask.goal,
+            ask.id,
+            ask.max_retries,
+            toolbox,
+            policy,
+        ))
+        .map_err(|error| Failure::input(error.to_string()))?;
+    plan_run::store_generated(
+        &mut ledger.open()?,
+        generated,
+        &by,
+        ask.force,
+        plan_run::Author::Model,
+    )
+    .map_err(Failure::lifecycle)
 }
 
 /// Every call a program can make, one per line with where the plan makes it, for a person to
@@ -377,143 +381,6 @@ pub(crate) fn endpoint(model: Option<&str>) -> Result<Option<plan_llm::Endpoint>
     }))
 }
 
-/// The tools plans can call now that `allowed` keeps, each once (bare aliases of MCP tools
-/// left out), as a model is told of them.
-pub(crate) fn describe_tools(
-    toolbox: &Toolbox,
-    allowed: impl Fn(&plan_engine::ToolInfo) -> bool,
-) -> Vec<plan_llm::ToolDescription> {
-    let (tools, _) = toolbox.listable();
-    let mut described: Vec<plan_llm::ToolDescription> = Vec::new();
-    for info in tools.registry.infos() {
-        if allowed(&info) && !described.iter().any(|d| d.name == info.name) {
-            described.push(plan_llm::ToolDescription {
-                name: info.name,
-                description: info.description,
-                input_schema: info.input_schema,
-            });
-        }
-    }
-    described
-}
-
-/// A plan from `model` for `goal` that `check` accepts: its id (`id`, else the model's, else
-/// one made from the goal) and the plan, with that id.
-pub(crate) fn generate(
-    model: &mut dyn plan_llm::Model,
-    goal: &str,
-    id: Option<&str>,
-    max_retries: u32,
-    tools: &[plan_llm::ToolDescription],
-    check: &mut dyn FnMut(&serde_json::Value) -> Result<(), String>,
-    toolbox: &Toolbox,
-) -> Result<(String, serde_json::Value), Failure> {
-    let with_id = |plan: &serde_json::Value| {
-        let mut plan = plan.clone();
-        if let (Some(id), Some(object)) = (id, plan.as_object_mut()) {
-            object.insert("id".into(), id.into());
-        }
-        plan
-    };
-    let schema = plan_graph::plan_schema();
-    let request = plan_llm::Ask {
-        goal,
-        tools,
-        schema: &schema,
-        max_retries,
-    };
-    let created = toolbox
-        .block_on(plan_llm::create_plan(model, &request, |plan| {
-            check(&with_id(plan))
-        }))
-        .map_err(|error| Failure::input(error.to_string()))?;
-    let mut plan = with_id(&created.plan);
-    let plan_id = plan["id"]
-        .as_str()
-        .map_or_else(|| slug(goal), str::to_owned);
-    if let Some(object) = plan.as_object_mut() {
-        object.insert("id".into(), plan_id.clone().into());
-    }
-    Ok((plan_id, plan))
-}
-
-/// Stores a generated plan in the registry, and says under which id: never over a plan
-/// another author stored (a model's id that is taken so takes the next free one, `deploy-2`,
-/// …); over one of its own author's only with `force`.
-pub(crate) fn store_generated(
-    (mut plan_id, mut plan): (String, serde_json::Value),
-    by: &str,
-    force: bool,
-    author: plan_run::Author,
-    ledger: &Ledger,
-) -> Result<(String, serde_json::Value), Failure> {
-    let free =
-        plan_run::free_plan_id(&ledger.open()?, &plan_id, author).map_err(Failure::lifecycle)?;
-    if free != plan_id {
-        plan_id = free;
-        if let Some(object) = plan.as_object_mut() {
-            object.insert("id".into(), plan_id.clone().into());
-        }
-    }
-    let text = serde_json::to_string_pretty(&plan).map_err(|e| Failure::internal(e.to_string()))?;
-    let title = plan["title"].as_str().map(str::to_owned);
-    let name = format!("created from a goal by {by}");
-    let stored = to_store(
-        &plan_id,
-        title,
-        name,
-        plan_graph::Format::Json,
-        text,
-        author,
-    );
-    store_plan(&stored, force, ledger)?;
-    Ok((plan_id, plan))
-}
-
-/// A plan's text as the registry keeps it.
-fn to_store(
-    plan_id: &str,
-    title: Option<String>,
-    name: String,
-    format: plan_graph::Format,
-    text: String,
-    author: plan_run::Author,
-) -> StoredPlan {
-    StoredPlan {
-        plan_id: plan_id.to_owned(),
-        title,
-        name,
-        format: plan_run::format_name(format).to_owned(),
-        hash: plan_store::plan_hash(&text),
-        source: text,
-        added_at: plan_store::timestamp(SystemTime::now()),
-        author: author.as_str().to_owned(),
-    }
-}
-
-/// Stores a plan in the registry.
-fn store_plan(stored: &StoredPlan, force: bool, ledger: &Ledger) -> Result<(), Failure> {
-    ledger
-        .open()?
-        .add_plan(stored, force)
-        .map_err(Failure::ledger)
-}
-
-/// A plan id from a goal: its first words, lower case, joined by `-`.
-fn slug(goal: &str) -> String {
-    let words: Vec<String> = goal
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(6)
-        .map(str::to_lowercase)
-        .collect();
-    if words.is_empty() {
-        "plan".to_owned()
-    } else {
-        words.join("-")
-    }
-}
-
 /// Validates the plan as `run` would, then stores its text under its id.
 fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
     if !file.is_file() {
@@ -535,7 +402,7 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
     let plan_id = ready.program.plan_id().to_owned();
     let title = ready.loaded.plan.title.clone();
     let name = file.display().to_string();
-    let stored = to_store(
+    let stored = plan_run::stored_plan(
         &plan_id,
         title,
         name,
@@ -543,7 +410,10 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
         text,
         plan_run::Author::Operator,
     );
-    store_plan(&stored, force, ledger)?;
+    ledger
+        .open()?
+        .add_plan(&stored, force)
+        .map_err(Failure::ledger)?;
     let steps = ready.program.len();
     print(&format!(
         "stored plan `{plan_id}` ({steps} step{}); run it with `plan-cli run {plan_id}`\n",

@@ -464,25 +464,29 @@ impl PlanServer {
                 }
             }
         };
-        let policy = &self.policy;
-        let tools = super::plans::describe_tools(&self.toolbox, |info| policy.allows_tool(info));
         // The same judgement as a model's plan anywhere: plan-cli's validation, then this
         // server's policy; nothing in it tells the model how to widen the policy.
-        let mut check = |plan: &Value| -> Result<(), String> {
-            crate::plan_file::check_for_model(plan, "mcp-plan", &self.toolbox, &self.policy, None)
-        };
-        let generated = super::plans::generate(
-            &mut *model,
-            goal,
-            None,
-            2,
-            &tools,
-            &mut check,
-            &self.toolbox,
-        )?;
+        let generated = self
+            .toolbox
+            .block_on(plan_run::generate_checked(
+                &mut *model,
+                goal,
+                None,
+                2,
+                &self.toolbox,
+                &self.policy,
+            ))
+            .map_err(|error| Failure::input(error.to_string()))?;
         // Never over a plan another author stored (it takes the next free id); over a plan
         // clients stored, yes.
-        super::plans::store_generated(generated, &by, true, Author::McpClient, &self.ledger)
+        plan_run::store_generated(
+            &mut self.ledger.open()?,
+            generated,
+            &by,
+            true,
+            Author::McpClient,
+        )
+        .map_err(Failure::lifecycle)
     }
 
     /// Runs a plan as `plan_run` does and answers as mcp-cli's `plan_execute` does.
@@ -605,7 +609,7 @@ impl PlanServer {
     /// Refuses a stored plan (a run's, to resume it) that needs more than the operator allows:
     /// compiled against the tools it names, and checked by every call it can make.
     fn check_plan(&self, plan: &Plan) -> Result<(), Failure> {
-        let tools = self.toolbox.for_plan(plan.tool_names().iter().copied())?;
+        let tools = self.toolbox.plan_tools(plan.tool_names().iter().copied())?;
         let program =
             plan_engine::Program::compile(plan, "mcp-plan", &tools.registry).map_err(|_| {
                 Failure::input("the run's plan no longer compiles with this server's tools")

@@ -15,10 +15,13 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
             "a worker needs the queue's Redis: --queue redis://HOST:PORT (or PLAN_QUEUE, or REDIS_URL)",
         ));
     };
-    let queue = toolbox.queue(&url, &args.queue_name)?;
+    let queue = toolbox.connect_queue(&url, &args.queue_name)?;
     // Every tool it has (built-ins, and the tools of the MCP configuration's servers), or
     // only those `--tools` names.
-    let all = toolbox.all(None)?.registry;
+    let all = toolbox
+        .block_on(toolbox.all(None))
+        .map_err(Failure::tools)?
+        .registry;
     let mut tools = plan_engine::Registry::new();
     for name in all.names() {
         if (args.tools.is_empty() || args.tools.contains(&name))

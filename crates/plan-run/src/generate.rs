@@ -1,0 +1,372 @@
+//! Plans a model writes: from a goal ([`generate`], kept with [`store_generated`]), and the
+//! new steps of a failed run ([`replan`], `run --replan N`). Each answer is judged by
+//! [`crate::check_for_model`] (plan-cli's whole validation and the model's policy), and the
+//! problems go back to the model in the same conversation.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use plan_llm::{Ask, LlmError, Model, ToolDescription};
+use plan_store::{Store, StoredPlan};
+use plan_types::{Event, EventKind, RunReport};
+use serde_json::Value;
+
+use crate::{Author, LifecycleError, Policy, Toolbox, check_for_model};
+
+/// A plan from `model` for `goal` that `check` accepts: its id (`id`, else the model's, else
+/// one made from the goal) and the plan, with that id.
+pub async fn generate(
+    model: &mut dyn Model,
+    goal: &str,
+    id: Option<&str>,
+    max_retries: u32,
+    tools: &[ToolDescription],
+    mut check: impl AsyncFnMut(&Value) -> Result<(), String>,
+) -> Result<(String, Value), LlmError> {
+    let with_id = |plan: &Value| {
+        let mut plan = plan.clone();
+        if let (Some(id), Some(object)) = (id, plan.as_object_mut()) {
+            object.insert("id".into(), id.into());
+        }
+        plan
+    };
+    let schema = plan_graph::plan_schema();
+    let request = Ask {
+        goal,
+        tools,
+        schema: &schema,
+        max_retries,
+    };
+    let created = plan_llm::create_plan(model, &request, async |plan: &Value| {
+        check(&with_id(plan)).await
+    })
+    .await?;
+    let mut plan = with_id(&created.plan);
+    let plan_id = plan["id"]
+        .as_str()
+        .map_or_else(|| slug(goal), str::to_owned);
+    if let Some(object) = plan.as_object_mut() {
+        object.insert("id".into(), plan_id.clone().into());
+    }
+    Ok((plan_id, plan))
+}
+
+/// [`generate`] with plan-cli's judgement of each answer: its validation and `policy`, and the
+/// tools `policy` lets the model use as the only ones it is told of. `fallback_id` is the
+/// plan's id while it is judged, when it has none.
+pub async fn generate_checked(
+    model: &mut dyn Model,
+    goal: &str,
+    id: Option<&str>,
+    max_retries: u32,
+    toolbox: &Toolbox,
+    policy: &Policy,
+) -> Result<(String, Value), LlmError> {
+    let tools = toolbox.described(|info| policy.allows_tool(info)).await;
+    let fallback_id = id.map_or_else(|| slug(goal), str::to_owned);
+    generate(
+        model,
+        goal,
+        id,
+        max_retries,
+        &tools,
+        async |plan: &Value| check_for_model(plan, &fallback_id, toolbox, policy, None).await,
+    )
+    .await
+}
+
+/// Stores a generated plan in the registry, and says under which id: never over a plan
+/// another author stored (a model's id that is taken so takes the next free one, `deploy-2`,
+/// …); over one of its own author's only with `force`. `by` names the model.
+pub fn store_generated(
+    store: &mut Store,
+    (mut plan_id, mut plan): (String, Value),
+    by: &str,
+    force: bool,
+    author: Author,
+) -> Result<(String, Value), LifecycleError> {
+    let free = crate::free_plan_id(store, &plan_id, author)?;
+    if free != plan_id {
+        plan_id = free;
+        if let Some(object) = plan.as_object_mut() {
+            object.insert("id".into(), plan_id.clone().into());
+        }
+    }
+    let text = serde_json::to_string_pretty(&plan)
+        .map_err(|error| LifecycleError::Internal(error.to_string()))?;
+    let title = plan["title"].as_str().map(str::to_owned);
+    let stored = stored_plan(
+        &plan_id,
+        title,
+        format!("created from a goal by {by}"),
+        plan_graph::Format::Json,
+        text,
+        author,
+    );
+    store.add_plan(&stored, force)?;
+    Ok((plan_id, plan))
+}
+
+/// A plan's text as the registry keeps it, added now.
+pub fn stored_plan(
+    plan_id: &str,
+    title: Option<String>,
+    name: String,
+    format: plan_graph::Format,
+    text: String,
+    author: Author,
+) -> StoredPlan {
+    StoredPlan {
+        plan_id: plan_id.to_owned(),
+        title,
+        name,
+        format: crate::format_name(format).to_owned(),
+        hash: plan_store::plan_hash(&text),
+        source: text,
+        added_at: plan_store::timestamp(SystemTime::now()),
+        author: author.as_str().to_owned(),
+    }
+}
+
+/// A plan id from a goal: its first words, lower case, joined by `-`.
+pub fn slug(goal: &str) -> String {
+    let words: Vec<String> = goal
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(6)
+        .map(str::to_lowercase)
+        .collect();
+    if words.is_empty() {
+        "plan".to_owned()
+    } else {
+        words.join("-")
+    }
+}
+
+/// What a re-plan keeps to: the secrets the model must not see, and the model's policy.
+pub struct Replanning<'a> {
+    /// Values never shown to the model (the run's `env:` values).
+    pub secrets: &'a [String],
+    /// What the model's new steps may do.
+    pub policy: &'a Policy,
+}
+
+/// A failed run, re-planned: the new revision of its plan is in the ledger.
+#[derive(Debug, Clone)]
+pub struct Replanned {
+    /// The revision (1 for the first re-plan).
+    pub revision: u32,
+    /// The failure the model was asked to work around, in a line (secrets hidden).
+    pub failure: String,
+}
+
+/// Asks `model` for steps that finish the work of a run that failed for good (`report`): the
+/// model is told the steps that succeeded with their results, the failure, the steps left and
+/// the tools its policy allows. Its steps, checked with the steps that succeeded, are kept in
+/// the ledger as the run's next plan revision; the run is then resumed with
+/// `ResumeOptions::replanned`.
+pub async fn replan(
+    store: &mut Store,
+    report: &RunReport,
+    model: &mut dyn Model,
+    replanning: &Replanning<'_>,
+    toolbox: &Toolbox,
+) -> Result<Replanned, LifecycleError> {
+    let Replanning { secrets, policy } = *replanning;
+    let run_id = report.run_id.clone();
+    let row = store.run(&run_id)?;
+    let written = written_plan(&row.plan_source, &row.plan_format)?;
+    let (request, done, taken) = request(&written, report, secrets);
+    let tools = toolbox.described(|info| policy.allows_tool(info)).await;
+    let schema = plan_graph::plan_schema();
+    let ask = Ask {
+        goal: &request,
+        tools: &tools,
+        schema: &schema,
+        max_retries: 2,
+    };
+    let check = async |answer: &Value| -> Result<(), String> {
+        let combined = combine(&written, &done, answer, &taken)?;
+        let new_steps: BTreeSet<String> = answer["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(id_of)
+            .collect();
+        check_for_model(&combined, &row.plan_id, toolbox, policy, Some(&new_steps)).await
+    };
+    let created = plan_llm::create_plan(model, &ask, check)
+        .await
+        .map_err(|source| LifecycleError::Replan {
+            run_id: run_id.clone(),
+            source,
+        })?;
+    let combined = combine(&written, &done, &created.plan, &taken)
+        .map_err(|problem| LifecycleError::Internal(problem.trim_start_matches("- ").to_owned()))?;
+    let text = serde_json::to_string_pretty(&combined)
+        .map_err(|error| LifecycleError::Internal(error.to_string()))?;
+    let failure = redact(&failure_of(report), secrets);
+    let revision = store.revisions(&run_id)? + 1;
+    let mut event = Event::new(EventKind::PlanReplanned, &Arc::from(run_id.as_str()));
+    event.attempt = revision;
+    event.plan_id = Some(Arc::from(row.plan_id.as_str()));
+    event.reason = Some(failure.clone());
+    store.replan(&run_id, &text, &failure, &event)?;
+    Ok(Replanned { revision, failure })
+}
+
+/// The plan as written (JSON or YAML), as JSON.
+fn written_plan(source: &str, format: &str) -> Result<Value, LifecycleError> {
+    let parsed = if format == "yaml" {
+        serde_saphyr::from_str::<Value>(source).map_err(|e| e.to_string())
+    } else {
+        serde_json::from_str::<Value>(source).map_err(|e| e.to_string())
+    };
+    parsed.map_err(|e| LifecycleError::Internal(format!("cannot read the run's plan again: {e}")))
+}
+
+/// A step's id as written (a string, or a number as its digits).
+fn id_of(step: &Value) -> String {
+    ["id", "index", "step_id"]
+        .iter()
+        .find_map(|key| step.get(*key))
+        .map(|id| id.as_str().map_or_else(|| id.to_string(), str::to_owned))
+        .unwrap_or_default()
+}
+
+/// What the model is told, the steps that succeeded (as written), and every id taken.
+fn request(
+    written: &Value,
+    report: &RunReport,
+    secrets: &[String],
+) -> (String, Vec<Value>, Vec<String>) {
+    let steps = written["steps"].as_array().cloned().unwrap_or_default();
+    let record = |id: &str| report.records.iter().find(|r| r.step_id == id);
+    let mut done = Vec::new();
+    let mut text = format!(
+        "A plan (id `{}`{}) ran and a step failed for good. Write steps that finish its work another way.\n",
+        report.plan_id,
+        written["title"]
+            .as_str()
+            .map(|t| format!(", \"{t}\""))
+            .unwrap_or_default()
+    );
+    text.push_str("\nSteps that succeeded (they stay; do not repeat them):\n");
+    for step in &steps {
+        let id = id_of(step);
+        if let Some(r) = record(&id).filter(|r| r.ok && !r.skipped) {
+            let result = r.result.as_ref().map(|v| v.to_string()).unwrap_or_default();
+            let result: String = result.chars().take(2000).collect();
+            text.push_str(&format!(
+                "- {} (tool `{}`): result {result}\n",
+                id,
+                step["tool"].as_str().unwrap_or("")
+            ));
+            done.push(step.clone());
+        }
+    }
+    text.push_str(&format!("\nThe failure:\n- {}\n", failure_of(report)));
+    text.push_str("\nSteps not done:\n");
+    for step in &steps {
+        let id = id_of(step);
+        if !record(&id).is_some_and(|r| r.ok && !r.skipped) {
+            text.push_str(&format!("- {}: {}\n", id, step));
+        }
+    }
+    let variables: Vec<&String> = report.variables.keys().collect();
+    let taken: Vec<String> = steps.iter().map(id_of).collect();
+    text.push_str(&format!(
+        "\nAnswer with a plan object whose `steps` are only the new steps. They may depend on the steps that succeeded and read the variables they bound ({}). Do not use these ids again: {}.\n",
+        if variables.is_empty() { "none".to_owned() } else { variables.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ") },
+        taken.join(", ")
+    ));
+    (redact(&text, secrets), done, taken)
+}
+
+/// The new plan: the written one with the steps that succeeded, then the answer's steps.
+fn combine(
+    written: &Value,
+    done: &[Value],
+    answer: &Value,
+    taken: &[String],
+) -> Result<Value, String> {
+    let new_steps = answer["steps"]
+        .as_array()
+        .ok_or("- the answer has no `steps` list")?;
+    let reused: Vec<String> = new_steps
+        .iter()
+        .map(id_of)
+        .filter(|id| taken.contains(id))
+        .collect();
+    if !reused.is_empty() {
+        return Err(format!(
+            "- the ids {} are taken by the plan's earlier steps: give the new steps new ids",
+            reused.join(", ")
+        ));
+    }
+    let mut combined = written.clone();
+    let mut steps = done.to_vec();
+    steps.extend(new_steps.iter().cloned());
+    combined["steps"] = Value::Array(steps);
+    Ok(combined)
+}
+
+/// The first failure of a report, in a line.
+fn failure_of(report: &RunReport) -> String {
+    report
+        .records
+        .iter()
+        .find_map(|r| {
+            r.error
+                .as_ref()
+                .filter(|_| r.step_id != plan_types::META_STEP_ID)
+                .map(|e| format!("step `{}` failed: {}: {}", r.step_id, e.code, e.message))
+        })
+        .unwrap_or_else(|| "the run failed".to_owned())
+}
+
+/// `text` with each secret value replaced, in every form the engine's records hide (any case,
+/// percent- or JSON-encoded).
+fn redact(text: &str, secrets: &[String]) -> String {
+    plan_engine::Redactor::new(secrets.iter().map(String::as_str)).redacted(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn new_steps_may_not_take_old_ids() {
+        let written = json!({"id": "p", "steps": [{"id": "a"}, {"id": "b"}]});
+        let done = vec![json!({"id": "a"})];
+        let taken = vec!["a".to_owned(), "b".to_owned()];
+        let combined = combine(&written, &done, &json!({"steps": [{"id": "c"}]}), &taken).unwrap();
+        assert_eq!(combined["steps"], json!([{"id": "a"}, {"id": "c"}]));
+        let refused = combine(&written, &done, &json!({"steps": [{"id": "b"}]}), &taken);
+        assert!(refused.unwrap_err().contains("b are taken"));
+    }
+
+    #[test]
+    fn secrets_are_replaced() {
+        assert_eq!(
+            redact("key=abc123", &["abc123".into()]),
+            format!("key={}", plan_engine::REDACTED)
+        );
+        // As the engine does: a secret that came back upper-cased or URL-encoded is hidden too.
+        assert_eq!(
+            redact("KEY=ABC123 url=a%20b", &["abc123".into(), "a b".into()]),
+            format!("KEY={0} url={0}", plan_engine::REDACTED)
+        );
+    }
+
+    #[test]
+    fn a_slug_is_the_goal_s_first_words() {
+        assert_eq!(
+            slug("Back up the DB, then: notify!"),
+            "back-up-the-db-then-notify"
+        );
+        assert_eq!(slug("  ...  "), "plan");
+    }
+}

@@ -1,0 +1,349 @@
+//! From a plan's text to a [`Prepared`] plan: loaded, validated, bound to the tools it names
+//! (starting only the MCP servers it needs) and compiled, with the run's inputs typed by the
+//! plan's defaults. Every front-end prepares plans here: `run`, `validate`, `mcp serve`, and
+//! the check of a model's plan.
+
+use std::collections::BTreeSet;
+
+use plan_engine::Program;
+use plan_graph::{Format, Issue, LoadOptions, Severity, Source, load};
+use serde_json::{Map, Value};
+
+use crate::toolbox::{Toolbox, ToolsError};
+use crate::{Author, Policy, PolicyError, Prepared};
+
+/// Why a plan could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The plan does not load or compile: every problem found, with the source they point
+    /// into (warnings included).
+    #[error("{} is not a valid plan ({} error{})", .0.source.name(), .0.errors(), if .0.errors() == 1 { "" } else { "s" })]
+    Invalid(Box<Problems>),
+    /// Its tools could not be found.
+    #[error(transparent)]
+    Tools(#[from] ToolsError),
+    /// A variable given as text must be JSON (the plan's default for it is not a string), and
+    /// is not.
+    #[error(
+        "the plan's default for `{name}` is {kind} ({default}), so the value is read as JSON, and `{text}` is not JSON"
+    )]
+    NotJson {
+        /// The variable.
+        name: String,
+        /// The text given.
+        text: String,
+        /// The kind of the plan's default (`a number`, `a list`, …).
+        kind: &'static str,
+        /// The plan's default, as JSON.
+        default: String,
+    },
+}
+
+/// The problems of a plan that does not prepare, with its source.
+#[derive(Debug)]
+pub struct Problems {
+    /// The plan's text, which the issues point into.
+    pub source: Source,
+    /// Every problem found, errors and warnings.
+    pub issues: Vec<Issue>,
+}
+
+impl Problems {
+    /// How many of the issues are errors.
+    pub fn errors(&self) -> usize {
+        self.issues.iter().filter(|issue| issue.is_error()).count()
+    }
+}
+
+/// The variables a run is given, before the plan says how text values are read.
+#[derive(Debug, Default, Clone)]
+pub struct Inputs {
+    /// Typed values (a variables file, JSON given on a command line, a stored run's, an MCP
+    /// client's).
+    pub typed: Map<String, Value>,
+    /// Values given as text (`NAME=TEXT`): a string, unless the plan's default for NAME is a
+    /// number, a boolean, a list or an object; then TEXT is read as JSON.
+    pub text: Vec<(String, String)>,
+    /// Whether names the plan neither defines nor reads are looked for
+    /// ([`Prepared::unused_inputs`]): for inputs a person typed, not for a stored run's.
+    pub check_names: bool,
+}
+
+impl From<Map<String, Value>> for Inputs {
+    fn from(typed: Map<String, Value>) -> Self {
+        Inputs {
+            typed,
+            text: Vec::new(),
+            check_names: false,
+        }
+    }
+}
+
+/// A variable given that the plan neither defines nor reads (a typo would otherwise go
+/// unnoticed until a step reads the default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnusedInput {
+    /// The name given.
+    pub name: String,
+    /// The plan's name closest to it, if one is close.
+    pub near: Option<String>,
+}
+
+impl Inputs {
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.typed.keys().cloned().collect();
+        names.extend(self.text.iter().map(|(name, _)| name.clone()));
+        names
+    }
+
+    /// The names given that `plan` neither defines nor reads.
+    fn unused(&self, plan: &plan_graph::Plan) -> Vec<UnusedInput> {
+        // Reading every step's placeholders is only worth it when names were given.
+        if !self.check_names || (self.typed.is_empty() && self.text.is_empty()) {
+            return Vec::new();
+        }
+        let mut known: Vec<String> = plan.variables.keys().cloned().collect();
+        known.extend(plan_graph::variables_read(plan));
+        self.names()
+            .into_iter()
+            .filter(|name| !known.contains(name))
+            .map(|name| UnusedInput {
+                near: plan_graph::closest(&name, &known).map(str::to_owned),
+                name,
+            })
+            .collect()
+    }
+
+    /// The values, typed by the plan's defaults.
+    fn resolve(self, plan: &plan_graph::Plan) -> Result<Map<String, Value>, PrepareError> {
+        let Inputs {
+            mut typed, text, ..
+        } = self;
+        for (name, text) in text {
+            let value = match plan.variables.get(&name) {
+                Some(default) if !default.is_string() && !default.is_null() => {
+                    serde_json::from_str(&text).map_err(|_| PrepareError::NotJson {
+                        kind: plan_vars::kind(default),
+                        default: default.to_string(),
+                        name: name.clone(),
+                        text: text.clone(),
+                    })?
+                }
+                _ => Value::String(text),
+            };
+            typed.insert(name, value);
+        }
+        Ok(typed)
+    }
+}
+
+/// How strictly a plan is prepared.
+#[derive(Debug, Clone, Copy)]
+pub struct Strictness {
+    /// What arguments that break their tool's schema before the run are (see
+    /// `Program::check_arguments`): errors to validate a plan, warnings where the run is to
+    /// go on (each such call then fails with `E_ARGS_INVALID`).
+    pub arguments: Severity,
+}
+
+impl Strictness {
+    /// A plan that is to run: arguments that break their schemas are warnings.
+    pub const RUN: Strictness = Strictness {
+        arguments: Severity::Warning,
+    };
+    /// A plan that is validated: every problem is an error.
+    pub const VALIDATE: Strictness = Strictness {
+        arguments: Severity::Error,
+    };
+}
+
+/// Loads, validates and compiles plan text (`fallback_id` is its id when it names none), with
+/// the tools of `toolbox` it names and `inputs`. `env` gives the values of the environment
+/// variables the plan lists under `env:` (the library reads no environment itself).
+pub async fn prepare(
+    source: Source,
+    format: Format,
+    fallback_id: &str,
+    inputs: Inputs,
+    toolbox: &Toolbox,
+    strictness: Strictness,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Prepared, PrepareError> {
+    let provided_variables = inputs.names();
+    // With MCP servers configured, a first reading finds the tools the plan names, so that
+    // only their servers start. If it fails, the full reading below reports why, without
+    // checking tools.
+    let first = toolbox.has_servers().then(|| {
+        let options = LoadOptions {
+            provided_variables: provided_variables.clone(),
+            ..LoadOptions::default()
+        };
+        load(source.clone(), format, &options).ok()
+    });
+    let (tools, check_tools) = match &first {
+        None => (toolbox.for_plan([]).await?, true),
+        Some(Some(loaded)) => (toolbox.for_plan(loaded.plan.tool_names()).await?, true),
+        Some(None) => (toolbox.for_plan([]).await?, false),
+    };
+    let registry = &tools.registry;
+    let options = LoadOptions {
+        provided_variables,
+        known_tools: check_tools.then(|| registry.names()),
+        ambiguous_tools: tools.ambiguous.clone(),
+        ..LoadOptions::default()
+    };
+    let mut loaded = match load(source, format, &options) {
+        Ok(loaded) => loaded,
+        Err(invalid) => {
+            let mut issues = invalid.issues;
+            // Every problem at once: what compiling the plan finds (expressions, blocks,
+            // tasks) and the arguments that break their tools' schemas are reported with
+            // what validation found, not in later rounds.
+            if let Some(plan) = &invalid.plan {
+                let id = plan.id.clone().unwrap_or_else(|| fallback_id.to_owned());
+                let inputs = inputs.resolve(plan).unwrap_or_default();
+                let fresh = Program::problems(plan, &id, registry, &inputs, &issues);
+                issues.extend(fresh);
+            }
+            return Err(PrepareError::Invalid(Box::new(Problems {
+                source: invalid.plan_source,
+                issues,
+            })));
+        }
+    };
+    let unused_inputs = inputs.unused(&loaded.plan);
+    let inputs = inputs.resolve(&loaded.plan)?;
+    let id = loaded
+        .plan
+        .id
+        .clone()
+        .unwrap_or_else(|| fallback_id.to_owned());
+    let compiled = Program::compile(&loaded.plan, &id, registry).and_then(|program| {
+        // Arguments that break their tool's schema with what is known before the run.
+        let mut problems = program.check_arguments(&inputs);
+        match strictness.arguments {
+            Severity::Error if !problems.is_empty() => Err(problems),
+            _ => {
+                for problem in &mut problems {
+                    problem.severity = Severity::Warning;
+                }
+                loaded.warnings.extend(problems);
+                Ok(program)
+            }
+        }
+    });
+    match compiled {
+        Ok(program) => {
+            // Only the variables the plan lists are read, and only here.
+            let env = program
+                .env_names()
+                .iter()
+                .filter_map(|name| env(name).map(|value| (name.clone(), value)))
+                .collect();
+            // The program holds its own copy of the variables; the plan's is not needed again
+            // (a large list would otherwise be held twice for the whole run).
+            loaded.plan.variables = Map::new();
+            Ok(Prepared {
+                loaded,
+                program,
+                format,
+                inputs,
+                env,
+                unused_inputs,
+            })
+        }
+        Err(issues) => {
+            let mut all = loaded.warnings.clone();
+            all.extend(issues);
+            Err(PrepareError::Invalid(Box::new(Problems {
+                source: loaded.source,
+                issues: all,
+            })))
+        }
+    }
+}
+
+/// The part of a prepared plan that `layer` and `task` select ([`Prepared::select`]), its
+/// tools found in `toolbox` as the whole plan's were.
+pub async fn select(
+    prepared: Prepared,
+    layer: Option<&str>,
+    task: Option<&str>,
+    toolbox: &Toolbox,
+) -> Result<Prepared, crate::LifecycleError> {
+    if layer.is_none() && task.is_none() {
+        return Ok(prepared);
+    }
+    let tools = toolbox
+        .for_plan(prepared.loaded.plan.tool_names())
+        .await
+        .map_err(|error| crate::LifecycleError::Refused(error.to_string()))?;
+    prepared.select(layer, task, &tools.registry)
+}
+
+/// plan-cli's whole judgement of a model's plan: its validation, as a `validate` gives it,
+/// and then `policy`'s judgement of every call it can make (of the steps in `only`, for a
+/// re-plan's new steps). `Err` holds the problems as lines for the model to read. Nothing in
+/// them tells the model how to widen its policy (no "add `env:`" for a variable it may not
+/// read).
+pub async fn check_for_model(
+    plan: &Value,
+    fallback_id: &str,
+    toolbox: &Toolbox,
+    policy: &Policy,
+    only: Option<&BTreeSet<String>>,
+) -> Result<(), String> {
+    let text = plan.to_string();
+    let listed = |error: PolicyError| {
+        error
+            .violations
+            .iter()
+            .map(|v| format!("- {}: {}", v.path, v.message))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    policy
+        .check_size(Author::Model, text.len())
+        .map_err(listed)?;
+    let prepared = prepare(
+        Source::new("plan.json", text),
+        Format::Json,
+        fallback_id,
+        Inputs::default(),
+        toolbox,
+        Strictness::VALIDATE,
+        // A model's plan is judged, not run: no value is read.
+        &|_| None,
+    )
+    .await;
+    let problems = match prepared {
+        Ok(prepared) => {
+            let judged = match only {
+                None => policy.check(Author::Model, &prepared.loaded.plan, &prepared.program),
+                Some(steps) => policy.check_steps(
+                    Author::Model,
+                    &prepared.loaded.plan,
+                    &prepared.program,
+                    steps,
+                ),
+            };
+            return judged.map_err(listed);
+        }
+        Err(PrepareError::Invalid(problems)) => problems.issues,
+        Err(other) => return Err(format!("- {other}")),
+    };
+    let lines: Vec<String> = problems
+        .iter()
+        .filter(|issue| issue.is_error())
+        .map(|issue| {
+            let mut line = format!("- {}", issue.message);
+            if let Some(help) = &issue.help
+                && (policy.is_operator() || !help.starts_with("add `env:"))
+            {
+                line.push_str(&format!(" ({help})"));
+            }
+            line
+        })
+        .collect();
+    Err(lines.join("\n"))
+}

@@ -1,0 +1,238 @@
+//! The tools a plan can use: the built-ins, plus the tools of the MCP servers of an MCP
+//! configuration, whose servers start only when a plan names one of their tools; with a queue,
+//! every call goes to its workers instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use plan_engine::Registry;
+use plan_tools::mcp::{McpConfig, McpServers};
+
+/// Why the tools could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolsError {
+    /// The MCP configuration file cannot be read.
+    #[error("cannot read the MCP configuration {}: {source}", .path.display())]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+    /// The MCP configuration does not say what a configuration must.
+    #[error("{}: {message}", .path.display())]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A server was asked for by name, but there is no MCP configuration.
+    #[error("{server}: there is no MCP configuration")]
+    NoConfig {
+        /// The server asked for.
+        server: String,
+    },
+    /// A server could not be started or asked for its tools.
+    #[error(transparent)]
+    Server(#[from] plan_tools::mcp::McpError),
+}
+
+/// Where a plan's tools come from, for the whole process: MCP servers started while a plan is
+/// prepared stay connected while it runs, and are stopped by [`Toolbox::shutdown`].
+pub struct Toolbox {
+    builtins: Registry,
+    /// The MCP configuration read, as an absolute path (kept with runs).
+    config: Option<PathBuf>,
+    servers: Option<McpServers>,
+    /// With a queue: every tool call goes to the workers through it.
+    #[cfg(feature = "queue")]
+    queue: std::sync::OnceLock<std::sync::Arc<plan_queue::Dispatcher>>,
+}
+
+/// A plan's tools: the registry to compile it with, and the bare names that several servers
+/// have (an error at the step that uses one).
+pub struct PlanTools {
+    /// Every tool, by every name a plan may call it by.
+    pub registry: Registry,
+    /// Bare names several servers have, each with its qualified names.
+    pub ambiguous: BTreeMap<String, Vec<String>>,
+}
+
+impl Toolbox {
+    /// The tools of `builtins` alone.
+    pub fn new(builtins: Registry) -> Toolbox {
+        Toolbox {
+            builtins,
+            config: None,
+            servers: None,
+            #[cfg(feature = "queue")]
+            queue: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `builtins` and the servers of the MCP configuration at `path`; `env` gives the values
+    /// of `${env.NAME}` in a server's `env` and `headers` (the library reads no environment).
+    pub fn with_mcp_config(
+        builtins: Registry,
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Toolbox, ToolsError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ToolsError::ReadConfig {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let config = McpConfig::parse(&text, env).map_err(|error| ToolsError::Config {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })?;
+        let mut toolbox = Toolbox::new(builtins);
+        toolbox.config = Some(std::fs::canonicalize(path).unwrap_or(path.to_path_buf()));
+        toolbox.servers = Some(McpServers::new(config));
+        Ok(toolbox)
+    }
+
+    /// The MCP configuration the tools come from, if any (absolute).
+    pub fn config(&self) -> Option<&Path> {
+        self.config.as_deref()
+    }
+
+    /// Whether there is an MCP configuration.
+    pub fn has_servers(&self) -> bool {
+        self.servers.is_some()
+    }
+
+    /// Sends every tool call of the plans prepared from now on to the workers of a queue (a
+    /// second queue is ignored: a process runs on one).
+    #[cfg(feature = "queue")]
+    pub fn use_queue(&self, dispatcher: std::sync::Arc<plan_queue::Dispatcher>) {
+        let _ = self.queue.set(dispatcher);
+    }
+
+    /// The queue calls go to, once [`Toolbox::use_queue`] has set one.
+    #[cfg(feature = "queue")]
+    pub fn queue(&self) -> Option<&std::sync::Arc<plan_queue::Dispatcher>> {
+        self.queue.get()
+    }
+
+    /// The tools a plan naming `tools` can use: the built-ins, and every tool of each server
+    /// the plan needs: a server named in `SERVER.tool`, or every server when the plan names
+    /// a tool that is neither built in nor qualified.
+    pub async fn for_plan<'a>(
+        &self,
+        tools: impl IntoIterator<Item = &'a str>,
+    ) -> Result<PlanTools, ToolsError> {
+        let Some(servers) = &self.servers else {
+            return self.with_servers(&[]).await;
+        };
+        let configured = servers.names();
+        let mut needed = BTreeSet::new();
+        for tool in tools {
+            if self.builtins.get(tool).is_some() {
+                continue;
+            }
+            match tool.split_once('.') {
+                Some((server, _)) if configured.iter().any(|c| c == server) => {
+                    needed.insert(server.to_owned());
+                }
+                // Neither built in nor `SERVER.tool`: any server may have it.
+                _ => needed.extend(configured.iter().cloned()),
+            }
+        }
+        let needed: Vec<String> = needed.into_iter().collect();
+        self.with_servers(&needed).await
+    }
+
+    /// Every tool: the tools of server `only`, or of every server.
+    pub async fn all(&self, only: Option<&str>) -> Result<PlanTools, ToolsError> {
+        let names = match (&self.servers, only) {
+            (None, Some(name)) => {
+                return Err(ToolsError::NoConfig {
+                    server: name.to_owned(),
+                });
+            }
+            (None, None) => Vec::new(),
+            (Some(_), Some(name)) => vec![name.to_owned()],
+            (Some(servers), None) => servers.names(),
+        };
+        self.with_servers(&names).await
+    }
+
+    /// Every tool that can be listed: as [`Toolbox::all`], but a server that cannot start or
+    /// answer is left out and named with its error, rather than failing the whole list.
+    pub async fn listable(&self) -> (PlanTools, Vec<(String, String)>) {
+        let alone = || PlanTools {
+            registry: self.builtins.clone(),
+            ambiguous: BTreeMap::new(),
+        };
+        let Some(servers) = &self.servers else {
+            return (alone(), Vec::new());
+        };
+        let mut working = Vec::new();
+        let mut broken = Vec::new();
+        for name in servers.names() {
+            let mut scratch = self.builtins.clone();
+            match servers
+                .register(std::slice::from_ref(&name), &mut scratch)
+                .await
+            {
+                Ok(_) => working.push(name),
+                Err(error) => broken.push((name, error.to_string())),
+            }
+        }
+        match self.with_servers(&working).await {
+            Ok(tools) => (tools, broken),
+            Err(error) => {
+                // Answered alone, not together: name them all.
+                let message = error.to_string();
+                broken.extend(working.into_iter().map(|name| (name, message.clone())));
+                (alone(), broken)
+            }
+        }
+    }
+
+    /// Every tool plans can call that `allowed` keeps, each once (the bare aliases of MCP
+    /// tools left out), as a model is told of them.
+    pub async fn described(
+        &self,
+        allowed: impl Fn(&plan_engine::ToolInfo) -> bool,
+    ) -> Vec<plan_llm::ToolDescription> {
+        let (tools, _) = self.listable().await;
+        let mut described: Vec<plan_llm::ToolDescription> = Vec::new();
+        for info in tools.registry.infos() {
+            if allowed(&info) && !described.iter().any(|d| d.name == info.name) {
+                described.push(plan_llm::ToolDescription {
+                    name: info.name,
+                    description: info.description,
+                    input_schema: info.input_schema,
+                });
+            }
+        }
+        described
+    }
+
+    async fn with_servers(&self, names: &[String]) -> Result<PlanTools, ToolsError> {
+        let mut registry = self.builtins.clone();
+        let ambiguous = match &self.servers {
+            Some(servers) => servers.register(names, &mut registry).await?,
+            None => BTreeMap::new(),
+        };
+        // With a queue, the same names, schemas and risks, but every call made by a worker.
+        #[cfg(feature = "queue")]
+        let registry = match self.queue.get() {
+            Some(dispatcher) => dispatcher.remote(&registry),
+            None => registry,
+        };
+        Ok(PlanTools {
+            registry,
+            ambiguous,
+        })
+    }
+
+    /// Stops the MCP servers that were started.
+    pub async fn shutdown(&self) {
+        if let Some(servers) = &self.servers {
+            servers.shutdown().await;
+        }
+    }
+}
