@@ -7,7 +7,6 @@ mod cli;
 mod commands;
 mod events_file;
 mod exit;
-mod json_out;
 mod ledger;
 mod output;
 mod plan_file;
@@ -86,7 +85,7 @@ fn main() {
                 .filter(|path| path.exists())
         });
     let toolbox = match toolbox::Toolbox::new(mcp_config.as_deref(), exec) {
-        Ok(toolbox) => std::sync::Arc::new(toolbox),
+        Ok(toolbox) => toolbox,
         Err(failure) => {
             if let Some(message) = failure.message {
                 eprintln!("Error: {message}");
@@ -116,7 +115,7 @@ fn main() {
         Command::Mcp(McpCommand::Serve(_)) => policy
             .take()
             .ok_or_else(|| exit::Failure::internal("the policy of `mcp serve` was not read"))
-            .and_then(|policy| commands::serve(policy, toolbox.clone(), &ledger)),
+            .and_then(|policy| commands::serve(policy, &toolbox, &ledger)),
         Command::Worker(args) => commands::worker(args, &toolbox),
         Command::Init(_) | Command::Import(_) | Command::Schema | Command::Completions { .. } => {
             Err(exit::Failure::internal(

@@ -14,7 +14,7 @@ use crate::exit::Failure;
 pub(crate) const MCP_CONFIG_NAME: &str = "mcp.json";
 
 pub(crate) struct Toolbox {
-    tools: plan_run::Toolbox,
+    tools: std::sync::Arc<plan_run::Toolbox>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -50,7 +50,10 @@ impl Toolbox {
                     .map_err(Failure::tools)?
             }
         };
-        Ok(Toolbox { tools, runtime })
+        Ok(Toolbox {
+            tools: std::sync::Arc::new(tools),
+            runtime,
+        })
     }
 
     /// Sends every tool call of later plans to the workers of the queue; fails at once (exit
@@ -110,6 +113,11 @@ impl Toolbox {
             .map_err(|error| Failure::input(error.to_string()))
     }
 
+    /// The library's toolbox, for a front-end that outlives this borrow (`mcp serve`).
+    pub(crate) fn shared(&self) -> std::sync::Arc<plan_run::Toolbox> {
+        self.tools.clone()
+    }
+
     /// Runs `future` to its end on the process's runtime, from anywhere: also from code that
     /// a future on the runtime calls synchronously, where a plain `block_on` panics ("Cannot
     /// start a runtime from within a runtime").
@@ -119,15 +127,6 @@ impl Toolbox {
         } else {
             self.runtime.block_on(future)
         }
-    }
-
-    /// The tools a plan naming `tools` can use ([`plan_run::Toolbox::for_plan`]).
-    pub(crate) fn plan_tools<'a>(
-        &self,
-        tools: impl IntoIterator<Item = &'a str>,
-    ) -> Result<plan_run::PlanTools, Failure> {
-        self.block_on(self.tools.for_plan(tools))
-            .map_err(Failure::tools)
     }
 }
 

@@ -92,6 +92,20 @@ pub fn gated_steps(row: &RunRow, registry: &Registry) -> Result<Vec<String>, Lif
     Ok(program.gated_steps())
 }
 
+/// [`gated_steps`] with the tools of `toolbox` the run's plan names (which may start their
+/// MCP servers).
+pub async fn gated_steps_in(
+    row: &RunRow,
+    toolbox: &crate::Toolbox,
+) -> Result<Vec<String>, LifecycleError> {
+    let plan = plan_of(row)?;
+    let tools = toolbox
+        .for_plan(plan.tool_names())
+        .await
+        .map_err(|error| LifecycleError::Prepare(Box::new(error.into())))?;
+    gated_steps(row, &tools.registry)
+}
+
 /// Whether `id` is one of the high-risk steps `gated`, or an item of one.
 pub fn can_wait(id: &str, gated: &[String]) -> bool {
     gated

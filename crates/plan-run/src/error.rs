@@ -34,6 +34,10 @@ pub enum LifecycleError {
     /// The plan needs more than its author's policy allows.
     #[error(transparent)]
     Policy(#[from] crate::PolicyError),
+    /// The run's plan could not be prepared again (its tools, or a plan that no longer
+    /// compiles with them).
+    #[error(transparent)]
+    Prepare(Box<crate::PrepareError>),
     /// A plan given to compare with a run's does not load.
     #[error("{} is not a valid plan", .0.plan_source.name())]
     InvalidPlan(Box<plan_graph::InvalidPlan>),

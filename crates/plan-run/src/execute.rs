@@ -90,6 +90,9 @@ pub struct Execution {
     pub queue: Option<Arc<Dispatcher>>,
     /// Keep this execute-state document current as the ledger commits, and at the run's end.
     pub state_file: Option<crate::StateFile>,
+    /// The run stops (resumably, as a cancel stops it) after this long: `mcp serve
+    /// --max-run-time`.
+    pub time_limit: Option<std::time::Duration>,
 }
 
 impl Execution {
@@ -105,6 +108,7 @@ impl Execution {
             #[cfg(feature = "queue")]
             queue: None,
             state_file: None,
+            time_limit: None,
         }
     }
 }
@@ -406,6 +410,31 @@ pub struct ResumeFrom {
     retry_failed: bool,
     /// Steps to run again with their dependents.
     retry_steps: Vec<String>,
+}
+
+impl ResumeFrom {
+    /// The run's plan prepared again to go on with ([`crate::prepare`] with the run's inputs,
+    /// then the layer or task the run was started for), its tools from `toolbox`.
+    pub async fn prepare(
+        &self,
+        toolbox: &crate::Toolbox,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Prepared, LifecycleError> {
+        let prepared = crate::prepare(
+            self.source.clone(),
+            self.format,
+            &self.row.plan_id,
+            self.row.inputs.clone().into(),
+            toolbox,
+            crate::Strictness::RUN,
+            env,
+        )
+        .await
+        .map_err(|error| LifecycleError::Prepare(Box::new(error)))?;
+        // A run started for one layer or step goes on with just that part.
+        let (layer, task) = filters_of(&self.row);
+        crate::select(prepared, layer.as_deref(), task.as_deref(), toolbox).await
+    }
 }
 
 /// Checks that run `run` (its id or a unique prefix) can be resumed: its owner is gone (or
@@ -826,6 +855,18 @@ async fn execute(
         tokio::spawn(async move {
             lost.cancelled().await;
             stop.cancel();
+        });
+    }
+    // The timer ends with the run (the guard is dropped on every way out of this function).
+    let finished = CancellationToken::new();
+    let _finished = finished.clone().drop_guard();
+    if let Some(limit) = execution.time_limit {
+        let stop = execution.cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(limit) => stop.cancel(),
+                () = finished.cancelled() => {}
+            }
         });
     }
     // The scheduler runs as a task: the steps it spawns then start on its worker's LIFO slot

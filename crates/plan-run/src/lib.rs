@@ -73,7 +73,7 @@ mod state_file;
 mod toolbox;
 
 pub use cancel::{Cancelled, cancel};
-pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, reject};
+pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};
 pub use error::LifecycleError;
 pub use execute::{
     Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, author_of,
@@ -91,5 +91,5 @@ pub use report::{
     duration_of, ended_at, execute_state, format_name, format_of, plan_of, report, status_of,
 };
 pub use sources::{QueueSource, RunSources, sources_of};
-pub use state_file::StateFile;
+pub use state_file::{StateFile, StateFileError};
 pub use toolbox::{PlanTools, Toolbox, ToolsError};

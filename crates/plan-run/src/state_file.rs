@@ -462,6 +462,55 @@ pub struct StateFile {
     pub project_path: Option<String>,
 }
 
+/// Why a file cannot be a run's state file.
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    /// Something other than a regular file is there; it would be replaced.
+    #[error("{} is not a regular file; it would be replaced", .0.display())]
+    NotAFile(std::path::PathBuf),
+    /// Its folder cannot be written (the file is replaced through a file beside it).
+    #[error("{}: cannot write in {}: {source}", .path.display(), .dir.display())]
+    CannotWrite {
+        /// The state file.
+        path: std::path::PathBuf,
+        /// Its folder.
+        dir: std::path::PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+}
+
+impl StateFile {
+    /// Checks, before a run, that `path` can be its state file: a regular file (or nothing
+    /// yet) in a folder this process can write. After the run would be too late.
+    pub fn check(path: &Path) -> Result<(), StateFileError> {
+        if let Ok(metadata) = std::fs::metadata(path)
+            && !metadata.is_file()
+        {
+            return Err(StateFileError::NotAFile(path.to_path_buf()));
+        }
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        tempfile::NamedTempFile::new_in(dir).map_err(|source| StateFileError::CannotWrite {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        Ok(())
+    }
+
+    /// Where a plan made from a task breakdown keeps its state by default: beside the
+    /// breakdown, as the original executor does (`None` for other plans, or where it could
+    /// not be written).
+    pub fn beside_breakdown(plan: &Plan) -> Option<std::path::PathBuf> {
+        let tasks = plan.workspace.as_ref()?.tasks.as_ref()?;
+        let path = Path::new(tasks).join("execute-state.json");
+        StateFile::check(&path).is_ok().then_some(path)
+    }
+}
+
 /// How often at most the document is written while the run goes (always at its end).
 const STATE_FILE_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 

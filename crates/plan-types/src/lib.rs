@@ -26,6 +26,7 @@ mod code;
 mod event;
 mod journal;
 pub mod json;
+pub mod json_out;
 mod record;
 mod report;
 mod task;

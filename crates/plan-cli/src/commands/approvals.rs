@@ -5,7 +5,6 @@ use plan_run::{Decided, Decisions};
 use plan_store::RunRow;
 use plan_types::{PLAN_APPROVAL, task_of_merge_key};
 
-use super::ledger::plan_of;
 use super::print;
 use crate::cli::{ApproveArgs, RejectArgs};
 use crate::exit::Failure;
@@ -93,8 +92,6 @@ pub(crate) fn reject_calls(
 /// may start their MCP servers, or reach the queue the run's calls went to: its tools may be
 /// only its workers').
 fn gated(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, plan_run::LifecycleError> {
-    let refused =
-        |failure: Failure| plan_run::LifecycleError::Refused(failure.message.unwrap_or_default());
     if let Some(plan_run::QueueSource {
         url: Some(url),
         name,
@@ -102,11 +99,11 @@ fn gated(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, plan_run::Lifec
     {
         let settings =
             crate::cli::QueueSettings::of(&url, &name, std::time::Duration::from_secs(30), None);
-        toolbox.use_queue(&settings).map_err(refused)?;
+        toolbox.use_queue(&settings).map_err(|failure| {
+            plan_run::LifecycleError::Refused(failure.message.unwrap_or_default())
+        })?;
     }
-    let plan = plan_of(row).map_err(refused)?;
-    let tools = toolbox.plan_tools(plan.tool_names()).map_err(refused)?;
-    plan_run::gated_steps(row, &tools.registry)
+    toolbox.block_on(plan_run::gated_steps_in(row, toolbox))
 }
 
 fn display(id: &str) -> &str {

@@ -16,7 +16,7 @@ use crate::events_file::EventsFile;
 use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::output::{self, Live, StepLabels};
-use crate::plan_file::{Ready, prepare, prepare_source};
+use crate::plan_file::{Ready, prepare};
 use crate::toolbox::Toolbox;
 
 pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
@@ -312,17 +312,11 @@ pub(crate) fn continue_run(
     if let Some(queue) = queue {
         toolbox.use_queue(queue)?;
     }
-    let ready = prepare_source(
-        from.source.clone(),
-        from.format,
-        from.row.plan_id.clone(),
-        from.row.inputs.clone().into(),
-        toolbox,
-        Severity::Warning,
-    )?;
-    // A run started for one layer or step goes on with just that part.
-    let (layer, task) = plan_run::filters_of(&from.row);
-    let ready = select(ready, layer.as_deref(), task.as_deref(), toolbox)?;
+    let env = |name: &str| std::env::var(name).ok();
+    let ready = toolbox
+        .block_on(from.prepare(toolbox, &env))
+        .map_err(Failure::lifecycle)?;
+    crate::plan_file::report(&ready.loaded.source, &ready.loaded.warnings);
     let run_id = from.row.run_id.clone();
     drive(&run_id, ready, frontend, toolbox, |prepared, settings| {
         plan_run::resume(store, from, prepared, settings)
@@ -381,15 +375,15 @@ where
 {
     let prepared = ready;
     // A plan made from a task breakdown keeps its state beside the breakdown by default.
-    let state_file = args.state_file.clone().or_else(|| {
-        let tasks = prepared.loaded.plan.workspace.as_ref()?.tasks.as_ref()?;
-        let path = PathBuf::from(tasks).join("execute-state.json");
-        check_state_file(&path).is_ok().then_some(path)
-    });
+    let state_file = args
+        .state_file
+        .clone()
+        .or_else(|| plan_run::StateFile::beside_breakdown(&prepared.loaded.plan));
     let mut settings = plan_run::Execution::new();
     settings.approvals = args.approvals;
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
+    settings.time_limit = args.time_limit;
     settings.queue = toolbox.queue().cloned();
     // Kept current by the run itself, as its ledger commits.
     settings.state_file = state_file.clone().map(|path| plan_run::StateFile {
@@ -435,13 +429,6 @@ where
                     () = lost.cancelled() => eprintln!("the queue was lost; the run stops and can be resumed"),
                     () = stopped.cancelled() => {}
                 }
-            });
-        }
-        if let Some(limit) = args.time_limit {
-            let stop = cancel.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(limit).await;
-                stop.cancel();
             });
         }
         run(prepared, settings).await
@@ -530,32 +517,11 @@ impl Signals {
 /// Before the run, not after it: the state file is a regular file (it is replaced whole, so a
 /// device or a folder there would be lost) in a folder plan-cli can write.
 fn check_state_file(path: &Path) -> Result<(), Failure> {
-    if let Ok(metadata) = std::fs::metadata(path)
-        && !metadata.is_file()
-    {
-        return Err(Failure::input(format!(
-            "--state-file {} is not a regular file; it would be replaced",
-            path.display()
-        )));
-    }
-    let dir = state_dir(path);
-    tempfile::NamedTempFile::new_in(dir).map_err(|error| {
-        Failure::input(format!(
-            "--state-file {}: cannot write in {}: {error}",
-            path.display(),
-            dir.display()
-        ))
-    })?;
-    Ok(())
+    plan_run::StateFile::check(path)
+        .map_err(|error| Failure::input(format!("--state-file {error}")))
 }
 
 /// `path` from the root, so that a run resumed from another folder writes the same file.
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-fn state_dir(path: &Path) -> &Path {
-    path.parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
 }

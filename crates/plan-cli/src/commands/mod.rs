@@ -20,7 +20,7 @@ pub(crate) use worker::worker;
 use crate::exit::Failure;
 
 fn pretty(value: &impl serde::Serialize) -> String {
-    let mut text = crate::json_out::to_string(value)
+    let mut text = plan_types::json_out::to_string(value)
         .unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
     text.push('\n');
     text
@@ -32,7 +32,7 @@ fn pretty(value: &impl serde::Serialize) -> String {
 fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
     let stdout = std::io::stdout().lock();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout);
-    let written = crate::json_out::write(&mut out, value)
+    let written = plan_types::json_out::write(&mut out, value)
         .map_err(std::io::Error::from)
         .and_then(|()| out.write_all(b"\n"))
         .and_then(|()| out.flush());

@@ -1,4 +1,4 @@
-//! JSON as plan-cli prints it: pretty at the top (the report's fields, its records and
+//! JSON as plan-cli prints it (the CLI's `--json`, `mcp serve`'s answers): pretty at the top (the report's fields, its records and
 //! variables, one per line), compact below. Fully pretty JSON indents each level of a value
 //! on every line, so a value nested n deep costs O(n²) bytes and a chain of such values
 //! O(n³): a 1,000-step chain whose steps echo their dependency printed 1.35 GB.
@@ -104,16 +104,13 @@ impl Formatter for Shallow {
 }
 
 /// Writes `value` to `writer` in plan-cli's layout.
-pub(crate) fn write(
-    writer: &mut impl Write,
-    value: &impl serde::Serialize,
-) -> serde_json::Result<()> {
+pub fn write(writer: &mut impl Write, value: &impl serde::Serialize) -> serde_json::Result<()> {
     let mut serializer = serde_json::Serializer::with_formatter(writer, Shallow::default());
     value.serialize(&mut serializer)
 }
 
 /// `value` in plan-cli's layout.
-pub(crate) fn to_string(value: &impl serde::Serialize) -> serde_json::Result<String> {
+pub fn to_string(value: &impl serde::Serialize) -> serde_json::Result<String> {
     let mut bytes = Vec::new();
     write(&mut bytes, value)?;
     // The formatter writes only what serde_json gives it, which is UTF-8.

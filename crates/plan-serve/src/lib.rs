@@ -1,0 +1,722 @@
+//! plan-cli as an MCP server (`plan-cli mcp serve`): an MCP client or an LLM agent hands
+//! whole plans to it (mcp-cli's plan-as-a-tool), and has plans written from goals.
+//!
+//! Its tools ([`tool_names`]) are the commands: `plan_validate`, `plan_run`, `plan_status`,
+//! `plan_resume`, `plan_approve`, and mcp-cli's `plan_create`, `plan_execute` and
+//! `plan_create_and_execute`. Each answers with the same JSON the command prints with
+//! `--json`, as the result's structured content and as its text. Everything goes through
+//! `plan-run` (the same preparation, runs, approvals and model checks as the CLI's), under the
+//! operator's [`Policy`] for MCP clients: a client is anyone who can write to the server's
+//! stdin, and gets none of the operator's powers unless the policy gives them.
+#![deny(missing_docs)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use plan_graph::{Format, Plan, Severity, Source};
+use plan_run::{Author, LifecycleError, Policy, PrepareError, Prepared};
+use plan_store::Store;
+use plan_tools::mcp::server::{Answer, Client, ServedTool, ServerInfo, Service};
+use plan_types::RunReport;
+use serde_json::{Map, Value, json};
+
+pub use plan_tools::mcp::server::ServeError;
+
+/// Where the values of environment variables come from (the operator's environment).
+pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// What the server serves with, as its operator set it up.
+pub struct Settings {
+    /// Where plans find their tools (the operator's MCP configuration included).
+    pub toolbox: Arc<plan_run::Toolbox>,
+    /// The ledger runs and stored plans are kept in.
+    pub ledger: PathBuf,
+    /// What clients may do.
+    pub policy: Policy,
+    /// The model that writes plans for clients that offer no sampling, if the operator
+    /// configured one.
+    pub model: Option<plan_llm::Endpoint>,
+    /// The values of the environment variables a plan's `env:` names (and the policy lets a
+    /// client read).
+    pub env: Env,
+    /// The folder a breakdown plan's state file names as the project's (`project_path`).
+    pub project_path: Option<String>,
+}
+
+/// Serves plans on stdin and stdout until the client leaves. Nothing else may write to
+/// stdout meanwhile: it is the protocol.
+pub async fn serve_stdio(settings: Settings) -> Result<(), ServeError> {
+    let server = Arc::new(PlanServer(settings));
+    let info = ServerInfo {
+        name: "plan-cli",
+        version: env!("CARGO_PKG_VERSION"),
+        instructions: "Run plans (graphs of tool calls) with plan-cli: validate, run, then status, approve and resume.",
+    };
+    plan_tools::mcp::server::serve_stdio(info, server).await
+}
+
+/// The names of the tools the server offers, in the order it lists them.
+pub fn tool_names() -> Vec<&'static str> {
+    Served::ALL.into_iter().map(Served::name).collect()
+}
+
+struct PlanServer(Settings);
+
+/// Why a call is refused or failed, as the client reads it.
+type Refusal = String;
+
+/// A plan that does not prepare: its diagnostics (with the lines of the plan they point at),
+/// then what is wrong.
+fn prepare_refusal(error: PrepareError) -> Refusal {
+    match error {
+        PrepareError::Invalid(problems) => {
+            let mut text: Vec<String> = problems
+                .issues
+                .iter()
+                .map(|issue| {
+                    format!(
+                        "{:?}",
+                        miette::Report::new(problems.source.diagnostic(issue))
+                    )
+                })
+                .collect();
+            text.push(PrepareError::Invalid(problems).to_string());
+            text.join("\n")
+        }
+        error => error.to_string(),
+    }
+}
+
+fn lifecycle_refusal(error: LifecycleError) -> Refusal {
+    match error {
+        LifecycleError::Prepare(error) => prepare_refusal(*error),
+        LifecycleError::InvalidPlan(invalid) => {
+            let mut text: Vec<String> = invalid
+                .issues
+                .iter()
+                .map(|issue| {
+                    format!(
+                        "{:?}",
+                        miette::Report::new(invalid.plan_source.diagnostic(issue))
+                    )
+                })
+                .collect();
+            text.push(LifecycleError::InvalidPlan(invalid).to_string());
+            text.join("\n")
+        }
+        error => error.to_string(),
+    }
+}
+
+fn ledger_refusal(error: plan_store::StoreError) -> Refusal {
+    error.to_string()
+}
+
+/// mcp-cli's answer to `plan_create`: the plan's id, title and steps.
+fn created(plan_id: &str, plan: &Value) -> Value {
+    let steps: Vec<Value> = plan["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .enumerate()
+                .map(|(k, s)| json!({"index": k + 1, "id": s["id"], "title": s["title"].as_str().unwrap_or(""), "tool": s["tool"].as_str().unwrap_or("")}))
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "success": true,
+        "plan_id": plan_id,
+        "title": plan["title"].as_str().unwrap_or("Untitled"),
+        "steps": steps,
+    })
+}
+
+/// The client's own model, through MCP sampling. Sampling has no response format, so the
+/// plan schema goes in the system prompt.
+struct Sampling {
+    client: Arc<dyn Client>,
+}
+
+impl plan_llm::Model for Sampling {
+    fn answer<'a>(
+        &'a mut self,
+        messages: &'a [Value],
+        schema: &'a Value,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
+    > {
+        Box::pin(async move {
+            let mut system = String::new();
+            let mut turns: Vec<(bool, String)> = Vec::new();
+            for message in messages {
+                let text = message["content"].as_str().unwrap_or("").to_owned();
+                match message["role"].as_str() {
+                    Some("system") => system.push_str(&text),
+                    Some("assistant") => turns.push((true, text)),
+                    _ => turns.push((false, text)),
+                }
+            }
+            system.push_str(&format!(
+                "\nThe answer is one JSON object that follows this JSON Schema:\n{schema}\n"
+            ));
+            self.client
+                .sample(&system, &turns, 8192)
+                .await
+                .map_err(|message| plan_llm::LlmError::Endpoint {
+                    url: "MCP sampling".to_owned(),
+                    message,
+                })
+        })
+    }
+}
+
+/// The tools `mcp serve` offers, in the order it lists them: the one list its tool list, its
+/// dispatch (an exhaustive `match`) and `mcp serve --help` (checked by a test) come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    Create,
+    Execute,
+    CreateAndExecute,
+    Validate,
+    Run,
+    Status,
+    Resume,
+    Approve,
+}
+
+impl Served {
+    const ALL: [Served; 8] = [
+        Served::Create,
+        Served::Execute,
+        Served::CreateAndExecute,
+        Served::Validate,
+        Served::Run,
+        Served::Status,
+        Served::Resume,
+        Served::Approve,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Served::Create => "plan_create",
+            Served::Execute => "plan_execute",
+            Served::CreateAndExecute => "plan_create_and_execute",
+            Served::Validate => "plan_validate",
+            Served::Run => "plan_run",
+            Served::Status => "plan_status",
+            Served::Resume => "plan_resume",
+            Served::Approve => "plan_approve",
+        }
+    }
+
+    fn named(name: &str) -> Option<Served> {
+        Served::ALL.into_iter().find(|served| served.name() == name)
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Served::Create => {
+                "Generate a multi-step plan from a goal without running it (written by your model through MCP sampling, else by the server's configured model, and checked before it is stored). Returns the plan id and its steps; run it with plan_execute."
+            }
+            Served::Execute => {
+                "Run a stored plan by its id; returns every step's outcome and the plan's variables (results)."
+            }
+            Served::CreateAndExecute => {
+                "Generate a plan from a goal and run it in one call; returns every step's outcome and the results."
+            }
+            Served::Validate => {
+                "Check a plan without running it: every error with its line and column."
+            }
+            Served::Run => {
+                "Run a plan and return its records, variables and task_status (as `plan-cli run --json`). High-risk steps wait unless listed in `approve`."
+            }
+            Served::Status => "A run's records and status, as `plan-cli status RUN --json`.",
+            Served::Resume => {
+                "Continue a stopped, interrupted or waiting run; completed steps are not run again."
+            }
+            Served::Approve => {
+                "Approve (or with reject: true, refuse) a waiting run's high-risk steps; then plan_resume."
+            }
+        }
+    }
+
+    /// Its arguments' JSON Schema.
+    fn input_schema(self) -> Value {
+        let plan = json!({
+            "description": "The plan: a JSON object, or its text (JSON or YAML)",
+            "type": ["object", "string"]
+        });
+        let run_id = json!({"type": "string", "description": "The run's id (or a unique prefix)"});
+        let goal = json!({"type": "string", "description": "What to accomplish, in natural language: be specific about the end result"});
+        match self {
+            Served::Create => {
+                json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]})
+            }
+            Served::Execute => {
+                json!({"type": "object", "properties": {"plan_id": {"type": "string", "description": "The id plan_create returned"}}, "required": ["plan_id"]})
+            }
+            Served::CreateAndExecute => {
+                json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]})
+            }
+            Served::Validate => {
+                json!({"type": "object", "properties": {"plan": plan, "variables": {"type": "object"}}, "required": ["plan"]})
+            }
+            Served::Run => json!({"type": "object", "properties": {
+                "plan": plan,
+                "variables": {"type": "object", "description": "Inputs; they win over the plan's variables"},
+                "approve": {"type": "array", "items": {"type": "string"}, "description": "High-risk steps approved in advance"},
+                "max_concurrency": {"type": "integer", "minimum": 1}
+            }, "required": ["plan"]}),
+            Served::Status => {
+                json!({"type": "object", "properties": {"run_id": run_id}, "required": ["run_id"]})
+            }
+            Served::Resume => {
+                json!({"type": "object", "properties": {"run_id": run_id, "retry_failed": {"type": "boolean"}}, "required": ["run_id"]})
+            }
+            Served::Approve => json!({"type": "object", "properties": {
+                "run_id": run_id,
+                "steps": {"type": "array", "items": {"type": "string"}},
+                "all": {"type": "boolean", "description": "Everything the run waits for"},
+                "plan": {"type": "boolean", "description": "The plan itself (a run in approval mode)"},
+                "reject": {"type": "boolean"},
+                "reason": {"type": "string"}
+            }, "required": ["run_id"]}),
+        }
+    }
+}
+
+impl Service for PlanServer {
+    fn tools(&self) -> Vec<ServedTool> {
+        Served::ALL
+            .into_iter()
+            .map(|served| ServedTool {
+                name: served.name(),
+                description: served.description(),
+                input_schema: served.input_schema(),
+            })
+            .collect()
+    }
+
+    fn call(&self, name: &str, args: &Map<String, Value>, client: Arc<dyn Client>) -> Answer {
+        self.answer(name, args, client)
+    }
+
+    fn text(&self, value: &Value) -> String {
+        plan_types::json_out::to_string(value).unwrap_or_default()
+    }
+}
+
+/// Runs `future` to its end: calls are answered on a blocking thread of the server's runtime.
+fn block<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Handle::current().block_on(future)
+}
+
+impl PlanServer {
+    /// The ledger, made if there is none yet.
+    fn open(&self) -> Result<Store, Refusal> {
+        Store::open(&self.0.ledger).map_err(ledger_refusal)
+    }
+
+    /// The ledger, which must be there already.
+    fn open_existing(&self) -> Result<Store, Refusal> {
+        if !self.0.ledger.exists() {
+            return Err(format!(
+                "there is no ledger at {}: no run has been recorded there yet",
+                self.0.ledger.display()
+            ));
+        }
+        self.open()
+    }
+
+    /// Where a client's run finds its tools, kept with it: the server's MCP configuration (a
+    /// later `plan-cli resume` finds the same tools).
+    fn sources(&self) -> plan_run::RunSources {
+        plan_run::RunSources {
+            mcp_config: self.0.toolbox.config().map(std::path::Path::to_path_buf),
+            ..plan_run::RunSources::default()
+        }
+    }
+
+    /// How a client's run goes: within the operator's time limit, its state file beside its
+    /// breakdown when it is a breakdown's plan.
+    fn execution(&self, plan: &Plan, approvals: Option<bool>) -> plan_run::Execution {
+        let mut execution = plan_run::Execution::new();
+        execution.approvals = approvals;
+        execution.time_limit = self.0.policy.max_run_time;
+        execution.state_file =
+            plan_run::StateFile::beside_breakdown(plan).map(|path| plan_run::StateFile {
+                path,
+                project_path: self.0.project_path.clone(),
+            });
+        execution
+    }
+
+    /// Records a new run of a prepared plan and runs it.
+    fn start(
+        &self,
+        prepared: Prepared,
+        start: plan_run::Start,
+        max_concurrency: Option<u32>,
+    ) -> Result<RunReport, Refusal> {
+        let store = self.open()?;
+        let mut execution = self.execution(&prepared.loaded.plan, None);
+        execution.max_concurrency = max_concurrency;
+        block(plan_run::start(store, prepared, start, execution))
+            .map(|outcome| outcome.report)
+            .map_err(lifecycle_refusal)
+    }
+
+    /// Goes on with a stored run (a finished one, unless failures are to be retried, only
+    /// gives its report). A client's plan cannot turn approvals off: the operator's gate holds.
+    fn go_on(&self, run: &str, options: &plan_run::ResumeOptions) -> Result<RunReport, Refusal> {
+        let store = self.open_existing()?;
+        let from =
+            match plan_run::prepare_resume(&store, run, options).map_err(lifecycle_refusal)? {
+                plan_run::Resumable::Finished(outcome) => return Ok(outcome.report),
+                plan_run::Resumable::Continue(from) => from,
+            };
+        let env = self.0.env.clone();
+        let prepared =
+            block(from.prepare(&self.0.toolbox, &|name| env(name))).map_err(lifecycle_refusal)?;
+        let execution = self.execution(&prepared.loaded.plan, Some(true));
+        block(plan_run::resume(store, from, prepared, execution))
+            .map(|outcome| outcome.report)
+            .map_err(lifecycle_refusal)
+    }
+
+    fn answer(&self, tool: &str, args: &Map<String, Value>, client: Arc<dyn Client>) -> Answer {
+        let string = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
+        let flag = |key: &str| args.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let strings = |key: &str| -> Vec<String> {
+            args.get(key)
+                .and_then(Value::as_array)
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let run_id = || string("run_id").ok_or_else(|| "`run_id` is required".to_owned());
+        let Some(served) = Served::named(tool) else {
+            return Err(format!("no tool `{tool}`"));
+        };
+        match served {
+            Served::Validate => {
+                let ready = self.prepare(args, Severity::Error)?;
+                Ok(json!({
+                    "valid": true,
+                    "plan_id": ready.program.plan_id(),
+                    "steps": ready.program.len(),
+                    "needs_approval": ready.program.gated_steps(),
+                    "warnings": ready.loaded.warnings.iter().map(|issue| format!("{:?}", miette::Report::new(ready.loaded.source.diagnostic(issue)))).collect::<Vec<_>>(),
+                }))
+            }
+            Served::Run => {
+                if !strings("approve").is_empty() {
+                    self.check_approval()?;
+                }
+                let ready = self.prepare(args, Severity::Warning)?;
+                let max_concurrency = args
+                    .get("max_concurrency")
+                    .and_then(Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok());
+                let start = plan_run::Start {
+                    approve: strings("approve"),
+                    mode: ready.program.mode(),
+                    author: Author::McpClient,
+                    working_dir: Some(self.0.policy.workdir.display().to_string()),
+                    // plan_run::start checks the plan again and keeps approvals on.
+                    policy: Some(self.0.policy.clone()),
+                    sources: self.sources(),
+                    ..plan_run::Start::new()
+                };
+                to_json(&self.start(ready, start, max_concurrency)?)
+            }
+            Served::Status => {
+                let mut store = self.open_existing()?;
+                let row = self.client_run(&mut store, &run_id()?)?;
+                to_json(&plan_run::report(&store, &row).map_err(lifecycle_refusal)?)
+            }
+            Served::Resume => {
+                // A run is resumed with its stored plan: it meets the same policy as a new one
+                // (and only runs clients started can be resumed here).
+                let run_id = {
+                    let mut store = self.open_existing()?;
+                    let row = self.client_run(&mut store, &run_id()?)?;
+                    let plan = plan_run::plan_of(&row).map_err(lifecycle_refusal)?;
+                    self.check_plan(&plan)?;
+                    row.run_id
+                };
+                let options = plan_run::ResumeOptions {
+                    retry_failed: flag("retry_failed"),
+                    ..plan_run::ResumeOptions::default()
+                };
+                to_json(&self.go_on(&run_id, &options)?)
+            }
+            Served::Approve => {
+                let steps = strings("steps");
+                // Only runs clients started: the operator's waiting steps are the operator's.
+                let mut store = self.open_existing()?;
+                let run_id = self.client_run(&mut store, &run_id()?)?.run_id;
+                let gated = |row: &plan_store::RunRow| {
+                    block(plan_run::gated_steps_in(row, &self.0.toolbox))
+                };
+                let decided = if flag("reject") {
+                    let reason = string("reason");
+                    plan_run::reject(&mut store, &run_id, &steps, reason.as_deref(), gated)
+                } else {
+                    self.check_approval()?;
+                    let decisions = plan_run::Decisions {
+                        steps,
+                        all: flag("all"),
+                        plan: flag("plan"),
+                    };
+                    plan_run::approve(&mut store, &run_id, &decisions, gated)
+                };
+                to_json(&decided.map_err(lifecycle_refusal)?)
+            }
+            Served::Create => {
+                let goal = string("goal").ok_or_else(|| "`goal` is required".to_owned())?;
+                let (plan_id, plan) = self.create(&goal, client)?;
+                Ok(created(&plan_id, &plan))
+            }
+            Served::Execute => {
+                let plan_id =
+                    string("plan_id").ok_or_else(|| "`plan_id` is required".to_owned())?;
+                let stored = self
+                    .open_existing()?
+                    .find_plan(&plan_id)
+                    .map_err(ledger_refusal)?
+                    .filter(|stored| Author::from_name(&stored.author) == Author::McpClient)
+                    .ok_or_else(|| {
+                        format!("no plan `{plan_id}` among the plans this server's clients stored")
+                    })?;
+                self.execute(&plan_id, Value::String(stored.source))
+            }
+            Served::CreateAndExecute => {
+                let goal = string("goal").ok_or_else(|| "`goal` is required".to_owned())?;
+                let (plan_id, plan) = self.create(&goal, client)?;
+                self.execute(&plan_id, plan)
+            }
+        }
+    }
+
+    /// A plan from a goal: written by the client's model when it offers sampling, else by the
+    /// endpoint the operator configured (PLAN_LLM_URL, PLAN_LLM_MODEL); checked as `plan_run`
+    /// would check it, this server's policy included; stored.
+    fn create(&self, goal: &str, client: Arc<dyn Client>) -> Result<(String, Value), Refusal> {
+        let (mut model, by): (Box<dyn plan_llm::Model>, String) = if client.offers_sampling() {
+            (
+                Box::new(Sampling { client }),
+                "the client's model".to_owned(),
+            )
+        } else {
+            match self.0.model.clone() {
+                Some(endpoint) => {
+                    let by = endpoint.model.clone();
+                    let http = plan_llm::Http::new(endpoint).map_err(|e| e.to_string())?;
+                    (Box::new(http), by)
+                }
+                None => {
+                    return Err(
+                        "no model to write the plan: this client offers no sampling, and the server's operator set no PLAN_LLM_URL".to_owned(),
+                    );
+                }
+            }
+        };
+        // The same judgement as a model's plan anywhere: plan-cli's validation, then this
+        // server's policy; nothing in it tells the model how to widen the policy.
+        let generated = block(plan_run::generate_checked(
+            &mut *model,
+            goal,
+            None,
+            2,
+            &self.0.toolbox,
+            &self.0.policy,
+        ))
+        .map_err(|error| error.to_string())?;
+        // Never over a plan another author stored (it takes the next free id); over a plan
+        // clients stored, yes.
+        plan_run::store_generated(&mut self.open()?, generated, &by, true, Author::McpClient)
+            .map_err(lifecycle_refusal)
+    }
+
+    /// Runs a plan as `plan_run` does and answers as mcp-cli's `plan_execute` does.
+    fn execute(&self, plan_id: &str, plan: Value) -> Answer {
+        let mut args = Map::new();
+        args.insert("plan".into(), plan);
+        let ready = self.prepare(&args, Severity::Warning)?;
+        let title = ready.loaded.plan.title.clone();
+        let steps: Vec<(String, String, String)> = ready
+            .loaded
+            .plan
+            .steps
+            .iter()
+            .map(|s| {
+                (
+                    s.id.0.clone(),
+                    s.title.clone().unwrap_or_default(),
+                    s.kind().to_owned(),
+                )
+            })
+            .collect();
+        let start = plan_run::Start {
+            mode: ready.program.mode(),
+            author: Author::McpClient,
+            working_dir: Some(self.0.policy.workdir.display().to_string()),
+            policy: Some(self.0.policy.clone()),
+            sources: self.sources(),
+            ..plan_run::Start::new()
+        };
+        let report = self.start(ready, start, None)?;
+        let record = |id: &str| report.records.iter().find(|r| r.step_id == id);
+        let completed = steps
+            .iter()
+            .filter(|(id, _, _)| record(id).is_some_and(|r| r.ok))
+            .count();
+        let error = report.records.iter().find_map(|r| {
+            r.error
+                .as_ref()
+                .map(|e| format!("step `{}`: {}", r.step_id, e.message))
+        });
+        let mut answer = json!({
+            "success": report.task_status == plan_types::TaskStatus::Completed,
+            "plan_id": plan_id,
+            "title": title.unwrap_or_else(|| "Untitled".to_owned()),
+            "run_id": report.run_id,
+            "task_status": report.task_status,
+            "steps_completed": completed,
+            "steps_total": steps.len(),
+            "results": report.variables,
+            "steps": steps.iter().enumerate().map(|(k, (id, title, tool))| {
+                let r = record(id);
+                json!({
+                    "index": k + 1,
+                    "id": id,
+                    "title": title,
+                    "tool": tool,
+                    "success": r.is_some_and(|r| r.ok),
+                    "error": r.and_then(|r| r.error.as_ref()).map(|e| e.message.clone()),
+                })
+            }).collect::<Vec<_>>(),
+        });
+        if let Some(error) = error {
+            answer["error"] = Value::String(error);
+        }
+        Ok(answer)
+    }
+
+    /// The plan of a call: an object, or JSON or YAML text.
+    fn prepare(&self, args: &Map<String, Value>, arguments: Severity) -> Result<Prepared, Refusal> {
+        let (text, format) = match args.get("plan") {
+            Some(Value::String(text)) => {
+                let format = if serde_json::from_str::<Value>(text).is_ok() {
+                    Format::Json
+                } else {
+                    Format::Yaml
+                };
+                (text.clone(), format)
+            }
+            Some(plan @ Value::Object(_)) => (
+                serde_json::to_string_pretty(plan).unwrap_or_default(),
+                Format::Json,
+            ),
+            _ => return Err("`plan` must be a plan object or its text".to_owned()),
+        };
+        self.0
+            .policy
+            .check_size(Author::McpClient, text.len())
+            .map_err(|error| error.to_string())?;
+        let name = match format {
+            Format::Json => "plan.json",
+            Format::Yaml => "plan.yaml",
+        };
+        let inputs = match args.get("variables") {
+            Some(Value::Object(variables)) => variables.clone(),
+            None | Some(Value::Null) => Map::new(),
+            Some(_) => return Err("`variables` must be an object".to_owned()),
+        };
+        let env = self.0.env.clone();
+        let ready = block(plan_run::prepare(
+            Source::new(name, text),
+            format,
+            "mcp-plan",
+            inputs.into(),
+            &self.0.toolbox,
+            plan_run::Strictness { arguments },
+            &|name| env(name),
+        ))
+        .map_err(prepare_refusal)?;
+        self.0
+            .policy
+            .check(Author::McpClient, &ready.loaded.plan, &ready.program)
+            .map_err(|error| error.to_string())?;
+        Ok(ready)
+    }
+
+    /// Refuses a stored plan (a run's, to resume it) that needs more than the operator allows:
+    /// compiled against the tools it names, and checked by every call it can make.
+    fn check_plan(&self, plan: &Plan) -> Result<(), Refusal> {
+        let tools = block(self.0.toolbox.for_plan(plan.tool_names().iter().copied()))
+            .map_err(|error| error.to_string())?;
+        let program = plan_engine::Program::compile(plan, "mcp-plan", &tools.registry)
+            .map_err(|_| "the run's plan no longer compiles with this server's tools".to_owned())?;
+        self.0
+            .policy
+            .check(Author::McpClient, plan, &program)
+            .map_err(|error| error.to_string())
+    }
+
+    /// The run `id` names among the runs this server's clients started: the operator's own
+    /// runs are neither shown nor decided nor resumed.
+    fn client_run(
+        &self,
+        store: &mut plan_store::Store,
+        id: &str,
+    ) -> Result<plan_store::RunRow, Refusal> {
+        plan_run::run_by(store, id, Author::McpClient).map_err(lifecycle_refusal)
+    }
+
+    /// Refuses approvals from a client unless the operator allows them.
+    fn check_approval(&self) -> Result<(), Refusal> {
+        if self.0.policy.self_approval {
+            return Ok(());
+        }
+        Err("this server does not let clients approve high-risk steps: its operator approves with `plan-cli approve RUN STEP` (or starts it with `--allow-client-approval`); clients may reject".to_owned())
+    }
+}
+
+fn to_json(value: &impl serde::Serialize) -> Answer {
+    serde_json::to_value(value).map_err(|error| error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_tool_is_found_by_its_name_and_asks_only_for_what_it_describes() {
+        for served in Served::ALL {
+            assert_eq!(Served::named(served.name()), Some(served));
+            let schema = served.input_schema();
+            assert_eq!(schema["type"], "object", "{}", served.name());
+            let properties = schema["properties"].as_object().expect("properties");
+            for required in schema["required"].as_array().into_iter().flatten() {
+                let required = required.as_str().unwrap_or_default();
+                assert!(
+                    properties.contains_key(required),
+                    "{} requires `{required}`, which it does not describe",
+                    served.name()
+                );
+            }
+            assert!(!served.description().is_empty());
+        }
+        let mut names = tool_names();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Served::ALL.len(), "names are unique");
+    }
+}
