@@ -75,6 +75,9 @@ impl Failure {
             LifecycleError::Policy(refused) => Failure::input(refused.to_string()),
             error @ LifecycleError::Replan { .. } => Failure::input(error.to_string()),
             LifecycleError::Prepare(error) => Failure::prepare(*error),
+            ref error @ LifecycleError::NotGated { ref id, .. } => {
+                Failure::input(format!("--approve {id}: {error}"))
+            }
             LifecycleError::InvalidPlan(invalid) => Failure::invalid_plan(
                 invalid.plan_source.name(),
                 invalid.error_count(),

@@ -250,8 +250,35 @@ pub(crate) fn report(source: &Source, issues: &[Issue]) {
 pub(crate) fn render(source: &Source, issues: &[Issue]) -> Vec<String> {
     issues
         .iter()
-        .map(|issue| format!("{:?}", miette::Report::new(source.diagnostic(issue))))
+        .map(|issue| {
+            let issue = worded(issue);
+            format!("{:?}", miette::Report::new(source.diagnostic(&issue)))
+        })
         .collect()
+}
+
+/// An issue as the CLI shows it: the library's help says what to do, and the CLI adds the
+/// command or the flags that do it here (an MCP client or a model reads the library's words).
+fn worded(issue: &Issue) -> std::borrow::Cow<'_, Issue> {
+    let how = match issue.code {
+        "plan::unknown_tool" | "plan::missing_tool" => "`plan-cli tools` lists every tool",
+        "plan::undefined_variable"
+            if issue
+                .help
+                .as_deref()
+                .is_some_and(|help| help.contains("give the run a value")) =>
+        {
+            "give values with `--var NAME=VALUE`, `--var-json NAME=JSON` or `--vars FILE`"
+        }
+        _ => return std::borrow::Cow::Borrowed(issue),
+    };
+    let mut issue = issue.clone();
+    issue.help = Some(match issue.help.take() {
+        Some(help) if help.ends_with('?') => format!("{help} {how}"),
+        Some(help) => format!("{help}; {how}"),
+        None => how.to_owned(),
+    });
+    std::borrow::Cow::Owned(issue)
 }
 
 /// Each issue as data: `{"severity", "code", "message", "line", "column", "label", "help"}`
@@ -260,7 +287,8 @@ pub(crate) fn issues_json(source: &Source, issues: &[Issue]) -> Vec<Value> {
     issues
         .iter()
         .map(|issue| {
-            let position = source.diagnostic(issue).position();
+            let issue = worded(issue);
+            let position = source.diagnostic(&issue).position();
             serde_json::json!({
                 "severity": if issue.is_error() { "error" } else { "warning" },
                 "code": issue.code,

@@ -1026,7 +1026,7 @@ impl TaskRun {
                     let args = json!({"files": files, "worktree": worktree, "base": base});
                     return Ok(Some(self.wait_at_merge(state, args, |key| {
                         format!(
-                            "{message}: resolve it in {worktree} (`git merge {base}`, fix the files, commit), then `plan-cli resume`; or `plan-cli reject RUN {key}` to abandon the task"
+                            "{message}: resolve it in {worktree} (`git merge {base}`, fix the files, commit), then resume the run; or reject `{key}` to abandon the task"
                         )
                     })));
                 }
@@ -1064,7 +1064,7 @@ impl TaskRun {
                 let args = json!({"error": error, "worktree": worktree, "base": base});
                 Ok(Some(self.wait_at_merge(state, args, |key| {
                     format!(
-                        "merging task `{id}` into `{base}`{folder} failed: {error}. Its work is verified and kept: put that right (commit or stash changes there), then `plan-cli resume`; or `plan-cli reject RUN {key}` to abandon the task"
+                        "merging task `{id}` into `{base}`{folder} failed: {error}. Its work is verified and kept: put that right (commit or stash changes there), then resume the run; or reject `{key}` to abandon the task"
                     )
                 })))
             }

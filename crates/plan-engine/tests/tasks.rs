@@ -354,7 +354,7 @@ async fn a_merge_git_refuses_halts_for_a_person_and_keeps_the_verified_work() {
     assert_eq!(pending.step_id, "T1/merge#1");
     let reason = pending.reason.as_deref().unwrap();
     assert!(
-        reason.contains("calc.py") && reason.contains("plan-cli resume"),
+        reason.contains("calc.py") && reason.contains("then resume the run"),
         "{reason}"
     );
     assert_eq!(lab.log.lock().unwrap().len(), 1, "implemented once");

@@ -386,7 +386,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
                     format!("step `{id}` has no `tool`"),
                 )
                 .label("this step needs a `tool`")
-                .help("add `tool: NAME` (see `plan-cli tools` for the names)"),
+                .help("add `tool: NAME`"),
             );
             (None, raw.args)
         }

@@ -299,9 +299,7 @@ fn undefined_help(plan: &Plan, name: &str) -> String {
             "`{name}` is a step, and a step's result is a variable only when the step names it: add `result_variable: {name}` to step `{name}` for its whole result, or `binds: {{NAME: $.field}}` for a part"
         );
     }
-    let give = format!(
-        "give it with `--var {name}=VALUE` or `--vars FILE`, or the steps that read it will fail"
-    );
+    let give = format!("give the run a value for `{name}`, or the steps that read it will fail");
     let shell_like = name.chars().any(|c| c.is_ascii_uppercase())
         && name
             .chars()
@@ -838,13 +836,12 @@ fn ambiguous_tool(path: PlanPath, tool: &str, candidates: &[String]) -> Issue {
 }
 
 fn unknown_tool_at(path: PlanPath, tool: &str, known: &[String]) -> Issue {
-    let help = match crate::load::closest(tool, known) {
-        Some(name) => format!("did you mean `{name}`? `plan-cli tools` lists every tool"),
-        None => "`plan-cli tools` lists every tool".to_owned(),
-    };
-    Issue::error("plan::unknown_tool", path, format!("unknown tool `{tool}`"))
-        .label("no tool has this name")
-        .help(help)
+    let issue = Issue::error("plan::unknown_tool", path, format!("unknown tool `{tool}`"))
+        .label("no tool has this name");
+    match crate::load::closest(tool, known) {
+        Some(name) => issue.help(format!("did you mean `{name}`?")),
+        None => issue,
+    }
 }
 
 fn acyclic_ancestors<'a>(

@@ -401,10 +401,7 @@ fn unknown_tools_are_reported_with_every_other_error() {
         found,
         [
             ("two steps have the id `a`", Some("step ids must be unique")),
-            (
-                "unknown tool `ech`",
-                Some("did you mean `echo`? `plan-cli tools` lists every tool")
-            ),
+            ("unknown tool `ech`", Some("did you mean `echo`?")),
         ]
     );
 }

@@ -31,6 +31,14 @@ pub enum LifecycleError {
         /// How it differs (`step \`b\` changed`), each in a few words.
         changes: Vec<String>,
     },
+    /// A step approved in advance is not one that waits for an approval.
+    #[error("`{id}` is not a high-risk step ({})", if .gated.is_empty() { "the plan has none".to_owned() } else { format!("the plan's are {}", .gated.join(", ")) })]
+    NotGated {
+        /// The id given.
+        id: String,
+        /// The plan's steps that wait for approval.
+        gated: Vec<String>,
+    },
     /// The plan needs more than its author's policy allows.
     #[error(transparent)]
     Policy(#[from] crate::PolicyError),

@@ -309,14 +309,10 @@ pub async fn start(
     let mut approvals = Approvals::new();
     for id in &approve {
         if !can_wait(id, &gated) {
-            let steps = if gated.is_empty() {
-                "the plan has none".to_owned()
-            } else {
-                format!("the plan's are {}", gated.join(", "))
-            };
-            return Err(LifecycleError::Refused(format!(
-                "--approve {id}: `{id}` is not a high-risk step ({steps})"
-            )));
+            return Err(LifecycleError::NotGated {
+                id: id.clone(),
+                gated,
+            });
         }
         approvals.approve(id.clone());
     }

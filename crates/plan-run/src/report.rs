@@ -340,3 +340,81 @@ pub fn execute_state(
         },
     ))
 }
+
+/// Which runs [`runs`] lists.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only runs with this status.
+    pub status: Option<TaskStatus>,
+    /// Only runs of this plan.
+    pub plan: Option<String>,
+    /// At most this many (the newest).
+    pub limit: Option<usize>,
+}
+
+/// A run as a list of runs shows it (`runs --json` prints these).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunSummary {
+    /// The run.
+    pub run_id: String,
+    /// Its plan.
+    pub plan_id: String,
+    /// Its status now ([`status_of`]).
+    pub task_status: TaskStatus,
+    /// When it was first started.
+    pub started_at: String,
+    /// When it last finished, if it has.
+    pub finished_at: Option<String>,
+    /// How long it has taken ([`duration_of`]).
+    pub duration_ms: u64,
+}
+
+/// The ledger's runs, newest first, that `filter` keeps, with how long each took as `status`
+/// says it: a run whose process died ran until its last event, with what its process made
+/// durable before it died folded in first.
+pub fn runs(store: &mut Store, filter: &RunFilter) -> Result<Vec<RunSummary>, LifecycleError> {
+    let mut rows = store.runs()?;
+    rows.retain(|row| {
+        filter.status.is_none_or(|status| status_of(row) == status)
+            && filter.plan.as_ref().is_none_or(|plan| row.plan_id == *plan)
+    });
+    if let Some(limit) = filter.limit {
+        rows.truncate(limit);
+    }
+    let mut listed = Vec::with_capacity(rows.len());
+    for row in rows {
+        let task_status = status_of(&row);
+        if task_status == TaskStatus::Interrupted {
+            crate::recover_interrupted(store, &row)?;
+        }
+        let took = duration_of(store, &row)?;
+        listed.push(RunSummary {
+            task_status,
+            duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+            run_id: row.run_id,
+            plan_id: row.plan_id,
+            started_at: row.started_at,
+            finished_at: row.finished_at,
+        });
+    }
+    Ok(listed)
+}
+
+/// The records of `report` a step's log shows: every call's, or those of `step` (the step,
+/// its map items, and the calls made inside it: block nodes, a task's calls), the run's
+/// `__meta__` record aside.
+pub fn records_of<'a>(report: &'a RunReport, step: Option<&str>) -> Vec<&'a plan_types::Record> {
+    report
+        .records
+        .iter()
+        .filter(|r| r.step_id != plan_graph::META_STEP_ID)
+        .filter(|r| match step {
+            None => true,
+            Some(step) => {
+                r.step_id == step
+                    || plan_graph::is_item_of(&r.step_id, step)
+                    || r.step_id.starts_with(&format!("{step}/"))
+            }
+        })
+        .collect()
+}

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 use plan_graph::Plan;
 use plan_store::{RunRow, RunState, Store};
 use plan_types::RunReport;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{pretty, print};
 use crate::cli::{EventsArgs, GcArgs, RunIdArgs, StateFormat};
@@ -43,45 +43,18 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
                 })?,
         ),
     };
-    let mut store = ledger.exists().then(|| ledger.open_reader()).transpose()?;
-    let mut rows = match &store {
-        Some(store) => store.runs().map_err(Failure::ledger)?,
-        None => Vec::new(),
+    let filter = plan_run::RunFilter {
+        status: wanted_status,
+        plan: args.plan.clone(),
+        limit: args.limit,
     };
-    rows.retain(|row| {
-        wanted_status.is_none_or(|status| plan_run::status_of(row) == status)
-            && args.plan.as_ref().is_none_or(|plan| row.plan_id == *plan)
-    });
-    if let Some(limit) = args.limit {
-        rows.truncate(limit);
-    }
-    // How long each took, as `status` says it: a run whose process died ran until its last
-    // event, with what its process made durable before it died folded in first.
-    let mut durations = Vec::with_capacity(rows.len());
-    if let Some(store) = store.as_mut() {
-        for row in &rows {
-            if plan_run::status_of(row) == plan_types::TaskStatus::Interrupted {
-                plan_run::recover_interrupted(store, row).map_err(Failure::lifecycle)?;
-            }
-            durations.push(plan_run::duration_of(store, row).map_err(Failure::lifecycle)?);
-        }
-    }
+    let rows = if ledger.exists() {
+        plan_run::runs(&mut ledger.open_reader()?, &filter).map_err(Failure::lifecycle)?
+    } else {
+        Vec::new()
+    };
     let text = if args.json {
-        let list: Vec<Value> = rows
-            .iter()
-            .zip(&durations)
-            .map(|(row, took)| {
-                json!({
-                    "run_id": row.run_id,
-                    "plan_id": row.plan_id,
-                    "task_status": plan_run::status_of(row),
-                    "started_at": row.started_at,
-                    "finished_at": row.finished_at,
-                    "duration_ms": u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
-                })
-            })
-            .collect();
-        pretty(&list)
+        pretty(&rows)
     } else if rows.is_empty() {
         let filtered = args.status.is_some() || args.plan.is_some();
         if filtered {
@@ -90,13 +63,10 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
             format!("no runs yet in {}\n", ledger.path().display())
         }
     } else {
-        let statuses: Vec<&str> = rows
+        let statuses: Vec<&str> = rows.iter().map(|row| row.task_status.as_str()).collect();
+        let durations: Vec<String> = rows
             .iter()
-            .map(|row| plan_run::status_of(row).as_str())
-            .collect();
-        let durations: Vec<String> = durations
-            .iter()
-            .map(|d| output::duration(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+            .map(|row| output::duration(row.duration_ms))
             .collect();
         let status_width = statuses.iter().map(|s| s.len()).max().unwrap_or(0);
         let plan_width = rows
@@ -176,19 +146,7 @@ pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, 
     let mut store = ledger.open_reader()?;
     let row = read_run(&mut store, &args.run)?;
     let report = stored_report(&store, &row)?;
-    let records: Vec<&plan_types::Record> = report
-        .records
-        .iter()
-        .filter(|r| r.step_id != plan_graph::META_STEP_ID)
-        .filter(|r| match &args.step {
-            None => true,
-            Some(step) => {
-                r.step_id == *step
-                    || plan_graph::is_item_of(&r.step_id, step)
-                    || r.step_id.starts_with(&format!("{step}/"))
-            }
-        })
-        .collect();
+    let records = plan_run::records_of(&report, args.step.as_deref());
     if records.is_empty() {
         let what = args
             .step
