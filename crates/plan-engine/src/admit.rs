@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::guard::Guard;
 use crate::redact::Redactor;
-use crate::tool::codes;
+use plan_ports::codes;
 
 /// What admission decided about a call.
 pub(crate) enum Admission {

@@ -29,7 +29,7 @@ use crate::call::{CallContext, Inner, Made, millis};
 use crate::condition::{NodeScope, evaluate};
 use crate::overlay::Overlay;
 use crate::schema::{argument_issues, compile_schema, resolve_checked};
-use crate::tool::{Registry, Tool, codes};
+use plan_ports::{Registry, Tool, codes};
 
 /// A block bound to tools, its conditions compiled.
 pub(crate) struct CompiledBlock {

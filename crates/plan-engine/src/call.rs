@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::guard::Guard;
 use crate::redact::Redactor;
 use crate::retry;
-use crate::tool::{Progress, Tool, ToolContext, ToolError, codes};
+use plan_ports::{Progress, Tool, ToolContext, ToolError, codes};
 
 /// What every tool call of a run shares.
 #[derive(Clone)]
@@ -26,7 +26,7 @@ pub(crate) struct CallContext {
     pub(crate) guard: Option<Arc<Guard>>,
     pub(crate) jitter_seed: Option<u64>,
     /// Where tools' printed lines go (`run -v`).
-    pub(crate) output: Option<crate::tool::OutputSink>,
+    pub(crate) output: Option<plan_ports::OutputSink>,
     /// Attempts calls made before they were run again (`Restored::earlier_attempts`), by id.
     pub(crate) earlier: Arc<std::collections::BTreeMap<String, u32>>,
     /// Every variable name the plan can define: what a missing variable's message suggests
@@ -242,7 +242,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             deadline: timeout.map(|limit| attempt_started_at + limit),
             output: context.output.clone().map(|sink| {
                 let (step_id, redactor) = (step_id.clone(), context.redactor.clone());
-                crate::tool::Output::new(move |stream, line| {
+                plan_ports::Output::new(move |stream, line| {
                     let mut line = line.to_owned();
                     redactor.string(&mut line);
                     sink(&step_id, stream, &line);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use plan_types::StepError;
 use serde_json::Value;
 
-use crate::tool::codes;
+use plan_ports::codes;
 
 /// A step's `when`, compiled once.
 pub(crate) struct Condition {

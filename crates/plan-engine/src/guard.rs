@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 // Tokio's clock, so that paused-time tests see `max_duration_ms` pass.
 use tokio::time::Instant;
 
-use crate::tool::codes;
+use plan_ports::codes;
 use plan_types::StepError;
 
 /// The guards of one run and what it has used of them.

@@ -71,22 +71,20 @@ mod guard;
 mod overlay;
 mod program;
 mod redact;
-mod report;
 mod retry;
 mod run;
 mod schema;
 mod sites;
 mod task;
-mod tool;
 mod writer;
 
 pub use block::block_states;
 pub use plan_graph::{Mode, Risk};
+pub use plan_ports::{
+    Output, OutputSink, Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes,
+};
 pub use program::{DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_PARALLEL_TASKS, PlannedCall, Program};
 pub use redact::{REDACTED, Redactor};
 pub use run::{RunError, RunOptions, run};
 pub use sites::{CallKind, CallSite, qualified};
 pub use task::{MergeOutcome, Workspace, WorkspaceError, Worktree};
-pub use tool::{
-    Output, OutputSink, Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes,
-};

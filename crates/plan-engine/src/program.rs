@@ -18,7 +18,7 @@ use crate::expression::{Place, check_references};
 use crate::redact::Redactor;
 use crate::schema::{argument_issues, compile_schema, resolve_checked};
 use crate::task::{CompiledTask, TaskSettings, compile_task};
-use crate::tool::{Registry, Tool, codes};
+use plan_ports::{Registry, Tool, codes};
 use plan_types::BlockState;
 use plan_types::{Record, StepError};
 
@@ -1012,7 +1012,7 @@ impl Program {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::{Tool, ToolContext, ToolError, ToolInfo};
+    use plan_ports::{Tool, ToolContext, ToolError, ToolInfo};
 
     /// A program holds one per step: what few steps have (a map, a condition) is boxed.
     #[test]

@@ -42,8 +42,8 @@ use crate::program::{
 };
 use crate::redact::Redactor;
 use crate::task::{TaskEnd, TaskRun};
-use crate::tool::codes;
 use crate::writer::{Durable, Writer};
+use plan_ports::codes;
 
 /// How to run a program.
 pub struct RunOptions {
@@ -77,7 +77,7 @@ pub struct RunOptions {
     /// on the seed, the step and k.
     pub jitter_seed: Option<u64>,
     /// Where tools send the lines they print as they come (`run -v`); none by default.
-    pub output: Option<crate::tool::OutputSink>,
+    pub output: Option<plan_ports::OutputSink>,
     /// The git repository task steps work in (the plan's `workspace`, opened by the caller);
     /// a task step fails without one.
     pub workspace: Option<Arc<dyn crate::task::Workspace>>,
@@ -276,7 +276,7 @@ struct Scheduler<'p> {
     node_waiters: Vec<(u64, tokio::sync::oneshot::Sender<()>)>,
     guard: Option<Arc<Guard>>,
     jitter_seed: Option<u64>,
-    output: Option<crate::tool::OutputSink>,
+    output: Option<plan_ports::OutputSink>,
     /// With `fail_fast`: the first step (or item) that failed. Nothing starts after it.
     first_failure: Option<Arc<str>>,
     /// The context update after the last task failed: the run fails, and says why.

@@ -8,7 +8,7 @@ use plan_types::StepError;
 use plan_vars::{Placeholder, Root, Scope, Segment, ValueTemplate};
 use serde_json::Value;
 
-use crate::tool::{Tool, codes};
+use plan_ports::{Tool, codes};
 
 /// Resolves a call's arguments and checks them against its tool's schema: `E_ARGS_UNRESOLVED`
 /// for a placeholder that does not resolve, else `E_ARGS_INVALID` listing each violation with

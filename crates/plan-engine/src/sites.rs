@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use plan_graph::{PlanPath, Risk};
 
-use crate::tool::Tool;
+use plan_ports::Tool;
 
 /// What kind of call a [`CallSite`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -31,7 +31,7 @@ use crate::block::NodeDone;
 use crate::call::{CallContext, Inner, Made};
 use crate::overlay::Overlay;
 use crate::schema::{compile_schema, resolve_checked};
-use crate::tool::{Registry, Tool, codes};
+use plan_ports::{Registry, Tool, codes};
 
 pub use plan_ports::{MergeOutcome, Workspace, WorkspaceError, Worktree};
 

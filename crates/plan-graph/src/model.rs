@@ -143,6 +143,7 @@ pub(crate) struct RawStep {
     #[serde(default)]
     pub(crate) when: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Option<RiskSchema>")]
     pub(crate) risk: Option<Risk>,
     #[serde(default, alias = "expandOn")]
     pub(crate) expand_on: Option<Box<Value>>,
@@ -258,22 +259,15 @@ impl Step {
     }
 }
 
+pub use plan_types::Risk;
+
+// [`Risk`]'s JSON Schema (plan-types, where `Risk` lives for tools and plans alike, does not
+// depend on schemars): the same variants, named `Risk` in the schema, with Risk's own words.
 /// How dangerous a call is. Only `high` is gated: it waits for an approval.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Risk {
+#[derive(schemars::JsonSchema)]
+#[schemars(rename = "Risk", rename_all = "lowercase")]
+#[expect(dead_code, reason = "only its schema is used")]
+pub(crate) enum RiskSchema {
     /// Reads, or changes nothing that matters.
     Low,
     /// Changes things that can be undone.
@@ -436,6 +430,7 @@ pub struct Node {
     pub timeout_ms: Option<u64>,
     /// The call's risk; `high` waits for an approval before the node runs. Default: the tool's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<RiskSchema>")]
     pub risk: Option<Risk>,
     /// Overrides the block's `on_failure` for this node.
     #[serde(default, alias = "onFailure", skip_serializing_if = "Option::is_none")]
@@ -617,6 +612,7 @@ pub struct TaskCall {
     /// The call's risk; `high` waits for an approval of `ID/implement` (or `ID/feedback`)
     /// before it runs. Default: the tool's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<RiskSchema>")]
     pub risk: Option<Risk>,
 }
 

@@ -1,7 +1,15 @@
 //! The ports plan-cli's engine is driven through, in a crate of their own so that their
-//! implementers need not depend on the engine: [`Workspace`], the git repository task steps
-//! work in (`plan-workspace` implements it with the `git` program).
+//! implementers need not depend on the engine: [`Tool`] (with its [`Registry`]: the built-ins,
+//! MCP servers' and queue workers' tools implement it) and [`Workspace`], the git repository
+//! task steps work in (`plan-workspace` implements it with the `git` program).
 #![deny(missing_docs)]
+
+mod tool;
+
+pub use plan_types::Risk;
+pub use tool::{
+    Output, OutputSink, Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes,
+};
 
 use std::path::PathBuf;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bullmq::{QueueEvent, QueueEventsOptions, QueueOptions};
-use plan_engine::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};
+use plan_ports::{Registry, Tool, ToolContext, ToolError, ToolInfo, codes};
 use plan_types::ErrorCode;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;

@@ -95,7 +95,7 @@ impl Queue {
     /// on), as a coordinator would offer them.
     pub async fn published_tools(
         &self,
-    ) -> Result<std::collections::BTreeMap<String, plan_engine::ToolInfo>, QueueError> {
+    ) -> Result<std::collections::BTreeMap<String, plan_ports::ToolInfo>, QueueError> {
         let workers = registry::live_workers(&mut self.redis.clone())
             .await
             .map_err(|e| self.error(e))?;

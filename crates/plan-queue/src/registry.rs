@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use plan_engine::{Risk, ToolInfo};
+use plan_ports::{Risk, ToolInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

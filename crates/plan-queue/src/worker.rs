@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bullmq::Job;
-use plan_engine::{Registry, ToolContext, ToolError, codes};
+use plan_ports::{Registry, ToolContext, ToolError, codes};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 

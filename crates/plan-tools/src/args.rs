@@ -1,6 +1,6 @@
 //! Typed arguments: a tool's args object into its struct, or `E_ARGS_INVALID` saying why.
 
-use plan_engine::ToolError;
+use plan_ports::ToolError;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 

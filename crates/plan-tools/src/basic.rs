@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use plan_engine::{Tool, ToolContext, ToolError, ToolInfo, codes};
+use plan_ports::{Tool, ToolContext, ToolError, ToolInfo, codes};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -20,7 +20,7 @@ impl Tool for Echo {
             name: "echo".into(),
             description: "Return the arguments unchanged".into(),
             source: SOURCE.into(),
-            risk: plan_engine::Risk::Low,
+            risk: plan_ports::Risk::Low,
             input_schema: json!({"type": "object"}),
         }
     }
@@ -47,7 +47,7 @@ impl Tool for Sleep {
             name: "sleep".into(),
             description: "Wait the given number of milliseconds".into(),
             source: SOURCE.into(),
-            risk: plan_engine::Risk::Low,
+            risk: plan_ports::Risk::Low,
             input_schema: json!({
                 "type": "object",
                 "properties": {"ms": {"type": "integer", "minimum": 0}},
@@ -116,7 +116,7 @@ impl Tool for Fail {
             description: "Fail with the given message: always, or only the first `times` attempts"
                 .into(),
             source: SOURCE.into(),
-            risk: plan_engine::Risk::Low,
+            risk: plan_ports::Risk::Low,
             input_schema: json!({
                 "type": "object",
                 "properties": {

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use plan_engine::{Tool, ToolContext, ToolError, ToolInfo, codes};
+use plan_ports::{Tool, ToolContext, ToolError, ToolInfo, codes};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -148,7 +148,7 @@ impl Tool for Exec {
             name: "exec".into(),
             description: "Run a program with arguments (argv, never a shell); fails on a non-zero exit unless check is false".into(),
             source: SOURCE.into(),
-            risk: plan_engine::Risk::Medium,
+            risk: plan_ports::Risk::Medium,
             input_schema: json!({
                 "type": "object",
                 "properties": {
@@ -363,7 +363,7 @@ fn death_wrapper() -> Option<&'static std::path::Path> {
 
 /// Lines printed on `stream`, handed to the run's output as they come (`run -v`), if it has one.
 struct Lines {
-    output: plan_engine::Output,
+    output: plan_ports::Output,
     stream: &'static str,
     /// The start of a line whose newline has not come yet.
     partial: Vec<u8>,

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use plan_engine::{Tool, ToolContext, ToolError, ToolInfo, codes};
+use plan_ports::{Tool, ToolContext, ToolError, ToolInfo, codes};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -107,7 +107,7 @@ impl Tool for Http {
             description: "Make an HTTP request; fails on a 4xx/5xx status unless check is false"
                 .into(),
             source: SOURCE.into(),
-            risk: plan_engine::Risk::Medium,
+            risk: plan_ports::Risk::Medium,
             input_schema: json!({
                 "type": "object",
                 "properties": {

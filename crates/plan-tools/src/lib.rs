@@ -27,8 +27,8 @@ pub use exec::Exec;
 pub use http::Http;
 
 /// A registry with every built-in tool.
-pub fn builtin_registry() -> plan_engine::Registry {
-    let mut registry = plan_engine::Registry::new();
+pub fn builtin_registry() -> plan_ports::Registry {
+    let mut registry = plan_ports::Registry::new();
     registry
         .register(Echo)
         .register(Sleep)

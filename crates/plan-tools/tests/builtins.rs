@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plan_engine::{Tool, ToolContext, ToolError};
+use plan_ports::{Tool, ToolContext, ToolError};
 use plan_tools::{Echo, Exec, Fail, Http, Sleep, builtin_registry};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -29,6 +29,7 @@ pub mod json;
 pub mod json_out;
 mod record;
 mod report;
+mod risk;
 mod task;
 mod task_id;
 
@@ -39,6 +40,7 @@ pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
 pub use journal::{Batch, BatchLog, Durability, Journal, JournalError, Position, Restored, RunEnd};
 pub use record::{META_STEP_ID, Record, StepError, reasons};
 pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};
+pub use risk::Risk;
 pub use task::{
     QueueEntry, QueueStatus, RetryFeedback, TaskCommit, TaskError, TaskErrorKind, TaskPhase,
     TaskState, WorktreeStatus, merge_key, task_of_merge_key,

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use plan_engine::{Progress, Registry, Risk, Tool, ToolContext, ToolError, ToolInfo, codes};
+use plan_ports::{Progress, Registry, Risk, Tool, ToolContext, ToolError, ToolInfo, codes};
 use plan_types::ProgressReport;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,

@@ -1,5 +1,5 @@
 //! Tools of MCP servers: configuration ([`McpConfig`]), servers started on first use
-//! ([`McpServers`]), and each remote tool as a [`plan_engine::Tool`] ([`McpTool`]). With the
+//! ([`McpServers`]), and each remote tool as a [`plan_ports::Tool`] ([`McpTool`]). With the
 //! `mcp-server` feature, `server` serves tools to MCP clients over stdio.
 
 mod client;

@@ -1,4 +1,5 @@
-//! What a tool is to the engine: a name, a schema, and an async call that may fail.
+//! The tool port: what a tool is to the engine (a name, a schema, a risk, and an async call
+//! that may fail), and the registry of the tools a plan can call.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -6,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use plan_graph::Risk;
+use plan_types::Risk;
 use plan_types::{ErrorCode, ProgressReport};
 use serde::Serialize;
 use serde_json::Value;
@@ -279,5 +280,16 @@ impl Registry {
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+/// A tool's failure as its record keeps it.
+impl From<ToolError> for plan_types::StepError {
+    fn from(error: ToolError) -> Self {
+        plan_types::StepError {
+            code: error.code,
+            message: error.message,
+            details: error.details.map(|details| *details),
+        }
     }
 }
