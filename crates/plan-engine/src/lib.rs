@@ -68,6 +68,7 @@ mod call;
 mod condition;
 mod expression;
 mod guard;
+mod kind;
 mod overlay;
 mod program;
 mod redact;

@@ -12,13 +12,13 @@ use plan_vars::{Item, Placeholder, Root, Scope, Selector, Template, ValueTemplat
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::block::{CompiledBlock, block_states, compile_block};
+use crate::block::{block_states, compile_block};
 use crate::condition::Condition;
 use crate::expression::{Place, check_references};
 use crate::redact::Redactor;
-use crate::schema::{argument_issues, compile_schema, resolve_checked};
-use crate::task::{CompiledTask, TaskSettings, compile_task};
-use plan_ports::{Registry, Tool, codes};
+use crate::schema::{compile_schema, resolve_checked};
+use crate::task::{TaskSettings, compile_task};
+use plan_ports::{Registry, codes};
 use plan_types::BlockState;
 use plan_types::{Record, StepError};
 
@@ -28,12 +28,7 @@ pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
 /// Most steps running at once in a plan with a `workspace` (task steps) that does not say.
 pub const DEFAULT_MAX_PARALLEL_TASKS: usize = 3;
 
-/// What a step does: call a tool, run a block, or carry out a coding task in a worktree.
-pub(crate) enum Action {
-    Tool(Arc<dyn Tool>),
-    Block(Arc<CompiledBlock>),
-    Task(Arc<CompiledTask>),
-}
+pub(crate) use crate::kind::Action;
 
 pub(crate) struct CompiledStep {
     pub(crate) id: Arc<str>,
@@ -50,6 +45,20 @@ pub(crate) struct CompiledStep {
     /// `risk: high` (the step's own, else its tool's): runs only once approved.
     pub(crate) gated: bool,
     pub(crate) run_if: RunIf,
+}
+
+impl CompiledStep {
+    /// What the step's kind is asked with (`Action`'s questions).
+    pub(crate) fn view(&self) -> crate::kind::StepView<'_> {
+        crate::kind::StepView {
+            id: &self.id,
+            tool_name: &self.tool_name,
+            gated: self.gated,
+            is_map: self.expand.is_some(),
+            args: &self.args,
+            schema: self.schema.as_deref(),
+        }
+    }
 }
 
 /// What a bind takes from a step's result: a selector (`$.stdout`), or a data expression
@@ -435,7 +444,7 @@ impl Program {
         let blocks = self
             .steps
             .iter()
-            .filter(|step| matches!(step.action, Action::Block(_)))
+            .filter(|step| step.action.is_block())
             .map(|step| &*step.id);
         block_states(blocks, records, checkpoints)
     }
@@ -448,11 +457,7 @@ impl Program {
             if step.gated {
                 gated.push(step.id.to_string());
             }
-            match &step.action {
-                Action::Block(block) => gated.extend(block.gated_nodes(&step.id)),
-                Action::Task(task) => gated.extend(task.gated_calls(&step.id)),
-                Action::Tool(_) => {}
-            }
+            gated.extend(step.action.gated_inside(&step.id));
         }
         gated
     }
@@ -724,27 +729,8 @@ impl Program {
         let mut issues = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
             let path = PlanPath::step(i);
-            match &step.action {
-                Action::Tool(tool) => {
-                    if let Some(schema) = &step.schema {
-                        let at = path.key("args");
-                        argument_issues(
-                            &**tool,
-                            &step.tool_name,
-                            schema,
-                            &step.args,
-                            &scope,
-                            at,
-                            &mut issues,
-                        );
-                    }
-                }
-                Action::Block(block) => {
-                    block.check_arguments(&scope, path.key("block"), &mut issues)
-                }
-                // Its arguments read `${task.*}`, known only as it runs.
-                Action::Task(_) => {}
-            }
+            step.action
+                .check_arguments(&step.view(), &scope, path, &mut issues);
         }
         issues
     }
@@ -988,18 +974,7 @@ impl Program {
         let mut sites = crate::sites::Sites { sites: Vec::new() };
         for (i, step) in self.steps.iter().enumerate() {
             let at = PlanPath::step(i);
-            match &step.action {
-                Action::Tool(tool) => {
-                    let kind = if step.expand.is_some() {
-                        crate::sites::CallKind::MapItem
-                    } else {
-                        crate::sites::CallKind::Step
-                    };
-                    sites.push(at, &step.id, kind, (&step.tool_name, &**tool), step.gated);
-                }
-                Action::Block(block) => block.call_sites(at.key("block"), &step.id, &mut sites),
-                Action::Task(task) => task.call_sites(at.key("task"), &step.id, &mut sites),
-            }
+            step.action.call_sites(&step.view(), at, &mut sites);
         }
         if let Some(update) = &self.context_update {
             let at = PlanPath::root().key("workspace").key("context_update");

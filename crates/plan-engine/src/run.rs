@@ -154,6 +154,41 @@ struct StepState {
     /// The ledger batch its record went into (0: durable before the run started); a
     /// dependent waits for that batch under `Durability::Sync`.
     settled_in: u64,
+    /// What its kind keeps while it runs (a map's items, a block's or task's calls), made
+    /// when first needed: a plain tool step never has one.
+    inner: Option<Box<Inner>>,
+}
+
+impl StepState {
+    /// A map step's items, once it expanded.
+    fn map(&self) -> Option<&MapRun> {
+        self.inner.as_deref()?.map.as_ref()
+    }
+
+    fn map_mut(&mut self) -> Option<&mut MapRun> {
+        self.inner.as_deref_mut()?.map.as_mut()
+    }
+}
+
+/// A step's run state beyond its outcome, by its kind: a map step's items, the calls made
+/// inside a block or task step, where a block waits, and what an earlier attempt at the run
+/// left of it.
+#[derive(Default)]
+struct Inner {
+    /// A map step between its expansion and its last item (kept to the run's end: its items'
+    /// records are reported before the step's own).
+    map: Option<MapRun>,
+    /// The records of the calls made inside the step (a block's nodes, a task's calls), or of
+    /// a map step's items when it finished before the run was resumed, in the ledger's order.
+    calls: Vec<Record>,
+    /// A block or task that stopped to wait: why, and where it stands.
+    waiting: Option<(String, Value)>,
+    /// Where a block or task stood when an earlier attempt at the run ended; taken when it
+    /// starts again.
+    checkpoint: Option<Value>,
+    /// Records an earlier attempt made of the step's items or of the calls inside it while
+    /// the step had not settled, by id, with their place in the ledger.
+    restored: HashMap<String, (usize, Record)>,
 }
 
 /// A map step's list: shared with the variable it names when `expand_on` is `${name}`, so a
@@ -239,13 +274,6 @@ struct Scheduler<'p> {
     /// Each step's state, in plan order.
     steps: Vec<StepState>,
     ready: BinaryHeap<Reverse<Work>>,
-    maps: HashMap<usize, MapRun>,
-    /// Node records of block steps that finished.
-    nested: HashMap<usize, Vec<Record>>,
-    /// Item records an earlier attempt at this run settled, by item id.
-    restored_items: HashMap<String, Record>,
-    /// The ledger's order of restored block node records, by id.
-    restored_order: HashMap<String, usize>,
     /// The ledger writer, with a journal.
     writer: Option<Writer>,
     /// Every batch up to this one is durable (`u64::MAX` when nothing needs to wait for it:
@@ -261,12 +289,10 @@ struct Scheduler<'p> {
     approvals: Arc<Approvals>,
     /// Calls waiting for an approval, in the order they became ready.
     awaiting: Vec<PendingApproval>,
-    /// Block steps that stopped to wait, with what they wait for and where they stopped.
-    block_waits: BTreeMap<usize, (String, Value)>,
-    /// Where blocks and tasks stood when an earlier attempt at the run ended, by step id.
-    checkpoints: HashMap<String, Value>,
     /// Where running blocks stand after their last finished node, to be committed.
     pending_checkpoints: BTreeMap<String, Value>,
+    /// Whether an earlier attempt at the run completed its context update.
+    context_update_done: bool,
     /// Running blocks report finished node runs here, when there is a journal.
     block_progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
     /// The git repository of task steps, and its merge queue.
@@ -315,13 +341,10 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                 outcome: None,
                 queued: false,
                 settled_in: 0,
+                inner: None,
             })
             .collect(),
         ready: BinaryHeap::new(),
-        maps: HashMap::new(),
-        nested: HashMap::new(),
-        restored_items: HashMap::new(),
-        restored_order: HashMap::new(),
         writer: None,
         durable: u64::MAX,
         held: Vec::new(),
@@ -330,9 +353,8 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
         stopping: options.cancel.clone(),
         approvals: Arc::new(std::mem::take(&mut options.approvals)),
         awaiting: Vec::new(),
-        block_waits: BTreeMap::new(),
-        checkpoints: HashMap::new(),
         pending_checkpoints: BTreeMap::new(),
+        context_update_done: false,
         block_progress: None,
         node_waiters: Vec::new(),
         workspace: options.workspace.take(),
@@ -576,9 +598,8 @@ impl Scheduler<'_> {
     fn is_settled(&self, step: usize, item: Option<usize>) -> bool {
         match item {
             None => self.steps[step].record.is_some(),
-            Some(k) => self
-                .maps
-                .get(&step)
+            Some(k) => self.steps[step]
+                .map()
                 .is_some_and(|map| map.records[k].is_some()),
         }
     }
@@ -608,64 +629,64 @@ impl Scheduler<'_> {
     fn restore(&mut self, restored: Restored) {
         let program = self.program;
         self.vars.extend(restored.variables);
-        self.checkpoints.extend(restored.checkpoints);
+        let index = plan_graph::StepIndex::new(program.steps.iter().map(|s| &*s.id));
+        for (id, checkpoint) in restored.checkpoints {
+            if id == crate::task::CONTEXT_UPDATE {
+                self.context_update_done = checkpoint["status"] == "completed";
+            } else if let Some(i) = index.position(&id) {
+                self.inner(i).checkpoint = Some(checkpoint);
+            }
+        }
         self.earlier_attempts = Arc::new(restored.earlier_attempts);
-        let ids: std::collections::HashSet<&str> = program.steps.iter().map(|s| &*s.id).collect();
-        self.restored_order = restored
-            .records
-            .iter()
-            .enumerate()
-            .filter(|(_, record)| {
-                CallId::within(&record.step_id, |step| ids.contains(step)).is_inside()
-            })
-            .map(|(k, record)| (record.step_id.clone(), k))
-            .collect();
         if let Some(guard) = &self.guard {
             restore_guard(program, guard, &restored.records);
         }
-        let kept: Vec<Record> = restored
-            .records
-            .into_iter()
-            .filter(|record| !record.skipped && (record.ok || record.error.is_some()))
-            .collect();
-        let order: Vec<String> = kept.iter().map(|r| r.step_id.clone()).collect();
-        let mut by_id: HashMap<String, Record> = kept
-            .into_iter()
-            .map(|record| (record.step_id.clone(), record))
-            .collect();
-        // Map and block steps that finished before: their items' and nodes' records are
-        // reported with them, as `status` reports them (they run no more).
-        let mut finished_parents: HashMap<&str, usize> = HashMap::new();
-        for (i, step) in program.steps.iter().enumerate() {
-            if let Some(record) = by_id.remove(&*step.id) {
-                if step.expand.is_some()
-                    || matches!(step.action, Action::Block(_) | Action::Task(_))
-                {
-                    finished_parents.insert(&step.id, i);
+        let mut others = Vec::new();
+        for (place, record) in restored.records.into_iter().enumerate() {
+            if record.skipped || !(record.ok || record.error.is_some()) {
+                continue;
+            }
+            let own = index.position(&record.step_id);
+            match own {
+                Some(i) if self.steps[i].record.is_none() => {
+                    let outcome = if record.ok {
+                        Outcome::Succeeded
+                    } else {
+                        Outcome::Failed
+                    };
+                    if program.fail_fast && !record.ok {
+                        self.first_failure
+                            .get_or_insert_with(|| program.steps[i].id.clone());
+                    }
+                    self.steps[i].record = Some(record);
+                    self.settle(i, outcome);
                 }
-                let outcome = if record.ok {
-                    Outcome::Succeeded
-                } else {
-                    Outcome::Failed
-                };
-                if self.program.fail_fast && !record.ok {
-                    self.first_failure.get_or_insert_with(|| step.id.clone());
-                }
-                self.steps[i].record = Some(record);
-                self.settle(i, outcome);
+                Some(_) => {}
+                None => others.push((place, record)),
             }
         }
-        if !finished_parents.is_empty() {
-            for id in order {
-                if let Some(&i) = parent_of(&id, &finished_parents)
-                    && let Some(record) = by_id.remove(&id)
-                {
-                    self.nested.entry(i).or_default().push(record);
-                }
+        // The records of calls inside a step (its map items, a block's nodes, a task's
+        // calls): a step that finished before reports them with it, as `status` does (they
+        // run no more); one that did not takes them back when it runs again.
+        for (place, record) in others {
+            let Some(i) = index.step_of(&record.step_id) else {
+                continue;
+            };
+            let finished = self.steps[i].record.is_some();
+            let inner = self.inner(i);
+            if finished {
+                inner.calls.push(record);
+            } else {
+                inner
+                    .restored
+                    .insert(record.step_id.clone(), (place, record));
             }
         }
-        // What is left are map items, used when their step expands.
-        self.restored_items = by_id;
+    }
+
+    /// Step `i`'s state beyond its outcome, made when first needed.
+    fn inner(&mut self, i: usize) -> &mut Inner {
+        self.steps[i].inner.get_or_insert_with(Box::default)
     }
 
     /// The batch a dependent of `step` must see durable before it starts: the latest one
@@ -770,15 +791,14 @@ impl Scheduler<'_> {
             .pending
             .drain(..)
             .filter_map(|position| {
-                let record = match position.item {
-                    None => self.steps[position.step].record.as_ref(),
-                    Some(k) => match self.maps.get(&position.step) {
+                let state = &self.steps[position.step];
+                let record = match (position.item, state.inner.as_deref()) {
+                    (None, _) => state.record.as_ref(),
+                    (Some(k), Some(inner)) => match &inner.map {
                         Some(map) => map.records[k].as_ref(),
-                        None => self
-                            .nested
-                            .get(&position.step)
-                            .and_then(|records| records.get(k)),
+                        None => inner.calls.get(k),
                     },
+                    (Some(_), None) => None,
                 };
                 record
                     .filter(|r| !stopping || r.ok)
@@ -836,7 +856,7 @@ impl Scheduler<'_> {
         let (step_id, resolved) = match item {
             None => (step.id.clone(), resolve_args(step, &base)),
             Some(k) => {
-                let map = &self.maps[&step_index];
+                let map = self.steps[step_index].map()?;
                 let values = ItemValues {
                     value: &map.items.as_slice()[k],
                     index: Value::from(k),
@@ -847,7 +867,7 @@ impl Scheduler<'_> {
         };
         let item_id = item.map(|_| &*step_id);
         let gate = Gate {
-            tool: matches!(step.action, Action::Tool(_)).then_some(&*step.tool_name),
+            tool: step.action.tool().is_some().then_some(&*step.tool_name),
             approval: step.gated.then_some((&*step.id, item_id)),
             waits_as: &step_id,
         };
@@ -902,10 +922,8 @@ impl Scheduler<'_> {
                 approvals: self.approvals.clone(),
                 workspace: self.workspace.clone(),
                 merges: self.merges.clone(),
-                from: self.checkpoints.remove(&*step.id).inspect(|_| {
-                    // The records of the calls it made before it stopped come first.
-                    self.take_prior_records(step_index);
-                }),
+                // The records of the calls it made before it stopped come first.
+                from: self.take_checkpoint(step_index),
                 progress: self.block_progress.clone(),
                 shown: None,
                 records: Vec::new(),
@@ -924,30 +942,23 @@ impl Scheduler<'_> {
                 progress: self.block_progress.clone(),
                 // A checkpoint this build cannot read runs its block from the entry point.
                 from: self
-                    .checkpoints
-                    .remove(&*step.id)
+                    .take_checkpoint(step_index)
                     .and_then(|value| serde_json::from_value::<Checkpoint>(value).ok())
-                    .map(Box::new)
-                    .inspect(|_| self.take_prior_records(step_index)),
+                    .map(Box::new),
             }),
         })
     }
 
-    /// Takes back, in their order, the records of the calls a block or task step made before
-    /// an earlier attempt at the run stopped: the records of its next calls follow them.
-    fn take_prior_records(&mut self, step_index: usize) {
-        let prefix = format!("{}/", self.program.steps[step_index].id);
-        let mut prior: Vec<Record> = Vec::new();
-        self.restored_items.retain(|id, record| {
-            if id.starts_with(&prefix) {
-                prior.push(record.clone());
-                false
-            } else {
-                true
-            }
-        });
-        prior.sort_by_key(|record| self.restored_order.get(&record.step_id).copied());
-        self.nested.insert(step_index, prior);
+    /// Where a block or task step stood when an earlier attempt at the run stopped, if it had
+    /// started: then the records of the calls it made before are taken back, in the ledger's
+    /// order, and the records of its next calls follow them.
+    fn take_checkpoint(&mut self, step_index: usize) -> Option<Value> {
+        let inner = self.steps[step_index].inner.as_deref_mut()?;
+        let checkpoint = inner.checkpoint.take()?;
+        let mut prior: Vec<(usize, Record)> = inner.restored.drain().map(|(_, r)| r).collect();
+        prior.sort_by_key(|(place, _)| *place);
+        inner.calls = prior.into_iter().map(|(_, record)| record).collect();
+        Some(checkpoint)
     }
 
     /// Turns a ready map step into items, or settles it at once when its list is empty or
@@ -1007,8 +1018,12 @@ impl Scheduler<'_> {
             started: Instant::now(),
         };
         for k in 0..count {
-            match self.restored_items.remove(&*map.ids[k]) {
-                Some(record) => {
+            let restored = self.steps[i]
+                .inner
+                .as_deref_mut()
+                .and_then(|inner| inner.restored.remove(&*map.ids[k]));
+            match restored {
+                Some((_, record)) => {
                     let selected = match &record.result {
                         Some(result) if record.ok => self.select_binds(i, result).ok(),
                         _ => None,
@@ -1031,7 +1046,7 @@ impl Scheduler<'_> {
             }
         }
         let done = map.remaining == 0;
-        self.maps.insert(i, map);
+        self.inner(i).map = Some(map);
         if done {
             self.finish_map(i);
         }
@@ -1073,9 +1088,11 @@ impl Scheduler<'_> {
                 let _ = committed.send(());
             }
         }
-        let nested = self.nested.entry(step).or_default();
+        let has_writer = self.writer.is_some();
+        let inner = self.steps[step].inner.get_or_insert_with(Box::default);
+        let nested = &mut inner.calls;
         for record in records {
-            if self.writer.is_some() {
+            if has_writer {
                 self.pending.push(Position {
                     step,
                     item: Some(nested.len()),
@@ -1100,9 +1117,13 @@ impl Scheduler<'_> {
         // A block's node records come before the block's own, like a map's items; they follow
         // those it reported while it ran (and those of an earlier attempt).
         if !nested.is_empty() {
-            let list = self.nested.entry(step).or_default();
+            let has_writer = self.writer.is_some();
+            let list = &mut self.steps[step]
+                .inner
+                .get_or_insert_with(Box::default)
+                .calls;
             for record in nested {
-                if self.writer.is_some() {
+                if has_writer {
                     self.pending.push(Position {
                         step,
                         item: Some(list.len()),
@@ -1115,7 +1136,7 @@ impl Scheduler<'_> {
             // The block or task waits, unsettled: its dependents wait with it, and the run
             // halts `WAITING` once nothing else can run. What it did so far is committed.
             let why = format!("waiting for a decision on `{}`", pending.step_id);
-            self.block_waits.insert(step, (why, value));
+            self.inner(step).waiting = Some((why, value));
             self.awaiting.push(pending);
             return;
         }
@@ -1207,7 +1228,7 @@ impl Scheduler<'_> {
             self.select_binds(step, &value)
                 .map(|selected| (value, selected))
         });
-        let Some(map) = self.maps.get_mut(&step) else {
+        let Some(map) = self.steps[step].map_mut() else {
             return;
         };
         let item_id = map.ids[k].clone();
@@ -1269,7 +1290,7 @@ impl Scheduler<'_> {
     /// if every item succeeded, and fails naming the failed items if not.
     fn finish_map(&mut self, step: usize) {
         let program = self.program;
-        let Some(map) = self.maps.get_mut(&step) else {
+        let Some(map) = self.steps[step].map_mut() else {
             return;
         };
         let elapsed = map.started.elapsed();
@@ -1468,10 +1489,7 @@ impl Scheduler<'_> {
         let Some(project_md) = workspace.project_md() else {
             return;
         };
-        let done = self
-            .checkpoints
-            .get(crate::task::CONTEXT_UPDATE)
-            .is_some_and(|c| c["status"] == "completed");
+        let done = self.context_update_done;
         let all_done = self.awaiting.is_empty()
             && self.steps.iter().all(|s| {
                 matches!(
@@ -1486,7 +1504,7 @@ impl Scheduler<'_> {
             .program
             .steps
             .iter()
-            .filter(|s| matches!(s.action, Action::Task(_)))
+            .filter(|s| s.action.is_task())
             .map(|s| s.id.to_string())
             .collect();
         let shown = project_md.display().to_string();
@@ -1578,7 +1596,11 @@ impl Scheduler<'_> {
         for i in 0..self.steps.len() {
             if self.steps[i].record.is_none() {
                 let id = &self.program.steps[i].id;
-                let reason = match self.block_waits.get(&i) {
+                let waiting = self.steps[i]
+                    .inner
+                    .as_deref()
+                    .and_then(|i| i.waiting.as_ref());
+                let reason = match waiting {
                     Some((why, _)) => why.clone(),
                     None => reason_for(id),
                 };
@@ -1592,11 +1614,15 @@ impl Scheduler<'_> {
                 }
             }
         }
-        for (&step, map) in &mut self.maps {
+        let has_writer = self.writer.is_some();
+        for (step, state) in self.steps.iter_mut().enumerate() {
+            let Some(map) = state.map_mut() else {
+                continue;
+            };
             for (k, record) in map.records.iter_mut().enumerate() {
                 if record.is_none() {
                     *record = Some(not_run_record(&map.ids[k], true, reason_for(&map.ids[k])));
-                    if committed && self.writer.is_some() {
+                    if committed && has_writer {
                         self.pending.push(Position {
                             step,
                             item: Some(k),
@@ -1648,10 +1674,12 @@ impl Scheduler<'_> {
                 RunEnd::Stopped
             } else if waiting {
                 let checkpoints = self
-                    .block_waits
+                    .steps
                     .iter()
-                    .map(|(&i, (_, checkpoint))| {
-                        (self.program.steps[i].id.to_string(), checkpoint.clone())
+                    .enumerate()
+                    .filter_map(|(i, state)| {
+                        let (_, checkpoint) = state.inner.as_deref()?.waiting.as_ref()?;
+                        Some((self.program.steps[i].id.to_string(), checkpoint.clone()))
                     })
                     .collect();
                 RunEnd::Waiting {
@@ -1676,7 +1704,17 @@ impl Scheduler<'_> {
             ));
             meta.error = Some(Box::new(error));
         }
-        let mut records: Vec<Record> = if self.maps.is_empty() && self.nested.is_empty() {
+        // Where the blocks that wait stand, for their states in the report.
+        let waiting_at: BTreeMap<String, Value> = self
+            .steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, state)| {
+                let (_, checkpoint) = state.inner.as_deref()?.waiting.as_ref()?;
+                Some((self.program.steps[i].id.to_string(), checkpoint.clone()))
+            })
+            .collect();
+        let mut records: Vec<Record> = if self.steps.iter().all(|s| s.inner.is_none()) {
             // Collected in place: the records take the steps' list (a record is smaller than
             // a step's state; std reuses the allocation), so a large run does not hold two
             // lists at its end, when it holds the most. The list then has room for more
@@ -1687,21 +1725,26 @@ impl Scheduler<'_> {
                 .collect()
         } else {
             // A map step's items come right before the step's own record.
-            let items: usize = self.maps.values().map(|m| m.records.len()).sum::<usize>()
-                + self.nested.values().map(Vec::len).sum::<usize>();
+            let items: usize = self
+                .steps
+                .iter()
+                .filter_map(|s| s.inner.as_deref())
+                .map(|inner| inner.map.as_ref().map_or(0, |m| m.records.len()) + inner.calls.len())
+                .sum();
             let mut records = Vec::with_capacity(self.steps.len() + items + 1);
-            for (i, record) in self.steps.into_iter().map(|s| s.record).enumerate() {
-                if let Some(map) = self.maps.remove(&i) {
-                    records.extend(
-                        map.records
-                            .into_iter()
-                            .map(|r| r.unwrap_or_else(unreachable_record)),
-                    );
+            for state in self.steps {
+                if let Some(inner) = state.inner {
+                    let Inner { map, calls, .. } = *inner;
+                    if let Some(map) = map {
+                        records.extend(
+                            map.records
+                                .into_iter()
+                                .map(|r| r.unwrap_or_else(unreachable_record)),
+                        );
+                    }
+                    records.extend(calls);
                 }
-                if let Some(nested) = self.nested.remove(&i) {
-                    records.extend(nested);
-                }
-                records.push(record.unwrap_or_else(unreachable_record));
+                records.push(state.record.unwrap_or_else(unreachable_record));
             }
             records
         };
@@ -1714,12 +1757,7 @@ impl Scheduler<'_> {
                 .values_mut()
                 .for_each(|value| self.redactor.value(Arc::make_mut(value)));
         }
-        let checkpoints: BTreeMap<String, Value> = self
-            .block_waits
-            .iter()
-            .map(|(&i, (_, checkpoint))| (self.program.steps[i].id.to_string(), checkpoint.clone()))
-            .collect();
-        let blocks = self.program.block_states(&records, &checkpoints);
+        let blocks = self.program.block_states(&records, &waiting_at);
         Ok(RunReport {
             run_id: run_id.to_owned(),
             plan_id: self.program.plan_id.to_string(),
@@ -1732,24 +1770,6 @@ impl Scheduler<'_> {
             revisions: 0,
         })
     }
-}
-
-/// The step among `parents` that an item (`STEP-N`, `STEP[KEY]`) or a block node's run
-/// (`STEP/NODE#K`) belongs to.
-fn parent_of<'a>(id: &str, parents: &'a HashMap<&str, usize>) -> Option<&'a usize> {
-    let call = CallId::within(id, |step| parents.contains_key(step));
-    if call.is_inside()
-        && let Some(i) = parents.get(call.top())
-    {
-        return Some(i);
-    }
-    id.match_indices(['[', '-'])
-        .map(|(at, _)| &id[..at])
-        .find_map(|step| {
-            parents
-                .get(step)
-                .filter(|_| plan_graph::is_item_of(id, step))
-        })
 }
 
 /// Counts what an earlier attempt at the run used of the guards, as the calls themselves
@@ -1772,7 +1792,7 @@ fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
         let id = record.step_id.as_str();
         let (tool, counts_failure) = if let Some(&i) = by_id.get(id) {
             let step = &program.steps[i];
-            let calls = matches!(step.action, Action::Tool(_)) && step.expand.is_none();
+            let calls = step.action.tool().is_some() && step.expand.is_none();
             (calls.then(|| &*step.tool_name), true)
         } else if let (block, Some(inside)) = {
             let call = CallId::within(id, |step| by_id.contains_key(step));
@@ -1781,11 +1801,7 @@ fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
             // A block node: its failure is its block's, counted with the block's record.
             let tool = by_id
                 .get(block)
-                .and_then(|&i| match &program.steps[i].action {
-                    Action::Block(compiled) => compiled.tool_at(inside),
-                    Action::Task(task) => task.tool_at(inside),
-                    Action::Tool(_) => None,
-                });
+                .and_then(|&i| program.steps[i].action.tool_at(inside));
             (tool, false)
         } else {
             // A map item: `STEP-K` or `STEP[KEY]`.

@@ -23,6 +23,11 @@ impl StepIndex {
         StepIndex { positions }
     }
 
+    /// The position of the step whose id is `id` exactly.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.positions.get(id).copied()
+    }
+
     /// The position of the step call `id` belongs to, if it is one of the plan's (a step of an
     /// earlier revision of a re-planned run is none).
     pub fn step_of(&self, id: &str) -> Option<usize> {
