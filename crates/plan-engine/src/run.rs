@@ -21,11 +21,10 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use plan_graph::{Mode, RunIf};
+use plan_graph::{CallOf, Mode, RunIf};
 use plan_types::{
-    Approvals, Batch, CallId, Durability, ErrorCode, Event, EventKind, EventSink, Journal,
-    PLAN_APPROVAL, PendingApproval, Position, Record, Restored, RunEnd, RunReport, StepError,
-    TaskStatus, reasons,
+    Approvals, Batch, Durability, ErrorCode, Event, EventKind, EventSink, Journal, PLAN_APPROVAL,
+    PendingApproval, Position, Record, Restored, RunEnd, RunReport, StepError, TaskStatus, reasons,
 };
 use plan_vars::Scope;
 use serde_json::{Map, Value};
@@ -1777,47 +1776,26 @@ impl Scheduler<'_> {
 /// a call in flight when the run stopped runs again and counts then), and every failed step
 /// or item (not the guards' own stops, not a map step failed by its items).
 fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
-    let by_id: HashMap<&str, usize> = program
-        .steps
-        .iter()
-        .enumerate()
-        .map(|(i, step)| (&*step.id, i))
-        .collect();
+    let index = plan_graph::StepIndex::new(program.steps.iter().map(|s| &*s.id));
     let failed = |record: &Record| {
         record.error.as_ref().is_some_and(|error| {
             error.code != codes::E_GUARD && error.code != codes::E_MAP_ITEMS_FAILED
         })
     };
     for record in records {
-        let id = record.step_id.as_str();
-        let (tool, counts_failure) = if let Some(&i) = by_id.get(id) {
-            let step = &program.steps[i];
-            let calls = step.action.tool().is_some() && step.expand.is_none();
-            (calls.then(|| &*step.tool_name), true)
-        } else if let (block, Some(inside)) = {
-            let call = CallId::within(id, |step| by_id.contains_key(step));
-            (call.top(), call.inside())
-        } {
-            // A block node: its failure is its block's, counted with the block's record.
-            let tool = by_id
-                .get(block)
-                .and_then(|&i| program.steps[i].action.tool_at(inside));
-            (tool, false)
-        } else {
-            // A map item: `STEP-K` or `STEP[KEY]`.
-            let step = [
-                id.rsplit_once('-').map(|(s, _)| s),
-                id.split_once('[').map(|(s, _)| s),
-            ]
-            .into_iter()
-            .flatten()
-            .filter_map(|candidate| by_id.get(candidate))
-            .map(|&i| &program.steps[i])
-            .find(|step| step.expand.is_some() && plan_graph::is_item_of(id, &step.id));
-            match step {
-                Some(step) => (Some(&*step.tool_name), true),
-                None => continue,
+        let (tool, counts_failure) = match index.call_of(&record.step_id) {
+            Some(CallOf::Step(i)) => {
+                let step = &program.steps[i];
+                let calls = step.action.tool().is_some() && step.expand.is_none();
+                (calls.then(|| &*step.tool_name), true)
             }
+            // A call inside a block or task: its failure is its step's, counted with the
+            // step's record.
+            Some(CallOf::Inside(i, inside)) => (program.steps[i].action.tool_at(inside), false),
+            Some(CallOf::Item(i)) if program.steps[i].expand.is_some() => {
+                (Some(&*program.steps[i].tool_name), true)
+            }
+            Some(CallOf::Item(_)) | None => continue,
         };
         if let Some(tool) = tool
             && record.attempts > 0

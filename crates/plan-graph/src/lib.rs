@@ -65,5 +65,5 @@ pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
 pub use plan_types::{MAX_TASK_ID_BYTES, task_id_problem};
 pub use schema::{PLAN_SCHEMA_ID, plan_schema};
 pub use source::{PathSegment, PlanPath, SourceMap};
-pub use step_index::StepIndex;
+pub use step_index::{CallOf, StepIndex};
 pub use validate::{env_read, is_item_of, unknown_tool, variables_read};

@@ -7,6 +7,27 @@ use std::collections::HashMap;
 
 use plan_types::{CallId, PendingApproval};
 
+/// Which call of a plan an id (a record's, an event's, an approval's) names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOf<'a> {
+    /// The step's own call: its position.
+    Step(usize),
+    /// An item of a map step (`STEP-N`, `STEP[KEY]`): the step's position.
+    Item(usize),
+    /// A call inside a step (a block node's run, a task's call): the step's position, and
+    /// the part after `STEP/` (`draft#1`, `inner#1/check#2`, `check-1#2`).
+    Inside(usize, &'a str),
+}
+
+impl CallOf<'_> {
+    /// The position of the step the call belongs to.
+    pub fn step(&self) -> usize {
+        match *self {
+            CallOf::Step(i) | CallOf::Item(i) | CallOf::Inside(i, _) => i,
+        }
+    }
+}
+
 /// A plan's step ids by position.
 #[derive(Debug, Clone, Default)]
 pub struct StepIndex {
@@ -31,14 +52,26 @@ impl StepIndex {
     /// The position of the step call `id` belongs to, if it is one of the plan's (a step of an
     /// earlier revision of a re-planned run is none).
     pub fn step_of(&self, id: &str) -> Option<usize> {
-        let top = CallId::within(id, |step| self.positions.contains_key(step)).top();
-        self.positions.get(top).copied().or_else(|| {
-            // A map item: `STEP-N` or `STEP[KEY]`, its step's id a prefix of it.
-            top.match_indices(['-', '['])
-                .map(|(at, _)| &top[..at])
-                .filter(|step| crate::is_item_of(top, step))
-                .find_map(|step| self.positions.get(step).copied())
-        })
+        self.call_of(id).map(|call| call.step())
+    }
+
+    /// The call `id` names, if it belongs to one of the plan's steps: the one reader of the
+    /// ids the ledger, events and approvals carry.
+    pub fn call_of<'a>(&self, id: &'a str) -> Option<CallOf<'a>> {
+        let call = CallId::within(id, |step| self.positions.contains_key(step));
+        let top = call.top();
+        if let Some(&i) = self.positions.get(top) {
+            return Some(match call.inside() {
+                Some(inside) => CallOf::Inside(i, inside),
+                None => CallOf::Step(i),
+            });
+        }
+        // A map item: `STEP-N` or `STEP[KEY]`, its step's id a prefix of it.
+        top.match_indices(['-', '['])
+            .map(|(at, _)| &top[..at])
+            .filter(|step| crate::is_item_of(top, step))
+            .find_map(|step| self.positions.get(step).copied())
+            .map(CallOf::Item)
     }
 
     /// `pending` in plan order (by step, then id), whatever the order they became ready in:
@@ -51,7 +84,7 @@ impl StepIndex {
 
 #[cfg(test)]
 mod tests {
-    use super::StepIndex;
+    use super::{CallOf, StepIndex};
 
     #[test]
     fn calls_are_found_in_their_steps() {
@@ -62,5 +95,25 @@ mod tests {
         assert_eq!(index.step_of("m[k/v]"), Some(2));
         assert_eq!(index.step_of("b[x]/n#1"), Some(3));
         assert_eq!(index.step_of("gone"), None);
+    }
+
+    #[test]
+    fn ids_are_read_as_the_calls_they_name() {
+        let index = StepIndex::new(["build", "each", "a/b", "review"]);
+        assert_eq!(index.call_of("build"), Some(CallOf::Step(0)));
+        assert_eq!(index.call_of("each-3"), Some(CallOf::Item(1)));
+        assert_eq!(index.call_of("each[x/y]"), Some(CallOf::Item(1)));
+        assert_eq!(index.call_of("a/b"), Some(CallOf::Step(2)));
+        assert_eq!(
+            index.call_of("a/b/check#1"),
+            Some(CallOf::Inside(2, "check#1"))
+        );
+        assert_eq!(
+            index.call_of("review/inner#1/draft#2"),
+            Some(CallOf::Inside(3, "inner#1/draft#2"))
+        );
+        assert_eq!(index.call_of("gone"), None);
+        assert_eq!(index.call_of("builder-1"), None);
+        assert_eq!(index.step_of("each-0"), Some(1));
     }
 }

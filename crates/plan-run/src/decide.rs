@@ -158,10 +158,9 @@ fn check_all(
         let steps: Vec<String> = plan_of(row)
             .map(|plan| plan.steps.iter().map(|s| s.id.0.clone()).collect())
             .unwrap_or_default();
-        let step = plan_types::CallId::within(id, |step| steps.iter().any(|s| s == step)).top();
-        let known = steps
-            .iter()
-            .any(|s| s == step || plan_graph::is_item_of(step, s));
+        let known = plan_graph::StepIndex::new(steps.iter().map(String::as_str))
+            .step_of(id)
+            .is_some();
         let mut message = if known || steps.is_empty() {
             format!(
                 "`{id}` needs no decision in run {}: it is not a high-risk step",

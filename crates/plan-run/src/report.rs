@@ -171,6 +171,7 @@ fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>
         .iter()
         .rposition(|(_, e)| e.kind == plan_types::EventKind::RunStarted)
         .unwrap_or(0);
+    let index = plan_graph::StepIndex::new(plan.steps.iter().map(|s| s.id.0.as_str()));
     let mut started = Vec::new();
     for (_, event) in &events[from..] {
         if !matches!(
@@ -182,12 +183,7 @@ fn started_steps(store: &Store, row: &RunRow, plan: &Plan) -> Result<Vec<String>
         let Some(id) = event.step_id.as_deref() else {
             continue;
         };
-        let top = plan_types::CallId::within(id, |step| plan.position(step).is_some()).top();
-        let step = plan
-            .steps
-            .iter()
-            .find(|s| s.id.0 == top || plan_graph::is_item_of(top, &s.id.0));
-        if let Some(step) = step
+        if let Some(step) = index.step_of(id).map(|i| &plan.steps[i])
             && !started.contains(&step.id.0)
         {
             started.push(step.id.0.clone());
@@ -241,13 +237,8 @@ fn busy_blocks(
 
 /// Whether record `id` goes with step `step` in the ledger's order: an item or a call inside
 /// it, or a record of no step of the plan (a step of an earlier revision, `run --replan`).
-fn goes_with(id: &str, step: &str, steps: &std::collections::HashSet<&str>) -> bool {
-    let top = plan_types::CallId::within(id, |s| steps.contains(s)).top();
-    top == step
-        || plan_graph::is_item_of(top, step)
-        || !steps
-            .iter()
-            .any(|s| top == *s || plan_graph::is_item_of(top, s))
+fn goes_with(id: &str, step: usize, index: &plan_graph::StepIndex) -> bool {
+    index.step_of(id).is_none_or(|of| of == step)
 }
 
 /// The stored records with a record for every step that has none yet (a run that is
@@ -259,7 +250,7 @@ fn with_unsettled(
     pending: &[&str],
     started: &[String],
 ) -> Vec<Record> {
-    let ids: std::collections::HashSet<&str> = plan.steps.iter().map(|s| s.id.0.as_str()).collect();
+    let index = plan_graph::StepIndex::new(plan.steps.iter().map(|s| s.id.0.as_str()));
     let reason = match status {
         TaskStatus::Waiting => plan_types::reasons::WAITING_FOR_APPROVAL,
         TaskStatus::Stopped => plan_types::reasons::STOPPED,
@@ -273,14 +264,14 @@ fn with_unsettled(
     };
     let mut stored = stored.into_iter().peekable();
     let mut records = Vec::with_capacity(plan.steps.len());
-    for step in &plan.steps {
+    for (i, step) in plan.steps.iter().enumerate() {
         let mut found = false;
         // The store keeps plan order, a step's items and nodes right before the step.
         while let Some(record) = stored.peek() {
             if record.step_id == step.id.0 {
                 found = true;
-            } else if ids.contains(record.step_id.as_str())
-                || !goes_with(&record.step_id, &step.id.0, &ids)
+            } else if index.position(&record.step_id).is_some()
+                || !goes_with(&record.step_id, i, &index)
             {
                 // Another step's, or an item or node of a later step (this one has not
                 // settled: its record is made up below).
@@ -400,21 +391,23 @@ pub fn runs(store: &mut Store, filter: &RunFilter) -> Result<Vec<RunSummary>, Li
     Ok(listed)
 }
 
-/// The records of `report` a step's log shows: every call's, or those of `step` (the step,
-/// its map items, and the calls made inside it: block nodes, a task's calls), the run's
-/// `__meta__` record aside.
-pub fn records_of<'a>(report: &'a RunReport, step: Option<&str>) -> Vec<&'a plan_types::Record> {
+/// The records of `report` (a run of `plan`) a step's log shows: every call's, or those of
+/// `step` (the step, its map items, and the calls made inside it: block nodes, a task's
+/// calls), the run's `__meta__` record aside.
+pub fn records_of<'a>(
+    report: &'a RunReport,
+    plan: &Plan,
+    step: Option<&str>,
+) -> Vec<&'a plan_types::Record> {
+    let index = plan_graph::StepIndex::new(plan.steps.iter().map(|s| s.id.0.as_str()));
+    let wanted = step.map(|step| index.position(step));
     report
         .records
         .iter()
         .filter(|r| r.step_id != plan_graph::META_STEP_ID)
-        .filter(|r| match step {
+        .filter(|r| match wanted {
             None => true,
-            Some(step) => {
-                r.step_id == step
-                    || plan_graph::is_item_of(&r.step_id, step)
-                    || r.step_id.starts_with(&format!("{step}/"))
-            }
+            Some(wanted) => wanted.is_some() && index.step_of(&r.step_id) == wanted,
         })
         .collect()
 }

@@ -153,13 +153,15 @@ fn a_step_s_records_are_its_own_its_items_and_the_calls_inside_it() {
     let store = Store::open(&ledger).unwrap();
     let row = store.run("last").unwrap();
     let report = plan_run::report(&store, &row).unwrap();
+    let plan = plan_run::plan_of(&row).unwrap();
     let ids = |step: Option<&str>| -> Vec<String> {
-        plan_run::records_of(&report, step)
+        plan_run::records_of(&report, &plan, step)
             .iter()
             .map(|r| r.step_id.clone())
             .collect()
     };
     assert_eq!(ids(Some("each")), ["each-0", "each-1", "each"]);
+    assert_eq!(ids(Some("nothing")), Vec::<String>::new());
     let everything = ids(None);
     assert!(everything.iter().all(|id| id != plan_types::META_STEP_ID));
     assert!(everything.contains(&"other".to_owned()));

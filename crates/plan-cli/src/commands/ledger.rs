@@ -146,7 +146,8 @@ pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, 
     let mut store = ledger.open_reader()?;
     let row = read_run(&mut store, &args.run)?;
     let report = stored_report(&store, &row)?;
-    let records = plan_run::records_of(&report, args.step.as_deref());
+    let plan = plan_of(&row)?;
+    let records = plan_run::records_of(&report, &plan, args.step.as_deref());
     if records.is_empty() {
         let what = args
             .step
