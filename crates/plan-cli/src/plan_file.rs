@@ -182,6 +182,14 @@ pub(crate) fn prepare_source(
     arguments: Severity,
 ) -> Result<Ready, Failure> {
     let ready = prepare_silently(source, format, &fallback_id, inputs, toolbox, arguments)?;
+    warn_unused(&ready);
+    report(&ready.loaded.source, &ready.loaded.warnings);
+    Ok(ready)
+}
+
+/// Says which variables given the plan neither defines nor reads (a typo would otherwise go
+/// unnoticed until a step reads the default).
+fn warn_unused(ready: &Ready) {
     for unused in &ready.unused_inputs {
         let hint = unused
             .near
@@ -193,12 +201,10 @@ pub(crate) fn prepare_source(
             unused.name
         );
     }
-    report(&ready.loaded.source, &ready.loaded.warnings);
-    Ok(ready)
 }
 
-/// [`prepare`] for `validate --json`: arguments checked as errors, and nothing printed (the
-/// caller prints the issues as data).
+/// [`prepare`] for `validate --json`: arguments checked as errors, and the plan's issues not
+/// printed (the caller prints them as data).
 pub(crate) fn prepare_quietly(
     args: &PlanArgs,
     toolbox: &Toolbox,
@@ -211,7 +217,10 @@ pub(crate) fn prepare_quietly(
         read_source(&args.plan, ledger)?
     };
     let id = default_plan_id(&args.plan);
-    prepare_silently(source, format, &id, inputs, toolbox, Severity::Error)
+    let ready = prepare_silently(source, format, &id, inputs, toolbox, Severity::Error)?;
+    // On stderr, as ever: not an issue of the plan's text.
+    warn_unused(&ready);
+    Ok(ready)
 }
 
 /// `plan_run::prepare`, with the values of the plan's `env:` variables read from this

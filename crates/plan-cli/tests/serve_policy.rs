@@ -504,7 +504,7 @@ fn without_sampling_or_an_endpoint_plan_create_says_why() {
     let answers = serve(&lab, &[], &json!([["plan_create", {"goal": "anything"}]]));
     refused(
         &answers[0],
-        "this client offers no sampling, and the server's operator set no PLAN_LLM_URL",
+        "this client offers no sampling, and the server's operator configured no model",
     );
 }
 
@@ -604,4 +604,73 @@ fn a_clients_worktree_folder_stays_in_the_work_folder() {
     assert!(!lab.dir.path().join("elsewhere").exists());
     // Inside, the task runs (and fails: echo changes nothing), in the work folder's `wt`.
     assert_eq!(answers[2]["is_error"], json!(false), "{}", answers[2]);
+}
+
+/// Goes on with one run from several `plan_resume` calls at once (hostile review: each ran
+/// the run's steps again, since the run's owner, this server, is alive).
+const RESUME_AT_ONCE: &str = r#"
+import asyncio, json, sys, os
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "serve", "--allow-client-approval"], env=dict(os.environ))
+    plan = json.loads(sys.argv[2])
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            started = await session.call_tool("plan_run", {"plan": plan})
+            run = started.structured_content["run_id"]
+            await session.call_tool("plan_approve", {"run_id": run, "steps": ["gate"]})
+            answers = await asyncio.gather(*[session.call_tool("plan_resume", {"run_id": run}) for _ in range(3)])
+            status = await session.call_tool("plan_status", {"run_id": run})
+    print(json.dumps({
+        "answers": [{"is_error": bool(a.is_error), "text": a.content[0].text if a.content else ""} for a in answers],
+        "status": status.structured_content,
+    }))
+
+asyncio.run(main())
+"#;
+
+#[test]
+fn a_run_goes_on_once_however_many_resumes_a_client_sends_at_once() {
+    let lab = Lab::new();
+    let script = lab.dir.path().join("resume.py");
+    std::fs::write(&script, RESUME_AT_ONCE).unwrap();
+    let plan = json!({"steps": [
+        {"id": "gate", "tool": "echo", "args": {}, "risk": "high"},
+        {"id": "slow", "tool": "sleep", "args": {"ms": 1500}, "depends_on": ["gate"]}
+    ]});
+    let output = std::process::Command::new(python())
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .arg(plan.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let answers = result["answers"].as_array().unwrap();
+    let went_on: Vec<&Value> = answers
+        .iter()
+        .filter(|a| a["is_error"] == json!(false))
+        .collect();
+    assert_eq!(went_on.len(), 1, "{answers:?}");
+    for answer in answers.iter().filter(|a| a["is_error"] == json!(true)) {
+        refused(answer, "is already going on in this server");
+    }
+    let status = &result["status"];
+    assert_eq!(status["task_status"], "COMPLETED", "{status}");
+    let slow = status["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == "slow")
+        .unwrap();
+    assert_eq!(slow["attempts"], 1, "called once: {slow}");
 }

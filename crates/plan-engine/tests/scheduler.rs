@@ -1051,6 +1051,40 @@ async fn a_resumed_run_skips_what_settled_and_ends_with_the_same_records() {
     assert_eq!(resumed.variables, full.variables);
 }
 
+/// Hostile review: one step's id begins another's (`build`, `build/each`). A resumed run gave
+/// `build/each-0` to `build` as a call inside it, ran the item again and reported it twice.
+#[tokio::test(start_paused = true)]
+async fn a_step_whose_id_begins_another_s_keeps_its_own_items_on_resume() {
+    let plan = json!({"max_concurrency": 1, "steps": [
+        probe("build", &[]),
+        {"id": "build/each", "tool": "probe", "expand_on": [1, 2, 3], "args": {"v": "$each"}},
+        {"id": "after", "tool": "probe", "args": {"v": 0}, "depends_on": ["build/each"]},
+    ]});
+    let full = JournalRun::new(plan.clone(), MemoryJournal::default())
+        .run(|_| {})
+        .await
+        .unwrap();
+    let keep = ["build", "build/each-0", "build/each-1"];
+    let restored = plan_types::Restored {
+        checkpoints: Default::default(),
+        earlier_attempts: Default::default(),
+        records: full
+            .records
+            .iter()
+            .filter(|r| keep.contains(&r.step_id.as_str()))
+            .cloned()
+            .collect(),
+        variables: Default::default(),
+    };
+    let again = JournalRun::new(plan, MemoryJournal::default());
+    let resumed = again.run(|o| o.restored = Some(restored)).await.unwrap();
+    assert_eq!(again.called(), ["build/each-2", "after"]);
+    let ids = |report: &RunReport| -> Vec<String> {
+        report.records.iter().map(|r| r.step_id.clone()).collect()
+    };
+    assert_eq!(ids(&resumed), ids(&full), "each record once, in plan order");
+}
+
 #[tokio::test(start_paused = true)]
 async fn kept_failures_stay_failed_on_resume() {
     let plan = json!({"steps": [{"id": "a", "tool": "probe", "args": {"fail": true}}, probe("b", &["a"])]});

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use plan_types::{CallId, PendingApproval};
+use plan_types::PendingApproval;
 
 /// Which call of a plan an id (a record's, an event's, an approval's) names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,21 +57,27 @@ impl StepIndex {
 
     /// The call `id` names, if it belongs to one of the plan's steps: the one reader of the
     /// ids the ledger, events and approvals carry.
+    ///
+    /// A step's id may hold `/`, `-` and `[` itself, and one step's id may begin another's
+    /// (`build` and `build/each`): the call belongs to the longest step id it begins with, as
+    /// a call inside that step (`STEP/…`) or one of its map items (`STEP-N`, `STEP[KEY]`).
     pub fn call_of<'a>(&self, id: &'a str) -> Option<CallOf<'a>> {
-        let call = CallId::within(id, |step| self.positions.contains_key(step));
-        let top = call.top();
-        if let Some(&i) = self.positions.get(top) {
-            return Some(match call.inside() {
-                Some(inside) => CallOf::Inside(i, inside),
-                None => CallOf::Step(i),
-            });
+        if let Some(&i) = self.positions.get(id) {
+            return Some(CallOf::Step(i));
         }
-        // A map item: `STEP-N` or `STEP[KEY]`, its step's id a prefix of it.
-        top.match_indices(['-', '['])
-            .map(|(at, _)| &top[..at])
-            .filter(|step| crate::is_item_of(top, step))
-            .find_map(|step| self.positions.get(step).copied())
-            .map(CallOf::Item)
+        let mut longest = None;
+        for (at, mark) in id.match_indices(['/', '-', '[']) {
+            let step = &id[..at];
+            let Some(&i) = self.positions.get(step) else {
+                continue;
+            };
+            if mark == "/" {
+                longest = Some(CallOf::Inside(i, &id[at + 1..]));
+            } else if crate::is_item_of(id, step) {
+                longest = Some(CallOf::Item(i));
+            }
+        }
+        longest
     }
 
     /// `pending` in plan order (by step, then id), whatever the order they became ready in:
@@ -115,5 +121,12 @@ mod tests {
         assert_eq!(index.call_of("gone"), None);
         assert_eq!(index.call_of("builder-1"), None);
         assert_eq!(index.step_of("each-0"), Some(1));
+        // One step's id the start of another's (hostile review): the longer one's calls.
+        let index = StepIndex::new(["build", "build/each", "a", "a/p"]);
+        assert_eq!(index.call_of("build/each-0"), Some(CallOf::Item(1)));
+        assert_eq!(index.call_of("build/each[k/v]"), Some(CallOf::Item(1)));
+        assert_eq!(index.call_of("build/x#1"), Some(CallOf::Inside(0, "x#1")));
+        assert_eq!(index.call_of("a/p/n1#1"), Some(CallOf::Inside(3, "n1#1")));
+        assert_eq!(index.call_of("a/n1#1"), Some(CallOf::Inside(2, "n1#1")));
     }
 }

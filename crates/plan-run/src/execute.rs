@@ -90,8 +90,8 @@ pub struct Execution {
     pub queue: Option<Arc<Dispatcher>>,
     /// Keep this execute-state document current as the ledger commits, and at the run's end.
     pub state_file: Option<crate::StateFile>,
-    /// The run stops (resumably, as a cancel stops it) after this long: `mcp serve
-    /// --max-run-time`.
+    /// The run stops (resumably, as a cancel stops it) after this long (a policy's
+    /// `max_run_time`).
     pub time_limit: Option<std::time::Duration>,
 }
 
@@ -570,9 +570,12 @@ pub async fn resume(
         }
         // A failed map step keeps its items that succeeded, a failed block runs again from
         // its entry (its nodes' records go), and a step run again loses everything it made.
-        let is_step = |step: &str| plan.position(step).is_some();
         let forgotten = |id: &str| {
-            let top = plan_types::CallId::within(id, is_step).top();
+            // A call inside a step goes with its step; an item is a call of its own.
+            let top = match index.call_of(id) {
+                Some(plan_graph::CallOf::Inside(i, _)) => plan.steps[i].id.0.as_str(),
+                _ => id,
+            };
             failed.iter().any(|f| id == f.as_str() || top == f.as_str())
                 || step_of(id).is_some_and(|i| again[i])
         };

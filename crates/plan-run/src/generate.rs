@@ -203,7 +203,7 @@ pub async fn replan(
             source,
         })?;
     let combined = combine(&written, &done, &created.plan, &taken)
-        .map_err(|problem| LifecycleError::Internal(problem.trim_start_matches("- ").to_owned()))?;
+        .map_err(|problem| LifecycleError::Refused(problem.trim_start_matches("- ").to_owned()))?;
     let text = serde_json::to_string_pretty(&combined)
         .map_err(|error| LifecycleError::Internal(error.to_string()))?;
     let failure = redact(&failure_of(report), secrets);

@@ -277,7 +277,7 @@ pub async fn select(
     let tools = toolbox
         .for_plan(prepared.loaded.plan.tool_names())
         .await
-        .map_err(|error| crate::LifecycleError::Refused(error.to_string()))?;
+        .map_err(|error| crate::LifecycleError::Prepare(Box::new(error.into())))?;
     prepared.select(layer, task, &tools.registry)
 }
 

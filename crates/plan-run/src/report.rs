@@ -392,8 +392,9 @@ pub fn runs(store: &mut Store, filter: &RunFilter) -> Result<Vec<RunSummary>, Li
 }
 
 /// The records of `report` (a run of `plan`) a step's log shows: every call's, or those of
-/// `step` (the step, its map items, and the calls made inside it: block nodes, a task's
-/// calls), the run's `__meta__` record aside.
+/// `step`: a step of the plan with its map items and the calls made inside it (block nodes, a
+/// task's calls), or else the one call of that id (an item, a node, a step of an earlier
+/// revision). The run's `__meta__` record is left aside.
 pub fn records_of<'a>(
     report: &'a RunReport,
     plan: &Plan,
@@ -407,7 +408,8 @@ pub fn records_of<'a>(
         .filter(|r| r.step_id != plan_graph::META_STEP_ID)
         .filter(|r| match wanted {
             None => true,
-            Some(wanted) => wanted.is_some() && index.step_of(&r.step_id) == wanted,
+            Some(None) => Some(r.step_id.as_str()) == step,
+            Some(wanted) => index.step_of(&r.step_id) == wanted,
         })
         .collect()
 }

@@ -161,6 +161,7 @@ fn a_step_s_records_are_its_own_its_items_and_the_calls_inside_it() {
             .collect()
     };
     assert_eq!(ids(Some("each")), ["each-0", "each-1", "each"]);
+    assert_eq!(ids(Some("each-1")), ["each-1"], "one item");
     assert_eq!(ids(Some("nothing")), Vec::<String>::new());
     let everything = ids(None);
     assert!(everything.iter().all(|id| id != plan_types::META_STEP_ID));

@@ -46,7 +46,10 @@ pub struct Settings {
 /// Serves plans on stdin and stdout until the client leaves. Nothing else may write to
 /// stdout meanwhile: it is the protocol.
 pub async fn serve_stdio(settings: Settings) -> Result<(), ServeError> {
-    let server = Arc::new(PlanServer(settings));
+    let server = Arc::new(PlanServer {
+        settings,
+        going_on: std::sync::Mutex::default(),
+    });
     let info = ServerInfo {
         name: "plan-cli",
         version: env!("CARGO_PKG_VERSION"),
@@ -60,26 +63,52 @@ pub fn tool_names() -> Vec<&'static str> {
     Served::ALL.into_iter().map(Served::name).collect()
 }
 
-struct PlanServer(Settings);
+struct PlanServer {
+    settings: Settings,
+    /// Runs this server is going on with now. The ledger cannot tell: their owner is this
+    /// process, which is alive, so a second `plan_resume` of one would run its steps again.
+    going_on: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// A run this server goes on with, until dropped.
+struct GoingOn<'a> {
+    server: &'a PlanServer,
+    run_id: String,
+}
+
+impl Drop for GoingOn<'_> {
+    fn drop(&mut self) {
+        self.server
+            .going_on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.run_id);
+    }
+}
 
 /// Why a call is refused or failed, as the client reads it.
 type Refusal = String;
 
-/// A plan that does not prepare: its diagnostics (with the lines of the plan they point at),
-/// then what is wrong.
+/// Each issue as a diagnostic drawn with the lines of the plan it points at.
+fn rendered(source: &Source, issues: &[plan_graph::Issue]) -> Vec<String> {
+    issues
+        .iter()
+        .map(|issue| format!("{:?}", miette::Report::new(source.diagnostic(issue))))
+        .collect()
+}
+
+/// A plan that does not prepare: its diagnostics, then what is wrong. Why an MCP server of
+/// the operator's configuration fails (its address, its error output) is the operator's: it
+/// may hold their credentials, so the client hears only which server.
 fn prepare_refusal(error: PrepareError) -> Refusal {
     match error {
+        PrepareError::Tools(plan_run::ToolsError::Server(error)) => format!(
+            "the MCP server `{}` of this server's configuration cannot be used now",
+            error.server
+        ),
+        PrepareError::Tools(_) => "this server's MCP configuration cannot be used now".to_owned(),
         PrepareError::Invalid(problems) => {
-            let mut text: Vec<String> = problems
-                .issues
-                .iter()
-                .map(|issue| {
-                    format!(
-                        "{:?}",
-                        miette::Report::new(problems.source.diagnostic(issue))
-                    )
-                })
-                .collect();
+            let mut text = rendered(&problems.source, &problems.issues);
             text.push(PrepareError::Invalid(problems).to_string());
             text.join("\n")
         }
@@ -91,16 +120,7 @@ fn lifecycle_refusal(error: LifecycleError) -> Refusal {
     match error {
         LifecycleError::Prepare(error) => prepare_refusal(*error),
         LifecycleError::InvalidPlan(invalid) => {
-            let mut text: Vec<String> = invalid
-                .issues
-                .iter()
-                .map(|issue| {
-                    format!(
-                        "{:?}",
-                        miette::Report::new(invalid.plan_source.diagnostic(issue))
-                    )
-                })
-                .collect();
+            let mut text = rendered(&invalid.plan_source, &invalid.issues);
             text.push(LifecycleError::InvalidPlan(invalid).to_string());
             text.join("\n")
         }
@@ -315,25 +335,46 @@ fn block<F: std::future::Future>(future: F) -> F::Output {
 impl PlanServer {
     /// The ledger, made if there is none yet.
     fn open(&self) -> Result<Store, Refusal> {
-        Store::open(&self.0.ledger).map_err(ledger_refusal)
+        Store::open(&self.settings.ledger).map_err(ledger_refusal)
     }
 
     /// The ledger, which must be there already.
     fn open_existing(&self) -> Result<Store, Refusal> {
-        if !self.0.ledger.exists() {
+        if !self.settings.ledger.exists() {
             return Err(format!(
                 "there is no ledger at {}: no run has been recorded there yet",
-                self.0.ledger.display()
+                self.settings.ledger.display()
             ));
         }
         self.open()
+    }
+
+    /// Marks run `run_id` as gone on with by this server, or refuses if it already is.
+    fn going_on(&self, run_id: &str) -> Result<GoingOn<'_>, Refusal> {
+        let mut going_on = self
+            .going_on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !going_on.insert(run_id.to_owned()) {
+            return Err(format!(
+                "run {run_id} is already going on in this server: ask plan_status for it"
+            ));
+        }
+        Ok(GoingOn {
+            server: self,
+            run_id: run_id.to_owned(),
+        })
     }
 
     /// Where a client's run finds its tools, kept with it: the server's MCP configuration (a
     /// later `plan-cli resume` finds the same tools).
     fn sources(&self) -> plan_run::RunSources {
         plan_run::RunSources {
-            mcp_config: self.0.toolbox.config().map(std::path::Path::to_path_buf),
+            mcp_config: self
+                .settings
+                .toolbox
+                .config()
+                .map(std::path::Path::to_path_buf),
             ..plan_run::RunSources::default()
         }
     }
@@ -343,11 +384,11 @@ impl PlanServer {
     fn execution(&self, plan: &Plan, approvals: Option<bool>) -> plan_run::Execution {
         let mut execution = plan_run::Execution::new();
         execution.approvals = approvals;
-        execution.time_limit = self.0.policy.max_run_time;
+        execution.time_limit = self.settings.policy.max_run_time;
         execution.state_file =
             plan_run::StateFile::beside_breakdown(plan).map(|path| plan_run::StateFile {
                 path,
-                project_path: self.0.project_path.clone(),
+                project_path: self.settings.project_path.clone(),
             });
         execution
     }
@@ -370,15 +411,16 @@ impl PlanServer {
     /// Goes on with a stored run (a finished one, unless failures are to be retried, only
     /// gives its report). A client's plan cannot turn approvals off: the operator's gate holds.
     fn go_on(&self, run: &str, options: &plan_run::ResumeOptions) -> Result<RunReport, Refusal> {
+        let _going_on = self.going_on(run)?;
         let store = self.open_existing()?;
         let from =
             match plan_run::prepare_resume(&store, run, options).map_err(lifecycle_refusal)? {
                 plan_run::Resumable::Finished(outcome) => return Ok(outcome.report),
                 plan_run::Resumable::Continue(from) => from,
             };
-        let env = self.0.env.clone();
-        let prepared =
-            block(from.prepare(&self.0.toolbox, &|name| env(name))).map_err(lifecycle_refusal)?;
+        let env = self.settings.env.clone();
+        let prepared = block(from.prepare(&self.settings.toolbox, &|name| env(name)))
+            .map_err(lifecycle_refusal)?;
         let execution = self.execution(&prepared.loaded.plan, Some(true));
         block(plan_run::resume(store, from, prepared, execution))
             .map(|outcome| outcome.report)
@@ -411,7 +453,7 @@ impl PlanServer {
                     "plan_id": ready.program.plan_id(),
                     "steps": ready.program.len(),
                     "needs_approval": ready.program.gated_steps(),
-                    "warnings": ready.loaded.warnings.iter().map(|issue| format!("{:?}", miette::Report::new(ready.loaded.source.diagnostic(issue)))).collect::<Vec<_>>(),
+                    "warnings": rendered(&ready.loaded.source, &ready.loaded.warnings),
                 }))
             }
             Served::Run => {
@@ -427,9 +469,9 @@ impl PlanServer {
                     approve: strings("approve"),
                     mode: ready.program.mode(),
                     author: Author::McpClient,
-                    working_dir: Some(self.0.policy.workdir.display().to_string()),
+                    working_dir: Some(self.settings.policy.workdir.display().to_string()),
                     // plan_run::start checks the plan again and keeps approvals on.
-                    policy: Some(self.0.policy.clone()),
+                    policy: Some(self.settings.policy.clone()),
                     sources: self.sources(),
                     ..plan_run::Start::new()
                 };
@@ -462,7 +504,7 @@ impl PlanServer {
                 let mut store = self.open_existing()?;
                 let run_id = self.client_run(&mut store, &run_id()?)?.run_id;
                 let gated = |row: &plan_store::RunRow| {
-                    block(plan_run::gated_steps_in(row, &self.0.toolbox))
+                    block(plan_run::gated_steps_in(row, &self.settings.toolbox))
                 };
                 let decided = if flag("reject") {
                     let reason = string("reason");
@@ -514,7 +556,7 @@ impl PlanServer {
                 "the client's model".to_owned(),
             )
         } else {
-            match self.0.model.clone() {
+            match self.settings.model.clone() {
                 Some(endpoint) => {
                     let by = endpoint.model.clone();
                     let http = plan_llm::Http::new(endpoint).map_err(|e| e.to_string())?;
@@ -522,7 +564,7 @@ impl PlanServer {
                 }
                 None => {
                     return Err(
-                        "no model to write the plan: this client offers no sampling, and the server's operator set no PLAN_LLM_URL".to_owned(),
+                        "no model to write the plan: this client offers no sampling, and the server's operator configured no model".to_owned(),
                     );
                 }
             }
@@ -534,8 +576,8 @@ impl PlanServer {
             goal,
             None,
             2,
-            &self.0.toolbox,
-            &self.0.policy,
+            &self.settings.toolbox,
+            &self.settings.policy,
         ))
         .map_err(|error| error.to_string())?;
         // Never over a plan another author stored (it takes the next free id); over a plan
@@ -566,8 +608,8 @@ impl PlanServer {
         let start = plan_run::Start {
             mode: ready.program.mode(),
             author: Author::McpClient,
-            working_dir: Some(self.0.policy.workdir.display().to_string()),
-            policy: Some(self.0.policy.clone()),
+            working_dir: Some(self.settings.policy.workdir.display().to_string()),
+            policy: Some(self.settings.policy.clone()),
             sources: self.sources(),
             ..plan_run::Start::new()
         };
@@ -626,7 +668,7 @@ impl PlanServer {
             ),
             _ => return Err("`plan` must be a plan object or its text".to_owned()),
         };
-        self.0
+        self.settings
             .policy
             .check_size(Author::McpClient, text.len())
             .map_err(|error| error.to_string())?;
@@ -639,18 +681,18 @@ impl PlanServer {
             None | Some(Value::Null) => Map::new(),
             Some(_) => return Err("`variables` must be an object".to_owned()),
         };
-        let env = self.0.env.clone();
+        let env = self.settings.env.clone();
         let ready = block(plan_run::prepare(
             Source::new(name, text),
             format,
             "mcp-plan",
             inputs.into(),
-            &self.0.toolbox,
+            &self.settings.toolbox,
             plan_run::Strictness { arguments },
             &|name| env(name),
         ))
         .map_err(prepare_refusal)?;
-        self.0
+        self.settings
             .policy
             .check(Author::McpClient, &ready.loaded.plan, &ready.program)
             .map_err(|error| error.to_string())?;
@@ -660,11 +702,15 @@ impl PlanServer {
     /// Refuses a stored plan (a run's, to resume it) that needs more than the operator allows:
     /// compiled against the tools it names, and checked by every call it can make.
     fn check_plan(&self, plan: &Plan) -> Result<(), Refusal> {
-        let tools = block(self.0.toolbox.for_plan(plan.tool_names().iter().copied()))
-            .map_err(|error| error.to_string())?;
+        let tools = block(
+            self.settings
+                .toolbox
+                .for_plan(plan.tool_names().iter().copied()),
+        )
+        .map_err(|error| prepare_refusal(error.into()))?;
         let program = plan_engine::Program::compile(plan, "mcp-plan", &tools.registry)
             .map_err(|_| "the run's plan no longer compiles with this server's tools".to_owned())?;
-        self.0
+        self.settings
             .policy
             .check(Author::McpClient, plan, &program)
             .map_err(|error| error.to_string())
@@ -682,7 +728,7 @@ impl PlanServer {
 
     /// Refuses approvals from a client unless the operator allows them.
     fn check_approval(&self) -> Result<(), Refusal> {
-        if self.0.policy.self_approval {
+        if self.settings.policy.self_approval {
             return Ok(());
         }
         Err("this server does not let clients approve high-risk steps: its operator approves with `plan-cli approve RUN STEP` (or starts it with `--allow-client-approval`); clients may reject".to_owned())

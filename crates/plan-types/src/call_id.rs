@@ -25,16 +25,19 @@ impl<'a> CallId<'a> {
     }
 
     /// Reads `id` knowing the plan's steps: a step's id may hold a `/` or a `[` itself (`a/b`,
-    /// `b[x]`), so the call's step is the first prefix ending before a `/` that `is_step`
-    /// accepts (`a/b/check#1` is a node of step `a/b`, `b[x]/n#1` of step `b[x]`). Without one
-    /// the id is a call of its own: a step's, or an item's (`a/m[x/y]` of map step `a/m`).
+    /// `b[x]`), so the call's step is the longest prefix ending before a `/` that `is_step`
+    /// accepts (`a/b/check#1` is a node of step `a/b`, even when `a` is a step too; `b[x]/n#1`
+    /// of step `b[x]`). Without one the id is a call of its own: a step's, or an item's
+    /// (`a/m[x/y]` of map step `a/m`). (Which map step an item belongs to, this does not know:
+    /// `plan_graph::StepIndex::call_of` does.)
     pub fn within(id: &'a str, is_step: impl Fn(&str) -> bool) -> CallId<'a> {
         let inside = if is_step(id) {
             None
         } else {
             id.match_indices('/')
                 .map(|(at, _)| at)
-                .find(|&at| is_step(&id[..at]))
+                .filter(|&at| is_step(&id[..at]))
+                .last()
                 .map(|at| at + 1)
         };
         CallId { text: id, inside }
@@ -112,5 +115,13 @@ mod tests {
         assert_eq!(within("a/m[x]"), ("a/m[x]", None));
         assert_eq!(within("a/m[x/y]"), ("a/m[x/y]", None));
         assert_eq!(within("b[x]/n#1"), ("b[x]", Some("n#1")));
+        // One step's id a prefix of another's (hostile review): the longer one's node.
+        let steps = ["a", "a/p"];
+        let within = |id| {
+            let call = CallId::within(id, |s| steps.contains(&s));
+            (call.top(), call.inside())
+        };
+        assert_eq!(within("a/p/n1#1"), ("a/p", Some("n1#1")));
+        assert_eq!(within("a/n1#1"), ("a", Some("n1#1")));
     }
 }

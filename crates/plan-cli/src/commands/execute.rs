@@ -144,7 +144,7 @@ pub(crate) fn run_as(
 }
 
 /// How a run shows itself and what it writes besides the ledger: from `run` and `resume`'s
-/// flags, or plain for `mcp serve`.
+/// flags.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Frontend {
     /// `--json`: no progress bar.
@@ -159,7 +159,7 @@ pub(crate) struct Frontend {
     pub(crate) events: Option<PathBuf>,
     /// `--state-file FILE`.
     pub(crate) state_file: Option<PathBuf>,
-    /// The run stops (resumably) after this long: `mcp serve --max-run-time`.
+    /// The run stops (resumably) after this long: the policy's `max_run_time`.
     pub(crate) time_limit: Option<Duration>,
     /// `--approvals on|off`; `None`: as the plan says.
     pub(crate) approvals: Option<bool>,
@@ -512,10 +512,7 @@ impl Signals {
     }
 }
 
-/// Writes the run's execute-state document to `path` atomically: a temporary file in the same
-/// directory, renamed over the old one, so a reader never sees half a document.
-/// Before the run, not after it: the state file is a regular file (it is replaced whole, so a
-/// device or a folder there would be lost) in a folder plan-cli can write.
+/// Checks `--state-file` before the run, not after it (`plan_run::StateFile::check`).
 fn check_state_file(path: &Path) -> Result<(), Failure> {
     plan_run::StateFile::check(path)
         .map_err(|error| Failure::input(format!("--state-file {error}")))

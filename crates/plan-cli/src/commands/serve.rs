@@ -15,10 +15,9 @@ pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Resul
     // A client without sampling gets the operator's model, if one is configured whole.
     let model = match super::plans::endpoint(None) {
         Ok(model) => model,
-        Err(failure) => {
+        Err(_) => {
             eprintln!(
-                "warning: {}; plan_create works only for clients that offer sampling",
-                failure.message.unwrap_or_default()
+                "warning: PLAN_LLM_URL is set but PLAN_LLM_MODEL is not: plans are written from goals only for clients that offer sampling"
             );
             None
         }
