@@ -674,3 +674,22 @@ fn a_run_goes_on_once_however_many_resumes_a_client_sends_at_once() {
         .unwrap();
     assert_eq!(slow["attempts"], 1, "called once: {slow}");
 }
+
+/// Hostile review: with the default work folder (`.`, the server's folder) every client
+/// workspace failed ("the workspace repository  is not a folder"): the run kept `.` as its
+/// folder, and a plan's `repo: .` read from it named no folder.
+#[test]
+fn the_default_work_folder_holds_a_clients_workspace() {
+    let lab = Lab::new();
+    git_repo(lab.dir.path());
+    let plan = json!({"workspace": {"repo": ".", "max_attempts": 1, "worktree_dir": "wt"},
+        "steps": [{"id": "T1", "task": {"implement": {"tool": "echo", "args": {}}}}]});
+    let answers = serve(
+        &lab,
+        &["--allow-workspace"],
+        &json!([["plan_run", {"plan": plan}]]),
+    );
+    // The task runs (and fails: echo changes nothing), in the work folder's `wt`.
+    assert_eq!(answers[0]["is_error"], json!(false), "{}", answers[0]);
+    assert!(lab.dir.path().join("wt").exists());
+}

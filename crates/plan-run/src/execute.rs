@@ -290,6 +290,12 @@ pub async fn start(
         policy,
         sources,
     } = start;
+    // Refused before anything is recorded: a preview runs nothing, so it leaves no run.
+    if mode == Mode::Preview {
+        return Err(LifecycleError::Refused(
+            "a preview runs nothing: ask for the plan's calls instead".to_owned(),
+        ));
+    }
     if let Some(policy) = &policy {
         policy
             .check_size(author, prepared.loaded.source.text().len())

@@ -167,3 +167,30 @@ fn a_step_s_records_are_its_own_its_items_and_the_calls_inside_it() {
     assert!(everything.iter().all(|id| id != plan_types::META_STEP_ID));
     assert!(everything.contains(&"other".to_owned()));
 }
+
+#[test]
+fn a_preview_is_refused_before_a_run_is_recorded() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("state.db");
+    let plan = json!({"id": "p", "steps": [{"id": "a", "tool": "echo", "args": {}}]});
+    let prepared = prepare(&runtime, &plan, Inputs::default()).unwrap();
+    let start = Start {
+        mode: plan_engine::Mode::Preview,
+        ..Start::new()
+    };
+    let refused = runtime.block_on(plan_run::start(
+        Store::open(&ledger).unwrap(),
+        prepared,
+        start,
+        Execution::new(),
+    ));
+    assert!(matches!(refused, Err(plan_run::LifecycleError::Refused(_))));
+    let mut store = Store::open(&ledger).unwrap();
+    assert!(
+        plan_run::runs(&mut store, &RunFilter::default())
+            .unwrap()
+            .is_empty(),
+        "no run is left behind"
+    );
+}

@@ -57,6 +57,11 @@ pub(crate) fn policy_of(args: &ServeArgs) -> Result<Policy, Failure> {
     if let Some(dir) = &args.workdir {
         policy.workdir = dir.clone();
     }
+    // From the root: a client's run keeps it as its working folder, and a workspace's
+    // repository is found from it (`.` read as a plan's path would name no folder).
+    policy.workdir = std::fs::canonicalize(&policy.workdir).map_err(|error| {
+        Failure::input(format!("--workdir {}: {error}", policy.workdir.display()))
+    })?;
     Ok(policy)
 }
 
