@@ -94,6 +94,9 @@ fn by_default_a_client_gets_low_risk_tools_no_environment_and_no_approvals() {
             ["plan_validate", {"plan": {"steps": [{"id": "a", "tool": "echo", "when": format!("{}1", "1+".repeat(6000))}]}}],
             ["plan_validate", {"plan": {"steps": (0..51).map(|i| json!({"id": format!("s{i}"), "tool": "echo"})).collect::<Vec<_>>()}}],
             ["plan_validate", {"plan": {"steps": [{"id": "a", "tool": "echo", "args": {"pad": "x".repeat(30_000)}}]}}],
+            // A small plan over a large list given beside it (hostile review: 300,000 calls).
+            ["plan_run", {"plan": {"steps": [{"id": "m", "tool": "echo", "expand_on": "${list}", "args": {"n": "$each"}}]},
+                          "variables": {"list": (0..10_000).collect::<Vec<u32>>()}}],
             ["plan_validate", {"plan": ok_plan}],
         ]),
     );
@@ -121,8 +124,9 @@ fn by_default_a_client_gets_low_risk_tools_no_environment_and_no_approvals() {
     refused(&answers[6], "`when` is too large: it is 12001 bytes long");
     refused(&answers[7], "the plan has 51 steps; at most 50 are allowed");
     refused(&answers[8], "plans of at most 20000 are allowed");
+    refused(&answers[9], "plans of at most 20000 are allowed");
     // After all of that the server is alive and answers.
-    assert_eq!(answers[9]["is_error"], json!(false), "{}", answers[9]);
+    assert_eq!(answers[10]["is_error"], json!(false), "{}", answers[10]);
 
     let run_id = answers[5]["content"]["run_id"].as_str().unwrap().to_owned();
     let answers = serve(

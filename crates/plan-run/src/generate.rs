@@ -294,14 +294,17 @@ fn combine(
     let new_steps = answer["steps"]
         .as_array()
         .ok_or("- the answer has no `steps` list")?;
+    // An old step's id, and an id the ledger already holds a record of under an old step (a
+    // map item's `m-0`, a node's `b/n#1`): a new step of that id would take over its record.
+    let old = plan_graph::StepIndex::new(taken.iter().map(String::as_str));
     let reused: Vec<String> = new_steps
         .iter()
         .map(id_of)
-        .filter(|id| taken.contains(id))
+        .filter(|id| old.call_of(id).is_some())
         .collect();
     if !reused.is_empty() {
         return Err(format!(
-            "- the ids {} are taken by the plan's earlier steps: give the new steps new ids",
+            "- the ids {} are taken by the plan's earlier steps (or their items and calls): give the new steps new ids",
             reused.join(", ")
         ));
     }
@@ -346,6 +349,11 @@ mod tests {
         assert_eq!(combined["steps"], json!([{"id": "a"}, {"id": "c"}]));
         let refused = combine(&written, &done, &json!({"steps": [{"id": "b"}]}), &taken);
         assert!(refused.unwrap_err().contains("b are taken"));
+        // An old map step's item or an old block's node would take over its record.
+        for id in ["b-0", "b[k]", "a/n#1"] {
+            let refused = combine(&written, &done, &json!({"steps": [{"id": id}]}), &taken);
+            assert!(refused.unwrap_err().contains("are taken"), "{id}");
+        }
     }
 
     #[test]

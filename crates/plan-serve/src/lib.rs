@@ -668,10 +668,6 @@ impl PlanServer {
             ),
             _ => return Err("`plan` must be a plan object or its text".to_owned()),
         };
-        self.settings
-            .policy
-            .check_size(Author::McpClient, text.len())
-            .map_err(|error| error.to_string())?;
         let name = match format {
             Format::Json => "plan.json",
             Format::Yaml => "plan.yaml",
@@ -681,6 +677,17 @@ impl PlanServer {
             None | Some(Value::Null) => Map::new(),
             Some(_) => return Err("`variables` must be an object".to_owned()),
         };
+        // The variables count with the plan: a small plan mapping over a large list given
+        // beside it is as large as the list.
+        let given = if inputs.is_empty() {
+            0
+        } else {
+            serde_json::to_string(&inputs).map_or(0, |text| text.len())
+        };
+        self.settings
+            .policy
+            .check_size(Author::McpClient, text.len() + given)
+            .map_err(|error| error.to_string())?;
         let env = self.settings.env.clone();
         let ready = block(plan_run::prepare(
             Source::new(name, text),
