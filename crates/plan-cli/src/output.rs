@@ -27,8 +27,11 @@ pub(crate) struct Live {
 pub(crate) struct StepLabels {
     /// Top-level steps: id → how a line names it.
     labels: HashMap<String, String>,
-    /// Map steps' ids, to name the step an item belongs to.
-    maps: Vec<String>,
+    /// The steps' ids in plan order, to tell which step a call belongs to.
+    index: plan_graph::StepIndex,
+    ids: Vec<String>,
+    /// Whether each step (in plan order) is a map step.
+    maps: Vec<bool>,
 }
 
 impl StepLabels {
@@ -44,11 +47,12 @@ impl StepLabels {
                     )
                 })
                 .collect(),
+            index: plan_graph::StepIndex::new(plan.steps.iter().map(|step| step.id.0.as_str())),
+            ids: plan.steps.iter().map(|step| step.id.0.clone()).collect(),
             maps: plan
                 .steps
                 .iter()
-                .filter(|step| step.expand.is_some())
-                .map(|step| step.id.0.clone())
+                .map(|step| step.expand.is_some())
                 .collect(),
         }
     }
@@ -58,12 +62,18 @@ impl StepLabels {
         self.labels.get(id).map(String::as_str)
     }
 
-    /// The map step `item` (`ID-N`, `ID[KEY]`) is an item of.
-    fn map_of(&self, item: &str) -> Option<&str> {
-        self.maps
-            .iter()
-            .find(|map| plan_graph::is_item_of(item, map))
-            .map(String::as_str)
+    /// The call `id` names among the plan's: an item only of a map step (a step of an
+    /// earlier revision of the plan, `run --replan`, is none).
+    fn call_of<'a>(&self, id: &'a str) -> Option<plan_graph::CallOf<'a>> {
+        match self.index.call_of(id)? {
+            plan_graph::CallOf::Item(i) if !self.maps[i] => None,
+            call => Some(call),
+        }
+    }
+
+    /// The id of the step at `i`.
+    fn id_at(&self, i: usize) -> &str {
+        &self.ids[i]
     }
 
     fn len(&self) -> usize {
@@ -195,8 +205,8 @@ impl EventSink for Live {
         let ts = Some(event.ts.as_str());
         let id = event.step_id.as_deref().unwrap_or("");
         let label = self.steps.label(id);
-        let call = plan_types::CallId::within(id, |step| self.steps.label(step).is_some());
-        let node = call.is_inside();
+        let call = self.steps.call_of(id);
+        let node = matches!(call, Some(plan_graph::CallOf::Inside(..)));
         let mut state = self.lock();
         match event.kind {
             EventKind::RunStarted => {
@@ -214,8 +224,8 @@ impl EventSink for Live {
                         state.running.push((id.to_owned(), None));
                     }
                     self.say(&format!("▶ {label}"), ts);
-                } else if node {
-                    let (top, rest) = (call.top(), call.inside().unwrap_or(""));
+                } else if let Some(plan_graph::CallOf::Inside(step, rest)) = call {
+                    let top = self.steps.id_at(step);
                     if let Some(entry) = state.running.iter_mut().find(|(r, _)| r == top) {
                         entry.1 = Some(rest.to_owned());
                     }
@@ -226,7 +236,8 @@ impl EventSink for Live {
                 } else {
                     state.items_started += 1;
                     // The first item of a map step starts the step.
-                    if let Some(map) = self.steps.map_of(id)
+                    if let Some(plan_graph::CallOf::Item(step)) = call
+                        && let map = self.steps.id_at(step)
                         && !state.running.iter().any(|(r, _)| r == map)
                     {
                         state.running.push((map.to_owned(), None));
@@ -387,17 +398,11 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         let id = label(record);
         if plan.label(&record.step_id).is_none() {
             // A block's node (`STEP/NODE#N`) or a map step's item.
-            let call =
-                plan_types::CallId::within(&record.step_id, |step| plan.label(step).is_some());
-            let of_a_step = (call.is_inside() && plan.label(call.top()).is_some())
-                || plan.map_of(call.top()).is_some();
-            if !of_a_step {
+            match plan.call_of(&record.step_id) {
                 // A step of an earlier revision of the plan (`run --replan`): shown as it ended.
-                earlier += 1;
-            } else if call.is_inside() {
-                nodes += 1;
-            } else {
-                items += 1;
+                None => earlier += 1,
+                Some(plan_graph::CallOf::Inside(..)) => nodes += 1,
+                Some(_) => items += 1,
             }
             out.push_str(&part_line(record, &id, width));
             continue;
@@ -840,6 +845,31 @@ mod tests {
 
     fn ok(step_id: &str) -> serde_json::Value {
         serde_json::json!({"step_id": step_id, "ok": true, "skipped": false, "attempts": 1, "duration_ms": 3})
+    }
+
+    #[test]
+    fn a_map_step_whose_id_begins_with_another_step_s_has_its_own_items() {
+        let steps = labels_of(
+            "steps:\n\
+             - {id: build, tool: echo, args: {}}\n\
+             - {id: build/each, tool: echo, expand_on: [1, 2], args: {n: $each}}\n",
+        );
+        let report: RunReport = serde_json::from_value(serde_json::json!({
+            "run_id": "R",
+            "plan_id": "plan",
+            "task_status": "COMPLETED",
+            "records": [
+                ok("build"), ok("build/each-0"), ok("build/each-1"), ok("build/each"),
+                {"step_id": "__meta__", "ok": true, "skipped": false, "attempts": 0, "duration_ms": 9}
+            ],
+            "variables": {}
+        }))
+        .expect("a report");
+        let text = summary(&report, &steps, false);
+        assert!(
+            text.ends_with("COMPLETED: 2 steps (2 ok), 2 map items in 9ms · run R\n"),
+            "{text}"
+        );
     }
 
     #[test]
