@@ -26,31 +26,24 @@ pub(crate) fn author_of(
     if !args.stored_only && (path == Path::new("-") || path.exists()) {
         return Ok(plan_run::Author::Operator);
     }
+    Ok(stored(&path.to_string_lossy(), ledger)?
+        .map_or(plan_run::Author::Operator, |stored| stored.author))
+}
+
+/// The stored plan `id`, if there is a ledger and it has one.
+fn stored(id: &str, ledger: &Ledger) -> Result<Option<plan_run::StoredSource>, Failure> {
     if !ledger.exists() {
-        return Ok(plan_run::Author::Operator);
+        return Ok(None);
     }
-    Ok(ledger
-        .open()?
-        .find_plan(&path.to_string_lossy())
-        .map_err(Failure::ledger)?
-        .map_or(plan_run::Author::Operator, |stored| {
-            plan_run::Author::from_name(&stored.author)
-        }))
+    plan_run::stored_source(&ledger.open()?, id).map_err(Failure::lifecycle)
 }
 
 /// The stored plan `id`, from the ledger alone.
 fn read_stored(id: &str, ledger: &Ledger) -> Result<(Source, Format), Failure> {
-    if ledger.exists()
-        && let Some(stored) = ledger.open()?.find_plan(id).map_err(Failure::ledger)?
-    {
-        let format = if stored.format == "yaml" {
-            Format::Yaml
-        } else {
-            Format::Json
-        };
-        return Ok((Source::new(stored.name, stored.source), format));
+    match stored(id, ledger)? {
+        Some(stored) => Ok((stored.source, stored.format)),
+        None => Err(Failure::input(format!("no stored plan has the id `{id}`"))),
     }
-    Err(Failure::input(format!("no stored plan has the id `{id}`")))
 }
 
 /// The plan's text: from a file, from stdin (`-`, JSON or YAML), or else the stored plan with
@@ -61,12 +54,7 @@ pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Forma
         std::io::stdin()
             .read_to_string(&mut text)
             .map_err(|error| Failure::input(format!("cannot read the plan from stdin: {error}")))?;
-        // JSON when it looks like JSON (an object), else YAML.
-        let format = if text.trim_start().starts_with('{') {
-            Format::Json
-        } else {
-            Format::Yaml
-        };
+        let format = plan_run::format_of_text(&text);
         return Ok((Source::new("<stdin>", text), format));
     }
     match std::fs::read_to_string(path) {
@@ -76,18 +64,12 @@ pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Forma
         )),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let id = path.to_string_lossy();
-            if !ledger.exists()
-                || ledger
-                    .open()?
-                    .find_plan(&id)
-                    .map_err(Failure::ledger)?
-                    .is_none()
-            {
-                return Err(Failure::input(format!(
+            match stored(&id, ledger)? {
+                Some(stored) => Ok((stored.source, stored.format)),
+                None => Err(Failure::input(format!(
                     "cannot read plan `{id}`: no such file, and no stored plan has that id"
-                )));
+                ))),
             }
-            read_stored(&id, ledger)
         }
         Err(error) => Err(Failure::input(format!(
             "cannot read plan `{}`: {error}",

@@ -1668,22 +1668,27 @@ impl Scheduler<'_> {
             event
         });
         self.flush();
+        // Where the blocks that wait stand: kept by the ledger for `resume`, and their states
+        // in the report.
+        let waiting_at: BTreeMap<String, Value> = self
+            .steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, state)| {
+                let (_, checkpoint) = state.inner.as_deref()?.waiting.as_ref()?;
+                Some((self.program.steps[i].id.to_string(), checkpoint.clone()))
+            })
+            .collect();
         let ended = if let Some(writer) = self.writer.take() {
             let end = if stopped {
                 RunEnd::Stopped
             } else if waiting {
-                let checkpoints = self
-                    .steps
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, state)| {
-                        let (_, checkpoint) = state.inner.as_deref()?.waiting.as_ref()?;
-                        Some((self.program.steps[i].id.to_string(), checkpoint.clone()))
-                    })
-                    .collect();
                 RunEnd::Waiting {
                     pending: pending_approvals.clone(),
-                    checkpoints,
+                    checkpoints: waiting_at
+                        .iter()
+                        .map(|(id, at)| (id.clone(), at.clone()))
+                        .collect(),
                 }
             } else {
                 RunEnd::Finished(status)
@@ -1703,16 +1708,6 @@ impl Scheduler<'_> {
             ));
             meta.error = Some(Box::new(error));
         }
-        // Where the blocks that wait stand, for their states in the report.
-        let waiting_at: BTreeMap<String, Value> = self
-            .steps
-            .iter()
-            .enumerate()
-            .filter_map(|(i, state)| {
-                let (_, checkpoint) = state.inner.as_deref()?.waiting.as_ref()?;
-                Some((self.program.steps[i].id.to_string(), checkpoint.clone()))
-            })
-            .collect();
         let mut records: Vec<Record> = if self.steps.iter().all(|s| s.inner.is_none()) {
             // Collected in place: the records take the steps' list (a record is smaller than
             // a step's state; std reuses the allocation), so a large run does not hold two

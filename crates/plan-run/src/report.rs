@@ -81,6 +81,35 @@ pub fn format_of(name: &str) -> Format {
     }
 }
 
+/// The format of plan text given without a file name (stdin, an MCP client's text): JSON when
+/// it is one JSON object, else YAML. Every front-end reads such text the same way.
+pub fn format_of_text(text: &str) -> Format {
+    let object = text.trim_start().starts_with('{')
+        && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
+    if object { Format::Json } else { Format::Yaml }
+}
+
+/// A plan kept in the registry, as a plan source: its text (named as it was added), its format
+/// and who wrote it.
+#[derive(Debug, Clone)]
+pub struct StoredSource {
+    /// The plan's text.
+    pub source: plan_graph::Source,
+    /// JSON or YAML.
+    pub format: Format,
+    /// Who stored it (a model's and an MCP client's plans run under their policies).
+    pub author: crate::Author,
+}
+
+/// The stored plan `id`, if the registry has one.
+pub fn stored_source(store: &Store, id: &str) -> Result<Option<StoredSource>, LifecycleError> {
+    Ok(store.find_plan(id)?.map(|stored| StoredSource {
+        format: format_of(&stored.format),
+        author: crate::Author::from_name(&stored.author),
+        source: plan_graph::Source::new(stored.name, stored.source),
+    }))
+}
+
 /// The same object `run --json` printed (or would print), rebuilt from the ledger.
 pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> {
     let plan = plan_of(row)?;

@@ -194,3 +194,12 @@ fn a_preview_is_refused_before_a_run_is_recorded() {
         "no run is left behind"
     );
 }
+
+#[test]
+fn text_without_a_file_name_is_json_only_when_it_is_one_json_object() {
+    use plan_graph::Format;
+    assert_eq!(plan_run::format_of_text("  {\"steps\": []}"), Format::Json);
+    // A YAML flow mapping starts with `{` too.
+    assert_eq!(plan_run::format_of_text("{steps: []}"), Format::Yaml);
+    assert_eq!(plan_run::format_of_text("steps: []\n"), Format::Yaml);
+}

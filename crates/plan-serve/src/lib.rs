@@ -270,14 +270,11 @@ impl Served {
         let run_id = json!({"type": "string", "description": "The run's id (or a unique prefix)"});
         let goal = json!({"type": "string", "description": "What to accomplish, in natural language: be specific about the end result"});
         match self {
-            Served::Create => {
+            Served::Create | Served::CreateAndExecute => {
                 json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]})
             }
             Served::Execute => {
                 json!({"type": "object", "properties": {"plan_id": {"type": "string", "description": "The id plan_create returned"}}, "required": ["plan_id"]})
-            }
-            Served::CreateAndExecute => {
-                json!({"type": "object", "properties": {"goal": goal}, "required": ["goal"]})
             }
             Served::Validate => {
                 json!({"type": "object", "properties": {"plan": plan, "variables": {"type": "object"}}, "required": ["plan"]})
@@ -528,15 +525,13 @@ impl PlanServer {
             Served::Execute => {
                 let plan_id =
                     string("plan_id").ok_or_else(|| "`plan_id` is required".to_owned())?;
-                let stored = self
-                    .open_existing()?
-                    .find_plan(&plan_id)
-                    .map_err(ledger_refusal)?
-                    .filter(|stored| Author::from_name(&stored.author) == Author::McpClient)
+                let stored = plan_run::stored_source(&self.open_existing()?, &plan_id)
+                    .map_err(lifecycle_refusal)?
+                    .filter(|stored| stored.author == Author::McpClient)
                     .ok_or_else(|| {
                         format!("no plan `{plan_id}` among the plans this server's clients stored")
                     })?;
-                self.execute(&plan_id, Value::String(stored.source))
+                self.execute(&plan_id, Value::String(stored.source.text().to_owned()))
             }
             Served::CreateAndExecute => {
                 let goal = string("goal").ok_or_else(|| "`goal` is required".to_owned())?;
@@ -654,14 +649,7 @@ impl PlanServer {
     /// The plan of a call: an object, or JSON or YAML text.
     fn prepare(&self, args: &Map<String, Value>, arguments: Severity) -> Result<Prepared, Refusal> {
         let (text, format) = match args.get("plan") {
-            Some(Value::String(text)) => {
-                let format = if serde_json::from_str::<Value>(text).is_ok() {
-                    Format::Json
-                } else {
-                    Format::Yaml
-                };
-                (text.clone(), format)
-            }
+            Some(Value::String(text)) => (text.clone(), plan_run::format_of_text(text)),
             Some(plan @ Value::Object(_)) => (
                 serde_json::to_string_pretty(plan).unwrap_or_default(),
                 Format::Json,
