@@ -501,6 +501,17 @@ impl StateFile {
         Ok(())
     }
 
+    /// The state file of a run of `plan`: `given`, else the one beside its task breakdown
+    /// ([`StateFile::beside_breakdown`]); `project_path` is the project's folder it names.
+    pub fn for_run(
+        given: Option<std::path::PathBuf>,
+        plan: &Plan,
+        project_path: Option<String>,
+    ) -> Option<StateFile> {
+        let path = given.or_else(|| StateFile::beside_breakdown(plan))?;
+        Some(StateFile { path, project_path })
+    }
+
     /// Where a plan made from a task breakdown keeps its state by default: beside the
     /// breakdown, as the original executor does (`None` for other plans, or where it could
     /// not be written).

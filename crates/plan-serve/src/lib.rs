@@ -383,10 +383,7 @@ impl PlanServer {
         execution.approvals = approvals;
         execution.time_limit = self.settings.policy.max_run_time;
         execution.state_file =
-            plan_run::StateFile::beside_breakdown(plan).map(|path| plan_run::StateFile {
-                path,
-                project_path: self.settings.project_path.clone(),
-            });
+            plan_run::StateFile::for_run(None, plan, self.settings.project_path.clone());
         execution
     }
 

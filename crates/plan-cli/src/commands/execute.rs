@@ -374,24 +374,21 @@ where
     F: std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
 {
     let prepared = ready;
-    // A plan made from a task breakdown keeps its state beside the breakdown by default.
-    let state_file = args
-        .state_file
-        .clone()
-        .or_else(|| plan_run::StateFile::beside_breakdown(&prepared.loaded.plan));
     let mut settings = plan_run::Execution::new();
     settings.approvals = args.approvals;
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
     settings.time_limit = args.time_limit;
     settings.queue = toolbox.queue().cloned();
-    // Kept current by the run itself, as its ledger commits.
-    settings.state_file = state_file.clone().map(|path| plan_run::StateFile {
-        path,
-        project_path: std::env::current_dir()
+    // Kept current by the run itself, as its ledger commits; a plan made from a task
+    // breakdown keeps its state beside the breakdown by default.
+    settings.state_file = plan_run::StateFile::for_run(
+        args.state_file.clone(),
+        &prepared.loaded.plan,
+        std::env::current_dir()
             .ok()
             .map(|dir| dir.display().to_string()),
-    });
+    );
     let events_file = match &args.events {
         Some(path) => Some(Arc::new(EventsFile::open(path).map_err(|error| {
             Failure::input(format!(
