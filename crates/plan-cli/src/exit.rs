@@ -73,7 +73,9 @@ impl Failure {
                 "{error}; resume without --plan to use the stored plan, or with --force to use this one"
             )),
             LifecycleError::Policy(refused) => Failure::input(refused.to_string()),
-            error @ LifecycleError::Replan { .. } => Failure::input(error.to_string()),
+            error @ (LifecycleError::Replan { .. } | LifecycleError::EventsFile { .. }) => {
+                Failure::input(error.to_string())
+            }
             LifecycleError::Prepare(error) => Failure::prepare(*error),
             ref error @ LifecycleError::NotGated { ref id, .. } => {
                 Failure::input(format!("--approve {id}: {error}"))

@@ -5,7 +5,6 @@
 
 mod cli;
 mod commands;
-mod events_file;
 mod exit;
 mod ledger;
 mod output;
@@ -52,28 +51,21 @@ fn main() {
         )
         .cloned();
     let mut exec = plan_tools::Exec::default().passing(passthrough);
-    match working_dir(&cli.command, &ledger) {
+    // What a stored run a command goes on with kept: read once, for its folder, its tools and
+    // its queue.
+    let row = stored_run(&cli.command, &ledger);
+    let stored = row.as_ref().map(plan_run::sources_of).unwrap_or_default();
+    match working_dir(&cli.command, row.as_ref()) {
         Ok(Some(dir)) => exec = exec.in_dir(dir),
         Ok(None) => {}
         Err(failure) => exit_with(Err(failure)),
     }
+    // Read before any server starts; its runs keep their programs in its work folder.
     let mut policy = None;
     if let Command::Mcp(McpCommand::Serve(args)) = &cli.command {
-        match commands::policy_of(args) {
-            Ok(read) => {
-                exec = exec.confined_to(read.workdir.clone());
-                policy = Some(read);
-            }
-            Err(failure) => {
-                if let Some(message) = failure.message {
-                    eprintln!("Error: {}", output::terminal_safe(&message));
-                }
-                std::process::exit(failure.code);
-            }
-        }
+        policy = Some(commands::policy_of(args).unwrap_or_else(|failure| exit_with(Err(failure))));
     }
-    // What a stored run a command goes on with kept: read once, for its tools and its queue.
-    let stored = stored_sources(&cli.command, &ledger);
+    drop(row);
     let mcp_config = after
         .and_then(|tools| tools.mcp_config.clone())
         .or_else(|| cli.tool_options.mcp_config.clone())
@@ -128,56 +120,39 @@ fn main() {
     exit_with(outcome);
 }
 
-/// Where this command's programs run: see `plan_file::working_dir`; a resumed or retried run
-/// keeps the folder it started with, unless `--cwd` says otherwise.
-fn working_dir(
-    command: &Command,
-    ledger: &Ledger,
-) -> Result<Option<std::path::PathBuf>, exit::Failure> {
-    let stored = |run: &str, cwd: Option<&std::path::Path>| {
-        if cwd.is_some() {
-            return plan_file::working_dir(cwd, std::path::Path::new("-"));
-        }
-        if !ledger.exists() {
-            return Ok(None);
-        }
-        let store = ledger.open_reader()?;
-        // An unknown run is reported by the command itself.
-        Ok(store
-            .run(run)
-            .ok()
-            .and_then(|row| plan_run::working_dir_of(&row)))
-    };
-    match command {
-        Command::Run(args) => {
-            plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan)
-        }
-        Command::Resume(args) => stored(&args.run, args.execution.cwd.as_deref()),
-        Command::Retry(args) => stored(&args.run, args.execution.cwd.as_deref()),
-        _ => Ok(None),
-    }
-}
-
-/// Where the run a command goes on with (`resume`, `retry`, `approve`, `reject`) found its
-/// tools: see `plan_run::sources_of`. Nothing for other commands or an unknown run (which the
-/// command itself reports).
-pub(crate) fn stored_sources(command: &Command, ledger: &Ledger) -> plan_run::RunSources {
+/// The stored run a command goes on with (`resume`, `retry`, `approve`, `reject`): what it
+/// kept of its tools, queue and state file (`plan_run::sources_of`) and its working folder.
+/// Nothing for other commands or an unknown run (which the command itself reports).
+fn stored_run(command: &Command, ledger: &Ledger) -> Option<plan_store::RunRow> {
     let run = match command {
         Command::Resume(args) => &args.run,
         Command::Retry(args) => &args.run,
         Command::Approve(args) => &args.run,
         Command::Reject(args) => &args.run,
-        _ => return plan_run::RunSources::default(),
+        _ => return None,
     };
-    if !ledger.exists() {
-        return plan_run::RunSources::default();
+    let store = ledger.exists().then(|| ledger.open_reader().ok())??;
+    store.run(run).ok()
+}
+
+/// Where this command's programs run: `--cwd`, else a resumed or retried run's own folder,
+/// else (`run`) the plan file's (`plan_file::working_dir`).
+fn working_dir(
+    command: &Command,
+    stored: Option<&plan_store::RunRow>,
+) -> Result<Option<std::path::PathBuf>, exit::Failure> {
+    let cwd = match command {
+        Command::Run(args) => {
+            return plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan);
+        }
+        Command::Resume(args) => args.execution.cwd.as_deref(),
+        Command::Retry(args) => args.execution.cwd.as_deref(),
+        _ => return Ok(None),
+    };
+    match cwd {
+        Some(cwd) => plan_file::working_dir(Some(cwd), std::path::Path::new("-")),
+        None => Ok(stored.and_then(plan_run::working_dir_of)),
     }
-    ledger
-        .open_reader()
-        .ok()
-        .and_then(|store| store.run(run).ok())
-        .map(|row| plan_run::sources_of(&row))
-        .unwrap_or_default()
 }
 
 /// Prints a failure (its diagnostics and message) and exits with the outcome's code.

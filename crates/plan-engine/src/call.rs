@@ -27,6 +27,8 @@ pub(crate) struct CallContext {
     pub(crate) jitter_seed: Option<u64>,
     /// Where tools' printed lines go (`run -v`).
     pub(crate) output: Option<plan_ports::OutputSink>,
+    /// The folder every call's programs must stay in (`RunOptions::confined_to`).
+    pub(crate) confined_to: Option<Arc<std::path::Path>>,
     /// Attempts calls made before they were run again (`Restored::earlier_attempts`), by id.
     pub(crate) earlier: Arc<std::collections::BTreeMap<String, u32>>,
     /// Every variable name the plan can define: what a missing variable's message suggests
@@ -249,6 +251,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
                 })
             }),
             working_dir: working_dir.clone(),
+            confined_to: context.confined_to.clone(),
         };
         // The last attempt the policy allows gets the arguments themselves; an earlier one a
         // copy (compact: a tool such as `echo` keeps it in its result).

@@ -77,6 +77,9 @@ pub struct RunOptions {
     pub jitter_seed: Option<u64>,
     /// Where tools send the lines they print as they come (`run -v`); none by default.
     pub output: Option<plan_ports::OutputSink>,
+    /// The folder every call's programs must stay in (a run under an author's policy): each
+    /// tool is told of it (`ToolContext::confined_to`).
+    pub confined_to: Option<Arc<std::path::Path>>,
     /// The git repository task steps work in (the plan's `workspace`, opened by the caller);
     /// a task step fails without one.
     pub workspace: Option<Arc<dyn crate::task::Workspace>>,
@@ -103,6 +106,7 @@ impl RunOptions {
             mode: None,
             jitter_seed: None,
             output: None,
+            confined_to: None,
             workspace: None,
             started_at: None,
         }
@@ -302,6 +306,7 @@ struct Scheduler<'p> {
     guard: Option<Arc<Guard>>,
     jitter_seed: Option<u64>,
     output: Option<plan_ports::OutputSink>,
+    confined_to: Option<Arc<std::path::Path>>,
     /// With `fail_fast`: the first step (or item) that failed. Nothing starts after it.
     first_failure: Option<Arc<str>>,
     /// The context update after the last task failed: the run fails, and says why.
@@ -364,6 +369,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             .map(|limits| Arc::new(Guard::new(limits))),
         jitter_seed: options.jitter_seed,
         output: options.output.clone(),
+        confined_to: options.confined_to.clone(),
         first_failure: None,
         context_update_failed: None,
         earlier_attempts: Arc::default(),
@@ -1553,6 +1559,7 @@ impl Scheduler<'_> {
             guard: self.guard.clone(),
             jitter_seed: self.jitter_seed,
             output: self.output.clone(),
+            confined_to: self.confined_to.clone(),
             earlier: self.earlier_attempts.clone(),
             variable_names: self.program.variable_names.clone(),
         }

@@ -150,6 +150,10 @@ pub struct ToolContext {
     /// The folder the call works in, when the engine gives one (a task's worktree): a tool
     /// that runs programs runs them there.
     pub working_dir: Option<Arc<std::path::Path>>,
+    /// The folder the call's programs may not leave, when its run is under an author's policy
+    /// (an MCP client's, a model's): a tool that runs programs runs them inside it and refuses
+    /// a `cwd` outside it. It holds wherever the run goes on (`resume` from the CLI too).
+    pub confined_to: Option<Arc<std::path::Path>>,
 }
 
 /// Where a run's output lines go as tools print them: `(step_id, stream, line)`, with

@@ -481,6 +481,10 @@ impl Tool for RemoteTool {
             "attempt": ctx.attempt,
             "deadline": deadline,
         });
+        // A run under a policy keeps its programs in its work folder, on a worker too.
+        if let Some(dir) = &ctx.confined_to {
+            data["confined_to"] = Value::from(dir.display().to_string());
+        }
         // A task's calls work in its worktree: a worker on the same machine finds it.
         if let Some(dir) = &ctx.working_dir {
             data["working_dir"] = Value::from(dir.display().to_string());

@@ -198,7 +198,7 @@ fn notify(to: Option<&tokio::sync::mpsc::UnboundedSender<WorkerNotice>>, notice:
 }
 
 /// Makes the call a job asks for. Its data: `{"tool", "args", "run_id", "step_id",
-/// "attempt", "deadline", "working_dir"}`; the tool defaults to the job's name, so a job any
+/// "attempt", "deadline", "working_dir", "confined_to"}`; the tool defaults to the job's name, so a job any
 /// BullMQ producer adds with `{"args": …}` runs too.
 async fn call(
     tools: &Registry,
@@ -248,6 +248,22 @@ async fn call(
             ));
         }
     };
+    // A run under a policy keeps its programs in its work folder on a worker too; a worker
+    // that cannot see that folder refuses the call rather than run it unconfined.
+    let confined_to = match data["confined_to"].as_str() {
+        None | Some("") => None,
+        Some(dir) if std::path::Path::new(dir).is_dir() => {
+            Some(Arc::from(std::path::Path::new(dir)))
+        }
+        Some(dir) => {
+            return Err(ToolError::new(
+                codes::E_TOOL,
+                format!(
+                    "worker {worker} cannot see the folder the run's programs are kept in ({dir})"
+                ),
+            ));
+        }
+    };
     let cancel = CancellationToken::new();
     let ctx = ToolContext {
         run_id: Arc::from(data["run_id"].as_str().unwrap_or_default()),
@@ -259,6 +275,7 @@ async fn call(
         // A worker's programs print to nobody: results carry their output.
         output: None,
         working_dir,
+        confined_to,
     };
     let call = async {
         match left {

@@ -68,6 +68,14 @@ pub enum LifecycleError {
         /// Why not.
         message: String,
     },
+    /// The events file cannot be opened (nothing was recorded or run).
+    #[error("cannot open events file `{}`: {source}", .path.display())]
+    EventsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
     /// The model asked to re-plan a failed run gave no plan that passed (or could not be
     /// asked).
     #[error("re-planning run {run_id}: {source}")]

@@ -64,6 +64,43 @@ impl Prepared {
     }
 }
 
+/// What a run of a prepared plan would call, called without anything (`run --dry-run`, a
+/// preview): as `run --dry-run --json` prints it.
+#[derive(Debug, serde::Serialize)]
+pub struct DryRun {
+    /// The plan's id.
+    pub plan_id: String,
+    /// Always true: nothing was called or recorded.
+    pub dry_run: bool,
+    /// Each call the run would make, with its arguments resolved as far as they can be before
+    /// the run (or why a call would fail, or never be made).
+    pub calls: Vec<plan_engine::PlannedCall>,
+    /// The high-risk steps that would wait for an approval.
+    pub needs_approval: Vec<String>,
+}
+
+impl DryRun {
+    /// Whether a call would fail (its arguments do not resolve or fit its tool) or never be
+    /// made (a dependency that is not in the plan): the run would not complete.
+    pub fn would_fail(&self) -> bool {
+        self.calls
+            .iter()
+            .any(|call| call.error.is_some() || call.not_run.is_some())
+    }
+}
+
+impl Prepared {
+    /// What a run of this plan would call (see [`DryRun`]).
+    pub fn dry_run(&self) -> DryRun {
+        DryRun {
+            plan_id: self.program.plan_id().to_owned(),
+            dry_run: true,
+            calls: self.program.preview(&self.inputs, &self.env),
+            needs_approval: self.program.gated_steps(),
+        }
+    }
+}
+
 /// How a run goes, whether started or resumed.
 pub struct Execution {
     /// Most calls at once (overrides the plan's `max_concurrency`, and for a resumed run the
@@ -71,8 +108,12 @@ pub struct Execution {
     pub max_concurrency: Option<u32>,
     /// When results reach the ledger.
     pub durability: Durability,
-    /// Where events go besides the ledger (an events file, a progress bar).
+    /// Where events go besides the ledger (a progress bar).
     pub events: Vec<Arc<dyn EventSink>>,
+    /// Append every event to this file, one JSON line each (`tail -f` follows the run). It
+    /// must open before anything is recorded; a disk that fills later costs lines, never the
+    /// run.
+    pub events_file: Option<std::path::PathBuf>,
     /// Cancelling it stops the run (resumably).
     pub cancel: CancellationToken,
     /// Where tools send the lines they print as they come (`run -v`), if anywhere.
@@ -102,6 +143,7 @@ impl Execution {
             max_concurrency: None,
             durability: Durability::Sync,
             events: Vec::new(),
+            events_file: None,
             cancel: CancellationToken::new(),
             output: None,
             approvals: None,
@@ -151,9 +193,11 @@ pub struct Start {
     /// clients started; see [`author_of`]).
     pub author: crate::Author,
     /// What the author may do, when the plan runs under a policy: [`start`] checks the plan
-    /// against it, keeps approvals on when it says so, and keeps the plan's git repository
-    /// and worktree folder inside its work folder (checked where git finds them; kept with
-    /// the run for `resume`). `None`: the operator's powers.
+    /// against it, keeps approvals on when it says so, stops the run after its
+    /// `max_run_time`, keeps every call's programs in its work folder, and the plan's git
+    /// repository and worktree folder too (checked where git finds them). The run keeps it:
+    /// [`resume`] holds the run to it again, whoever resumes it. `None`: the operator's
+    /// powers.
     pub policy: Option<crate::Policy>,
     /// Where the run's tools come from and its state file (kept with the run: see
     /// [`sources_of`](crate::sources_of)).
@@ -296,21 +340,19 @@ pub async fn start(
             "a preview runs nothing: ask for the plan's calls instead".to_owned(),
         ));
     }
-    if let Some(policy) = &policy {
-        policy
-            .check_size(author, prepared.loaded.source.text().len())
-            .and_then(|()| policy.check(author, &prepared.loaded.plan, &prepared.program))?;
-        if policy.forces_approvals() {
-            execution.approvals = Some(true);
-        }
-    }
-    // Kept absolute, so that a resume from another folder checks the same folder.
-    let workspace_root = policy.as_ref().map(|policy| {
-        std::fs::canonicalize(&policy.workdir)
-            .unwrap_or_else(|_| policy.workdir.clone())
-            .display()
-            .to_string()
+    // Its work folder kept absolute, so that a resume from another folder holds the run to
+    // the same folder.
+    let policy = policy.map(|policy| crate::Policy {
+        workdir: std::fs::canonicalize(&policy.workdir).unwrap_or(policy.workdir.clone()),
+        ..policy
     });
+    if let Some(policy) = &policy {
+        hold_to(policy, author, &prepared, &mut execution)?;
+    }
+    let events_file = open_events_file(&mut execution)?;
+    let workspace_root = policy
+        .as_ref()
+        .map(|policy| policy.workdir.display().to_string());
     let gated: Vec<String> = prepared.program.gated_steps();
     let mut approvals = Approvals::new();
     for id in &approve {
@@ -338,6 +380,7 @@ pub async fn start(
         "approvals": execution.approvals,
         "author": author,
         "workspace_root": workspace_root,
+        "policy": policy,
         "sources": sources,
     });
     let started_at = plan_store::timestamp(SystemTime::now());
@@ -368,8 +411,85 @@ pub async fn start(
         approvals,
         mode,
         workspace,
+        root: workspace_root,
     };
-    execute(prepared, &run_id, store, from, execution).await
+    finish(
+        events_file,
+        execute(prepared, &run_id, store, from, execution).await,
+    )
+}
+
+/// Opens the run's events file, as one more of its sinks.
+fn open_events_file(
+    execution: &mut Execution,
+) -> Result<Option<Arc<crate::events_file::EventsFile>>, LifecycleError> {
+    let Some(path) = &execution.events_file else {
+        return Ok(None);
+    };
+    let file = crate::events_file::EventsFile::open(path).map_err(|source| {
+        LifecycleError::EventsFile {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    let file = Arc::new(file);
+    execution.events.push(file.clone());
+    Ok(Some(file))
+}
+
+/// A run's outcome once its events file holds every event.
+fn finish(
+    events_file: Option<Arc<crate::events_file::EventsFile>>,
+    outcome: Result<Outcome, LifecycleError>,
+) -> Result<Outcome, LifecycleError> {
+    if let Some(file) = events_file {
+        file.close();
+    }
+    outcome
+}
+
+/// Holds a run of `prepared` to `policy` (its author's): the plan must meet it, approvals stay
+/// on when it says so, and the run stops (resumably) after its `max_run_time`.
+fn hold_to(
+    policy: &crate::Policy,
+    author: crate::Author,
+    prepared: &Prepared,
+    execution: &mut Execution,
+) -> Result<(), LifecycleError> {
+    policy
+        .check_size(author, prepared.loaded.source.text().len())
+        .and_then(|()| policy.check(author, &prepared.loaded.plan, &prepared.program))?;
+    if policy.forces_approvals() {
+        execution.approvals = Some(true);
+    }
+    if let Some(limit) = policy.max_run_time {
+        execution.time_limit = Some(execution.time_limit.map_or(limit, |given| given.min(limit)));
+    }
+    Ok(())
+}
+
+/// The policy a run was started under (see [`Start::policy`]); `None` for the operator's own
+/// runs. A run whose author is not the operator is always under one: the restricted default,
+/// in its stored work folder, when it kept none (a run from before policies were kept, or a
+/// damaged one).
+pub fn policy_of(row: &RunRow) -> Option<crate::Policy> {
+    let stored = row.options.get("policy").filter(|value| !value.is_null());
+    let root = row.options.get("workspace_root").and_then(Value::as_str);
+    match stored {
+        Some(value) => {
+            Some(
+                serde_json::from_value(value.clone()).unwrap_or_else(|_| crate::Policy {
+                    workdir: root.map_or_else(|| ".".into(), std::path::PathBuf::from),
+                    ..crate::Policy::default()
+                }),
+            )
+        }
+        None if author_of(row) == crate::Author::Operator => None,
+        None => Some(crate::Policy {
+            workdir: root.map_or_else(|| ".".into(), std::path::PathBuf::from),
+            ..crate::Policy::default()
+        }),
+    }
 }
 
 /// How to resume a run.
@@ -387,6 +507,9 @@ pub struct ResumeOptions {
     /// The run's plan was just replaced by a new revision (`replan`): a finished run goes on
     /// with it, every record kept (the failed step's stays; the new steps run).
     pub replanned: bool,
+    /// The policy the run is held to instead of the one it was started under (a server's
+    /// policy now, which may have narrowed since); `None`: the stored one ([`policy_of`]).
+    pub policy: Option<crate::Policy>,
 }
 
 /// What [`prepare_resume`] found.
@@ -412,6 +535,8 @@ pub struct ResumeFrom {
     retry_failed: bool,
     /// Steps to run again with their dependents.
     retry_steps: Vec<String>,
+    /// The policy the run is held to (see [`ResumeOptions::policy`]).
+    policy: Option<crate::Policy>,
 }
 
 impl ResumeFrom {
@@ -502,11 +627,12 @@ pub fn prepare_resume(
         }
     }
     Ok(Resumable::Continue(Box::new(ResumeFrom {
-        row,
         source,
         format,
         retry_failed: options.retry_failed,
         retry_steps: options.retry_steps.clone(),
+        policy: options.policy.clone().or_else(|| policy_of(&row)),
+        row,
     })))
 }
 
@@ -516,20 +642,31 @@ pub async fn resume(
     mut store: Store,
     from: Box<ResumeFrom>,
     prepared: Prepared,
-    execution: Execution,
+    mut execution: Execution,
 ) -> Result<Outcome, LifecycleError> {
     let ResumeFrom {
         row,
         source,
         retry_failed,
         retry_steps,
+        policy,
         ..
     } = *from;
+    // Whoever resumes it, a run of another author's plan is held to that author's policy.
+    if let Some(policy) = &policy {
+        hold_to(policy, author_of(&row), &prepared, &mut execution)?;
+    }
+    let events_file = open_events_file(&mut execution)?;
     // Prepared already: the text is not kept through the run.
     drop(source);
     // What the run's last process made durable in its log and did not commit is folded in
     // before anything is read back.
     store.recover(&row.run_id)?;
+    // Steps a model wrote into the plan (`replan`) wait for approvals whatever the run was
+    // given: a model's policy always keeps them on.
+    if store.revisions(&row.run_id)? > 0 {
+        execution.approvals = Some(true);
+    }
     let mut records = store.records(&row.run_id)?;
     if retry_failed || !retry_steps.is_empty() {
         // A failed step runs again; a failed block runs again from its entry point, so the
@@ -594,8 +731,10 @@ pub async fn resume(
         records.retain(|r| !forgotten(&r.step_id));
     }
     let dir = working_dir_of(&row).map(|dir| dir.display().to_string());
-    let root = row.options.get("workspace_root").and_then(Value::as_str);
-    let workspace = open_workspace(&prepared.loaded.plan, dir.as_deref(), root).await?;
+    let root = policy
+        .as_ref()
+        .map(|policy| policy.workdir.display().to_string());
+    let workspace = open_workspace(&prepared.loaded.plan, dir.as_deref(), root.as_deref()).await?;
     let variables = store.variables(&row.run_id)?;
     let approvals = store.decisions(&row.run_id)?;
     let checkpoints = store.checkpoints(&row.run_id)?;
@@ -625,11 +764,15 @@ pub async fn resume(
         approvals,
         mode,
         workspace,
+        root,
     };
     // The row holds the plan's text: only its id goes on.
     let run_id = row.run_id.clone();
     drop(row);
-    execute(prepared, &run_id, store, from, execution).await
+    finish(
+        events_file,
+        execute(prepared, &run_id, store, from, execution).await,
+    )
 }
 
 /// What `plan-workspace` reads of a plan's `workspace:`.
@@ -747,6 +890,8 @@ struct From {
     mode: Mode,
     /// The git repository of the plan's task steps.
     workspace: Option<Arc<dyn plan_engine::Workspace>>,
+    /// The folder the run's programs, repository and worktrees stay in (its policy's).
+    root: Option<String>,
 }
 
 /// Opens the plan's `workspace` (the git repository its task steps work in), relative to the
@@ -845,6 +990,7 @@ async fn execute(
     options.mode = Some(from.mode);
     options.cancel = execution.cancel.clone();
     options.workspace = from.workspace;
+    options.confined_to = from.root.map(|root| Arc::from(Path::new(&root)));
     // The run needs only the program: the plan and its text go now, not after the run.
     drop(prepared.loaded);
     let program = Arc::new(prepared.program);

@@ -161,11 +161,61 @@ pub struct Replanned {
     pub failure: String,
 }
 
+/// Re-plans a run each time it fails for good, within a budget of revisions (`run --replan
+/// N`). The front-end drives: after each [`Replanner::next`] that gives a revision it goes on
+/// with the run ([`ResumeOptions`](crate::ResumeOptions) `replanned`), then asks again.
+pub struct Replanner<'a> {
+    budget: u32,
+    revisions: u32,
+    model: &'a mut dyn Model,
+    replanning: Replanning<'a>,
+}
+
+impl<'a> Replanner<'a> {
+    /// At most `budget` revisions by `model`, kept to `replanning`.
+    pub fn new(budget: u32, model: &'a mut dyn Model, replanning: Replanning<'a>) -> Self {
+        Replanner {
+            budget,
+            revisions: 0,
+            model,
+            replanning,
+        }
+    }
+
+    /// When the run of `report` failed for good and the budget allows: the model's steps for
+    /// the work left, stored as the run's next plan revision ([`replan`]). `None`: the run is
+    /// done (it did not fail, or the budget is spent).
+    pub async fn next(
+        &mut self,
+        store: &mut Store,
+        report: &RunReport,
+        toolbox: &Toolbox,
+    ) -> Result<Option<Replanned>, LifecycleError> {
+        if self.revisions >= self.budget || report.task_status != plan_types::TaskStatus::Failed {
+            return Ok(None);
+        }
+        let replanned = replan(store, report, &mut *self.model, &self.replanning, toolbox).await?;
+        self.revisions = replanned.revision;
+        Ok(Some(replanned))
+    }
+
+    /// The run's report once done. After a re-plan it is read back from the ledger: the steps
+    /// the last revision no longer has (the failed step the model replaced) are the run's too,
+    /// as `status` shows them.
+    pub fn finish(&self, store: &Store, report: RunReport) -> Result<RunReport, LifecycleError> {
+        if self.revisions == 0 {
+            return Ok(report);
+        }
+        let row = store.run(&report.run_id)?;
+        crate::report(store, &row)
+    }
+}
+
 /// Asks `model` for steps that finish the work of a run that failed for good (`report`): the
 /// model is told the steps that succeeded with their results, the failure, the steps left and
 /// the tools its policy allows. Its steps, checked with the steps that succeeded, are kept in
 /// the ledger as the run's next plan revision; the run is then resumed with
-/// `ResumeOptions::replanned`.
+/// `ResumeOptions::replanned`, and from then on, whoever resumes it, with approvals on.
 pub async fn replan(
     store: &mut Store,
     report: &RunReport,

@@ -63,6 +63,7 @@
 mod cancel;
 mod decide;
 mod error;
+mod events_file;
 mod execute;
 mod generate;
 mod policy;
@@ -76,12 +77,13 @@ pub use cancel::{Cancelled, cancel};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};
 pub use error::LifecycleError;
 pub use execute::{
-    Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, author_of,
-    filters_of, free_plan_id, owner_alive, plan_drift, prepare_resume, recover_interrupted, resume,
-    run_by, start, working_dir_of,
+    DryRun, Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, author_of,
+    filters_of, free_plan_id, owner_alive, plan_drift, policy_of, prepare_resume,
+    recover_interrupted, resume, run_by, start, working_dir_of,
 };
 pub use generate::{
-    Replanned, Replanning, generate, generate_checked, replan, slug, store_generated, stored_plan,
+    Replanned, Replanner, Replanning, generate, generate_checked, replan, slug, store_generated,
+    stored_plan,
 };
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
 pub use prepare::{

@@ -78,7 +78,12 @@ impl Author {
 
 /// What an author may do. [`Policy::operator`] allows everything; [`Policy::default`] is what
 /// an MCP client and a model get unless the operator widens it.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// A run started under a policy keeps it (serialized with its options): `resume`, from any
+/// front-end, holds the run to it again (see [`crate::policy_of`]). A field a stored policy
+/// lacks takes the restricted default.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Policy {
     /// Every tool (`--allow-tool '*'`).
     pub every_tool: bool,

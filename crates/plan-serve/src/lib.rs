@@ -376,12 +376,10 @@ impl PlanServer {
         }
     }
 
-    /// How a client's run goes: within the operator's time limit, its state file beside its
-    /// breakdown when it is a breakdown's plan.
-    fn execution(&self, plan: &Plan, approvals: Option<bool>) -> plan_run::Execution {
+    /// How a client's run goes: its state file beside its breakdown when it is a breakdown's
+    /// plan (the policy's time limit and approvals are plan_run's to apply).
+    fn execution(&self, plan: &Plan) -> plan_run::Execution {
         let mut execution = plan_run::Execution::new();
-        execution.approvals = approvals;
-        execution.time_limit = self.settings.policy.max_run_time;
         execution.state_file =
             plan_run::StateFile::for_run(None, plan, self.settings.project_path.clone());
         execution
@@ -395,7 +393,7 @@ impl PlanServer {
         max_concurrency: Option<u32>,
     ) -> Result<RunReport, Refusal> {
         let store = self.open()?;
-        let mut execution = self.execution(&prepared.loaded.plan, None);
+        let mut execution = self.execution(&prepared.loaded.plan);
         execution.max_concurrency = max_concurrency;
         block(plan_run::start(store, prepared, start, execution))
             .map(|outcome| outcome.report)
@@ -403,7 +401,7 @@ impl PlanServer {
     }
 
     /// Goes on with a stored run (a finished one, unless failures are to be retried, only
-    /// gives its report). A client's plan cannot turn approvals off: the operator's gate holds.
+    /// gives its report), held to this server's policy as it is now.
     fn go_on(&self, run: &str, options: &plan_run::ResumeOptions) -> Result<RunReport, Refusal> {
         let _going_on = self.going_on(run)?;
         let store = self.open_existing()?;
@@ -415,7 +413,7 @@ impl PlanServer {
         let env = self.settings.env.clone();
         let prepared = block(from.prepare(&self.settings.toolbox, &|name| env(name)))
             .map_err(lifecycle_refusal)?;
-        let execution = self.execution(&prepared.loaded.plan, Some(true));
+        let execution = self.execution(&prepared.loaded.plan);
         block(plan_run::resume(store, from, prepared, execution))
             .map(|outcome| outcome.report)
             .map_err(lifecycle_refusal)
@@ -477,17 +475,14 @@ impl PlanServer {
                 to_json(&plan_run::report(&store, &row).map_err(lifecycle_refusal)?)
             }
             Served::Resume => {
-                // A run is resumed with its stored plan: it meets the same policy as a new one
-                // (and only runs clients started can be resumed here).
-                let run_id = {
-                    let mut store = self.open_existing()?;
-                    let row = self.client_run(&mut store, &run_id()?)?;
-                    let plan = plan_run::plan_of(&row).map_err(lifecycle_refusal)?;
-                    self.check_plan(&plan)?;
-                    row.run_id
-                };
+                // Only runs clients started can be resumed here, and a run's plan meets the
+                // server's policy as a new one does (plan_run::resume checks it).
+                let run_id = self
+                    .client_run(&mut self.open_existing()?, &run_id()?)?
+                    .run_id;
                 let options = plan_run::ResumeOptions {
                     retry_failed: flag("retry_failed"),
+                    policy: Some(self.settings.policy.clone()),
                     ..plan_run::ResumeOptions::default()
                 };
                 to_json(&self.go_on(&run_id, &options)?)
@@ -689,23 +684,6 @@ impl PlanServer {
             .check(Author::McpClient, &ready.loaded.plan, &ready.program)
             .map_err(|error| error.to_string())?;
         Ok(ready)
-    }
-
-    /// Refuses a stored plan (a run's, to resume it) that needs more than the operator allows:
-    /// compiled against the tools it names, and checked by every call it can make.
-    fn check_plan(&self, plan: &Plan) -> Result<(), Refusal> {
-        let tools = block(
-            self.settings
-                .toolbox
-                .for_plan(plan.tool_names().iter().copied()),
-        )
-        .map_err(|error| prepare_refusal(error.into()))?;
-        let program = plan_engine::Program::compile(plan, "mcp-plan", &tools.registry)
-            .map_err(|_| "the run's plan no longer compiles with this server's tools".to_owned())?;
-        self.settings
-            .policy
-            .check(Author::McpClient, plan, &program)
-            .map_err(|error| error.to_string())
     }
 
     /// The run `id` names among the runs this server's clients started: the operator's own

@@ -65,9 +65,12 @@ impl Exec {
         &self,
         cwd: Option<&str>,
         call_dir: Option<&std::path::Path>,
+        run_root: Option<&std::path::Path>,
     ) -> Result<Option<PathBuf>, ToolError> {
         let base = call_dir.map(PathBuf::from).or_else(|| self.base.clone());
-        let wanted = match (&self.root, cwd) {
+        // The run's folder (a run under a policy) binds as the operator's root does.
+        let root = run_root.map(PathBuf::from).or_else(|| self.root.clone());
+        let wanted = match (&root, cwd) {
             (None, None) => match base {
                 None => return Ok(None),
                 Some(base) => base,
@@ -92,7 +95,7 @@ impl Exec {
                 format!("`exec`'s `cwd` {} is not a folder", wanted.display()),
             ));
         }
-        if let Some(root) = &self.root {
+        if let Some(root) = &root {
             let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
             if !resolved.starts_with(&root) {
                 return Err(ToolError::new(
@@ -179,7 +182,11 @@ impl Tool for Exec {
                 "`exec` arguments: a program's arguments and environment cannot hold a NUL character",
             ));
         }
-        let cwd = self.working_directory(args.cwd.as_deref(), ctx.working_dir.as_deref())?;
+        let cwd = self.working_directory(
+            args.cwd.as_deref(),
+            ctx.working_dir.as_deref(),
+            ctx.confined_to.as_deref(),
+        )?;
         let wrapper = death_wrapper();
         let mut command = match wrapper {
             // `setpriv --pdeathsig KILL -- PROGRAM ARGS...` sets the signal, then execs the

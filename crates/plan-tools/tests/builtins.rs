@@ -20,6 +20,7 @@ fn ctx(attempt: u32) -> ToolContext {
         deadline: None,
         output: None,
         working_dir: None,
+        confined_to: None,
     }
 }
 

@@ -21,21 +21,11 @@ pub(crate) fn approve(
         all: args.all,
         plan: args.plan,
     };
-    let decided = approve_calls(&args.run, &decisions, toolbox, ledger)?;
+    let mut store = ledger.open_existing()?;
+    let decided = plan_run::approve(&mut store, &args.run, &decisions, |row| gated(row, toolbox))
+        .map_err(Failure::lifecycle)?;
     let names: Vec<&str> = decided.decided.iter().map(|id| display(id)).collect();
     report(&decided, &format!("approved {}", names.join(", ")), "")
-}
-
-/// Approves `decisions` in run `run`.
-pub(crate) fn approve_calls(
-    run: &str,
-    decisions: &Decisions,
-    toolbox: &Toolbox,
-    ledger: &Ledger,
-) -> Result<Decided, Failure> {
-    let mut store = ledger.open_existing()?;
-    plan_run::approve(&mut store, run, decisions, |row| gated(row, toolbox))
-        .map_err(Failure::lifecycle)
 }
 
 pub(crate) fn reject(
@@ -43,13 +33,12 @@ pub(crate) fn reject(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let decided = reject_calls(
-        &args.run,
-        &args.steps,
-        args.reason.as_deref(),
-        toolbox,
-        ledger,
-    )?;
+    let mut store = ledger.open_existing()?;
+    let reason = args.reason.as_deref();
+    let decided = plan_run::reject(&mut store, &args.run, &args.steps, reason, |row| {
+        gated(row, toolbox)
+    })
+    .map_err(Failure::lifecycle)?;
     report(
         &decided,
         &format!("rejected {}", decided.decided.join(", ")),
@@ -73,19 +62,6 @@ fn rejection_outcome(ids: &[String]) -> String {
         outcomes.push(format!("task `{task}` is abandoned, its worktree kept"));
     }
     format!(": on resume {}", outcomes.join("; "))
-}
-
-/// Rejects `steps` of run `run` with `reason`.
-pub(crate) fn reject_calls(
-    run: &str,
-    steps: &[String],
-    reason: Option<&str>,
-    toolbox: &Toolbox,
-    ledger: &Ledger,
-) -> Result<Decided, Failure> {
-    let mut store = ledger.open_existing()?;
-    plan_run::reject(&mut store, run, steps, reason, |row| gated(row, toolbox))
-        .map_err(Failure::lifecycle)
 }
 
 /// The run's high-risk steps, from its stored plan compiled against the tools it names (which

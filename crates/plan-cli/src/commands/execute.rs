@@ -2,17 +2,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use plan_engine::Mode;
 use plan_graph::Severity;
 use plan_types::RunReport;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{pretty, print};
 use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
-use crate::events_file::EventsFile;
 use crate::exit::Failure;
 use crate::ledger::Ledger;
 use crate::output::{self, Live, StepLabels};
@@ -54,15 +51,9 @@ pub(crate) fn run_as(
     let ready = select(ready, args.layer.as_deref(), args.task.as_deref(), toolbox)?;
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
     if args.dry_run || mode == Mode::Preview {
-        let calls = ready.program.preview(&ready.inputs, &ready.env);
-        let gated = ready.program.gated_steps();
+        let dry_run = ready.dry_run();
         let text = if args.execution.json {
-            pretty(&json!({
-                "plan_id": ready.program.plan_id(),
-                "dry_run": true,
-                "calls": calls,
-                "needs_approval": gated,
-            }))
+            pretty(&dry_run)
         } else {
             let mut text = String::new();
             if mode == Mode::Preview {
@@ -72,20 +63,17 @@ pub(crate) fn run_as(
                 }));
                 text.push('\n');
             }
-            text.push_str(&output::preview(ready.program.plan_id(), &calls));
-            if !gated.is_empty() {
-                text.push_str(&format!("needs approval: {}\n", gated.join(", ")));
+            text.push_str(&output::preview(&dry_run.plan_id, &dry_run.calls));
+            if !dry_run.needs_approval.is_empty() {
+                let gated = dry_run.needs_approval.join(", ");
+                text.push_str(&format!("needs approval: {gated}\n"));
             }
             text
         };
         print(&text)?;
         // A dry run that finds a call that would fail says so in its exit code, as the run
         // would.
-        let would_fail = args.dry_run
-            && calls
-                .iter()
-                .any(|call| call.error.is_some() || call.not_run.is_some());
-        return Ok(i32::from(would_fail));
+        return Ok(i32::from(args.dry_run && dry_run.would_fail()));
     }
     // A model to re-plan with is needed before anything runs, not after a failure.
     let mut replanner = (args.replan > 0).then(super::replan::model).transpose()?;
@@ -99,7 +87,7 @@ pub(crate) fn run_as(
         layer_filter: args.layer.clone(),
         task_filter: args.task.clone(),
         author,
-        // plan_run::start checks the plan against it and keeps approvals on.
+        // plan_run::start holds the run to it (and so does every resume).
         policy: judged.then(|| policy.clone()),
         sources: plan_run::RunSources {
             mcp_config: toolbox.config().map(Path::to_path_buf),
@@ -111,34 +99,25 @@ pub(crate) fn run_as(
         },
         ..plan_run::Start::new()
     };
-    let mut frontend = Frontend::of(&args.execution)?;
-    if judged && policy.forces_approvals() {
-        if ready.loaded.plan.approvals == Some(false) || frontend.approvals == Some(false) {
-            eprintln!(
-                "warning: approvals stay on: {} plan runs with its high-risk calls gated",
-                if author == plan_run::Author::Model {
-                    "a model's"
-                } else {
-                    "under --policy, a"
-                }
-            );
-        }
-        frontend.time_limit = policy.max_run_time;
+    let frontend = Frontend::of(&args.execution)?;
+    if judged
+        && policy.forces_approvals()
+        && (ready.loaded.plan.approvals == Some(false) || frontend.approvals == Some(false))
+    {
+        let whose = match author {
+            plan_run::Author::Model => "a model's",
+            _ => "under --policy, a",
+        };
+        eprintln!("warning: approvals stay on: {whose} plan runs with its high-risk calls gated");
     }
     let mut outcome = start_run(ready, start, &frontend, toolbox, ledger)?;
     if let Some(model) = &mut replanner {
-        outcome = super::replan::until_done(
-            outcome,
-            args.replan,
-            model,
-            &plan_run::Replanning {
-                secrets: &secrets,
-                policy: &policy,
-            },
-            &frontend,
-            toolbox,
-            ledger,
-        )?;
+        let replanning = plan_run::Replanning {
+            secrets: &secrets,
+            policy: &policy,
+        };
+        let replanner = plan_run::Replanner::new(args.replan, model, replanning);
+        outcome = super::replan::until_done(outcome, replanner, &frontend, toolbox, ledger)?;
     }
     print_outcome(&outcome.0, outcome.1.as_deref(), &frontend)
 }
@@ -159,8 +138,6 @@ pub(crate) struct Frontend {
     pub(crate) events: Option<PathBuf>,
     /// `--state-file FILE`.
     pub(crate) state_file: Option<PathBuf>,
-    /// The run stops (resumably) after this long: the policy's `max_run_time`.
-    pub(crate) time_limit: Option<Duration>,
     /// `--approvals on|off`; `None`: as the plan says.
     pub(crate) approvals: Option<bool>,
 }
@@ -178,7 +155,6 @@ impl Frontend {
             durability: args.durability.parse().map_err(Failure::input)?,
             events: args.events.clone(),
             state_file: args.state_file.clone(),
-            time_limit: None,
             approvals: args.approvals,
         })
     }
@@ -214,11 +190,11 @@ pub(crate) fn resume(
         retry_failed: args.retry_failed,
         retry_steps: Vec::new(),
         force: args.force,
-        replanned: false,
         plan: match &args.plan {
             Some(file) => Some(crate::plan_file::read_source(file, ledger)?),
             None => None,
         },
+        ..plan_run::ResumeOptions::default()
     };
     go_on(
         &args.run,
@@ -378,7 +354,7 @@ where
     settings.approvals = args.approvals;
     settings.max_concurrency = args.max_concurrency;
     settings.durability = args.durability;
-    settings.time_limit = args.time_limit;
+    settings.events_file = args.events.clone();
     settings.queue = toolbox.queue().cloned();
     // Kept current by the run itself, as its ledger commits; a plan made from a task
     // breakdown keeps its state beside the breakdown by default.
@@ -389,18 +365,6 @@ where
             .ok()
             .map(|dir| dir.display().to_string()),
     );
-    let events_file = match &args.events {
-        Some(path) => Some(Arc::new(EventsFile::open(path).map_err(|error| {
-            Failure::input(format!(
-                "cannot open events file `{}`: {error}",
-                path.display()
-            ))
-        })?)),
-        None => None,
-    };
-    if let Some(file) = &events_file {
-        settings.events.push(file.clone());
-    }
     // `--json` keeps stdout for its object and stderr quiet: `--events` is the live feed.
     // Otherwise the live view and the summary name steps as the plan does; the plan itself
     // goes once the run has compiled and recorded it.
@@ -432,9 +396,6 @@ where
     });
     if let Some(live) = &live {
         live.finish();
-    }
-    if let Some(file) = &events_file {
-        file.close();
     }
     let outcome = outcome.map_err(Failure::lifecycle)?;
     Ok((outcome.report, steps))

@@ -1,5 +1,5 @@
-//! `--events FILE`: every event appended as one JSON line by a writer thread of its own, so a
-//! step never waits for the file. The writer flushes whenever it has caught up with the run,
+//! A run's events file ([`crate::Execution::events_file`], `run --events FILE`): every event
+//! appended as one JSON line by a writer thread of its own, so a step never waits for the file. The writer flushes whenever it has caught up with the run,
 //! so `tail -f` follows the run; `close` waits until every line is written.
 
 use std::fs::{File, OpenOptions};
@@ -50,8 +50,8 @@ impl EventSink for EventsFile {
     }
 }
 
-/// The run must not fail because its log cannot be written: the CLI checks that the file
-/// opens, and a full disk shows up as missing lines, not as a failed plan.
+/// The run must not fail because its log cannot be written: the file must open before the
+/// run is recorded, and a full disk shows up as missing lines, not as a failed plan.
 fn write_lines(mut file: BufWriter<File>, lines: &mpsc::Receiver<Line>) {
     let mut next = lines.recv().ok();
     while let Some(line) = next.take() {
