@@ -29,6 +29,7 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
             first_at.insert(&step.id.0, i);
         }
     }
+    issues.extend(call_id_clashes(plan, &first_at));
 
     if let Some(known) = &options.known_tools {
         for (i, step) in plan.steps.iter().enumerate() {
@@ -850,6 +851,53 @@ fn acyclic_ancestors<'a>(
     step: usize,
 ) -> &'a HashSet<usize> {
     memo.entry(step).or_insert_with(|| deps.ancestors(step))
+}
+
+/// Steps whose id a call of another step can have: `b/n#1` beside a block (or task) step `b`
+/// (its nodes' and calls' ids are `b/…`), `m-1` or `m[k]` beside a map step `m` (its items').
+/// Their records would be one record in the ledger.
+fn call_id_clashes(plan: &Plan, at: &HashMap<&str, usize>) -> Vec<Issue> {
+    let mut issues = Vec::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        let id = step.id.0.as_str();
+        for (cut, mark) in id
+            .char_indices()
+            .filter(|(_, c)| matches!(c, '/' | '-' | '['))
+        {
+            let Some(&j) = at.get(&id[..cut]) else {
+                continue;
+            };
+            let other = &plan.steps[j];
+            let rest = &id[cut + 1..];
+            let clash = match mark {
+                '/' => (other.block.is_some() || other.task.is_some()).then_some("a call inside"),
+                '-' if other.expand.is_some() && rest.bytes().all(|b| b.is_ascii_digit()) => {
+                    Some("an item of")
+                }
+                '[' if other.expand.is_some() => Some("an item of"),
+                _ => None,
+            };
+            if let Some(what) = clash {
+                issues.push(
+                    Issue::error(
+                        "plan::invalid_id",
+                        PlanPath::step(i).key("id"),
+                        format!(
+                            "`{id}` is also the id of {what} step `{}`: their records would be one",
+                            other.id
+                        ),
+                    )
+                    .related(PlanPath::step(j).key("id"), "that step")
+                    .help(format!(
+                        "choose an id that does not start with `{}{mark}`",
+                        other.id
+                    )),
+                );
+                break;
+            }
+        }
+    }
+    issues
 }
 
 #[cfg(test)]

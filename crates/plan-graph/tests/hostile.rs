@@ -119,3 +119,46 @@ fn a_plan_past_the_size_limit_is_refused() {
     .expect_err("too large");
     assert_eq!(invalid.issues[0].code, "plan::too_large");
 }
+
+#[test]
+fn a_step_id_that_a_call_of_another_step_has_is_refused() {
+    let refused = |steps: &str| {
+        let text = format!("{{\"steps\": {steps}}}");
+        match load(
+            Source::new("plan.json", text),
+            Format::Json,
+            &LoadOptions::default(),
+        ) {
+            Ok(_) => Vec::new(),
+            Err(invalid) => invalid
+                .issues
+                .iter()
+                .filter(|issue| issue.code == "plan::invalid_id")
+                .map(|issue| issue.message.clone())
+                .collect(),
+        }
+    };
+    let block = r#"{"id": "a", "block": {"entry_point": "n", "nodes": {"n": {"tool": "echo"}}}}"#;
+    let map = r#"{"id": "m", "tool": "echo", "expand_on": [1, 2]}"#;
+    assert_eq!(
+        refused(&format!(r#"[{block}, {{"id": "a/n#1", "tool": "echo"}}]"#)),
+        ["`a/n#1` is also the id of a call inside step `a`: their records would be one"]
+    );
+    assert_eq!(
+        refused(&format!(
+            r#"[{map}, {{"id": "m-1", "tool": "echo"}}, {{"id": "m[x]", "tool": "echo"}}]"#
+        )),
+        [
+            "`m-1` is also the id of an item of step `m`: their records would be one",
+            "`m[x]` is also the id of an item of step `m`: their records would be one"
+        ]
+    );
+    // Beside a step that makes no such calls, the same shapes are just names.
+    assert!(refused(r#"[{"id": "a", "tool": "echo"}, {"id": "a/n#1", "tool": "echo"}, {"id": "a-1", "tool": "echo"}]"#).is_empty());
+    assert!(
+        refused(&format!(
+            r#"[{map}, {{"id": "m-x", "tool": "echo"}}, {{"id": "m/y", "tool": "echo"}}]"#
+        ))
+        .is_empty()
+    );
+}
