@@ -614,7 +614,7 @@ pub(crate) struct RunIdArgs {
 pub(crate) struct EventsArgs {
     /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
-    /// Keep printing new events until the run ends
+    /// Keep printing new events until the run ends (or its process dies: resume it to go on)
     #[arg(long)]
     pub(crate) follow: bool,
 }

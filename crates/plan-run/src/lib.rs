@@ -90,8 +90,9 @@ pub use prepare::{
     Inputs, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare, select,
 };
 pub use report::{
-    RunFilter, RunSummary, StoredSource, duration_of, ended_at, execute_state, format_name,
-    format_of, format_of_text, plan_of, records_of, report, runs, status_of, stored_source,
+    EventBatch, EventFeed, RunFilter, RunSummary, StoredSource, duration_of, ended_at,
+    execute_state, format_name, format_of, format_of_text, plan_of, records_of, report, runs,
+    status_of, stored_source,
 };
 pub use sources::{QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};

@@ -442,3 +442,46 @@ pub fn records_of<'a>(
         })
         .collect()
 }
+
+/// A run's events as the ledger commits them, read in batches (`events --follow`, a live view
+/// of a run in another process).
+#[derive(Debug, Clone)]
+pub struct EventFeed {
+    run_id: String,
+    after: i64,
+}
+
+/// One read of an [`EventFeed`].
+#[derive(Debug)]
+pub struct EventBatch {
+    /// The events committed since the last read, in order.
+    pub events: Vec<plan_types::Event>,
+    /// Whether the run can add no more: it ended, or its process died (a `kill -9`: `resume`
+    /// goes on with it, in a new process whose events a new feed reads). Read after the
+    /// events, so an ended run's last events are in this batch or an earlier one.
+    pub over: bool,
+}
+
+impl EventFeed {
+    /// From run `run_id`'s first event.
+    pub fn new(run_id: &str) -> EventFeed {
+        EventFeed {
+            run_id: run_id.to_owned(),
+            after: 0,
+        }
+    }
+
+    /// The events committed since the last read.
+    pub fn next(&mut self, store: &Store) -> Result<EventBatch, LifecycleError> {
+        let lines = store.events_after(&self.run_id, self.after)?;
+        if let Some((seq, _)) = lines.last() {
+            self.after = *seq;
+        }
+        let row = store.run(&self.run_id)?;
+        let over = row.state != RunState::Running || crate::execute::owner_died(&row);
+        Ok(EventBatch {
+            events: lines.into_iter().map(|(_, event)| event).collect(),
+            over,
+        })
+    }
+}

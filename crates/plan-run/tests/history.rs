@@ -203,3 +203,43 @@ fn text_without_a_file_name_is_json_only_when_it_is_one_json_object() {
     assert_eq!(plan_run::format_of_text("{steps: []}"), Format::Yaml);
     assert_eq!(plan_run::format_of_text("steps: []\n"), Format::Yaml);
 }
+
+#[test]
+fn an_event_feed_ends_with_the_run_and_when_its_process_died() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("state.db");
+    let plan = json!({"id": "p", "steps": [{"id": "a", "tool": "echo", "args": {}}]});
+    assert_eq!(run(&runtime, &ledger, &plan), TaskStatus::Completed);
+    let mut store = Store::open(&ledger).unwrap();
+    let finished = plan_run::runs(&mut store, &RunFilter::default()).unwrap()[0]
+        .run_id
+        .clone();
+    let mut feed = plan_run::EventFeed::new(&finished);
+    let first = feed.next(&store).unwrap();
+    assert!(first.over);
+    let kinds: Vec<plan_types::EventKind> = first.events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds.first(), Some(&plan_types::EventKind::RunStarted));
+    assert_eq!(kinds.last(), Some(&plan_types::EventKind::RunFinished));
+    assert!(feed.next(&store).unwrap().events.is_empty(), "read once");
+
+    // A run marked running whose process is gone (kill -9) adds nothing more until resumed.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    store
+        .begin_run(&plan_store::NewRun {
+            run_id: "killed",
+            plan_id: "p",
+            plan_name: "plan.json",
+            plan_format: "json",
+            plan_source: &plan.to_string(),
+            inputs: &serde_json::Map::new(),
+            options: &json!({}),
+            owner_pid: pid,
+            started_at: "2026-11-26T00:00:00.000Z",
+        })
+        .unwrap();
+    let batch = plan_run::EventFeed::new("killed").next(&store).unwrap();
+    assert!(batch.over, "a dead process's run is over for its feed");
+}

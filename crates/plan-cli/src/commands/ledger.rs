@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use plan_graph::Plan;
-use plan_store::{RunRow, RunState, Store};
+use plan_store::{RunRow, Store};
 use plan_types::RunReport;
 use serde_json::Value;
 
@@ -185,26 +185,18 @@ pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, 
 pub(crate) fn events(args: &EventsArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let mut store = ledger.open_reader()?;
     let row = read_run(&mut store, &args.run)?;
-    let mut after = 0;
+    let mut feed = plan_run::EventFeed::new(&row.run_id);
     loop {
-        let lines = store
-            .events_after(&row.run_id, after)
-            .map_err(Failure::ledger)?;
-        for (seq, event) in &lines {
+        let batch = feed.next(&store).map_err(Failure::lifecycle)?;
+        for event in &batch.events {
             let line =
                 serde_json::to_string(event).map_err(|e| Failure::internal(e.to_string()))?;
             print(&format!("{line}\n"))?;
-            after = *seq;
         }
-        if !args.follow {
+        if !args.follow || (batch.over && batch.events.is_empty()) {
             return Ok(0);
         }
-        // Read the state after the events: a run that ended has committed all of its events.
-        let state = store.run(&row.run_id).map_err(Failure::ledger)?.state;
-        if state != RunState::Running && lines.is_empty() {
-            return Ok(0);
-        }
-        if lines.is_empty() {
+        if batch.events.is_empty() {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
