@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use plan_graph::{Block, Issue, OnFailure, PlanPath, RetryPolicy, Risk, Transition};
 use plan_types::{
-    Approvals, BlockPhase, BlockState, ErrorCode, Event, EventKind, PendingApproval, Record,
-    StepError, Verdict,
+    Approvals, BlockPhase, BlockState, CallPath, ErrorCode, Event, EventKind, PendingApproval,
+    Record, Segment, StepError, Verdict,
 };
 use plan_vars::{Scope, ValueTemplate};
 use serde::{Deserialize, Serialize};
@@ -48,15 +48,12 @@ pub(crate) struct CompiledBlock {
 impl CompiledBlock {
     /// The tool of the node at `path` inside this block (`check#2`, or `inner#1/deploy#1` in a
     /// nested block), if it is a tool call.
-    pub(crate) fn tool_at(&self, path: &str) -> Option<&str> {
-        let (segment, rest) = path
-            .split_once('/')
-            .map_or((path, None), |(s, r)| (s, Some(r)));
-        let name = segment.split_once('#').map_or(segment, |(name, _)| name);
-        let at = self.names.iter().position(|n| n == name)?;
+    pub(crate) fn tool_at(&self, path: &[Segment]) -> Option<&str> {
+        let (first, rest) = path.split_first()?;
+        let at = self.names.iter().position(|n| **n == *first.name)?;
         match (&self.nodes[at], rest) {
-            (CompiledNode::Call { tool_name, .. }, None) => Some(tool_name),
-            (CompiledNode::Block(inner), Some(rest)) => inner.tool_at(rest),
+            (CompiledNode::Call { tool_name, .. }, []) => Some(tool_name),
+            (CompiledNode::Block(inner), [_, ..]) => inner.tool_at(rest),
             _ => None,
         }
     }
@@ -79,14 +76,14 @@ enum CompiledNode {
 
 impl CompiledBlock {
     /// The approval keys of its high-risk nodes (`review/deploy`), nested blocks' included.
-    pub(crate) fn gated_nodes(&self, path: &str) -> Vec<String> {
+    pub(crate) fn gated_nodes(&self, path: &CallPath) -> Vec<String> {
         let mut keys = Vec::new();
         for (name, node) in self.names.iter().zip(&self.nodes) {
-            let key = format!("{path}/{name}");
+            let node_path = path.then(name, 1);
             match node {
-                CompiledNode::Call { gated: true, .. } => keys.push(key),
+                CompiledNode::Call { gated: true, .. } => keys.push(node_path.key()),
                 CompiledNode::Call { .. } => {}
-                CompiledNode::Block(nested) => keys.extend(nested.gated_nodes(&key)),
+                CompiledNode::Block(nested) => keys.extend(nested.gated_nodes(&node_path)),
             }
         }
         keys
@@ -367,24 +364,33 @@ pub(crate) struct Checkpoint {
     inner: Option<Box<Checkpoint>>,
 }
 
-/// The state of each of the block steps `blocks`, from a run's records (as `run` reports them
-/// or the ledger keeps them, in plan order) and the checkpoints of the blocks that wait.
+/// The state of each block step among `steps` (every step's id in plan order, and whether it
+/// is a block), from a run's records (as `run` reports them or the ledger keeps them, in plan
+/// order) and the checkpoints of the blocks that wait. Records are told apart by
+/// `plan_graph::StepIndex::call_of`, one pass over them.
 pub fn block_states<'a>(
-    blocks: impl IntoIterator<Item = &'a str>,
+    steps: impl IntoIterator<Item = (&'a str, bool)>,
     records: &[Record],
     checkpoints: &BTreeMap<String, Value>,
 ) -> Vec<BlockState> {
-    blocks
-        .into_iter()
-        .map(|id| {
-            let prefix = format!("{id}/");
-            let own = records.iter().find(|r| r.step_id == id);
-            let nodes: Vec<&Record> = records
-                .iter()
-                .filter(|r| r.step_id.starts_with(&prefix))
-                .collect();
-            block_state(id, own, &nodes, checkpoints.get(id))
-        })
+    let steps: Vec<(&str, bool)> = steps.into_iter().collect();
+    let index = plan_graph::StepIndex::new(steps.iter().map(|(id, _)| *id));
+    let mut own: Vec<Option<&Record>> = vec![None; steps.len()];
+    let mut nodes: Vec<Vec<&Record>> = vec![Vec::new(); steps.len()];
+    for record in records {
+        match index.call_of(&record.step_id) {
+            Some(plan_graph::CallOf::Step(i)) if steps[i].1 => {
+                own[i] = own[i].or(Some(record));
+            }
+            Some(plan_graph::CallOf::Inside(i, _)) if steps[i].1 => nodes[i].push(record),
+            _ => {}
+        }
+    }
+    steps
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, is_block))| *is_block)
+        .map(|(i, (id, _))| block_state(id, own[i], &nodes[i], checkpoints.get(*id)))
         .collect()
 }
 
@@ -396,10 +402,15 @@ fn block_state(
     nodes: &[&Record],
     checkpoint: Option<&Value>,
 ) -> BlockState {
+    // A node record's id is `STEP/…`: the block's nodes, read without their runs.
     let last_node = || {
         nodes.last().map(|r| {
-            let inside = r.step_id.strip_prefix(step_id).unwrap_or(&r.step_id);
-            approval_key(inside.trim_start_matches('/'))
+            let inside = r.step_id.get(step_id.len() + 1..).unwrap_or_default();
+            let names: Vec<Arc<str>> = CallPath::segments_of(inside)
+                .into_iter()
+                .map(|segment| segment.name)
+                .collect();
+            names.join("/")
         })
     };
     let waiting_at = || {
@@ -479,18 +490,8 @@ enum NodeEnd {
     Waiting(Option<Box<Checkpoint>>, PendingApproval),
 }
 
-/// The key under which a node's approval is kept: its path without run numbers
-/// (`review/deploy`), so one decision covers every run of the node in a loop.
-fn approval_key(node_path: &str) -> String {
-    node_path
-        .split('/')
-        .map(|segment| segment.split_once('#').map_or(segment, |(name, _)| name))
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
 /// The key of the decision on a failed node run (`review/check#2@1` for its first failure).
-fn recovery_key(node_path: &str, recoveries: u32) -> String {
+fn recovery_key(node_path: &CallPath, recoveries: u32) -> String {
     format!("{node_path}@{}", recoveries + 1)
 }
 
@@ -557,7 +558,7 @@ impl BlockRun {
     pub(crate) fn run<'a>(
         &'a mut self,
         block: &'a CompiledBlock,
-        path: &'a str,
+        path: &'a CallPath,
         input: &'a Value,
         from: Option<Box<Checkpoint>>,
     ) -> BlockFuture<'a> {
@@ -572,7 +573,7 @@ impl BlockRun {
     async fn run_from(
         &mut self,
         block: &CompiledBlock,
-        path: &str,
+        path: &CallPath,
         input: &Value,
         from: Option<Box<Checkpoint>>,
     ) -> Result<BlockEnd, StepError> {
@@ -610,7 +611,7 @@ impl BlockRun {
         }
         loop {
             let name = &block.names[current];
-            let node_path = format!("{path}/{name}#{}", visits[current] + 1);
+            let node_path = path.then(name, visits[current] + 1);
             // Attempts of this node run before a failure someone decided to run it again.
             let mut earlier = 0;
             // A failed node run waiting for a decision: run it again only once approved.
@@ -626,7 +627,9 @@ impl BlockRun {
                                 "node `{node_path}` failed and running it again was refused ({why}): {}",
                                 error.message
                             ),
-                            details: Some(json!({"node": name, "path": node_path, "error": error})),
+                            details: Some(
+                                json!({"node": name, "path": node_path.to_string(), "error": error}),
+                            ),
                         });
                     }
                     // Running a failed node again is a decision, not an approval of a risk:
@@ -698,7 +701,7 @@ impl BlockRun {
             recoveries = 0;
             visits[current] += 1;
             let record = executed_record(
-                node_path.clone(),
+                node_path.to_string(),
                 outcome.clone().map(Arc::new),
                 attempts,
                 millis(started.elapsed()),
@@ -712,7 +715,9 @@ impl BlockRun {
                     return Err(StepError {
                         code: error.code.clone(),
                         message: format!("node `{node_path}` failed: {}", error.message),
-                        details: Some(json!({"node": name, "path": node_path, "error": error})),
+                        details: Some(
+                            json!({"node": name, "path": node_path.to_string(), "error": error}),
+                        ),
                     });
                 }
             };
@@ -829,7 +834,7 @@ impl BlockRun {
         &mut self,
         expressions: &crate::expression::Expressions,
         node: &CompiledNode,
-        path: &str,
+        path: &CallPath,
         input: &Value,
         nodes: &Value,
         from: NodeFrom,
@@ -872,14 +877,15 @@ impl BlockRun {
                     };
                     resolve_checked(args, &scope, schema.as_deref(), tool_name)
                 };
-                let key = approval_key(path);
+                let key = path.key();
                 let gate = Gate {
                     tool: Some(tool_name),
                     approval: gated.then_some((key.as_str(), None)),
                     waits_as: &key,
                 };
+                let id = path.to_string();
                 let call = Inner {
-                    id: path,
+                    id: &id,
                     tool_name,
                     tool,
                     retry: retry.clone(),
@@ -887,7 +893,7 @@ impl BlockRun {
                     working_dir: None,
                     // A block run again from its entry point counts on from its earlier
                     // run's attempts; a failed node run again, from its own.
-                    earlier: earlier.max(self.context.earlier(path)),
+                    earlier: earlier.max(self.context.earlier(&id)),
                 };
                 match self
                     .context
@@ -903,9 +909,10 @@ impl BlockRun {
         }
     }
 
-    fn emit(&self, kind: EventKind, path: &str, fill: impl FnOnce(&mut Event)) {
+    fn emit(&self, kind: EventKind, path: &CallPath, fill: impl FnOnce(&mut Event)) {
         if let Some(sink) = &self.context.events {
-            let mut event = Event::new(kind, &self.context.run_id).step(&Arc::from(path), 0);
+            let id: Arc<str> = Arc::from(path.to_string());
+            let mut event = Event::new(kind, &self.context.run_id).step(&id, 0);
             fill(&mut event);
             self.context.redactor.event(&mut event);
             sink.emit(&event);
@@ -968,10 +975,13 @@ mod tests {
 
     #[test]
     fn approval_keys_drop_run_numbers_and_recovery_keys_count_failures() {
-        assert_eq!(approval_key("review/deploy#3"), "review/deploy");
-        assert_eq!(approval_key("outer/inner#2/deploy#1"), "outer/inner/deploy");
-        assert_eq!(recovery_key("review/check#2", 0), "review/check#2@1");
-        assert_eq!(recovery_key("review/check#2", 1), "review/check#2@2");
+        let deploy = CallPath::step("review").then("deploy", 3);
+        assert_eq!(deploy.key(), "review/deploy");
+        let nested = CallPath::step("outer").then("inner", 2).then("deploy", 1);
+        assert_eq!(nested.key(), "outer/inner/deploy");
+        let check = CallPath::step("review").then("check", 2);
+        assert_eq!(recovery_key(&check, 0), "review/check#2@1");
+        assert_eq!(recovery_key(&check, 1), "review/check#2@2");
     }
 
     #[test]
@@ -991,7 +1001,15 @@ mod tests {
             json!({"node": "inner", "steps": 1, "visits": {}, "results": {},
                    "inner": {"node": "deploy", "steps": 0, "visits": {}, "results": {}}}),
         )]);
-        let states = block_states(["a", "b", "c", "d", "e"], &records, &checkpoints);
+        let steps = [
+            ("a", true),
+            ("b", true),
+            ("t", false),
+            ("c", true),
+            ("d", true),
+            ("e", true),
+        ];
+        let states = block_states(steps, &records, &checkpoints);
         let summary: Vec<(BlockPhase, Option<&str>)> = states
             .iter()
             .map(|s| (s.state, s.node.as_deref()))

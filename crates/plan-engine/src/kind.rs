@@ -51,16 +51,17 @@ impl Action {
     /// The calls inside the step that wait for an approval: block nodes' keys
     /// (`review/deploy`), a task's gated calls.
     pub(crate) fn gated_inside(&self, step_id: &str) -> Vec<String> {
+        let step = plan_types::CallPath::step(step_id);
         match self {
             Action::Tool(_) => Vec::new(),
-            Action::Block(block) => block.gated_nodes(step_id),
-            Action::Task(task) => task.gated_calls(step_id),
+            Action::Block(block) => block.gated_nodes(&step),
+            Action::Task(task) => task.gated_calls(&step),
         }
     }
 
     /// The tool of the call at `inside` (a node's path, a task's call), for a call inside
     /// the step.
-    pub(crate) fn tool_at(&self, inside: &str) -> Option<&str> {
+    pub(crate) fn tool_at(&self, inside: &[plan_types::Segment]) -> Option<&str> {
         match self {
             Action::Tool(_) => None,
             Action::Block(block) => block.tool_at(inside),

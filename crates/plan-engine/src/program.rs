@@ -441,12 +441,11 @@ impl Program {
         records: &[Record],
         checkpoints: &BTreeMap<String, Value>,
     ) -> Vec<BlockState> {
-        let blocks = self
+        let steps = self
             .steps
             .iter()
-            .filter(|step| step.action.is_block())
-            .map(|step| &*step.id);
-        block_states(blocks, records, checkpoints)
+            .map(|step| (&*step.id, step.action.is_block()));
+        block_states(steps, records, checkpoints)
     }
 
     /// What waits for an approval (`risk: high`, the step's or its tool's), in plan order:

@@ -1793,7 +1793,10 @@ fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
             }
             // A call inside a block or task: its failure is its step's, counted with the
             // step's record.
-            Some(CallOf::Inside(i, inside)) => (program.steps[i].action.tool_at(inside), false),
+            Some(CallOf::Inside(i, inside)) => {
+                let inside = plan_types::CallPath::segments_of(inside);
+                (program.steps[i].action.tool_at(&inside), false)
+            }
             Some(CallOf::Item(i)) if program.steps[i].expand.is_some() => {
                 (Some(&*program.steps[i].tool_name), true)
             }
@@ -1904,23 +1907,21 @@ async fn execute_block(call: BlockCall) -> Finished {
         progress: call.progress.map(|sender| (call.step, sender)),
         depth: 0,
     };
+    let path = plan_types::CallPath::step(call.step_id.clone());
     let end = match call.timeout {
-        None => run.run(&call.block, &call.step_id, &call.input, from).await,
-        Some(limit) => tokio::time::timeout(
-            limit,
-            run.run(&call.block, &call.step_id, &call.input, from),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            BlockEnd::Done(Err(StepError {
-                code: codes::E_TIMEOUT,
-                message: format!(
-                    "the block took longer than {} ms and was cancelled",
-                    limit.as_millis()
-                ),
-                details: None,
-            }))
-        }),
+        None => run.run(&call.block, &path, &call.input, from).await,
+        Some(limit) => tokio::time::timeout(limit, run.run(&call.block, &path, &call.input, from))
+            .await
+            .unwrap_or_else(|_| {
+                BlockEnd::Done(Err(StepError {
+                    code: codes::E_TIMEOUT,
+                    message: format!(
+                        "the block took longer than {} ms and was cancelled",
+                        limit.as_millis()
+                    ),
+                    details: None,
+                }))
+            }),
     };
     let (result, waiting) = match end {
         BlockEnd::Done(result) => (result, None),

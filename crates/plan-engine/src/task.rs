@@ -20,8 +20,9 @@ use std::time::{Duration, SystemTime};
 
 use plan_graph::{OnConflict, PlanPath, RetryPolicy, Risk, TaskSpec};
 use plan_types::{
-    Approvals, PendingApproval, QueueEntry, QueueStatus, Record, RetryFeedback, StepError,
-    TaskCommit, TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus, merge_key,
+    Approvals, CallPath, PendingApproval, QueueEntry, QueueStatus, Record, RetryFeedback, Segment,
+    StepError, TaskCommit, TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus,
+    merge_key,
 };
 use plan_vars::{Scope, ValueTemplate};
 use serde_json::{Value, json};
@@ -257,23 +258,25 @@ pub(crate) struct CompiledTask {
 
 impl CompiledTask {
     /// The keys approvals of its high-risk calls are kept under.
-    pub(crate) fn gated_calls(&self, step: &str) -> Vec<String> {
-        let mut keys = Vec::new();
-        if self.implement.gated {
-            keys.push(format!("{step}/implement"));
-        }
-        if self.feedback.as_ref().is_some_and(|f| f.gated) {
-            keys.push(format!("{step}/feedback"));
-        }
-        if self.checks_gated {
-            keys.push(format!("{step}/verify"));
-        }
-        keys
+    pub(crate) fn gated_calls(&self, step: &CallPath) -> Vec<String> {
+        let gated = [
+            ("implement", self.implement.gated),
+            ("feedback", self.feedback.as_ref().is_some_and(|f| f.gated)),
+            ("verify", self.checks_gated),
+        ];
+        gated
+            .into_iter()
+            .filter(|(_, gated)| *gated)
+            .map(|(name, _)| step.then(name, 1).key())
+            .collect()
     }
 
     /// The tool of a call inside the task (`implement#2`, `check-1#2`, `feedback#2`).
-    pub(crate) fn tool_at(&self, path: &str) -> Option<&str> {
-        let name = path.split_once('#').map_or(path, |(name, _)| name);
+    pub(crate) fn tool_at(&self, path: &[Segment]) -> Option<&str> {
+        let [call] = path else {
+            return None;
+        };
+        let name = &*call.name;
         match name {
             "implement" => Some(&self.implement.tool_name),
             "feedback" => self.feedback.as_ref().map(|f| &*f.tool_name),
@@ -443,6 +446,12 @@ fn tail(text: &str, lines: usize, bytes: usize) -> String {
 }
 
 impl TaskRun {
+    /// The task's own identity, which its calls (`implement`, `check-N`, `feedback`) are
+    /// inside.
+    fn path(&self) -> CallPath {
+        CallPath::step(self.step_id.clone())
+    }
+
     /// Runs the task from where it stands to its merge, its abandonment, or a wait.
     /// Runs the task, and gives the records of the calls it made that were not committed
     /// with one of its states.
@@ -622,16 +631,9 @@ impl TaskRun {
         let task = self.task.clone();
         let values = self.task_values(state, worktree);
         let call = &task.implement;
-        let path = format!("{id}/implement#{attempt}");
+        let path = self.path().then("implement", attempt);
         let outcome = self
-            .call(
-                call,
-                &path,
-                "implement",
-                &values,
-                &Value::Null,
-                Some(&worktree.path),
-            )
+            .call(call, &path, &values, &Value::Null, Some(&worktree.path))
             .await?;
         if let Err(error) = outcome {
             let message = format!("`{}` failed: {}", call.tool_name, error.message);
@@ -731,7 +733,10 @@ impl TaskRun {
         };
         let values = self.task_values(state, worktree);
         for (k, check) in task.checks.iter().enumerate() {
-            let path = format!("{}/check-{}#{}", self.step_id, k + 1, state.attempts);
+            let path = self
+                .path()
+                .then(&format!("check-{}", k + 1), state.attempts)
+                .to_string();
             let argv = {
                 let variables = Overlay {
                     vars: &self.vars,
@@ -761,7 +766,8 @@ impl TaskRun {
                 "argv": argv,
                 "timeout_ms": u64::try_from(check.timeout.as_millis()).unwrap_or(u64::MAX),
             });
-            let key = format!("{}/verify", self.step_id);
+            // One decision covers every check of the task.
+            let key = self.path().then("verify", state.attempts).key();
             let gate = Gate {
                 tool: Some("exec"),
                 approval: task.checks_gated.then_some((key.as_str(), None)),
@@ -873,16 +879,9 @@ impl TaskRun {
         let values = self.task_values(state, worktree);
         let failure =
             json!({"step": check, "message": message, "output": tail(output, 200, 20_000)});
-        let path = format!("{}/feedback#{}", self.step_id, state.attempts);
+        let path = self.path().then("feedback", state.attempts);
         let outcome = self
-            .call(
-                call,
-                &path,
-                "feedback",
-                &values,
-                &failure,
-                Some(&worktree.path),
-            )
+            .call(call, &path, &values, &failure, Some(&worktree.path))
             .await?;
         Ok(match outcome {
             Ok(Value::String(text)) => text,
@@ -1159,8 +1158,7 @@ impl TaskRun {
     async fn call(
         &mut self,
         call: &TaskTool,
-        path: &str,
-        name: &str,
+        path: &CallPath,
         task: &Value,
         failure: &Value,
         dir: Option<&Path>,
@@ -1174,14 +1172,15 @@ impl TaskRun {
             &self.task.expressions,
             &self.context.variable_names,
         );
-        let key = format!("{}/{name}", self.step_id);
+        let key = path.key();
         let gate = Gate {
             tool: Some(&call.tool_name),
             approval: call.gated.then_some((key.as_str(), None)),
             waits_as: &key,
         };
+        let id = path.to_string();
         let inner = Inner {
-            id: path,
+            id: &id,
             tool_name: &call.tool_name,
             tool: &call.tool,
             retry: once(),

@@ -1,7 +1,7 @@
 //! Which step of a plan a call belongs to, from its id: the step's own call, a map item's
 //! (`STEP-N`, `STEP[KEY]`), or a call inside it (a block node, a task's call). Step ids may
-//! hold `/` and `[` themselves, so ids are read knowing the plan's steps
-//! ([`plan_types::CallId::within`]).
+//! hold `/` and `[` themselves, so ids are read knowing the plan's steps. The engine makes ids
+//! as [`plan_types::CallPath`] values; this is where their text is read back.
 
 use std::collections::HashMap;
 

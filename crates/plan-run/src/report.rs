@@ -167,12 +167,11 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
         Vec::new()
     };
     let checkpoints = store.checkpoints(&row.run_id)?;
-    let block_ids = plan
+    let steps = plan
         .steps
         .iter()
-        .filter(|s| s.block.is_some())
-        .map(|s| s.id.0.as_str());
-    let mut blocks = plan_engine::block_states(block_ids, &records, &checkpoints);
+        .map(|s| (s.id.0.as_str(), s.block.is_some()));
+    let mut blocks = plan_engine::block_states(steps, &records, &checkpoints);
     if row.state == RunState::Running {
         busy_blocks(store, row, &plan, &mut blocks)?;
     }

@@ -13,7 +13,8 @@
 //! - [`TaskState`] is where a task step (a coding task in a git worktree) stands;
 //!   [`task_id_problem`] says why an id cannot be a task's (it names a branch and a folder).
 //!
-//! - [`CallId`] reads a call's id (a step's, a map item's, a block node's, a task's call).
+//! - [`CallPath`] is a call's identity as a value (its step, then the block nodes and task
+//!   calls it is inside, each with its run), rendered as the ids records and events carry.
 //!
 //! - [`json`] reads back JSON of any nesting depth.
 //!
@@ -34,7 +35,7 @@ mod task;
 mod task_id;
 
 pub use approval::{Approvals, PLAN_APPROVAL, PendingApproval, Verdict};
-pub use call_id::CallId;
+pub use call_id::{CallPath, Segment};
 pub use code::ErrorCode;
 pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
 pub use journal::{Batch, BatchLog, Durability, Journal, JournalError, Position, Restored, RunEnd};
