@@ -29,7 +29,7 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
             first_at.insert(&step.id.0, i);
         }
     }
-    issues.extend(call_id_clashes(plan, &first_at));
+    issues.extend(check_call_ids(plan, &first_at));
 
     if let Some(known) = &options.known_tools {
         for (i, step) in plan.steps.iter().enumerate() {
@@ -853,48 +853,38 @@ fn acyclic_ancestors<'a>(
     memo.entry(step).or_insert_with(|| deps.ancestors(step))
 }
 
-/// Steps whose id a call of another step can have: `b/n#1` beside a block (or task) step `b`
-/// (its nodes' and calls' ids are `b/…`), `m-1` or `m[k]` beside a map step `m` (its items').
-/// Their records would be one record in the ledger.
-fn call_id_clashes(plan: &Plan, at: &HashMap<&str, usize>) -> Vec<Issue> {
+/// A block's nodes and a task's calls are `ID/…` (`review/check#2`, `T1/implement#1`): no
+/// other step may have an id of that shape, or its record and the call's would be one. (Map
+/// items' shapes are `check_item_ids`'.)
+fn check_call_ids(plan: &Plan, at: &HashMap<&str, usize>) -> Vec<Issue> {
     let mut issues = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
         let id = step.id.0.as_str();
-        for (cut, mark) in id
-            .char_indices()
-            .filter(|(_, c)| matches!(c, '/' | '-' | '['))
-        {
-            let Some(&j) = at.get(&id[..cut]) else {
-                continue;
+        let makes_calls = |j: usize| plan.steps[j].block.is_some() || plan.steps[j].task.is_some();
+        let clash = id
+            .match_indices('/')
+            .find_map(|(cut, _)| at.get(&id[..cut]).copied().filter(|&j| makes_calls(j)));
+        if let Some(j) = clash {
+            let kind = if plan.steps[j].block.is_some() {
+                "block"
+            } else {
+                "task"
             };
-            let other = &plan.steps[j];
-            let rest = &id[cut + 1..];
-            let clash = match mark {
-                '/' => (other.block.is_some() || other.task.is_some()).then_some("a call inside"),
-                '-' if other.expand.is_some() && rest.bytes().all(|b| b.is_ascii_digit()) => {
-                    Some("an item of")
-                }
-                '[' if other.expand.is_some() => Some("an item of"),
-                _ => None,
-            };
-            if let Some(what) = clash {
-                issues.push(
-                    Issue::error(
-                        "plan::invalid_id",
-                        PlanPath::step(i).key("id"),
-                        format!(
-                            "`{id}` is also the id of {what} step `{}`: their records would be one",
-                            other.id
-                        ),
-                    )
-                    .related(PlanPath::step(j).key("id"), "that step")
-                    .help(format!(
-                        "choose an id that does not start with `{}{mark}`",
-                        other.id
-                    )),
-                );
-                break;
-            }
+            issues.push(
+                Issue::error(
+                    "plan::call_id",
+                    PlanPath::step(i).key("id"),
+                    format!(
+                        "the id `{id}` looks like a call inside {kind} step `{}`",
+                        plan.steps[j].id
+                    ),
+                )
+                .related(
+                    PlanPath::step(j).key("id"),
+                    "calls inside this step are named `ID/NAME#N`",
+                )
+                .help("rename one of the two steps"),
+            );
         }
     }
     issues
