@@ -949,6 +949,76 @@ impl CompiledBlock {
     }
 }
 
+/// A block step as the scheduler starts it.
+pub(crate) struct BlockCall {
+    pub(crate) step: usize,
+    pub(crate) context: CallContext,
+    pub(crate) step_id: Arc<str>,
+    pub(crate) block: Arc<CompiledBlock>,
+    pub(crate) input: Value,
+    pub(crate) vars: BTreeMap<String, Arc<Value>>,
+    pub(crate) env: BTreeMap<String, Value>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) approvals: Arc<Approvals>,
+    /// Where the block stood when an earlier attempt at the run ended (it waited, or was
+    /// interrupted): it goes on from there.
+    pub(crate) from: Option<Box<Checkpoint>>,
+    /// Where finished node runs go to be committed as they happen (only with a journal).
+    pub(crate) progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
+}
+
+impl BlockCall {
+    /// Runs the block step; its `timeout_ms` bounds the whole block.
+    pub(crate) async fn execute(self) -> crate::call::Finished {
+        let started = Instant::now();
+        let from = self.from;
+        let mut run = BlockRun {
+            context: self.context,
+            vars: self.vars,
+            env: self.env,
+            approvals: self.approvals,
+            // The scheduler holds the records of earlier attempts already.
+            records: Vec::new(),
+            progress: self.progress.map(|sender| (self.step, sender)),
+            depth: 0,
+        };
+        let path = CallPath::step(self.step_id.clone());
+        let block = &self.block;
+        let input = &self.input;
+        let end = match self.timeout {
+            None => run.run(block, &path, input, from).await,
+            Some(limit) => tokio::time::timeout(limit, run.run(block, &path, input, from))
+                .await
+                .unwrap_or_else(|_| {
+                    BlockEnd::Done(Err(StepError {
+                        code: codes::E_TIMEOUT,
+                        message: format!(
+                            "the block took longer than {} ms and was cancelled",
+                            limit.as_millis()
+                        ),
+                        details: None,
+                    }))
+                }),
+        };
+        let (result, waiting) = match end {
+            BlockEnd::Done(result) => (result, None),
+            BlockEnd::Waiting(checkpoint, pending) => {
+                let checkpoint = serde_json::to_value(&*checkpoint).unwrap_or(Value::Null);
+                (Ok(Value::Null), Some((checkpoint, pending)))
+            }
+        };
+        crate::call::Finished {
+            step: self.step,
+            item: None,
+            result,
+            attempts: 1,
+            elapsed: started.elapsed(),
+            nested: run.records,
+            waiting,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

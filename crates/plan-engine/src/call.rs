@@ -154,6 +154,44 @@ impl CallContext {
     }
 }
 
+/// How a step's work ended, for the scheduler to settle.
+pub(crate) struct Finished {
+    pub(crate) step: usize,
+    pub(crate) item: Option<usize>,
+    pub(crate) result: Result<Value, plan_types::StepError>,
+    pub(crate) attempts: u32,
+    pub(crate) elapsed: Duration,
+    /// A block's node records, a task's calls' records, in the order they ran.
+    pub(crate) nested: Vec<plan_types::Record>,
+    /// A block or task that stopped to wait: where it stands, and for what.
+    pub(crate) waiting: Option<(Value, plan_types::PendingApproval)>,
+}
+
+/// A step's or map item's own call, with where its outcome goes.
+pub(crate) struct StepCall {
+    pub(crate) step: usize,
+    pub(crate) item: Option<usize>,
+    pub(crate) context: CallContext,
+    pub(crate) call: ToolCall,
+}
+
+impl StepCall {
+    /// Calls the step's (or item's) tool.
+    pub(crate) async fn execute(self) -> Finished {
+        let started = Instant::now();
+        let done = call_tool(&self.context, self.call).await;
+        Finished {
+            step: self.step,
+            item: self.item,
+            result: done.result.map_err(plan_types::StepError::from),
+            attempts: done.attempts,
+            elapsed: started.elapsed(),
+            nested: Vec::new(),
+            waiting: None,
+        }
+    }
+}
+
 /// How a tool call (with its retries) ended.
 pub(crate) struct ToolFinished {
     pub(crate) result: Result<Value, ToolError>,

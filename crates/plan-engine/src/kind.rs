@@ -1,18 +1,23 @@
 //! What kind of step a compiled step is, and the one place that asks each kind what it does:
-//! its calls' approvals, its call sites, the tool of a call inside it, its arguments' checks.
-//! A new kind of step is a variant here, its own module (as `block.rs` and `task.rs` are),
-//! and its case in `Program::compile`; the scheduler asks [`Action`] and never matches on
-//! kinds itself, except to start a step's work (`run.rs`, `Scheduler::prepare`).
+//! its calls' approvals, its call sites, the tool of a call inside it, its arguments' checks,
+//! and its work once the scheduler starts it ([`Action::start`], [`Started::execute`]).
+//! A new kind of step is a variant here, its own module (as `block.rs` and `task.rs` are:
+//! its compiled form, its run and its `execute`), and its case in `Program::compile`; the
+//! scheduler asks [`Action`] and never matches on kinds itself.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use plan_graph::{Issue, PlanPath};
 use plan_ports::Tool;
+use plan_types::Approvals;
 use plan_vars::{Scope, ValueTemplate};
+use serde_json::Value;
 
-use crate::block::CompiledBlock;
+use crate::block::{BlockCall, Checkpoint, CompiledBlock, NodeDone};
+use crate::call::{CallContext, Finished, StepCall, ToolCall};
 use crate::sites::{CallKind, Sites};
-use crate::task::CompiledTask;
+use crate::task::{CompiledTask, TaskRun};
 
 /// What a step does: call a tool, run a block, or carry out a coding task in a worktree.
 pub(crate) enum Action {
@@ -29,6 +34,8 @@ pub(crate) struct StepView<'a> {
     pub(crate) is_map: bool,
     pub(crate) args: &'a ValueTemplate,
     pub(crate) schema: Option<&'a jsonschema::Validator>,
+    pub(crate) retry: &'a plan_graph::RetryPolicy,
+    pub(crate) timeout: Option<std::time::Duration>,
 }
 
 impl Action {
@@ -110,6 +117,131 @@ impl Action {
             Action::Block(block) => block.check_arguments(scope, at.key("block"), issues),
             // Its arguments read `${task.*}`, known only as it runs.
             Action::Task(_) => {}
+        }
+    }
+}
+
+/// A step's work as the scheduler starts it: its call admitted (for a block, its input).
+pub(crate) struct Start {
+    pub(crate) step: usize,
+    pub(crate) item: Option<usize>,
+    /// The call's id (the step's, or a map item's).
+    pub(crate) id: Arc<str>,
+    pub(crate) args: Value,
+    /// A high-risk call made only because approvals are off.
+    pub(crate) approvals_off: bool,
+    pub(crate) context: CallContext,
+}
+
+/// What a started step takes from its run (the scheduler's, asked only by the kinds that need
+/// it: a plain call takes none of the run's variables).
+pub(crate) trait RunShares {
+    /// The run's variables as they are now (a block or task reads them when it starts).
+    fn variables(&self) -> BTreeMap<String, Arc<Value>>;
+    /// The plan's `env:` values.
+    fn environment(&self) -> BTreeMap<String, Value>;
+    /// The decisions on approvals so far.
+    fn approvals(&self) -> Arc<Approvals>;
+    /// The git repository of task steps, if the plan has one.
+    fn workspace(&self) -> Option<Arc<dyn crate::task::Workspace>>;
+    /// Held while a task merges: one merge at a time.
+    fn merges(&self) -> Arc<tokio::sync::Mutex<()>>;
+    /// Where finished node runs and task calls go to be committed as they happen (only with
+    /// a journal).
+    fn progress(&self) -> Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>;
+    /// The attempts call `id` made before it was run again.
+    fn earlier_attempts(&self, id: &str) -> u32;
+    /// Where step `step` stood when an earlier attempt at the run stopped, if it had started
+    /// (the records of the calls it made then are taken back first).
+    fn checkpoint(&mut self, step: usize) -> Option<Value>;
+}
+
+impl Action {
+    /// The work of `step`, started as `start` says, with what it takes from `run`.
+    pub(crate) fn start(
+        &self,
+        step: &StepView<'_>,
+        start: Start,
+        run: &mut impl RunShares,
+    ) -> Started {
+        let Start {
+            step: at,
+            item,
+            id,
+            args,
+            approvals_off,
+            context,
+        } = start;
+        match self {
+            Action::Tool(tool) => Started::Call(StepCall {
+                step: at,
+                item,
+                context,
+                call: ToolCall {
+                    tool_name: step.tool_name.clone(),
+                    tool: tool.clone(),
+                    args,
+                    retry: step.retry.clone(),
+                    timeout: step.timeout,
+                    working_dir: None,
+                    approvals_off,
+                    earlier: run.earlier_attempts(&id),
+                    step_id: id,
+                },
+            }),
+            // A task reads the variables as they are when it starts, as a block does.
+            Action::Task(task) => Started::Task(Box::new(TaskRun {
+                step: at,
+                step_id: id,
+                context,
+                task: task.clone(),
+                vars: run.variables(),
+                env: run.environment(),
+                approvals: run.approvals(),
+                workspace: run.workspace(),
+                merges: run.merges(),
+                // The records of the calls it made before it stopped come first.
+                from: run.checkpoint(at),
+                progress: run.progress(),
+                shown: None,
+                records: Vec::new(),
+            })),
+            // A block reads the variables as they are when it starts (its ancestors' binds).
+            Action::Block(block) => Started::Block(BlockCall {
+                step: at,
+                context,
+                step_id: id,
+                block: block.clone(),
+                input: args,
+                vars: run.variables(),
+                env: run.environment(),
+                timeout: step.timeout,
+                approvals: run.approvals(),
+                progress: run.progress(),
+                // A checkpoint this build cannot read runs its block from the entry point.
+                from: run
+                    .checkpoint(at)
+                    .and_then(|value| serde_json::from_value::<Checkpoint>(value).ok())
+                    .map(Box::new),
+            }),
+        }
+    }
+}
+
+/// Work the scheduler started: one tool call, a whole block, or a whole task.
+pub(crate) enum Started {
+    Call(StepCall),
+    Block(BlockCall),
+    Task(Box<TaskRun>),
+}
+
+impl Started {
+    /// Runs the work to its end (a block or task may end waiting).
+    pub(crate) async fn execute(self) -> Finished {
+        match self {
+            Started::Call(call) => call.execute().await,
+            Started::Block(block) => block.execute().await,
+            Started::Task(task) => task.execute().await,
         }
     }
 }

@@ -57,6 +57,8 @@ impl CompiledStep {
             is_map: self.expand.is_some(),
             args: &self.args,
             schema: self.schema.as_deref(),
+            retry: &self.retry,
+            timeout: self.timeout,
         }
     }
 }

@@ -32,15 +32,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::admit::{Admission, Gate, admit, executed_record};
-use crate::block::{BlockEnd, BlockRun, Checkpoint, CompiledBlock, NodeDone};
-use crate::call::{CallContext, ToolCall, call_tool, millis};
+use crate::block::NodeDone;
+use crate::call::{CallContext, Finished, millis};
 use crate::guard::Guard;
+use crate::kind::{Start, Started};
 use crate::program::{
-    Action, CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program,
-    expand_items, item_ids, resolve_args,
+    CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program, expand_items,
+    item_ids, resolve_args,
 };
 use crate::redact::Redactor;
-use crate::task::{TaskEnd, TaskRun};
 use crate::writer::{Durable, Writer};
 use plan_ports::codes;
 
@@ -223,48 +223,46 @@ struct MapRun {
     started: Instant,
 }
 
-/// Work the scheduler starts: one tool call, a whole block, or a whole task.
-enum Started {
-    Call(Call),
-    Block(BlockCall),
-    Task(Box<TaskRun>),
-}
+impl crate::kind::RunShares for Scheduler<'_> {
+    fn variables(&self) -> BTreeMap<String, Arc<Value>> {
+        self.vars.clone()
+    }
 
-/// A step's or map item's call, with where its outcome goes.
-struct Call {
-    step: usize,
-    item: Option<usize>,
-    context: CallContext,
-    call: ToolCall,
-}
+    fn environment(&self) -> BTreeMap<String, Value> {
+        self.env.clone()
+    }
 
-struct BlockCall {
-    step: usize,
-    context: CallContext,
-    step_id: Arc<str>,
-    block: Arc<CompiledBlock>,
-    input: Value,
-    vars: BTreeMap<String, Arc<Value>>,
-    env: BTreeMap<String, Value>,
-    timeout: Option<Duration>,
-    approvals: Arc<Approvals>,
-    /// Where the block stood when an earlier attempt at the run ended (it waited, or was
-    /// interrupted): it goes on from there.
-    from: Option<Box<Checkpoint>>,
-    /// Where finished node runs go to be committed as they happen (only with a journal).
-    progress: Option<tokio::sync::mpsc::UnboundedSender<NodeDone>>,
-}
+    fn approvals(&self) -> Arc<Approvals> {
+        self.approvals.clone()
+    }
 
-struct Finished {
-    step: usize,
-    item: Option<usize>,
-    result: Result<Value, StepError>,
-    attempts: u32,
-    elapsed: Duration,
-    /// A block's node records, in the order they ran.
-    nested: Vec<Record>,
-    /// A block or task that stopped to wait: where it stands, and for what.
-    waiting: Option<(Value, PendingApproval)>,
+    fn workspace(&self) -> Option<Arc<dyn crate::task::Workspace>> {
+        self.workspace.clone()
+    }
+
+    fn merges(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.merges.clone()
+    }
+
+    fn progress(&self) -> Option<tokio::sync::mpsc::UnboundedSender<NodeDone>> {
+        self.block_progress.clone()
+    }
+
+    fn earlier_attempts(&self, id: &str) -> u32 {
+        self.earlier_attempts.get(id).copied().unwrap_or(0)
+    }
+
+    /// Where a block or task step stood when an earlier attempt at the run stopped, if it had
+    /// started: then the records of the calls it made before are taken back, in the ledger's
+    /// order, and the records of its next calls follow them.
+    fn checkpoint(&mut self, step_index: usize) -> Option<Value> {
+        let inner = self.steps[step_index].inner.as_deref_mut()?;
+        let checkpoint = inner.checkpoint.take()?;
+        let mut prior: Vec<(usize, Record)> = inner.restored.drain().map(|(_, r)| r).collect();
+        prior.sort_by_key(|(place, _)| *place);
+        inner.calls = prior.into_iter().map(|(_, record)| record).collect();
+        Some(checkpoint)
+    }
 }
 
 struct Scheduler<'p> {
@@ -468,11 +466,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             let Some(task) = scheduler.prepare(work.step, item, &halt) else {
                 continue;
             };
-            let handle = match task {
-                Started::Call(call) => running.spawn(execute(call)),
-                Started::Block(block) => running.spawn(execute_block(block)),
-                Started::Task(task) => running.spawn(execute_task(*task)),
-            };
+            let handle = running.spawn(task.execute());
             tasks.insert(handle.id(), (work.step, item));
         }
         // What settled while starting calls (skips, argument errors) goes to the writer too.
@@ -898,72 +892,15 @@ impl Scheduler<'_> {
                 return None;
             }
         };
-        let context = self.call_context(halt);
-        Some(match &step.action {
-            Action::Tool(tool) => Started::Call(Call {
-                step: step_index,
-                item,
-                context,
-                call: ToolCall {
-                    tool_name: step.tool_name.clone(),
-                    tool: tool.clone(),
-                    args,
-                    retry: step.retry.clone(),
-                    timeout: step.timeout,
-                    working_dir: None,
-                    approvals_off,
-                    earlier: self.earlier_attempts.get(&*step_id).copied().unwrap_or(0),
-                    step_id,
-                },
-            }),
-            // A task reads the variables as they are when it starts, as a block does.
-            Action::Task(task) => Started::Task(Box::new(TaskRun {
-                step: step_index,
-                step_id,
-                context,
-                task: task.clone(),
-                vars: self.vars.clone(),
-                env: self.env.clone(),
-                approvals: self.approvals.clone(),
-                workspace: self.workspace.clone(),
-                merges: self.merges.clone(),
-                // The records of the calls it made before it stopped come first.
-                from: self.take_checkpoint(step_index),
-                progress: self.block_progress.clone(),
-                shown: None,
-                records: Vec::new(),
-            })),
-            // A block reads the variables as they are when it starts (its ancestors' binds).
-            Action::Block(block) => Started::Block(BlockCall {
-                step: step_index,
-                context,
-                step_id,
-                block: block.clone(),
-                input: args,
-                vars: self.vars.clone(),
-                env: self.env.clone(),
-                timeout: step.timeout,
-                approvals: self.approvals.clone(),
-                progress: self.block_progress.clone(),
-                // A checkpoint this build cannot read runs its block from the entry point.
-                from: self
-                    .take_checkpoint(step_index)
-                    .and_then(|value| serde_json::from_value::<Checkpoint>(value).ok())
-                    .map(Box::new),
-            }),
-        })
-    }
-
-    /// Where a block or task step stood when an earlier attempt at the run stopped, if it had
-    /// started: then the records of the calls it made before are taken back, in the ledger's
-    /// order, and the records of its next calls follow them.
-    fn take_checkpoint(&mut self, step_index: usize) -> Option<Value> {
-        let inner = self.steps[step_index].inner.as_deref_mut()?;
-        let checkpoint = inner.checkpoint.take()?;
-        let mut prior: Vec<(usize, Record)> = inner.restored.drain().map(|(_, r)| r).collect();
-        prior.sort_by_key(|(place, _)| *place);
-        inner.calls = prior.into_iter().map(|(_, record)| record).collect();
-        Some(checkpoint)
+        let start = Start {
+            step: step_index,
+            item,
+            id: step_id,
+            args,
+            approvals_off,
+            context: self.call_context(halt),
+        };
+        Some(step.action.start(&step.view(), start, self))
     }
 
     /// Turns a ready map step into items, or settles it at once when its list is empty or
@@ -1876,89 +1813,6 @@ fn unreachable_record() -> Record {
         true,
         "internal error: the step was never settled".to_owned(),
     )
-}
-
-/// Calls a step's (or item's) tool.
-async fn execute(call: Call) -> Finished {
-    let started = Instant::now();
-    let done = call_tool(&call.context, call.call).await;
-    Finished {
-        step: call.step,
-        item: call.item,
-        result: done.result.map_err(StepError::from),
-        attempts: done.attempts,
-        elapsed: started.elapsed(),
-        nested: Vec::new(),
-        waiting: None,
-    }
-}
-
-/// Runs a block step; its `timeout_ms` bounds the whole block.
-async fn execute_block(call: BlockCall) -> Finished {
-    let started = Instant::now();
-    let from = call.from;
-    let mut run = BlockRun {
-        context: call.context,
-        vars: call.vars,
-        env: call.env,
-        approvals: call.approvals,
-        // The scheduler holds the records of earlier attempts already.
-        records: Vec::new(),
-        progress: call.progress.map(|sender| (call.step, sender)),
-        depth: 0,
-    };
-    let path = plan_types::CallPath::step(call.step_id.clone());
-    let end = match call.timeout {
-        None => run.run(&call.block, &path, &call.input, from).await,
-        Some(limit) => tokio::time::timeout(limit, run.run(&call.block, &path, &call.input, from))
-            .await
-            .unwrap_or_else(|_| {
-                BlockEnd::Done(Err(StepError {
-                    code: codes::E_TIMEOUT,
-                    message: format!(
-                        "the block took longer than {} ms and was cancelled",
-                        limit.as_millis()
-                    ),
-                    details: None,
-                }))
-            }),
-    };
-    let (result, waiting) = match end {
-        BlockEnd::Done(result) => (result, None),
-        BlockEnd::Waiting(checkpoint, pending) => {
-            let checkpoint = serde_json::to_value(&*checkpoint).unwrap_or(Value::Null);
-            (Ok(Value::Null), Some((checkpoint, pending)))
-        }
-    };
-    Finished {
-        step: call.step,
-        item: None,
-        result,
-        attempts: 1,
-        elapsed: started.elapsed(),
-        nested: run.records,
-        waiting,
-    }
-}
-
-/// Runs a task step to its merge, its abandonment, or a wait.
-async fn execute_task(run: TaskRun) -> Finished {
-    let started = Instant::now();
-    let step = run.step;
-    let (end, nested) = run.run().await;
-    let (result, waiting) = match end {
-        TaskEnd::Done(result) => (result, None),
-        TaskEnd::Waiting(checkpoint, pending) => (Ok(Value::Null), Some((checkpoint, pending))),
-    };
-    Finished {
-        step,
-        item: None,
-        result,
-        attempts: 1,
-        elapsed: started.elapsed(),
-        nested,
-        waiting,
-    }
 }
 
 /// `["a","b"]`: execute_plan's form of a list of ids inside a reason.

@@ -446,6 +446,26 @@ fn tail(text: &str, lines: usize, bytes: usize) -> String {
 }
 
 impl TaskRun {
+    /// Runs the task step to its merge, its abandonment, or a wait.
+    pub(crate) async fn execute(self: Box<Self>) -> crate::call::Finished {
+        let started = std::time::Instant::now();
+        let step = self.step;
+        let (end, nested) = self.run().await;
+        let (result, waiting) = match end {
+            TaskEnd::Done(result) => (result, None),
+            TaskEnd::Waiting(checkpoint, pending) => (Ok(Value::Null), Some((checkpoint, pending))),
+        };
+        crate::call::Finished {
+            step,
+            item: None,
+            result,
+            attempts: 1,
+            elapsed: started.elapsed(),
+            nested,
+            waiting,
+        }
+    }
+
     /// The task's own identity, which its calls (`implement`, `check-N`, `feedback`) are
     /// inside.
     fn path(&self) -> CallPath {
