@@ -628,6 +628,23 @@ fn check_block(
             "invalid_graph: `max_steps` must be at least 1",
         ));
     }
+    // A node's runs are named `STEP/NODE#N` (nested: `STEP/NODE#N/INNER#M`), its approvals
+    // `STEP/NODE`, a decision on a failed run `STEP/NODE#N@K`: a name holding one of those
+    // marks could name another node's run, and take its approval or its record.
+    for name in block.nodes.keys() {
+        if name.is_empty() || name.contains(['/', '#', '@']) {
+            issues.push(
+                Issue::error(
+                    "plan::block",
+                    at.clone().key("nodes").key(name),
+                    format!(
+                        "invalid_graph: the node name `{name}` is empty or holds `/`, `#` or `@`"
+                    ),
+                )
+                .help("node names are plain names: their runs are named `STEP/NODE#N`"),
+            );
+        }
+    }
     for (name, text) in &block.conditions {
         if let Err(first) = crate::compile_condition(text) {
             issues.push(Issue::error(
@@ -782,9 +799,12 @@ fn check_item_ids(plan: &Plan, issues: &mut Vec<Issue>) {
         .enumerate()
         .filter(|(_, s)| s.expand.is_some())
     {
+        // `M[` starts every keyed item of `M`: a step whose id starts so (`m[a`) could make
+        // calls whose ids are `M`'s items' (`m[a` + `[x]` is `m[a[x]]`, item `a[x]` of `m`).
+        let keyed = format!("{}[", map_step.id.0);
         for (i, step) in plan.steps.iter().enumerate() {
             let id = &step.id.0;
-            if i != m && is_item_of(id, &map_step.id.0) {
+            if i != m && (is_item_of(id, &map_step.id.0) || id.starts_with(&keyed)) {
                 issues.push(
                     Issue::error(
                         "plan::item_id",

@@ -155,3 +155,46 @@ fn a_step_id_that_a_call_inside_another_step_has_is_refused() {
         refused(r#"[{"id": "a", "tool": "echo"}, {"id": "a/n#1", "tool": "echo"}]"#).is_empty()
     );
 }
+
+#[test]
+fn ids_and_node_names_that_could_name_another_calls_run_are_refused() {
+    let codes = |text: &str| -> Vec<String> {
+        match load(
+            Source::new("plan.json", text.to_owned()),
+            Format::Json,
+            &LoadOptions::default(),
+        ) {
+            Ok(_) => Vec::new(),
+            Err(invalid) => invalid
+                .issues
+                .iter()
+                .map(|issue| format!("{}: {}", issue.code, issue.message))
+                .collect(),
+        }
+    };
+    // Map `m[a` with key `x]` would make `m[a[x]]`, the id (and approval key) of `m`'s item
+    // `a[x]` (hostile review: approving the echo ran the exec).
+    let smuggled = r#"{"steps": [
+        {"id": "m", "tool": "echo", "risk": "high", "expand_on": [{"k": "a[x]"}], "expand_key": "$each.k"},
+        {"id": "m[a", "tool": "exec", "risk": "high", "depends_on": ["m"], "expand_on": [{"k": "x]"}],
+         "expand_key": "$each.k", "args": {"argv": ["true"]}}
+    ]}"#;
+    assert_eq!(
+        codes(smuggled),
+        ["plan::item_id: the id `m[a` looks like an item of map step `m`"]
+    );
+    // A node named `inner/check` beside nested block `inner` with node `check`: one approval
+    // key; `inner#1/check` one record id.
+    for name in ["inner/check", "inner#1/check", "check#2@1"] {
+        let plan = format!(
+            r#"{{"steps": [{{"id": "b", "block": {{"entry_point": "{name}", "nodes": {{"{name}": {{"tool": "echo"}}}}}}}}]}}"#
+        );
+        assert_eq!(
+            codes(&plan),
+            [format!(
+                "plan::block: invalid_graph: the node name `{name}` is empty or holds `/`, `#` or `@`"
+            )],
+            "{plan}"
+        );
+    }
+}
