@@ -312,6 +312,76 @@ fn a_failed_run_is_re_planned_and_finishes_with_the_new_steps() {
     assert!(!events.contains("tok-secret-42"));
 }
 
+/// A model's re-planned steps keep their programs in the model's work folder (the plan's
+/// folder here), on the run and on every resume after it (hostile review: a model's `exec`
+/// ran at `/`).
+#[test]
+fn re_planned_steps_keep_their_programs_in_the_work_folder() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "build.json",
+        &json!({"id": "build", "steps": [
+            {"id": "a", "tool": "echo"},
+            {"id": "f", "tool": "fail", "args": {"message": "broken"}, "depends_on": ["a"]}
+        ]}),
+    );
+    let escape = json!({"steps": [
+        {"id": "here", "tool": "exec", "args": {"argv": ["pwd"]}, "depends_on": ["a"]},
+        {"id": "away", "tool": "exec", "args": {"argv": ["pwd"], "cwd": "/"}, "depends_on": ["a"]}
+    ]});
+    let server = Scripted::start(vec![answer(&escape)]);
+    let output = lab
+        .cli()
+        .env("PLAN_LLM_URL", &server.url)
+        .env("PLAN_LLM_MODEL", "m")
+        .args([
+            "run",
+            path_str(&plan),
+            "--replan",
+            "1",
+            "--allow-tool",
+            "exec",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&output.stderr)));
+    let record = |report: &Value, id: &str| {
+        report["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["step_id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no record of {id}: {report}"))
+    };
+    let folder = std::fs::canonicalize(plan.parent().unwrap()).unwrap();
+    let here = record(&report, "here");
+    assert_eq!(
+        here["result"]["stdout"].as_str().map(str::trim_end),
+        Some(folder.to_str().unwrap()),
+        "{here}"
+    );
+    let away = record(&report, "away");
+    assert!(
+        away["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("outside the folder programs may run in")),
+        "{away}"
+    );
+    // The operator's resume of the failed step keeps it there too.
+    let run_id = report["run_id"].as_str().unwrap();
+    let (_, again) = lab.json(&["resume", run_id, "--retry-failed", "--json"]);
+    let away = record(&again, "away");
+    assert!(
+        away["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("outside the folder programs may run in")),
+        "{away}"
+    );
+}
+
 /// `run PLAN --replan 1 --json` against the model at `url`, with TOKEN set: the report.
 fn replan(lab: &Lab, url: &str, plan: &std::path::Path) -> Value {
     let output = lab

@@ -364,33 +364,34 @@ pub(crate) struct Checkpoint {
     inner: Option<Box<Checkpoint>>,
 }
 
-/// The state of each block step among `steps` (every step's id in plan order, and whether it
-/// is a block), from a run's records (as `run` reports them or the ledger keeps them, in plan
-/// order) and the checkpoints of the blocks that wait. Records are told apart by
-/// `plan_graph::StepIndex::call_of`, one pass over them.
+/// The state of each of the block steps `blocks` (in plan order), from a run's records (as
+/// `run` reports them or the ledger keeps them, in plan order) and the checkpoints of the
+/// blocks that wait. Records are told apart by `plan_graph::StepIndex::call_of`, one pass
+/// over them, and none without blocks. (Validation keeps every other step's and item's id from
+/// looking like a call inside a block: `plan::call_id`.)
 pub fn block_states<'a>(
-    steps: impl IntoIterator<Item = (&'a str, bool)>,
+    blocks: impl IntoIterator<Item = &'a str>,
     records: &[Record],
     checkpoints: &BTreeMap<String, Value>,
 ) -> Vec<BlockState> {
-    let steps: Vec<(&str, bool)> = steps.into_iter().collect();
-    let index = plan_graph::StepIndex::new(steps.iter().map(|(id, _)| *id));
-    let mut own: Vec<Option<&Record>> = vec![None; steps.len()];
-    let mut nodes: Vec<Vec<&Record>> = vec![Vec::new(); steps.len()];
+    let blocks: Vec<&str> = blocks.into_iter().collect();
+    if blocks.is_empty() {
+        return Vec::new();
+    }
+    let index = plan_graph::StepIndex::new(blocks.iter().copied());
+    let mut own: Vec<Option<&Record>> = vec![None; blocks.len()];
+    let mut nodes: Vec<Vec<&Record>> = vec![Vec::new(); blocks.len()];
     for record in records {
         match index.call_of(&record.step_id) {
-            Some(plan_graph::CallOf::Step(i)) if steps[i].1 => {
-                own[i] = own[i].or(Some(record));
-            }
-            Some(plan_graph::CallOf::Inside(i, _)) if steps[i].1 => nodes[i].push(record),
+            Some(plan_graph::CallOf::Step(i)) => own[i] = own[i].or(Some(record)),
+            Some(plan_graph::CallOf::Inside(i, _)) => nodes[i].push(record),
             _ => {}
         }
     }
-    steps
+    blocks
         .iter()
         .enumerate()
-        .filter(|(_, (_, is_block))| *is_block)
-        .map(|(i, (id, _))| block_state(id, own[i], &nodes[i], checkpoints.get(*id)))
+        .map(|(i, id)| block_state(id, own[i], &nodes[i], checkpoints.get(*id)))
         .collect()
 }
 
@@ -1071,15 +1072,7 @@ mod tests {
             json!({"node": "inner", "steps": 1, "visits": {}, "results": {},
                    "inner": {"node": "deploy", "steps": 0, "visits": {}, "results": {}}}),
         )]);
-        let steps = [
-            ("a", true),
-            ("b", true),
-            ("t", false),
-            ("c", true),
-            ("d", true),
-            ("e", true),
-        ];
-        let states = block_states(steps, &records, &checkpoints);
+        let states = block_states(["a", "b", "c", "d", "e"], &records, &checkpoints);
         let summary: Vec<(BlockPhase, Option<&str>)> = states
             .iter()
             .map(|s| (s.state, s.node.as_deref()))

@@ -153,7 +153,7 @@ pub(crate) trait RunShares {
     fn earlier_attempts(&self, id: &str) -> u32;
     /// Where step `step` stood when an earlier attempt at the run stopped, if it had started
     /// (the records of the calls it made then are taken back first).
-    fn checkpoint(&mut self, step: usize) -> Option<Value>;
+    fn take_checkpoint(&mut self, step: usize) -> Option<Value>;
 }
 
 impl Action {
@@ -201,7 +201,7 @@ impl Action {
                 workspace: run.workspace(),
                 merges: run.merges(),
                 // The records of the calls it made before it stopped come first.
-                from: run.checkpoint(at),
+                from: run.take_checkpoint(at),
                 progress: run.progress(),
                 shown: None,
                 records: Vec::new(),
@@ -220,7 +220,7 @@ impl Action {
                 progress: run.progress(),
                 // A checkpoint this build cannot read runs its block from the entry point.
                 from: run
-                    .checkpoint(at)
+                    .take_checkpoint(at)
                     .and_then(|value| serde_json::from_value::<Checkpoint>(value).ok())
                     .map(Box::new),
             }),

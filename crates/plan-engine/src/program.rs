@@ -443,11 +443,12 @@ impl Program {
         records: &[Record],
         checkpoints: &BTreeMap<String, Value>,
     ) -> Vec<BlockState> {
-        let steps = self
+        let blocks = self
             .steps
             .iter()
-            .map(|step| (&*step.id, step.action.is_block()));
-        block_states(steps, records, checkpoints)
+            .filter(|step| step.action.is_block())
+            .map(|step| &*step.id);
+        block_states(blocks, records, checkpoints)
     }
 
     /// What waits for an approval (`risk: high`, the step's or its tool's), in plan order:

@@ -255,7 +255,7 @@ impl crate::kind::RunShares for Scheduler<'_> {
     /// Where a block or task step stood when an earlier attempt at the run stopped, if it had
     /// started: then the records of the calls it made before are taken back, in the ledger's
     /// order, and the records of its next calls follow them.
-    fn checkpoint(&mut self, step_index: usize) -> Option<Value> {
+    fn take_checkpoint(&mut self, step_index: usize) -> Option<Value> {
         let inner = self.steps[step_index].inner.as_deref_mut()?;
         let checkpoint = inner.checkpoint.take()?;
         let mut prior: Vec<(usize, Record)> = inner.restored.drain().map(|(_, r)| r).collect();

@@ -248,22 +248,13 @@ async fn call(
             ));
         }
     };
-    // A run under a policy keeps its programs in its work folder on a worker too; a worker
-    // that cannot see that folder refuses the call rather than run it unconfined.
-    let confined_to = match data["confined_to"].as_str() {
-        None | Some("") => None,
-        Some(dir) if std::path::Path::new(dir).is_dir() => {
-            Some(Arc::from(std::path::Path::new(dir)))
-        }
-        Some(dir) => {
-            return Err(ToolError::new(
-                codes::E_TOOL,
-                format!(
-                    "worker {worker} cannot see the folder the run's programs are kept in ({dir})"
-                ),
-            ));
-        }
-    };
+    // A run under a policy keeps its programs in its work folder on a worker too: a tool
+    // that runs programs refuses any folder outside it, and every folder when it cannot see
+    // it (other tools do not care).
+    let confined_to = data["confined_to"]
+        .as_str()
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Arc::from(std::path::Path::new(dir)));
     let cancel = CancellationToken::new();
     let ctx = ToolContext {
         run_id: Arc::from(data["run_id"].as_str().unwrap_or_default()),

@@ -120,9 +120,10 @@ pub struct Execution {
     pub output: Option<plan_engine::OutputSink>,
     /// Whether high-risk calls wait for an approval: `None` as the run was started (for a
     /// resumed run that was given one) or as the plan says (its `approvals: false` turns them
-    /// off), `Some` whatever those say. With approvals off a
+    /// off), `Some` whatever those say, except that a run under a policy that forces them,
+    /// and a run a model re-planned, keep them on whatever this says. With approvals off a
     /// high-risk call runs at once, and its `tool.called` event records that it ran so; a
-    /// rejection still stops it. A front-end that serves others (`mcp serve`) says `Some(true)`.
+    /// rejection still stops it.
     pub approvals: Option<bool>,
     /// Run every call on queue workers through this dispatcher (its tools must be the ones the
     /// program was compiled against). Losing the queue stops the run, resumably. (Feature
@@ -131,8 +132,8 @@ pub struct Execution {
     pub queue: Option<Arc<Dispatcher>>,
     /// Keep this execute-state document current as the ledger commits, and at the run's end.
     pub state_file: Option<crate::StateFile>,
-    /// The run stops (resumably, as a cancel stops it) after this long (a policy's
-    /// `max_run_time`).
+    /// The run stops (resumably, as a cancel stops it) after this long; a run under a policy
+    /// stops after its `max_run_time` if that is shorter.
     pub time_limit: Option<std::time::Duration>,
 }
 
@@ -342,10 +343,18 @@ pub async fn start(
     }
     // Its work folder kept absolute, so that a resume from another folder holds the run to
     // the same folder.
-    let policy = policy.map(|policy| crate::Policy {
-        workdir: std::fs::canonicalize(&policy.workdir).unwrap_or(policy.workdir.clone()),
-        ..policy
-    });
+    let policy = match policy {
+        Some(policy) => {
+            let workdir = std::fs::canonicalize(&policy.workdir).map_err(|error| {
+                LifecycleError::Refused(format!(
+                    "cannot read the work folder {}: {error}",
+                    policy.workdir.display()
+                ))
+            })?;
+            Some(crate::Policy { workdir, ..policy })
+        }
+        None => None,
+    };
     if let Some(policy) = &policy {
         hold_to(policy, author, &prepared, &mut execution)?;
     }
@@ -411,7 +420,7 @@ pub async fn start(
         approvals,
         mode,
         workspace,
-        root: workspace_root,
+        confined_to: workspace_root,
     };
     finish(
         events_file,
@@ -474,22 +483,23 @@ fn hold_to(
 /// damaged one).
 pub fn policy_of(row: &RunRow) -> Option<crate::Policy> {
     let stored = row.options.get("policy").filter(|value| !value.is_null());
-    let root = row.options.get("workspace_root").and_then(Value::as_str);
+    let restricted = || crate::Policy {
+        workdir: stored_folder(row, "workspace_root").unwrap_or_else(|| ".".into()),
+        ..crate::Policy::default()
+    };
     match stored {
-        Some(value) => {
-            Some(
-                serde_json::from_value(value.clone()).unwrap_or_else(|_| crate::Policy {
-                    workdir: root.map_or_else(|| ".".into(), std::path::PathBuf::from),
-                    ..crate::Policy::default()
-                }),
-            )
-        }
+        Some(value) => Some(serde_json::from_value(value.clone()).unwrap_or_else(|_| restricted())),
         None if author_of(row) == crate::Author::Operator => None,
-        None => Some(crate::Policy {
-            workdir: root.map_or_else(|| ".".into(), std::path::PathBuf::from),
-            ..crate::Policy::default()
-        }),
+        None => Some(restricted()),
     }
+}
+
+/// A folder a run's start (or its re-plan) kept in its options under `key`.
+fn stored_folder(row: &RunRow, key: &str) -> Option<std::path::PathBuf> {
+    row.options
+        .get(key)
+        .and_then(Value::as_str)
+        .map(std::path::PathBuf::from)
 }
 
 /// How to resume a run.
@@ -507,9 +517,10 @@ pub struct ResumeOptions {
     /// The run's plan was just replaced by a new revision (`replan`): a finished run goes on
     /// with it, every record kept (the failed step's stays; the new steps run).
     pub replanned: bool,
-    /// The policy the run is held to instead of the one it was started under (a server's
-    /// policy now, which may have narrowed since); `None`: the stored one ([`policy_of`]).
-    pub policy: Option<crate::Policy>,
+    /// A policy the run must meet too, besides the one it was started under ([`policy_of`]):
+    /// `mcp serve`'s as it is now. The run is held to both (each check, approvals on if either
+    /// says so, the shorter time limit); its programs stay in the folder it was started with.
+    pub also: Option<crate::Policy>,
 }
 
 /// What [`prepare_resume`] found.
@@ -535,8 +546,10 @@ pub struct ResumeFrom {
     retry_failed: bool,
     /// Steps to run again with their dependents.
     retry_steps: Vec<String>,
-    /// The policy the run is held to (see [`ResumeOptions::policy`]).
+    /// The policy the run was started under ([`policy_of`]), and the one it must meet too
+    /// ([`ResumeOptions::also`]).
     policy: Option<crate::Policy>,
+    also: Option<crate::Policy>,
 }
 
 impl ResumeFrom {
@@ -631,7 +644,8 @@ pub fn prepare_resume(
         format,
         retry_failed: options.retry_failed,
         retry_steps: options.retry_steps.clone(),
-        policy: options.policy.clone().or_else(|| policy_of(&row)),
+        policy: policy_of(&row),
+        also: options.also.clone(),
         row,
     })))
 }
@@ -650,10 +664,12 @@ pub async fn resume(
         retry_failed,
         retry_steps,
         policy,
+        also,
         ..
     } = *from;
-    // Whoever resumes it, a run of another author's plan is held to that author's policy.
-    if let Some(policy) = &policy {
+    // Whoever resumes it, a run of another author's plan is held to that author's policy,
+    // and to the resuming front-end's too.
+    for policy in policy.iter().chain(&also) {
         hold_to(policy, author_of(&row), &prepared, &mut execution)?;
     }
     let events_file = open_events_file(&mut execution)?;
@@ -731,10 +747,18 @@ pub async fn resume(
         records.retain(|r| !forgotten(&r.step_id));
     }
     let dir = working_dir_of(&row).map(|dir| dir.display().to_string());
+    // The folder the run was started with: its policy's (or, for a run from before policies
+    // were kept, the folder its start kept); a run a model re-planned keeps the model's
+    // steps' programs in the folder the re-plan kept.
     let root = policy
         .as_ref()
-        .map(|policy| policy.workdir.display().to_string());
+        .map(|policy| policy.workdir.clone())
+        .or_else(|| stored_folder(&row, "workspace_root"))
+        .map(|root| root.display().to_string());
     let workspace = open_workspace(&prepared.loaded.plan, dir.as_deref(), root.as_deref()).await?;
+    let confined_to = root.clone().or_else(|| {
+        stored_folder(&row, crate::generate::REPLAN_FOLDER).map(|root| root.display().to_string())
+    });
     let variables = store.variables(&row.run_id)?;
     let approvals = store.decisions(&row.run_id)?;
     let checkpoints = store.checkpoints(&row.run_id)?;
@@ -764,7 +788,7 @@ pub async fn resume(
         approvals,
         mode,
         workspace,
-        root,
+        confined_to,
     };
     // The row holds the plan's text: only its id goes on.
     let run_id = row.run_id.clone();
@@ -890,8 +914,8 @@ struct From {
     mode: Mode,
     /// The git repository of the plan's task steps.
     workspace: Option<Arc<dyn plan_engine::Workspace>>,
-    /// The folder the run's programs, repository and worktrees stay in (its policy's).
-    root: Option<String>,
+    /// The folder the run's programs stay in (its policy's, or the one a re-plan kept).
+    confined_to: Option<String>,
 }
 
 /// Opens the plan's `workspace` (the git repository its task steps work in), relative to the
@@ -990,7 +1014,7 @@ async fn execute(
     options.mode = Some(from.mode);
     options.cancel = execution.cancel.clone();
     options.workspace = from.workspace;
-    options.confined_to = from.root.map(|root| Arc::from(Path::new(&root)));
+    options.confined_to = from.confined_to.map(|root| Arc::from(Path::new(&root)));
     // The run needs only the program: the plan and its text go now, not after the run.
     drop(prepared.loaded);
     let program = Arc::new(prepared.program);

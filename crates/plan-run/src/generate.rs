@@ -161,6 +161,10 @@ pub struct Replanned {
     pub failure: String,
 }
 
+/// Where a re-planned run's options keep the folder its programs stay in (the model's policy's
+/// work folder).
+pub(crate) const REPLAN_FOLDER: &str = "replan_folder";
+
 /// Re-plans a run each time it fails for good, within a budget of revisions (`run --replan
 /// N`). The front-end drives: after each [`Replanner::next`] that gives a revision it goes on
 /// with the run ([`ResumeOptions`](crate::ResumeOptions) `replanned`), then asks again.
@@ -195,7 +199,7 @@ impl<'a> Replanner<'a> {
             return Ok(None);
         }
         let replanned = replan(store, report, &mut *self.model, &self.replanning, toolbox).await?;
-        self.revisions = replanned.revision;
+        self.revisions += 1;
         Ok(Some(replanned))
     }
 
@@ -258,11 +262,26 @@ pub async fn replan(
         .map_err(|error| LifecycleError::Internal(error.to_string()))?;
     let failure = redact(&failure_of(report), secrets);
     let revision = store.revisions(&run_id)? + 1;
+    // The model's steps keep their programs in its policy's work folder, whoever resumes the
+    // run (the operator's steps that ran before are not the model's to move).
+    let folder = std::fs::canonicalize(&policy.workdir).map_err(|error| {
+        LifecycleError::Refused(format!(
+            "cannot read the work folder {}: {error}",
+            policy.workdir.display()
+        ))
+    })?;
+    let mut options = row.options.clone();
+    if let Some(options) = options.as_object_mut() {
+        options.insert(
+            REPLAN_FOLDER.to_owned(),
+            Value::String(folder.display().to_string()),
+        );
+    }
     let mut event = Event::new(EventKind::PlanReplanned, &Arc::from(run_id.as_str()));
     event.attempt = revision;
     event.plan_id = Some(Arc::from(row.plan_id.as_str()));
     event.reason = Some(failure.clone());
-    store.replan(&run_id, &text, &failure, &event)?;
+    store.replan(&run_id, &text, &options, &failure, &event)?;
     Ok(Replanned { revision, failure })
 }
 

@@ -56,8 +56,12 @@
 //!   steps that have not settled); [`status_of`], [`plan_of`] and [`execute_state`] read the
 //!   rest of what `status` and `state export` show.
 //!
-//! The library prints nothing and reads no environment: events go to the sinks the caller
-//! gives, cancellation comes through the caller's token.
+//! - [`EventFeed`] reads a run's events as the ledger commits them (a live view of a run in
+//!   another process); [`Prepared::dry_run`] lists the calls a run would make; a
+//!   [`Replanner`] re-plans a failed run within a budget while the caller goes on with it.
+//!
+//! The library prints nothing and reads no environment: events go to the sinks and the events
+//! file the caller gives, cancellation comes through the caller's token.
 #![deny(missing_docs)]
 
 mod cancel;

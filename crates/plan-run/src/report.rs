@@ -167,11 +167,12 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
         Vec::new()
     };
     let checkpoints = store.checkpoints(&row.run_id)?;
-    let steps = plan
+    let block_ids = plan
         .steps
         .iter()
-        .map(|s| (s.id.0.as_str(), s.block.is_some()));
-    let mut blocks = plan_engine::block_states(steps, &records, &checkpoints);
+        .filter(|s| s.block.is_some())
+        .map(|s| s.id.0.as_str());
+    let mut blocks = plan_engine::block_states(block_ids, &records, &checkpoints);
     if row.state == RunState::Running {
         busy_blocks(store, row, &plan, &mut blocks)?;
     }
@@ -456,7 +457,7 @@ pub struct EventBatch {
     /// The events committed since the last read, in order.
     pub events: Vec<plan_types::Event>,
     /// Whether the run can add no more: it ended, or its process died (a `kill -9`: `resume`
-    /// goes on with it, in a new process whose events a new feed reads). Read after the
+    /// goes on with it, in a new process whose events a new feed reads). Read before the
     /// events, so an ended run's last events are in this batch or an earlier one.
     pub over: bool,
 }
@@ -470,14 +471,21 @@ impl EventFeed {
         }
     }
 
-    /// The events committed since the last read.
-    pub fn next(&mut self, store: &Store) -> Result<EventBatch, LifecycleError> {
+    /// The events committed since the last read. A run whose process died has what its log
+    /// made durable folded in first (on a ledger opened for writing), so its last events are
+    /// read too.
+    pub fn next(&mut self, store: &mut Store) -> Result<EventBatch, LifecycleError> {
+        // The state first: a run seen ended has committed every event the read below gets.
+        let row = store.run(&self.run_id)?;
+        let died = crate::execute::owner_died(&row);
+        if died {
+            crate::recover_interrupted(store, &row)?;
+        }
+        let over = row.state != RunState::Running || died;
         let lines = store.events_after(&self.run_id, self.after)?;
         if let Some((seq, _)) = lines.last() {
             self.after = *seq;
         }
-        let row = store.run(&self.run_id)?;
-        let over = row.state != RunState::Running || crate::execute::owner_died(&row);
         Ok(EventBatch {
             events: lines.into_iter().map(|(_, event)| event).collect(),
             over,

@@ -1,6 +1,7 @@
 //! A run of another author's plan keeps that author's policy: whoever resumes it (the CLI, a
 //! program, `mcp serve`) holds it to the same rules: its programs stay in its work folder, it
-//! stops after the policy's time limit, and a policy narrowed since refuses it.
+//! stops after the policy's time limit, a policy narrowed since refuses it, and a wider one
+//! widens nothing.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
 use std::time::Duration;
@@ -186,7 +187,7 @@ fn a_policy_narrowed_since_the_start_refuses_the_resume_before_anything_runs() {
     let started = start_as_client(&runtime, &ledger, &plan, &exec_allowed(dir.path()));
     approve(&ledger, &started.run_id, "wait");
     let narrowed = ResumeOptions {
-        policy: Some(Policy {
+        also: Some(Policy {
             workdir: dir.path().to_path_buf(),
             ..Policy::default()
         }),
@@ -197,4 +198,49 @@ fn a_policy_narrowed_since_the_start_refuses_the_resume_before_anything_runs() {
     let store = Store::open(&ledger).unwrap();
     let recorded = store.records(&started.run_id).unwrap();
     assert!(recorded.iter().all(|r| r.step_id != "run"), "{recorded:?}");
+}
+
+#[test]
+fn a_wider_policy_at_the_resume_widens_nothing_the_run_was_started_under() {
+    let runtime = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("state.db");
+    let (work, elsewhere) = (dir.path().join("work"), dir.path().join("elsewhere"));
+    std::fs::create_dir(&work).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    let started_under = Policy {
+        max_run_time: Some(Duration::from_millis(300)),
+        ..exec_allowed(&work)
+    };
+    let plan = json!({"steps": [
+        {"id": "wait", "tool": "echo", "risk": "high"},
+        {"id": "where", "tool": "exec", "args": {"argv": ["pwd"]}, "depends_on": ["wait"]},
+        {"id": "slow", "tool": "exec", "args": {"argv": ["sleep", "30"]}, "depends_on": ["where"]}
+    ]});
+    let started = start_as_client(&runtime, &ledger, &plan, &started_under);
+    approve(&ledger, &started.run_id, "wait");
+    // Another server, with another folder and a longer limit (hostile review).
+    let wider = ResumeOptions {
+        also: Some(Policy {
+            max_run_time: Some(Duration::from_secs(60)),
+            ..exec_allowed(&elsewhere)
+        }),
+        ..ResumeOptions::default()
+    };
+    let report = resume(&runtime, &ledger, &started.run_id, &wider).unwrap();
+    assert_eq!(
+        report.task_status,
+        TaskStatus::Stopped,
+        "the shorter limit holds"
+    );
+    let ran = report
+        .records
+        .iter()
+        .find(|r| r.step_id == "where")
+        .unwrap();
+    let printed = ran.result.as_ref().unwrap()["stdout"].as_str().unwrap();
+    assert_eq!(
+        printed.trim_end(),
+        std::fs::canonicalize(&work).unwrap().display().to_string()
+    );
 }

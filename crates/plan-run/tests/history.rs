@@ -216,12 +216,15 @@ fn an_event_feed_ends_with_the_run_and_when_its_process_died() {
         .run_id
         .clone();
     let mut feed = plan_run::EventFeed::new(&finished);
-    let first = feed.next(&store).unwrap();
+    let first = feed.next(&mut store).unwrap();
     assert!(first.over);
     let kinds: Vec<plan_types::EventKind> = first.events.iter().map(|e| e.kind).collect();
     assert_eq!(kinds.first(), Some(&plan_types::EventKind::RunStarted));
     assert_eq!(kinds.last(), Some(&plan_types::EventKind::RunFinished));
-    assert!(feed.next(&store).unwrap().events.is_empty(), "read once");
+    assert!(
+        feed.next(&mut store).unwrap().events.is_empty(),
+        "read once"
+    );
 
     // A run marked running whose process is gone (kill -9) adds nothing more until resumed.
     let mut gone = std::process::Command::new("true").spawn().unwrap();
@@ -240,6 +243,6 @@ fn an_event_feed_ends_with_the_run_and_when_its_process_died() {
             started_at: "2026-11-26T00:00:00.000Z",
         })
         .unwrap();
-    let batch = plan_run::EventFeed::new("killed").next(&store).unwrap();
+    let batch = plan_run::EventFeed::new("killed").next(&mut store).unwrap();
     assert!(batch.over, "a dead process's run is over for its feed");
 }

@@ -401,7 +401,8 @@ impl PlanServer {
     }
 
     /// Goes on with a stored run (a finished one, unless failures are to be retried, only
-    /// gives its report), held to this server's policy as it is now.
+    /// gives its report), held to the policy it was started under and to this server's as it
+    /// is now.
     fn go_on(&self, run: &str, options: &plan_run::ResumeOptions) -> Result<RunReport, Refusal> {
         let _going_on = self.going_on(run)?;
         let store = self.open_existing()?;
@@ -476,13 +477,13 @@ impl PlanServer {
             }
             Served::Resume => {
                 // Only runs clients started can be resumed here, and a run's plan meets the
-                // server's policy as a new one does (plan_run::resume checks it).
+                // server's policy as a new one does, besides its own (plan_run::resume).
                 let run_id = self
                     .client_run(&mut self.open_existing()?, &run_id()?)?
                     .run_id;
                 let options = plan_run::ResumeOptions {
                     retry_failed: flag("retry_failed"),
-                    policy: Some(self.settings.policy.clone()),
+                    also: Some(self.settings.policy.clone()),
                     ..plan_run::ResumeOptions::default()
                 };
                 to_json(&self.go_on(&run_id, &options)?)

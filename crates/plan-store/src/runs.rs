@@ -303,13 +303,15 @@ impl Store {
     }
 
     /// Replaces a run's plan with a new revision (`run --replan`): the plan it had is kept
-    /// in `plan_revisions` with `reason`, the run's row gets `source` (JSON), and `event` (its
-    /// `plan.replanned`) is added to the run's events, all in one transaction. The new
-    /// revision's number (1 for the first re-plan).
+    /// in `plan_revisions` with `reason`, the run's row gets `source` (JSON) and `options`
+    /// (what the re-planned run is held to), and `event` (its `plan.replanned`) is added to
+    /// the run's events, all in one transaction. The new revision's number (1 for the first
+    /// re-plan).
     pub fn replan(
         &mut self,
         run_id: &str,
         source: &str,
+        options: &Value,
         reason: &str,
         event: &plan_types::Event,
     ) -> Result<u32, StoreError> {
@@ -328,8 +330,8 @@ impl Store {
             params![run_id, kept, reason, now],
         )?;
         transaction.execute(
-            "UPDATE runs SET plan_source = ?2, plan_hash = ?3, plan_format = 'json', updated_at = ?4 WHERE run_id = ?1",
-            params![run_id, source, crate::plan_hash(source), now],
+            "UPDATE runs SET plan_source = ?2, plan_hash = ?3, plan_format = 'json', updated_at = ?4, options = ?5 WHERE run_id = ?1",
+            params![run_id, source, crate::plan_hash(source), now, options.to_string()],
         )?;
         let seq: i64 = transaction.query_row(
             "SELECT coalesce(max(seq), 0) + 1 FROM run_events WHERE run = ?1",

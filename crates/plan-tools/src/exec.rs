@@ -20,13 +20,14 @@ use crate::args::{SOURCE, parse};
 ///
 /// The program does not inherit plan-cli's environment: it gets [`Exec::BASE_ENV`], the names
 /// the operator passes through ([`Exec::passing`]), and the step's own `env`. Programs run in
-/// the base folder ([`Exec::in_dir`], e.g. the plan file's folder) unless `cwd` says
-/// otherwise, and a relative `cwd` is resolved against it. With a root
-/// ([`Exec::confined_to`]), `cwd` is resolved inside the root and may not leave it.
+/// the call's folder (a task's worktree), else the base folder ([`Exec::in_dir`], e.g. the
+/// plan file's folder), unless `cwd` says otherwise; a relative `cwd` is resolved against it.
+/// A run under an author's policy keeps its programs in its work folder
+/// (`ToolContext::confined_to`): without a base they start there, and a folder outside it is
+/// refused, links followed.
 #[derive(Debug, Clone, Default)]
 pub struct Exec {
     passthrough: Vec<String>,
-    root: Option<PathBuf>,
     base: Option<PathBuf>,
 }
 
@@ -45,43 +46,32 @@ impl Exec {
     }
 
     /// Runs programs in `base` unless a step's `cwd` says otherwise; a relative `cwd` is
-    /// resolved against it (without a base: against plan-cli's current directory).
+    /// resolved against it (without a base: against plan-cli's current directory, or the
+    /// run's work folder).
     #[must_use]
     pub fn in_dir(mut self, base: PathBuf) -> Self {
         self.base = Some(base);
         self
     }
 
-    /// Runs programs in `root` (the default `cwd`); a `cwd` outside it is refused.
-    #[must_use]
-    pub fn confined_to(mut self, root: PathBuf) -> Self {
-        self.root = Some(root);
-        self
-    }
-
     /// Where a program runs: `cwd` resolved against the call's folder (a task's worktree),
-    /// else the base folder; inside the root when there is one.
+    /// else the base folder, else the run's work folder `root`; inside `root` when there is
+    /// one.
     fn working_directory(
         &self,
         cwd: Option<&str>,
         call_dir: Option<&std::path::Path>,
-        run_root: Option<&std::path::Path>,
+        root: Option<&std::path::Path>,
     ) -> Result<Option<PathBuf>, ToolError> {
-        let base = call_dir.map(PathBuf::from).or_else(|| self.base.clone());
-        // The run's folder (a run under a policy) binds as the operator's root does.
-        let root = run_root.map(PathBuf::from).or_else(|| self.root.clone());
-        let wanted = match (&root, cwd) {
-            (None, None) => match base {
-                None => return Ok(None),
-                Some(base) => base,
-            },
-            (None, Some(cwd)) => match base {
-                Some(base) => base.join(cwd),
-                None => PathBuf::from(cwd),
-            },
-            (Some(_), None) if call_dir.is_some() => base.unwrap_or_default(),
-            (Some(root), None) => root.clone(),
-            (Some(root), Some(cwd)) => root.join(cwd),
+        let from = call_dir
+            .map(PathBuf::from)
+            .or_else(|| self.base.clone())
+            .or_else(|| root.map(PathBuf::from));
+        let wanted = match (from, cwd) {
+            (None, None) => return Ok(None),
+            (Some(from), None) => from,
+            (Some(from), Some(cwd)) => from.join(cwd),
+            (None, Some(cwd)) => PathBuf::from(cwd),
         };
         let resolved = std::fs::canonicalize(&wanted).map_err(|error| {
             ToolError::new(
@@ -95,9 +85,10 @@ impl Exec {
                 format!("`exec`'s `cwd` {} is not a folder", wanted.display()),
             ));
         }
-        if let Some(root) = &root {
-            let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.clone());
-            if !resolved.starts_with(&root) {
+        if let Some(root) = root {
+            // A work folder that cannot be read keeps every program out.
+            let inside = std::fs::canonicalize(root).is_ok_and(|root| resolved.starts_with(root));
+            if !inside {
                 return Err(ToolError::new(
                     codes::E_ARGS_INVALID,
                     format!(

@@ -678,3 +678,68 @@ async fn exec_refuses_nul_and_names_a_missing_cwd() {
         error.message
     );
 }
+
+#[tokio::test]
+async fn exec_in_a_run_under_a_policy_stays_in_its_work_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("work");
+    let plans = root.join("plans");
+    let worktree = root.join("tree");
+    std::fs::create_dir_all(plans.join("sub")).unwrap();
+    std::fs::create_dir_all(worktree.join("src")).unwrap();
+    let real = |path: &std::path::Path| std::fs::canonicalize(path).unwrap().display().to_string();
+    let confined = |call_dir: Option<&std::path::Path>| ToolContext {
+        confined_to: Some(Arc::from(root.as_path())),
+        working_dir: call_dir.map(Arc::from),
+        ..ctx(1)
+    };
+    let pwd = async |exec: &Exec, cwd: Option<&str>, call_dir| {
+        let mut args = json!({"argv": ["pwd"]});
+        if let Some(cwd) = cwd {
+            args["cwd"] = json!(cwd);
+        }
+        exec.call(args, confined(call_dir))
+            .await
+            .map(|out| out["stdout"].as_str().unwrap().trim_end().to_owned())
+    };
+    // Without a base folder, programs start in the work folder; with one (the plan's folder,
+    // inside the work folder), there, and a relative `cwd` is read from it.
+    assert_eq!(
+        pwd(&Exec::default(), None, None).await.unwrap(),
+        real(&root)
+    );
+    let based = Exec::default().in_dir(plans.clone());
+    assert_eq!(pwd(&based, None, None).await.unwrap(), real(&plans));
+    assert_eq!(
+        pwd(&based, Some("sub"), None).await.unwrap(),
+        real(&plans.join("sub"))
+    );
+    // A task's call works in its worktree, and its relative `cwd` is the worktree's.
+    let in_tree = pwd(&based, Some("src"), Some(&worktree)).await.unwrap();
+    assert_eq!(in_tree, real(&worktree.join("src")));
+    // Out of the work folder: refused, by `..`, by an absolute path, by a base outside it.
+    for (exec, cwd) in [
+        (&based, Some("../..")),
+        (&based, Some("/")),
+        (&Exec::default().in_dir(dir.path().to_path_buf()), None),
+    ] {
+        let error = pwd(exec, cwd, None).await.unwrap_err();
+        assert!(
+            error
+                .message
+                .contains("outside the folder programs may run in"),
+            "{cwd:?}: {}",
+            error.message
+        );
+    }
+    // A work folder that is not there (a queue worker on another machine) runs nothing.
+    let gone = ToolContext {
+        confined_to: Some(Arc::from(dir.path().join("gone").as_path())),
+        ..ctx(1)
+    };
+    let error = Exec::default()
+        .call(json!({"argv": ["pwd"], "cwd": "/tmp"}), gone)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code.as_str(), "E_ARGS_INVALID");
+}

@@ -40,7 +40,17 @@ pub(crate) fn run_as(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let policy = crate::policy::of(&args.policy)?;
+    let working_dir =
+        crate::plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan)?;
+    let mut policy = crate::policy::of(&args.policy)?;
+    // Unless the policy file names one, the work folder is where the run's programs run (the
+    // plan file's folder, or --cwd): the run's programs, and a model's re-planned steps', stay
+    // in it.
+    if policy.workdir == Path::new(".")
+        && let Some(dir) = &working_dir
+    {
+        policy.workdir.clone_from(dir);
+    }
     let judged = author != plan_run::Author::Operator || args.policy.policy.is_some();
     if let Some(queue) = args.execution.queue_settings()
         && !args.dry_run
@@ -78,8 +88,6 @@ pub(crate) fn run_as(
     // A model to re-plan with is needed before anything runs, not after a failure.
     let mut replanner = (args.replan > 0).then(super::replan::model).transpose()?;
     let secrets: Vec<String> = ready.env.values().cloned().collect();
-    let working_dir =
-        crate::plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan)?;
     let start = plan_run::Start {
         approve: args.approve.clone(),
         mode,

@@ -183,11 +183,16 @@ pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, 
 }
 
 pub(crate) fn events(args: &EventsArgs, ledger: &Ledger) -> Result<i32, Failure> {
-    let mut store = ledger.open_reader()?;
+    // Following: a run whose process dies meanwhile has its log folded in.
+    let mut store = if args.follow {
+        ledger.open_existing()?
+    } else {
+        ledger.open_reader()?
+    };
     let row = read_run(&mut store, &args.run)?;
     let mut feed = plan_run::EventFeed::new(&row.run_id);
     loop {
-        let batch = feed.next(&store).map_err(Failure::lifecycle)?;
+        let batch = feed.next(&mut store).map_err(Failure::lifecycle)?;
         for event in &batch.events {
             let line =
                 serde_json::to_string(event).map_err(|e| Failure::internal(e.to_string()))?;
