@@ -1,6 +1,6 @@
 //! What kind of step a compiled step is, and the one place that asks each kind what it does:
 //! its calls' approvals, its call sites, the tool of a call inside it, its arguments' checks,
-//! and its work once the scheduler starts it ([`Action::start`], [`Started::execute`]).
+//! and its work once the scheduler starts it ([`Action::start`], [`Started::spawn`]).
 //! A new kind of step is a variant here, its own module (as `block.rs` and `task.rs` are:
 //! its compiled form, its run and its `execute`), and its case in `Program::compile`; the
 //! scheduler asks [`Action`] and never matches on kinds itself.
@@ -13,6 +13,7 @@ use plan_ports::Tool;
 use plan_types::Approvals;
 use plan_vars::{Scope, ValueTemplate};
 use serde_json::Value;
+use tokio::task::JoinSet;
 
 use crate::block::{BlockCall, Checkpoint, CompiledBlock, NodeDone};
 use crate::call::{CallContext, Finished, StepCall, ToolCall};
@@ -236,12 +237,14 @@ pub(crate) enum Started {
 }
 
 impl Started {
-    /// Runs the work to its end (a block or task may end waiting).
-    pub(crate) async fn execute(self) -> Finished {
+    /// Runs the work to its end (a block or task may end waiting) as a task of `running`.
+    /// Each kind spawns its own future: one future for all three would be as large as a
+    /// task's, for every plain call (a 10,000-step run was 9% slower and 3 MiB larger so).
+    pub(crate) fn spawn(self, running: &mut JoinSet<Finished>) -> tokio::task::AbortHandle {
         match self {
-            Started::Call(call) => call.execute().await,
-            Started::Block(block) => block.execute().await,
-            Started::Task(task) => task.execute().await,
+            Started::Call(call) => running.spawn(call.execute()),
+            Started::Block(block) => running.spawn(block.execute()),
+            Started::Task(task) => running.spawn(task.execute()),
         }
     }
 }

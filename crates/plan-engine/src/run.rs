@@ -466,7 +466,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             let Some(task) = scheduler.prepare(work.step, item, &halt) else {
                 continue;
             };
-            let handle = running.spawn(task.execute());
+            let handle = task.spawn(&mut running);
             tasks.insert(handle.id(), (work.step, item));
         }
         // What settled while starting calls (skips, argument errors) goes to the writer too.
