@@ -20,9 +20,9 @@ use std::time::{Duration, SystemTime};
 
 use plan_graph::{OnConflict, PlanPath, RetryPolicy, Risk, TaskSpec};
 use plan_types::{
-    Approvals, CallPath, PendingApproval, QueueEntry, QueueStatus, Record, RetryFeedback, Segment,
-    StepError, TaskCommit, TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict, WorktreeStatus,
-    merge_key,
+    Approvals, CallPath, MERGE, PendingApproval, QueueEntry, QueueStatus, Record, RetryFeedback,
+    Segment, StepError, TaskCommit, TaskError, TaskErrorKind, TaskPhase, TaskState, Verdict,
+    WorktreeStatus,
 };
 use plan_vars::{Scope, ValueTemplate};
 use serde_json::{Value, json};
@@ -615,7 +615,7 @@ impl TaskRun {
                 }
                 TaskPhase::Verified | TaskPhase::Merging => {
                     if state.conflict_waits > 0 {
-                        let key = merge_key(&id, state.conflict_waits);
+                        let key = self.path().then(MERGE, state.conflict_waits).to_string();
                         if let Verdict::Rejected(why) = self.approvals.decision(&key, None) {
                             state.errors.push(TaskError {
                                 attempt: state.attempts,
@@ -1101,7 +1101,7 @@ impl TaskRun {
     ) -> TaskEnd {
         state.status = TaskPhase::Verified;
         state.conflict_waits += 1;
-        let key = merge_key(&self.step_id, state.conflict_waits);
+        let key = self.path().then(MERGE, state.conflict_waits).to_string();
         let pending = PendingApproval {
             reason: Some(reason(&key)),
             step_id: key,

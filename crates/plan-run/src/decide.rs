@@ -27,6 +27,10 @@ pub struct Decided {
     pub decided: Vec<String>,
     /// What the run still waits for.
     pub still_waiting: Vec<String>,
+    /// The task steps a rejection abandons (their merge waited for a decision): on resume
+    /// each ends abandoned, its worktree kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub abandoned: Vec<String>,
 }
 
 /// Approves what `request` names in run `run` (its id or a unique prefix). `gated` gives the
@@ -75,7 +79,22 @@ pub fn reject(
     check_all(steps, &row, &rows, gated)?;
     let reason = reason.unwrap_or("rejected without a reason");
     store.decide_all(&row.run_id, steps, Decision::Rejected, Some(reason))?;
-    decided(store, &row, steps.to_vec())
+    let mut decided = decided(store, &row, steps.to_vec())?;
+    // A merge wait is read as every call id is, through the plan's steps.
+    let plan = plan_of(&row)?;
+    let index = plan_graph::StepIndex::new(plan.steps.iter().map(|step| step.id.0.as_str()));
+    decided.abandoned = steps
+        .iter()
+        .filter_map(|id| match index.call_of(id)? {
+            plan_graph::CallOf::Inside(i, inside) if plan.steps[i].task.is_some() => {
+                let calls = plan_types::CallPath::segments_of(inside);
+                matches!(calls.as_slice(), [call] if &*call.name == plan_types::MERGE)
+                    .then(|| plan.steps[i].id.0.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    Ok(decided)
 }
 
 /// The run's steps that wait for an approval, from the plan stored with it, compiled against
@@ -193,5 +212,6 @@ fn decided(store: &Store, row: &RunRow, ids: Vec<String>) -> Result<Decided, Lif
         run_id: row.run_id.clone(),
         decided: ids,
         still_waiting: pending(&rows).map(|r| r.step_id.clone()).collect(),
+        abandoned: Vec::new(),
     })
 }

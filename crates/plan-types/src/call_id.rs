@@ -124,5 +124,8 @@ mod tests {
             "check-1"
         );
         assert_eq!(CallPath::segments_of("deploy")[0].run, 0);
+        // A task's merge wait is a call inside it too.
+        let merge = CallPath::step("L1/a").then(crate::MERGE, 2);
+        assert_eq!(merge.to_string(), "L1/a/merge#2");
     }
 }

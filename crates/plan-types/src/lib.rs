@@ -43,7 +43,7 @@ pub use record::{META_STEP_ID, Record, StepError, reasons};
 pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};
 pub use risk::Risk;
 pub use task::{
-    QueueEntry, QueueStatus, RetryFeedback, TaskCommit, TaskError, TaskErrorKind, TaskPhase,
-    TaskState, WorktreeStatus, merge_key, task_of_merge_key,
+    MERGE, QueueEntry, QueueStatus, RetryFeedback, TaskCommit, TaskError, TaskErrorKind, TaskPhase,
+    TaskState, WorktreeStatus,
 };
 pub use task_id::{MAX_TASK_ID_BYTES, task_id_problem};

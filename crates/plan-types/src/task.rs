@@ -4,19 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The decision key a task's merge that halted the run for a person is listed under (a
-/// conflict under `on_conflict: wait`, or a merge git refused): `TASK/merge#N`, N counting the
-/// task's waits ([`TaskState::conflict_waits`]). Rejecting it abandons the task.
-pub fn merge_key(task: &str, waits: u32) -> String {
-    format!("{task}/merge#{waits}")
-}
-
-/// The task whose merge `key` names, when it is a [`merge_key`].
-pub fn task_of_merge_key(key: &str) -> Option<&str> {
-    key.rsplit_once("/merge#")
-        .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        .map(|(task, _)| task)
-}
+/// The name of a task's merge wait inside the task: a merge that halted the run for a person
+/// (a conflict under `on_conflict: wait`, or a merge git refused) waits for a decision as
+/// `TASK/merge#N` (`CallPath::step(TASK).then(MERGE, N)`), N counting the task's waits
+/// ([`TaskState::conflict_waits`]). Rejecting it abandons the task.
+pub const MERGE: &str = "merge";
 
 /// A task's status: exactly the state file's task status values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -197,18 +189,4 @@ pub struct TaskState {
     /// `on_conflict: wait`, or a merge git refused (uncommitted changes in the base's checkout).
     #[serde(default)]
     pub conflict_waits: u32,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{merge_key, task_of_merge_key};
-
-    #[test]
-    fn a_merge_key_names_its_task() {
-        assert_eq!(merge_key("L1/a", 2), "L1/a/merge#2");
-        assert_eq!(task_of_merge_key(&merge_key("L1/a", 2)), Some("L1/a"));
-        assert_eq!(task_of_merge_key("deploy[prod]"), None);
-        assert_eq!(task_of_merge_key("T1/merge#"), None);
-        assert_eq!(task_of_merge_key("T1/merge#x"), None);
-    }
 }
