@@ -20,7 +20,7 @@ use crate::schema::{compile_schema, resolve_checked};
 use crate::task::{TaskSettings, compile_task};
 use plan_ports::{Registry, codes};
 use plan_types::BlockState;
-use plan_types::{Record, StepError};
+use plan_types::{CallPath, MapItem, Record, StepError};
 
 /// Most steps running at once when neither the plan nor the caller says.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
@@ -858,7 +858,7 @@ pub(crate) fn item_ids(
 ) -> Result<ItemNames, StepError> {
     let Some(key_template) = &expand.key else {
         let ids = (0..items.len())
-            .map(|k| Arc::from(format!("{}-{k}", step.id)))
+            .map(|k| Arc::from(CallPath::item(step.id.clone(), MapItem::Index(k)).to_string()))
             .collect();
         return Ok(ItemNames { ids, keys: None });
     };
@@ -903,7 +903,9 @@ pub(crate) fn item_ids(
                 details: None,
             });
         }
-        ids.push(Arc::from(format!("{}[{text}]", step.id)));
+        ids.push(Arc::from(
+            CallPath::item(step.id.clone(), MapItem::Key(text.clone())).to_string(),
+        ));
         keys.push(Value::String(text));
     }
     Ok(ItemNames {

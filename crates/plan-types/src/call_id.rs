@@ -1,9 +1,9 @@
-//! A call's identity as a value: the step it belongs to, then the calls it is inside (a block
-//! node's run `review/draft#1`, nested `review/inner#1/check#2`, a task's call
-//! `T1/check-1#2`). The engine makes these and renders them as text only where an id leaves
-//! it (records, events, approval keys, queue job ids); the text is read back in one place,
-//! `plan_graph::StepIndex::call_of`, with [`CallPath::segments_of`] for the part inside.
-//! (A map item's id, `STEP-N` or `STEP[KEY]`, is its own call's: it has nothing inside.)
+//! A call's identity as a value: the step it belongs to, the map item (`deploy-0`,
+//! `deploy[prod]`), then the calls it is inside (a block node's run `review/draft#1`, nested
+//! `review/inner#1/check#2`, a task's call `T1/check-1#2`). The engine makes these and renders
+//! them as text only where an id leaves it (records, events, approval keys, queue job ids);
+//! the text is read back in one place, `plan_graph::StepIndex::call_of`, with
+//! [`CallPath::segments_of`] for the part inside.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,18 +18,40 @@ pub struct Segment {
     pub run: u32,
 }
 
-/// A call's identity: its step (or map item), and the calls it is inside, outermost first.
+/// Which item of a map step: by position (`STEP-N`), or by its `expand_key` (`STEP[KEY]`, the
+/// key already redacted).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum MapItem {
+    /// The item at this position.
+    Index(usize),
+    /// The item with this key.
+    Key(String),
+}
+
+/// A call's identity: its step, its map item if any, and the calls it is inside, outermost
+/// first.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CallPath {
     step: Arc<str>,
+    item: Option<MapItem>,
     inside: Vec<Segment>,
 }
 
 impl CallPath {
-    /// A step's (or a map item's) own call.
+    /// A step's own call.
     pub fn step(id: impl Into<Arc<str>>) -> CallPath {
         CallPath {
             step: id.into(),
+            item: None,
+            inside: Vec::new(),
+        }
+    }
+
+    /// The call of item `item` of map step `id`.
+    pub fn item(id: impl Into<Arc<str>>, item: MapItem) -> CallPath {
+        CallPath {
+            step: id.into(),
+            item: Some(item),
             inside: Vec::new(),
         }
     }
@@ -44,6 +66,7 @@ impl CallPath {
         });
         CallPath {
             step: self.step.clone(),
+            item: self.item.clone(),
             inside,
         }
     }
@@ -58,10 +81,16 @@ impl CallPath {
         &self.inside
     }
 
+    /// The map item, if it is an item's call.
+    pub fn item_of(&self) -> Option<&MapItem> {
+        self.item.as_ref()
+    }
+
     /// The key of its approvals: the path without runs (`review/deploy`), so that one
     /// decision covers every run of a node in a loop.
     pub fn key(&self) -> String {
         let mut key = self.step.to_string();
+        push_item(&mut key, self.item.as_ref());
         for segment in &self.inside {
             key.push('/');
             key.push_str(&segment.name);
@@ -88,10 +117,31 @@ impl CallPath {
     }
 }
 
-/// As records, events and queue jobs name the call: `STEP/NAME#RUN/…`.
+fn push_item(text: &mut String, item: Option<&MapItem>) {
+    match item {
+        None => {}
+        Some(MapItem::Index(n)) => {
+            text.push('-');
+            text.push_str(&n.to_string());
+        }
+        Some(MapItem::Key(key)) => {
+            text.push('[');
+            text.push_str(key);
+            text.push(']');
+        }
+    }
+}
+
+/// As records, events and queue jobs name the call: `STEP`, `STEP-N`, `STEP[KEY]`, then
+/// `/NAME#RUN` for each call it is inside.
 impl fmt::Display for CallPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.step)?;
+        match &self.item {
+            None => {}
+            Some(MapItem::Index(n)) => write!(f, "-{n}")?,
+            Some(MapItem::Key(key)) => write!(f, "[{key}]")?,
+        }
         for segment in &self.inside {
             write!(f, "/{}#{}", segment.name, segment.run)?;
         }
@@ -124,6 +174,14 @@ mod tests {
             "check-1"
         );
         assert_eq!(CallPath::segments_of("deploy")[0].run, 0);
+        // Map items, by position and by key (a key may hold `/`).
+        assert_eq!(
+            CallPath::item("m", super::MapItem::Index(3)).to_string(),
+            "m-3"
+        );
+        let keyed = CallPath::item("m", super::MapItem::Key("a/b".to_owned()));
+        assert_eq!(keyed.to_string(), "m[a/b]");
+        assert_eq!(keyed.key(), "m[a/b]");
         // A task's merge wait is a call inside it too.
         let merge = CallPath::step("L1/a").then(crate::MERGE, 2);
         assert_eq!(merge.to_string(), "L1/a/merge#2");

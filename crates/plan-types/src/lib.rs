@@ -35,7 +35,7 @@ mod task;
 mod task_id;
 
 pub use approval::{Approvals, PLAN_APPROVAL, PendingApproval, Verdict};
-pub use call_id::{CallPath, Segment};
+pub use call_id::{CallPath, MapItem, Segment};
 pub use code::ErrorCode;
 pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
 pub use journal::{Batch, BatchLog, Durability, Journal, JournalError, Position, Restored, RunEnd};
