@@ -263,6 +263,38 @@ fn a_client_cannot_see_decide_or_resume_the_operators_runs() {
         .success();
 }
 
+/// A run started where clients may not approve stays so: a second server on the same ledger
+/// that lets its clients approve cannot approve it (hostile review), though it can reject.
+#[test]
+fn a_run_started_where_clients_may_not_approve_cannot_be_approved_through_another_server() {
+    let lab = Lab::new();
+    let plan = json!({"steps": [{"id": "h", "tool": "echo", "risk": "high", "args": {"t": 1}}]});
+    let first = serve(&lab, &[], &json!([["plan_run", {"plan": plan}]]));
+    assert_eq!(
+        first[0]["content"]["task_status"],
+        json!("WAITING"),
+        "{}",
+        first[0]
+    );
+    let run_id = first[0]["content"]["run_id"].as_str().unwrap();
+    let second = serve(
+        &lab,
+        &["--allow-client-approval"],
+        &json!([
+            ["plan_approve", {"run_id": run_id, "steps": ["h"]}],
+            ["plan_approve", {"run_id": run_id, "all": true}],
+            ["plan_approve", {"run_id": run_id, "steps": ["h"], "reject": true}]
+        ]),
+    );
+    refused(&second[0], "was started where clients may not approve");
+    refused(&second[1], "was started where clients may not approve");
+    assert!(
+        second[2]["content"]["decided"] == json!(["h"]),
+        "{}",
+        second[2]
+    );
+}
+
 /// A policy is checked against every call a plan can make: for each kind of call, a plan whose
 /// only forbidden call is of that kind is refused, with where the plan makes it.
 #[test]

@@ -377,6 +377,26 @@ fn combine(
             reused.join(", ")
         ));
     }
+    // The other way round: a new step whose items or calls would have an earlier id (new
+    // block `clean` beside the earlier step `clean/tmp`, new map `wipe` beside `wipe-0`)
+    // would take over its record, and the approval the operator gave it (hostile review).
+    let new_ids: Vec<String> = new_steps.iter().map(id_of).collect();
+    let new = plan_graph::StepIndex::new(new_ids.iter().map(String::as_str));
+    let mut shadowing: Vec<String> = Vec::new();
+    for old_id in taken {
+        if let Some(plan_graph::CallOf::Item(i) | plan_graph::CallOf::Inside(i, _)) =
+            new.call_of(old_id)
+            && !shadowing.contains(&new_ids[i])
+        {
+            shadowing.push(new_ids[i].clone());
+        }
+    }
+    if !shadowing.is_empty() {
+        return Err(format!(
+            "- the ids {} begin ids the plan's earlier steps have (their items and calls would be the same): give the new steps ids that do not",
+            shadowing.join(", ")
+        ));
+    }
     let mut combined = written.clone();
     let mut steps = done.to_vec();
     steps.extend(new_steps.iter().cloned());
@@ -423,6 +443,22 @@ mod tests {
             let refused = combine(&written, &done, &json!({"steps": [{"id": id}]}), &taken);
             assert!(refused.unwrap_err().contains("are taken"), "{id}");
         }
+        // The other way round (hostile review): a new block `clean` whose node `tmp` would be
+        // `clean/tmp`, the earlier step the operator approved; a new map `wipe` over `wipe-0`.
+        let taken = vec!["clean/tmp".to_owned(), "wipe-0".to_owned()];
+        for id in ["clean", "wipe"] {
+            let refused = combine(&written, &done, &json!({"steps": [{"id": id}]}), &taken);
+            assert!(refused.unwrap_err().contains("begin ids"), "{id}");
+        }
+        assert!(
+            combine(
+                &written,
+                &done,
+                &json!({"steps": [{"id": "cleanup"}]}),
+                &taken
+            )
+            .is_ok()
+        );
     }
 
     #[test]

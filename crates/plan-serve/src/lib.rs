@@ -492,7 +492,11 @@ impl PlanServer {
                 let steps = strings("steps");
                 // Only runs clients started: the operator's waiting steps are the operator's.
                 let mut store = self.open_existing()?;
-                let run_id = self.client_run(&mut store, &run_id()?)?.run_id;
+                let row = self.client_run(&mut store, &run_id()?)?;
+                // A run started under a policy that lets no client approve stays so, whichever
+                // server is asked (hostile review: a looser second server approved).
+                let run_allows = plan_run::policy_of(&row).is_none_or(|run| run.self_approval);
+                let run_id = row.run_id;
                 let gated = |row: &plan_store::RunRow| {
                     block(plan_run::gated_steps_in(row, &self.settings.toolbox))
                 };
@@ -501,6 +505,11 @@ impl PlanServer {
                     plan_run::reject(&mut store, &run_id, &steps, reason.as_deref(), gated)
                 } else {
                     self.check_approval()?;
+                    if !run_allows {
+                        return Err(format!(
+                            "run {run_id} was started where clients may not approve its high-risk steps: its operator approves with `plan-cli approve {run_id} STEP`; clients may reject"
+                        ));
+                    }
                     let decisions = plan_run::Decisions {
                         steps,
                         all: flag("all"),
