@@ -729,3 +729,38 @@ fn the_default_work_folder_holds_a_clients_workspace() {
     assert_eq!(answers[0]["is_error"], json!(false), "{}", answers[0]);
     assert!(lab.dir.path().join("wt").exists());
 }
+
+/// A run under a policy keeps its approvals on when resumed with `--approvals off`, and the
+/// operator is told so before it goes on, rather than finding the run waiting again.
+#[test]
+fn resuming_a_policy_run_with_approvals_off_says_they_stay_on() {
+    let lab = Lab::new();
+    let policy = lab.write("policy.json", &json!({}));
+    let plan = lab.write(
+        "gated.json",
+        &json!({"steps": [{"id": "h", "tool": "echo", "risk": "high", "args": {"t": 1}}]}),
+    );
+    let (code, report) = lab.json(&[
+        "run",
+        path_str(&plan),
+        "--policy",
+        path_str(&policy),
+        "--json",
+    ]);
+    assert_eq!(code, 5, "{report}");
+    let run_id = report["run_id"].as_str().unwrap();
+    let output = lab
+        .cli()
+        .args(["resume", run_id, "--approvals", "off", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "--approvals off is not followed: the run was started under a policy that keeps them on"
+        ),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["task_status"], json!("WAITING"), "{report}");
+}

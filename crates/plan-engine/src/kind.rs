@@ -123,7 +123,7 @@ impl Action {
 }
 
 /// A step's work as the scheduler starts it: its call admitted (for a block, its input).
-pub(crate) struct Start {
+pub(crate) struct StepStart {
     pub(crate) step: usize,
     pub(crate) item: Option<usize>,
     /// The call's id (the step's, or a map item's).
@@ -162,10 +162,10 @@ impl Action {
     pub(crate) fn start(
         &self,
         step: &StepView<'_>,
-        start: Start,
+        start: StepStart,
         run: &mut impl RunShares,
     ) -> Started {
-        let Start {
+        let StepStart {
             step: at,
             item,
             id,

@@ -35,7 +35,7 @@ use crate::admit::{Admission, Gate, admit, executed_record};
 use crate::block::NodeDone;
 use crate::call::{CallContext, Finished, millis};
 use crate::guard::Guard;
-use crate::kind::{Start, Started};
+use crate::kind::{Started, StepStart};
 use crate::program::{
     CompiledExpand, DEFAULT_MAX_CONCURRENCY, ExpandSource, ItemValues, Program, expand_items,
     item_ids, resolve_args,
@@ -892,7 +892,7 @@ impl Scheduler<'_> {
                 return None;
             }
         };
-        let start = Start {
+        let start = StepStart {
             step: step_index,
             item,
             id: step_id,

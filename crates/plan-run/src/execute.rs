@@ -477,6 +477,44 @@ fn hold_to(
     Ok(())
 }
 
+/// Why a stored run's high-risk calls wait for approvals whatever `resume` is given
+/// ([`Execution::approvals`]), if they do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalsKeptOn {
+    /// Its plan's author runs under a policy that keeps them on (a client, a model).
+    Policy(crate::Author),
+    /// A model re-planned the run (`run --replan`).
+    Replanned,
+}
+
+impl std::fmt::Display for ApprovalsKeptOn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApprovalsKeptOn::Policy(author) => write!(
+                f,
+                "the run was started under a policy that keeps them on (its plan's author: {})",
+                author.describe()
+            ),
+            ApprovalsKeptOn::Replanned => f.write_str("a model re-planned the run"),
+        }
+    }
+}
+
+/// Whether run `row`'s approvals stay on whatever a resume is given, and why: the one rule
+/// [`resume`] applies, for a front-end to say so first.
+pub fn approvals_kept_on(
+    store: &Store,
+    row: &RunRow,
+) -> Result<Option<ApprovalsKeptOn>, LifecycleError> {
+    if policy_of(row).is_some_and(|policy| policy.forces_approvals()) {
+        return Ok(Some(ApprovalsKeptOn::Policy(author_of(row))));
+    }
+    if store.revisions(&row.run_id)? > 0 {
+        return Ok(Some(ApprovalsKeptOn::Replanned));
+    }
+    Ok(None)
+}
+
 /// The policy a run was started under (see [`Start::policy`]); `None` for the operator's own
 /// runs. A run whose author is not the operator is always under one: the restricted default,
 /// in its stored work folder, when it kept none (a run from before policies were kept, or a
@@ -679,8 +717,8 @@ pub async fn resume(
     // before anything is read back.
     store.recover(&row.run_id)?;
     // Steps a model wrote into the plan (`replan`) wait for approvals whatever the run was
-    // given: a model's policy always keeps them on.
-    if store.revisions(&row.run_id)? > 0 {
+    // given (its policy's are `hold_to`'s).
+    if approvals_kept_on(&store, &row)?.is_some() {
         execution.approvals = Some(true);
     }
     let mut records = store.records(&row.run_id)?;

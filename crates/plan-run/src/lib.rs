@@ -81,9 +81,9 @@ pub use cancel::{Cancelled, cancel};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};
 pub use error::LifecycleError;
 pub use execute::{
-    DryRun, Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions, Start, author_of,
-    filters_of, free_plan_id, owner_alive, plan_drift, policy_of, prepare_resume,
-    recover_interrupted, resume, run_by, start, working_dir_of,
+    ApprovalsKeptOn, DryRun, Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions,
+    Start, approvals_kept_on, author_of, filters_of, free_plan_id, owner_alive, plan_drift,
+    policy_of, prepare_resume, recover_interrupted, resume, run_by, start, working_dir_of,
 };
 pub use generate::{
     Replanned, Replanner, Replanning, generate, generate_checked, replan, slug, store_generated,
