@@ -500,14 +500,15 @@ impl std::fmt::Display for ApprovalsKeptOn {
     }
 }
 
-/// Whether run `row`'s approvals stay on whatever a resume is given, and why: the one rule
+/// Whether run `run`'s approvals stay on whatever a resume is given, and why: the one rule
 /// [`resume`] applies, for a front-end to say so first.
 pub fn approvals_kept_on(
     store: &Store,
-    row: &RunRow,
+    run: &str,
 ) -> Result<Option<ApprovalsKeptOn>, LifecycleError> {
-    if policy_of(row).is_some_and(|policy| policy.forces_approvals()) {
-        return Ok(Some(ApprovalsKeptOn::Policy(author_of(row))));
+    let row = store.run(run)?;
+    if policy_of(&row).is_some_and(|policy| policy.forces_approvals()) {
+        return Ok(Some(ApprovalsKeptOn::Policy(author_of(&row))));
     }
     if store.revisions(&row.run_id)? > 0 {
         return Ok(Some(ApprovalsKeptOn::Replanned));
@@ -718,7 +719,7 @@ pub async fn resume(
     store.recover(&row.run_id)?;
     // Steps a model wrote into the plan (`replan`) wait for approvals whatever the run was
     // given (its policy's are `hold_to`'s).
-    if approvals_kept_on(&store, &row)?.is_some() {
+    if approvals_kept_on(&store, &row.run_id)?.is_some() {
         execution.approvals = Some(true);
     }
     let mut records = store.records(&row.run_id)?;

@@ -254,20 +254,12 @@ fn go_on(
         check_state_file(&path)?;
         frontend.state_file = Some(path);
     }
-    if frontend.approvals == Some(false) && ledger.exists() {
-        let store = ledger.open_reader()?;
-        let kept_on = store
-            .run(run)
-            .ok()
-            .map(|row| plan_run::approvals_kept_on(&store, &row))
-            .transpose()
-            .map_err(Failure::lifecycle)?
-            .flatten();
-        if let Some(why) = kept_on {
-            eprintln!(
-                "warning: --approvals off is not followed: {why}, so its high-risk calls wait"
-            );
-        }
+    // A ledger that cannot be opened is said by the resume itself.
+    if frontend.approvals == Some(false)
+        && let Ok(store) = ledger.open_reader()
+        && let Ok(Some(why)) = plan_run::approvals_kept_on(&store, run)
+    {
+        eprintln!("warning: --approvals off is not followed: {why}, so its high-risk calls wait");
     }
     let (report, steps) = continue_run(run, options, queue.as_ref(), &frontend, toolbox, ledger)?;
     let code = print_outcome(&report, steps.as_deref(), &frontend)?;
