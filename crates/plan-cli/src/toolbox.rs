@@ -4,7 +4,6 @@
 //! One tokio runtime serves the whole process: MCP servers started while a plan is prepared
 //! must still be connected when it runs.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::exit::Failure;
@@ -89,18 +88,6 @@ impl Toolbox {
         });
         self.tools.use_queue(dispatcher);
         Ok(())
-    }
-
-    /// The tools the live workers on the Redis at `url` publish, by name.
-    pub(crate) fn published_tools(
-        &self,
-        url: &str,
-    ) -> Result<BTreeMap<String, plan_engine::ToolInfo>, Failure> {
-        self.block_on(async {
-            let queue = plan_queue::Queue::connect(url, plan_queue::DEFAULT_QUEUE).await?;
-            queue.published_tools().await
-        })
-        .map_err(|error| Failure::input(error.to_string()))
     }
 
     /// Connects to a queue for a worker.

@@ -100,4 +100,4 @@ pub use report::{
 };
 pub use sources::{QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};
-pub use toolbox::{PlanTools, Toolbox, ToolsError};
+pub use toolbox::{Catalog, PlanTools, Toolbox, ToolsError};

@@ -36,6 +36,21 @@ pub enum ToolsError {
     /// A server could not be started or asked for its tools.
     #[error(transparent)]
     Server(#[from] plan_tools::mcp::McpError),
+    /// Tools were named that there are none of.
+    #[error("there is no tool `{0}`")]
+    Unknown(String),
+    /// The queue's Redis could not be asked for its workers' tools. (Feature `queue`.)
+    #[cfg(feature = "queue")]
+    #[error(transparent)]
+    Queue(#[from] plan_queue::QueueError),
+}
+
+/// Every tool a front-end lists (`plan-cli tools`), and the servers that could not be asked.
+pub struct Catalog {
+    /// Each tool once (an MCP tool under its qualified name), sorted by name.
+    pub tools: Vec<plan_engine::ToolInfo>,
+    /// Servers left out, each with why.
+    pub broken: Vec<(String, String)>,
 }
 
 /// Where a plan's tools come from, for the whole process: MCP servers started while a plan is
@@ -189,6 +204,61 @@ impl Toolbox {
                 (alone(), broken)
             }
         }
+    }
+
+    /// Every tool, each once and sorted: server `only`'s (which must answer), else every
+    /// server's (one that does not start is named in `broken`, not hiding the others), and with
+    /// a queue at `queue_url` the tools its live workers publish that this toolbox lacks.
+    pub async fn catalog(
+        &self,
+        only: Option<&str>,
+        #[cfg_attr(not(feature = "queue"), allow(unused_variables))] queue_url: Option<&str>,
+    ) -> Result<Catalog, ToolsError> {
+        let (tools, broken) = match only {
+            Some(_) => (self.all(only).await?, Vec::new()),
+            None => self.listable().await,
+        };
+        // Bare aliases of MCP tools are listed once, under their qualified names.
+        let mut infos: Vec<plan_engine::ToolInfo> = Vec::new();
+        for info in tools.registry.infos() {
+            if only.is_none_or(|server| info.source == server) && !infos.contains(&info) {
+                infos.push(info);
+            }
+        }
+        #[cfg(feature = "queue")]
+        if let Some(url) = queue_url
+            && only.is_none()
+        {
+            let queue = plan_queue::Queue::connect(url, plan_queue::DEFAULT_QUEUE).await?;
+            for (name, info) in queue.published_tools().await? {
+                if !infos.iter().any(|i| i.name == name) {
+                    infos.push(info);
+                }
+            }
+        }
+        infos.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Catalog {
+            tools: infos,
+            broken,
+        })
+    }
+
+    /// The tools `names` (every tool when empty), as a worker serves them (`plan-cli worker
+    /// --tools`); a name there is no tool of is an error.
+    pub async fn selected(&self, names: &[String]) -> Result<Registry, ToolsError> {
+        let all = self.all(None).await?.registry;
+        if let Some(missing) = names.iter().find(|name| all.get(name).is_none()) {
+            return Err(ToolsError::Unknown(missing.clone()));
+        }
+        let mut tools = Registry::new();
+        for name in all.names() {
+            if (names.is_empty() || names.contains(&name))
+                && let Some(tool) = all.get(&name)
+            {
+                tools.register_as(name, tool.clone());
+            }
+        }
+        Ok(tools)
     }
 
     /// Every tool plans can call that `allowed` keeps, each once (the bare aliases of MCP

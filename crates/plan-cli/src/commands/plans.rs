@@ -103,41 +103,11 @@ fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
 }
 
 pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure> {
-    // One server that does not start does not hide the others' tools.
-    let (tools, broken) = match args.server.as_deref() {
-        Some(_) => (
-            toolbox
-                .block_on(toolbox.all(args.server.as_deref()))
-                .map_err(Failure::tools)?,
-            Vec::new(),
-        ),
-        None => toolbox.block_on(toolbox.listable()),
-    };
-    // Bare aliases of MCP tools are listed once, under their qualified names.
-    let infos: Vec<plan_engine::ToolInfo> = tools
-        .registry
-        .infos()
-        .into_iter()
-        .filter(|info| args.server.as_ref().is_none_or(|s| info.source == *s))
-        .fold(Vec::new(), |mut infos, info| {
-            if !infos.contains(&info) {
-                infos.push(info);
-            }
-            infos
-        });
-    let mut infos = infos;
-    // With a queue: the tools its live workers publish that plan-cli does not have here.
     // Not REDIS_URL, as `run` does: listing tools should not fail on a Redis nobody named.
-    if let Some(url) = &args.queue
-        && args.server.is_none()
-    {
-        for (name, info) in toolbox.published_tools(url)? {
-            if !infos.iter().any(|i| i.name == name) {
-                infos.push(info);
-            }
-        }
-    }
-    infos.sort_by(|a, b| a.name.cmp(&b.name));
+    let catalog = toolbox
+        .block_on(toolbox.catalog(args.server.as_deref(), args.queue.as_deref()))
+        .map_err(Failure::tools)?;
+    let (infos, broken) = (catalog.tools, catalog.broken);
     let text = if args.json {
         pretty(&infos)
     } else {

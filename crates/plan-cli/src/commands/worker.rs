@@ -18,25 +18,14 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
     let queue = toolbox.connect_queue(&url, &args.queue_name)?;
     // Every tool it has (built-ins, and the tools of the MCP configuration's servers), or
     // only those `--tools` names.
-    let all = toolbox
-        .block_on(toolbox.all(None))
-        .map_err(Failure::tools)?
-        .registry;
-    let mut tools = plan_engine::Registry::new();
-    for name in all.names() {
-        if (args.tools.is_empty() || args.tools.contains(&name))
-            && let Some(tool) = all.get(&name)
-        {
-            tools.register_as(name, tool.clone());
-        }
-    }
-    for wanted in &args.tools {
-        if all.get(wanted).is_none() {
+    let tools = match toolbox.block_on(toolbox.selected(&args.tools)) {
+        Err(plan_run::ToolsError::Unknown(wanted)) => {
             return Err(Failure::input(format!(
                 "--tools: this worker has no tool `{wanted}` (`plan-cli tools` lists them)"
             )));
         }
-    }
+        tools => tools.map_err(Failure::tools)?,
+    };
     let id = format!(
         "{}-{}-{}",
         std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".to_owned()),
