@@ -363,23 +363,20 @@ fn re_planned_steps_keep_their_programs_in_the_work_folder() {
         Some(folder.to_str().unwrap()),
         "{here}"
     );
-    let away = record(&report, "away");
-    assert!(
-        away["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("outside the folder programs may run in")),
-        "{away}"
-    );
+    let kept_in = |report: &Value| {
+        let away = record(report, "away");
+        assert!(
+            away["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("outside the folder programs may run in")),
+            "{away}"
+        );
+    };
+    kept_in(&report);
     // The operator's resume of the failed step keeps it there too.
     let run_id = report["run_id"].as_str().unwrap();
     let (_, again) = lab.json(&["resume", run_id, "--retry-failed", "--json"]);
-    let away = record(&again, "away");
-    assert!(
-        away["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("outside the folder programs may run in")),
-        "{away}"
-    );
+    kept_in(&again);
 }
 
 /// `run PLAN --replan 1 --json` against the model at `url`, with TOKEN set: the report.

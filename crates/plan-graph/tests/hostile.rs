@@ -122,21 +122,12 @@ fn a_plan_past_the_size_limit_is_refused() {
 
 #[test]
 fn a_step_id_that_a_call_inside_another_step_has_is_refused() {
-    let refused = |steps: &str| {
-        let text = format!("{{\"steps\": {steps}}}");
-        match load(
-            Source::new("plan.json", text),
-            Format::Json,
-            &LoadOptions::default(),
-        ) {
-            Ok(_) => Vec::new(),
-            Err(invalid) => invalid
-                .issues
-                .iter()
-                .filter(|issue| issue.code == "plan::call_id")
-                .map(|issue| issue.message.clone())
-                .collect(),
-        }
+    let refused = |steps: &str| -> Vec<String> {
+        issues_of(&format!("{{\"steps\": {steps}}}"))
+            .into_iter()
+            .filter(|(code, _)| code == "plan::call_id")
+            .map(|(_, message)| message)
+            .collect()
     };
     let block = r#"{"id": "a", "block": {"entry_point": "n", "nodes": {"n": {"tool": "echo"}}}}"#;
     assert_eq!(
@@ -159,18 +150,10 @@ fn a_step_id_that_a_call_inside_another_step_has_is_refused() {
 #[test]
 fn ids_and_node_names_that_could_name_another_calls_run_are_refused() {
     let codes = |text: &str| -> Vec<String> {
-        match load(
-            Source::new("plan.json", text.to_owned()),
-            Format::Json,
-            &LoadOptions::default(),
-        ) {
-            Ok(_) => Vec::new(),
-            Err(invalid) => invalid
-                .issues
-                .iter()
-                .map(|issue| format!("{}: {}", issue.code, issue.message))
-                .collect(),
-        }
+        issues_of(text)
+            .into_iter()
+            .map(|(code, message)| format!("{code}: {message}"))
+            .collect()
     };
     // Map `m[a` with key `x]` would make `m[a[x]]`, the id (and approval key) of `m`'s item
     // `a[x]` (hostile review: approving the echo ran the exec).
@@ -196,5 +179,21 @@ fn ids_and_node_names_that_could_name_another_calls_run_are_refused() {
             )],
             "{plan}"
         );
+    }
+}
+
+/// Each problem `load` finds in JSON plan `text`, as its code and message (none when it loads).
+fn issues_of(text: &str) -> Vec<(String, String)> {
+    match load(
+        Source::new("plan.json", text.to_owned()),
+        Format::Json,
+        &LoadOptions::default(),
+    ) {
+        Ok(_) => Vec::new(),
+        Err(invalid) => invalid
+            .issues
+            .iter()
+            .map(|issue| (issue.code.to_string(), issue.message.clone()))
+            .collect(),
     }
 }

@@ -15,13 +15,8 @@ use plan_store::Store;
 use plan_types::{RunReport, TaskStatus};
 use serde_json::{Value, json};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(plan_types::json::VALUE_THREAD_STACK)
-        .build()
-        .unwrap()
-}
+mod common;
+use common::{ledger, runtime};
 
 /// The operator's own tools: `exec` not confined anywhere (as the CLI has it outside `mcp
 /// serve`).
@@ -111,8 +106,7 @@ fn exec_allowed(workdir: &std::path::Path) -> Policy {
 #[test]
 fn a_clients_run_resumed_by_the_operator_keeps_its_programs_in_its_work_folder() {
     let runtime = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("state.db");
+    let (dir, ledger) = ledger();
     let workdir = dir.path().join("work");
     std::fs::create_dir(&workdir).unwrap();
     let plan = json!({"steps": [
@@ -155,8 +149,7 @@ fn a_clients_run_resumed_by_the_operator_keeps_its_programs_in_its_work_folder()
 #[test]
 fn a_clients_run_stops_at_its_policys_time_limit_when_started_and_when_resumed() {
     let runtime = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("state.db");
+    let (dir, ledger) = ledger();
     let policy = Policy {
         max_run_time: Some(Duration::from_millis(300)),
         ..exec_allowed(dir.path())
@@ -178,8 +171,7 @@ fn a_clients_run_stops_at_its_policys_time_limit_when_started_and_when_resumed()
 #[test]
 fn a_policy_narrowed_since_the_start_refuses_the_resume_before_anything_runs() {
     let runtime = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("state.db");
+    let (dir, ledger) = ledger();
     let plan = json!({"steps": [
         {"id": "wait", "tool": "echo", "risk": "high"},
         {"id": "run", "tool": "exec", "args": {"argv": ["true"]}, "depends_on": ["wait"]}
@@ -203,8 +195,7 @@ fn a_policy_narrowed_since_the_start_refuses_the_resume_before_anything_runs() {
 #[test]
 fn a_wider_policy_at_the_resume_widens_nothing_the_run_was_started_under() {
     let runtime = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("state.db");
+    let (dir, ledger) = ledger();
     let (work, elsewhere) = (dir.path().join("work"), dir.path().join("elsewhere"));
     std::fs::create_dir(&work).unwrap();
     std::fs::create_dir(&elsewhere).unwrap();

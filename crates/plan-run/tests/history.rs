@@ -9,13 +9,8 @@ use plan_store::Store;
 use plan_types::TaskStatus;
 use serde_json::{Value, json};
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(plan_types::json::VALUE_THREAD_STACK)
-        .build()
-        .unwrap()
-}
+mod common;
+use common::{ledger, runtime};
 
 fn prepare(
     runtime: &tokio::runtime::Runtime,
@@ -92,8 +87,7 @@ fn preparing_finds_unused_inputs_types_text_and_reports_every_problem() {
 #[test]
 fn runs_are_listed_newest_first_and_filtered() {
     let runtime = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("state.db");
+    let (_dir, ledger) = ledger();
     let good = json!({"id": "good", "steps": [{"id": "a", "tool": "echo", "args": {"x": 1}}]});
     let bad =
         json!({"id": "bad", "steps": [{"id": "a", "tool": "fail", "args": {"message": "no"}}]});
@@ -142,8 +136,7 @@ fn runs_are_listed_newest_first_and_filtered() {
 #[test]
 fn a_step_s_records_are_its_own_its_items_and_the_calls_inside_it() {
     let runtime = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("state.db");
+    let (_dir, ledger) = ledger();
     let plan = json!({"id": "p", "steps": [
         {"id": "each", "tool": "echo", "expand_on": [1, 2], "args": {"n": "${each}"}},
         {"id": "each2", "tool": "echo", "args": {}},
@@ -171,8 +164,7 @@ fn a_step_s_records_are_its_own_its_items_and_the_calls_inside_it() {
 #[test]
 fn a_preview_is_refused_before_a_run_is_recorded() {
     let runtime = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("state.db");
+    let (_dir, ledger) = ledger();
     let plan = json!({"id": "p", "steps": [{"id": "a", "tool": "echo", "args": {}}]});
     let prepared = prepare(&runtime, &plan, Inputs::default()).unwrap();
     let start = Start {
@@ -207,8 +199,7 @@ fn text_without_a_file_name_is_json_only_when_it_is_one_json_object() {
 #[test]
 fn an_event_feed_ends_with_the_run_and_when_its_process_died() {
     let runtime = runtime();
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("state.db");
+    let (_dir, ledger) = ledger();
     let plan = json!({"id": "p", "steps": [{"id": "a", "tool": "echo", "args": {}}]});
     assert_eq!(run(&runtime, &ledger, &plan), TaskStatus::Completed);
     let mut store = Store::open(&ledger).unwrap();
