@@ -69,12 +69,11 @@ impl Toolbox {
             notices: Some(notices),
             secret: queue_secret(),
         };
-        let dispatcher = self
-            .block_on(async {
-                let queue = plan_queue::Queue::connect(&settings.url, &settings.name).await?;
-                plan_queue::Dispatcher::new(queue, options).await
-            })
-            .map_err(|error| Failure::input(error.to_string()))?;
+        self.block_on(
+            self.tools
+                .connect_queue(&settings.url, &settings.name, options),
+        )
+        .map_err(Failure::tools)?;
         if settings.from_redis_url {
             say(&format!(
                 "tool calls go to BullMQ queue `{}` at REDIS_URL",
@@ -86,7 +85,6 @@ impl Toolbox {
                 say(&notice.to_string());
             }
         });
-        self.tools.use_queue(dispatcher);
         Ok(())
     }
 

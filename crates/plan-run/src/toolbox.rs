@@ -124,6 +124,24 @@ impl Toolbox {
         let _ = self.queue.set(dispatcher);
     }
 
+    /// Connects to queue `name` at Redis `url` and sends every tool call of the plans
+    /// prepared from now on to its workers ([`Toolbox::use_queue`]); nothing if a queue is
+    /// in use already. Fails at once if Redis does not answer.
+    #[cfg(feature = "queue")]
+    pub async fn connect_queue(
+        &self,
+        url: &str,
+        name: &str,
+        options: plan_queue::DispatchOptions,
+    ) -> Result<(), ToolsError> {
+        if self.queue.get().is_some() {
+            return Ok(());
+        }
+        let queue = plan_queue::Queue::connect(url, name).await?;
+        self.use_queue(plan_queue::Dispatcher::new(queue, options).await?);
+        Ok(())
+    }
+
     /// The queue calls go to, once [`Toolbox::use_queue`] has set one.
     #[cfg(feature = "queue")]
     pub fn queue(&self) -> Option<&std::sync::Arc<plan_queue::Dispatcher>> {
