@@ -1,5 +1,5 @@
 //! Plans a model writes: from a goal ([`generate`], kept with [`store_generated`]), and the
-//! new steps of a failed run ([`replan`], `run --replan N`). Each answer is judged by
+//! new steps of a failed run (`replan`, through [`Replanner`]: `run --replan N`). Each answer is judged by
 //! [`crate::check_for_model`] (plan-cli's whole validation and the model's policy), and the
 //! problems go back to the model in the same conversation.
 
@@ -187,7 +187,7 @@ impl<'a> Replanner<'a> {
     }
 
     /// When the run of `report` failed for good and the budget allows: the model's steps for
-    /// the work left, stored as the run's next plan revision ([`replan`]). `None`: the run is
+    /// the work left, stored as the run's next plan revision (`replan`). `None`: the run is
     /// done (it did not fail, or the budget is spent).
     pub async fn next(
         &mut self,
@@ -220,7 +220,7 @@ impl<'a> Replanner<'a> {
 /// the tools its policy allows. Its steps, checked with the steps that succeeded, are kept in
 /// the ledger as the run's next plan revision; the run is then resumed with
 /// `ResumeOptions::replanned`, and from then on, whoever resumes it, with approvals on.
-pub async fn replan(
+pub(crate) async fn replan(
     store: &mut Store,
     report: &RunReport,
     model: &mut dyn Model,

@@ -46,7 +46,7 @@
 //! ```
 //!
 //! - [`prepare`] loads, validates and compiles a plan with the tools of a [`Toolbox`] (the
-//!   built-ins, MCP servers, a queue's workers); [`generate`] and [`replan`] have a model
+//!   built-ins, MCP servers, a queue's workers); [`generate`] and [`Replanner`] have a model
 //!   write one, judged by [`check_for_model`].
 //! - [`start`] records a new run of a [`Prepared`] plan and runs it; [`resume`] goes on with a
 //!   stored run after [`prepare_resume`] has checked its owner, its plan and what to retry.
@@ -86,7 +86,7 @@ pub use execute::{
     policy_of, prepare_resume, recover_interrupted, resume, run_by, start, working_dir_of,
 };
 pub use generate::{
-    Replanned, Replanner, Replanning, generate, generate_checked, replan, slug, store_generated,
+    Replanned, Replanner, Replanning, generate, generate_checked, slug, store_generated,
     stored_plan,
 };
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};

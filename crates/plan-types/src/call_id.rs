@@ -81,11 +81,6 @@ impl CallPath {
         &self.inside
     }
 
-    /// The map item, if it is an item's call.
-    pub fn item_of(&self) -> Option<&MapItem> {
-        self.item.as_ref()
-    }
-
     /// The key of its approvals: the path without runs (`review/deploy`), so that one
     /// decision covers every run of a node in a loop.
     pub fn key(&self) -> String {
