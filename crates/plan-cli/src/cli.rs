@@ -355,6 +355,25 @@ pub(crate) struct PlanArgs {
     pub(crate) stored_only: bool,
 }
 
+impl PlanArgs {
+    /// The plan these flags name.
+    pub(crate) fn input(&self) -> plan_run::PlanInput {
+        plan_run::PlanInput {
+            path: self.plan.clone(),
+            stored_only: self.stored_only,
+        }
+    }
+
+    /// The variables these flags give.
+    pub(crate) fn variables(&self) -> plan_run::Variables {
+        plan_run::Variables {
+            file: self.vars_file.clone(),
+            text: self.vars.clone(),
+            json: self.json_vars.clone(),
+        }
+    }
+}
+
 /// What plans others write may do (an MCP client's with `mcp serve`; a model's with `plan
 /// create` and `run --replan`), and with `run --policy` what the run's own plan may do: by
 /// default the low-risk tools, no environment variables, no task steps, approvals on; widened

@@ -73,6 +73,9 @@ impl Failure {
                 "{error}; resume without --plan to use the stored plan, or with --force to use this one"
             )),
             LifecycleError::Policy(refused) => Failure::input(refused.to_string()),
+            LifecycleError::StateFileUnusable(error) => {
+                Failure::input(format!("--state-file {error}"))
+            }
             error @ (LifecycleError::Replan { .. } | LifecycleError::EventsFile { .. }) => {
                 Failure::input(error.to_string())
             }
@@ -101,7 +104,7 @@ impl Failure {
         match error {
             plan_run::ToolsError::NoConfig { server } => Failure::input(format!(
                 "--server {server}: there is no MCP configuration (give --mcp-config FILE, or write .plan/{})",
-                crate::toolbox::MCP_CONFIG_NAME
+                plan_run::MCP_CONFIG_NAME
             )),
             error => Failure::input(error.to_string()),
         }
@@ -123,6 +126,28 @@ impl Failure {
         }
     }
 
+    /// A plan or variables that could not be read; the library's words, with the flags that
+    /// gave them.
+    pub(crate) fn plan_input(error: plan_run::InputError) -> Self {
+        use plan_run::InputError;
+        match error {
+            InputError::Ledger(error) => Failure::lifecycle(error),
+            InputError::GivenTwice(name) => Failure::input(format!(
+                "variable `{name}` is given by both --var and --var-json; give it once"
+            )),
+            InputError::Folder { path, why } => {
+                Failure::input(format!("--cwd {}: {why}", path.display()))
+            }
+            InputError::InvalidVariables(ref invalid) => {
+                let mut failure = Failure::input(error.to_string());
+                failure.diagnostics =
+                    crate::plan_file::render(&invalid.plan_source, &invalid.issues);
+                failure
+            }
+            error => Failure::input(error.to_string()),
+        }
+    }
+
     /// A ledger that cannot be opened or read: a wrong `--db`, a foreign or newer file, a
     /// read-only directory are the user's to fix (2); a failing disk is not (1).
     pub(crate) fn ledger(error: StoreError) -> Self {
@@ -134,6 +159,9 @@ impl Failure {
         if matches!(error, StoreError::PlanExists(_)) {
             message.push_str(" (remove it first, or add with --force)");
         }
+        if matches!(error, StoreError::Missing { .. }) {
+            message.push_str(" (runs are recorded there; use --db or PLAN_DB to point elsewhere)");
+        }
         if matches!(error, StoreError::Open { .. } | StoreError::Foreign { .. }) {
             message.push_str("\nrecord runs elsewhere with --db PATH or PLAN_DB=PATH");
         }
@@ -143,5 +171,17 @@ impl Failure {
             diagnostics: Vec::new(),
             issues: Vec::new(),
         }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        Failure::ledger(error)
+    }
+}
+
+impl From<plan_run::InputError> for Failure {
+    fn from(error: plan_run::InputError) -> Self {
+        Failure::plan_input(error)
     }
 }

@@ -6,7 +6,6 @@
 mod cli;
 mod commands;
 mod exit;
-mod ledger;
 mod output;
 mod plan_file;
 mod policy;
@@ -20,7 +19,7 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use crate::cli::{Cli, Command, McpCommand, StateCommand};
-use crate::ledger::Ledger;
+use plan_run::{Ledger, Project};
 
 fn main() {
     plan_file::install_diagnostic_hook();
@@ -36,8 +35,10 @@ fn main() {
     if let Some(outcome) = early {
         exit_with(outcome);
     }
-    let project = ledger::project_dir();
-    let ledger = Ledger::new(cli.db.as_deref(), project.as_deref());
+    let project = std::env::current_dir()
+        .ok()
+        .and_then(|here| Project::find(&here));
+    let ledger = Ledger::new(cli.db.as_deref(), project.as_ref());
     // Tool options count before the command and after it (after wins for the file).
     let after = cli.command.tool_options();
     let passthrough = cli
@@ -71,11 +72,7 @@ fn main() {
         .or_else(|| cli.tool_options.mcp_config.clone())
         // A stored run's own configuration, so `approve` and `resume` find its tools.
         .or_else(|| stored.mcp_config.clone())
-        .or_else(|| {
-            project
-                .map(|dir| dir.join(toolbox::MCP_CONFIG_NAME))
-                .filter(|path| path.exists())
-        });
+        .or_else(|| project.and_then(|project| project.mcp_config()));
     let toolbox = match toolbox::Toolbox::new(mcp_config.as_deref(), exec) {
         Ok(toolbox) => toolbox,
         Err(failure) => {
@@ -136,21 +133,21 @@ fn stored_run(command: &Command, ledger: &Ledger) -> Option<plan_store::RunRow> 
 }
 
 /// Where this command's programs run: `--cwd`, else a resumed or retried run's own folder,
-/// else (`run`) the plan file's (`plan_file::working_dir`).
+/// else (`run`) the plan file's (`plan_run::PlanInput::folder`).
 fn working_dir(
     command: &Command,
     stored: Option<&plan_store::RunRow>,
 ) -> Result<Option<std::path::PathBuf>, exit::Failure> {
     let cwd = match command {
         Command::Run(args) => {
-            return plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan);
+            return Ok(args.plan.input().folder(args.execution.cwd.as_deref())?);
         }
         Command::Resume(args) => args.execution.cwd.as_deref(),
         Command::Retry(args) => args.execution.cwd.as_deref(),
         _ => return Ok(None),
     };
     match cwd {
-        Some(cwd) => plan_file::working_dir(Some(cwd), std::path::Path::new("-")),
+        Some(cwd) => Ok(Some(plan_run::folder(cwd)?)),
         None => Ok(stored.and_then(plan_run::working_dir_of)),
     }
 }

@@ -1,120 +1,18 @@
-//! Reading a plan (a file, stdin, or a stored plan), and reporting its problems as
-//! diagnostics.
+//! Preparing the plan a command names (read by `plan_run::PlanInput`), and reporting its
+//! problems as diagnostics.
 
-use std::io::{IsTerminal, Read};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
 
-use plan_graph::{Format, Issue, Severity, Source, load_variables};
-use plan_run::Inputs;
-use serde_json::{Map, Value};
+use plan_graph::{Format, Issue, Severity, Source};
+use plan_run::{Inputs, Ledger};
+use serde_json::Value;
 
 use crate::cli::PlanArgs;
 use crate::exit::Failure;
-use crate::ledger::Ledger;
 use crate::toolbox::Toolbox;
 
 /// A plan that loaded and bound to the registry's tools, with the run's inputs.
 pub(crate) type Ready = plan_run::Prepared;
-
-/// Who wrote the plan `run PLAN` would run: the author kept with a stored plan (a model's,
-/// an MCP client's), the operator for a file or stdin.
-pub(crate) fn author_of(
-    args: &crate::cli::PlanArgs,
-    ledger: &Ledger,
-) -> Result<plan_run::Author, Failure> {
-    let path = &args.plan;
-    if !args.stored_only && (path == Path::new("-") || path.exists()) {
-        return Ok(plan_run::Author::Operator);
-    }
-    Ok(stored(&path.to_string_lossy(), ledger)?
-        .map_or(plan_run::Author::Operator, |stored| stored.author))
-}
-
-/// The stored plan `id`, if there is a ledger and it has one.
-fn stored(id: &str, ledger: &Ledger) -> Result<Option<plan_run::StoredSource>, Failure> {
-    if !ledger.exists() {
-        return Ok(None);
-    }
-    plan_run::stored_source(&ledger.open()?, id).map_err(Failure::lifecycle)
-}
-
-/// The stored plan `id`, from the ledger alone.
-fn read_stored(id: &str, ledger: &Ledger) -> Result<(Source, Format), Failure> {
-    match stored(id, ledger)? {
-        Some(stored) => Ok((stored.source, stored.format)),
-        None => Err(Failure::input(format!("no stored plan has the id `{id}`"))),
-    }
-}
-
-/// The plan's text: from a file, from stdin (`-`, JSON or YAML), or else the stored plan with
-/// that id.
-pub(crate) fn read_source(path: &Path, ledger: &Ledger) -> Result<(Source, Format), Failure> {
-    if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|error| Failure::input(format!("cannot read the plan from stdin: {error}")))?;
-        let format = plan_run::format_of_text(&text);
-        return Ok((Source::new("<stdin>", text), format));
-    }
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok((
-            Source::new(path.display().to_string(), text),
-            Format::from_path(path),
-        )),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let id = path.to_string_lossy();
-            match stored(&id, ledger)? {
-                Some(stored) => Ok((stored.source, stored.format)),
-                None => Err(Failure::input(format!(
-                    "cannot read plan `{id}`: no such file, and no stored plan has that id"
-                ))),
-            }
-        }
-        Err(error) => Err(Failure::input(format!(
-            "cannot read plan `{}`: {error}",
-            path.display()
-        ))),
-    }
-}
-
-/// `--vars FILE`, then `--var` and `--var-json` over it.
-pub(crate) fn read_inputs(args: &PlanArgs) -> Result<Inputs, Failure> {
-    let mut typed = Map::new();
-    if let Some(path) = &args.vars_file {
-        let text = std::fs::read_to_string(path).map_err(|error| {
-            Failure::input(format!(
-                "cannot read variables file `{}`: {error}",
-                path.display()
-            ))
-        })?;
-        let source = Source::new(path.display().to_string(), text);
-        match load_variables(source, Format::from_path(path)) {
-            Ok(variables) => typed = variables,
-            Err(invalid) => {
-                report(&invalid.plan_source, &invalid.issues);
-                return Err(Failure::input(format!(
-                    "{} is not a valid variables file: it must hold one object of NAME: VALUE",
-                    path.display()
-                )));
-            }
-        }
-    }
-    for (name, _) in &args.vars {
-        if args.json_vars.iter().any(|(other, _)| other == name) {
-            return Err(Failure::input(format!(
-                "variable `{name}` is given by both --var and --var-json; give it once"
-            )));
-        }
-        typed.remove(name);
-    }
-    typed.extend(args.json_vars.iter().cloned());
-    Ok(plan_run::Inputs {
-        typed,
-        text: args.vars.clone(),
-        check_names: true,
-    })
-}
 
 /// Loads, validates and compiles the plan `args` names; prints warnings; every error becomes
 /// a diagnostic and exit code 2.
@@ -124,30 +22,16 @@ pub(crate) fn prepare(
     ledger: &Ledger,
     arguments: Severity,
 ) -> Result<Ready, Failure> {
-    let inputs = read_inputs(args)?;
-    let (source, format) = if args.stored_only {
-        read_stored(&args.plan.to_string_lossy(), ledger)?
-    } else {
-        read_source(&args.plan, ledger)?
-    };
+    let input = args.input();
+    let inputs = args.variables().read()?;
+    let (source, format) = input.read(ledger, &mut std::io::stdin())?;
     prepare_source(
         source,
         format,
-        default_plan_id(&args.plan),
+        input.default_id(),
         inputs,
         toolbox,
         arguments,
-    )
-}
-
-/// The plan id used when a plan has none: the file name without extension (`stdin` for `-`).
-pub(crate) fn default_plan_id(path: &Path) -> String {
-    if path == Path::new("-") {
-        return "stdin".to_owned();
-    }
-    path.file_stem().map_or_else(
-        || "plan".to_owned(),
-        |stem| stem.to_string_lossy().into_owned(),
     )
 }
 
@@ -192,13 +76,10 @@ pub(crate) fn prepare_quietly(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ready, Failure> {
-    let inputs = read_inputs(args)?;
-    let (source, format) = if args.stored_only {
-        read_stored(&args.plan.to_string_lossy(), ledger)?
-    } else {
-        read_source(&args.plan, ledger)?
-    };
-    let id = default_plan_id(&args.plan);
+    let input = args.input();
+    let inputs = args.variables().read()?;
+    let (source, format) = input.read(ledger, &mut std::io::stdin())?;
+    let id = input.default_id();
     let ready = prepare_silently(source, format, &id, inputs, toolbox, Severity::Error)?;
     // On stderr, as ever: not an issue of the plan's text.
     warn_unused(&ready);
@@ -308,27 +189,4 @@ pub(crate) fn install_diagnostic_hook() {
         }
         Box::new(options.build())
     }));
-}
-
-/// Where a run's programs run: `--cwd`, else the folder of the plan file (so that a plan's
-/// relative paths mean the same from any directory), else none (the current directory: a
-/// plan from stdin or the ledger). Absolute, so that `resume` finds it again.
-pub(crate) fn working_dir(cwd: Option<&Path>, plan: &Path) -> Result<Option<PathBuf>, Failure> {
-    let dir = match cwd {
-        Some(dir) => dir.to_path_buf(),
-        None if plan != Path::new("-") && plan.is_file() => match plan.parent() {
-            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-            _ => PathBuf::from("."),
-        },
-        None => return Ok(None),
-    };
-    let absolute = std::fs::canonicalize(&dir)
-        .map_err(|error| Failure::input(format!("--cwd {}: {error}", dir.display())))?;
-    if !absolute.is_dir() {
-        return Err(Failure::input(format!(
-            "--cwd {}: not a folder",
-            dir.display()
-        )));
-    }
-    Ok(Some(absolute))
 }

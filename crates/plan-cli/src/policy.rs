@@ -10,23 +10,15 @@ use crate::exit::Failure;
 /// The restricted default, widened by `args`' policy file and flags (the flags add to the
 /// file's lists).
 pub(crate) fn of(args: &PolicyArgs) -> Result<Policy, Failure> {
-    let file = match &args.policy {
-        None => PolicyFile::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|error| {
-                Failure::input(format!(
-                    "cannot read the policy {}: {error}",
-                    path.display()
-                ))
-            })?;
-            PolicyFile::parse(&text)
-                .map_err(|error| Failure::input(format!("{}: {error}", path.display())))?
-        }
-    };
-    let mut policy = file.into_policy();
-    policy.tools.extend(args.allow_tools.iter().cloned());
-    policy.every_tool |= policy.tools.contains("*");
-    policy.env.extend(args.allow_env.iter().cloned());
-    policy.workspace |= args.allow_workspace;
-    Ok(policy)
+    Ok(file_of(args)?.into_policy())
+}
+
+/// `args`' policy file, with the flags added to its lists.
+pub(crate) fn file_of(args: &PolicyArgs) -> Result<PolicyFile, Failure> {
+    let mut file = PolicyFile::read(args.policy.as_deref())
+        .map_err(|error| Failure::input(error.to_string()))?;
+    file.allow_tools.extend(args.allow_tools.iter().cloned());
+    file.allow_env.extend(args.allow_env.iter().cloned());
+    file.allow_workspace |= args.allow_workspace;
+    Ok(file)
 }

@@ -8,10 +8,6 @@ use std::path::Path;
 
 use crate::exit::Failure;
 
-/// Where the MCP configuration is when `--mcp-config` is not given (read only if it exists).
-/// The MCP configuration's name in the project's `.plan/` folder.
-pub(crate) const MCP_CONFIG_NAME: &str = "mcp.json";
-
 pub(crate) struct Toolbox {
     tools: std::sync::Arc<plan_run::Toolbox>,
     runtime: tokio::runtime::Runtime,

@@ -23,6 +23,35 @@ pub struct Endpoint {
     pub model: String,
 }
 
+impl Endpoint {
+    /// The endpoint the environment names: `PLAN_LLM_URL` (else `OPENAI_BASE_URL`) and
+    /// `OPENAI_API_KEY`, with `model` (else `PLAN_LLM_MODEL`); none without a URL. `env` reads
+    /// the environment (the library reads none itself).
+    pub fn from_env(
+        model: Option<&str>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<Endpoint>, NoModel> {
+        let Some(base_url) = env("PLAN_LLM_URL").or_else(|| env("OPENAI_BASE_URL")) else {
+            return Ok(None);
+        };
+        let model = model
+            .map(str::to_owned)
+            .or_else(|| env("PLAN_LLM_MODEL"))
+            .filter(|model| !model.is_empty())
+            .ok_or(NoModel)?;
+        Ok(Some(Endpoint {
+            base_url,
+            api_key: env("OPENAI_API_KEY").filter(|key| !key.is_empty()),
+            model,
+        }))
+    }
+}
+
+/// A model URL is set, but no model is named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a model endpoint is set but no model is named (PLAN_LLM_MODEL)")]
+pub struct NoModel;
+
 /// A tool the plan may call, as the model is told of it.
 #[derive(Debug, Clone)]
 pub struct ToolDescription {

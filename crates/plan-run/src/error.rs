@@ -68,6 +68,9 @@ pub enum LifecycleError {
         /// Why not.
         message: String,
     },
+    /// The state file cannot be written there (nothing was recorded or run).
+    #[error("the state file {0}")]
+    StateFileUnusable(#[source] crate::StateFileError),
     /// The events file cannot be opened (nothing was recorded or run).
     #[error("cannot open events file `{}`: {source}", .path.display())]
     EventsFile {

@@ -14,9 +14,9 @@ use plan_types::{Approvals, Durability, EventSink, Fanout, Restored, RunReport};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::LifecycleError;
 use crate::decide::can_wait;
 use crate::report::{format_name, format_of, plan_of, report};
+use crate::{LifecycleError, StateFile};
 
 /// A plan ready to run: loaded, compiled against the tools it will call, with its inputs and
 /// the values of the environment variables it lists (the caller reads the environment).
@@ -130,8 +130,13 @@ pub struct Execution {
     /// `queue`.)
     #[cfg(feature = "queue")]
     pub queue: Option<Arc<Dispatcher>>,
-    /// Keep this execute-state document current as the ledger commits, and at the run's end.
-    pub state_file: Option<crate::StateFile>,
+    /// Keep the execute-state document in this file current as the ledger commits, and at the
+    /// run's end. A new run keeps it with its sources; a resumed run given none keeps the one
+    /// it was started with; a plan made from a task breakdown keeps one beside the breakdown
+    /// by default ([`StateFile::beside_breakdown`]). Checked before anything is recorded.
+    pub state_file: Option<std::path::PathBuf>,
+    /// The project's folder the state document names (`project_path`), as the caller sees it.
+    pub project_path: Option<String>,
     /// The run stops (resumably, as a cancel stops it) after this long; a run under a policy
     /// stops after its `max_run_time` if that is shorter.
     pub time_limit: Option<std::time::Duration>,
@@ -151,6 +156,7 @@ impl Execution {
             #[cfg(feature = "queue")]
             queue: None,
             state_file: None,
+            project_path: None,
             time_limit: None,
         }
     }
@@ -333,7 +339,7 @@ pub async fn start(
         task_filter,
         author,
         policy,
-        sources,
+        mut sources,
     } = start;
     // Refused before anything is recorded: a preview runs nothing, so it leaves no run.
     if mode == Mode::Preview {
@@ -358,6 +364,12 @@ pub async fn start(
     if let Some(policy) = &policy {
         hold_to(policy, author, &prepared, &mut execution)?;
     }
+    // Kept with the run, from the root: a resume from another folder writes the same file.
+    sources.state_file = execution
+        .state_file
+        .as_deref()
+        .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+    let state_file = state_file_of(&mut execution, sources.state_file.clone(), &prepared)?;
     let events_file = open_events_file(&mut execution)?;
     let workspace_root = policy
         .as_ref()
@@ -424,7 +436,7 @@ pub async fn start(
     };
     finish(
         events_file,
-        execute(prepared, &run_id, store, from, execution).await,
+        execute(prepared, &run_id, store, from, execution, state_file).await,
     )
 }
 
@@ -599,6 +611,16 @@ impl ResumeFrom {
         toolbox: &crate::Toolbox,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Prepared, LifecycleError> {
+        // A run whose calls went to a queue's workers goes on there: its calls must not run
+        // in this process instead, whichever front-end resumes it.
+        if let Some(queue) = crate::sources_of(&self.row).queue
+            && !toolbox.has_queue()
+        {
+            return Err(LifecycleError::Refused(format!(
+                "run {}'s calls go to the workers of BullMQ queue `{}`: go on with it where that queue is connected",
+                self.row.run_id, queue.name
+            )));
+        }
         let prepared = crate::prepare(
             self.source.clone(),
             self.format,
@@ -711,6 +733,8 @@ pub async fn resume(
     for policy in policy.iter().chain(&also) {
         hold_to(policy, author_of(&row), &prepared, &mut execution)?;
     }
+    let kept = crate::sources_of(&row).state_file;
+    let state_file = state_file_of(&mut execution, kept, &prepared)?;
     let events_file = open_events_file(&mut execution)?;
     // Prepared already: the text is not kept through the run.
     drop(source);
@@ -834,7 +858,7 @@ pub async fn resume(
     drop(row);
     finish(
         events_file,
-        execute(prepared, &run_id, store, from, execution).await,
+        execute(prepared, &run_id, store, from, execution, state_file).await,
     )
 }
 
@@ -1000,6 +1024,25 @@ async fn open_workspace(
     Ok(Some(Arc::new(workspace)))
 }
 
+/// The state file a run keeps current: the one `execution` gives, else `kept` (a resumed run's
+/// own), else the one beside the plan's task breakdown; a given or kept one that cannot be
+/// written is refused before anything is recorded.
+fn state_file_of(
+    execution: &mut Execution,
+    kept: Option<std::path::PathBuf>,
+    prepared: &Prepared,
+) -> Result<Option<StateFile>, LifecycleError> {
+    let given = execution.state_file.take().or(kept);
+    if let Some(path) = &given {
+        StateFile::check(path).map_err(LifecycleError::StateFileUnusable)?;
+    }
+    Ok(StateFile::for_run(
+        given,
+        &prepared.loaded.plan,
+        execution.project_path.clone(),
+    ))
+}
+
 /// Runs a prepared plan as run `run_id`, recording it in `store`.
 async fn execute(
     prepared: Prepared,
@@ -1007,6 +1050,7 @@ async fn execute(
     store: Store,
     from: From,
     execution: Execution,
+    state_file: Option<StateFile>,
 ) -> Result<Outcome, LifecycleError> {
     // The run's last record counts from its first start (a resumed run's too, as `status`
     // counts it later; the `run.finished` event says how long this attempt took).
@@ -1014,7 +1058,7 @@ async fn execute(
     let ledger_events = Arc::new(EventBuffer::default());
     let journal = RunJournal::new(store, run_id, ledger_events.clone())?;
     let state_failed = Arc::new(std::sync::Mutex::new(None));
-    let journal: Box<dyn plan_types::Journal> = match execution.state_file.clone() {
+    let journal: Box<dyn plan_types::Journal> = match state_file {
         None => Box::new(journal),
         Some(file) => Box::new(crate::state_file::StateFileJournal {
             inner: journal,

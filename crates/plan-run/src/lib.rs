@@ -70,8 +70,10 @@ mod error;
 mod events_file;
 mod execute;
 mod generate;
+mod input;
 mod policy;
 mod prepare;
+mod project;
 mod report;
 mod sources;
 mod state_file;
@@ -89,10 +91,12 @@ pub use generate::{
     Replanned, Replanner, Replanning, generate, generate_checked, slug, store_generated,
     stored_plan,
 };
+pub use input::{InputError, PlanInput, Variables, folder};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
 pub use prepare::{
     Inputs, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare, select,
 };
+pub use project::{Ledger, MCP_CONFIG_NAME, Project};
 pub use report::{
     EventBatch, EventFeed, RunFilter, RunSummary, StoredSource, duration_of, ended_at,
     execute_state, format_name, format_of, format_of_text, plan_of, records_of, report, runs,

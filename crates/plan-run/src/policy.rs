@@ -162,13 +162,37 @@ fn duration_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Durati
 
 /// A policy file that cannot be read as one.
 #[derive(Debug, thiserror::Error)]
-#[error("not a valid policy: {0}")]
-pub struct PolicyFileError(String);
+pub enum PolicyFileError {
+    /// The text is not a policy.
+    #[error("not a valid policy: {0}")]
+    Invalid(String),
+    /// The file could not be read, or its text is not a policy.
+    #[error("the policy {}: {why}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        why: String,
+    },
+}
 
 impl PolicyFile {
     /// Reads a policy file's text.
     pub fn parse(text: &str) -> Result<PolicyFile, PolicyFileError> {
-        serde_json::from_str(text).map_err(|e| PolicyFileError(e.to_string()))
+        serde_json::from_str(text).map_err(|e| PolicyFileError::Invalid(e.to_string()))
+    }
+
+    /// Reads the policy file at `path`; none gives the default (which widens nothing).
+    pub fn read(path: Option<&Path>) -> Result<PolicyFile, PolicyFileError> {
+        let Some(path) = path else {
+            return Ok(PolicyFile::default());
+        };
+        let file = |why: String| PolicyFileError::File {
+            path: path.to_path_buf(),
+            why,
+        };
+        let text = std::fs::read_to_string(path).map_err(|error| file(error.to_string()))?;
+        PolicyFile::parse(&text).map_err(|error| file(error.to_string()))
     }
 
     /// The restricted policy ([`Policy::default`]) widened by this file.

@@ -18,7 +18,8 @@ pub struct RunSources {
     /// never resumed without its queue by mistake.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueSource>,
-    /// The execute-state file the run keeps current (an absolute path).
+    /// The execute-state file the run keeps current (an absolute path; [`crate::start`] sets
+    /// it from [`crate::Execution::state_file`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_file: Option<PathBuf>,
 }

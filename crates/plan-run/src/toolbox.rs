@@ -117,6 +117,14 @@ impl Toolbox {
         self.servers.is_some()
     }
 
+    /// Whether calls go to a queue's workers (never without the `queue` feature).
+    pub fn has_queue(&self) -> bool {
+        #[cfg(feature = "queue")]
+        return self.queue.get().is_some();
+        #[cfg(not(feature = "queue"))]
+        false
+    }
+
     /// Sends every tool call of the plans prepared from now on to the workers of a queue (a
     /// second queue is ignored: a process runs on one).
     #[cfg(feature = "queue")]

@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use plan_graph::{Format, Plan, Severity, Source};
+use plan_graph::{Format, Severity, Source};
 use plan_run::{Author, LifecycleError, Policy, PrepareError, Prepared};
 use plan_store::Store;
 use plan_tools::mcp::server::{Answer, Client, ServedTool, ServerInfo, Service};
@@ -376,12 +376,11 @@ impl PlanServer {
         }
     }
 
-    /// How a client's run goes: its state file beside its breakdown when it is a breakdown's
-    /// plan (the policy's time limit and approvals are plan_run's to apply).
-    fn execution(&self, plan: &Plan) -> plan_run::Execution {
+    /// How a client's run goes: its state file is plan_run's (the run's own, or beside its
+    /// breakdown), as are the policy's time limit and approvals.
+    fn execution(&self) -> plan_run::Execution {
         let mut execution = plan_run::Execution::new();
-        execution.state_file =
-            plan_run::StateFile::for_run(None, plan, self.settings.project_path.clone());
+        execution.project_path = self.settings.project_path.clone();
         execution
     }
 
@@ -393,7 +392,7 @@ impl PlanServer {
         max_concurrency: Option<u32>,
     ) -> Result<RunReport, Refusal> {
         let store = self.open()?;
-        let mut execution = self.execution(&prepared.loaded.plan);
+        let mut execution = self.execution();
         execution.max_concurrency = max_concurrency;
         block(plan_run::start(store, prepared, start, execution))
             .map(|outcome| outcome.report)
@@ -414,7 +413,7 @@ impl PlanServer {
         let env = self.settings.env.clone();
         let prepared = block(from.prepare(&self.settings.toolbox, &|name| env(name)))
             .map_err(lifecycle_refusal)?;
-        let execution = self.execution(&prepared.loaded.plan);
+        let execution = self.execution();
         block(plan_run::resume(store, from, prepared, execution))
             .map(|outcome| outcome.report)
             .map_err(lifecycle_refusal)

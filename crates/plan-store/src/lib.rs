@@ -92,6 +92,12 @@ pub enum StoreError {
         /// What went wrong.
         message: String,
     },
+    /// There is no ledger file where one is to be read (only commands that record create one).
+    #[error("there is no ledger at {}", path.display())]
+    Missing {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
     /// The file exists but is not a plan-cli ledger.
     #[error("{} is not a plan-cli ledger: {why}", path.display())]
     Foreign {

@@ -8,8 +8,8 @@ use plan_types::PLAN_APPROVAL;
 use super::print;
 use crate::cli::{ApproveArgs, RejectArgs};
 use crate::exit::Failure;
-use crate::ledger::Ledger;
 use crate::toolbox::Toolbox;
+use plan_run::Ledger;
 
 pub(crate) fn approve(
     args: &ApproveArgs,

@@ -11,15 +11,15 @@ use tokio_util::sync::CancellationToken;
 use super::{pretty, print};
 use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
 use crate::exit::Failure;
-use crate::ledger::Ledger;
 use crate::output::{self, Live, StepLabels};
 use crate::plan_file::{Ready, prepare};
 use crate::toolbox::Toolbox;
+use plan_run::Ledger;
 
 pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
     // A stored plan a model or a client wrote keeps its author: it runs under that author's
     // policy (widened by this command's --allow-* flags), not with the operator's powers.
-    let author = crate::plan_file::author_of(&args.plan, ledger)?;
+    let author = args.plan.input().author(ledger)?;
     if author != plan_run::Author::Operator && !args.execution.json {
         eprintln!(
             "plan `{}` was written by {}: it runs under that author's policy (--allow-tool, --allow-env, --allow-workspace or --policy widen it)",
@@ -40,8 +40,7 @@ pub(crate) fn run_as(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let working_dir =
-        crate::plan_file::working_dir(args.execution.cwd.as_deref(), &args.plan.plan)?;
+    let working_dir = args.plan.input().folder(args.execution.cwd.as_deref())?;
     let mut policy = crate::policy::of(&args.policy)?;
     // Unless the policy file names one, the work folder is where the run's programs run (the
     // plan file's folder, or --cwd): the run's programs, and a model's re-planned steps', stay
@@ -103,7 +102,7 @@ pub(crate) fn run_as(
                 .execution
                 .queue_settings()
                 .map(|queue| plan_run::QueueSource::of(&queue.url, &queue.name)),
-            state_file: args.execution.state_file.as_deref().map(absolute),
+            ..plan_run::RunSources::default()
         },
         ..plan_run::Start::new()
     };
@@ -152,8 +151,12 @@ pub(crate) struct Frontend {
 
 impl Frontend {
     fn of(args: &ExecutionArgs) -> Result<Self, Failure> {
+        // plan_run checks it too, but only once the ledger is open: a first run that cannot
+        // keep its state file leaves no ledger behind.
         if let Some(path) = &args.state_file {
-            check_state_file(path)?;
+            plan_run::StateFile::check(path).map_err(|error| {
+                Failure::lifecycle(plan_run::LifecycleError::StateFileUnusable(error))
+            })?;
         }
         Ok(Frontend {
             json: args.json,
@@ -199,7 +202,13 @@ pub(crate) fn resume(
         retry_steps: Vec::new(),
         force: args.force,
         plan: match &args.plan {
-            Some(file) => Some(crate::plan_file::read_source(file, ledger)?),
+            Some(file) => {
+                let input = plan_run::PlanInput {
+                    path: file.clone(),
+                    stored_only: false,
+                };
+                Some(input.read(ledger, &mut std::io::stdin())?)
+            }
             None => None,
         },
         ..plan_run::ResumeOptions::default()
@@ -246,14 +255,7 @@ fn go_on(
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let queue = execution.queue_or(run, stored.queue.as_ref())?;
-    let mut frontend = Frontend::of(execution)?;
-    if frontend.state_file.is_none()
-        && let Some(path) = stored.state_file.clone()
-    {
-        // Checked as a given one is, before anything runs.
-        check_state_file(&path)?;
-        frontend.state_file = Some(path);
-    }
+    let frontend = Frontend::of(execution)?;
     // A ledger that cannot be opened is said by the resume itself.
     if frontend.approvals == Some(false)
         && let Ok(store) = ledger.open_reader()
@@ -371,15 +373,11 @@ where
     settings.durability = args.durability;
     settings.events_file = args.events.clone();
     settings.queue = toolbox.queue().cloned();
-    // Kept current by the run itself, as its ledger commits; a plan made from a task
-    // breakdown keeps its state beside the breakdown by default.
-    settings.state_file = plan_run::StateFile::for_run(
-        args.state_file.clone(),
-        &prepared.loaded.plan,
-        std::env::current_dir()
-            .ok()
-            .map(|dir| dir.display().to_string()),
-    );
+    // Kept current by the run itself, as its ledger commits (a resumed run's own by default).
+    settings.state_file = args.state_file.clone();
+    settings.project_path = std::env::current_dir()
+        .ok()
+        .map(|dir| dir.display().to_string());
     // `--json` keeps stdout for its object and stderr quiet: `--events` is the live feed.
     // Otherwise the live view and the summary name steps as the plan does; the plan itself
     // goes once the run has compiled and recorded it.
@@ -483,15 +481,4 @@ impl Signals {
             tokio::signal::ctrl_c().await.is_ok()
         }
     }
-}
-
-/// Checks `--state-file` before the run, not after it (`plan_run::StateFile::check`).
-fn check_state_file(path: &Path) -> Result<(), Failure> {
-    plan_run::StateFile::check(path)
-        .map_err(|error| Failure::input(format!("--state-file {error}")))
-}
-
-/// `path` from the root, so that a run resumed from another folder writes the same file.
-fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }

@@ -10,8 +10,8 @@ use serde_json::Value;
 use super::{pretty, print};
 use crate::cli::{EventsArgs, GcArgs, RunIdArgs, StateFormat};
 use crate::exit::Failure;
-use crate::ledger::Ledger;
 use crate::output;
+use plan_run::Ledger;
 
 /// The plan a run ran, as stored with it.
 pub(crate) fn plan_of(row: &RunRow) -> Result<Plan, Failure> {

@@ -9,9 +9,9 @@ use plan_store::StoredPlan;
 use super::{pretty, print};
 use crate::cli::{GraphFormat, JsonArgs, PlanCommand, ShowArgs, ToolsArgs};
 use crate::exit::Failure;
-use crate::ledger::Ledger;
-use crate::plan_file::{default_plan_id, prepare, prepare_source, read_source};
+use crate::plan_file::{prepare, prepare_source};
 use crate::toolbox::Toolbox;
+use plan_run::Ledger;
 
 pub(crate) fn validate(
     args: &crate::cli::ValidateArgs,
@@ -330,25 +330,10 @@ fn calls_of(program: &plan_engine::Program) -> String {
     text
 }
 
-/// The model endpoint the environment names (PLAN_LLM_URL or OPENAI_BASE_URL, OPENAI_API_KEY),
-/// with `model` (else PLAN_LLM_MODEL); none without a URL.
+/// The model endpoint the environment names (`plan_llm::Endpoint::from_env`), with `model`.
 pub(crate) fn endpoint(model: Option<&str>) -> Result<Option<plan_llm::Endpoint>, Failure> {
-    let Ok(base_url) = std::env::var("PLAN_LLM_URL").or_else(|_| std::env::var("OPENAI_BASE_URL"))
-    else {
-        return Ok(None);
-    };
-    let model = model
-        .map(str::to_owned)
-        .or_else(|| std::env::var("PLAN_LLM_MODEL").ok())
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| Failure::input("no model: give --model NAME or set PLAN_LLM_MODEL"))?;
-    Ok(Some(plan_llm::Endpoint {
-        base_url,
-        api_key: std::env::var("OPENAI_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty()),
-        model,
-    }))
+    plan_llm::Endpoint::from_env(model, &|name| std::env::var(name).ok())
+        .map_err(|_| Failure::input("no model: give --model NAME or set PLAN_LLM_MODEL"))
 }
 
 /// Validates the plan as `run` would, then stores its text under its id.
@@ -359,12 +344,16 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
             file.display()
         )));
     }
-    let (source, format) = read_source(file, ledger)?;
+    let input = plan_run::PlanInput {
+        path: file.to_path_buf(),
+        stored_only: false,
+    };
+    let (source, format) = input.read(ledger, &mut std::io::empty())?;
     let text = source.text().to_owned();
     let ready = prepare_source(
         source,
         format,
-        default_plan_id(file),
+        input.default_id(),
         Default::default(),
         toolbox,
         Severity::Warning,

@@ -3,8 +3,8 @@
 
 use super::execute::{Frontend, Ran, continue_run};
 use crate::exit::Failure;
-use crate::ledger::Ledger;
 use crate::toolbox::Toolbox;
+use plan_run::Ledger;
 
 /// The model `--replan` asks; checked before the run, so a missing one is said at once.
 pub(crate) fn model() -> Result<plan_llm::Http, Failure> {

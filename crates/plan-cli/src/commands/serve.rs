@@ -8,8 +8,8 @@ use plan_run::Policy;
 
 use crate::cli::ServeArgs;
 use crate::exit::Failure;
-use crate::ledger::Ledger;
 use crate::toolbox::Toolbox;
+use plan_run::Ledger;
 
 pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
     // A client without sampling gets the operator's model, if one is configured whole.
@@ -43,25 +43,17 @@ pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Resul
 /// values). A client is anyone who can write to the server's stdin: it gets none of the
 /// operator's powers unless given them here.
 pub(crate) fn policy_of(args: &ServeArgs) -> Result<Policy, Failure> {
-    let mut policy = crate::policy::of(&args.policy)?;
-    policy.self_approval |= args.allow_client_approval;
-    if let Some(bytes) = args.max_plan_bytes {
-        policy.max_plan_bytes = bytes;
-    }
-    if let Some(steps) = args.max_steps {
-        policy.max_steps = steps;
-    }
-    if let Some(time) = args.max_run_time {
-        policy.max_run_time = Some(time);
-    }
-    if let Some(dir) = &args.workdir {
-        policy.workdir = dir.clone();
-    }
+    let mut file = crate::policy::file_of(&args.policy)?;
+    file.allow_client_approval |= args.allow_client_approval;
+    file.max_plan_bytes = args.max_plan_bytes.or(file.max_plan_bytes);
+    file.max_steps = args.max_steps.or(file.max_steps);
+    file.max_run_time = args.max_run_time.or(file.max_run_time);
+    file.workdir = args.workdir.clone().or(file.workdir);
+    let mut policy = file.into_policy();
     // From the root: a client's run keeps it as its working folder, and a workspace's
     // repository is found from it (`.` read as a plan's path would name no folder).
-    policy.workdir = std::fs::canonicalize(&policy.workdir).map_err(|error| {
-        Failure::input(format!("--workdir {}: {error}", policy.workdir.display()))
-    })?;
+    policy.workdir = plan_run::folder(&policy.workdir)
+        .map_err(|error| Failure::input(format!("--workdir {error}")))?;
     Ok(policy)
 }
 

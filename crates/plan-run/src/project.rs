@@ -1,0 +1,142 @@
+//! Where a project keeps its ledger and its MCP configuration, found as every front-end finds
+//! them (the CLI, `mcp serve`, a dashboard): the nearest `.plan/` folder upward, the way git
+//! finds `.git`.
+
+use std::path::{Path, PathBuf};
+
+use plan_store::{Store, StoreError};
+
+/// The MCP configuration's name in a project's `.plan/` folder.
+pub const MCP_CONFIG_NAME: &str = "mcp.json";
+
+/// A project's `.plan/` folder: the nearest one in a folder or above it. A `.plan` file
+/// (finger's, in a home folder) is not one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project {
+    dir: PathBuf,
+}
+
+impl Project {
+    /// The project `start` is in, if any.
+    pub fn find(start: &Path) -> Option<Project> {
+        start
+            .ancestors()
+            .map(|dir| dir.join(".plan"))
+            .find(|candidate| candidate.is_dir())
+            .map(|dir| Project { dir })
+    }
+
+    /// The `.plan/` folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The project's MCP configuration, if it has one.
+    pub fn mcp_config(&self) -> Option<PathBuf> {
+        Some(self.dir.join(MCP_CONFIG_NAME)).filter(|path| path.exists())
+    }
+}
+
+/// The ledger file a front-end records runs in and reads them from.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    path: PathBuf,
+}
+
+impl Ledger {
+    /// `given` (a front-end's own setting), else `state.db` in `project`'s `.plan/`, else
+    /// [`plan_store::DEFAULT_PATH`] here (the first run then makes `./.plan/`).
+    pub fn new(given: Option<&Path>, project: Option<&Project>) -> Self {
+        let path = match (given, project) {
+            (Some(path), _) => path.to_path_buf(),
+            (None, Some(project)) => project.dir.join("state.db"),
+            (None, None) => PathBuf::from(plan_store::DEFAULT_PATH),
+        };
+        Ledger { path }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file is there (commands that only read do not create it).
+    pub fn exists(&self) -> bool {
+        self.path.exists()
+    }
+
+    /// Opens the ledger, creating it if it is not there.
+    pub fn open(&self) -> Result<Store, StoreError> {
+        Store::open(&self.path)
+    }
+
+    /// Opens the ledger, refusing to create one ([`StoreError::Missing`]).
+    pub fn open_existing(&self) -> Result<Store, StoreError> {
+        if !self.exists() {
+            return Err(StoreError::Missing {
+                path: self.path.clone(),
+            });
+        }
+        self.open()
+    }
+
+    /// Opens an existing ledger to read it: read-only when this process may not write it (a
+    /// ledger in a read-only folder can still be listed and inspected).
+    pub fn open_reader(&self) -> Result<Store, StoreError> {
+        if !self.exists() {
+            return self.open_existing();
+        }
+        let dir = self
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        // SQLite writes beside the file (its log), so the folder must be writable too.
+        let writable = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .is_ok()
+            && tempfile::NamedTempFile::new_in(dir).is_ok();
+        if writable {
+            self.open()
+        } else {
+            Store::open_read_only(&self.path)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Ledger, Project};
+
+    #[test]
+    fn the_nearest_plan_folder_upward_wins_and_plan_files_do_not_count() {
+        let root = tempfile::tempdir().unwrap();
+        let project = root.path().join("project");
+        let deep = project.join("src/module");
+        std::fs::create_dir_all(&deep).unwrap();
+        let found = |start| Project::find(start).map(|p| p.dir().to_path_buf());
+        assert_eq!(found(&deep), None);
+        std::fs::create_dir_all(project.join(".plan")).unwrap();
+        assert_eq!(found(&deep), Some(project.join(".plan")));
+        // A nearer `.plan` file is not a project folder.
+        std::fs::write(deep.join(".plan"), "finger plan").unwrap();
+        assert_eq!(found(&deep), Some(project.join(".plan")));
+        std::fs::create_dir_all(project.join("src/.plan")).unwrap();
+        assert_eq!(found(&deep), Some(project.join("src/.plan")));
+    }
+
+    #[test]
+    fn a_ledger_that_is_not_there_is_created_only_when_asked() {
+        let root = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(Some(&root.path().join("state.db")), None);
+        assert!(matches!(
+            ledger.open_reader(),
+            Err(plan_store::StoreError::Missing { .. })
+        ));
+        assert!(!ledger.exists());
+        ledger.open().unwrap();
+        assert!(ledger.exists());
+        ledger.open_reader().unwrap();
+    }
+}

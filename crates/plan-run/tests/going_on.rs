@@ -1,0 +1,146 @@
+//! What a run keeps from its start and holds to whichever front-end goes on with it: the
+//! queue its calls went to (they never run in the resuming process instead) and its state
+//! file (kept current again; one that cannot be written is refused before anything is
+//! recorded).
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+use plan_graph::{Format, Source};
+use plan_run::{
+    Decisions, Execution, LifecycleError, Prepared, Resumable, ResumeOptions, RunFilter,
+    RunSources, Start, Strictness, Toolbox,
+};
+use plan_store::Store;
+use plan_types::TaskStatus;
+
+mod common;
+use common::{ledger, runtime};
+
+const WAITS: &str = r#"{"id": "p", "steps": [
+    {"id": "build", "tool": "echo", "args": {"v": 1}},
+    {"id": "deploy", "tool": "echo", "risk": "high", "depends_on": ["build"]}
+]}"#;
+
+fn prepare(runtime: &tokio::runtime::Runtime, toolbox: &Toolbox) -> Prepared {
+    runtime
+        .block_on(plan_run::prepare(
+            Source::new("p.json", WAITS),
+            Format::Json,
+            "p",
+            Default::default(),
+            toolbox,
+            Strictness::RUN,
+            &|_| None,
+        ))
+        .unwrap()
+}
+
+/// Starts the plan (it waits on `deploy`), approves `deploy`, and clears the run to go on.
+fn waiting_run(
+    runtime: &tokio::runtime::Runtime,
+    ledger: &std::path::Path,
+    start: Start,
+    execution: Execution,
+) -> Box<plan_run::ResumeFrom> {
+    let toolbox = Toolbox::new(plan_tools::builtin_registry());
+    let store = Store::open(ledger).unwrap();
+    let started = runtime
+        .block_on(plan_run::start(
+            store,
+            prepare(runtime, &toolbox),
+            start,
+            execution,
+        ))
+        .unwrap();
+    assert_eq!(started.report.task_status, TaskStatus::Waiting);
+    let run = started.report.run_id;
+    let mut store = Store::open(ledger).unwrap();
+    let request = Decisions {
+        steps: vec!["deploy".to_owned()],
+        ..Decisions::default()
+    };
+    let registry = plan_tools::builtin_registry();
+    plan_run::approve(&mut store, &run, &request, |row| {
+        plan_run::gated_steps(row, &registry)
+    })
+    .unwrap();
+    match plan_run::prepare_resume(&store, &run, &ResumeOptions::default()).unwrap() {
+        Resumable::Continue(from) => from,
+        Resumable::Finished(_) => panic!("the run goes on"),
+    }
+}
+
+#[test]
+fn a_run_whose_calls_went_to_a_queue_does_not_go_on_without_it() {
+    let runtime = runtime();
+    let (_dir, ledger) = ledger();
+    let start = Start {
+        sources: RunSources {
+            queue: Some(plan_run::QueueSource::of("redis://127.0.0.1:1", "steps")),
+            ..RunSources::default()
+        },
+        ..Start::new()
+    };
+    let from = waiting_run(&runtime, &ledger, start, Execution::new());
+    // An `mcp serve` or a program with the built-ins alone: the run's `deploy` must not be
+    // called here instead of on the queue's workers.
+    let here = Toolbox::new(plan_tools::builtin_registry());
+    let refused = runtime.block_on(from.prepare(&here, &|_| None));
+    match refused {
+        Err(LifecycleError::Refused(message)) => {
+            assert!(message.contains("queue `steps`"), "{message}");
+        }
+        other => panic!("not refused: {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn a_resumed_run_keeps_the_state_file_it_was_started_with() {
+    let runtime = runtime();
+    let (dir, ledger) = ledger();
+    let state = dir.path().join("out/execute-state.json");
+    std::fs::create_dir_all(state.parent().unwrap()).unwrap();
+    let mut execution = Execution::new();
+    execution.state_file = Some(state.clone());
+    let from = waiting_run(&runtime, &ledger, Start::new(), execution);
+    assert!(state.exists(), "the start writes it");
+    std::fs::remove_file(&state).unwrap();
+    // Resumed with no state file given, as `mcp serve` and `plan-cli resume` do.
+    let toolbox = Toolbox::new(plan_tools::builtin_registry());
+    let prepared = runtime.block_on(from.prepare(&toolbox, &|_| None)).unwrap();
+    let store = Store::open(&ledger).unwrap();
+    let done = runtime
+        .block_on(plan_run::resume(store, from, prepared, Execution::new()))
+        .unwrap();
+    assert_eq!(done.report.task_status, TaskStatus::Completed);
+    let document: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(document["status"], "completed", "{document}");
+}
+
+#[test]
+fn a_state_file_that_cannot_be_written_is_refused_before_a_run_is_recorded() {
+    let runtime = runtime();
+    let (dir, ledger) = ledger();
+    let toolbox = Toolbox::new(plan_tools::builtin_registry());
+    let mut execution = Execution::new();
+    // A folder is there: writing the document would replace it.
+    execution.state_file = Some(dir.path().to_path_buf());
+    let refused = runtime.block_on(plan_run::start(
+        Store::open(&ledger).unwrap(),
+        prepare(&runtime, &toolbox),
+        Start::new(),
+        execution,
+    ));
+    assert!(
+        matches!(refused, Err(LifecycleError::StateFileUnusable(_))),
+        "{:?}",
+        refused.map(|_| ())
+    );
+    let mut store = Store::open(&ledger).unwrap();
+    assert!(
+        plan_run::runs(&mut store, &RunFilter::default())
+            .unwrap()
+            .is_empty(),
+        "no run is left behind"
+    );
+}
