@@ -13,7 +13,7 @@ pub(crate) struct Failure {
     /// Rendered diagnostics (a plan's errors with their source), printed before the message.
     pub(crate) diagnostics: Vec<String>,
     /// The same issues as data (`validate --json`).
-    pub(crate) issues: Vec<serde_json::Value>,
+    pub(crate) validation: Option<plan_run::Validation>,
 }
 
 impl Failure {
@@ -23,7 +23,7 @@ impl Failure {
             message: Some(message.into()),
             code: INVALID_INPUT,
             diagnostics: Vec::new(),
-            issues: Vec::new(),
+            validation: None,
         }
     }
 
@@ -33,7 +33,7 @@ impl Failure {
             message: Some(message.into()),
             code: 1,
             diagnostics: Vec::new(),
-            issues: Vec::new(),
+            validation: None,
         }
     }
 
@@ -55,7 +55,7 @@ impl Failure {
             errors,
             crate::plan_file::render(source, issues),
         );
-        failure.issues = crate::plan_file::issues_json(source, issues);
+        failure.validation = Some(plan_run::Validation::invalid(source, issues));
         failure
     }
 
@@ -169,7 +169,7 @@ impl Failure {
             message: Some(message),
             code,
             diagnostics: Vec::new(),
-            issues: Vec::new(),
+            validation: None,
         }
     }
 }

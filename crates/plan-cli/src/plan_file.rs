@@ -5,7 +5,6 @@ use std::io::IsTerminal;
 
 use plan_graph::{Format, Issue, Severity, Source};
 use plan_run::{Inputs, Ledger};
-use serde_json::Value;
 
 use crate::cli::PlanArgs;
 use crate::exit::Failure;
@@ -123,55 +122,31 @@ pub(crate) fn render(source: &Source, issues: &[Issue]) -> Vec<String> {
     issues
         .iter()
         .map(|issue| {
-            let issue = worded(issue);
+            let mut issue = issue.clone();
+            issue.help = help_here(issue.code, issue.help.as_deref());
             format!("{:?}", miette::Report::new(source.diagnostic(&issue)))
         })
         .collect()
 }
 
-/// An issue as the CLI shows it: the library's help says what to do, and the CLI adds the
-/// command or the flags that do it here (an MCP client or a model reads the library's words).
-fn worded(issue: &Issue) -> std::borrow::Cow<'_, Issue> {
-    let how = match issue.code {
+/// An issue's help as the CLI gives it: the library's help says what to do, and the CLI adds
+/// the command or the flags that do it here (an MCP client or a model reads the library's
+/// words).
+pub(crate) fn help_here(code: &str, help: Option<&str>) -> Option<String> {
+    let how = match code {
         "plan::unknown_tool" | "plan::missing_tool" => "`plan-cli tools` lists every tool",
         "plan::undefined_variable"
-            if issue
-                .help
-                .as_deref()
-                .is_some_and(|help| help.contains("give the run a value")) =>
+            if help.is_some_and(|help| help.contains("give the run a value")) =>
         {
             "give values with `--var NAME=VALUE`, `--var-json NAME=JSON` or `--vars FILE`"
         }
-        _ => return std::borrow::Cow::Borrowed(issue),
+        _ => return help.map(str::to_owned),
     };
-    let mut issue = issue.clone();
-    issue.help = Some(match issue.help.take() {
+    Some(match help {
         Some(help) if help.ends_with('?') => format!("{help} {how}"),
         Some(help) => format!("{help}; {how}"),
         None => how.to_owned(),
-    });
-    std::borrow::Cow::Owned(issue)
-}
-
-/// Each issue as data: `{"severity", "code", "message", "line", "column", "label", "help"}`
-/// (`line` and `column` 1-based, null when the issue has no place in the text).
-pub(crate) fn issues_json(source: &Source, issues: &[Issue]) -> Vec<Value> {
-    issues
-        .iter()
-        .map(|issue| {
-            let issue = worded(issue);
-            let position = source.diagnostic(&issue).position();
-            serde_json::json!({
-                "severity": if issue.is_error() { "error" } else { "warning" },
-                "code": issue.code,
-                "message": issue.message,
-                "line": position.map(|(line, _)| line),
-                "column": position.map(|(_, column)| column),
-                "label": issue.label,
-                "help": issue.help,
-            })
-        })
-        .collect()
+    })
 }
 
 /// Colours and links only on a terminal, and never with NO_COLOR; a fixed width elsewhere so

@@ -764,3 +764,29 @@ fn resuming_a_policy_run_with_approvals_off_says_they_stay_on() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["task_status"], json!("WAITING"), "{report}");
 }
+
+#[test]
+fn plan_validate_answers_what_validate_json_prints_for_the_same_plan() {
+    let lab = Lab::new();
+    // A warning (a variable nobody gives) and a call that waits for approval.
+    let plan = json!({"steps": [
+        {"id": "a", "tool": "echo", "args": {"x": "${nothing}"}},
+        {"id": "d", "tool": "echo", "risk": "high"}
+    ]});
+    let file = lab.write("p.json", &plan);
+    let (code, printed) = lab.json(&["validate", path_str(&file), "--json"]);
+    assert_eq!(code, 0);
+    let answers = serve(&lab, &[], &json!([["plan_validate", {"plan": plan}]]));
+    let mut answered = answers[0]["content"].clone();
+    assert_eq!(answered["warnings"][0]["code"], "plan::undefined_variable");
+    // The same object, but for the plan's name and the CLI's own words on how to give a value.
+    answered["plan_id"] = printed["plan_id"].clone();
+    for warning in answered["warnings"].as_array_mut().unwrap() {
+        warning["help"] = Value::Null;
+    }
+    let mut printed = printed;
+    for warning in printed["warnings"].as_array_mut().unwrap() {
+        warning["help"] = Value::Null;
+    }
+    assert_eq!(answered, printed);
+}

@@ -78,6 +78,7 @@ mod report;
 mod sources;
 mod state_file;
 mod toolbox;
+mod validation;
 
 pub use cancel::{Cancelled, cancel};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};
@@ -105,3 +106,4 @@ pub use report::{
 pub use sources::{QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};
 pub use toolbox::{Catalog, PlanTools, Toolbox, ToolsError};
+pub use validation::{IssueReport, Validation};

@@ -440,13 +440,8 @@ impl PlanServer {
         match served {
             Served::Validate => {
                 let ready = self.prepare(args, Severity::Error)?;
-                Ok(json!({
-                    "valid": true,
-                    "plan_id": ready.program.plan_id(),
-                    "steps": ready.program.len(),
-                    "needs_approval": ready.program.gated_steps(),
-                    "warnings": rendered(&ready.loaded.source, &ready.loaded.warnings),
-                }))
+                Ok(serde_json::to_value(plan_run::Validation::of(&ready))
+                    .map_err(|error| error.to_string())?)
             }
             Served::Run => {
                 if !strings("approve").is_empty() {

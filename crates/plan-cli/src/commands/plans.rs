@@ -20,34 +20,22 @@ pub(crate) fn validate(
 ) -> Result<i32, Failure> {
     if args.json {
         // Diagnostics as data on stdout, not drawn on stderr.
-        return match crate::plan_file::prepare_quietly(&args.plan, toolbox, ledger) {
-            Ok(ready) => {
-                let warnings =
-                    crate::plan_file::issues_json(&ready.loaded.source, &ready.loaded.warnings);
-                print(&pretty(&serde_json::json!({
-                    "valid": true,
-                    "plan_id": ready.program.plan_id(),
-                    "steps": ready.program.len(),
-                    "needs_approval": ready.program.gated_steps(),
-                    "errors": [],
-                    "warnings": warnings,
-                })))?;
-                Ok(0)
-            }
-            Err(failure) if !failure.issues.is_empty() => {
-                let (errors, warnings): (Vec<_>, Vec<_>) = failure
-                    .issues
-                    .into_iter()
-                    .partition(|issue| issue["severity"] == "error");
-                print(&pretty(&serde_json::json!({
-                    "valid": false,
-                    "errors": errors,
-                    "warnings": warnings,
-                })))?;
-                Ok(failure.code)
-            }
-            Err(failure) => Err(failure),
+        let mut validation = match crate::plan_file::prepare_quietly(&args.plan, toolbox, ledger) {
+            Ok(ready) => plan_run::Validation::of(&ready),
+            Err(Failure {
+                validation: Some(validation),
+                ..
+            }) => validation,
+            Err(failure) => return Err(failure),
         };
+        validation
+            .reword(|report| crate::plan_file::help_here(report.code, report.help.as_deref()));
+        print(&pretty(&validation))?;
+        return Ok(if validation.valid {
+            0
+        } else {
+            crate::exit::INVALID_INPUT
+        });
     }
     let args = &args.plan;
     let ready = prepare(args, toolbox, ledger, Severity::Error)?;
