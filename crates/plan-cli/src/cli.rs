@@ -1,5 +1,6 @@
 //! The command line, as clap sees it.
 
+use clap::builder::TypedValueParser as _;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -457,8 +458,8 @@ pub(crate) struct ExecutionArgs {
     /// completed steps again), `exit` (written when the run ends or stops: the ledger is
     /// untouched meanwhile, but the writing no longer overlaps the steps, so a run usually
     /// takes longer than with `async`)
-    #[arg(long, value_name = "MODE", default_value = "sync", value_parser = ["sync", "async", "exit"])]
-    pub(crate) durability: String,
+    #[arg(long, value_name = "MODE", default_value = "sync", value_parser = clap::builder::PossibleValuesParser::new(["sync", "async", "exit"]).try_map(|mode| mode.parse::<plan_types::Durability>()))]
+    pub(crate) durability: plan_types::Durability,
 }
 
 #[derive(Debug, clap::Args)]

@@ -13,7 +13,7 @@ pub(crate) struct Failure {
     /// Rendered diagnostics (a plan's errors with their source), printed before the message.
     pub(crate) diagnostics: Vec<String>,
     /// The same issues as data (`validate --json`).
-    pub(crate) validation: Option<plan_run::Validation>,
+    pub(crate) validation: Option<Box<plan_run::Validation>>,
 }
 
 impl Failure {
@@ -55,7 +55,7 @@ impl Failure {
             errors,
             crate::plan_file::render(source, issues),
         );
-        failure.validation = Some(plan_run::Validation::invalid(source, issues));
+        failure.validation = Some(Box::new(plan_run::Validation::invalid(source, issues)));
         failure
     }
 

@@ -694,45 +694,9 @@ pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// What a step put out, as text: exec's stdout then stderr (marked), http's body, an MCP
-/// tool's text, a failure's message with the output its details hold; else its result as JSON.
+/// What a step put out (`plan_run::output_of`), safe for a terminal.
 pub(crate) fn step_output(record: &Record) -> String {
-    fn of(value: &serde_json::Value) -> Option<String> {
-        let object = value.as_object()?;
-        let text = |key: &str| object.get(key).and_then(serde_json::Value::as_str);
-        if text("stdout").is_some() || text("stderr").is_some() {
-            let mut out = text("stdout").unwrap_or("").to_owned();
-            if let Some(stderr) = text("stderr").filter(|e| !e.is_empty()) {
-                if !out.is_empty() && !out.ends_with('\n') {
-                    out.push('\n');
-                }
-                out.push_str("[stderr]\n");
-                out.push_str(stderr);
-            }
-            return Some(out);
-        }
-        if let Some(body) = text("body").or_else(|| text("content")) {
-            return Some(body.to_owned());
-        }
-        let json = object.get("json")?;
-        serde_json::to_string_pretty(json).ok()
-    }
-    if let Some(error) = &record.error {
-        let mut out = format!("{}: {}\n", error.code, error.message);
-        if let Some(details) = error.details.as_ref().and_then(of) {
-            out.push_str(&details);
-        }
-        return terminal_safe(&out).into_owned();
-    }
-    let Some(result) = record.result.as_deref() else {
-        return record.reason.clone().unwrap_or_default();
-    };
-    let text = of(result).unwrap_or_else(|| match result {
-        serde_json::Value::String(text) => text.clone(),
-        serde_json::Value::Null => String::new(),
-        other => serde_json::to_string_pretty(other).unwrap_or_default(),
-    });
-    terminal_safe(&text).into_owned()
+    terminal_safe(&plan_run::output_of(record)).into_owned()
 }
 
 /// The last `lines` lines of what a failed step put out, indented, for the summary.

@@ -100,8 +100,8 @@ pub use prepare::{
 pub use project::{Ledger, MCP_CONFIG_NAME, Project};
 pub use report::{
     EventBatch, EventFeed, RunFilter, RunSummary, StoredSource, duration_of, ended_at,
-    execute_state, format_name, format_of, format_of_text, plan_of, records_of, report, runs,
-    status_of, stored_source,
+    execute_state, format_name, format_of, format_of_text, output_of, plan_of, records_of, report,
+    runs, status_of, stored_source,
 };
 pub use sources::{QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};

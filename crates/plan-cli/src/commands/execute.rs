@@ -1,6 +1,6 @@
 //! `run` and `resume`: a run recorded in the ledger as it goes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use plan_engine::Mode;
@@ -106,7 +106,7 @@ pub(crate) fn run_as(
         },
         ..plan_run::Start::new()
     };
-    let frontend = Frontend::of(&args.execution)?;
+    let frontend = &args.execution;
     if judged
         && policy.forces_approvals()
         && (ready.loaded.plan.approvals == Some(false) || frontend.approvals == Some(false))
@@ -117,58 +117,16 @@ pub(crate) fn run_as(
         };
         eprintln!("warning: approvals stay on: {whose} plan runs with its high-risk calls gated");
     }
-    let mut outcome = start_run(ready, start, &frontend, toolbox, ledger)?;
+    let mut outcome = start_run(ready, start, frontend, toolbox, ledger)?;
     if let Some(model) = &mut replanner {
         let replanning = plan_run::Replanning {
             secrets: &secrets,
             policy: &policy,
         };
         let replanner = plan_run::Replanner::new(args.replan, model, replanning);
-        outcome = super::replan::until_done(outcome, replanner, &frontend, toolbox, ledger)?;
+        outcome = super::replan::until_done(outcome, replanner, frontend, toolbox, ledger)?;
     }
-    print_outcome(&outcome.0, outcome.1.as_deref(), &frontend)
-}
-
-/// How a run shows itself and what it writes besides the ledger: from `run` and `resume`'s
-/// flags.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Frontend {
-    /// `--json`: no progress bar.
-    pub(crate) json: bool,
-    /// `--show-results`: each step's output in the summary.
-    pub(crate) show_results: bool,
-    /// `-v`: programs' lines streamed as they come.
-    pub(crate) verbose: bool,
-    pub(crate) max_concurrency: Option<u32>,
-    pub(crate) durability: plan_types::Durability,
-    /// `--events FILE`.
-    pub(crate) events: Option<PathBuf>,
-    /// `--state-file FILE`.
-    pub(crate) state_file: Option<PathBuf>,
-    /// `--approvals on|off`; `None`: as the plan says.
-    pub(crate) approvals: Option<bool>,
-}
-
-impl Frontend {
-    fn of(args: &ExecutionArgs) -> Result<Self, Failure> {
-        // plan_run checks it too, but only once the ledger is open: a first run that cannot
-        // keep its state file leaves no ledger behind.
-        if let Some(path) = &args.state_file {
-            plan_run::StateFile::check(path).map_err(|error| {
-                Failure::lifecycle(plan_run::LifecycleError::StateFileUnusable(error))
-            })?;
-        }
-        Ok(Frontend {
-            json: args.json,
-            show_results: args.show_results,
-            verbose: args.verbose,
-            max_concurrency: args.max_concurrency,
-            durability: args.durability.parse().map_err(Failure::input)?,
-            events: args.events.clone(),
-            state_file: args.state_file.clone(),
-            approvals: args.approvals,
-        })
-    }
+    print_outcome(&outcome.0, outcome.1.as_deref(), frontend)
 }
 
 /// A run's report, with how the summary names its plan's steps (`None` for `--json`, which
@@ -180,7 +138,7 @@ pub(crate) type Ran = (RunReport, Option<Arc<StepLabels>>);
 pub(crate) fn start_run(
     ready: Ready,
     start: plan_run::Start,
-    frontend: &Frontend,
+    frontend: &ExecutionArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ran, Failure> {
@@ -255,7 +213,7 @@ fn go_on(
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let queue = execution.queue_or(run, stored.queue.as_ref())?;
-    let frontend = Frontend::of(execution)?;
+    let frontend = execution;
     // A ledger that cannot be opened is said by the resume itself.
     if frontend.approvals == Some(false)
         && let Ok(store) = ledger.open_reader()
@@ -263,8 +221,8 @@ fn go_on(
     {
         eprintln!("warning: --approvals off is not followed: {why}, so its high-risk calls wait");
     }
-    let (report, steps) = continue_run(run, options, queue.as_ref(), &frontend, toolbox, ledger)?;
-    let code = print_outcome(&report, steps.as_deref(), &frontend)?;
+    let (report, steps) = continue_run(run, options, queue.as_ref(), frontend, toolbox, ledger)?;
+    let code = print_outcome(&report, steps.as_deref(), frontend)?;
     let failed = matches!(
         report.task_status,
         plan_types::TaskStatus::Failed | plan_types::TaskStatus::Partial
@@ -284,7 +242,7 @@ pub(crate) fn continue_run(
     run: &str,
     options: &plan_run::ResumeOptions,
     queue: Option<&crate::cli::QueueSettings>,
-    frontend: &Frontend,
+    frontend: &ExecutionArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ran, Failure> {
@@ -321,7 +279,7 @@ pub(crate) fn continue_run(
 pub(crate) fn print_outcome(
     report: &RunReport,
     steps: Option<&StepLabels>,
-    frontend: &Frontend,
+    frontend: &ExecutionArgs,
 ) -> Result<i32, Failure> {
     let json = frontend.json;
     let run_id = &report.run_id;
@@ -359,7 +317,7 @@ fn select(
 fn drive<F>(
     run_id: &str,
     ready: Ready,
-    args: &Frontend,
+    args: &ExecutionArgs,
     toolbox: &Toolbox,
     run: impl FnOnce(plan_run::Prepared, plan_run::Execution) -> F,
 ) -> Result<Ran, Failure>

@@ -25,7 +25,7 @@ pub(crate) fn validate(
             Err(Failure {
                 validation: Some(validation),
                 ..
-            }) => validation,
+            }) => *validation,
             Err(failure) => return Err(failure),
         };
         validation

@@ -1,7 +1,8 @@
 //! `run --replan N`: when a run fails for good, a model writes steps for the remaining work
 //! (`plan_run::Replanner`), and the run goes on with them, shown as `run` shows a run.
 
-use super::execute::{Frontend, Ran, continue_run};
+use super::execute::{Ran, continue_run};
+use crate::cli::ExecutionArgs;
 use crate::exit::Failure;
 use crate::toolbox::Toolbox;
 use plan_run::Ledger;
@@ -20,7 +21,7 @@ pub(crate) fn model() -> Result<plan_llm::Http, Failure> {
 pub(crate) fn until_done(
     mut outcome: Ran,
     mut replanner: plan_run::Replanner<'_>,
-    frontend: &Frontend,
+    frontend: &ExecutionArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ran, Failure> {
