@@ -142,6 +142,13 @@ pub(crate) fn start_run(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ran, Failure> {
+    // plan_run checks it too, but only once the ledger is open: a first run that cannot keep
+    // its state file leaves no ledger behind.
+    if let Some(path) = &frontend.state_file {
+        plan_run::StateFile::check(path).map_err(|error| {
+            Failure::lifecycle(plan_run::LifecycleError::StateFileUnusable(error))
+        })?;
+    }
     let store = ledger.open()?;
     let run_id = start.run_id.clone();
     drive(&run_id, ready, frontend, toolbox, |prepared, settings| {
