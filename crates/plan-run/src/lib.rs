@@ -60,6 +60,10 @@
 //!   another process); [`Prepared::dry_run`] lists the calls a run would make; a
 //!   [`Replanner`] re-plans a failed run within a budget while the caller goes on with it.
 //!
+//! - [`PlanInput`], [`Variables`], [`Project`] and [`Ledger`] read what a person names (a plan
+//!   file, stdin, a stored plan, a variables file, the nearest `.plan/` folder) as every
+//!   front-end reads it; [`Validation`] is what validating a plan found, as data.
+//!
 //! The library prints nothing and reads no environment: events go to the sinks and the events
 //! file the caller gives, cancellation comes through the caller's token.
 #![deny(missing_docs)]
