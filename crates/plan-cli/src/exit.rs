@@ -73,9 +73,13 @@ impl Failure {
                 "{error}; resume without --plan to use the stored plan, or with --force to use this one"
             )),
             LifecycleError::Policy(refused) => Failure::input(refused.to_string()),
-            LifecycleError::StateFileUnusable(error) => {
-                Failure::input(format!("--state-file {error}"))
-            }
+            LifecycleError::StateFileUnusable {
+                kept: false,
+                source,
+            } => Failure::input(format!("--state-file {source}")),
+            LifecycleError::StateFileUnusable { kept: true, source } => Failure::input(format!(
+                "the run's state file {source}; give it another with --state-file FILE"
+            )),
             error @ (LifecycleError::Replan { .. } | LifecycleError::EventsFile { .. }) => {
                 Failure::input(error.to_string())
             }
@@ -183,5 +187,23 @@ impl From<StoreError> for Failure {
 impl From<plan_run::InputError> for Failure {
     fn from(error: plan_run::InputError) -> Self {
         Failure::plan_input(error)
+    }
+}
+
+impl From<plan_run::LifecycleError> for Failure {
+    fn from(error: plan_run::LifecycleError) -> Self {
+        Failure::lifecycle(error)
+    }
+}
+
+impl From<plan_run::ToolsError> for Failure {
+    fn from(error: plan_run::ToolsError) -> Self {
+        Failure::tools(error)
+    }
+}
+
+impl From<plan_run::PrepareError> for Failure {
+    fn from(error: plan_run::PrepareError) -> Self {
+        Failure::prepare(error)
     }
 }

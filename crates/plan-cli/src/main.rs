@@ -118,7 +118,7 @@ fn main() {
 }
 
 /// The stored run a command goes on with (`resume`, `retry`, `approve`, `reject`): what it
-/// kept of its tools, queue and state file (`plan_run::sources_of`) and its working folder.
+/// kept of its tools and queue (`plan_run::sources_of`) and its working folder.
 /// Nothing for other commands or an unknown run (which the command itself reports).
 fn stored_run(command: &Command, ledger: &Ledger) -> Option<plan_store::RunRow> {
     let run = match command {

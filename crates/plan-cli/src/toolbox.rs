@@ -40,10 +40,9 @@ impl Toolbox {
         let tools = match config {
             None => plan_run::Toolbox::new(builtins),
             // `${env.NAME}` in a server's `env` and `headers` reads the environment here.
-            Some(path) => {
-                plan_run::Toolbox::with_mcp_config(builtins, path, &|name| std::env::var(name).ok())
-                    .map_err(Failure::tools)?
-            }
+            Some(path) => plan_run::Toolbox::with_mcp_config(builtins, path, &|name| {
+                std::env::var(name).ok()
+            })?,
         };
         Ok(Toolbox {
             tools: std::sync::Arc::new(tools),
@@ -68,8 +67,7 @@ impl Toolbox {
         self.block_on(
             self.tools
                 .connect_queue(&settings.url, &settings.name, options),
-        )
-        .map_err(Failure::tools)?;
+        )?;
         if settings.from_redis_url {
             say(&format!(
                 "tool calls go to BullMQ queue `{}` at REDIS_URL",

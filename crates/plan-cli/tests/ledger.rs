@@ -648,6 +648,56 @@ fn a_state_file_that_cannot_be_written_is_refused_before_the_run() {
 }
 
 #[test]
+fn a_resumed_run_whose_state_file_cannot_be_written_says_whose_file_it_is() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [{"id": "deploy", "tool": "echo", "risk": "high"}]}),
+    );
+    let state_file = lab.dir.path().join("out/state.json");
+    std::fs::create_dir_all(state_file.parent().unwrap()).unwrap();
+    let (code, report) = lab.json(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--state-file",
+        path_str(&state_file),
+    ]);
+    assert_eq!(report["task_status"], "WAITING", "exit {code}");
+    let run_id = report["run_id"].as_str().unwrap();
+    std::fs::remove_dir_all(lab.dir.path().join("out")).unwrap();
+    // The file the run kept, not a flag nobody gave; and the way out.
+    lab.cli()
+        .args(["resume", run_id])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("the run's state file"))
+        .stderr(predicate::str::contains(
+            "give it another with --state-file FILE",
+        ));
+    // A given one that cannot be written is refused before the run goes on.
+    lab.cli()
+        .args(["resume", run_id, "--state-file", "no/such/folder/s.json"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--state-file no/such/folder/s.json",
+        ));
+    // Another file is taken, and kept current.
+    let other = lab.dir.path().join("other.json");
+    lab.cli()
+        .args(["approve", run_id, "deploy"])
+        .assert()
+        .success();
+    lab.cli()
+        .args(["resume", run_id, "--state-file", path_str(&other)])
+        .assert()
+        .success();
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&other).unwrap()).unwrap();
+    assert_eq!(written["status"], "completed");
+}
+
+#[test]
 fn a_ledger_in_a_read_only_folder_can_still_be_read() {
     use std::os::unix::fs::PermissionsExt;
     let lab = Lab::new();

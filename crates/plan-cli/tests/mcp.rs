@@ -427,7 +427,7 @@ async def main():
             status = await session.call_tool("plan_status", {"run_id": run_id})
             out["status"] = status.structured_content["task_status"]
             bad = await session.call_tool("plan_validate", {"plan": "steps:\n  - id: a\n    tool: nope\n"})
-            out["invalid"] = {"is_error": bad.is_error, "text": bad.content[0].text}
+            out["invalid"] = {"is_error": bad.is_error, "content": bad.structured_content}
             print(json.dumps(out))
 
 asyncio.run(main())
@@ -470,13 +470,21 @@ fn plan_cli_serves_mcp_to_the_python_sdk_client() {
     assert_eq!(out["resume"]["task_status"], "COMPLETED");
     assert_eq!(out["resume"]["records"][1]["result"], json!({"y": 1}));
     assert_eq!(out["status"], "COMPLETED");
-    assert_eq!(out["invalid"]["is_error"], true);
-    let text = out["invalid"]["text"].as_str().unwrap();
-    assert!(text.contains("unknown tool `nope`"), "{text}");
+    // An invalid plan is an answer, as `validate --json` prints it: every error as data, with
+    // its line and column.
+    let invalid = &out["invalid"];
+    assert_eq!(invalid["is_error"], false, "{invalid}");
+    assert_eq!(invalid["content"]["valid"], false, "{invalid}");
+    let error = &invalid["content"]["errors"][0];
+    assert_eq!(error["code"], "plan::unknown_tool", "{invalid}");
     assert!(
-        text.contains("plan.yaml:3:11"),
-        "diagnostics keep line and column: {text}"
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool `nope`"),
+        "{invalid}"
     );
+    assert_eq!((&error["line"], &error["column"]), (&json!(3), &json!(11)));
     // The runs went to the ledger like any other.
     let (_, runs) = lab.json(&["runs", "--json"]);
     assert_eq!(runs.as_array().unwrap().len(), 1);

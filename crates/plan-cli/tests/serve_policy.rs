@@ -121,7 +121,21 @@ fn by_default_a_client_gets_low_risk_tools_no_environment_and_no_approvals() {
         "{}",
         answers[5]
     );
-    refused(&answers[6], "`when` is too large: it is 12001 bytes long");
+    // A plan's own problem is an answer, as `validate --json` gives it (not a refusal).
+    assert_eq!(
+        answers[6]["content"]["valid"],
+        json!(false),
+        "{}",
+        answers[6]
+    );
+    let message = &answers[6]["content"]["errors"][0]["message"];
+    assert!(
+        message
+            .as_str()
+            .unwrap()
+            .contains("`when` is too large: it is 12001 bytes long"),
+        "{message}"
+    );
     refused(&answers[7], "the plan has 51 steps; at most 50 are allowed");
     refused(&answers[8], "plans of at most 20000 are allowed");
     refused(&answers[9], "plans of at most 20000 are allowed");
@@ -787,6 +801,34 @@ fn plan_validate_answers_what_validate_json_prints_for_the_same_plan() {
     let mut printed = printed;
     for warning in printed["warnings"].as_array_mut().unwrap() {
         warning["help"] = Value::Null;
+    }
+    assert_eq!(answered, printed);
+    // An invalid plan too: the same errors, as data, through both.
+    let bad = json!({"steps": [{"id": "a", "tool": "nope"}, {"id": "b", "tool": "echo", "depends_on": ["zz"]}]});
+    let file = lab.write("bad.json", &bad);
+    let (code, printed) = lab.json(&["validate", path_str(&file), "--json"]);
+    assert_eq!(code, 2);
+    let answers = serve(&lab, &[], &json!([["plan_validate", {"plan": bad}]]));
+    assert_eq!(answers[0]["is_error"], json!(false), "{}", answers[0]);
+    let mut answered = answers[0]["content"].clone();
+    assert_eq!(answered["valid"], json!(false));
+    assert_eq!(
+        answered["errors"].as_array().unwrap().len(),
+        1,
+        "{answered}"
+    );
+    assert_eq!(
+        answered["warnings"].as_array().unwrap().len(),
+        1,
+        "{answered}"
+    );
+    let mut printed = printed;
+    for report in [&mut answered, &mut printed] {
+        for key in ["errors", "warnings"] {
+            for issue in report[key].as_array_mut().unwrap() {
+                issue["help"] = Value::Null;
+            }
+        }
     }
     assert_eq!(answered, printed);
 }

@@ -328,6 +328,41 @@ fn parse_answer(answer: &str) -> Result<Value, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_endpoint_comes_from_plan_llm_url_before_openai_base_url_and_needs_a_model() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| (*value).to_owned())
+            }
+        };
+        let none = super::Endpoint::from_env(None, &env(&[])).unwrap();
+        assert!(none.is_none(), "no URL, no endpoint");
+        let both = env(&[
+            ("PLAN_LLM_URL", "http://a/v1"),
+            ("OPENAI_BASE_URL", "http://b/v1"),
+            ("PLAN_LLM_MODEL", "m"),
+            ("OPENAI_API_KEY", ""),
+        ]);
+        let endpoint = super::Endpoint::from_env(None, &both).unwrap().unwrap();
+        assert_eq!(
+            (endpoint.base_url.as_str(), endpoint.model.as_str()),
+            ("http://a/v1", "m")
+        );
+        assert_eq!(endpoint.api_key, None, "an empty key is none");
+        let given = super::Endpoint::from_env(Some("other"), &both)
+            .unwrap()
+            .unwrap();
+        assert_eq!(given.model, "other");
+        let no_model = env(&[("OPENAI_BASE_URL", "http://b/v1"), ("PLAN_LLM_MODEL", "")]);
+        assert_eq!(
+            super::Endpoint::from_env(None, &no_model).unwrap_err(),
+            super::NoModel
+        );
+    }
+
     use super::*;
 
     #[test]

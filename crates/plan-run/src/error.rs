@@ -69,8 +69,13 @@ pub enum LifecycleError {
         message: String,
     },
     /// The state file cannot be written there (nothing was recorded or run).
-    #[error("the state file {0}")]
-    StateFileUnusable(#[source] crate::StateFileError),
+    #[error("the state file {source}")]
+    StateFileUnusable {
+        /// Whether it is the one the run kept from its start (else the one given now).
+        kept: bool,
+        /// Why it cannot be written.
+        source: crate::StateFileError,
+    },
     /// The events file cannot be opened (nothing was recorded or run).
     #[error("cannot open events file `{}`: {source}", .path.display())]
     EventsFile {

@@ -133,7 +133,8 @@ pub struct Execution {
     /// Keep the execute-state document in this file current as the ledger commits, and at the
     /// run's end. A new run keeps it with its sources; a resumed run given none keeps the one
     /// it was started with; a plan made from a task breakdown keeps one beside the breakdown
-    /// by default ([`StateFile::beside_breakdown`]). Checked before anything is recorded.
+    /// by default (its `tasks` folder read from the run's folder). Checked before anything is
+    /// recorded.
     pub state_file: Option<std::path::PathBuf>,
     /// The project's folder the state document names (`project_path`), as the caller sees it.
     pub project_path: Option<String>,
@@ -365,11 +366,11 @@ pub async fn start(
         hold_to(policy, author, &prepared, &mut execution)?;
     }
     // Kept with the run, from the root: a resume from another folder writes the same file.
-    sources.state_file = execution
-        .state_file
-        .as_deref()
-        .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
-    let state_file = state_file_of(&mut execution, sources.state_file.clone(), &prepared)?;
+    sources.state_file = (execution.state_file.take())
+        .or(sources.state_file.take())
+        .map(|path| std::path::absolute(&path).unwrap_or(path));
+    execution.state_file.clone_from(&sources.state_file);
+    let state_file = state_file_of(&mut execution, None, &prepared, working_dir.as_deref())?;
     let events_file = open_events_file(&mut execution)?;
     let workspace_root = policy
         .as_ref()
@@ -734,7 +735,9 @@ pub async fn resume(
         hold_to(policy, author_of(&row), &prepared, &mut execution)?;
     }
     let kept = crate::sources_of(&row).state_file;
-    let state_file = state_file_of(&mut execution, kept, &prepared)?;
+    let folder = working_dir_of(&row);
+    let folder = folder.as_deref().and_then(Path::to_str);
+    let state_file = state_file_of(&mut execution, kept, &prepared, folder)?;
     let events_file = open_events_file(&mut execution)?;
     // Prepared already: the text is not kept through the run.
     drop(source);
@@ -937,6 +940,14 @@ pub fn recover_interrupted(store: &mut Store, row: &RunRow) -> Result<(), Lifecy
     Ok(())
 }
 
+/// The run with this id (or a unique prefix, or `last`), with what its process made durable
+/// before it died folded in ([`recover_interrupted`]): what every reader of a run shows.
+pub fn read_run(store: &mut Store, id: &str) -> Result<RunRow, LifecycleError> {
+    let row = store.run(id)?;
+    recover_interrupted(store, &row)?;
+    Ok(row)
+}
+
 /// Whether a run marked running lost its process (killed, crashed): it will never finish by
 /// itself, and `resume` continues it.
 pub(crate) fn owner_died(row: &RunRow) -> bool {
@@ -1025,20 +1036,29 @@ async fn open_workspace(
 }
 
 /// The state file a run keeps current: the one `execution` gives, else `kept` (a resumed run's
-/// own), else the one beside the plan's task breakdown; a given or kept one that cannot be
-/// written is refused before anything is recorded.
+/// own), else the one beside the plan's task breakdown (its `tasks` read from the run's folder,
+/// `folder`, as the document reads it); a given or kept one that cannot be written is refused
+/// before anything is recorded.
 fn state_file_of(
     execution: &mut Execution,
     kept: Option<std::path::PathBuf>,
     prepared: &Prepared,
+    folder: Option<&str>,
 ) -> Result<Option<StateFile>, LifecycleError> {
-    let given = execution.state_file.take().or(kept);
-    if let Some(path) = &given {
-        StateFile::check(path).map_err(LifecycleError::StateFileUnusable)?;
+    let given = execution.state_file.take();
+    let was_kept = given.is_none() && kept.is_some();
+    let path = given.or(kept);
+    if let Some(path) = &path {
+        StateFile::check(path).map_err(|source| LifecycleError::StateFileUnusable {
+            kept: was_kept,
+            source,
+        })?;
     }
+    let folder = folder.map(str::to_owned).or(execution.project_path.clone());
     Ok(StateFile::for_run(
-        given,
+        path,
         &prepared.loaded.plan,
+        folder.as_deref().map(Path::new),
         execution.project_path.clone(),
     ))
 }

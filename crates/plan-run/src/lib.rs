@@ -90,7 +90,8 @@ pub use error::LifecycleError;
 pub use execute::{
     ApprovalsKeptOn, DryRun, Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions,
     Start, approvals_kept_on, author_of, filters_of, free_plan_id, owner_alive, plan_drift,
-    policy_of, prepare_resume, recover_interrupted, resume, run_by, start, working_dir_of,
+    policy_of, prepare_resume, read_run, recover_interrupted, resume, run_by, start,
+    working_dir_of,
 };
 pub use generate::{
     Replanned, Replanner, Replanning, generate, generate_checked, slug, store_generated,

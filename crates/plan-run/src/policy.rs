@@ -166,13 +166,21 @@ pub enum PolicyFileError {
     /// The text is not a policy.
     #[error("not a valid policy: {0}")]
     Invalid(String),
-    /// The file could not be read, or its text is not a policy.
-    #[error("the policy {}: {why}", path.display())]
-    File {
+    /// The file could not be read.
+    #[error("cannot read the policy {}: {source}", path.display())]
+    Read {
         /// The file.
         path: PathBuf,
-        /// Why it cannot be used.
-        why: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file's text is not a policy.
+    #[error("{}: not a valid policy: {message}", path.display())]
+    InvalidFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
     },
 }
 
@@ -187,12 +195,14 @@ impl PolicyFile {
         let Some(path) = path else {
             return Ok(PolicyFile::default());
         };
-        let file = |why: String| PolicyFileError::File {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyFileError::Read {
             path: path.to_path_buf(),
-            why,
-        };
-        let text = std::fs::read_to_string(path).map_err(|error| file(error.to_string()))?;
-        PolicyFile::parse(&text).map_err(|error| file(error.to_string()))
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|error| PolicyFileError::InvalidFile {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })
     }
 
     /// The restricted policy ([`Policy::default`]) widened by this file.
@@ -513,6 +523,26 @@ mod tests {
         assert!(!stays_inside(Path::new("..")));
         assert!(!stays_inside(Path::new("a/../../b")));
         assert!(!stays_inside(Path::new("/etc")));
+    }
+
+    #[test]
+    fn a_policy_file_that_is_missing_or_wrong_is_named_with_what_is_wrong() {
+        assert!(matches!(PolicyFile::read(None), Ok(file) if file.allow_tools.is_empty()));
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.json");
+        let error = PolicyFile::read(Some(&missing)).unwrap_err();
+        assert!(
+            error.to_string().starts_with("cannot read the policy ")
+                && error.to_string().contains("nope.json"),
+            "{error}"
+        );
+        let wrong = dir.path().join("wrong.json");
+        std::fs::write(&wrong, r#"{"allow_tool": ["exec"]}"#).unwrap();
+        let error = PolicyFile::read(Some(&wrong)).unwrap_err().to_string();
+        assert!(
+            error.contains("wrong.json: not a valid policy: unknown field `allow_tool`"),
+            "{error}"
+        );
     }
 
     #[test]

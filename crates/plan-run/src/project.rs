@@ -10,7 +10,9 @@ use plan_store::{Store, StoreError};
 pub const MCP_CONFIG_NAME: &str = "mcp.json";
 
 /// A project's `.plan/` folder: the nearest one in a folder or above it. A `.plan` file
-/// (finger's, in a home folder) is not one.
+/// (finger's, in a home folder) is not one, and neither is a folder another user owns: anyone
+/// who can write in `/tmp` could make one, with an MCP configuration whose servers every
+/// command run below it would start (git refuses such a `.git` for the same reason).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Project {
     dir: PathBuf,
@@ -22,7 +24,7 @@ impl Project {
         start
             .ancestors()
             .map(|dir| dir.join(".plan"))
-            .find(|candidate| candidate.is_dir())
+            .find(|candidate| candidate.is_dir() && owned_here(candidate))
             .map(|dir| Project { dir })
     }
 
@@ -34,6 +36,20 @@ impl Project {
     /// The project's MCP configuration, if it has one.
     pub fn mcp_config(&self) -> Option<PathBuf> {
         Some(self.dir.join(MCP_CONFIG_NAME)).filter(|path| path.exists())
+    }
+}
+
+/// Whether this process's user owns `dir` (elsewhere than on Unix, taken as yes).
+fn owned_here(dir: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(dir).is_ok_and(|meta| meta.uid() == nix::unistd::geteuid().as_raw())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        true
     }
 }
 
@@ -124,6 +140,28 @@ mod tests {
         assert_eq!(found(&deep), Some(project.join(".plan")));
         std::fs::create_dir_all(project.join("src/.plan")).unwrap();
         assert_eq!(found(&deep), Some(project.join("src/.plan")));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_plan_folder_another_user_owns_is_not_a_project() {
+        let root = tempfile::tempdir().unwrap();
+        let deep = root.path().join("work");
+        std::fs::create_dir_all(deep.join("../.plan")).unwrap();
+        assert!(Project::find(&deep).is_some());
+        if nix::unistd::geteuid().is_root() {
+            // Root can give it away, as another user's `/tmp/.plan` would be.
+            nix::unistd::chown(
+                &root.path().join(".plan"),
+                Some(nix::unistd::Uid::from_raw(65534)),
+                None,
+            )
+            .unwrap();
+            assert_eq!(Project::find(&deep), None);
+        } else {
+            // Any other user: the root folder is root's.
+            assert!(!super::owned_here(std::path::Path::new("/")));
+        }
     }
 
     #[test]

@@ -457,9 +457,9 @@ fn max_into(slot: &mut Option<String>, value: Option<&str>) {
 #[derive(Debug, Clone)]
 pub struct StateFile {
     /// The file (replaced whole each time: a reader never sees half a document).
-    pub path: std::path::PathBuf,
+    pub(crate) path: std::path::PathBuf,
     /// The project's path the document names (`project_path`), as the caller sees it.
-    pub project_path: Option<String>,
+    pub(crate) project_path: Option<String>,
 }
 
 /// Why a file cannot be a run's state file.
@@ -503,21 +503,23 @@ impl StateFile {
 
     /// The state file of a run of `plan`: `given`, else the one beside its task breakdown
     /// ([`StateFile::beside_breakdown`]); `project_path` is the project's folder it names.
-    pub fn for_run(
+    pub(crate) fn for_run(
         given: Option<std::path::PathBuf>,
         plan: &Plan,
+        folder: Option<&Path>,
         project_path: Option<String>,
     ) -> Option<StateFile> {
-        let path = given.or_else(|| StateFile::beside_breakdown(plan))?;
+        let path = given.or_else(|| StateFile::beside_breakdown(plan, folder))?;
         Some(StateFile { path, project_path })
     }
 
     /// Where a plan made from a task breakdown keeps its state by default: beside the
-    /// breakdown, as the original executor does (`None` for other plans, or where it could
-    /// not be written).
-    pub fn beside_breakdown(plan: &Plan) -> Option<std::path::PathBuf> {
+    /// breakdown (its `tasks` read from the run's `folder`), as the original executor does
+    /// (`None` for other plans, or where it could not be written).
+    fn beside_breakdown(plan: &Plan, folder: Option<&Path>) -> Option<std::path::PathBuf> {
         let tasks = plan.workspace.as_ref()?.tasks.as_ref()?;
-        let path = Path::new(tasks).join("execute-state.json");
+        let tasks = folder.map_or_else(|| Path::new(tasks).to_path_buf(), |dir| dir.join(tasks));
+        let path = tasks.join("execute-state.json");
         StateFile::check(&path).is_ok().then_some(path)
     }
 }
@@ -558,21 +560,30 @@ impl StateFileJournal {
     }
 }
 
-/// Writes `document` to `path` whole: a file beside it, renamed over it.
+/// Writes `document` to `path` whole: a new file of its own beside it (never one already
+/// there: a link planted at a name known in advance would redirect the write), renamed over it.
 fn write_whole(path: &std::path::Path, document: &Value) -> Result<(), String> {
+    use std::io::Write;
     let mut text = serde_json::to_string_pretty(document).map_err(|e| e.to_string())?;
     text.push('\n');
-    let name = path.file_name().map_or_else(
-        || "state".into(),
-        |name| name.to_string_lossy().into_owned(),
-    );
-    let temporary = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&temporary, text)
-        .and_then(|()| std::fs::rename(&temporary, path))
-        .map_err(|error| {
-            let _ = std::fs::remove_file(&temporary);
-            format!("cannot write the state file {}: {error}", path.display())
-        })
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let failed =
+        |error: std::io::Error| format!("cannot write the state file {}: {error}", path.display());
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".execute-state.").suffix(".tmp");
+    // Readable as a file written plainly would be (a temporary file is private by default).
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    let mut temporary = builder.tempfile_in(dir).map_err(failed)?;
+    temporary.write_all(text.as_bytes()).map_err(failed)?;
+    // Removed with the handle if the rename fails.
+    temporary
+        .persist(path)
+        .map_err(|error| failed(error.error))?;
+    Ok(())
 }
 
 impl plan_types::Journal for StateFileJournal {
@@ -604,5 +615,56 @@ impl plan_types::Journal for StateFileJournal {
 
     fn log(&mut self) -> Option<Box<dyn plan_types::BatchLog>> {
         self.inner.log()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(unix)]
+    #[test]
+    fn a_link_planted_beside_the_state_file_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let precious = dir.path().join("precious.txt");
+        std::fs::write(&precious, "the operator's data").unwrap();
+        let path = dir.path().join("state.json");
+        // The name the document used to be written to first, known in advance.
+        let planted = dir
+            .path()
+            .join(format!(".state.json.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&precious, &planted).unwrap();
+        super::write_whole(&path, &serde_json::json!({"status": "completed"})).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&precious).unwrap(),
+            "the operator's data"
+        );
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .contains("completed")
+        );
+        // Nothing is left beside it but the link that was there.
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 3, "{left:?}");
+    }
+
+    #[test]
+    fn a_breakdown_s_state_file_is_beside_its_tasks_read_from_the_run_s_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proj/tasks")).unwrap();
+        let text = r#"{"workspace": {"repo": ".", "tasks": "tasks"}, "steps": []}"#;
+        let plan = plan_graph::load(
+            plan_graph::Source::new("p.json", text),
+            plan_graph::Format::Json,
+            &plan_graph::LoadOptions::default(),
+        )
+        .unwrap()
+        .plan;
+        let folder = dir.path().join("proj");
+        let file = super::StateFile::for_run(None, &plan, Some(&folder), None).unwrap();
+        assert_eq!(file.path, folder.join("tasks/execute-state.json"));
+        // A given file wins; without a folder to read `tasks` from, none is found here.
+        let given = dir.path().join("given.json");
+        let file = super::StateFile::for_run(Some(given.clone()), &plan, Some(&folder), None);
+        assert_eq!(file.unwrap().path, given);
     }
 }

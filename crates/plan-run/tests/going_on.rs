@@ -132,7 +132,10 @@ fn a_state_file_that_cannot_be_written_is_refused_before_a_run_is_recorded() {
         execution,
     ));
     assert!(
-        matches!(refused, Err(LifecycleError::StateFileUnusable(_))),
+        matches!(
+            refused,
+            Err(LifecycleError::StateFileUnusable { kept: false, .. })
+        ),
         "{:?}",
         refused.map(|_| ())
     );
@@ -142,5 +145,26 @@ fn a_state_file_that_cannot_be_written_is_refused_before_a_run_is_recorded() {
             .unwrap()
             .is_empty(),
         "no run is left behind"
+    );
+}
+
+#[test]
+fn a_state_file_given_with_the_start_s_sources_is_kept_current_too() {
+    let runtime = runtime();
+    let (dir, ledger) = ledger();
+    let state = dir.path().join("kept.json");
+    let start = Start {
+        sources: RunSources {
+            state_file: Some(state.clone()),
+            ..RunSources::default()
+        },
+        ..Start::new()
+    };
+    let from = waiting_run(&runtime, &ledger, start, Execution::new());
+    assert!(state.exists(), "the start writes it");
+    assert_eq!(
+        plan_run::sources_of(&from.row).state_file.as_deref(),
+        Some(state.as_path()),
+        "and keeps it"
     );
 }

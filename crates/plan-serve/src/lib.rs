@@ -10,7 +10,6 @@
 //! stdin, and gets none of the operator's powers unless the policy gives them.
 #![deny(missing_docs)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use plan_graph::{Format, Severity, Source};
@@ -30,7 +29,7 @@ pub struct Settings {
     /// Where plans find their tools (the operator's MCP configuration included).
     pub toolbox: Arc<plan_run::Toolbox>,
     /// The ledger runs and stored plans are kept in.
-    pub ledger: PathBuf,
+    pub ledger: plan_run::Ledger,
     /// What clients may do.
     pub policy: Policy,
     /// The model that writes plans for clients that offer no sampling, if the operator
@@ -332,18 +331,20 @@ fn block<F: std::future::Future>(future: F) -> F::Output {
 impl PlanServer {
     /// The ledger, made if there is none yet.
     fn open(&self) -> Result<Store, Refusal> {
-        Store::open(&self.settings.ledger).map_err(ledger_refusal)
+        self.settings.ledger.open().map_err(ledger_refusal)
     }
 
     /// The ledger, which must be there already.
     fn open_existing(&self) -> Result<Store, Refusal> {
-        if !self.settings.ledger.exists() {
-            return Err(format!(
-                "there is no ledger at {}: no run has been recorded there yet",
-                self.settings.ledger.display()
-            ));
-        }
-        self.open()
+        self.settings
+            .ledger
+            .open_existing()
+            .map_err(|error| match error {
+                plan_store::StoreError::Missing { .. } => {
+                    format!("{error}: no run has been recorded there yet")
+                }
+                error => ledger_refusal(error),
+            })
     }
 
     /// Marks run `run_id` as gone on with by this server, or refuses if it already is.
@@ -439,9 +440,19 @@ impl PlanServer {
         };
         match served {
             Served::Validate => {
-                let ready = self.prepare(args, Severity::Error)?;
-                Ok(serde_json::to_value(plan_run::Validation::of(&ready))
-                    .map_err(|error| error.to_string())?)
+                // Problems as data, as `validate --json` prints them: finding them is what the
+                // call is for, not an error of the call.
+                let validation = match self.prepare_plan(args, Severity::Error)? {
+                    Ok(ready) => {
+                        self.check_policy(&ready)?;
+                        plan_run::Validation::of(&ready)
+                    }
+                    Err(PrepareError::Invalid(problems)) => {
+                        plan_run::Validation::invalid(&problems.source, &problems.issues)
+                    }
+                    Err(error) => return Err(prepare_refusal(error)),
+                };
+                Ok(serde_json::to_value(validation).map_err(|error| error.to_string())?)
             }
             Served::Run => {
                 if !strings("approve").is_empty() {
@@ -642,8 +653,30 @@ impl PlanServer {
         Ok(answer)
     }
 
-    /// The plan of a call: an object, or JSON or YAML text.
+    /// The plan of a call (an object, or JSON or YAML text), prepared and within the policy.
     fn prepare(&self, args: &Map<String, Value>, arguments: Severity) -> Result<Prepared, Refusal> {
+        let ready = self
+            .prepare_plan(args, arguments)?
+            .map_err(prepare_refusal)?;
+        self.check_policy(&ready)?;
+        Ok(ready)
+    }
+
+    /// Whether a prepared plan is within the policy for MCP clients.
+    fn check_policy(&self, ready: &Prepared) -> Result<(), Refusal> {
+        self.settings
+            .policy
+            .check(Author::McpClient, &ready.loaded.plan, &ready.program)
+            .map_err(|error| error.to_string())
+    }
+
+    /// The plan of a call prepared: refused if its arguments are not a plan or it is too large,
+    /// else what preparing it gave.
+    fn prepare_plan(
+        &self,
+        args: &Map<String, Value>,
+        arguments: Severity,
+    ) -> Result<Result<Prepared, PrepareError>, Refusal> {
         let (text, format) = match args.get("plan") {
             Some(Value::String(text)) => (text.clone(), plan_run::format_of_text(text)),
             Some(plan @ Value::Object(_)) => (
@@ -673,7 +706,7 @@ impl PlanServer {
             .check_size(Author::McpClient, text.len() + given)
             .map_err(|error| error.to_string())?;
         let env = self.settings.env.clone();
-        let ready = block(plan_run::prepare(
+        Ok(block(plan_run::prepare(
             Source::new(name, text),
             format,
             "mcp-plan",
@@ -681,13 +714,7 @@ impl PlanServer {
             &self.settings.toolbox,
             plan_run::Strictness { arguments },
             &|name| env(name),
-        ))
-        .map_err(prepare_refusal)?;
-        self.settings
-            .policy
-            .check(Author::McpClient, &ready.loaded.plan, &ready.program)
-            .map_err(|error| error.to_string())?;
-        Ok(ready)
+        )))
     }
 
     /// The run `id` names among the runs this server's clients started: the operator's own

@@ -22,8 +22,7 @@ pub(crate) fn approve(
         plan: args.plan,
     };
     let mut store = ledger.open_existing()?;
-    let decided = plan_run::approve(&mut store, &args.run, &decisions, |row| gated(row, toolbox))
-        .map_err(Failure::lifecycle)?;
+    let decided = plan_run::approve(&mut store, &args.run, &decisions, |row| gated(row, toolbox))?;
     let names: Vec<&str> = decided.decided.iter().map(|id| display(id)).collect();
     report(&decided, &format!("approved {}", names.join(", ")), "")
 }
@@ -37,8 +36,7 @@ pub(crate) fn reject(
     let reason = args.reason.as_deref();
     let decided = plan_run::reject(&mut store, &args.run, &args.steps, reason, |row| {
         gated(row, toolbox)
-    })
-    .map_err(Failure::lifecycle)?;
+    })?;
     report(
         &decided,
         &format!("rejected {}", decided.decided.join(", ")),

@@ -106,10 +106,10 @@ pub(crate) fn run_as(
         },
         ..plan_run::Start::new()
     };
-    let frontend = &args.execution;
+    let execution = &args.execution;
     if judged
         && policy.forces_approvals()
-        && (ready.loaded.plan.approvals == Some(false) || frontend.approvals == Some(false))
+        && (ready.loaded.plan.approvals == Some(false) || execution.approvals == Some(false))
     {
         let whose = match author {
             plan_run::Author::Model => "a model's",
@@ -117,16 +117,16 @@ pub(crate) fn run_as(
         };
         eprintln!("warning: approvals stay on: {whose} plan runs with its high-risk calls gated");
     }
-    let mut outcome = start_run(ready, start, frontend, toolbox, ledger)?;
+    let mut outcome = start_run(ready, start, execution, toolbox, ledger)?;
     if let Some(model) = &mut replanner {
         let replanning = plan_run::Replanning {
             secrets: &secrets,
             policy: &policy,
         };
         let replanner = plan_run::Replanner::new(args.replan, model, replanning);
-        outcome = super::replan::until_done(outcome, replanner, frontend, toolbox, ledger)?;
+        outcome = super::replan::until_done(outcome, replanner, execution, toolbox, ledger)?;
     }
-    print_outcome(&outcome.0, outcome.1.as_deref(), frontend)
+    print_outcome(&outcome.0, outcome.1.as_deref(), execution)
 }
 
 /// A run's report, with how the summary names its plan's steps (`None` for `--json`, which
@@ -138,20 +138,14 @@ pub(crate) type Ran = (RunReport, Option<Arc<StepLabels>>);
 pub(crate) fn start_run(
     ready: Ready,
     start: plan_run::Start,
-    frontend: &ExecutionArgs,
+    execution: &ExecutionArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ran, Failure> {
-    // plan_run checks it too, but only once the ledger is open: a first run that cannot keep
-    // its state file leaves no ledger behind.
-    if let Some(path) = &frontend.state_file {
-        plan_run::StateFile::check(path).map_err(|error| {
-            Failure::lifecycle(plan_run::LifecycleError::StateFileUnusable(error))
-        })?;
-    }
+    check_state_file(execution)?;
     let store = ledger.open()?;
     let run_id = start.run_id.clone();
-    drive(&run_id, ready, frontend, toolbox, |prepared, settings| {
+    drive(&run_id, ready, execution, toolbox, |prepared, settings| {
         plan_run::start(store, prepared, start, settings)
     })
 }
@@ -210,7 +204,7 @@ pub(crate) fn retry(
 }
 
 /// `resume` and `retry`: the stored run goes on as `options` say, shown as `execution` asks.
-/// `stored` is what the run kept of where its tools and state file are.
+/// `stored` is what the run kept of where its tools are (its state file is plan_run's to keep).
 fn go_on(
     run: &str,
     options: &plan_run::ResumeOptions,
@@ -220,21 +214,21 @@ fn go_on(
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let queue = execution.queue_or(run, stored.queue.as_ref())?;
-    let frontend = execution;
+    check_state_file(execution)?;
     // A ledger that cannot be opened is said by the resume itself.
-    if frontend.approvals == Some(false)
+    if execution.approvals == Some(false)
         && let Ok(store) = ledger.open_reader()
         && let Ok(Some(why)) = plan_run::approvals_kept_on(&store, run)
     {
         eprintln!("warning: --approvals off is not followed: {why}, so its high-risk calls wait");
     }
-    let (report, steps) = continue_run(run, options, queue.as_ref(), frontend, toolbox, ledger)?;
-    let code = print_outcome(&report, steps.as_deref(), frontend)?;
+    let (report, steps) = continue_run(run, options, queue.as_ref(), execution, toolbox, ledger)?;
+    let code = print_outcome(&report, steps.as_deref(), execution)?;
     let failed = matches!(
         report.task_status,
         plan_types::TaskStatus::Failed | plan_types::TaskStatus::Partial
     );
-    if failed && !options.retry_failed && !frontend.json {
+    if failed && !options.retry_failed && !execution.json {
         eprintln!(
             "run {0} ended {1}; run its failed steps (and what follows them) again with `plan-cli resume {0} --retry-failed`",
             report.run_id, report.task_status
@@ -249,18 +243,18 @@ pub(crate) fn continue_run(
     run: &str,
     options: &plan_run::ResumeOptions,
     queue: Option<&crate::cli::QueueSettings>,
-    frontend: &ExecutionArgs,
+    execution: &ExecutionArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ran, Failure> {
     let store = ledger.open_existing()?;
-    let from = match plan_run::prepare_resume(&store, run, options).map_err(Failure::lifecycle)? {
+    let from = match plan_run::prepare_resume(&store, run, options)? {
         plan_run::Resumable::Finished(outcome) => {
-            let steps = if frontend.json {
+            let steps = if execution.json {
                 None
             } else {
-                let row = store.run(&outcome.report.run_id).map_err(Failure::ledger)?;
-                let plan = plan_run::plan_of(&row).map_err(Failure::lifecycle)?;
+                let row = store.run(&outcome.report.run_id)?;
+                let plan = plan_run::plan_of(&row)?;
                 Some(Arc::new(StepLabels::of(&plan)))
             };
             return Ok((outcome.report, steps));
@@ -271,12 +265,10 @@ pub(crate) fn continue_run(
         toolbox.use_queue(queue)?;
     }
     let env = |name: &str| std::env::var(name).ok();
-    let ready = toolbox
-        .block_on(from.prepare(toolbox, &env))
-        .map_err(Failure::lifecycle)?;
+    let ready = toolbox.block_on(from.prepare(toolbox, &env))?;
     crate::plan_file::report(&ready.loaded.source, &ready.loaded.warnings);
     let run_id = from.row.run_id.clone();
-    drive(&run_id, ready, frontend, toolbox, |prepared, settings| {
+    drive(&run_id, ready, execution, toolbox, |prepared, settings| {
         plan_run::resume(store, from, prepared, settings)
     })
 }
@@ -286,9 +278,9 @@ pub(crate) fn continue_run(
 pub(crate) fn print_outcome(
     report: &RunReport,
     steps: Option<&StepLabels>,
-    frontend: &ExecutionArgs,
+    execution: &ExecutionArgs,
 ) -> Result<i32, Failure> {
-    let json = frontend.json;
+    let json = execution.json;
     let run_id = &report.run_id;
     if json {
         super::print_json(report)?;
@@ -296,7 +288,7 @@ pub(crate) fn print_outcome(
         // Without the plan's steps (not expected), lines name steps by their ids alone.
         let none = StepLabels::default();
         let steps = steps.unwrap_or(&none);
-        super::print_summary(&output::summary(report, steps, frontend.show_results))?;
+        super::print_summary(&output::summary(report, steps, execution.show_results))?;
     }
     if report.task_status == plan_types::TaskStatus::Stopped && !json {
         eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
@@ -320,7 +312,7 @@ fn select(
 }
 
 /// Runs a start or a resume with what the terminal adds: the events file, the progress bar,
-/// Ctrl+C, the state file kept current, and a word when the queue is lost.
+/// Ctrl+C, and a word when the queue is lost.
 fn drive<F>(
     run_id: &str,
     ready: Ready,
@@ -375,7 +367,7 @@ where
     if let Some(live) = &live {
         live.finish();
     }
-    let outcome = outcome.map_err(Failure::lifecycle)?;
+    let outcome = outcome?;
     Ok((outcome.report, steps))
 }
 
@@ -446,4 +438,15 @@ impl Signals {
             tokio::signal::ctrl_c().await.is_ok()
         }
     }
+}
+
+/// Refuses a `--state-file` that cannot be written before anything is done: plan_run checks it
+/// too, but only once the ledger is open (a first run leaves no ledger behind) and a resumed
+/// run's plan prepared.
+fn check_state_file(execution: &ExecutionArgs) -> Result<(), Failure> {
+    if let Some(path) = &execution.state_file {
+        plan_run::StateFile::check(path)
+            .map_err(|source| Failure::input(format!("--state-file {source}")))?;
+    }
+    Ok(())
 }

@@ -4,7 +4,6 @@ use std::time::{Duration, SystemTime};
 
 use plan_graph::Plan;
 use plan_store::{RunRow, Store};
-use plan_types::RunReport;
 use serde_json::Value;
 
 use super::{pretty, print};
@@ -12,24 +11,6 @@ use crate::cli::{EventsArgs, GcArgs, RunIdArgs, StateFormat};
 use crate::exit::Failure;
 use crate::output;
 use plan_run::Ledger;
-
-/// The plan a run ran, as stored with it.
-pub(crate) fn plan_of(row: &RunRow) -> Result<Plan, Failure> {
-    plan_run::plan_of(row).map_err(Failure::lifecycle)
-}
-
-/// The same object `run --json` printed (or would print), rebuilt from the ledger.
-pub(crate) fn stored_report(store: &Store, row: &RunRow) -> Result<RunReport, Failure> {
-    plan_run::report(store, row).map_err(Failure::lifecycle)
-}
-
-/// The run with this id (or prefix, or `last`), with what its process made durable before it
-/// died folded in.
-pub(crate) fn read_run(store: &mut Store, id: &str) -> Result<RunRow, Failure> {
-    let row = store.run(id).map_err(Failure::ledger)?;
-    plan_run::recover_interrupted(store, &row).map_err(Failure::lifecycle)?;
-    Ok(row)
-}
 
 pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let wanted_status = match &args.status {
@@ -49,7 +30,7 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
         limit: args.limit,
     };
     let rows = if ledger.exists() {
-        plan_run::runs(&mut ledger.open_reader()?, &filter).map_err(Failure::lifecycle)?
+        plan_run::runs(&mut ledger.open_reader()?, &filter)?
     } else {
         Vec::new()
     };
@@ -101,10 +82,10 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
 
 pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let mut store = ledger.open_reader()?;
-    let row = read_run(&mut store, &args.run)?;
-    let report = stored_report(&store, &row)?;
+    let row = plan_run::read_run(&mut store, &args.run)?;
+    let report = plan_run::report(&store, &row)?;
     if !args.json {
-        let plan = plan_of(&row)?;
+        let plan = plan_run::plan_of(&row)?;
         let steps = output::StepLabels::of(&plan);
         super::print_summary(&output::summary(&report, &steps, false))?;
         return Ok(0);
@@ -120,8 +101,7 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
 pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let mut store = ledger.open_existing()?;
     let (run, cancelled) =
-        plan_run::cancel(&mut store, &args.run, std::time::Duration::from_secs(30))
-            .map_err(Failure::lifecycle)?;
+        plan_run::cancel(&mut store, &args.run, std::time::Duration::from_secs(30))?;
     let message = match cancelled {
         plan_run::Cancelled::AlreadyStopped => format!("run {run} is already stopped\n"),
         plan_run::Cancelled::WasWaiting => format!(
@@ -144,9 +124,9 @@ pub(crate) fn cancel(args: &crate::cli::CancelArgs, ledger: &Ledger) -> Result<i
 /// `logs RUN [STEP]`: each record's output (see [`output::step_output`]) under a header.
 pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, Failure> {
     let mut store = ledger.open_reader()?;
-    let row = read_run(&mut store, &args.run)?;
-    let report = stored_report(&store, &row)?;
-    let plan = plan_of(&row)?;
+    let row = plan_run::read_run(&mut store, &args.run)?;
+    let report = plan_run::report(&store, &row)?;
+    let plan = plan_run::plan_of(&row)?;
     let records = plan_run::records_of(&report, &plan, args.step.as_deref());
     if records.is_empty() {
         let what = args
@@ -189,10 +169,10 @@ pub(crate) fn events(args: &EventsArgs, ledger: &Ledger) -> Result<i32, Failure>
     } else {
         ledger.open_reader()?
     };
-    let row = read_run(&mut store, &args.run)?;
+    let row = plan_run::read_run(&mut store, &args.run)?;
     let mut feed = plan_run::EventFeed::new(&row.run_id);
     loop {
-        let batch = feed.next(&mut store).map_err(Failure::lifecycle)?;
+        let batch = feed.next(&mut store)?;
         for event in &batch.events {
             let line =
                 serde_json::to_string(event).map_err(|e| Failure::internal(e.to_string()))?;
@@ -219,8 +199,7 @@ pub(crate) fn gc(args: &GcArgs, ledger: &Ledger) -> Result<i32, Failure> {
     if args.dry_run {
         let rows = ledger
             .open_reader()?
-            .expired(&cutoff, args.include_unfinished)
-            .map_err(Failure::ledger)?;
+            .expired(&cutoff, args.include_unfinished)?;
         let mut text = format!(
             "would delete {} run{} that ended before {cutoff}\n",
             rows.len(),
@@ -237,10 +216,7 @@ pub(crate) fn gc(args: &GcArgs, ledger: &Ledger) -> Result<i32, Failure> {
         print(&text)?;
         return Ok(0);
     }
-    let deleted = ledger
-        .open()?
-        .gc(&cutoff, args.include_unfinished)
-        .map_err(Failure::ledger)?;
+    let deleted = ledger.open()?.gc(&cutoff, args.include_unfinished)?;
     print(&format!(
         "deleted {deleted} run{} that ended before {cutoff}\n",
         if deleted == 1 { "" } else { "s" },
@@ -255,8 +231,8 @@ pub(crate) fn state_export(
 ) -> Result<i32, Failure> {
     let StateFormat::ExecuteState = format;
     let store = ledger.open_reader()?;
-    let row = store.run(run).map_err(Failure::ledger)?;
-    let document = execute_state(&store, &row, &plan_of(&row)?)?;
+    let row = store.run(run)?;
+    let document = execute_state(&store, &row, &plan_run::plan_of(&row)?)?;
     print(&pretty(&document))?;
     Ok(0)
 }
@@ -267,5 +243,5 @@ pub(crate) fn execute_state(store: &Store, row: &RunRow, plan: &Plan) -> Result<
     let cwd = std::env::current_dir()
         .ok()
         .map(|d| d.display().to_string());
-    plan_run::execute_state(store, row, plan, cwd.as_deref()).map_err(Failure::lifecycle)
+    Ok(plan_run::execute_state(store, row, plan, cwd.as_deref())?)
 }

@@ -92,9 +92,8 @@ fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
 
 pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure> {
     // Not REDIS_URL, as `run` does: listing tools should not fail on a Redis nobody named.
-    let catalog = toolbox
-        .block_on(toolbox.catalog(args.server.as_deref(), args.queue.as_deref()))
-        .map_err(Failure::tools)?;
+    let catalog =
+        toolbox.block_on(toolbox.catalog(args.server.as_deref(), args.queue.as_deref()))?;
     let (infos, broken) = (catalog.tools, catalog.broken);
     let text = if args.json {
         pretty(&infos)
@@ -239,10 +238,7 @@ pub(crate) fn plan(
             Ok(0)
         }
         PlanCommand::Rm { id } => {
-            ledger
-                .open_existing()?
-                .remove_plan(id)
-                .map_err(Failure::ledger)?;
+            ledger.open_existing()?.remove_plan(id)?;
             print(&format!("removed plan `{id}`\n"))?;
             Ok(0)
         }
@@ -357,10 +353,7 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
         text,
         plan_run::Author::Operator,
     );
-    ledger
-        .open()?
-        .add_plan(&stored, force)
-        .map_err(Failure::ledger)?;
+    ledger.open()?.add_plan(&stored, force)?;
     let steps = ready.program.len();
     print(&format!(
         "stored plan `{plan_id}` ({steps} step{}); run it with `plan-cli run {plan_id}`\n",
@@ -371,7 +364,7 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
 
 fn list(json: bool, ledger: &Ledger) -> Result<i32, Failure> {
     let plans = if ledger.exists() {
-        ledger.open()?.plans().map_err(Failure::ledger)?
+        ledger.open()?.plans()?
     } else {
         Vec::new()
     };
@@ -400,8 +393,7 @@ fn list(json: bool, ledger: &Ledger) -> Result<i32, Failure> {
 pub(crate) fn find(id: &str, ledger: &Ledger) -> Result<StoredPlan, Failure> {
     ledger
         .open_existing()?
-        .find_plan(id)
-        .map_err(Failure::ledger)?
+        .find_plan(id)?
         .ok_or_else(|| Failure::input(format!("no stored plan `{id}` (see `plan-cli plan list`)")))
 }
 

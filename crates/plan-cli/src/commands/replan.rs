@@ -9,11 +9,14 @@ use plan_run::Ledger;
 
 /// The model `--replan` asks; checked before the run, so a missing one is said at once.
 pub(crate) fn model() -> Result<plan_llm::Http, Failure> {
-    let endpoint = super::plans::endpoint(None)?.ok_or_else(|| {
-        Failure::input(
-            "--replan needs a model: set PLAN_LLM_URL (an OpenAI-compatible API's base URL ending in /v1) and PLAN_LLM_MODEL",
-        )
-    })?;
+    let endpoint = plan_llm::Endpoint::from_env(None, &|name| std::env::var(name).ok())
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            Failure::input(
+                "--replan needs a model: set PLAN_LLM_URL (an OpenAI-compatible API's base URL ending in /v1) and PLAN_LLM_MODEL",
+            )
+        })?;
     plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))
 }
 
@@ -21,7 +24,7 @@ pub(crate) fn model() -> Result<plan_llm::Http, Failure> {
 pub(crate) fn until_done(
     mut outcome: Ran,
     mut replanner: plan_run::Replanner<'_>,
-    frontend: &ExecutionArgs,
+    execution: &ExecutionArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Ran, Failure> {
@@ -41,11 +44,9 @@ pub(crate) fn until_done(
             replanned: true,
             ..plan_run::ResumeOptions::default()
         };
-        outcome = continue_run(&run_id, &options, None, frontend, toolbox, ledger)?;
+        outcome = continue_run(&run_id, &options, None, execution, toolbox, ledger)?;
     }
     let store = ledger.open_existing()?;
-    outcome.0 = replanner
-        .finish(&store, outcome.0)
-        .map_err(Failure::lifecycle)?;
+    outcome.0 = replanner.finish(&store, outcome.0)?;
     Ok(outcome)
 }

@@ -24,7 +24,7 @@ pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Resul
     };
     let settings = plan_serve::Settings {
         toolbox: toolbox.shared(),
-        ledger: ledger.path().to_path_buf(),
+        ledger: ledger.clone(),
         policy,
         model,
         env: Arc::new(|name| std::env::var(name).ok()),

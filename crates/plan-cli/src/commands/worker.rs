@@ -24,7 +24,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
                 "--tools: this worker has no tool `{wanted}` (`plan-cli tools` lists them)"
             )));
         }
-        tools => tools.map_err(Failure::tools)?,
+        tools => tools?,
     };
     let id = format!(
         "{}-{}-{}",
