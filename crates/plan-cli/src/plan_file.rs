@@ -135,6 +135,9 @@ pub(crate) fn render(source: &Source, issues: &[Issue]) -> Vec<String> {
 pub(crate) fn help_here(code: &str, help: Option<&str>) -> Option<String> {
     let how = match code {
         "plan::unknown_tool" | "plan::missing_tool" => "`plan-cli tools` lists every tool",
+        "policy::not_allowed" => {
+            "`run` widens the author's policy with --allow-tool, --allow-env, --allow-workspace or --policy"
+        }
         "plan::undefined_variable"
             if help.is_some_and(|help| help.contains("give the run a value")) =>
         {

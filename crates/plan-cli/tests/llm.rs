@@ -685,6 +685,18 @@ fn a_models_stored_plan_keeps_its_author() {
     );
     let refused = lab.fails(&["run", "lister"], 2);
     assert!(refused.contains("the step calls `exec`"), "{refused}");
+    // `validate` says what `run` would: the model's policy refuses the call, at its place.
+    let refused = lab.fails(&["validate", "lister"], 2);
+    assert!(refused.contains("the step calls `exec`"), "{refused}");
+    assert!(
+        refused.contains("`run` widens the author's policy"),
+        "how the operator widens it: {refused}"
+    );
+    let (code, validation) = lab.json(&["validate", "lister", "--json"]);
+    assert_eq!(code, 2, "{validation}");
+    assert_eq!(validation["valid"], false, "{validation}");
+    assert_eq!(validation["errors"][0]["code"], "policy::not_allowed");
+    assert!(validation["errors"][0]["line"].is_u64(), "{validation}");
     let (code, report) = lab.json(&["run", "lister", "--json", "--allow-tool", "exec"]);
     assert_eq!(code, 0, "{report}");
 

@@ -69,7 +69,30 @@ fn step(tool: &str, args: Value) -> Value {
     json!({"steps": [{"id": "a", "tool": tool, "args": args}]})
 }
 
+/// A `plan_validate` answer that finds the plan invalid, with an error that says `says`.
+fn invalid(answer: &Value, says: &str) {
+    assert_eq!(answer["is_error"], json!(false), "{answer}");
+    assert_eq!(answer["content"]["valid"], json!(false), "{answer}");
+    let errors = answer["content"]["errors"].as_array().unwrap();
+    assert!(
+        errors
+            .iter()
+            .any(|error| error["message"].as_str().unwrap().contains(says)),
+        "expected `{says}` in: {answer}"
+    );
+}
+
+/// A call refused, saying `says`; for `plan_validate`, the plan found invalid for it (its
+/// answer is the validation, as `validate --json` prints it).
 fn refused(answer: &Value, says: &str) {
+    if answer["content"]["valid"] == json!(false) {
+        // Where the plan says it is the error's line and column there, not words.
+        let says = match says.split_once(": ") {
+            Some((path, rest)) if !path.contains(' ') => rest,
+            _ => says,
+        };
+        return invalid(answer, says);
+    }
     assert_eq!(answer["is_error"], json!(true), "{answer}");
     let text = answer["text"].as_str().unwrap();
     assert!(text.contains(says), "expected `{says}` in: {text}");

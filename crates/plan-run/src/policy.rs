@@ -17,7 +17,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use plan_engine::{CallSite, Program, Risk};
-use plan_graph::{Plan, PlanPath};
+use plan_graph::{Issue, Plan, PlanPath};
 
 /// Who wrote a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -242,6 +242,29 @@ pub struct PolicyError {
     pub author: Author,
     /// What the plan may not do.
     pub violations: Vec<Violation>,
+}
+
+impl PolicyError {
+    /// Each violation as a problem of the plan at the place it makes it (`policy::not_allowed`),
+    /// to be shown with its other problems when it is validated.
+    pub fn issues(&self) -> Vec<Issue> {
+        self.violations
+            .iter()
+            .map(|violation| {
+                let mut issue = Issue::error(
+                    "policy::not_allowed",
+                    violation.path.clone(),
+                    violation.message.clone(),
+                );
+                issue.label = "not allowed here".to_owned();
+                issue.help = Some(format!(
+                    "a plan {} wrote may not do this here",
+                    self.author.describe()
+                ));
+                issue
+            })
+            .collect()
+    }
 }
 
 fn describe(author: &Author, violations: &[Violation]) -> String {

@@ -4,7 +4,7 @@
 use plan_graph::{Issue, Source};
 use serde::Serialize;
 
-use crate::Prepared;
+use crate::{Author, Policy, Prepared};
 
 /// One problem of a plan, with its place in the text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -74,6 +74,22 @@ impl Validation {
             warnings: (prepared.loaded.warnings.iter())
                 .map(|issue| IssueReport::of(source, issue))
                 .collect(),
+        }
+    }
+
+    /// A plan that prepared, as `author`'s plan would run: held to `policy` unless the
+    /// operator wrote it, so that what the policy refuses is an error here too, at its place.
+    pub fn judged(prepared: &Prepared, author: Author, policy: &Policy) -> Self {
+        if author == Author::Operator {
+            return Validation::of(prepared);
+        }
+        match policy.check(author, &prepared.loaded.plan, &prepared.program) {
+            Ok(()) => Validation::of(prepared),
+            Err(refused) => {
+                let mut issues = refused.issues();
+                issues.extend(prepared.loaded.warnings.iter().cloned());
+                Validation::invalid(&prepared.loaded.source, &issues)
+            }
         }
     }
 

@@ -443,10 +443,11 @@ impl PlanServer {
                 // Problems as data, as `validate --json` prints them: finding them is what the
                 // call is for, not an error of the call.
                 let validation = match self.prepare_plan(args, Severity::Error)? {
-                    Ok(ready) => {
-                        self.check_policy(&ready)?;
-                        plan_run::Validation::of(&ready)
-                    }
+                    Ok(ready) => plan_run::Validation::judged(
+                        &ready,
+                        Author::McpClient,
+                        &self.settings.policy,
+                    ),
                     Err(PrepareError::Invalid(problems)) => {
                         plan_run::Validation::invalid(&problems.source, &problems.issues)
                     }

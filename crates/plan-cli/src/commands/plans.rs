@@ -18,10 +18,16 @@ pub(crate) fn validate(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
+    // A stored plan a model or a client wrote is judged as `run` would run it: under its
+    // author's policy.
+    let author = args.plan.input().author(ledger)?;
+    let judged = |ready: &plan_run::Prepared| {
+        plan_run::Validation::judged(ready, author, &plan_run::Policy::default())
+    };
     if args.json {
         // Diagnostics as data on stdout, not drawn on stderr.
         let mut validation = match crate::plan_file::prepare_quietly(&args.plan, toolbox, ledger) {
-            Ok(ready) => plan_run::Validation::of(&ready),
+            Ok(ready) => judged(&ready),
             Err(Failure {
                 validation: Some(validation),
                 ..
@@ -37,8 +43,16 @@ pub(crate) fn validate(
             crate::exit::INVALID_INPUT
         });
     }
-    let args = &args.plan;
-    let ready = prepare(args, toolbox, ledger, Severity::Error)?;
+    let ready = prepare(&args.plan, toolbox, ledger, Severity::Error)?;
+    if author != plan_run::Author::Operator
+        && let Err(refused) =
+            plan_run::Policy::default().check(author, &ready.loaded.plan, &ready.program)
+    {
+        return Err(Failure::plan_issues(
+            &ready.loaded.source,
+            &refused.issues(),
+        ));
+    }
     let warnings = ready.loaded.warnings.len();
     let steps = ready.program.len();
     let mut line = format!(
