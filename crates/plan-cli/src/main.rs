@@ -147,7 +147,7 @@ fn working_dir(
         _ => return Ok(None),
     };
     match cwd {
-        Some(cwd) => Ok(Some(plan_run::folder(cwd)?)),
+        Some(cwd) => Ok(Some(plan_run::resolve_folder(cwd)?)),
         None => Ok(stored.and_then(plan_run::working_dir_of)),
     }
 }

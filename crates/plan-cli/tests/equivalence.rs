@@ -261,8 +261,8 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The official MCP Python SDK client: `plan_run` of each plan in one session, the answers'
-/// reports.
+/// The official MCP Python SDK client: `plan_validate` and `plan_run` of each plan in one
+/// session, their answers.
 const CLIENT: &str = r#"
 import asyncio, json, sys, os
 from mcp import ClientSession, StdioServerParameters
@@ -276,9 +276,12 @@ async def main():
         async with ClientSession(read, write) as session:
             await session.initialize()
             for plan in plans:
-                result = await session.call_tool("plan_run", {"plan": plan})
-                text = result.content[0].text if result.content else "null"
-                answers.append(json.loads(text) if not result.is_error else {"error": text})
+                answer = {}
+                for tool in ["plan_validate", "plan_run"]:
+                    result = await session.call_tool(tool, {"plan": plan})
+                    text = result.content[0].text if result.content else "null"
+                    answer[tool] = json.loads(text) if not result.is_error else {"error": text}
+                answers.append(answer)
     print(json.dumps(answers))
 
 asyncio.run(main())
@@ -377,7 +380,8 @@ fn every_way_a_plan_runs_gives_the_same_records() {
                 )));
             }
         }
-        served.borrow_mut().push((plan, expected));
+        let validated = comparable_validation(&json_of(&lab, &["validate", file, "--json"]));
+        served.borrow_mut().push((plan, expected, validated));
         Ok(())
     });
     if let Err(error) = result {
@@ -394,13 +398,31 @@ fn every_way_a_plan_runs_gives_the_same_records() {
     );
     let served = served.into_inner();
     let lab = Lab::new();
-    let plans: Vec<Value> = served.iter().map(|(plan, _)| plan.clone()).collect();
+    let plans: Vec<Value> = served.iter().map(|(plan, _, _)| plan.clone()).collect();
     let answers = through_mcp_serve(&lab, &plans);
-    for ((plan, expected), answer) in served.iter().zip(&answers) {
+    for ((plan, expected, validated), answer) in served.iter().zip(&answers) {
         assert_eq!(
-            &comparable(answer),
+            &comparable(&answer["plan_run"]),
             expected,
             "mcp serve differs for plan {plan:#}: {answer:#}"
         );
+        assert_eq!(
+            &comparable_validation(&answer["plan_validate"]),
+            validated,
+            "plan_validate differs from validate --json for plan {plan:#}: {answer:#}"
+        );
     }
+}
+
+/// A validation, but for the plan's default id (the file's name, or the server's) and each
+/// issue's help (the CLI adds the flags that act on it).
+fn comparable_validation(validation: &Value) -> Value {
+    let mut validation = validation.clone();
+    validation["plan_id"] = Value::Null;
+    for key in ["errors", "warnings"] {
+        for issue in validation[key].as_array_mut().into_iter().flatten() {
+            issue["help"] = Value::Null;
+        }
+    }
+    validation
 }

@@ -147,12 +147,12 @@ impl PlanInput {
             }
             None => return Ok(None),
         };
-        folder(&dir).map(Some)
+        resolve_folder(&dir).map(Some)
     }
 }
 
 /// `dir` from the root, checked to be a folder.
-pub fn folder(dir: &Path) -> Result<PathBuf, InputError> {
+pub fn resolve_folder(dir: &Path) -> Result<PathBuf, InputError> {
     let why = |why: String| InputError::Folder {
         path: dir.to_path_buf(),
         why,

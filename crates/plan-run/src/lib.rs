@@ -97,7 +97,7 @@ pub use generate::{
     Replanned, Replanner, Replanning, generate, generate_checked, slug, store_generated,
     stored_plan,
 };
-pub use input::{InputError, PlanInput, Variables, folder};
+pub use input::{InputError, PlanInput, Variables, resolve_folder};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
 pub use prepare::{
     Inputs, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare, select,

@@ -493,7 +493,7 @@ impl EventFeed {
     }
 }
 
-/// What a step put out, as text (what `logs` prints and a step's panel shows): exec's stdout then stderr (marked), http's body, an MCP
+/// What a step put out, as text (what `logs` prints): exec's stdout then stderr (marked), http's body, an MCP
 /// tool's text, a failure's message with the output its details hold; else its result as JSON.
 pub fn output_of(record: &Record) -> String {
     fn of(value: &serde_json::Value) -> Option<String> {

@@ -52,7 +52,7 @@ pub(crate) fn policy_of(args: &ServeArgs) -> Result<Policy, Failure> {
     let mut policy = file.into_policy();
     // From the root: a client's run keeps it as its working folder, and a workspace's
     // repository is found from it (`.` read as a plan's path would name no folder).
-    policy.workdir = plan_run::folder(&policy.workdir)
+    policy.workdir = plan_run::resolve_folder(&policy.workdir)
         .map_err(|error| Failure::input(format!("--workdir {error}")))?;
     Ok(policy)
 }
