@@ -386,12 +386,6 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
     let mut out = String::new();
     let (mut ok, mut failed, mut skipped, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
     let (mut interrupted, mut running, mut not_started) = (0, 0, 0);
-    let waits = |record: &Record| {
-        report.task_status == plan_types::TaskStatus::Waiting
-            && record.skipped
-            && !record.ok
-            && record.upstream.is_none()
-    };
     // Counts are of the plan's steps; map items and block nodes are shown, and counted apart.
     let (mut items, mut nodes, mut earlier) = (0, 0, 0);
     for record in &steps {
@@ -408,86 +402,64 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
             continue;
         }
         let reason = record.reason.as_deref().unwrap_or("");
-        let line = if !record.ok && reason == plan_types::reasons::RUNNING {
-            // Read from the ledger while the run goes.
-            running += 1;
-            format!("▶ {id:<width$}  running")
-        } else if !record.ok && reason == plan_types::reasons::INTERRUPTED {
-            interrupted += 1;
-            format!("■ {id:<width$}  {reason}; it runs again on resume")
-        } else if !record.ok
-            && record.upstream.is_none()
-            && [
-                plan_types::reasons::STOPPED,
-                plan_types::reasons::NOT_STARTED_INTERRUPTED,
-                "not started yet",
-            ]
-            .contains(&reason)
-        {
-            // Not skipped by anything: it has not had its turn (it runs on resume).
-            not_started += 1;
-            format!("· {id:<width$}  not started: {reason}")
-        } else if waits(record) {
-            // Not started because the run halted for approvals: it runs on resume.
-            waiting += 1;
-            format!("… {id:<width$}  {}", record.reason.as_deref().unwrap_or(""))
-        } else if record.ok && record.skipped {
-            // Skipped by a `when` condition: not a failure.
-            skipped += 1;
-            format!(
-                "- {id:<width$}  skipped: {}",
-                record.reason.as_deref().unwrap_or("")
-            )
-        } else if record.ok {
-            ok += 1;
-            let retries = if record.attempts > 1 {
-                format!("  ({} attempts)", record.attempts)
-            } else {
-                String::new()
-            };
-            format!("✓ {id:<width$}  {}{retries}", duration(record.duration_ms))
-        } else if let Some(error) = record
-            .error
-            .as_ref()
-            .filter(|error| error.code == plan_engine::codes::E_CANCELLED)
-        {
-            // Stopped with the run (Ctrl+C, SIGTERM, a time limit): not kept as a failure in
-            // the ledger, so resume runs it again.
-            interrupted += 1;
-            format!(
-                "■ {id:<width$}  {}  interrupted: {}; it runs again on resume",
-                duration(record.duration_ms),
-                error.message
-            )
-        } else if let Some(error) = &record.error {
-            failed += 1;
-            let attempts = if record.attempts > 1 {
-                format!(" after {} attempts", record.attempts)
-            } else {
-                String::new()
-            };
-            // The end of what it put out, where the failure usually is (`logs` has it all).
-            format!(
-                "✗ {id:<width$}  {}  {}: {}{attempts}\n{}",
-                duration(record.duration_ms),
-                error.code,
-                error.message,
-                output_tail(record, 5)
-            )
-            .trim_end()
-            .to_owned()
-        } else if record.skipped {
-            skipped += 1;
-            format!(
-                "- {id:<width$}  skipped: {}",
-                record.reason.as_deref().unwrap_or("")
-            )
-        } else {
-            blocked += 1;
-            format!(
-                "! {id:<width$}  not run: {}",
-                record.reason.as_deref().unwrap_or("")
-            )
+        let took = duration(record.duration_ms);
+        let line = match plan_run::StepState::of(record, report.task_status) {
+            plan_run::StepState::Running => {
+                running += 1;
+                format!("▶ {id:<width$}  running")
+            }
+            plan_run::StepState::Interrupted => {
+                interrupted += 1;
+                match &record.error {
+                    Some(error) => format!(
+                        "■ {id:<width$}  {took}  interrupted: {}; it runs again on resume",
+                        error.message
+                    ),
+                    None => format!("■ {id:<width$}  {reason}; it runs again on resume"),
+                }
+            }
+            plan_run::StepState::NotStarted => {
+                not_started += 1;
+                format!("· {id:<width$}  not started: {reason}")
+            }
+            plan_run::StepState::Waiting => {
+                waiting += 1;
+                format!("… {id:<width$}  {reason}")
+            }
+            plan_run::StepState::Skipped => {
+                skipped += 1;
+                format!("- {id:<width$}  skipped: {reason}")
+            }
+            plan_run::StepState::Ok => {
+                ok += 1;
+                let retries = if record.attempts > 1 {
+                    format!("  ({} attempts)", record.attempts)
+                } else {
+                    String::new()
+                };
+                format!("✓ {id:<width$}  {took}{retries}")
+            }
+            plan_run::StepState::Failed => {
+                failed += 1;
+                let error = (record.error.as_ref())
+                    .map_or(String::new(), |e| format!("{}: {}", e.code, e.message));
+                let attempts = if record.attempts > 1 {
+                    format!(" after {} attempts", record.attempts)
+                } else {
+                    String::new()
+                };
+                // The end of what it put out, where the failure usually is (`logs` has it all).
+                format!(
+                    "✗ {id:<width$}  {took}  {error}{attempts}\n{}",
+                    output_tail(record, 5)
+                )
+                .trim_end()
+                .to_owned()
+            }
+            plan_run::StepState::Blocked => {
+                blocked += 1;
+                format!("! {id:<width$}  not run: {reason}")
+            }
         };
         out.push_str(&line);
         out.push('\n');

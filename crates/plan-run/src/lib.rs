@@ -104,7 +104,7 @@ pub use prepare::{
 };
 pub use project::{Ledger, MCP_CONFIG_NAME, Project};
 pub use report::{
-    EventBatch, EventFeed, RunFilter, RunSummary, StoredSource, duration_of, ended_at,
+    EventBatch, EventFeed, RunFilter, RunSummary, StepState, StoredSource, duration_of, ended_at,
     execute_state, format_name, format_of, format_of_text, output_of, plan_of, records_of, report,
     runs, status_of, stored_source,
 };

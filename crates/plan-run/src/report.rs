@@ -284,7 +284,7 @@ fn with_unsettled(
         TaskStatus::Waiting => plan_types::reasons::WAITING_FOR_APPROVAL,
         TaskStatus::Stopped => plan_types::reasons::STOPPED,
         TaskStatus::Interrupted => plan_types::reasons::NOT_STARTED_INTERRUPTED,
-        _ => "not started yet",
+        _ => plan_types::reasons::NOT_STARTED_YET,
     };
     let started_reason = if status == TaskStatus::Interrupted {
         plan_types::reasons::INTERRUPTED
@@ -493,6 +493,70 @@ impl EventFeed {
     }
 }
 
+/// What a step's record says of it, as every front-end shows it (the summary's line, a node's
+/// colour): read from the record and the status of its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepState {
+    /// Called and not ended yet (read from the ledger while the run goes).
+    Running,
+    /// Cut off while it ran (the run stopped, or its process died): it runs again on resume.
+    Interrupted,
+    /// Not had its turn: it runs on resume (or later in a run that goes on).
+    NotStarted,
+    /// Not started because the run waits for approvals: it runs on resume.
+    Waiting,
+    /// Skipped: its `when` was false, or what it depends on failed or was skipped.
+    Skipped,
+    /// Succeeded.
+    Ok,
+    /// Failed for good.
+    Failed,
+    /// Can never run (it depends on a step the plan does not have).
+    Blocked,
+}
+
+impl StepState {
+    /// The state of the step `record` is of, in a run of status `run`.
+    pub fn of(record: &Record, run: TaskStatus) -> StepState {
+        use plan_types::reasons;
+        let reason = record.reason.as_deref().unwrap_or("");
+        let untouched = !record.ok && record.upstream.is_none();
+        if !record.ok && reason == reasons::RUNNING {
+            StepState::Running
+        } else if !record.ok && reason == reasons::INTERRUPTED {
+            StepState::Interrupted
+        } else if untouched
+            && [
+                reasons::STOPPED,
+                reasons::NOT_STARTED_INTERRUPTED,
+                reasons::NOT_STARTED_YET,
+            ]
+            .contains(&reason)
+        {
+            StepState::NotStarted
+        } else if run == TaskStatus::Waiting && record.skipped && untouched {
+            StepState::Waiting
+        } else if record.ok && record.skipped {
+            StepState::Skipped
+        } else if record.ok {
+            StepState::Ok
+        } else if let Some(error) = &record.error {
+            // Stopped with the run (Ctrl+C, SIGTERM, a time limit): not kept as a failure, so
+            // a resume runs it again.
+            if error.code == plan_engine::codes::E_CANCELLED {
+                StepState::Interrupted
+            } else {
+                StepState::Failed
+            }
+        } else if record.skipped {
+            StepState::Skipped
+        } else {
+            StepState::Blocked
+        }
+    }
+}
+
 /// What a step put out, as text (what `logs` prints): exec's stdout then stderr (marked), http's body, an MCP
 /// tool's text, a failure's message with the output its details hold; else its result as JSON.
 pub fn output_of(record: &Record) -> String {
@@ -531,4 +595,63 @@ pub fn output_of(record: &Record) -> String {
         serde_json::Value::Null => String::new(),
         other => serde_json::to_string_pretty(other).unwrap_or_default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StepState;
+    use plan_types::{Record, StepError, TaskStatus, reasons};
+
+    fn record(ok: bool, skipped: bool, reason: &str) -> Record {
+        let mut record = Record::meta(TaskStatus::Completed, 0);
+        record.step_id = "s".to_owned();
+        record.ok = ok;
+        record.skipped = skipped;
+        record.reason = Some(reason.to_owned()).filter(|r| !r.is_empty());
+        record
+    }
+
+    #[test]
+    fn a_record_reads_as_what_happened_to_its_step_in_its_run() {
+        let state = |record: &Record, run| StepState::of(record, run);
+        let running = TaskStatus::Running;
+        assert_eq!(state(&record(true, false, ""), running), StepState::Ok);
+        assert_eq!(
+            state(&record(false, false, reasons::RUNNING), running),
+            StepState::Running
+        );
+        assert_eq!(
+            state(
+                &record(false, false, reasons::INTERRUPTED),
+                TaskStatus::Interrupted
+            ),
+            StepState::Interrupted
+        );
+        assert_eq!(
+            state(&record(false, true, reasons::NOT_STARTED_YET), running),
+            StepState::NotStarted
+        );
+        let waits = record(false, true, reasons::WAITING_FOR_APPROVAL);
+        assert_eq!(state(&waits, TaskStatus::Waiting), StepState::Waiting);
+        assert_eq!(state(&waits, TaskStatus::Failed), StepState::Skipped);
+        assert_eq!(
+            state(&record(true, true, reasons::CONDITION_FALSE), running),
+            StepState::Skipped
+        );
+        let mut failed = record(false, false, "");
+        failed.error = Some(Box::new(StepError::new("E_TOOL", "no")));
+        assert_eq!(state(&failed, TaskStatus::Failed), StepState::Failed);
+        failed.error = Some(Box::new(StepError::new(
+            plan_engine::codes::E_CANCELLED,
+            "stopped",
+        )));
+        assert_eq!(state(&failed, TaskStatus::Stopped), StepState::Interrupted);
+        assert_eq!(
+            state(
+                &record(false, false, "unknown dependency `x`"),
+                TaskStatus::Blocked
+            ),
+            StepState::Blocked
+        );
+    }
 }

@@ -103,6 +103,8 @@ pub mod reasons {
     pub const INTERRUPTED: &str = "interrupted: the run's process died while it ran";
     /// Not started when the run's process died.
     pub const NOT_STARTED_INTERRUPTED: &str = "the run's process died before it started";
+    /// Not started yet, in a run that is still going.
+    pub const NOT_STARTED_YET: &str = "not started yet";
     /// How the reason of a step that depends on a step the plan does not have starts (the
     /// names follow): it never runs, and the run ends `BLOCKED`.
     pub const UNKNOWN_DEPENDENCY: &str = "unknown dependency";
