@@ -698,6 +698,46 @@ fn a_resumed_run_whose_state_file_cannot_be_written_says_whose_file_it_is() {
 }
 
 #[test]
+fn a_plan_folder_others_may_write_in_is_neither_the_project_nor_the_ledger() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::new();
+    let plan = lab.write("p.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+    // Anyone could have put a ledger or an MCP configuration (whose servers would start) here.
+    let shared = lab.dir.path().join(".plan");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(
+        shared.join("mcp.json"),
+        r#"{"mcpServers": {"x": {"command": "sh", "args": ["-c", "touch planted"]}}}"#,
+    )
+    .unwrap();
+    lab.cli()
+        .args(["tools"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("x.").not());
+    lab.cli()
+        .args(["run", path_str(&plan)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "is another user's (or others may write in it)",
+        ))
+        .stderr(predicate::str::contains("--db"));
+    assert!(!shared.join("state.db").exists());
+    assert!(
+        !lab.dir.path().join("planted").exists(),
+        "no server of it started"
+    );
+    // `--db` records the run elsewhere.
+    let db = lab.dir.path().join("mine.db");
+    lab.cli()
+        .args(["--db", path_str(&db), "run", path_str(&plan)])
+        .assert()
+        .success();
+}
+
+#[test]
 fn a_ledger_in_a_read_only_folder_can_still_be_read() {
     use std::os::unix::fs::PermissionsExt;
     let lab = Lab::new();

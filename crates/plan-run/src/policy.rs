@@ -345,6 +345,13 @@ impl Policy {
         )
     }
 
+    /// Checks a prepared plan `author` wrote as a run of it is checked: its text's size, then
+    /// [`Policy::check`].
+    pub fn judge(&self, author: Author, prepared: &crate::Prepared) -> Result<(), PolicyError> {
+        self.check_size(author, prepared.loaded.source.text().len())?;
+        self.check(author, &prepared.loaded.plan, &prepared.program)
+    }
+
     /// Checks `program` (compiled from `plan`, written by `author`) against this policy:
     /// its size, the environment it reads, every call it can make, and its workspace.
     pub fn check(&self, author: Author, plan: &Plan, program: &Program) -> Result<(), PolicyError> {

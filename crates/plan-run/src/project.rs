@@ -39,17 +39,24 @@ impl Project {
     }
 }
 
-/// Whether this process's user owns `dir` (elsewhere than on Unix, taken as yes).
+/// Whether `dir` is this process's user's own folder: the entry itself (not a link another
+/// user made to a folder of ours) and the folder it names owned by this user, and the folder
+/// not writable by every user (who could put an MCP configuration in it). Elsewhere than on Unix,
+/// any folder.
 fn owned_here(dir: &Path) -> bool {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(dir).is_ok_and(|meta| meta.uid() == nix::unistd::geteuid().as_raw())
+        let me = nix::unistd::geteuid().as_raw();
+        let (Ok(entry), Ok(folder)) = (std::fs::symlink_metadata(dir), std::fs::metadata(dir))
+        else {
+            return false;
+        };
+        entry.uid() == me && folder.is_dir() && folder.uid() == me && folder.mode() & 0o002 == 0
     }
     #[cfg(not(unix))]
     {
-        let _ = dir;
-        true
+        std::fs::metadata(dir).is_ok_and(|folder| folder.is_dir())
     }
 }
 
@@ -57,18 +64,27 @@ fn owned_here(dir: &Path) -> bool {
 #[derive(Debug, Clone)]
 pub struct Ledger {
     path: PathBuf,
+    /// Its folder is a `.plan/` another user owns: it is neither read nor written.
+    foreign: bool,
 }
 
 impl Ledger {
     /// `given` (a front-end's own setting), else `state.db` in `project`'s `.plan/`, else
     /// [`plan_store::DEFAULT_PATH`] here (the first run then makes `./.plan/`).
     pub fn new(given: Option<&Path>, project: Option<&Project>) -> Self {
-        let path = match (given, project) {
-            (Some(path), _) => path.to_path_buf(),
-            (None, Some(project)) => project.dir.join("state.db"),
-            (None, None) => PathBuf::from(plan_store::DEFAULT_PATH),
+        let (path, foreign) = match (given, project) {
+            (Some(path), _) => (path.to_path_buf(), false),
+            (None, Some(project)) => (project.dir.join("state.db"), false),
+            // The first run makes `./.plan/`; one that is there and not this user's (passed
+            // over as a project) is not written into either.
+            (None, None) => {
+                let path = PathBuf::from(plan_store::DEFAULT_PATH);
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let foreign = std::fs::symlink_metadata(dir).is_ok() && !owned_here(dir);
+                (path, foreign)
+            }
         };
-        Ledger { path }
+        Ledger { path, foreign }
     }
 
     /// The file.
@@ -83,7 +99,19 @@ impl Ledger {
 
     /// Opens the ledger, creating it if it is not there.
     pub fn open(&self) -> Result<Store, StoreError> {
+        self.refuse_foreign()?;
         Store::open(&self.path)
+    }
+
+    fn refuse_foreign(&self) -> Result<(), StoreError> {
+        if !self.foreign {
+            return Ok(());
+        }
+        Err(StoreError::Open {
+            path: self.path.clone(),
+            message: "its folder is another user's (or others may write in it), so it is not used"
+                .to_owned(),
+        })
     }
 
     /// Opens the ledger, refusing to create one ([`StoreError::Missing`]).
@@ -99,6 +127,7 @@ impl Ledger {
     /// Opens an existing ledger to read it: read-only when this process may not write it (a
     /// ledger in a read-only folder can still be listed and inspected).
     pub fn open_reader(&self) -> Result<Store, StoreError> {
+        self.refuse_foreign()?;
         if !self.exists() {
             return self.open_existing();
         }
@@ -162,6 +191,33 @@ mod tests {
             // Any other user: the root folder is root's.
             assert!(!super::owned_here(std::path::Path::new("/")));
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_linked_or_world_writable_plan_folder_is_not_a_project() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        // A folder anyone may write in (as `/tmp` is), and a `.plan` linking to it.
+        let open = root.path().join("open");
+        std::fs::create_dir_all(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let work = root.path().join("work");
+        std::fs::create_dir_all(work.join("deep")).unwrap();
+        std::os::unix::fs::symlink(&open, work.join(".plan")).unwrap();
+        assert_eq!(Project::find(&work.join("deep")), None);
+        // Its own `.plan`, world-writable, is not one either; made private, it is.
+        let mine = root.path().join("mine");
+        std::fs::create_dir_all(mine.join(".plan")).unwrap();
+        std::fs::set_permissions(mine.join(".plan"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        assert_eq!(Project::find(&mine), None);
+        std::fs::set_permissions(mine.join(".plan"), std::fs::Permissions::from_mode(0o775))
+            .unwrap();
+        assert!(
+            Project::find(&mine).is_some(),
+            "a group may write in its own"
+        );
     }
 
     #[test]

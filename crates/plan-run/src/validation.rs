@@ -83,7 +83,7 @@ impl Validation {
         if author == Author::Operator {
             return Validation::of(prepared);
         }
-        match policy.check(author, &prepared.loaded.plan, &prepared.program) {
+        match policy.judge(author, prepared) {
             Ok(()) => Validation::of(prepared),
             Err(refused) => {
                 let mut issues = refused.issues();

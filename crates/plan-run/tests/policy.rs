@@ -128,3 +128,45 @@ fn a_replans_new_steps_are_judged_alone_with_the_environment_they_read() {
     let error = policy.check(Author::Model, &plan, &program).unwrap_err();
     assert_eq!(error.violations.len(), 2, "{error}");
 }
+
+/// What `validate` says of another author's plan is what a run of it meets: its size too, and
+/// each violation is a problem at its place in the plan.
+#[test]
+fn a_plan_is_judged_for_validation_as_its_run_is() {
+    let text =
+        json!({"steps": [{"id": "a", "tool": "exec", "args": {"argv": ["true"]}}]}).to_string();
+    let toolbox = plan_run::Toolbox::new(plan_tools::builtin_registry());
+    let prepared = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(plan_run::prepare(
+            Source::new("p.json", text.clone()),
+            Format::Json,
+            "p",
+            Default::default(),
+            &toolbox,
+            plan_run::Strictness::VALIDATE,
+            &|_| None,
+        ))
+        .unwrap();
+    let small = Policy {
+        max_plan_bytes: 10,
+        ..Policy::default()
+    };
+    let refused = small.judge(Author::Model, &prepared).unwrap_err();
+    assert!(
+        refused.to_string().contains("plans of at most 10"),
+        "{refused}"
+    );
+    let validation = plan_run::Validation::judged(&prepared, Author::Model, &Policy::default());
+    assert!(!validation.valid);
+    let error = &validation.errors[0];
+    assert_eq!(error.code, "policy::not_allowed");
+    assert!(error.message.contains("calls `exec`"), "{}", error.message);
+    assert_eq!(
+        (error.line, error.column),
+        (Some(1), Some(11)),
+        "at the step"
+    );
+    // The operator's own plan is not judged.
+    assert!(plan_run::Validation::judged(&prepared, Author::Operator, &Policy::default()).valid);
+}

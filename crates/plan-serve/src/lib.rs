@@ -702,10 +702,19 @@ impl PlanServer {
         } else {
             serde_json::to_string(&inputs).map_or(0, |text| text.len())
         };
-        self.settings
+        // Refused before it is read: a problem of the plan, at its root.
+        if let Err(refused) = self
+            .settings
             .policy
             .check_size(Author::McpClient, text.len() + given)
-            .map_err(|error| error.to_string())?;
+        {
+            let issues = refused.issues();
+            let source = Source::new(name, text);
+            return Ok(Err(PrepareError::Invalid(Box::new(plan_run::Problems {
+                source,
+                issues,
+            }))));
+        }
         let env = self.settings.env.clone();
         Ok(block(plan_run::prepare(
             Source::new(name, text),

@@ -45,8 +45,7 @@ pub(crate) fn validate(
     }
     let ready = prepare(&args.plan, toolbox, ledger, Severity::Error)?;
     if author != plan_run::Author::Operator
-        && let Err(refused) =
-            plan_run::Policy::default().check(author, &ready.loaded.plan, &ready.program)
+        && let Err(refused) = plan_run::Policy::default().judge(author, &ready)
     {
         return Err(Failure::plan_issues(
             &ready.loaded.source,
