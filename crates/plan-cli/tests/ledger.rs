@@ -771,7 +771,9 @@ fn a_ledger_in_a_read_only_folder_can_still_be_read() {
         } else {
             std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
         };
+        // Named: another user's `.plan/` is not found as a project (root's, read as `nobody`).
         let output = command
+            .args(["--db", ".plan/state.db"])
             .args(args)
             .current_dir(lab.dir.path())
             .env_remove("PLAN_DB")
@@ -791,6 +793,20 @@ fn a_ledger_in_a_read_only_folder_can_still_be_read() {
     assert!(stdout.contains("\"COMPLETED\""), "{stdout}");
     let (code, _, stderr) = read(&["events", &run_id]);
     assert_eq!(code, Some(0), "{stderr}");
+    if root {
+        // Unnamed, another user's `.plan/` is neither the project nor the ledger.
+        let output = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_plan-cli"))
+            .args(["runs"])
+            .current_dir(lab.dir.path())
+            .env_remove("PLAN_DB")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("another user's"), "{stderr}");
+    }
     mode(&folder, 0o755);
 }
 
