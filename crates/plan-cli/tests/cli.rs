@@ -1016,3 +1016,30 @@ fn codes(report: &Value, key: &str) -> Vec<String> {
         .map(|issue| issue["code"].as_str().unwrap().to_owned())
         .collect()
 }
+
+#[test]
+fn a_plan_or_variables_file_without_end_is_refused_after_the_largest_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    // Read whole, /dev/zero would fill the memory; read to one byte past the bound, it is
+    // too large.
+    plan_cli()
+        .args(["--db", db.to_str().unwrap(), "validate", "/dev/zero"])
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("at most 134217728 are read"));
+    let plan = write_plan(
+        dir.path(),
+        "p.json",
+        &json!({"steps": [{"id": "a", "tool": "echo"}]}),
+    );
+    plan_cli()
+        .args(["--db", db.to_str().unwrap(), "validate"])
+        .arg(&plan)
+        .args(["--vars", "/dev/zero"])
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is not a valid variables file"));
+}

@@ -90,12 +90,11 @@ impl PlanInput {
                 .ok_or_else(|| InputError::NotStored(id.into_owned()));
         }
         if self.is_stdin() {
-            let mut text = String::new();
-            stdin.read_to_string(&mut text).map_err(InputError::Stdin)?;
+            let text = read_bounded(stdin).map_err(InputError::Stdin)?;
             let format = crate::format_of_text(&text);
             return Ok((Source::new("<stdin>", text), format));
         }
-        match std::fs::read_to_string(&self.path) {
+        match std::fs::File::open(&self.path).and_then(|mut file| read_bounded(&mut file)) {
             Ok(text) => Ok((
                 Source::new(self.path.display().to_string(), text),
                 Format::from_path(&self.path),
@@ -164,6 +163,17 @@ pub fn resolve_folder(dir: &Path) -> Result<PathBuf, InputError> {
     Ok(absolute)
 }
 
+/// Reads text up to one byte past the largest plan: enough for the loader to say a larger one
+/// is too large, without reading a file or a stream of any size whole first.
+fn read_bounded(reader: &mut dyn std::io::Read) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let limit = plan_graph::MAX_PLAN_BYTES as u64 + 1;
+    reader.take(limit).read_to_end(&mut bytes)?;
+    String::from_utf8(bytes)
+        .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))
+}
+
 /// The stored plan `id`, if there is a ledger and it has one.
 fn stored(id: &str, ledger: &Ledger) -> Result<Option<StoredSource>, LifecycleError> {
     if !ledger.exists() {
@@ -190,8 +200,9 @@ impl Variables {
     pub fn read(&self) -> Result<Inputs, InputError> {
         let mut typed = Map::new();
         if let Some(path) = &self.file {
-            let text =
-                std::fs::read_to_string(path).map_err(|source| InputError::VariablesFile {
+            let text = std::fs::File::open(path)
+                .and_then(|mut file| read_bounded(&mut file))
+                .map_err(|source| InputError::VariablesFile {
                     path: path.clone(),
                     source,
                 })?;
