@@ -427,7 +427,8 @@ pub(crate) struct ExecutionArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) events: Option<PathBuf>,
     /// Keep the execute-state.json document (schema 2.0) current in FILE while the run goes
-    /// (kept with the run: `resume` and `retry` keep the same file current)
+    /// (kept with the run: `resume` and `retry` keep the same file current; one given to them is
+    /// kept from then on)
     #[arg(long, value_name = "FILE")]
     pub(crate) state_file: Option<PathBuf>,
     /// Run every tool call as a job on a BullMQ queue at this Redis (`redis://HOST:PORT[/DB]`;

@@ -735,9 +735,25 @@ pub async fn resume(
         hold_to(policy, author_of(&row), &prepared, &mut execution)?;
     }
     let kept = crate::sources_of(&row).state_file;
+    let given = (execution.state_file.as_deref())
+        .map(|path| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
     let folder = working_dir_of(&row);
     let folder = folder.as_deref().and_then(Path::to_str);
-    let state_file = state_file_of(&mut execution, kept, &prepared, folder)?;
+    let state_file = state_file_of(&mut execution, kept.clone(), &prepared, folder)?;
+    // Another file given: the run keeps that one from now on, so that no later resume writes
+    // the old one again.
+    if let Some(given) = given
+        && kept.as_ref() != Some(&given)
+    {
+        let mut options = row.options.clone();
+        if let Some(sources) = (options.as_object_mut())
+            .map(|all| all.entry("sources").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut)
+        {
+            sources.insert("state_file".to_owned(), json!(given));
+            store.set_options(&row.run_id, &options)?;
+        }
+    }
     let events_file = open_events_file(&mut execution)?;
     // Prepared already: the text is not kept through the run.
     drop(source);

@@ -168,3 +168,34 @@ fn a_state_file_given_with_the_start_s_sources_is_kept_current_too() {
         "and keeps it"
     );
 }
+
+#[test]
+fn a_state_file_given_to_a_resume_is_the_one_the_run_keeps_from_then_on() {
+    let runtime = runtime();
+    let (dir, ledger) = ledger();
+    let first = dir.path().join("first.json");
+    let mut execution = Execution::new();
+    execution.state_file = Some(first.clone());
+    let from = waiting_run(&runtime, &ledger, Start::new(), execution);
+    let run = from.row.run_id.clone();
+    // Resumed with another file: the run is still waiting for nothing else, so it ends.
+    let second = dir.path().join("second.json");
+    let toolbox = Toolbox::new(plan_tools::builtin_registry());
+    let prepared = runtime.block_on(from.prepare(&toolbox, &|_| None)).unwrap();
+    let mut execution = Execution::new();
+    execution.state_file = Some(second.clone());
+    runtime
+        .block_on(plan_run::resume(
+            Store::open(&ledger).unwrap(),
+            from,
+            prepared,
+            execution,
+        ))
+        .unwrap();
+    let row = Store::open(&ledger).unwrap().run(&run).unwrap();
+    assert_eq!(
+        plan_run::sources_of(&row).state_file.as_deref(),
+        Some(second.as_path())
+    );
+    assert!(second.exists());
+}

@@ -347,6 +347,21 @@ impl Store {
         Ok(u32::try_from(kept + 1).unwrap_or(u32::MAX))
     }
 
+    /// Replaces what a run keeps of how it runs (its `options`): a resume given another state
+    /// file keeps that one from then on.
+    pub fn set_options(&mut self, run_id: &str, options: &Value) -> Result<(), StoreError> {
+        self.run_key(run_id)?;
+        self.conn.execute(
+            "UPDATE runs SET options = ?2, updated_at = ?3 WHERE run_id = ?1",
+            params![
+                run_id,
+                options.to_string(),
+                crate::timestamp(std::time::SystemTime::now())
+            ],
+        )?;
+        Ok(())
+    }
+
     /// How many times a run's plan was replaced (`run --replan`).
     pub fn revisions(&self, run_id: &str) -> Result<u32, StoreError> {
         let count: i64 = self.conn.query_row(
