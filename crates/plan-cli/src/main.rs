@@ -35,9 +35,18 @@ fn main() {
     if let Some(outcome) = early {
         exit_with(outcome);
     }
-    let project = std::env::current_dir()
-        .ok()
-        .and_then(|here| Project::find(&here));
+    let here = std::env::current_dir().ok();
+    let project = here.as_deref().and_then(Project::find);
+    for dir in here
+        .as_deref()
+        .map(Project::passed_over)
+        .unwrap_or_default()
+    {
+        eprintln!(
+            "warning: {} is passed over (another user's, a link, or every user may write in it): its ledger and MCP configuration are not used",
+            dir.display()
+        );
+    }
     let ledger = Ledger::new(cli.db.as_deref(), project.as_ref());
     // Tool options count before the command and after it (after wins for the file).
     let after = cli.command.tool_options();

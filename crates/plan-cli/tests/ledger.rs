@@ -715,7 +715,8 @@ fn a_plan_folder_others_may_write_in_is_neither_the_project_nor_the_ledger() {
         .args(["tools"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("x.").not());
+        .stdout(predicate::str::contains("x.").not())
+        .stderr(predicate::str::contains(".plan is passed over"));
     lab.cli()
         .args(["run", path_str(&plan)])
         .assert()

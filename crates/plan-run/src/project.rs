@@ -28,6 +28,18 @@ impl Project {
             .map(|dir| Project { dir })
     }
 
+    /// The `.plan/` folders nearer to `start` than its project (or than the root) that are
+    /// passed over for their owner, a link or their permissions: a front-end says so, so that
+    /// a configuration nobody uses is not a mystery.
+    pub fn passed_over(start: &Path) -> Vec<PathBuf> {
+        start
+            .ancestors()
+            .map(|dir| dir.join(".plan"))
+            .filter(|candidate| candidate.is_dir())
+            .take_while(|candidate| !owned_here(candidate))
+            .collect()
+    }
+
     /// The `.plan/` folder.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -212,6 +224,7 @@ mod tests {
         std::fs::set_permissions(mine.join(".plan"), std::fs::Permissions::from_mode(0o777))
             .unwrap();
         assert_eq!(Project::find(&mine), None);
+        assert_eq!(Project::passed_over(&mine), vec![mine.join(".plan")]);
         std::fs::set_permissions(mine.join(".plan"), std::fs::Permissions::from_mode(0o775))
             .unwrap();
         assert!(
