@@ -739,6 +739,31 @@ fn a_plan_folder_others_may_write_in_is_neither_the_project_nor_the_ledger() {
 }
 
 #[test]
+fn a_project_made_under_any_umask_is_found_again() {
+    use std::os::unix::fs::PermissionsExt;
+    // Under umask 000 a plain `mkdir` makes a folder every user may write in, which is then
+    // passed over as a project: `.plan/` is made private whatever the umask.
+    for first in [&["init"][..], &["run", "p.json"][..]] {
+        let lab = Lab::new();
+        lab.write("p.json", &json!({"steps": [{"id": "a", "tool": "echo"}]}));
+        let mut command = std::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg("umask 000; exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_plan-cli"))
+            .args(first)
+            .current_dir(lab.dir.path())
+            .env_remove("PLAN_DB");
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{first:?}: {}", String::from_utf8_lossy(&output.stderr));
+        let mode = std::fs::metadata(lab.dir.path().join(".plan")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o022, 0, "{first:?}: .plan is {mode:o}");
+        lab.cli().args(["run", "p.json"]).assert().success();
+        lab.cli().args(["runs"]).assert().success();
+    }
+}
+
+#[test]
 fn a_ledger_in_a_read_only_folder_can_still_be_read() {
     use std::os::unix::fs::PermissionsExt;
     let lab = Lab::new();

@@ -89,18 +89,7 @@ pub fn load(
     options: &LoadOptions,
 ) -> Result<LoadedPlan, InvalidPlan> {
     let limit = options.max_bytes.unwrap_or(MAX_PLAN_BYTES);
-    if source.text().len() > limit {
-        let issue = Issue {
-            location: Location::Nowhere,
-            ..Issue::error(
-                "plan::too_large",
-                PlanPath::root(),
-                format!(
-                    "the plan is {} bytes; at most {limit} are read",
-                    source.text().len()
-                ),
-            )
-        };
+    if let Some(issue) = too_large(&source, limit, "plan") {
         return Err(InvalidPlan {
             plan_source: source,
             issues: vec![issue],
@@ -376,8 +365,28 @@ fn every_schema_issue(source: &Source, format: Format) -> Vec<Issue> {
     issues
 }
 
+/// The issue of a `what` whose text is past `limit` bytes (none if it is not): it is not read.
+fn too_large(source: &Source, limit: usize, what: &str) -> Option<Issue> {
+    let bytes = source.text().len();
+    (bytes > limit).then(|| Issue {
+        location: Location::Nowhere,
+        ..Issue::error(
+            "plan::too_large",
+            PlanPath::root(),
+            format!("the {what} is {bytes} bytes; at most {limit} are read"),
+        )
+    })
+}
+
 /// Parses a variables file (`--vars FILE`): one JSON or YAML object of name → value.
 pub fn load_variables(source: Source, format: Format) -> Result<Map<String, Value>, InvalidPlan> {
+    if let Some(issue) = too_large(&source, MAX_PLAN_BYTES, "variables file") {
+        return Err(InvalidPlan {
+            plan_source: source,
+            issues: vec![issue],
+            plan: None,
+        });
+    }
     match parse::<Map<String, Value>>(&source, format) {
         Ok(variables) => Ok(variables),
         Err(issue) => Err(InvalidPlan {

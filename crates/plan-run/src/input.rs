@@ -164,12 +164,17 @@ pub fn resolve_folder(dir: &Path) -> Result<PathBuf, InputError> {
 }
 
 /// Reads text up to one byte past the largest plan: enough for the loader to say a larger one
-/// is too large, without reading a file or a stream of any size whole first.
+/// is too large, without reading a file or a stream of any size whole first. What is cut
+/// there is kept as it reads (a character cut in two is not bad UTF-8: the text is too large).
 fn read_bounded(reader: &mut dyn std::io::Read) -> std::io::Result<String> {
     use std::io::Read;
     let mut bytes = Vec::new();
     let limit = plan_graph::MAX_PLAN_BYTES as u64 + 1;
     reader.take(limit).read_to_end(&mut bytes)?;
+    if bytes.len() > plan_graph::MAX_PLAN_BYTES {
+        // Still past the bound: a cut character becomes U+FFFD, no shorter than it was.
+        return Ok(String::from_utf8_lossy(&bytes).into_owned());
+    }
     String::from_utf8(bytes)
         .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))
 }
@@ -242,6 +247,24 @@ mod tests {
         assert_eq!(input.default_id(), "nothing");
         assert_eq!(input.folder(None).unwrap(), None);
         assert!(!ledger.exists(), "reading a plan creates no ledger");
+    }
+
+    #[test]
+    fn text_past_the_bound_is_too_large_even_cut_in_a_character_and_as_variables() {
+        use std::io::Read;
+        let max = plan_graph::MAX_PLAN_BYTES;
+        // `é` is two bytes: the bound falls between them.
+        let mut endless = std::io::repeat(b'a').take(max as u64).chain("é: 1".as_bytes());
+        let text = super::read_bounded(&mut endless).unwrap();
+        assert!(text.len() > max);
+        let source = plan_graph::Source::new("vars.yaml", text);
+        let invalid = plan_graph::load_variables(source, plan_graph::Format::Yaml).unwrap_err();
+        assert_eq!(invalid.issues[0].code, "plan::too_large");
+        assert!(
+            invalid.issues[0].message.contains("the variables file is"),
+            "{}",
+            invalid.issues[0].message
+        );
     }
 
     #[test]

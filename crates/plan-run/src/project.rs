@@ -40,6 +40,28 @@ impl Project {
             .collect()
     }
 
+    /// Makes the project of `here`: its `.plan/` folder, which only this user may write in
+    /// whatever the umask (one every user could write in would not be found again), or the one
+    /// that is there if it is this user's.
+    pub fn create(here: &Path) -> std::io::Result<Project> {
+        let dir = here.join(".plan");
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o755);
+        match builder.create(&dir) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error),
+        }
+        if !owned_here(&dir) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("{} is another user's, a link, or every user may write in it", dir.display()),
+            ));
+        }
+        Ok(Project { dir })
+    }
+
     /// The `.plan/` folder.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -78,12 +100,16 @@ pub struct Ledger {
     path: PathBuf,
     /// Its folder is a `.plan/` another user owns: it is neither read nor written.
     foreign: bool,
+    /// Its folder is the `.plan/` of the current folder, made by the first run
+    /// ([`Project::create`]).
+    in_new_project: bool,
 }
 
 impl Ledger {
     /// `given` (a front-end's own setting), else `state.db` in `project`'s `.plan/`, else
     /// [`plan_store::DEFAULT_PATH`] here (the first run then makes `./.plan/`).
     pub fn new(given: Option<&Path>, project: Option<&Project>) -> Self {
+        let in_new_project = given.is_none() && project.is_none();
         let (path, foreign) = match (given, project) {
             (Some(path), _) => (path.to_path_buf(), false),
             (None, Some(project)) => (project.dir.join("state.db"), false),
@@ -96,7 +122,11 @@ impl Ledger {
                 (path, foreign)
             }
         };
-        Ledger { path, foreign }
+        Ledger {
+            path,
+            foreign,
+            in_new_project,
+        }
     }
 
     /// The file.
@@ -112,6 +142,14 @@ impl Ledger {
     /// Opens the ledger, creating it if it is not there.
     pub fn open(&self) -> Result<Store, StoreError> {
         self.refuse_foreign()?;
+        if self.in_new_project
+            && let Some(here) = self.path.parent().and_then(Path::parent)
+        {
+            Project::create(here).map_err(|error| StoreError::Open {
+                path: self.path.clone(),
+                message: error.to_string(),
+            })?;
+        }
         Store::open(&self.path)
     }
 

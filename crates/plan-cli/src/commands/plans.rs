@@ -422,8 +422,8 @@ pub(crate) fn init(args: &crate::cli::InitArgs) -> Result<i32, Failure> {
             args.plan.display()
         )));
     }
-    std::fs::create_dir_all(".plan")
-        .map_err(|error| Failure::input(format!("cannot create .plan/: {error}")))?;
+    plan_run::Project::create(std::path::Path::new("."))
+        .map_err(|error| Failure::input(format!("cannot make .plan/: {error}")))?;
     // For editors: the starter plan's first line points at it.
     std::fs::write(".plan/plan.schema.json", schema_text())
         .map_err(|error| Failure::input(format!("cannot write .plan/plan.schema.json: {error}")))?;
