@@ -755,8 +755,15 @@ fn a_project_made_under_any_umask_is_found_again() {
             .current_dir(lab.dir.path())
             .env_remove("PLAN_DB");
         let output = command.output().unwrap();
-        assert!(output.status.success(), "{first:?}: {}", String::from_utf8_lossy(&output.stderr));
-        let mode = std::fs::metadata(lab.dir.path().join(".plan")).unwrap().permissions().mode();
+        assert!(
+            output.status.success(),
+            "{first:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let mode = std::fs::metadata(lab.dir.path().join(".plan"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o022, 0, "{first:?}: .plan is {mode:o}");
         lab.cli().args(["run", "p.json"]).assert().success();
         lab.cli().args(["runs"]).assert().success();

@@ -740,20 +740,9 @@ pub async fn resume(
     let folder = working_dir_of(&row);
     let folder = folder.as_deref().and_then(Path::to_str);
     let state_file = state_file_of(&mut execution, kept.clone(), &prepared, folder)?;
-    // Another file given: the run keeps that one from now on, so that no later resume writes
-    // the old one again.
-    if let Some(given) = given
-        && kept.as_ref() != Some(&given)
-    {
-        let mut options = row.options.clone();
-        if let Some(sources) = (options.as_object_mut())
-            .map(|all| all.entry("sources").or_insert_with(|| json!({})))
-            .and_then(Value::as_object_mut)
-        {
-            sources.insert("state_file".to_owned(), json!(given));
-            store.set_options(&row.run_id, &options)?;
-        }
-    }
+    // Another file given: the run keeps that one from now on (once nothing can refuse the
+    // resume any more), so that no later resume writes the old one again.
+    let keep_state_file = given.filter(|given| kept.as_ref() != Some(given));
     let events_file = open_events_file(&mut execution)?;
     // Prepared already: the text is not kept through the run.
     drop(source);
@@ -875,6 +864,9 @@ pub async fn resume(
     // The row holds the plan's text: only its id goes on.
     let run_id = row.run_id.clone();
     drop(row);
+    if let Some(path) = keep_state_file {
+        store.set_option(&run_id, "$.sources.state_file", &json!(path))?;
+    }
     finish(
         events_file,
         execute(prepared, &run_id, store, from, execution, state_file).await,

@@ -254,7 +254,9 @@ mod tests {
         use std::io::Read;
         let max = plan_graph::MAX_PLAN_BYTES;
         // `é` is two bytes: the bound falls between them.
-        let mut endless = std::io::repeat(b'a').take(max as u64).chain("é: 1".as_bytes());
+        let mut endless = std::io::repeat(b'a')
+            .take(max as u64)
+            .chain("é: 1".as_bytes());
         let text = super::read_bounded(&mut endless).unwrap();
         assert!(text.len() > max);
         let source = plan_graph::Source::new("vars.yaml", text);

@@ -56,7 +56,10 @@ impl Project {
         if !owned_here(&dir) {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
-                format!("{} is another user's, a link, or every user may write in it", dir.display()),
+                format!(
+                    "{} is another user's, a link, or every user may write in it",
+                    dir.display()
+                ),
             ));
         }
         Ok(Project { dir })

@@ -347,15 +347,22 @@ impl Store {
         Ok(u32::try_from(kept + 1).unwrap_or(u32::MAX))
     }
 
-    /// Replaces what a run keeps of how it runs (its `options`): a resume given another state
+    /// Sets one value of what a run keeps of how it runs (its `options`), at `path` (a JSON
+    /// path, `$.sources.state_file`), leaving the rest as it is: a resume given another state
     /// file keeps that one from then on.
-    pub fn set_options(&mut self, run_id: &str, options: &Value) -> Result<(), StoreError> {
+    pub fn set_option(
+        &mut self,
+        run_id: &str,
+        path: &str,
+        value: &Value,
+    ) -> Result<(), StoreError> {
         self.run_key(run_id)?;
         self.conn.execute(
-            "UPDATE runs SET options = ?2, updated_at = ?3 WHERE run_id = ?1",
+            "UPDATE runs SET options = json_set(options, ?2, json(?3)), updated_at = ?4 WHERE run_id = ?1",
             params![
                 run_id,
-                options.to_string(),
+                path,
+                value.to_string(),
                 crate::timestamp(std::time::SystemTime::now())
             ],
         )?;

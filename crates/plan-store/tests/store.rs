@@ -940,3 +940,26 @@ fn gc_removes_the_log_a_killed_and_cancelled_run_left() {
     assert_eq!(store.gc("9999-01-01T00:00:00.000Z", true).unwrap(), 1);
     assert!(logs_beside(&dir).is_empty(), "{:?}", logs_beside(&dir));
 }
+
+#[test]
+fn one_option_is_set_and_the_others_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("state.db")).unwrap();
+    let inputs = Map::new();
+    let options = json!({"mode": "auto", "working_dir": "/w"});
+    store
+        .begin_run(&new_run("r1", &inputs, &options, "2026-01-01T00:00:00Z"))
+        .unwrap();
+    store
+        .set_option("r1", "$.sources.state_file", &json!("/s.json"))
+        .unwrap();
+    let row = store.run("r1").unwrap();
+    assert_eq!(
+        row.options,
+        json!({"mode": "auto", "working_dir": "/w", "sources": {"state_file": "/s.json"}})
+    );
+    assert!(matches!(
+        store.set_option("nope", "$.a", &json!(1)),
+        Err(StoreError::NotFound { .. })
+    ));
+}
