@@ -478,9 +478,7 @@ fn hold_to(
     prepared: &Prepared,
     execution: &mut Execution,
 ) -> Result<(), LifecycleError> {
-    policy
-        .check_size(author, prepared.loaded.source.text().len())
-        .and_then(|()| policy.check(author, &prepared.loaded.plan, &prepared.program))?;
+    policy.judge(author, prepared)?;
     if policy.forces_approvals() {
         execution.approvals = Some(true);
     }

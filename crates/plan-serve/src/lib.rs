@@ -708,7 +708,11 @@ impl PlanServer {
             .policy
             .check_size(Author::McpClient, text.len() + given)
         {
-            let issues = refused.issues();
+            // Nowhere in the text: placing it would read the text.
+            let mut issues = refused.issues();
+            for issue in &mut issues {
+                issue.location = plan_graph::Location::Nowhere;
+            }
             let source = Source::new(name, text);
             return Ok(Err(PrepareError::Invalid(Box::new(plan_run::Problems {
                 source,
