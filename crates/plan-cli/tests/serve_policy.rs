@@ -162,7 +162,12 @@ fn by_default_a_client_gets_low_risk_tools_no_environment_and_no_approvals() {
     refused(&answers[7], "the plan has 51 steps; at most 50 are allowed");
     refused(&answers[8], "plans of at most 20000 are allowed");
     // Too large to read: an answer as data, placed nowhere in the text it did not read.
-    assert_eq!(answers[8]["content"]["valid"], json!(false), "{}", answers[8]);
+    assert_eq!(
+        answers[8]["content"]["valid"],
+        json!(false),
+        "{}",
+        answers[8]
+    );
     assert_eq!(answers[8]["content"]["errors"][0]["line"], Value::Null);
     refused(&answers[9], "plans of at most 20000 are allowed");
     // After all of that the server is alive and answers.

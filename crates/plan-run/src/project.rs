@@ -240,6 +240,22 @@ mod tests {
             )
             .unwrap();
             assert_eq!(Project::find(&deep), None);
+            // A link another user made, to a private folder of ours, is not one either.
+            let ours = root.path().join("ours");
+            std::fs::create_dir_all(&ours).unwrap();
+            let linked = root.path().join("linked");
+            std::fs::create_dir_all(&linked).unwrap();
+            std::os::unix::fs::symlink(&ours, linked.join(".plan")).unwrap();
+            assert!(Project::find(&linked).is_some(), "our own link is ours");
+            nix::unistd::fchownat(
+                nix::fcntl::AT_FDCWD,
+                &linked.join(".plan"),
+                Some(nix::unistd::Uid::from_raw(65534)),
+                None,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .unwrap();
+            assert_eq!(Project::find(&linked), None);
         } else {
             // Any other user: the root folder is root's.
             assert!(!super::owned_here(std::path::Path::new("/")));
