@@ -157,6 +157,13 @@ fn a_plan_is_judged_for_validation_as_its_run_is() {
         refused.to_string().contains("plans of at most 10"),
         "{refused}"
     );
+    let too_large = plan_run::Validation::judged(&prepared, Author::Model, &small);
+    assert!(!too_large.valid);
+    assert!(
+        too_large.errors[0].message.contains("plans of at most 10"),
+        "{:?}",
+        too_large.errors
+    );
     let validation = plan_run::Validation::judged(&prepared, Author::Model, &Policy::default());
     assert!(!validation.valid);
     let error = &validation.errors[0];
