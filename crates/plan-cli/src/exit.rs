@@ -178,32 +178,21 @@ impl Failure {
     }
 }
 
-impl From<StoreError> for Failure {
-    fn from(error: StoreError) -> Self {
-        Failure::ledger(error)
-    }
+/// Each library error becomes a failure as its `Failure::…` words it, so that `?` does.
+macro_rules! failure_from {
+    ($($error:ty => $word:path),* $(,)?) => {
+        $(impl From<$error> for Failure {
+            fn from(error: $error) -> Self {
+                $word(error)
+            }
+        })*
+    };
 }
 
-impl From<plan_run::InputError> for Failure {
-    fn from(error: plan_run::InputError) -> Self {
-        Failure::plan_input(error)
-    }
-}
-
-impl From<plan_run::LifecycleError> for Failure {
-    fn from(error: plan_run::LifecycleError) -> Self {
-        Failure::lifecycle(error)
-    }
-}
-
-impl From<plan_run::ToolsError> for Failure {
-    fn from(error: plan_run::ToolsError) -> Self {
-        Failure::tools(error)
-    }
-}
-
-impl From<plan_run::PrepareError> for Failure {
-    fn from(error: plan_run::PrepareError) -> Self {
-        Failure::prepare(error)
-    }
-}
+failure_from!(
+    StoreError => Failure::ledger,
+    plan_run::InputError => Failure::plan_input,
+    plan_run::LifecycleError => Failure::lifecycle,
+    plan_run::ToolsError => Failure::tools,
+    plan_run::PrepareError => Failure::prepare,
+);

@@ -178,13 +178,7 @@ fn a_preview_is_refused_before_a_run_is_recorded() {
         Execution::new(),
     ));
     assert!(matches!(refused, Err(plan_run::LifecycleError::Refused(_))));
-    let mut store = Store::open(&ledger).unwrap();
-    assert!(
-        plan_run::runs(&mut store, &RunFilter::default())
-            .unwrap()
-            .is_empty(),
-        "no run is left behind"
-    );
+    common::assert_no_runs(&ledger);
 }
 
 #[test]

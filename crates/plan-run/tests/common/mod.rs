@@ -16,3 +16,15 @@ pub(crate) fn ledger() -> (tempfile::TempDir, std::path::PathBuf) {
     let ledger = dir.path().join("state.db");
     (dir, ledger)
 }
+
+/// Asserts that the ledger holds no run (a refusal left nothing behind).
+#[allow(
+    dead_code,
+    reason = "each test binary compiles this module; not all of them refuse runs"
+)]
+pub(crate) fn assert_no_runs(ledger: &std::path::Path) {
+    let mut store = plan_store::Store::open(ledger).expect("the ledger opens");
+    let runs =
+        plan_run::runs(&mut store, &plan_run::RunFilter::default()).expect("runs are listed");
+    assert!(runs.is_empty(), "no run is left behind: {runs:?}");
+}
