@@ -4,14 +4,11 @@
 use std::io::IsTerminal;
 
 use plan_graph::{Format, Issue, Severity, Source};
-use plan_run::{Inputs, Ledger};
+use plan_run::{Inputs, Ledger, Prepared};
 
 use crate::cli::PlanArgs;
 use crate::exit::Failure;
 use crate::toolbox::Toolbox;
-
-/// A plan that loaded and bound to the registry's tools, with the run's inputs.
-pub(crate) type Ready = plan_run::Prepared;
 
 /// Loads, validates and compiles the plan `args` names; prints warnings; every error becomes
 /// a diagnostic and exit code 2.
@@ -20,18 +17,17 @@ pub(crate) fn prepare(
     toolbox: &Toolbox,
     ledger: &Ledger,
     arguments: Severity,
-) -> Result<Ready, Failure> {
+) -> Result<Prepared, Failure> {
+    let (source, format, id, inputs) = read(args, ledger)?;
+    prepare_source(source, format, id, inputs, toolbox, arguments)
+}
+
+/// The plan `args` names, its default id, and the variables they give.
+fn read(args: &PlanArgs, ledger: &Ledger) -> Result<(Source, Format, String, Inputs), Failure> {
     let input = args.input();
     let inputs = args.variables().read()?;
     let (source, format) = input.read(ledger, &mut std::io::stdin())?;
-    prepare_source(
-        source,
-        format,
-        input.default_id(),
-        inputs,
-        toolbox,
-        arguments,
-    )
+    Ok((source, format, input.default_id(), inputs))
 }
 
 /// Loads, validates and compiles plan text (`plan_run::prepare`) and prints its warnings.
@@ -45,7 +41,7 @@ pub(crate) fn prepare_source(
     inputs: Inputs,
     toolbox: &Toolbox,
     arguments: Severity,
-) -> Result<Ready, Failure> {
+) -> Result<Prepared, Failure> {
     let ready = prepare_silently(source, format, &fallback_id, inputs, toolbox, arguments)?;
     warn_unused(&ready);
     report(&ready.loaded.source, &ready.loaded.warnings);
@@ -54,7 +50,7 @@ pub(crate) fn prepare_source(
 
 /// Says which variables given the plan neither defines nor reads (a typo would otherwise go
 /// unnoticed until a step reads the default).
-fn warn_unused(ready: &Ready) {
+fn warn_unused(ready: &Prepared) {
     for unused in &ready.unused_inputs {
         let hint = unused
             .near
@@ -74,11 +70,8 @@ pub(crate) fn prepare_quietly(
     args: &PlanArgs,
     toolbox: &Toolbox,
     ledger: &Ledger,
-) -> Result<Ready, Failure> {
-    let input = args.input();
-    let inputs = args.variables().read()?;
-    let (source, format) = input.read(ledger, &mut std::io::stdin())?;
-    let id = input.default_id();
+) -> Result<Prepared, Failure> {
+    let (source, format, id, inputs) = read(args, ledger)?;
     let ready = prepare_silently(source, format, &id, inputs, toolbox, Severity::Error)?;
     // On stderr, as ever: not an issue of the plan's text.
     warn_unused(&ready);
@@ -94,7 +87,7 @@ fn prepare_silently(
     inputs: Inputs,
     toolbox: &Toolbox,
     arguments: Severity,
-) -> Result<Ready, Failure> {
+) -> Result<Prepared, Failure> {
     let strictness = plan_run::Strictness { arguments };
     let env = |name: &str| std::env::var(name).ok();
     toolbox

@@ -635,6 +635,21 @@ impl ResumeFrom {
         let (layer, task) = filters_of(&self.row);
         crate::select(prepared, layer.as_deref(), task.as_deref(), toolbox).await
     }
+
+    /// Goes on with the run: its plan prepared again ([`ResumeFrom::prepare`]), then
+    /// [`resume`] with the execution `execution` makes for the prepared plan (a front-end
+    /// shows the run by its steps).
+    pub async fn go_on(
+        self: Box<Self>,
+        store: Store,
+        toolbox: &crate::Toolbox,
+        env: &dyn Fn(&str) -> Option<String>,
+        execution: impl FnOnce(&Prepared) -> Execution,
+    ) -> Result<Outcome, LifecycleError> {
+        let prepared = self.prepare(toolbox, env).await?;
+        let execution = execution(&prepared);
+        resume(store, self, prepared, execution).await
+    }
 }
 
 /// Checks that run `run` (its id or a unique prefix) can be resumed: its owner is gone (or

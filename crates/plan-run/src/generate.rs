@@ -166,8 +166,8 @@ pub struct Replanned {
 pub(crate) const REPLAN_FOLDER: &str = "replan_folder";
 
 /// Re-plans a run each time it fails for good, within a budget of revisions (`run --replan
-/// N`). The front-end drives: after each [`Replanner::next`] that gives a revision it goes on
-/// with the run ([`ResumeOptions`](crate::ResumeOptions) `replanned`), then asks again.
+/// N`): [`Replanner::run_to_end`] goes on with the run after each revision
+/// [`Replanner::next`] gives, until it is done; a front-end gives each part's execution.
 pub struct Replanner<'a> {
     budget: u32,
     revisions: u32,
@@ -201,6 +201,41 @@ impl<'a> Replanner<'a> {
         let replanned = replan(store, report, &mut *self.model, &self.replanning, toolbox).await?;
         self.revisions += 1;
         Ok(Some(replanned))
+    }
+
+    /// Goes on with the run of `outcome` for as long as it is re-planned: each time it fails
+    /// for good and the budget allows, `replanned` hears of the revision, and the run goes on
+    /// with it ([`ResumeOptions::replanned`](crate::ResumeOptions)) in the execution `execution`
+    /// makes for its new plan. The last outcome, its report read as [`Replanner::finish`]
+    /// reads it.
+    pub async fn run_to_end(
+        &mut self,
+        mut outcome: crate::Outcome,
+        ledger: &crate::Ledger,
+        toolbox: &Toolbox,
+        env: &dyn Fn(&str) -> Option<String>,
+        execution: &mut dyn FnMut(&crate::Prepared) -> crate::Execution,
+        replanned: &mut dyn FnMut(&Replanned),
+    ) -> Result<crate::Outcome, LifecycleError> {
+        loop {
+            let mut store = ledger.open_existing()?;
+            let Some(revision) = self.next(&mut store, &outcome.report, toolbox).await? else {
+                break;
+            };
+            replanned(&revision);
+            let options = crate::ResumeOptions {
+                replanned: true,
+                ..crate::ResumeOptions::default()
+            };
+            outcome = match crate::prepare_resume(&store, &outcome.report.run_id, &options)? {
+                crate::Resumable::Finished(outcome) => outcome,
+                crate::Resumable::Continue(from) => {
+                    from.go_on(store, toolbox, env, &mut *execution).await?
+                }
+            };
+        }
+        outcome.report = self.finish(&ledger.open_existing()?, outcome.report)?;
+        Ok(outcome)
     }
 
     /// The run's report once done. After a re-plan it is read back from the ledger: the steps

@@ -58,7 +58,7 @@
 //!
 //! - [`EventFeed`] reads a run's events as the ledger commits them (a live view of a run in
 //!   another process); [`Prepared::dry_run`] lists the calls a run would make; a
-//!   [`Replanner`] re-plans a failed run within a budget while the caller goes on with it.
+//!   [`Replanner`] re-plans a failed run within a budget and goes on with it to its end.
 //!
 //! - [`PlanInput`], [`Variables`], [`Project`] and [`Ledger`] read what a person names (a plan
 //!   file, stdin, a stored plan, a variables file, the nearest `.plan/` folder) as every

@@ -505,6 +505,23 @@ impl Policy {
     pub fn forces_approvals(&self) -> bool {
         !self.lower_risk
     }
+
+    /// Whether a run held to this policy keeps approvals on though its plan (`plan_says`) or
+    /// its front-end (`given`) turns them off, as [`crate::start`] does: for a front-end to
+    /// say so before the run.
+    pub fn keeps_approvals_on(&self, plan_says: Option<bool>, given: Option<bool>) -> bool {
+        self.forces_approvals() && (plan_says == Some(false) || given == Some(false))
+    }
+
+    /// This policy, its programs kept in `folder` (the run's: the plan file's, or the one it
+    /// is given) unless it names a work folder of its own.
+    #[must_use]
+    pub fn in_folder(mut self, folder: Option<&Path>) -> Policy {
+        if let Some(folder) = folder.filter(|_| self.workdir == Path::new(".")) {
+            self.workdir = folder.to_path_buf();
+        }
+        self
+    }
 }
 
 fn finish(author: Author, violations: Vec<Violation>) -> Result<(), PolicyError> {

@@ -193,3 +193,91 @@ fn a_state_file_given_to_a_resume_is_the_one_the_run_keeps_from_then_on() {
     );
     assert!(second.exists());
 }
+
+/// A model that answers with the plans it was given, in turn.
+struct Scripted(Vec<serde_json::Value>);
+
+impl plan_llm::Model for Scripted {
+    fn answer<'a>(
+        &'a mut self,
+        _messages: &'a [serde_json::Value],
+        _schema: &'a serde_json::Value,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
+    > {
+        let answer = self.0.remove(0).to_string();
+        Box::pin(async move { Ok(answer) })
+    }
+}
+
+#[test]
+fn a_run_that_fails_for_good_is_re_planned_and_goes_on_to_its_end() {
+    let runtime = runtime();
+    let (_dir, ledger_path) = ledger();
+    let toolbox = Toolbox::new(plan_tools::builtin_registry());
+    let text = r#"{"id": "p", "steps": [
+        {"id": "prepare", "tool": "echo", "args": {"v": 1}},
+        {"id": "fetch", "tool": "fail", "args": {"message": "mirror down"}, "depends_on": ["prepare"]}
+    ]}"#;
+    let prepared = runtime
+        .block_on(plan_run::prepare(
+            Source::new("p.json", text),
+            Format::Json,
+            "p",
+            Default::default(),
+            &toolbox,
+            Strictness::RUN,
+            &|_| None,
+        ))
+        .unwrap();
+    let failed = runtime
+        .block_on(plan_run::start(
+            Store::open(&ledger_path).unwrap(),
+            prepared,
+            Start::new(),
+            Execution::new(),
+        ))
+        .unwrap();
+    assert_eq!(failed.report.task_status, TaskStatus::Failed);
+    let mut model = Scripted(vec![serde_json::json!({"steps": [
+        {"id": "fallback", "tool": "echo", "args": {"v": 2}, "depends_on": ["prepare"]}
+    ]})]);
+    let policy = plan_run::Policy::default();
+    let replanning = plan_run::Replanning {
+        secrets: &[],
+        policy: &policy,
+    };
+    let mut replanner = plan_run::Replanner::new(2, &mut model, replanning);
+    let ledger = plan_run::Ledger::new(Some(&ledger_path), None);
+    let (mut parts, mut heard) = (0, Vec::new());
+    let done = runtime
+        .block_on(replanner.run_to_end(
+            failed,
+            &ledger,
+            &toolbox,
+            &|_| None,
+            &mut |_| {
+                parts += 1;
+                Execution::new()
+            },
+            &mut |replanned| heard.push(replanned.revision),
+        ))
+        .unwrap();
+    assert_eq!(done.report.task_status, TaskStatus::Completed);
+    assert_eq!(
+        (parts, heard),
+        (1, vec![1]),
+        "one re-plan, one part that went on"
+    );
+    assert_eq!(done.report.revisions, 1);
+    let ids: Vec<&str> = done
+        .report
+        .records
+        .iter()
+        .map(|r| r.step_id.as_str())
+        .collect();
+    assert!(
+        ids.contains(&"fetch") && ids.contains(&"fallback"),
+        "{ids:?}"
+    );
+}

@@ -412,10 +412,9 @@ impl PlanServer {
                 plan_run::Resumable::Continue(from) => from,
             };
         let env = self.settings.env.clone();
-        let prepared = block(from.prepare(&self.settings.toolbox, &|name| env(name)))
-            .map_err(lifecycle_refusal)?;
-        let execution = self.execution();
-        block(plan_run::resume(store, from, prepared, execution))
+        let env = |name: &str| env(name);
+        let going_on = from.go_on(store, &self.settings.toolbox, &env, |_| self.execution());
+        block(going_on)
             .map(|outcome| outcome.report)
             .map_err(lifecycle_refusal)
     }

@@ -1,7 +1,7 @@
 //! `run` and `resume`: a run recorded in the ledger as it goes.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use plan_engine::Mode;
 use plan_graph::Severity;
@@ -12,7 +12,7 @@ use super::{pretty, print};
 use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
 use crate::exit::Failure;
 use crate::output::{self, Live, StepLabels};
-use crate::plan_file::{Ready, prepare};
+use crate::plan_file::prepare;
 use crate::toolbox::Toolbox;
 use plan_run::Ledger;
 
@@ -41,15 +41,8 @@ pub(crate) fn run_as(
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let working_dir = args.plan.input().folder(args.execution.cwd.as_deref())?;
-    let mut policy = crate::policy::of(&args.policy)?;
-    // Unless the policy file names one, the work folder is where the run's programs run (the
-    // plan file's folder, or --cwd): the run's programs, and a model's re-planned steps', stay
-    // in it.
-    if policy.workdir == Path::new(".")
-        && let Some(dir) = &working_dir
-    {
-        policy.workdir.clone_from(dir);
-    }
+    // The run's programs, and a model's re-planned steps', stay in the run's folder.
+    let policy = crate::policy::of(&args.policy)?.in_folder(working_dir.as_deref());
     let judged = author != plan_run::Author::Operator || args.policy.policy.is_some();
     if let Some(queue) = args.execution.queue_settings()
         && !args.dry_run
@@ -57,7 +50,8 @@ pub(crate) fn run_as(
         toolbox.use_queue(&queue)?;
     }
     let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
-    let ready = select(ready, args.layer.as_deref(), args.task.as_deref(), toolbox)?;
+    let (layer, task) = (args.layer.as_deref(), args.task.as_deref());
+    let ready = toolbox.block_on(plan_run::select(ready, layer, task, toolbox))?;
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
     if args.dry_run || mode == Mode::Preview {
         let dry_run = ready.dry_run();
@@ -85,7 +79,9 @@ pub(crate) fn run_as(
         return Ok(i32::from(args.dry_run && dry_run.would_fail()));
     }
     // A model to re-plan with is needed before anything runs, not after a failure.
-    let mut replanner = (args.replan > 0).then(super::replan::model).transpose()?;
+    let mut replanner = (args.replan > 0)
+        .then(super::plans::replan_model)
+        .transpose()?;
     let secrets: Vec<String> = ready.env.values().cloned().collect();
     let start = plan_run::Start {
         approve: args.approve.clone(),
@@ -107,48 +103,48 @@ pub(crate) fn run_as(
         ..plan_run::Start::new()
     };
     let execution = &args.execution;
-    if judged
-        && policy.forces_approvals()
-        && (ready.loaded.plan.approvals == Some(false) || execution.approvals == Some(false))
-    {
+    if judged && policy.keeps_approvals_on(ready.loaded.plan.approvals, execution.approvals) {
         let whose = match author {
             plan_run::Author::Model => "a model's",
             _ => "under --policy, a",
         };
         eprintln!("warning: approvals stay on: {whose} plan runs with its high-risk calls gated");
     }
-    let mut outcome = start_run(ready, start, execution, toolbox, ledger)?;
+    check_state_file(execution)?;
+    let store = ledger.open()?;
+    let run_id = start.run_id.clone();
+    let shown = Shown::new(&run_id, execution, toolbox);
+    let settings = shown.execution(&ready);
+    let mut outcome = shown.run(plan_run::start(store, ready, start, settings))?;
     if let Some(model) = &mut replanner {
         let replanning = plan_run::Replanning {
             secrets: &secrets,
             policy: &policy,
         };
-        let replanner = plan_run::Replanner::new(args.replan, model, replanning);
-        outcome = super::replan::until_done(outcome, replanner, execution, toolbox, ledger)?;
+        let mut replanner = plan_run::Replanner::new(args.replan, model, replanning);
+        let mut said = |replanned: &plan_run::Replanned| {
+            shown.finish_part();
+            eprintln!(
+                "run {run_id}: {}; re-planned (revision {}), the run goes on",
+                replanned.failure, replanned.revision
+            );
+        };
+        let env = |name: &str| std::env::var(name).ok();
+        outcome = shown.run(replanner.run_to_end(
+            outcome,
+            ledger,
+            toolbox,
+            &env,
+            &mut |prepared| shown.execution_warned(prepared),
+            &mut said,
+        ))?;
     }
-    print_outcome(&outcome.0, outcome.1.as_deref(), execution)
+    print_outcome(&outcome.report, shown.steps().as_deref(), execution)
 }
 
 /// A run's report, with how the summary names its plan's steps (`None` for `--json`, which
 /// prints no summary).
-pub(crate) type Ran = (RunReport, Option<Arc<StepLabels>>);
-
-/// Records a new run of a prepared plan and runs it; `approve` lists high-risk steps approved
-/// in advance.
-pub(crate) fn start_run(
-    ready: Ready,
-    start: plan_run::Start,
-    execution: &ExecutionArgs,
-    toolbox: &Toolbox,
-    ledger: &Ledger,
-) -> Result<Ran, Failure> {
-    check_state_file(execution)?;
-    let store = ledger.open()?;
-    let run_id = start.run_id.clone();
-    drive(&run_id, ready, execution, toolbox, |prepared, settings| {
-        plan_run::start(store, prepared, start, settings)
-    })
-}
+type Ran = (RunReport, Option<Arc<StepLabels>>);
 
 pub(crate) fn resume(
     args: &ResumeArgs,
@@ -239,7 +235,7 @@ fn go_on(
 
 /// Goes on with a stored run (a finished one, unless failures are to be retried, only gives
 /// its report).
-pub(crate) fn continue_run(
+fn continue_run(
     run: &str,
     options: &plan_run::ResumeOptions,
     queue: Option<&crate::cli::QueueSettings>,
@@ -264,13 +260,13 @@ pub(crate) fn continue_run(
     if let Some(queue) = queue {
         toolbox.use_queue(queue)?;
     }
+    let shown = Shown::new(&from.row.run_id, execution, toolbox);
     let env = |name: &str| std::env::var(name).ok();
-    let ready = toolbox.block_on(from.prepare(toolbox, &env))?;
-    crate::plan_file::report(&ready.loaded.source, &ready.loaded.warnings);
-    let run_id = from.row.run_id.clone();
-    drive(&run_id, ready, execution, toolbox, |prepared, settings| {
-        plan_run::resume(store, from, prepared, settings)
-    })
+    let going_on = from.go_on(store, toolbox, &env, |prepared| {
+        shown.execution_warned(prepared)
+    });
+    let outcome = shown.run(going_on)?;
+    Ok((outcome.report, shown.steps()))
 }
 
 /// Prints a run's outcome as `run` does (the summary, or `--json`'s object) and gives the exit
@@ -299,89 +295,136 @@ pub(crate) fn print_outcome(
     Ok(report.task_status.exit_code())
 }
 
-/// The part of a prepared plan that `--layer` and `--task` select (`plan_run::select`).
-fn select(
-    ready: Ready,
-    layer: Option<&str>,
-    task: Option<&str>,
-    toolbox: &Toolbox,
-) -> Result<Ready, Failure> {
-    toolbox
-        .block_on(plan_run::select(ready, layer, task, toolbox))
-        .map_err(Failure::lifecycle)
+/// What the terminal adds to a run, from its start or resume to its end through every
+/// re-plan: each part's execution (`--events`, the state file, the queue) with its progress
+/// bar and lines, Ctrl+C, and a word when the queue is lost.
+pub(crate) struct Shown<'a> {
+    args: &'a ExecutionArgs,
+    toolbox: &'a Toolbox,
+    /// Stops the run (resumably) on Ctrl+C or SIGTERM, whichever part it is in.
+    cancel: CancellationToken,
+    /// The live view of the part going on, shared with the signal watcher, which writes above
+    /// its bar.
+    live: Arc<Mutex<Option<Arc<Live>>>>,
+    /// How the summary names the steps of the last part's plan (`None` with `--json`).
+    steps: Mutex<Option<Arc<StepLabels>>>,
 }
 
-/// Runs a start or a resume with what the terminal adds: the events file, the progress bar,
-/// Ctrl+C, and a word when the queue is lost.
-fn drive<F>(
-    run_id: &str,
-    ready: Ready,
-    args: &ExecutionArgs,
-    toolbox: &Toolbox,
-    run: impl FnOnce(plan_run::Prepared, plan_run::Execution) -> F,
-) -> Result<Ran, Failure>
-where
-    F: std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
-{
-    let prepared = ready;
-    let mut settings = plan_run::Execution::new();
-    settings.approvals = args.approvals;
-    settings.max_concurrency = args.max_concurrency;
-    settings.durability = args.durability;
-    settings.events_file = args.events.clone();
-    settings.queue = toolbox.queue().cloned();
-    // Kept current by the run itself, as its ledger commits (a resumed run's own by default).
-    settings.state_file = args.state_file.clone();
-    settings.project_path = std::env::current_dir()
-        .ok()
-        .map(|dir| dir.display().to_string());
-    // `--json` keeps stdout for its object and stderr quiet: `--events` is the live feed.
-    // Otherwise the live view and the summary name steps as the plan does; the plan itself
-    // goes once the run has compiled and recorded it.
-    let steps = (!args.json).then(|| Arc::new(StepLabels::of(&prepared.loaded.plan)));
-    let live = steps.clone().map(|steps| Arc::new(Live::new(steps)));
-    if let Some(live) = &live {
-        settings.events.push(live.clone());
+impl<'a> Shown<'a> {
+    /// Watches the signals (from now on, so that none is missed) and the queue for run
+    /// `run_id`.
+    pub(crate) fn new(run_id: &str, args: &'a ExecutionArgs, toolbox: &'a Toolbox) -> Self {
+        let shown = Shown {
+            args,
+            toolbox,
+            cancel: CancellationToken::new(),
+            live: Arc::default(),
+            steps: Mutex::default(),
+        };
+        let (cancel, live, run_id) = (shown.cancel.clone(), shown.live.clone(), run_id.to_owned());
+        let lost = toolbox.queue().map(|queue| queue.lost());
+        toolbox.block_on(async {
+            let signals = Signals::new();
+            tokio::spawn(stop_on_signals(signals, cancel.clone(), run_id, live));
+            if let Some(lost) = lost {
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = lost.cancelled() => eprintln!("the queue was lost; the run stops and can be resumed"),
+                        () = cancel.cancelled() => {}
+                    }
+                });
+            }
+        });
+        shown
+    }
+
+    /// The execution of a part of the run whose plan is `prepared`, with a live view of it
+    /// unless `--json` keeps stdout for its object and stderr quiet (`--events` is then the
+    /// live feed). Steps are named as the plan names them; the plan itself goes once the run
+    /// has compiled and recorded it.
+    pub(crate) fn execution(&self, prepared: &plan_run::Prepared) -> plan_run::Execution {
+        let args = self.args;
+        let mut execution = plan_run::Execution::new();
+        execution.approvals = args.approvals;
+        execution.max_concurrency = args.max_concurrency;
+        execution.durability = args.durability;
+        execution.events_file = args.events.clone();
+        execution.queue = self.toolbox.queue().cloned();
+        execution.cancel = self.cancel.clone();
+        // Kept current by the run itself, as its ledger commits (a resumed run's own by default).
+        execution.state_file = args.state_file.clone();
+        execution.project_path = std::env::current_dir()
+            .ok()
+            .map(|dir| dir.display().to_string());
+        self.finish_part();
+        if args.json {
+            return execution;
+        }
+        let steps = Arc::new(StepLabels::of(&prepared.loaded.plan));
+        let live = Arc::new(Live::new(steps.clone()));
+        execution.events.push(live.clone());
         if args.verbose {
             let live = live.clone();
-            settings.output = Some(Arc::new(move |step: &str, stream: &str, line: &str| {
+            execution.output = Some(Arc::new(move |step: &str, stream: &str, line: &str| {
                 live.output(step, stream, line);
             }));
         }
+        *lock(&self.steps) = Some(steps);
+        *lock(&self.live) = Some(live);
+        execution
     }
-    let cancel = settings.cancel.clone();
-    let lost = settings.queue.as_ref().map(|queue| queue.lost());
-    let outcome = toolbox.block_on(async {
-        tokio::spawn(stop_on_signals(cancel.clone(), run_id.to_owned(), live.clone()));
-        if let Some(lost) = lost {
-            let stopped = cancel.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = lost.cancelled() => eprintln!("the queue was lost; the run stops and can be resumed"),
-                    () = stopped.cancelled() => {}
-                }
-            });
+
+    /// Ends the live view of the part that went on (before anything else is said).
+    pub(crate) fn finish_part(&self) {
+        if let Some(live) = lock(&self.live).take() {
+            live.finish();
         }
-        run(prepared, settings).await
-    });
-    if let Some(live) = &live {
-        live.finish();
     }
-    let outcome = outcome?;
-    Ok((outcome.report, steps))
+
+    /// [`Shown::execution`] of a stored plan prepared again, whose warnings are said first.
+    pub(crate) fn execution_warned(&self, prepared: &plan_run::Prepared) -> plan_run::Execution {
+        crate::plan_file::report(&prepared.loaded.source, &prepared.loaded.warnings);
+        self.execution(prepared)
+    }
+
+    /// Runs `part` (a start, a resume, the re-plans) to its end.
+    pub(crate) fn run(
+        &self,
+        part: impl std::future::Future<Output = Result<plan_run::Outcome, plan_run::LifecycleError>>,
+    ) -> Result<plan_run::Outcome, Failure> {
+        let outcome = self.toolbox.block_on(part);
+        self.finish_part();
+        Ok(outcome?)
+    }
+
+    /// How the summary names the steps of the last part's plan (`None` with `--json`).
+    pub(crate) fn steps(&self) -> Option<Arc<StepLabels>> {
+        lock(&self.steps).clone()
+    }
+}
+
+/// A lock that a panic elsewhere does not poison for the terminal.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Ctrl+C or SIGTERM stops the run: nothing new starts, running tools are cancelled, what
 /// succeeded stays in the ledger, and `resume` continues. A second one exits at once: every
 /// commit is a transaction, so the ledger stays consistent, and the calls in flight run again
 /// on resume.
-async fn stop_on_signals(cancel: CancellationToken, run_id: String, live: Option<Arc<Live>>) {
+async fn stop_on_signals(
+    mut signals: Signals,
+    cancel: CancellationToken,
+    run_id: String,
+    live: Arc<Mutex<Option<Arc<Live>>>>,
+) {
     // Above the progress bar when there is one, so that no line is left half drawn.
-    let say = |line: &str| match &live {
+    let say = |line: &str| match lock(&live).as_ref() {
         Some(live) => live.say(line, None),
         None => eprintln!("{line}"),
     };
-    let mut signals = Signals::new();
     if !signals.next().await {
         return;
     }
@@ -390,7 +433,7 @@ async fn stop_on_signals(cancel: CancellationToken, run_id: String, live: Option
         "stopping run {run_id}: running steps are cancelled, nothing new starts (press Ctrl+C again to exit at once)"
     ));
     if signals.next().await {
-        if let Some(live) = &live {
+        if let Some(live) = lock(&live).take() {
             live.finish();
         }
         eprintln!(

@@ -4,7 +4,6 @@ mod approvals;
 mod execute;
 mod ledger;
 mod plans;
-mod replan;
 mod serve;
 mod worker;
 

@@ -333,6 +333,19 @@ pub(crate) fn endpoint(model: Option<&str>) -> Result<Option<plan_llm::Endpoint>
         .map_err(|_| Failure::input("no model: give --model NAME or set PLAN_LLM_MODEL"))
 }
 
+/// The model `--replan` asks; checked before the run, so a missing one is said at once.
+pub(crate) fn replan_model() -> Result<plan_llm::Http, Failure> {
+    let endpoint = plan_llm::Endpoint::from_env(None, &|name| std::env::var(name).ok())
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            Failure::input(
+                "--replan needs a model: set PLAN_LLM_URL (an OpenAI-compatible API's base URL ending in /v1) and PLAN_LLM_MODEL",
+            )
+        })?;
+    plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))
+}
+
 /// Validates the plan as `run` would, then stores its text under its id.
 fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
     if !file.is_file() {
