@@ -203,53 +203,24 @@ fn queue_url(given: Option<&String>) -> Option<(String, bool)> {
     }
 }
 
-impl QueueSettings {
-    /// The queue `name` at `url`, as a stored run kept it.
-    pub(crate) fn of(
-        url: &str,
-        name: &str,
-        outage: std::time::Duration,
-        timeout: Option<std::time::Duration>,
-    ) -> QueueSettings {
-        QueueSettings {
-            url: url.to_owned(),
-            from_redis_url: false,
-            name: name.to_owned(),
-            outage,
-            timeout,
-        }
-    }
-}
-
 impl ExecutionArgs {
     /// Where stored run `run`'s calls go on: `--queue` (or PLAN_QUEUE) when given, else the
-    /// queue the run kept (which REDIS_URL does not override), else REDIS_URL. A run whose
-    /// queue's address was not kept (it held a password) needs `--queue` again: its calls must
-    /// not silently run here instead.
+    /// queue the run kept (which REDIS_URL does not override), else REDIS_URL
+    /// (`plan_run::RunSources::kept_queue`).
     pub(crate) fn queue_or(
         &self,
         run: &str,
-        stored: Option<&plan_run::QueueSource>,
+        stored: &plan_run::RunSources,
     ) -> Result<Option<QueueSettings>, crate::exit::Failure> {
-        if self.queue.is_some() {
-            return Ok(self.queue_settings());
-        }
-        match stored {
-            Some(plan_run::QueueSource {
-                url: Some(url),
-                name,
-            }) => Ok(Some(QueueSettings::of(
+        match stored.kept_queue(run)? {
+            Some((url, name)) if self.queue.is_none() => Ok(Some(QueueSettings {
                 url,
+                from_redis_url: false,
                 name,
-                self.queue_outage,
-                self.queue_timeout,
-            ))),
-            Some(plan_run::QueueSource { url: None, name }) => {
-                Err(crate::exit::Failure::input(format!(
-                    "run {run}'s calls went to BullMQ queue `{name}` at an address that was not kept (it holds credentials): give it again with --queue URL"
-                )))
-            }
-            None => Ok(self.queue_settings()),
+                outage: self.queue_outage,
+                timeout: self.queue_timeout,
+            })),
+            _ => Ok(self.queue_settings()),
         }
     }
 

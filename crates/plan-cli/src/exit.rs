@@ -73,6 +73,9 @@ impl Failure {
                 "{error}; resume without --plan to use the stored plan, or with --force to use this one"
             )),
             LifecycleError::Policy(refused) => Failure::input(refused.to_string()),
+            error @ LifecycleError::QueueNotKept { .. } => {
+                Failure::input(format!("{error} with --queue URL"))
+            }
             LifecycleError::StateFileUnusable {
                 kept: false,
                 source,

@@ -68,6 +68,16 @@ pub enum LifecycleError {
         /// Why not.
         message: String,
     },
+    /// A run's calls went to a queue whose address was not kept (it held credentials).
+    #[error(
+        "run {run_id}'s calls went to BullMQ queue `{name}` at an address that was not kept (it holds credentials): give the address again"
+    )]
+    QueueNotKept {
+        /// The run.
+        run_id: String,
+        /// The queue's name.
+        name: String,
+    },
     /// The state file cannot be written there (nothing was recorded or run).
     #[error("the state file {source}")]
     StateFileUnusable {

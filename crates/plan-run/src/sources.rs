@@ -24,6 +24,29 @@ pub struct RunSources {
     pub state_file: Option<PathBuf>,
 }
 
+impl RunSources {
+    /// The queue (its address and name) run `run_id`'s calls go to as it goes on, unless a
+    /// front-end names another: the one the run kept, if any. A run that kept a queue without
+    /// its address (it held credentials) is refused: its calls must not run anywhere else, so
+    /// the address must be given again.
+    pub fn kept_queue(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<(String, String)>, crate::LifecycleError> {
+        match &self.queue {
+            None => Ok(None),
+            Some(QueueSource {
+                url: Some(url),
+                name,
+            }) => Ok(Some((url.clone(), name.clone()))),
+            Some(QueueSource { url: None, name }) => Err(crate::LifecycleError::QueueNotKept {
+                run_id: run_id.to_owned(),
+                name: name.clone(),
+            }),
+        }
+    }
+}
+
 /// A BullMQ queue: the Redis it lives in and its name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueSource {
@@ -59,6 +82,25 @@ pub fn sources_of(row: &RunRow) -> RunSources {
 #[cfg(test)]
 mod tests {
     use super::QueueSource;
+
+    #[test]
+    fn a_run_goes_on_with_its_queue_only_where_its_address_was_kept() {
+        let sources = |url: &str| super::RunSources {
+            queue: Some(QueueSource::of(url, "steps")),
+            ..super::RunSources::default()
+        };
+        assert_eq!(super::RunSources::default().kept_queue("r").unwrap(), None);
+        assert_eq!(
+            sources("redis://127.0.0.1:6379").kept_queue("r").unwrap(),
+            Some(("redis://127.0.0.1:6379".to_owned(), "steps".to_owned()))
+        );
+        let refused = sources("redis://:secret@host").kept_queue("r").unwrap_err();
+        assert!(
+            matches!(&refused, crate::LifecycleError::QueueNotKept { name, .. } if name == "steps"),
+            "{refused}"
+        );
+        assert!(!refused.to_string().contains("secret"), "{refused}");
+    }
 
     #[test]
     fn a_redis_address_with_credentials_is_not_kept() {

@@ -66,13 +66,15 @@ fn rejection_outcome(decided: usize, abandoned: &[String]) -> String {
 /// may start their MCP servers, or reach the queue the run's calls went to: its tools may be
 /// only its workers').
 fn gated(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, plan_run::LifecycleError> {
-    if let Some(plan_run::QueueSource {
-        url: Some(url),
-        name,
-    }) = plan_run::sources_of(row).queue
-    {
-        let settings =
-            crate::cli::QueueSettings::of(&url, &name, std::time::Duration::from_secs(30), None);
+    // A queue whose address was not kept is not reached: its tools are then unknown here.
+    if let Ok(Some((url, name))) = plan_run::sources_of(row).kept_queue(&row.run_id) {
+        let settings = crate::cli::QueueSettings {
+            url,
+            from_redis_url: false,
+            name,
+            outage: std::time::Duration::from_secs(30),
+            timeout: None,
+        };
         toolbox.use_queue(&settings).map_err(|failure| {
             plan_run::LifecycleError::Refused(failure.message.unwrap_or_default())
         })?;

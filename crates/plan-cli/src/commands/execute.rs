@@ -209,7 +209,7 @@ fn go_on(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let queue = execution.queue_or(run, stored.queue.as_ref())?;
+    let queue = execution.queue_or(run, stored)?;
     check_state_file(execution)?;
     // A ledger that cannot be opened is said by the resume itself.
     if execution.approvals == Some(false)
