@@ -759,6 +759,17 @@ fn parse_age(text: &str) -> Result<std::time::Duration, String> {
 }
 
 impl Command {
+    /// The stored run the command goes on with or decides on.
+    pub(crate) fn run_going_on(&self) -> Option<&str> {
+        match self {
+            Command::Resume(args) => Some(&args.run),
+            Command::Retry(args) => Some(&args.run),
+            Command::Approve(args) => Some(&args.run),
+            Command::Reject(args) => Some(&args.run),
+            _ => None,
+        }
+    }
+
     /// The tool options given after the command, for the commands that use tools.
     pub(crate) fn tool_options(&self) -> Option<&ToolOptions> {
         Some(match self {

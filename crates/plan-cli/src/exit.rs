@@ -83,9 +83,9 @@ impl Failure {
             LifecycleError::StateFileUnusable { kept: true, source } => Failure::input(format!(
                 "the run's state file {source}; give it another with --state-file FILE"
             )),
-            error @ (LifecycleError::Replan { .. } | LifecycleError::EventsFile { .. }) => {
-                Failure::input(error.to_string())
-            }
+            error @ (LifecycleError::Replan { .. }
+            | LifecycleError::EventsFile { .. }
+            | LifecycleError::Generate(_)) => Failure::input(error.to_string()),
             LifecycleError::Prepare(error) => Failure::prepare(*error),
             ref error @ LifecycleError::NotGated { ref id, .. } => {
                 Failure::input(format!("--approve {id}: {error}"))

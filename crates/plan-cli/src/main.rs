@@ -61,27 +61,32 @@ fn main() {
         )
         .cloned();
     let mut exec = plan_tools::Exec::default().passing(passthrough);
-    // What a stored run a command goes on with kept: read once, for its folder, its tools and
-    // its queue.
-    let row = stored_run(&cli.command, &ledger);
-    let stored = row.as_ref().map(plan_run::sources_of).unwrap_or_default();
-    match working_dir(&cli.command, row.as_ref()) {
+    // What the stored run a command goes on with kept: its folder, its tools and its queue.
+    let kept = cli
+        .command
+        .run_going_on()
+        .map(|run| plan_run::Kept::of(&ledger, run))
+        .unwrap_or_default();
+    let working_dir = match &cli.command {
+        Command::Run(args) => args.plan.input().folder(args.execution.cwd.as_deref()),
+        Command::Resume(args) => kept.working_dir(args.execution.cwd.as_deref()),
+        Command::Retry(args) => kept.working_dir(args.execution.cwd.as_deref()),
+        _ => Ok(None),
+    };
+    match working_dir {
         Ok(Some(dir)) => exec = exec.in_dir(dir),
         Ok(None) => {}
-        Err(failure) => exit_with(Err(failure)),
+        Err(error) => exit_with(Err(error.into())),
     }
     // Read before any server starts; its runs keep their programs in its work folder.
     let mut policy = None;
     if let Command::Mcp(McpCommand::Serve(args)) = &cli.command {
         policy = Some(commands::policy_of(args).unwrap_or_else(|failure| exit_with(Err(failure))));
     }
-    drop(row);
-    let mcp_config = after
+    let given = after
         .and_then(|tools| tools.mcp_config.clone())
-        .or_else(|| cli.tool_options.mcp_config.clone())
-        // A stored run's own configuration, so `approve` and `resume` find its tools.
-        .or_else(|| stored.mcp_config.clone())
-        .or_else(|| project.and_then(|project| project.mcp_config()));
+        .or_else(|| cli.tool_options.mcp_config.clone());
+    let mcp_config = kept.mcp_config(given, project.as_ref());
     let toolbox = match toolbox::Toolbox::new(mcp_config.as_deref(), exec) {
         Ok(toolbox) => toolbox,
         Err(failure) => {
@@ -93,8 +98,8 @@ fn main() {
     };
     let outcome = match &cli.command {
         Command::Run(args) => commands::run(args, &toolbox, &ledger),
-        Command::Resume(args) => commands::resume(args, &stored, &toolbox, &ledger),
-        Command::Retry(args) => commands::retry(args, &stored, &toolbox, &ledger),
+        Command::Resume(args) => commands::resume(args, &kept.sources, &toolbox, &ledger),
+        Command::Retry(args) => commands::retry(args, &kept.sources, &toolbox, &ledger),
         Command::Cancel(args) => commands::cancel(args, &ledger),
         Command::Approve(args) => commands::approve(args, &toolbox, &ledger),
         Command::Reject(args) => commands::reject(args, &toolbox, &ledger),
@@ -124,41 +129,6 @@ fn main() {
     // MCP servers that were started stop before the process ends.
     toolbox.block_on(toolbox.shutdown());
     exit_with(outcome);
-}
-
-/// The stored run a command goes on with (`resume`, `retry`, `approve`, `reject`): what it
-/// kept of its tools and queue (`plan_run::sources_of`) and its working folder.
-/// Nothing for other commands or an unknown run (which the command itself reports).
-fn stored_run(command: &Command, ledger: &Ledger) -> Option<plan_store::RunRow> {
-    let run = match command {
-        Command::Resume(args) => &args.run,
-        Command::Retry(args) => &args.run,
-        Command::Approve(args) => &args.run,
-        Command::Reject(args) => &args.run,
-        _ => return None,
-    };
-    let store = ledger.exists().then(|| ledger.open_reader().ok())??;
-    store.run(run).ok()
-}
-
-/// Where this command's programs run: `--cwd`, else a resumed or retried run's own folder,
-/// else (`run`) the plan file's (`plan_run::PlanInput::folder`).
-fn working_dir(
-    command: &Command,
-    stored: Option<&plan_store::RunRow>,
-) -> Result<Option<std::path::PathBuf>, exit::Failure> {
-    let cwd = match command {
-        Command::Run(args) => {
-            return Ok(args.plan.input().folder(args.execution.cwd.as_deref())?);
-        }
-        Command::Resume(args) => args.execution.cwd.as_deref(),
-        Command::Retry(args) => args.execution.cwd.as_deref(),
-        _ => return Ok(None),
-    };
-    match cwd {
-        Some(cwd) => Ok(Some(plan_run::resolve_folder(cwd)?)),
-        None => Ok(stored.and_then(plan_run::working_dir_of)),
-    }
 }
 
 /// Prints a failure (its diagnostics and message) and exits with the outcome's code.

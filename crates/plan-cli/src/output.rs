@@ -1,12 +1,12 @@
 //! What a person sees: a live progress line on a terminal, then one line per step.
 
-use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use plan_engine::PlannedCall;
+use plan_run::{Part, Progress, Steps};
 use plan_types::{Event, EventKind, EventSink, Record, RunReport};
 
 /// What a run shows while it runs, on stderr, fed by events: the run id first, then a line
@@ -17,77 +17,34 @@ use plan_types::{Event, EventKind, EventSink, Record, RunReport};
 pub(crate) struct Live {
     bar: Option<ProgressBar>,
     steps: Arc<StepLabels>,
-    state: Mutex<LiveState>,
+    progress: Mutex<Progress>,
 }
 
-/// What the live view and the summary need of a plan: how a line names each of its steps
-/// (`build [exec]`) and which of them are maps. Kept instead of the plan, which a run lets go
-/// of once it is compiled.
+/// How the live view and the summary name a plan's steps (`build [exec]`), and what each id
+/// names ([`plan_run::Steps`]).
 #[derive(Debug, Default)]
 pub(crate) struct StepLabels {
-    /// Top-level steps: id → how a line names it.
-    labels: HashMap<String, String>,
-    /// The steps' ids in plan order, to tell which step a call belongs to.
-    index: plan_graph::StepIndex,
-    ids: Vec<String>,
-    /// Whether each step (in plan order) is a map step.
-    maps: Vec<bool>,
+    steps: Steps,
+    /// Each step's, in plan order.
+    labels: Vec<String>,
 }
 
 impl StepLabels {
     pub(crate) fn of(plan: &plan_graph::Plan) -> Self {
-        StepLabels {
-            labels: plan
-                .steps
-                .iter()
-                .map(|step| {
-                    (
-                        step.id.0.clone(),
-                        format!("{} [{}]", step.id.0, step.kind()),
-                    )
-                })
-                .collect(),
-            index: plan_graph::StepIndex::new(plan.steps.iter().map(|step| step.id.0.as_str())),
-            ids: plan.steps.iter().map(|step| step.id.0.clone()).collect(),
-            maps: plan
-                .steps
-                .iter()
-                .map(|step| step.expand.is_some())
-                .collect(),
-        }
+        let steps = Steps::of(plan);
+        let labels = (0..steps.len())
+            .map(|i| format!("{} [{}]", steps.id(i), steps.kind(i)))
+            .collect();
+        StepLabels { steps, labels }
     }
 
     /// How a line names a top-level step; `None` for anything else.
     fn label(&self, id: &str) -> Option<&str> {
-        self.labels.get(id).map(String::as_str)
-    }
-
-    /// The call `id` names among the plan's: an item only of a map step (a step of an
-    /// earlier revision of the plan, `run --replan`, is none).
-    fn call_of<'a>(&self, id: &'a str) -> Option<plan_graph::CallOf<'a>> {
-        match self.index.call_of(id)? {
-            plan_graph::CallOf::Item(i) if !self.maps[i] => None,
-            call => Some(call),
+        match self.steps.part(id) {
+            Part::Step(i) => Some(&self.labels[i]),
+            _ => None,
         }
     }
-
-    /// The id of the step at `i`.
-    fn id_at(&self, i: usize) -> &str {
-        &self.ids[i]
-    }
-
-    fn len(&self) -> usize {
-        self.labels.len()
-    }
-}
-
-#[derive(Default)]
-struct LiveState {
-    /// Top-level steps running, in start order, with the node a block is at.
-    running: Vec<(String, Option<String>)>,
-    items_started: u64,
-    items_done: u64,
-    retries: u64,
 }
 
 impl Live {
@@ -95,7 +52,7 @@ impl Live {
     pub(crate) fn new(steps: Arc<StepLabels>) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::with_draw_target(
-                Some(steps.len() as u64),
+                Some(steps.labels.len() as u64),
                 ProgressDrawTarget::stderr(),
             );
             let style = ProgressStyle::with_template(
@@ -109,7 +66,7 @@ impl Live {
         Live {
             bar,
             steps,
-            state: Mutex::new(LiveState::default()),
+            progress: Mutex::default(),
         }
     }
 
@@ -149,36 +106,36 @@ impl Live {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LiveState> {
-        self.state
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The bar's message: what runs, and how far the map items are.
-    fn show(&self, state: &LiveState) {
+    /// The bar: the steps that ended, what runs, and how far the map items are.
+    fn show(&self, progress: &Progress) {
         let Some(bar) = &self.bar else {
             return;
         };
+        bar.set_position(progress.settled);
         let mut parts = Vec::new();
-        if !state.running.is_empty() {
-            let names: Vec<String> = state
-                .running
-                .iter()
-                .map(|(id, node)| match node {
-                    Some(node) => format!("{id} at {node}"),
-                    None => id.clone(),
-                })
-                .collect();
+        let names: Vec<String> = progress
+            .running()
+            .map(|(step, node)| {
+                let id = self.steps.steps.id(step);
+                node.map_or_else(|| id.to_owned(), |node| format!("{id} at {node}"))
+            })
+            .collect();
+        if !names.is_empty() {
             parts.push(format!("running: {}", names.join(", ")));
         }
-        if state.items_started > 0 {
+        if progress.items_started > 0 {
             parts.push(format!(
                 "items: {}/{} done",
-                state.items_done, state.items_started
+                progress.items_done, progress.items_started
             ));
         }
-        match state.retries {
+        match progress.retries {
             0 => {}
             1 => parts.push("1 retry".to_owned()),
             n => parts.push(format!("{n} retries")),
@@ -204,14 +161,16 @@ impl EventSink for Live {
     fn emit(&self, event: &Event) {
         let ts = Some(event.ts.as_str());
         let id = event.step_id.as_deref().unwrap_or("");
-        let label = self.steps.label(id);
-        let call = self.steps.call_of(id);
-        let node = matches!(call, Some(plan_graph::CallOf::Inside(..)));
-        let mut state = self.lock();
+        let mut progress = self.lock();
+        let seen = progress.see(&self.steps.steps, event);
+        let label = match seen.part {
+            Part::Step(i) => Some(self.steps.labels[i].as_str()),
+            _ => None,
+        };
         match event.kind {
             EventKind::RunStarted => {
                 let plan = event.plan_id.as_deref().unwrap_or("");
-                let n = self.steps.len();
+                let n = self.steps.labels.len();
                 let plural = if n == 1 { "" } else { "s" };
                 self.say(
                     &format!("run {} · plan `{plan}` · {n} step{plural}", event.run_id),
@@ -219,34 +178,23 @@ impl EventSink for Live {
                 );
             }
             EventKind::ToolCalled | EventKind::BlockEntered if event.attempt <= 1 => {
-                if let Some(label) = label {
-                    if !state.running.iter().any(|(r, _)| r == id) {
-                        state.running.push((id.to_owned(), None));
-                    }
-                    self.say(&format!("▶ {label}"), ts);
-                } else if let Some(plan_graph::CallOf::Inside(step, rest)) = call {
-                    let top = self.steps.id_at(step);
-                    if let Some(entry) = state.running.iter_mut().find(|(r, _)| r == top) {
-                        entry.1 = Some(rest.to_owned());
-                    }
-                    if event.kind == EventKind::ToolCalled {
+                match seen.part {
+                    Part::Step(_) => self.say(&format!("▶ {}", label.unwrap_or(id)), ts),
+                    Part::Node(..) if event.kind == EventKind::ToolCalled => {
                         let tool = event.tool.as_deref().unwrap_or("");
                         self.say(&format!("▶ {id} [{tool}]"), ts);
                     }
-                } else {
-                    state.items_started += 1;
                     // The first item of a map step starts the step.
-                    if let Some(plan_graph::CallOf::Item(step)) = call
-                        && let map = self.steps.id_at(step)
-                        && !state.running.iter().any(|(r, _)| r == map)
-                    {
-                        state.running.push((map.to_owned(), None));
-                        let label = self.steps.label(map).unwrap_or(map);
+                    Part::Item(map) if seen.started => {
+                        let label = &self.steps.labels[map];
                         self.say(&format!("▶ {label}  (map)"), ts);
                     }
+                    _ => {}
                 }
             }
-            EventKind::ToolSucceeded | EventKind::ToolFailed if node => {
+            EventKind::ToolSucceeded | EventKind::ToolFailed
+                if matches!(seen.part, Part::Node(..)) =>
+            {
                 let took = duration(event.duration_ms.unwrap_or(0));
                 if event.kind == EventKind::ToolSucceeded {
                     self.say(&format!("✓ {id}  {took}"), ts);
@@ -255,7 +203,6 @@ impl EventSink for Live {
                 }
             }
             EventKind::StepRetrying => {
-                state.retries += 1;
                 let delay = duration(event.delay_ms.unwrap_or(0));
                 self.say(
                     &format!(
@@ -275,34 +222,23 @@ impl EventSink for Live {
                     .and_then(|e| e.get("code"))
                     .and_then(serde_json::Value::as_str)
                     == Some("E_CANCELLED");
-                match label {
-                    Some(label) => {
-                        state.running.retain(|(r, _)| r != id);
-                        if let Some(bar) = &self.bar {
-                            bar.inc(1);
-                        }
-                        let line = if ok {
-                            format!("✓ {label}  {took}")
-                        } else if cancelled {
-                            format!("■ {label}  {took}  interrupted; it runs again on resume")
-                        } else {
-                            format!("✗ {label}  {took}  {}", Self::error_text(event))
-                        };
-                        self.say(&line, ts);
+                let line = match label {
+                    Some(label) if ok => format!("✓ {label}  {took}"),
+                    Some(label) if cancelled => {
+                        format!("■ {label}  {took}  interrupted; it runs again on resume")
                     }
-                    None => {
-                        state.items_done += 1;
-                        if !ok && !cancelled {
-                            self.say(&format!("✗ {id}  {took}  {}", Self::error_text(event)), ts);
-                        }
+                    Some(label) => format!("✗ {label}  {took}  {}", Self::error_text(event)),
+                    None if !ok && !cancelled => {
+                        format!("✗ {id}  {took}  {}", Self::error_text(event))
                     }
+                    None => String::new(),
+                };
+                if !line.is_empty() {
+                    self.say(&line, ts);
                 }
             }
             EventKind::StepSkipped => {
                 if let Some(label) = label {
-                    if let Some(bar) = &self.bar {
-                        bar.inc(1);
-                    }
                     let reason = event.reason.as_deref().unwrap_or("");
                     // As the summary words it: a step that can never run is not a skip.
                     if reason.starts_with(plan_types::reasons::UNKNOWN_DEPENDENCY) {
@@ -316,13 +252,7 @@ impl EventSink for Live {
                 // A coding task's progress: attempts, verification, the merge queue.
                 let attempt = event.attempt;
                 let line = match event.reason.as_deref().unwrap_or("") {
-                    "in_progress" => {
-                        if !state.running.iter().any(|(r, _)| r == id) {
-                            state.running.push((id.to_owned(), None));
-                        }
-                        let label = label.unwrap_or(id);
-                        Some(format!("▶ {label}  attempt {attempt}"))
-                    }
+                    "in_progress" => Some(format!("▶ {}  attempt {attempt}", label.unwrap_or(id))),
                     "verifying" => Some(format!("… {id}  attempt {attempt}: verifying")),
                     "verified" => Some(format!("… {id}  verified; waits for its turn to merge")),
                     "merging" => Some(format!("… {id}  merging")),
@@ -362,7 +292,7 @@ impl EventSink for Live {
             }
             _ => {}
         }
-        self.show(&state);
+        self.show(&progress);
     }
 }
 
@@ -390,14 +320,15 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
     let (mut items, mut nodes, mut earlier) = (0, 0, 0);
     for record in &steps {
         let id = label(record);
-        if plan.label(&record.step_id).is_none() {
-            // A block's node (`STEP/NODE#N`) or a map step's item.
-            match plan.call_of(&record.step_id) {
-                // A step of an earlier revision of the plan (`run --replan`): shown as it ended.
-                None => earlier += 1,
-                Some(plan_graph::CallOf::Inside(..)) => nodes += 1,
-                Some(_) => items += 1,
-            }
+        let part = plan.steps.part(&record.step_id);
+        match part {
+            Part::Step(_) => {}
+            // A step of an earlier revision of the plan (`run --replan`): shown as it ended.
+            Part::Other => earlier += 1,
+            Part::Node(..) => nodes += 1,
+            Part::Item(_) => items += 1,
+        }
+        if !matches!(part, Part::Step(_)) {
             out.push_str(&part_line(record, &id, width));
             continue;
         }

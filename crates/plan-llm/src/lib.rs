@@ -142,6 +142,12 @@ pub trait Model: Send {
         messages: &'a [Value],
         schema: &'a Value,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, LlmError>> + Send + 'a>>;
+
+    /// Who writes the answers, as a stored plan names its author (`created from a goal by
+    /// …`).
+    fn name(&self) -> String {
+        "a model".to_owned()
+    }
 }
 
 /// A Chat Completions endpoint, with the plan schema as a strict response format (sent again
@@ -172,6 +178,10 @@ impl Http {
 }
 
 impl Model for Http {
+    fn name(&self) -> String {
+        self.endpoint.model.clone()
+    }
+
     fn answer<'a>(
         &'a mut self,
         messages: &'a [Value],

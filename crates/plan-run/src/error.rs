@@ -94,6 +94,9 @@ pub enum LifecycleError {
         /// Why not.
         source: std::io::Error,
     },
+    /// The model asked for a plan gave none that passed (or could not be asked).
+    #[error(transparent)]
+    Generate(#[from] plan_llm::LlmError),
     /// The model asked to re-plan a failed run gave no plan that passed (or could not be
     /// asked).
     #[error("re-planning run {run_id}: {source}")]

@@ -76,6 +76,51 @@ pub async fn generate_checked(
     .await
 }
 
+/// What a plan is asked of a model for ([`plan_from_goal`]).
+#[derive(Debug, Clone)]
+pub struct Goal<'a> {
+    /// The goal, in the user's words.
+    pub text: &'a str,
+    /// The plan's id; else the model's, else one made from the goal ([`slug`]).
+    pub id: Option<&'a str>,
+    /// How many times the model is told what is wrong with its plan and asked again.
+    pub max_retries: u32,
+    /// Whether the plan is stored over one its author stored before under that id.
+    pub force: bool,
+    /// Who asked: the plan runs under this author's policy.
+    pub author: Author,
+}
+
+impl<'a> Goal<'a> {
+    /// `text`, asked by `author`: two more tries after a wrong answer, and never stored over
+    /// another plan.
+    pub fn new(text: &'a str, author: Author) -> Self {
+        Goal {
+            text,
+            id: None,
+            max_retries: 2,
+            force: false,
+            author,
+        }
+    }
+}
+
+/// A plan `model` writes for `goal` and plan-cli accepts ([`generate_checked`]: its
+/// validation and `policy`), stored in `ledger`'s registry under its author
+/// ([`store_generated`]): its id and the plan.
+pub async fn plan_from_goal(
+    model: &mut dyn Model,
+    goal: &Goal<'_>,
+    toolbox: &Toolbox,
+    policy: &Policy,
+    ledger: &crate::Ledger,
+) -> Result<(String, Value), LifecycleError> {
+    let generated =
+        generate_checked(model, goal.text, goal.id, goal.max_retries, toolbox, policy).await?;
+    let by = model.name();
+    store_generated(&mut ledger.open()?, generated, &by, goal.force, goal.author)
+}
+
 /// Stores a generated plan in the registry, and says under which id: never over a plan
 /// another author stored (a model's id that is taken so takes the next free one, `deploy-2`,
 /// …); over one of its own author's only with `force`. `by` names the model.

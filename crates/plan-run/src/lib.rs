@@ -57,7 +57,8 @@
 //!   rest of what `status` and `state export` show.
 //!
 //! - [`EventFeed`] reads a run's events as the ledger commits them (a live view of a run in
-//!   another process); [`Prepared::dry_run`] lists the calls a run would make; a
+//!   another process), and [`Progress`] folds them into what a live view shows (the steps
+//!   running, the map items done; [`Steps`] tells what each event's id names); [`Prepared::dry_run`] lists the calls a run would make; a
 //!   [`Replanner`] re-plans a failed run within a budget and goes on with it to its end.
 //!
 //! - [`PlanInput`], [`Variables`], [`Project`] and [`Ledger`] read what a person names (a plan
@@ -77,8 +78,10 @@ mod generate;
 mod input;
 mod policy;
 mod prepare;
+mod progress;
 mod project;
 mod report;
+mod signals;
 mod sources;
 mod state_file;
 mod toolbox;
@@ -94,21 +97,23 @@ pub use execute::{
     working_dir_of,
 };
 pub use generate::{
-    Replanned, Replanner, Replanning, generate, generate_checked, slug, store_generated,
-    stored_plan,
+    Goal, Replanned, Replanner, Replanning, generate, generate_checked, plan_from_goal, slug,
+    store_generated, stored_plan,
 };
 pub use input::{InputError, PlanInput, Variables, resolve_folder};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
 pub use prepare::{
     Inputs, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare, select,
 };
+pub use progress::{Part, Progress, Seen, Steps};
 pub use project::{Ledger, MCP_CONFIG_NAME, Project};
 pub use report::{
     EventBatch, EventFeed, RunFilter, RunSummary, StepState, StoredSource, duration_of, ended_at,
     execute_state, format_name, format_of, format_of_text, output_of, plan_of, records_of, report,
     runs, status_of, stored_source,
 };
-pub use sources::{QueueSource, RunSources, sources_of};
+pub use signals::Signals;
+pub use sources::{Kept, QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};
 pub use toolbox::{Catalog, PlanTools, Toolbox, ToolsError};
 pub use validation::{IssueReport, Validation};

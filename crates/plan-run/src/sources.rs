@@ -2,10 +2,12 @@
 //! so that `resume`, `retry`, `approve` and `reject` find the same tools and files without the
 //! flags repeated.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use plan_store::RunRow;
 use serde::{Deserialize, Serialize};
+
+use crate::{InputError, Ledger, Project};
 
 /// Where a run's tools come from, and the state file it keeps.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +69,50 @@ impl QueueSource {
         QueueSource {
             url: plain.then(|| url.to_owned()),
             name: name.to_owned(),
+        }
+    }
+}
+
+/// What a stored run kept for the commands that go on with it (`resume`, `retry`, `approve`,
+/// `reject`): where its tools are and the folder its programs run in.
+#[derive(Debug, Clone, Default)]
+pub struct Kept {
+    /// Where its tools come from, and its state file.
+    pub sources: RunSources,
+    /// The folder its programs run in ([`crate::working_dir_of`]).
+    pub working_dir: Option<PathBuf>,
+}
+
+impl Kept {
+    /// What run `run` of `ledger` kept: nothing for a ledger that is not there or cannot be
+    /// read, or an unknown run (the command that goes on with it says so itself).
+    pub fn of(ledger: &Ledger, run: &str) -> Kept {
+        let row = ledger
+            .exists()
+            .then(|| ledger.open_reader().ok()?.run(run).ok())
+            .flatten();
+        row.map(|row| Kept {
+            sources: sources_of(&row),
+            working_dir: crate::working_dir_of(&row),
+        })
+        .unwrap_or_default()
+    }
+
+    /// The MCP configuration whose servers give the tools: `given` (a front-end's setting),
+    /// else the run's own (so that `approve` and `resume` find its tools without the flag
+    /// repeated), else `project`'s.
+    pub fn mcp_config(&self, given: Option<PathBuf>, project: Option<&Project>) -> Option<PathBuf> {
+        given
+            .or_else(|| self.sources.mcp_config.clone())
+            .or_else(|| project.and_then(Project::mcp_config))
+    }
+
+    /// The folder the run's programs run in as it goes on: `given` (made absolute and
+    /// checked, [`crate::resolve_folder`]), else the run's own.
+    pub fn working_dir(&self, given: Option<&Path>) -> Result<Option<PathBuf>, InputError> {
+        match given {
+            Some(dir) => crate::resolve_folder(dir).map(Some),
+            None => Ok(self.working_dir.clone()),
         }
     }
 }

@@ -158,6 +158,10 @@ struct Sampling {
 }
 
 impl plan_llm::Model for Sampling {
+    fn name(&self) -> String {
+        "the client's model".to_owned()
+    }
+
     fn answer<'a>(
         &'a mut self,
         messages: &'a [Value],
@@ -552,17 +556,12 @@ impl PlanServer {
     /// endpoint the operator configured (PLAN_LLM_URL, PLAN_LLM_MODEL); checked as `plan_run`
     /// would check it, this server's policy included; stored.
     fn create(&self, goal: &str, client: Arc<dyn Client>) -> Result<(String, Value), Refusal> {
-        let (mut model, by): (Box<dyn plan_llm::Model>, String) = if client.offers_sampling() {
-            (
-                Box::new(Sampling { client }),
-                "the client's model".to_owned(),
-            )
+        let mut model: Box<dyn plan_llm::Model> = if client.offers_sampling() {
+            Box::new(Sampling { client })
         } else {
             match self.settings.model.clone() {
                 Some(endpoint) => {
-                    let by = endpoint.model.clone();
-                    let http = plan_llm::Http::new(endpoint).map_err(|e| e.to_string())?;
-                    (Box::new(http), by)
+                    Box::new(plan_llm::Http::new(endpoint).map_err(|e| e.to_string())?)
                 }
                 None => {
                     return Err(
@@ -572,20 +571,21 @@ impl PlanServer {
             }
         };
         // The same judgement as a model's plan anywhere: plan-cli's validation, then this
-        // server's policy; nothing in it tells the model how to widen the policy.
-        let generated = block(plan_run::generate_checked(
+        // server's policy; nothing in it tells the model how to widen the policy. Stored never
+        // over a plan another author stored (it takes the next free id); over a plan clients
+        // stored, yes.
+        let goal = plan_run::Goal {
+            force: true,
+            ..plan_run::Goal::new(goal, Author::McpClient)
+        };
+        block(plan_run::plan_from_goal(
             &mut *model,
-            goal,
-            None,
-            2,
+            &goal,
             &self.settings.toolbox,
             &self.settings.policy,
+            &self.settings.ledger,
         ))
-        .map_err(|error| error.to_string())?;
-        // Never over a plan another author stored (it takes the next free id); over a plan
-        // clients stored, yes.
-        plan_run::store_generated(&mut self.open()?, generated, &by, true, Author::McpClient)
-            .map_err(lifecycle_refusal)
+        .map_err(lifecycle_refusal)
     }
 
     /// Runs a plan as `plan_run` does and answers as mcp-cli's `plan_execute` does.

@@ -324,7 +324,7 @@ impl<'a> Shown<'a> {
         let (cancel, live, run_id) = (shown.cancel.clone(), shown.live.clone(), run_id.to_owned());
         let lost = toolbox.queue().map(|queue| queue.lost());
         toolbox.block_on(async {
-            let signals = Signals::new();
+            let signals = plan_run::Signals::new();
             tokio::spawn(stop_on_signals(signals, cancel.clone(), run_id, live));
             if let Some(lost) = lost {
                 tokio::spawn(async move {
@@ -415,7 +415,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// commit is a transaction, so the ledger stays consistent, and the calls in flight run again
 /// on resume.
 async fn stop_on_signals(
-    mut signals: Signals,
+    mut signals: plan_run::Signals,
     cancel: CancellationToken,
     run_id: String,
     live: Arc<Mutex<Option<Arc<Live>>>>,
@@ -440,46 +440,6 @@ async fn stop_on_signals(
             "exiting at once; what finished is in the ledger: continue with `plan-cli resume {run_id}`"
         );
         std::process::exit(plan_types::TaskStatus::Stopped.exit_code());
-    }
-}
-
-/// Ctrl+C (SIGINT) and SIGTERM, watched from the start so that none is missed.
-pub(crate) struct Signals {
-    #[cfg(unix)]
-    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
-}
-
-impl Signals {
-    pub(crate) fn new() -> Self {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            Signals {
-                streams: signal(SignalKind::interrupt())
-                    .and_then(|i| Ok((i, signal(SignalKind::terminate())?)))
-                    .ok(),
-            }
-        }
-        #[cfg(not(unix))]
-        Signals {}
-    }
-
-    /// Waits for the next signal; false if signals cannot be watched.
-    pub(crate) async fn next(&mut self) -> bool {
-        #[cfg(unix)]
-        {
-            let Some((interrupt, terminate)) = &mut self.streams else {
-                return false;
-            };
-            tokio::select! {
-                received = interrupt.recv() => received.is_some(),
-                received = terminate.recv() => received.is_some(),
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            tokio::signal::ctrl_c().await.is_ok()
-        }
     }
 }
 

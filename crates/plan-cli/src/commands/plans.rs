@@ -173,14 +173,21 @@ pub(crate) fn plan(
             ..
         } => {
             let policy = crate::policy::of(policy_args)?;
-            let ask = CreateArgs {
-                goal,
-                model: model.as_deref(),
+            let goal = plan_run::Goal {
                 id: id.as_deref(),
                 max_retries: *max_retries,
                 force: *force,
+                ..plan_run::Goal::new(goal, plan_run::Author::Model)
             };
-            let (plan_id, plan) = create(&ask, &policy, toolbox, ledger)?;
+            let mut model = plan_llm::Http::new(endpoint(model.as_deref())?.ok_or_else(|| {
+                Failure::input(
+                    "no model endpoint: set PLAN_LLM_URL (or OPENAI_BASE_URL) to an OpenAI-compatible API's base URL ending in /v1, e.g. http://localhost:11434/v1 for Ollama",
+                )
+            })?)
+            .map_err(|e| Failure::input(e.to_string()))?;
+            let (plan_id, plan) = toolbox.block_on(plan_run::plan_from_goal(
+                &mut model, &goal, toolbox, &policy, ledger,
+            ))?;
             let source = plan_graph::Source::new(plan_id.clone(), plan.to_string());
             let ready = prepare_source(
                 source,
@@ -256,50 +263,6 @@ pub(crate) fn plan(
             Ok(0)
         }
     }
-}
-
-/// What `plan create` asks for.
-struct CreateArgs<'a> {
-    goal: &'a str,
-    model: Option<&'a str>,
-    id: Option<&'a str>,
-    max_retries: u32,
-    force: bool,
-}
-
-/// Asks the configured model for a plan, sends plan-cli's own diagnostics back until it is
-/// valid, and stores it: its id and the plan.
-fn create(
-    ask: &CreateArgs<'_>,
-    policy: &plan_run::Policy,
-    toolbox: &Toolbox,
-    ledger: &Ledger,
-) -> Result<(String, serde_json::Value), Failure> {
-    let endpoint = endpoint(ask.model)?.ok_or_else(|| {
-        Failure::input(
-            "no model endpoint: set PLAN_LLM_URL (or OPENAI_BASE_URL) to an OpenAI-compatible API's base URL ending in /v1, e.g. http://localhost:11434/v1 for Ollama",
-        )
-    })?;
-    let by = endpoint.model.clone();
-    let mut model = plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))?;
-    let generated = toolbox
-        .block_on(plan_run::generate_checked(
-            &mut model,
-            ask.goal,
-            ask.id,
-            ask.max_retries,
-            toolbox,
-            policy,
-        ))
-        .map_err(|error| Failure::input(error.to_string()))?;
-    plan_run::store_generated(
-        &mut ledger.open()?,
-        generated,
-        &by,
-        ask.force,
-        plan_run::Author::Model,
-    )
-    .map_err(Failure::lifecycle)
 }
 
 /// Every call a program can make, one per line with where the plan makes it, for a person to

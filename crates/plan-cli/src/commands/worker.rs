@@ -4,7 +4,6 @@
 use plan_queue::WorkerOptions;
 use tokio_util::sync::CancellationToken;
 
-use super::execute::Signals;
 use crate::cli::WorkerArgs;
 use crate::exit::Failure;
 use crate::toolbox::Toolbox;
@@ -57,7 +56,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
     let stats = toolbox.block_on(async {
         let signal_stop = stop.clone();
         tokio::spawn(async move {
-            let mut signals = Signals::new();
+            let mut signals = plan_run::Signals::new();
             if signals.next().await {
                 // Stop first: with its stderr closed (its parent gone), a print would fail,
                 // and a worker must still stop when told.

@@ -1,0 +1,55 @@
+//! The signals that stop a run or a worker.
+
+/// Ctrl+C (SIGINT) and SIGTERM, watched from the moment this is made so that none is missed:
+/// a front-end stops its run on the first (through [`crate::Execution::cancel`]), a worker
+/// drains.
+pub struct Signals {
+    #[cfg(unix)]
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    /// Watches both signals (must be made on a tokio runtime with signals enabled).
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Signals {
+                streams: signal(SignalKind::interrupt())
+                    .and_then(|i| Ok((i, signal(SignalKind::terminate())?)))
+                    .ok(),
+            }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// Waits for the next signal; false if signals cannot be watched.
+    pub async fn next(&mut self) -> bool {
+        #[cfg(unix)]
+        {
+            let Some((interrupt, terminate)) = &mut self.streams else {
+                return false;
+            };
+            tokio::select! {
+                received = interrupt.recv() => received.is_some(),
+                received = terminate.recv() => received.is_some(),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            tokio::signal::ctrl_c().await.is_ok()
+        }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    #[tokio::test]
+    async fn a_sigterm_is_heard_and_does_not_end_the_process() {
+        let mut signals = super::Signals::new();
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM).expect("raised");
+        assert!(signals.next().await);
+    }
+}
