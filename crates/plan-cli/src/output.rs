@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use plan_engine::PlannedCall;
-use plan_run::{Part, Progress, Steps};
+use plan_run::{Part, Progress, StepState, Steps};
 use plan_types::{Event, EventKind, EventSink, Record, RunReport};
 
 /// What a run shows while it runs, on stderr, fed by events: the run id first, then a line
@@ -314,55 +314,38 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         .max()
         .unwrap_or(0);
     let mut out = String::new();
-    let (mut ok, mut failed, mut skipped, mut blocked, mut waiting) = (0, 0, 0, 0, 0);
-    let (mut interrupted, mut running, mut not_started) = (0, 0, 0);
-    // Counts are of the plan's steps; map items and block nodes are shown, and counted apart.
-    let (mut items, mut nodes, mut earlier) = (0, 0, 0);
     for record in &steps {
         let id = label(record);
+        // A map item, a block's node, or a step of an earlier revision of the plan (`run
+        // --replan`): shown as it ended, and counted apart.
         let part = plan.steps.part(&record.step_id);
-        match part {
-            Part::Step(_) => {}
-            // A step of an earlier revision of the plan (`run --replan`): shown as it ended.
-            Part::Other => earlier += 1,
-            Part::Node(..) => nodes += 1,
-            Part::Item(_) => items += 1,
-        }
         if !matches!(part, Part::Step(_)) {
             out.push_str(&part_line(record, &id, width));
             continue;
         }
         let reason = record.reason.as_deref().unwrap_or("");
         let took = duration(record.duration_ms);
-        let line = match plan_run::StepState::of(record, report.task_status) {
-            plan_run::StepState::Running => {
-                running += 1;
+        let line = match StepState::of(record, report.task_status) {
+            StepState::Running => {
                 format!("▶ {id:<width$}  running")
             }
-            plan_run::StepState::Interrupted => {
-                interrupted += 1;
-                match &record.error {
-                    Some(error) => format!(
-                        "■ {id:<width$}  {took}  interrupted: {}; it runs again on resume",
-                        error.message
-                    ),
-                    None => format!("■ {id:<width$}  {reason}; it runs again on resume"),
-                }
-            }
-            plan_run::StepState::NotStarted => {
-                not_started += 1;
+            StepState::Interrupted => match &record.error {
+                Some(error) => format!(
+                    "■ {id:<width$}  {took}  interrupted: {}; it runs again on resume",
+                    error.message
+                ),
+                None => format!("■ {id:<width$}  {reason}; it runs again on resume"),
+            },
+            StepState::NotStarted => {
                 format!("· {id:<width$}  not started: {reason}")
             }
-            plan_run::StepState::Waiting => {
-                waiting += 1;
+            StepState::Waiting => {
                 format!("… {id:<width$}  {reason}")
             }
-            plan_run::StepState::Skipped => {
-                skipped += 1;
+            StepState::Skipped => {
                 format!("- {id:<width$}  skipped: {reason}")
             }
-            plan_run::StepState::Ok => {
-                ok += 1;
+            StepState::Ok => {
                 let retries = if record.attempts > 1 {
                     format!("  ({} attempts)", record.attempts)
                 } else {
@@ -370,8 +353,7 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
                 };
                 format!("✓ {id:<width$}  {took}{retries}")
             }
-            plan_run::StepState::Failed => {
-                failed += 1;
+            StepState::Failed => {
                 let error = (record.error.as_ref())
                     .map_or(String::new(), |e| format!("{}: {}", e.code, e.message));
                 let attempts = if record.attempts > 1 {
@@ -387,8 +369,7 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
                 .trim_end()
                 .to_owned()
             }
-            plan_run::StepState::Blocked => {
-                blocked += 1;
+            StepState::Blocked => {
                 format!("! {id:<width$}  not run: {reason}")
             }
         };
@@ -400,16 +381,19 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
             }
         }
     }
-    let mut counts = vec![format!("{ok} ok")];
-    for (n, what) in [
-        (failed, "failed"),
-        (interrupted, "interrupted"),
-        (running, "running"),
-        (not_started, "not started"),
-        (skipped, "skipped"),
-        (blocked, "blocked"),
-        (waiting, "waiting"),
+    // Counts are of the plan's steps; map items and block nodes are shown, and counted apart.
+    let tally = plan_run::Tally::of(report, &plan.steps);
+    let mut counts = vec![format!("{} ok", tally.count(StepState::Ok))];
+    for (state, what) in [
+        (StepState::Failed, "failed"),
+        (StepState::Interrupted, "interrupted"),
+        (StepState::Running, "running"),
+        (StepState::NotStarted, "not started"),
+        (StepState::Skipped, "skipped"),
+        (StepState::Blocked, "blocked"),
+        (StepState::Waiting, "waiting"),
     ] {
+        let n = tally.count(state);
         if n > 0 {
             counts.push(format!("{n} {what}"));
         }
@@ -422,12 +406,12 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         out.push_str(&format!("✗ {reason}\n"));
     }
     let total = report.records.last().map_or(0, |meta| meta.duration_ms);
-    let count = steps.len() - items - nodes - earlier;
+    let count = tally.step_count();
     let mut parts = String::new();
     for (n, what) in [
-        (items, "map item"),
-        (nodes, "block node"),
-        (earlier, "replaced step"),
+        (tally.items, "map item"),
+        (tally.nodes, "block node"),
+        (tally.earlier, "replaced step"),
     ] {
         match n {
             0 => {}

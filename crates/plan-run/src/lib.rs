@@ -105,7 +105,7 @@ pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Viola
 pub use prepare::{
     Inputs, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare, select,
 };
-pub use progress::{Part, Progress, Seen, Steps};
+pub use progress::{Part, Progress, Seen, Steps, Tally};
 pub use project::{Ledger, MCP_CONFIG_NAME, Project};
 pub use report::{
     EventBatch, EventFeed, RunFilter, RunSummary, StepState, StoredSource, duration_of, ended_at,

@@ -3,7 +3,9 @@
 //! about, which steps run (and the node a block is at), how far the map items are.
 
 use plan_graph::{CallOf, Plan, StepIndex};
-use plan_types::{Event, EventKind};
+use plan_types::{Event, EventKind, RunReport};
+
+use crate::StepState;
 
 /// The plan's top-level steps, as a view of its runs tells what a record or an event is about.
 /// Kept instead of the plan, which a run lets go of once it is compiled.
@@ -161,6 +163,59 @@ impl Progress {
     }
 }
 
+/// A run's records counted as a view of the run counts them: the plan's steps by their
+/// [`StepState`], and the map items, block nodes and steps of earlier revisions of the plan
+/// (`run --replan`) apart. `__meta__` is none of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// How many of the plan's steps are in each state (states no step is in are left out).
+    pub steps: Vec<(StepState, usize)>,
+    /// Map items.
+    pub items: usize,
+    /// Block nodes.
+    pub nodes: usize,
+    /// Steps of earlier revisions.
+    pub earlier: usize,
+}
+
+impl Tally {
+    /// The records of `report`, a run of a plan with `steps`.
+    pub fn of(report: &RunReport, steps: &Steps) -> Tally {
+        let mut tally = Tally::default();
+        for record in &report.records {
+            if record.step_id == plan_graph::META_STEP_ID {
+                continue;
+            }
+            match steps.part(&record.step_id) {
+                Part::Step(_) => {
+                    let state = StepState::of(record, report.task_status);
+                    match tally.steps.iter_mut().find(|(s, _)| *s == state) {
+                        Some((_, n)) => *n += 1,
+                        None => tally.steps.push((state, 1)),
+                    }
+                }
+                Part::Item(_) => tally.items += 1,
+                Part::Node(..) => tally.nodes += 1,
+                Part::Other => tally.earlier += 1,
+            }
+        }
+        tally
+    }
+
+    /// How many of the plan's steps are in `state`.
+    pub fn count(&self, state: StepState) -> usize {
+        self.steps
+            .iter()
+            .find(|(s, _)| *s == state)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// How many of the plan's steps have records.
+    pub fn step_count(&self) -> usize {
+        self.steps.iter().map(|(_, n)| n).sum()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -227,5 +282,31 @@ mod tests {
             (2, 1, 1, 1)
         );
         assert_eq!(progress.running().count(), 2);
+    }
+
+    #[test]
+    fn a_tally_counts_the_plans_steps_by_state_and_the_rest_apart() {
+        let steps = steps();
+        let record = |id: &str, ok: bool| {
+            let error = (!ok).then(|| serde_json::json!({"code": "E_EXEC", "message": "exit 1"}));
+            serde_json::json!({"step_id": id, "ok": ok, "skipped": false, "attempts": 1,
+                               "duration_ms": 1, "error": error})
+        };
+        let report: plan_types::RunReport = serde_json::from_value(serde_json::json!({
+            "run_id": "R", "plan_id": "p", "task_status": "FAILED", "variables": {},
+            "records": [
+                record("build", true), record("build/each-0", true), record("build/each-1", false),
+                record("build/each", false), record("a/b/check#1", true), record("a/b", true),
+                record("gone", true),
+                {"step_id": "__meta__", "ok": false, "skipped": false, "attempts": 0, "duration_ms": 9}
+            ]
+        }))
+        .expect("a report");
+        let tally = super::Tally::of(&report, &steps);
+        assert_eq!((tally.items, tally.nodes, tally.earlier), (2, 1, 1));
+        assert_eq!(tally.count(crate::StepState::Ok), 2);
+        assert_eq!(tally.count(crate::StepState::Failed), 1);
+        assert_eq!(tally.count(crate::StepState::Skipped), 0);
+        assert_eq!(tally.step_count(), 3);
     }
 }
