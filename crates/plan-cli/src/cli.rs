@@ -204,24 +204,28 @@ fn queue_url(given: Option<&String>) -> Option<(String, bool)> {
 }
 
 impl ExecutionArgs {
-    /// Where stored run `run`'s calls go on: `--queue` (or PLAN_QUEUE) when given, else the
-    /// queue the run kept (which REDIS_URL does not override), else REDIS_URL
-    /// (`plan_run::RunSources::kept_queue`).
+    /// Where stored run `run`'s calls go on (`plan_run::RunSources::queue_going_on`):
+    /// `--queue` (or PLAN_QUEUE) when given, else the queue the run kept (which REDIS_URL does
+    /// not override), else REDIS_URL; `--queue-name` when given, else the run's own.
     pub(crate) fn queue_or(
         &self,
         run: &str,
         stored: &plan_run::RunSources,
     ) -> Result<Option<QueueSettings>, crate::exit::Failure> {
-        match stored.kept_queue(run)? {
-            Some((url, name)) if self.queue.is_none() => Ok(Some(QueueSettings {
-                url,
-                from_redis_url: false,
-                name,
-                outage: self.queue_outage,
-                timeout: self.queue_timeout,
-            })),
-            _ => Ok(self.queue_settings()),
-        }
+        let from_env = queue_url(None).map(|(url, _)| url);
+        let chosen = stored.queue_going_on(
+            run,
+            self.queue.as_deref(),
+            self.queue_name.as_deref(),
+            from_env.as_deref(),
+        )?;
+        Ok(chosen.map(|(url, name)| QueueSettings {
+            from_redis_url: self.queue.is_none() && stored.queue.is_none(),
+            url,
+            name,
+            outage: self.queue_outage,
+            timeout: self.queue_timeout,
+        }))
     }
 
     /// Where the run's calls go, if to a queue.
@@ -230,7 +234,9 @@ impl ExecutionArgs {
         Some(QueueSettings {
             url,
             from_redis_url,
-            name: self.queue_name.clone(),
+            name: (self.queue_name.as_deref())
+                .unwrap_or(plan_queue::DEFAULT_QUEUE)
+                .to_owned(),
             outage: self.queue_outage,
             timeout: self.queue_timeout,
         })
@@ -408,9 +414,10 @@ pub(crate) struct ExecutionArgs {
     /// password is not kept; give it again)
     #[arg(long, env = "PLAN_QUEUE", hide_env_values = true, value_name = "URL")]
     pub(crate) queue: Option<String>,
-    /// The BullMQ queue calls go to (keys `bull:NAME:*`)
-    #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_QUEUE)]
-    pub(crate) queue_name: String,
+    /// The BullMQ queue calls go to (keys `bull:NAME:*`; default: `steps`, or the queue a
+    /// resumed run kept)
+    #[arg(long, value_name = "NAME")]
+    pub(crate) queue_name: Option<String>,
     /// How long the queue may stay unreachable before the run stops (it can be resumed);
     /// meanwhile plan-cli reconnects
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]

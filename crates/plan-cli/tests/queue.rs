@@ -803,3 +803,51 @@ fn a_waiting_run_on_a_worker_s_tool_is_approved_and_resumed_without_its_flags() 
         assert_eq!(code, Some(0), "{log}");
     }
 }
+
+#[test]
+fn a_run_on_a_queue_whose_address_holds_a_password_goes_on_once_it_is_given_again() {
+    let redis = Redis::with_password("s3cret");
+    let lab = Lab::new();
+    let url = format!("redis://:s3cret@127.0.0.1:{}", redis.port);
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [{"id": "deploy", "tool": "echo", "risk": "high", "args": {"v": 1}}]}),
+    );
+    let (code, report) = lab.json(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--queue",
+        &url,
+        "--queue-name",
+        "jobs",
+    ]);
+    assert_eq!(code, 5, "it waits for its approval: {report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli()
+        .args(["approve", &run, "deploy"])
+        .assert()
+        .success();
+    // The address was not kept (it holds the password): without it, refused, the password
+    // nowhere in what is said.
+    lab.cli()
+        .args(["resume", &run])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "give the address again with --queue URL",
+        ))
+        .stderr(predicate::str::contains("s3cret").not());
+    // Given again, the run goes on, on its own queue (`jobs`, not given again), where a worker
+    // of that queue makes the call.
+    let ours = worker(&lab, &url, &["--queue-name", "jobs"]);
+    let (code, report) = lab.json(&["resume", &run, "--json", "--queue", &url]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(record(&report, "deploy")["result"], json!({"v": 1}));
+    let (code, log) = stop(ours, "TERM");
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains("1 call made"),
+        "the worker made the call: {log}"
+    );
+}

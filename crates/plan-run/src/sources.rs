@@ -27,27 +27,45 @@ pub struct RunSources {
 }
 
 impl RunSources {
-    /// The queue (its address and name) run `run_id`'s calls go to as it goes on, unless a
-    /// front-end names another: the one the run kept, if any. A run that kept a queue without
-    /// its address (it held credentials) is refused: its calls must not run anywhere else, so
-    /// the address must be given again.
-    pub fn kept_queue(
+    /// The queue (its address and name) run `run_id`'s calls go to as it goes on: the address
+    /// a front-end `given`, else the one the run kept, else `from_env` (REDIS_URL, which never
+    /// overrides a kept queue); the queue `name` given, else the run's own (its calls must
+    /// keep going to the queue its workers serve), else `steps` (`plan_queue::DEFAULT_QUEUE`). A run
+    /// that kept a queue without its address (it held credentials) is refused unless the
+    /// address is given again: its calls must not run anywhere else.
+    pub fn queue_going_on(
         &self,
         run_id: &str,
+        given: Option<&str>,
+        name: Option<&str>,
+        from_env: Option<&str>,
     ) -> Result<Option<(String, String)>, crate::LifecycleError> {
-        match &self.queue {
-            None => Ok(None),
-            Some(QueueSource {
-                url: Some(url),
-                name,
-            }) => Ok(Some((url.clone(), name.clone()))),
-            Some(QueueSource { url: None, name }) => Err(crate::LifecycleError::QueueNotKept {
-                run_id: run_id.to_owned(),
-                name: name.clone(),
-            }),
-        }
+        let kept = self.queue.as_ref();
+        let url = match (given, kept) {
+            (Some(url), _) => url.to_owned(),
+            (None, Some(QueueSource { url: Some(url), .. })) => url.clone(),
+            (None, Some(QueueSource { url: None, name })) => {
+                return Err(crate::LifecycleError::QueueNotKept {
+                    run_id: run_id.to_owned(),
+                    name: name.clone(),
+                });
+            }
+            (None, None) => match from_env {
+                Some(url) => url.to_owned(),
+                None => return Ok(None),
+            },
+        };
+        let name = name
+            .map(str::to_owned)
+            .or_else(|| kept.map(|kept| kept.name.clone()))
+            .unwrap_or_else(|| DEFAULT_QUEUE.to_owned());
+        Ok(Some((url, name)))
     }
 }
+
+/// The queue's name when none is given (as `plan_queue::DEFAULT_QUEUE`, which this crate
+/// names without the feature `queue`).
+const DEFAULT_QUEUE: &str = "steps";
 
 /// A BullMQ queue: the Redis it lives in and its name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,22 +148,61 @@ mod tests {
     use super::QueueSource;
 
     #[test]
-    fn a_run_goes_on_with_its_queue_only_where_its_address_was_kept() {
+    fn a_run_goes_on_with_its_queue_unless_given_another_address() {
         let sources = |url: &str| super::RunSources {
-            queue: Some(QueueSource::of(url, "steps")),
+            queue: Some(QueueSource::of(url, "jobs")),
             ..super::RunSources::default()
         };
-        assert_eq!(super::RunSources::default().kept_queue("r").unwrap(), None);
+        let pair = |url: &str, name: &str| Some((url.to_owned(), name.to_owned()));
+        let none = super::RunSources::default();
+        // Not a queue run: the address given, else the environment's, else none.
+        assert_eq!(none.queue_going_on("r", None, None, None).unwrap(), None);
         assert_eq!(
-            sources("redis://127.0.0.1:6379").kept_queue("r").unwrap(),
-            Some(("redis://127.0.0.1:6379".to_owned(), "steps".to_owned()))
+            none.queue_going_on("r", None, None, Some("redis://e"))
+                .unwrap(),
+            pair("redis://e", "steps")
         );
-        let refused = sources("redis://:secret@host").kept_queue("r").unwrap_err();
+        assert_eq!(
+            none.queue_going_on("r", Some("redis://g"), Some("q"), Some("redis://e"))
+                .unwrap(),
+            pair("redis://g", "q")
+        );
+        // A queue run: its own queue, whatever the environment says; its name kept when only
+        // an address is given.
+        let kept = sources("redis://127.0.0.1:6379");
+        assert_eq!(
+            kept.queue_going_on("r", None, None, Some("redis://e"))
+                .unwrap(),
+            pair("redis://127.0.0.1:6379", "jobs")
+        );
+        assert_eq!(
+            kept.queue_going_on("r", Some("redis://g"), None, None)
+                .unwrap(),
+            pair("redis://g", "jobs")
+        );
+        // An address with credentials was not kept: refused without it, and never in a
+        // message; given again, the run goes on with its own queue's name.
+        let secret = sources("redis://:secret@host");
+        let refused = secret
+            .queue_going_on("r", None, None, Some("redis://e"))
+            .unwrap_err();
         assert!(
-            matches!(&refused, crate::LifecycleError::QueueNotKept { name, .. } if name == "steps"),
+            matches!(&refused, crate::LifecycleError::QueueNotKept { name, .. } if name == "jobs"),
             "{refused}"
         );
         assert!(!refused.to_string().contains("secret"), "{refused}");
+        assert_eq!(
+            secret
+                .queue_going_on("r", Some("redis://:secret@host"), None, None)
+                .unwrap(),
+            pair("redis://:secret@host", "jobs")
+        );
+    }
+
+    #[cfg(feature = "queue")]
+    #[test]
+    fn the_default_queue_is_bullmqs() {
+        assert_eq!(super::DEFAULT_QUEUE, plan_queue::DEFAULT_QUEUE);
     }
 
     #[test]

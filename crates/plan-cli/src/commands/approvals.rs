@@ -67,7 +67,9 @@ fn rejection_outcome(decided: usize, abandoned: &[String]) -> String {
 /// only its workers').
 fn gated(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, plan_run::LifecycleError> {
     // A queue whose address was not kept is not reached: its tools are then unknown here.
-    if let Ok(Some((url, name))) = plan_run::sources_of(row).kept_queue(&row.run_id) {
+    if let Ok(Some((url, name))) =
+        plan_run::sources_of(row).queue_going_on(&row.run_id, None, None, None)
+    {
         let settings = crate::cli::QueueSettings {
             url,
             from_redis_url: false,

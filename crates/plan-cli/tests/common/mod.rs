@@ -291,7 +291,18 @@ impl Redis {
     }
 
     pub(crate) fn on(port: u16) -> Redis {
+        Redis::with_args(port, &[])
+    }
+
+    /// One that asks every client for `password` (`redis://:PASSWORD@…`).
+    #[allow(dead_code, reason = "each test binary uses what it needs")]
+    pub(crate) fn with_password(password: &str) -> Redis {
+        Redis::with_args(free_port(), &["--requirepass", password])
+    }
+
+    fn with_args(port: u16, extra: &[&str]) -> Redis {
         let child = match std::process::Command::new("redis-server")
+            .args(extra)
             .args([
                 "--port",
                 &port.to_string(),
