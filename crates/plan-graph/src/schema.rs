@@ -204,7 +204,7 @@ mod tests {
         let root = dir.join("..");
         paths.extend(
             [
-                "crates/plan-cli/src/starter.yaml",
+                "crates/plan-run/src/starter.yaml",
                 "examples/tasks/plan.yaml",
                 "examples/mcp/refactor-auth.json",
             ]

@@ -106,7 +106,7 @@ pub use prepare::{
     Inputs, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare, select,
 };
 pub use progress::{Part, Progress, Seen, Steps, Tally};
-pub use project::{Ledger, MCP_CONFIG_NAME, Project};
+pub use project::{InitError, Ledger, MCP_CONFIG_NAME, Project};
 pub use report::{
     EventBatch, EventFeed, RunFilter, RunSummary, StepState, StoredSource, duration_of, ended_at,
     execute_state, format_name, format_of, format_of_text, output_of, plan_of, records_of, report,

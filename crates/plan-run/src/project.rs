@@ -6,6 +6,28 @@ use std::path::{Path, PathBuf};
 
 use plan_store::{Store, StoreError};
 
+/// The plan [`Project::init`] writes: commented, and it runs as it is.
+const STARTER_PLAN: &str = include_str!("starter.yaml");
+
+/// Why a project could not be started ([`Project::init`]).
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// The starter plan's file is there already.
+    #[error("{} exists", .0.display())]
+    Exists(PathBuf),
+    /// The `.plan/` folder cannot be made, or is not this user's.
+    #[error("cannot make .plan/: {0}")]
+    Project(std::io::Error),
+    /// A file cannot be written.
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        source: std::io::Error,
+    },
+}
+
 /// The MCP configuration's name in a project's `.plan/` folder.
 pub const MCP_CONFIG_NAME: &str = "mcp.json";
 
@@ -63,6 +85,29 @@ impl Project {
             ));
         }
         Ok(Project { dir })
+    }
+
+    /// Starts a project in `here` ([`Project::create`]), with the plan format's JSON Schema
+    /// in it (`plan.schema.json`, which the starter plan's first line points editors at), and
+    /// writes the starter plan to `plan` (a commented plan that runs as it is): not over a
+    /// file that is there, unless `force`.
+    pub fn init(here: &Path, plan: &Path, force: bool) -> Result<Project, InitError> {
+        if plan.exists() && !force {
+            return Err(InitError::Exists(plan.to_path_buf()));
+        }
+        let project = Project::create(here).map_err(InitError::Project)?;
+        let write = |path: &Path, text: &str| {
+            std::fs::write(path, text).map_err(|source| InitError::Write {
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        let mut schema =
+            serde_json::to_string_pretty(&plan_graph::plan_schema()).unwrap_or_default();
+        schema.push('\n');
+        write(&project.dir.join("plan.schema.json"), &schema)?;
+        write(plan, STARTER_PLAN)?;
+        Ok(project)
     }
 
     /// The `.plan/` folder.
@@ -206,6 +251,22 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::{Ledger, Project};
+
+    #[test]
+    fn init_writes_the_schema_and_a_starter_plan_and_overwrites_only_when_told() {
+        let root = tempfile::tempdir().unwrap();
+        let plan = root.path().join("plan.yaml");
+        let project = Project::init(root.path(), &plan, false).unwrap();
+        assert!(project.dir().join("plan.schema.json").is_file());
+        let starter = std::fs::read_to_string(&plan).unwrap();
+        assert!(starter.starts_with("# yaml-language-server: $schema=.plan/plan.schema.json"));
+        std::fs::write(&plan, "mine").unwrap();
+        let refused = Project::init(root.path(), &plan, false).unwrap_err();
+        assert!(matches!(refused, super::InitError::Exists(_)), "{refused}");
+        assert_eq!(std::fs::read_to_string(&plan).unwrap(), "mine");
+        Project::init(root.path(), &plan, true).unwrap();
+        assert_eq!(std::fs::read_to_string(&plan).unwrap(), starter);
+    }
 
     #[test]
     fn the_nearest_plan_folder_upward_wins_and_plan_files_do_not_count() {

@@ -386,26 +386,17 @@ pub(crate) fn find(id: &str, ledger: &Ledger) -> Result<StoredPlan, Failure> {
         .ok_or_else(|| Failure::input(format!("no stored plan `{id}` (see `plan-cli plan list`)")))
 }
 
-/// The plan `init` writes: commented, and it runs as it is.
-const STARTER_PLAN: &str = include_str!("../starter.yaml");
-
 /// `init`: makes `.plan/` here (the project's ledger and MCP configuration go there, and every
 /// command run below this folder finds it) and writes a starter plan.
 pub(crate) fn init(args: &crate::cli::InitArgs) -> Result<i32, Failure> {
-    if args.plan.exists() && !args.force {
-        return Err(Failure::input(format!(
-            "{} exists; give --force to overwrite it, or another file name",
-            args.plan.display()
-        )));
-    }
-    plan_run::Project::create(std::path::Path::new("."))
-        .map_err(|error| Failure::input(format!("cannot make .plan/: {error}")))?;
-    // For editors: the starter plan's first line points at it.
-    std::fs::write(".plan/plan.schema.json", schema_text())
-        .map_err(|error| Failure::input(format!("cannot write .plan/plan.schema.json: {error}")))?;
-    std::fs::write(&args.plan, STARTER_PLAN).map_err(|error| {
-        Failure::input(format!("cannot write {}: {error}", args.plan.display()))
-    })?;
+    plan_run::Project::init(Path::new("."), &args.plan, args.force).map_err(
+        |error| match error {
+            plan_run::InitError::Exists(_) => Failure::input(format!(
+                "{error}; give --force to overwrite it, or another file name"
+            )),
+            error => Failure::input(error.to_string()),
+        },
+    )?;
     let plan = args.plan.display();
     print(&format!(
         "created .plan/ (the ledger of this project) and {plan}\n\
@@ -455,16 +446,11 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
     Ok(0)
 }
 
-/// The plan format's JSON Schema, as `schema` prints it.
-fn schema_text() -> String {
-    let mut text = serde_json::to_string_pretty(&plan_graph::plan_schema()).unwrap_or_default();
-    text.push('\n');
-    text
-}
-
 /// `schema`: the plan format's JSON Schema on stdout.
 pub(crate) fn schema() -> Result<i32, Failure> {
-    print(&schema_text())?;
+    let mut text = serde_json::to_string_pretty(&plan_graph::plan_schema()).unwrap_or_default();
+    text.push('\n');
+    print(&text)?;
     Ok(0)
 }
 
