@@ -755,3 +755,48 @@ fn a_program_dies_with_a_plan_cli_killed_by_sigkill() {
         "the program outlived plan-cli (kill -9)"
     );
 }
+
+#[test]
+fn an_approval_is_of_the_arguments_shown_and_other_arguments_ask_again() {
+    let lab = Lab::new();
+    std::fs::write(lab.dir.path().join("target.txt"), "dev").unwrap();
+    let plan = lab.write(
+        "deploy.json",
+        &json!({"steps": [
+            {"id": "pick", "tool": "exec", "args": {"argv": ["cat", "target.txt"]}, "result_variable": "pick"},
+            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"to": "${pick.stdout}"}, "depends_on": ["pick"]},
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5, "{report}");
+    assert_eq!(report["pending_approvals"][0]["args"], json!({"to": "dev"}));
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli()
+        .args(["approve", &run, "deploy"])
+        .assert()
+        .success();
+    // What the arguments come from changes, and the step runs again: the approval was of
+    // `dev`, so `prod` waits for a decision of its own, and nothing is deployed meanwhile.
+    std::fs::write(lab.dir.path().join("target.txt"), "prod").unwrap();
+    let (code, report) = lab.json(&["retry", &run, "pick", "--json"]);
+    assert_eq!(code, 5, "{report}");
+    assert_eq!(
+        report["pending_approvals"],
+        json!([{"step_id": "deploy", "tool": "echo", "args": {"to": "prod"}}])
+    );
+    assert_eq!(calls_of(&lab, &run, "deploy"), 0);
+    lab.cli()
+        .args(["approve", &run, "deploy"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let deploy = report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == "deploy")
+        .unwrap();
+    assert_eq!(deploy["result"], json!({"to": "prod"}));
+    assert_eq!(calls_of(&lab, &run, "deploy"), 1);
+}

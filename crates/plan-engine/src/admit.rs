@@ -48,7 +48,10 @@ pub(crate) fn admit(
     };
     let mut approvals_off = false;
     if let Some((key, item)) = gate.approval {
-        match approvals.decision(key, item) {
+        // As a person saw them when asked: an approval is of these arguments.
+        let mut shown = args.clone();
+        redactor.value(&mut shown);
+        match approvals.decision_on(key, item, Some(&shown)) {
             Verdict::Approved => {}
             Verdict::Off => approvals_off = true,
             Verdict::Rejected(reason) => {
@@ -59,12 +62,10 @@ pub(crate) fn admit(
             }
             Verdict::Undecided => {
                 // The caller keeps it unsettled, so nothing that depends on it starts.
-                let mut args = args;
-                redactor.value(&mut args);
                 return Admission::Wait(PendingApproval {
                     step_id: gate.waits_as.to_owned(),
                     tool: gate.tool.filter(|t| !t.is_empty()).map(str::to_owned),
-                    args: Some(args),
+                    args: Some(shown),
                     reason: None,
                 });
             }

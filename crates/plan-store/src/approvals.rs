@@ -1,7 +1,8 @@
 //! Approvals of a run's high-risk calls: asked for when the run halts `WAITING`, decided by
 //! `plan-cli approve` / `reject` (or `run --approve`), read back by `resume`. A decision is
 //! taken once: it is never asked for again, and a different decision on the same call is
-//! refused rather than silently replacing it.
+//! refused rather than silently replacing it. An approval given to a call's request is of the
+//! arguments it showed: asked again with others, the call is pending again.
 
 use plan_types::{Approvals, PendingApproval, TaskStatus};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
@@ -75,10 +76,13 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
             let mut insert = transaction.prepare(
+                // A call approved with other arguments asks again, with these.
                 "INSERT INTO approvals (run_id, step_id, decision, request, decided_at)
                  VALUES (?1, ?2, 'pending', ?3, ?4)
-                 ON CONFLICT (run_id, step_id) DO UPDATE SET request = excluded.request
-                 WHERE decision = 'pending'",
+                 ON CONFLICT (run_id, step_id) DO UPDATE SET request = excluded.request,
+                   decided_at = CASE decision WHEN 'approved' THEN excluded.decided_at ELSE decided_at END,
+                   decision = 'pending', reason = NULL
+                 WHERE decision IN ('pending', 'approved')",
             )?;
             for request in pending {
                 let json = serde_json::to_string(request).map_err(damaged("approval"))?;
@@ -200,7 +204,11 @@ impl Store {
         for row in self.approvals(run_id)? {
             match row.decision {
                 Decision::Pending => {}
-                Decision::Approved => approvals.approve(row.step_id),
+                // Approved as it asked to be called: with those arguments.
+                Decision::Approved => match row.request.and_then(|request| request.args) {
+                    Some(args) => approvals.approve_args(row.step_id, args),
+                    None => approvals.approve(row.step_id),
+                },
                 Decision::Rejected => approvals.reject(
                     row.step_id,
                     row.reason.unwrap_or_else(|| "rejected".to_owned()),

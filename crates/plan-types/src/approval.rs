@@ -2,7 +2,7 @@
 //! waits, the run goes on with everything that does not depend on it, and then halts
 //! `WAITING`; the caller collects decisions and resumes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -33,7 +33,9 @@ pub struct PendingApproval {
 /// step's decision covers its items; an item's own decision wins over its step's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Approvals {
-    approved: HashSet<String>,
+    /// Approved ids, each with the arguments (redacted) it was approved with when a person
+    /// saw them (`None`: approved whatever its arguments, as `run --approve` does).
+    approved: HashMap<String, Option<Value>>,
     rejected: HashMap<String, String>,
     /// High-risk calls nobody decided on run without waiting.
     off: bool,
@@ -62,7 +64,16 @@ impl Approvals {
     pub fn approve(&mut self, id: impl Into<String>) {
         let id = id.into();
         self.rejected.remove(&id);
-        self.approved.insert(id);
+        self.approved.insert(id, None);
+    }
+
+    /// Approves a call as it asked to be called: with `args` (redacted, as its
+    /// [`PendingApproval`] showed them). Called with other arguments (a retry after what they
+    /// come from changed, a plan given again with `--force`), it waits for a new decision.
+    pub fn approve_args(&mut self, id: impl Into<String>, args: Value) {
+        let id = id.into();
+        self.rejected.remove(&id);
+        self.approved.insert(id, Some(args));
     }
 
     /// Rejects a step or map item: it fails with `E_REJECTED` and `reason`.
@@ -85,14 +96,23 @@ impl Approvals {
 
     /// Whether the plan itself is approved (`--mode approval`).
     pub fn plan_approved(&self) -> bool {
-        self.approved.contains(PLAN_APPROVAL)
+        self.approved.contains_key(PLAN_APPROVAL)
     }
 
-    /// The decision on a step's call (`item` is the map item's id, if it is one).
+    /// The decision on a step's call (`item` is the map item's id, if it is one), whatever
+    /// its arguments.
     pub fn decision(&self, step: &str, item: Option<&str>) -> Verdict<'_> {
+        self.decision_on(step, item, None)
+    }
+
+    /// The decision on a step's call about to be made with `args` (redacted; `None`: whatever
+    /// its arguments): an approval given for other arguments does not count.
+    pub fn decision_on(&self, step: &str, item: Option<&str>, args: Option<&Value>) -> Verdict<'_> {
         for id in item.into_iter().chain([step]) {
-            if self.approved.contains(id) {
-                return Verdict::Approved;
+            match (self.approved.get(id), args) {
+                (Some(Some(approved)), Some(args)) if approved != args => {}
+                (Some(_), _) => return Verdict::Approved,
+                (None, _) => {}
             }
             if let Some(reason) = self.rejected.get(id) {
                 return Verdict::Rejected(reason);
@@ -129,6 +149,38 @@ mod tests {
         assert_eq!(
             approvals.decision("deploy", Some("deploy[prod]")),
             Verdict::Rejected("not on a Friday")
+        );
+    }
+
+    #[test]
+    fn an_approval_counts_for_the_arguments_it_was_given_for() {
+        let mut approvals = Approvals::new();
+        let dev = serde_json::json!({"to": "dev"});
+        let prod = serde_json::json!({"to": "prod"});
+        approvals.approve_args("deploy", dev.clone());
+        assert_eq!(
+            approvals.decision_on("deploy", None, Some(&dev)),
+            Verdict::Approved
+        );
+        assert_eq!(
+            approvals.decision_on("deploy", None, Some(&prod)),
+            Verdict::Undecided
+        );
+        // An item approved for other arguments falls back on its step's decision.
+        approvals.approve_args("each[0]", dev.clone());
+        assert_eq!(
+            approvals.decision_on("each", Some("each[0]"), Some(&prod)),
+            Verdict::Undecided
+        );
+        approvals.approve("each");
+        assert_eq!(
+            approvals.decision_on("each", Some("each[0]"), Some(&prod)),
+            Verdict::Approved
+        );
+        approvals.turn_off();
+        assert_eq!(
+            approvals.decision_on("deploy", None, Some(&prod)),
+            Verdict::Off
         );
     }
 
