@@ -9,6 +9,7 @@ mod exit;
 mod output;
 mod plan_file;
 mod policy;
+mod signals;
 mod toolbox;
 
 use clap::Parser;
@@ -69,8 +70,8 @@ fn main() {
         .unwrap_or_default();
     let working_dir = match &cli.command {
         Command::Run(args) => args.plan.input().folder(args.execution.cwd.as_deref()),
-        Command::Resume(args) => kept.working_dir(args.execution.cwd.as_deref()),
-        Command::Retry(args) => kept.working_dir(args.execution.cwd.as_deref()),
+        Command::Resume(args) => kept.folder(args.execution.cwd.as_deref()),
+        Command::Retry(args) => kept.folder(args.execution.cwd.as_deref()),
         _ => Ok(None),
     };
     match working_dir {

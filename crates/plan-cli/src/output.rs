@@ -24,7 +24,7 @@ pub(crate) struct Live {
 /// names ([`plan_run::Steps`]).
 #[derive(Debug, Default)]
 pub(crate) struct StepLabels {
-    steps: Steps,
+    steps: Arc<Steps>,
     /// Each step's, in plan order.
     labels: Vec<String>,
 }
@@ -35,7 +35,10 @@ impl StepLabels {
         let labels = (0..steps.len())
             .map(|i| format!("{} [{}]", steps.id(i), steps.kind(i)))
             .collect();
-        StepLabels { steps, labels }
+        StepLabels {
+            steps: Arc::new(steps),
+            labels,
+        }
     }
 
     /// How a line names a top-level step; `None` for anything else.
@@ -65,8 +68,8 @@ impl Live {
         });
         Live {
             bar,
+            progress: Mutex::new(Progress::new(steps.steps.clone())),
             steps,
-            progress: Mutex::default(),
         }
     }
 
@@ -117,25 +120,23 @@ impl Live {
         let Some(bar) = &self.bar else {
             return;
         };
-        bar.set_position(progress.settled);
+        bar.set_position(progress.settled());
         let mut parts = Vec::new();
         let names: Vec<String> = progress
             .running()
-            .map(|(step, node)| {
-                let id = self.steps.steps.id(step);
-                node.map_or_else(|| id.to_owned(), |node| format!("{id} at {node}"))
-            })
+            .map(|(id, node)| node.map_or_else(|| id.to_owned(), |node| format!("{id} at {node}")))
             .collect();
         if !names.is_empty() {
             parts.push(format!("running: {}", names.join(", ")));
         }
-        if progress.items_started > 0 {
+        if progress.items_started() > 0 {
             parts.push(format!(
                 "items: {}/{} done",
-                progress.items_done, progress.items_started
+                progress.items_done(),
+                progress.items_started()
             ));
         }
-        match progress.retries {
+        match progress.retries() {
             0 => {}
             1 => parts.push("1 retry".to_owned()),
             n => parts.push(format!("{n} retries")),
@@ -162,7 +163,7 @@ impl EventSink for Live {
         let ts = Some(event.ts.as_str());
         let id = event.step_id.as_deref().unwrap_or("");
         let mut progress = self.lock();
-        let seen = progress.see(&self.steps.steps, event);
+        let seen = progress.see(event);
         let label = match seen.part {
             Part::Step(i) => Some(self.steps.labels[i].as_str()),
             _ => None,
@@ -177,10 +178,12 @@ impl EventSink for Live {
                     ts,
                 );
             }
-            EventKind::ToolCalled | EventKind::BlockEntered if event.attempt <= 1 => {
+            EventKind::ToolCalled | EventKind::BlockEntered => {
                 match seen.part {
-                    Part::Step(_) => self.say(&format!("▶ {}", label.unwrap_or(id)), ts),
-                    Part::Node(..) if event.kind == EventKind::ToolCalled => {
+                    Part::Step(_) if seen.started => {
+                        self.say(&format!("▶ {}", label.unwrap_or(id)), ts);
+                    }
+                    Part::Node(..) if event.kind == EventKind::ToolCalled && event.attempt <= 1 => {
                         let tool = event.tool.as_deref().unwrap_or("");
                         self.say(&format!("▶ {id} [{tool}]"), ts);
                     }

@@ -800,3 +800,21 @@ fn an_approval_is_of_the_arguments_shown_and_other_arguments_ask_again() {
     assert_eq!(deploy["result"], json!({"to": "prod"}));
     assert_eq!(calls_of(&lab, &run, "deploy"), 1);
 }
+
+#[test]
+fn a_step_run_again_by_retry_is_shown_starting() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {}}, {"id": "b", "tool": "echo", "args": {}, "depends_on": ["a"]}]}),
+    );
+    let (code, _) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 0);
+    // Its call is attempt 2 (attempts count on across re-runs), and still a start.
+    lab.cli()
+        .args(["retry", "last", "b"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("▶ b [echo]"))
+        .stderr(predicate::str::contains("✓ b [echo]"));
+}

@@ -143,8 +143,8 @@ pub trait Model: Send {
         schema: &'a Value,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, LlmError>> + Send + 'a>>;
 
-    /// Who writes the answers, as a stored plan names its author (`created from a goal by
-    /// …`).
+    /// Who writes the answers, as the registry's entry of a plan it wrote says (`created from
+    /// a goal by …`).
     fn name(&self) -> String {
         "a model".to_owned()
     }

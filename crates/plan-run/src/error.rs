@@ -96,7 +96,7 @@ pub enum LifecycleError {
     },
     /// The model asked for a plan gave none that passed (or could not be asked).
     #[error(transparent)]
-    Generate(#[from] plan_llm::LlmError),
+    Generate(plan_llm::LlmError),
     /// The model asked to re-plan a failed run gave no plan that passed (or could not be
     /// asked).
     #[error("re-planning run {run_id}: {source}")]

@@ -87,7 +87,9 @@ pub struct Goal<'a> {
     pub max_retries: u32,
     /// Whether the plan is stored over one its author stored before under that id.
     pub force: bool,
-    /// Who asked: the plan runs under this author's policy.
+    /// Whose plan it is in the registry (a model's, an MCP client's): a run of it from there
+    /// runs under that author's policy. (The policy [`plan_from_goal`] judges it by now is
+    /// the one it is given.)
     pub author: Author,
 }
 
@@ -115,8 +117,9 @@ pub async fn plan_from_goal(
     policy: &Policy,
     ledger: &crate::Ledger,
 ) -> Result<(String, Value), LifecycleError> {
-    let generated =
-        generate_checked(model, goal.text, goal.id, goal.max_retries, toolbox, policy).await?;
+    let generated = generate_checked(model, goal.text, goal.id, goal.max_retries, toolbox, policy)
+        .await
+        .map_err(LifecycleError::Generate)?;
     let by = model.name();
     store_generated(&mut ledger.open()?, generated, &by, goal.force, goal.author)
 }

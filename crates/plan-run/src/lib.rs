@@ -61,6 +61,10 @@
 //!   running, the map items done; [`Steps`] tells what each event's id names); [`Prepared::dry_run`] lists the calls a run would make; a
 //!   [`Replanner`] re-plans a failed run within a budget and goes on with it to its end.
 //!
+//! - [`plan_from_goal`] has a model write a plan for a [`Goal`], judged and stored; [`Kept`] is
+//!   what a stored run kept for the commands that go on with it (its tools' MCP
+//!   configuration, its folder, its queue: [`RunSources::queue_going_on`]); [`Tally`] counts a
+//!   report's records as every view counts them.
 //! - [`PlanInput`], [`Variables`], [`Project`] and [`Ledger`] read what a person names (a plan
 //!   file, stdin, a stored plan, a variables file, the nearest `.plan/` folder) as every
 //!   front-end reads it; [`Validation`] is what validating a plan found, as data.
@@ -81,7 +85,6 @@ mod prepare;
 mod progress;
 mod project;
 mod report;
-mod signals;
 mod sources;
 mod state_file;
 mod toolbox;
@@ -112,7 +115,6 @@ pub use report::{
     execute_state, format_name, format_of, format_of_text, output_of, plan_of, records_of, report,
     runs, status_of, stored_source,
 };
-pub use signals::Signals;
 pub use sources::{Kept, QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};
 pub use toolbox::{Catalog, PlanTools, Toolbox, ToolsError};

@@ -2,6 +2,9 @@
 //! progress bar and lines, a dashboard's graph): which of the plan's steps each event is
 //! about, which steps run (and the node a block is at), how far the map items are.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use plan_graph::{CallOf, Plan, StepIndex};
 use plan_types::{Event, EventKind, RunReport};
 
@@ -13,7 +16,7 @@ use crate::StepState;
 pub struct Steps {
     /// The steps' ids in plan order.
     ids: Vec<String>,
-    /// Each step's kind (`exec`, `map`, `block`, …), in plan order.
+    /// Each step's kind (its tool's name, `block` or `task`), in plan order.
     kinds: Vec<String>,
     /// Whether each step is a map step.
     maps: Vec<bool>,
@@ -29,7 +32,8 @@ pub enum Part<'a> {
     Item(usize),
     /// A node of a block step (the step's position, and the node's path in it).
     Node(usize, &'a str),
-    /// None of the plan's: a step of an earlier revision (`run --replan`), or the run itself.
+    /// None of the plan's: a step of an earlier revision (`run --replan`), the run itself, or
+    /// a call the run makes besides the plan's steps (a task plan's `context_update`).
     Other,
 }
 
@@ -83,19 +87,20 @@ impl Steps {
     }
 }
 
-/// What a run is doing, folded from its events ([`Progress::see`]).
-#[derive(Debug, Default)]
+/// What a run is doing, folded from its events ([`Progress::see`]), for a run of a plan with
+/// [`Steps`].
+#[derive(Debug)]
 pub struct Progress {
+    steps: Arc<Steps>,
     /// Top-level steps running, in start order, with the node a block is at.
     running: Vec<(usize, Option<String>)>,
-    /// Map items that started (a call of any item, once).
-    pub items_started: u64,
-    /// Map items (and block nodes) that ended.
-    pub items_done: u64,
-    /// Attempts that failed and are tried again.
-    pub retries: u64,
-    /// Top-level steps that ended or were skipped.
-    pub settled: u64,
+    /// Map items called and not ended yet: an item is started once, however many attempts it
+    /// takes (a re-run of it, `retry`, starts it again).
+    items_in_flight: HashSet<Arc<str>>,
+    items_started: u64,
+    items_done: u64,
+    retries: u64,
+    settled: u64,
 }
 
 /// What one event was about, and what it changed.
@@ -103,31 +108,52 @@ pub struct Progress {
 pub struct Seen<'a> {
     /// The part of the plan it is about.
     pub part: Part<'a>,
-    /// It started a top-level step: its first call, a block's entry, a task's first attempt,
-    /// or a map's first item (for which the map step is `Item`'s).
+    /// It started a top-level step that was not running: a call or a block's entry (a re-run's
+    /// too, whatever its attempt number), a task's attempt, or a map's first item (for which
+    /// `part` is the item's).
     pub started: bool,
 }
 
 impl Progress {
-    /// Takes `event` (of a run of a plan with `steps`) into account.
-    pub fn see<'a>(&mut self, steps: &Steps, event: &'a Event) -> Seen<'a> {
-        let id = event.step_id.as_deref().unwrap_or("");
-        let part = steps.part(id);
+    /// Nothing seen yet of a run of a plan with `steps`.
+    pub fn new(steps: Arc<Steps>) -> Self {
+        Progress {
+            steps,
+            running: Vec::new(),
+            items_in_flight: HashSet::new(),
+            items_started: 0,
+            items_done: 0,
+            retries: 0,
+            settled: 0,
+        }
+    }
+
+    /// The plan's steps.
+    pub fn steps(&self) -> &Steps {
+        &self.steps
+    }
+
+    /// Takes `event` into account.
+    pub fn see<'a>(&mut self, event: &'a Event) -> Seen<'a> {
+        let id = event.step_id.as_ref();
+        let part = self.steps.part(id.map_or("", |id| id));
         let mut started = false;
-        let first_call = matches!(event.kind, EventKind::ToolCalled | EventKind::BlockEntered)
-            && event.attempt <= 1;
+        let call = matches!(event.kind, EventKind::ToolCalled | EventKind::BlockEntered);
         match (event.kind, part) {
-            (_, Part::Step(i)) if first_call => started = self.start(i),
-            (_, Part::Node(i, node)) if first_call => {
+            (_, Part::Step(i)) if call => started = self.start(i),
+            (_, Part::Node(i, node)) if call => {
                 if let Some(entry) = self.running.iter_mut().find(|(r, _)| *r == i) {
                     entry.1 = Some(node.to_owned());
                 }
             }
-            (_, Part::Item(i)) if first_call => {
-                self.items_started += 1;
+            (_, Part::Item(i)) if call => {
+                if let Some(id) = id
+                    && self.items_in_flight.insert(id.clone())
+                {
+                    self.items_started += 1;
+                }
                 started = self.start(i);
             }
-            (_, Part::Other) if first_call => self.items_started += 1,
             (EventKind::TaskChanged, Part::Step(i))
                 if event.reason.as_deref() == Some("in_progress") =>
             {
@@ -138,7 +164,12 @@ impl Progress {
                 self.running.retain(|(r, _)| *r != i);
                 self.settled += 1;
             }
-            (EventKind::StepExecuted, _) => self.items_done += 1,
+            (EventKind::StepExecuted, Part::Item(_)) => {
+                if let Some(id) = id {
+                    self.items_in_flight.remove(id);
+                }
+                self.items_done += 1;
+            }
             (EventKind::StepSkipped, Part::Step(_)) => self.settled += 1,
             _ => {}
         }
@@ -154,12 +185,31 @@ impl Progress {
         true
     }
 
-    /// The top-level steps running (their positions), in start order, with the node a block
-    /// is at.
-    pub fn running(&self) -> impl Iterator<Item = (usize, Option<&str>)> {
+    /// The top-level steps running (their ids), in start order, with the node a block is at.
+    pub fn running(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
         self.running
             .iter()
-            .map(|(step, node)| (*step, node.as_deref()))
+            .map(|(step, node)| (self.steps.id(*step), node.as_deref()))
+    }
+
+    /// Map items that started (each once, however many attempts it takes).
+    pub fn items_started(&self) -> u64 {
+        self.items_started
+    }
+
+    /// Map items that ended.
+    pub fn items_done(&self) -> u64 {
+        self.items_done
+    }
+
+    /// Failed attempts that are tried again.
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// Top-level steps that ended or were skipped.
+    pub fn settled(&self) -> u64 {
+        self.settled
     }
 }
 
@@ -169,12 +219,13 @@ impl Progress {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tally {
     /// How many of the plan's steps are in each state (states no step is in are left out).
-    pub steps: Vec<(StepState, usize)>,
+    steps: Vec<(StepState, usize)>,
     /// Map items.
     pub items: usize,
     /// Block nodes.
     pub nodes: usize,
-    /// Steps of earlier revisions.
+    /// Records of none of the plan's steps ([`Part::Other`]): steps of earlier revisions, a
+    /// task plan's `context_update`.
     pub earlier: usize,
 }
 
@@ -254,34 +305,62 @@ mod tests {
 
     #[test]
     fn the_running_steps_and_the_items_follow_the_events() {
-        let steps = steps();
-        let mut progress = Progress::default();
+        let mut progress = Progress::new(Arc::new(steps()));
         let call = event(EventKind::ToolCalled, "build", 1);
-        assert!(progress.see(&steps, &call).started);
+        assert!(progress.see(&call).started);
         // A retry's call starts nothing again.
         let retry = event(EventKind::ToolCalled, "build", 2);
-        assert!(!progress.see(&steps, &retry).started);
+        assert!(!progress.see(&retry).started);
         let first = event(EventKind::ToolCalled, "build/each-0", 1);
-        assert!(progress.see(&steps, &first).started);
+        let seen = progress.see(&first);
+        assert_eq!((seen.part, seen.started), (Part::Item(1), true));
+        let again = event(EventKind::ToolCalled, "build/each-0", 2);
+        assert!(!progress.see(&again).started, "an item's next attempt");
         let second = event(EventKind::ToolCalled, "build/each-1", 1);
-        assert!(!progress.see(&steps, &second).started);
-        progress.see(&steps, &event(EventKind::BlockEntered, "a/b", 1));
-        progress.see(&steps, &event(EventKind::ToolCalled, "a/b/check#1", 1));
+        assert!(!progress.see(&second).started);
+        progress.see(&event(EventKind::BlockEntered, "a/b", 1));
+        let node = event(EventKind::ToolCalled, "a/b/check#1", 1);
+        assert_eq!(progress.see(&node).part, Part::Node(2, "check#1"));
         let running: Vec<_> = progress.running().collect();
-        assert_eq!(running, [(0, None), (1, None), (2, Some("check#1"))]);
-        progress.see(&steps, &event(EventKind::StepRetrying, "build", 2));
-        progress.see(&steps, &event(EventKind::StepExecuted, "build", 2));
-        progress.see(&steps, &event(EventKind::StepExecuted, "build/each-0", 1));
         assert_eq!(
-            (
-                progress.items_started,
-                progress.items_done,
-                progress.retries,
-                progress.settled
-            ),
-            (2, 1, 1, 1)
+            running,
+            [
+                ("build", None),
+                ("build/each", None),
+                ("a/b", Some("check#1"))
+            ]
         );
+        progress.see(&event(EventKind::StepRetrying, "build", 2));
+        progress.see(&event(EventKind::StepExecuted, "build", 2));
+        progress.see(&event(EventKind::StepExecuted, "build/each-0", 2));
+        // A call of none of the plan's steps (a task plan's context update) is no item.
+        progress.see(&event(EventKind::ToolCalled, "context_update", 1));
+        progress.see(&event(EventKind::StepExecuted, "context_update", 1));
+        let counts = |p: &Progress| (p.items_started(), p.items_done(), p.retries(), p.settled());
+        assert_eq!(counts(&progress), (2, 1, 1, 1));
         assert_eq!(progress.running().count(), 2);
+        // Run again (`retry`): its call starts it again whatever its attempt, and so does the
+        // item's; a skip settles a step.
+        assert!(
+            progress
+                .see(&event(EventKind::ToolCalled, "build", 3))
+                .started
+        );
+        progress.see(&event(EventKind::ToolCalled, "build/each-0", 3));
+        assert_eq!(progress.items_started(), 3);
+        progress.see(&event(EventKind::StepSkipped, "a/b", 0));
+        assert_eq!(progress.settled(), 2);
+    }
+
+    #[test]
+    fn a_task_attempt_starts_its_step() {
+        let mut progress = Progress::new(Arc::new(steps()));
+        let mut changed = event(EventKind::TaskChanged, "build", 1);
+        changed.reason = Some("verifying".to_owned());
+        assert!(!progress.see(&changed).started);
+        changed.reason = Some("in_progress".to_owned());
+        assert!(progress.see(&changed).started);
+        assert_eq!(progress.running().next(), Some(("build", None)));
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl Kept {
 
     /// The folder the run's programs run in as it goes on: `given` (made absolute and
     /// checked, [`crate::resolve_folder`]), else the run's own.
-    pub fn working_dir(&self, given: Option<&Path>) -> Result<Option<PathBuf>, InputError> {
+    pub fn folder(&self, given: Option<&Path>) -> Result<Option<PathBuf>, InputError> {
         match given {
             Some(dir) => crate::resolve_folder(dir).map(Some),
             None => Ok(self.working_dir.clone()),

@@ -281,3 +281,138 @@ fn a_run_that_fails_for_good_is_re_planned_and_goes_on_to_its_end() {
         "{ids:?}"
     );
 }
+
+/// A named model: what the registry says wrote the plan.
+struct Named(Scripted);
+
+impl plan_llm::Model for Named {
+    fn answer<'a>(
+        &'a mut self,
+        messages: &'a [serde_json::Value],
+        schema: &'a serde_json::Value,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
+    > {
+        self.0.answer(messages, schema)
+    }
+
+    fn name(&self) -> String {
+        "tiny-model".to_owned()
+    }
+}
+
+#[test]
+fn a_plan_from_a_goal_is_judged_then_stored_under_its_author_never_over_anothers() {
+    let runtime = runtime();
+    let (dir, _) = ledger();
+    let ledger = plan_run::Ledger::new(Some(&dir.path().join("state.db")), None);
+    let toolbox = Toolbox::new(plan_tools::builtin_registry());
+    // The operator's own plan holds the id the model picks.
+    let mine = plan_run::stored_plan(
+        "deploy",
+        None,
+        "deploy.json".to_owned(),
+        Format::Json,
+        "{\"steps\": []}".to_owned(),
+        plan_run::Author::Operator,
+    );
+    ledger.open().unwrap().add_plan(&mine, false).unwrap();
+    // The first answer calls a tool the model's policy does not allow: it is told, and asked
+    // again.
+    let exec = serde_json::json!({"id": "deploy", "steps": [
+        {"id": "go", "tool": "exec", "args": {"argv": ["true"]}}]});
+    let echo = serde_json::json!({"id": "deploy", "steps": [
+        {"id": "go", "tool": "echo", "args": {"v": 1}}]});
+    let mut model = Named(Scripted(vec![exec, echo]));
+    let goal = plan_run::Goal::new("deploy the app", plan_run::Author::Model);
+    let (id, plan) = runtime
+        .block_on(plan_run::plan_from_goal(
+            &mut model,
+            &goal,
+            &toolbox,
+            &plan_run::Policy::default(),
+            &ledger,
+        ))
+        .unwrap();
+    assert_eq!(id, "deploy-2", "the operator's `deploy` is never replaced");
+    assert_eq!(plan["steps"][0]["tool"], "echo");
+    let store = ledger.open_reader().unwrap();
+    let stored = store.find_plan("deploy-2").unwrap().unwrap();
+    assert_eq!(stored.author, "model");
+    assert_eq!(stored.name, "created from a goal by tiny-model");
+    assert_eq!(
+        store.find_plan("deploy").unwrap().unwrap().author,
+        "operator"
+    );
+    // Out of tries: the model's last problems, as a typed error; nothing stored.
+    let mut stubborn = Named(Scripted(vec![
+        serde_json::json!({"steps": [{"id": "x"}]});
+        3
+    ]));
+    let goal = plan_run::Goal {
+        max_retries: 1,
+        ..plan_run::Goal::new("other", plan_run::Author::Model)
+    };
+    let refused = runtime.block_on(plan_run::plan_from_goal(
+        &mut stubborn,
+        &goal,
+        &toolbox,
+        &plan_run::Policy::default(),
+        &ledger,
+    ));
+    assert!(
+        matches!(refused, Err(LifecycleError::Generate(_))),
+        "{refused:?}"
+    );
+    assert!(store.find_plan("other").unwrap().is_none());
+}
+
+#[test]
+fn what_a_stored_run_kept_is_what_its_commands_go_on_with() {
+    let runtime = runtime();
+    let (dir, ledger_path) = ledger();
+    let ledger = plan_run::Ledger::new(Some(&ledger_path), None);
+    let toolbox = Toolbox::new(plan_tools::builtin_registry());
+    let config = dir.path().join("mcp.json");
+    let start = Start {
+        working_dir: Some(dir.path().display().to_string()),
+        sources: RunSources {
+            mcp_config: Some(config.clone()),
+            ..RunSources::default()
+        },
+        ..Start::new()
+    };
+    let started = runtime
+        .block_on(plan_run::start(
+            Store::open(&ledger_path).unwrap(),
+            prepare(&runtime, &toolbox),
+            start,
+            Execution::new(),
+        ))
+        .unwrap();
+    let kept = plan_run::Kept::of(&ledger, &started.report.run_id);
+    assert_eq!(kept.working_dir.as_deref(), Some(dir.path()));
+    // Its own configuration, unless one is given; the project's only for a run that kept none.
+    assert_eq!(kept.mcp_config(None, None), Some(config.clone()));
+    let given = dir.path().join("other.json");
+    assert_eq!(kept.mcp_config(Some(given.clone()), None), Some(given));
+    assert_eq!(kept.folder(None).unwrap().as_deref(), Some(dir.path()));
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    assert_eq!(
+        kept.folder(Some(&sub)).unwrap(),
+        Some(sub.canonicalize().unwrap())
+    );
+    assert!(kept.folder(Some(&dir.path().join("none"))).is_err());
+    // An unknown run, or no ledger: nothing kept (the command says what is wrong).
+    let unknown = plan_run::Kept::of(&ledger, "01NOSUCHRUN");
+    assert_eq!(
+        (unknown.sources, unknown.working_dir),
+        (RunSources::default(), None)
+    );
+    let none = plan_run::Kept::of(
+        &plan_run::Ledger::new(Some(&dir.path().join("no.db")), None),
+        "x",
+    );
+    assert_eq!(none.working_dir, None);
+}

@@ -324,7 +324,7 @@ impl<'a> Shown<'a> {
         let (cancel, live, run_id) = (shown.cancel.clone(), shown.live.clone(), run_id.to_owned());
         let lost = toolbox.queue().map(|queue| queue.lost());
         toolbox.block_on(async {
-            let signals = plan_run::Signals::new();
+            let signals = crate::signals::Signals::new();
             tokio::spawn(stop_on_signals(signals, cancel.clone(), run_id, live));
             if let Some(lost) = lost {
                 tokio::spawn(async move {
@@ -415,7 +415,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// commit is a transaction, so the ledger stays consistent, and the calls in flight run again
 /// on resume.
 async fn stop_on_signals(
-    mut signals: plan_run::Signals,
+    mut signals: crate::signals::Signals,
     cancel: CancellationToken,
     run_id: String,
     live: Arc<Mutex<Option<Arc<Live>>>>,

@@ -55,8 +55,9 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
     let stop = CancellationToken::new();
     let stats = toolbox.block_on(async {
         let signal_stop = stop.clone();
+        // Watched before the worker takes a job, so that no signal is missed.
+        let mut signals = crate::signals::Signals::new();
         tokio::spawn(async move {
-            let mut signals = plan_run::Signals::new();
             if signals.next().await {
                 // Stop first: with its stderr closed (its parent gone), a print would fail,
                 // and a worker must still stop when told.

@@ -1,17 +1,17 @@
-//! The signals that stop a run or a worker.
+//! The signals that stop a run or a worker: the process's own, so the binary's (a library
+//! that took them would take Ctrl+C away from the program using it).
 
-/// Ctrl+C (SIGINT) and SIGTERM, watched from the moment this is made so that none is missed:
-/// a front-end stops its run on the first (through [`crate::Execution::cancel`]), a worker
-/// drains.
-pub struct Signals {
+/// Ctrl+C (SIGINT) and SIGTERM, on Unix watched from the moment this is made so that none is
+/// missed (elsewhere, Ctrl+C while [`Signals::next`] waits).
+pub(crate) struct Signals {
     #[cfg(unix)]
     streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
 }
 
 impl Signals {
-    /// Watches both signals (must be made on a tokio runtime with signals enabled).
-    #[allow(clippy::new_without_default)]
-    pub fn new() -> Self {
+    /// Watches both signals (on a tokio runtime with signals enabled); if they cannot be
+    /// watched, [`Signals::next`] says so.
+    pub(crate) fn new() -> Self {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -26,7 +26,7 @@ impl Signals {
     }
 
     /// Waits for the next signal; false if signals cannot be watched.
-    pub async fn next(&mut self) -> bool {
+    pub(crate) async fn next(&mut self) -> bool {
         #[cfg(unix)]
         {
             let Some((interrupt, terminate)) = &mut self.streams else {
