@@ -1,6 +1,6 @@
 //! What a person sees: a live progress line on a terminal, then one line per step.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -91,7 +91,8 @@ impl Live {
                 };
                 // `2026-11-23T01:45:06.123Z` → `01:45:06.123`
                 let time = ts.get(11..23).unwrap_or(ts);
-                eprintln!("{time} {line}");
+                // A closed stderr (`2>&1 | head`) is no reason to stop the run.
+                let _ = writeln!(std::io::stderr(), "{time} {line}");
             }
         }
     }
@@ -122,10 +123,19 @@ impl Live {
         };
         bar.set_position(progress.settled());
         let mut parts = Vec::new();
-        let names: Vec<String> = progress
+        // The first few, each cut short: the bar is one line, redrawn on every event.
+        let mut names: Vec<String> = progress
             .running()
-            .map(|(id, node)| node.map_or_else(|| id.to_owned(), |node| format!("{id} at {node}")))
+            .take(RUNNING_SHOWN)
+            .map(|(id, node)| {
+                let id = short(id);
+                node.map_or_else(|| id.clone(), |node| format!("{id} at {}", short(node)))
+            })
             .collect();
+        let more = progress.running().count().saturating_sub(RUNNING_SHOWN);
+        if more > 0 {
+            names.push(format!("{more} more"));
+        }
         if !names.is_empty() {
             parts.push(format!("running: {}", names.join(", ")));
         }
@@ -161,7 +171,7 @@ impl Live {
 impl EventSink for Live {
     fn emit(&self, event: &Event) {
         let ts = Some(event.ts.as_str());
-        let id = event.step_id.as_deref().unwrap_or("");
+        let id = one_line(event.step_id.as_deref().unwrap_or(""));
         let mut progress = self.lock();
         let seen = progress.see(event);
         let label = match seen.part {
@@ -181,10 +191,10 @@ impl EventSink for Live {
             EventKind::ToolCalled | EventKind::BlockEntered => {
                 match seen.part {
                     Part::Step(_) if seen.started => {
-                        self.say(&format!("▶ {}", label.unwrap_or(id)), ts);
+                        self.say(&format!("▶ {}", label.unwrap_or(&id)), ts);
                     }
                     Part::Node(..) if event.kind == EventKind::ToolCalled && event.attempt <= 1 => {
-                        let tool = event.tool.as_deref().unwrap_or("");
+                        let tool = one_line(event.tool.as_deref().unwrap_or(""));
                         self.say(&format!("▶ {id} [{tool}]"), ts);
                     }
                     // The first item of a map step starts the step.
@@ -255,7 +265,7 @@ impl EventSink for Live {
                 // A coding task's progress: attempts, verification, the merge queue.
                 let attempt = event.attempt;
                 let line = match event.reason.as_deref().unwrap_or("") {
-                    "in_progress" => Some(format!("▶ {}  attempt {attempt}", label.unwrap_or(id))),
+                    "in_progress" => Some(format!("▶ {}  attempt {attempt}", label.unwrap_or(&id))),
                     "verifying" => Some(format!("… {id}  attempt {attempt}: verifying")),
                     "verified" => Some(format!("… {id}  verified; waits for its turn to merge")),
                     "merging" => Some(format!("… {id}  merging")),
@@ -276,15 +286,15 @@ impl EventSink for Live {
                 }
             }
             EventKind::ApprovalAwaiting => {
-                let waiting: Vec<&str> = event
+                let waiting: Vec<std::borrow::Cow<'_, str>> = event
                     .pending
                     .iter()
                     .flatten()
                     .map(|p| {
                         if p.step_id == plan_types::PLAN_APPROVAL {
-                            "the plan"
+                            "the plan".into()
                         } else {
-                            p.step_id.as_str()
+                            one_line(&p.step_id)
                         }
                     })
                     .collect();
@@ -309,13 +319,15 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
     let label = |record: &Record| match plan.label(&record.step_id) {
         Some(label) => label.to_owned(),
         // A map item or a block's node.
-        None => record.step_id.clone(),
+        None => one_line(&record.step_id).into_owned(),
     };
+    // One long id (a map key from a tool's data) does not pad every line.
     let width = steps
         .iter()
         .map(|r| label(r).chars().count())
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .min(MAX_WIDTH);
     let mut out = String::new();
     for record in &steps {
         let id = label(record);
@@ -467,9 +479,10 @@ pub(crate) fn waiting(report: &RunReport) -> String {
     let width = report
         .pending_approvals
         .iter()
-        .map(|pending| pending.step_id.chars().count())
+        .map(|pending| one_line(&pending.step_id).chars().count())
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .min(MAX_WIDTH);
     for pending in &report.pending_approvals {
         if pending.step_id == plan_types::PLAN_APPROVAL {
             plan = true;
@@ -486,7 +499,10 @@ pub(crate) fn waiting(report: &RunReport) -> String {
                 format!("{}{args}", tool.as_deref().unwrap_or("block"))
             }
         };
-        out.push_str(&format!("  {:<width$}  {what}\n", pending.step_id));
+        out.push_str(&format!(
+            "  {:<width$}  {what}\n",
+            one_line(&pending.step_id)
+        ));
     }
     if plan {
         out.push_str(&format!(
@@ -521,7 +537,8 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
     );
     for call in calls {
         if let Some(why) = &call.not_run {
-            out.push_str(&format!("{}  {} not run: {why}\n", call.step_id, call.tool));
+            let (id, tool) = (one_line(&call.step_id), one_line(&call.tool));
+            out.push_str(&format!("{id}  {tool} not run: {why}\n"));
             continue;
         }
         let after = if call.depends_on.is_empty() {
@@ -532,13 +549,23 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
         let line = match (&call.error, &call.expand_on) {
             (Some(error), _) => format!(
                 "{}  {} would fail: {}: {}{after}",
-                call.step_id, call.tool, error.code, error.message
+                one_line(&call.step_id),
+                one_line(&call.tool),
+                error.code,
+                error.message
             ),
             (None, Some(on)) => format!(
                 "{}  {} {} for each item of {on}{after}",
-                call.step_id, call.tool, call.args
+                one_line(&call.step_id),
+                one_line(&call.tool),
+                call.args
             ),
-            (None, None) => format!("{}  {} {}{after}", call.step_id, call.tool, call.args),
+            (None, None) => format!(
+                "{}  {} {}{after}",
+                one_line(&call.step_id),
+                one_line(&call.tool),
+                call.args
+            ),
         };
         let line = match &call.when {
             Some(condition) => format!("{line}  when: {condition}"),
@@ -548,6 +575,21 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The widest an id column is padded to.
+const MAX_WIDTH: usize = 48;
+
+/// How many running steps the bar names.
+const RUNNING_SHOWN: usize = 4;
+
+/// An id for the bar: on one line, and cut short.
+fn short(id: &str) -> String {
+    let id = one_line(id);
+    match id.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &id[..at]),
+        None => id.into_owned(),
+    }
 }
 
 /// `1 call`, `2 calls`: a number with the word for it.
@@ -577,6 +619,23 @@ pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     for c in text.chars() {
         if unsafe_char(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// An id (a map item's may come from any tool's data) as a line shows it: every control
+/// character escaped, newlines and tabs too, so that it stays on its line and cannot draw one.
+pub(crate) fn one_line(id: &str) -> std::borrow::Cow<'_, str> {
+    if !id.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
         } else {
             out.push(c);
         }
@@ -666,6 +725,13 @@ pub(crate) fn in_colour(summary: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_stays_on_its_line() {
+        assert_eq!(one_line("deploy[eu]"), "deploy[eu]");
+        assert_eq!(one_line("a\n✓ b\u{1b}[2J"), "a\\n✓ b\\u{1b}[2J");
+        assert_eq!(short(&"x".repeat(100)).chars().count(), 41);
+    }
 
     #[test]
     fn durations_read_as_a_person_would_write_them() {

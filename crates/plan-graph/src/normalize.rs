@@ -67,6 +67,21 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         steps.push(normalize_step(index, step, &mut issues));
     }
     check_workspace(raw.workspace.as_ref(), &steps, &root, &mut issues);
+    if raw
+        .id
+        .as_deref()
+        .is_some_and(|id| id.chars().any(char::is_control))
+    {
+        // Shown on one line where a person decides (`plan create --run` asks by it).
+        issues.push(
+            Issue::error(
+                "plan::invalid_id",
+                root.clone().key("id"),
+                "a plan id cannot hold control characters (a newline, a tab, an escape)",
+            )
+            .help("choose an id of printable characters"),
+        );
+    }
     let plan = Plan {
         id: raw.id,
         title: raw.title,
@@ -276,6 +291,17 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             at.clone().key("id"),
             "a step id cannot be empty",
         ));
+    } else if id.0.chars().any(char::is_control) {
+        // An id is shown on one line wherever a person reads it: one with a newline or an
+        // escape sequence in it could draw lines (a step that succeeded) of its own.
+        issues.push(
+            Issue::error(
+                "plan::invalid_id",
+                at.clone().key("id"),
+                "a step id cannot hold control characters (a newline, a tab, an escape)",
+            )
+            .help("choose an id of printable characters"),
+        );
     } else if id.0 == META_STEP_ID || id.0 == PLAN_APPROVAL_ID {
         issues.push(
             Issue::error(

@@ -32,16 +32,22 @@ impl CallOf<'_> {
 #[derive(Debug, Clone, Default)]
 pub struct StepIndex {
     positions: HashMap<String, usize>,
+    /// The lengths step ids have: only a prefix of one of these lengths can name a step, so
+    /// reading an id hashes only those (an id of 20,000 dashes is not 20,000 lookups of ever
+    /// longer prefixes, which any tool's result could otherwise cause through a map key).
+    lengths: std::collections::HashSet<usize>,
 }
 
 impl StepIndex {
     /// The index of steps `ids`, in plan order.
     pub fn new<'a>(ids: impl IntoIterator<Item = &'a str>) -> Self {
         let mut positions = HashMap::new();
+        let mut lengths = std::collections::HashSet::new();
         for (i, id) in ids.into_iter().enumerate() {
+            lengths.insert(id.len());
             positions.entry(id.to_owned()).or_insert(i);
         }
-        StepIndex { positions }
+        StepIndex { positions, lengths }
     }
 
     /// The position of the step whose id is `id` exactly.
@@ -67,6 +73,9 @@ impl StepIndex {
         }
         let mut longest = None;
         for (at, mark) in id.match_indices(['/', '-', '[']) {
+            if !self.lengths.contains(&at) {
+                continue;
+            }
             let step = &id[..at];
             let Some(&i) = self.positions.get(step) else {
                 continue;
@@ -91,6 +100,16 @@ impl StepIndex {
 #[cfg(test)]
 mod tests {
     use super::{CallOf, StepIndex};
+
+    #[test]
+    fn a_long_id_is_read_as_a_short_one_is() {
+        let long = "-".repeat(20_000);
+        let index = StepIndex::new(["build", long.as_str()]);
+        assert_eq!(index.call_of(&format!("{long}-3")), Some(CallOf::Item(1)));
+        let key = format!("build[{}]", "-".repeat(20_000));
+        assert_eq!(index.call_of(&key), Some(CallOf::Item(0)));
+        assert_eq!(index.call_of(&"-".repeat(30_000)), None);
+    }
 
     #[test]
     fn calls_are_found_in_their_steps() {

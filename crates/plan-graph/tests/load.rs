@@ -158,6 +158,27 @@ fn structural_errors_name_the_field_and_its_position() {
             9,
         )],
     );
+    // An id is shown on one line where a person reads it or decides by it.
+    check_errors(
+        "{\"steps\": [{\"id\": \"deploy\\n✓ scan\", \"tool\": \"echo\"}]}",
+        Format::Json,
+        &[(
+            "plan::invalid_id",
+            "a step id cannot hold control characters (a newline, a tab, an escape)",
+            1,
+            19,
+        )],
+    );
+    check_errors(
+        "{\"id\": \"tidy\\u001b[2J\", \"steps\": []}",
+        Format::Json,
+        &[(
+            "plan::invalid_id",
+            "a plan id cannot hold control characters (a newline, a tab, an escape)",
+            1,
+            8,
+        )],
+    );
     check_errors(
         "max_concurrency: 0\nsteps: []\n",
         Format::Yaml,

@@ -165,8 +165,10 @@ impl Progress {
                 self.settled += 1;
             }
             (EventKind::StepExecuted, Part::Item(_)) => {
-                if let Some(id) = id {
-                    self.items_in_flight.remove(id);
+                // An item that ends without a call (its arguments did not resolve) started
+                // too.
+                if !id.is_some_and(|id| self.items_in_flight.remove(id)) {
+                    self.items_started += 1;
                 }
                 self.items_done += 1;
             }
@@ -350,6 +352,9 @@ mod tests {
         assert_eq!(progress.items_started(), 3);
         progress.see(&event(EventKind::StepSkipped, "a/b", 0));
         assert_eq!(progress.settled(), 2);
+        // An item that ends without a call (its arguments did not resolve) started too.
+        progress.see(&event(EventKind::StepExecuted, "build/each-7", 1));
+        assert_eq!((progress.items_started(), progress.items_done()), (4, 2));
     }
 
     #[test]

@@ -223,7 +223,8 @@ pub(crate) fn plan(
                         "a model's plan runs only when a person agrees: run `plan create --run` on a terminal to be asked, or add --yes",
                     ));
                 }
-                let _ = write!(err, "Run plan `{plan_id}` with these calls? [y/N] ");
+                let shown = crate::output::one_line(&plan_id);
+                let _ = write!(err, "Run plan `{shown}` with these calls? [y/N] ");
                 let _ = err.flush();
                 let mut answer = String::new();
                 std::io::stdin()
@@ -277,9 +278,9 @@ fn calls_of(program: &plan_engine::Program) -> String {
     for site in &sites {
         text.push_str(&format!(
             "\n  {:<32} {} `{}`{}",
-            site.path.to_string(),
+            crate::output::one_line(&site.path.to_string()),
             site.kind.describe(),
-            site.tool,
+            crate::output::one_line(&site.tool),
             if site.gated {
                 " (waits for approval)"
             } else {
