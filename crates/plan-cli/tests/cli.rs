@@ -579,6 +579,7 @@ fn dry_run_expands_maps_whose_list_is_known() {
 #[test]
 fn control_characters_from_a_plan_never_reach_the_terminal_raw() {
     let dir = tempfile::tempdir().unwrap();
+    // In an id the plan writes: refused, where it is.
     let plan = write_plan(
         dir.path(),
         "p.json",
@@ -589,13 +590,39 @@ fn control_characters_from_a_plan_never_reach_the_terminal_raw() {
         .args(["run", plan.to_str().unwrap()])
         .output()
         .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("a step id cannot hold control characters"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\u{7}'),
+        "{stderr:?}"
+    );
+    // In a map item's id made from data: escaped to one line, live and in the summary (a
+    // newline in it draws no line of its own).
+    let plan = write_plan(
+        dir.path(),
+        "m.json",
+        &json!({"steps": [{"id": "m", "tool": "echo", "expand_on": ["x\u{1b}[2J\n✓ fake [exec]"], "expand_key": "$each"}]}),
+    );
+    let output = plan_cli()
+        .current_dir(dir.path())
+        .args(["run", plan.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(0));
+    for text in [&output.stdout, &output.stderr] {
+        let text = String::from_utf8_lossy(text);
+        assert!(!text.contains('\u{1b}'), "{text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("✓ fake")), "{text}");
+    }
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
-        "{stdout:?}"
+        stdout.contains("m[x\\u{1b}[2J\\n✓ fake [exec]]"),
+        "{stdout}"
     );
-    assert!(stdout.contains("a\\u{1b}[2J\\u{7}"), "{stdout}");
 }
 
 #[test]
