@@ -94,9 +94,10 @@ pub struct Progress {
     steps: Arc<Steps>,
     /// Top-level steps running, in start order, with the node a block is at.
     running: Vec<(usize, Option<String>)>,
-    /// Map items called and not ended yet: an item is started once, however many attempts it
-    /// takes (a re-run of it, `retry`, starts it again).
-    items_in_flight: HashSet<Arc<str>>,
+    /// Map items whose failed attempt is tried again: their next call starts nothing (a
+    /// re-run of an item, `retry`, whatever its attempt, starts it again). Only these are
+    /// kept, not every item in flight: a map of 100,000 items is 100,000 events.
+    items_retrying: HashSet<Arc<str>>,
     items_started: u64,
     items_done: u64,
     retries: u64,
@@ -120,7 +121,7 @@ impl Progress {
         Progress {
             steps,
             running: Vec::new(),
-            items_in_flight: HashSet::new(),
+            items_retrying: HashSet::new(),
             items_started: 0,
             items_done: 0,
             retries: 0,
@@ -147,9 +148,7 @@ impl Progress {
                 }
             }
             (_, Part::Item(i)) if call => {
-                if let Some(id) = id
-                    && self.items_in_flight.insert(id.clone())
-                {
+                if !id.is_some_and(|id| self.items_retrying.remove(id)) {
                     self.items_started += 1;
                 }
                 started = self.start(i);
@@ -159,18 +158,21 @@ impl Progress {
             {
                 started = self.start(i);
             }
-            (EventKind::StepRetrying, _) => self.retries += 1,
+            (EventKind::StepRetrying, part) => {
+                self.retries += 1;
+                if let (Part::Item(_), Some(id)) = (part, id) {
+                    self.items_retrying.insert(id.clone());
+                }
+            }
             (EventKind::StepExecuted, Part::Step(i)) => {
                 self.running.retain(|(r, _)| *r != i);
                 self.settled += 1;
             }
             (EventKind::StepExecuted, Part::Item(_)) => {
-                // An item that ends without a call (its arguments did not resolve) started
-                // too.
-                if !id.is_some_and(|id| self.items_in_flight.remove(id)) {
-                    self.items_started += 1;
-                }
                 self.items_done += 1;
+                // An item that ends without a call (its arguments did not resolve) started
+                // too: never fewer started than done.
+                self.items_started = self.items_started.max(self.items_done);
             }
             (EventKind::StepSkipped, Part::Step(_)) => self.settled += 1,
             _ => {}
@@ -316,6 +318,7 @@ mod tests {
         let first = event(EventKind::ToolCalled, "build/each-0", 1);
         let seen = progress.see(&first);
         assert_eq!((seen.part, seen.started), (Part::Item(1), true));
+        progress.see(&event(EventKind::StepRetrying, "build/each-0", 2));
         let again = event(EventKind::ToolCalled, "build/each-0", 2);
         assert!(!progress.see(&again).started, "an item's next attempt");
         let second = event(EventKind::ToolCalled, "build/each-1", 1);
@@ -339,7 +342,7 @@ mod tests {
         progress.see(&event(EventKind::ToolCalled, "context_update", 1));
         progress.see(&event(EventKind::StepExecuted, "context_update", 1));
         let counts = |p: &Progress| (p.items_started(), p.items_done(), p.retries(), p.settled());
-        assert_eq!(counts(&progress), (2, 1, 1, 1));
+        assert_eq!(counts(&progress), (2, 1, 2, 1));
         assert_eq!(progress.running().count(), 2);
         // Run again (`retry`): its call starts it again whatever its attempt, and so does the
         // item's; a skip settles a step.
@@ -353,8 +356,12 @@ mod tests {
         progress.see(&event(EventKind::StepSkipped, "a/b", 0));
         assert_eq!(progress.settled(), 2);
         // An item that ends without a call (its arguments did not resolve) started too.
-        progress.see(&event(EventKind::StepExecuted, "build/each-7", 1));
-        assert_eq!((progress.items_started(), progress.items_done()), (4, 2));
+        let mut unresolved = Progress::new(Arc::new(steps()));
+        unresolved.see(&event(EventKind::StepExecuted, "build/each-7", 1));
+        assert_eq!(
+            (unresolved.items_started(), unresolved.items_done()),
+            (1, 1)
+        );
     }
 
     #[test]
