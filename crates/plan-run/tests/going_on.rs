@@ -4,34 +4,24 @@
 //! recorded).
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
-use plan_graph::{Format, Source};
+use plan_graph::Format;
 use plan_run::{
     Decisions, Execution, LifecycleError, Prepared, Resumable, ResumeOptions, RunSources, Start,
-    Strictness, Toolbox,
+    Toolbox,
 };
 use plan_store::Store;
 use plan_types::TaskStatus;
 
 mod common;
-use common::{ledger, runtime};
+use common::{Scripted, ledger, runtime};
 
 const WAITS: &str = r#"{"id": "p", "steps": [
     {"id": "build", "tool": "echo", "args": {"v": 1}},
     {"id": "deploy", "tool": "echo", "risk": "high", "depends_on": ["build"]}
 ]}"#;
 
-fn prepare(runtime: &tokio::runtime::Runtime, toolbox: &Toolbox) -> Prepared {
-    runtime
-        .block_on(plan_run::prepare(
-            Source::new("p.json", WAITS),
-            Format::Json,
-            "p",
-            Default::default(),
-            toolbox,
-            Strictness::RUN,
-            &|_| None,
-        ))
-        .unwrap()
+fn prepare(runtime: &tokio::runtime::Runtime) -> Prepared {
+    common::prepare_json(runtime, WAITS).unwrap()
 }
 
 /// Starts the plan (it waits on `deploy`), approves `deploy`, and clears the run to go on.
@@ -41,15 +31,9 @@ fn waiting_run(
     start: Start,
     execution: Execution,
 ) -> Box<plan_run::ResumeFrom> {
-    let toolbox = Toolbox::new(plan_tools::builtin_registry());
     let store = Store::open(ledger).unwrap();
     let started = runtime
-        .block_on(plan_run::start(
-            store,
-            prepare(runtime, &toolbox),
-            start,
-            execution,
-        ))
+        .block_on(plan_run::start(store, prepare(runtime), start, execution))
         .unwrap();
     assert_eq!(started.report.task_status, TaskStatus::Waiting);
     let run = started.report.run_id;
@@ -121,13 +105,12 @@ fn a_resumed_run_keeps_the_state_file_it_was_started_with() {
 fn a_state_file_that_cannot_be_written_is_refused_before_a_run_is_recorded() {
     let runtime = runtime();
     let (dir, ledger) = ledger();
-    let toolbox = Toolbox::new(plan_tools::builtin_registry());
     let mut execution = Execution::new();
     // A folder is there: writing the document would replace it.
     execution.state_file = Some(dir.path().to_path_buf());
     let refused = runtime.block_on(plan_run::start(
         Store::open(&ledger).unwrap(),
-        prepare(&runtime, &toolbox),
+        prepare(&runtime),
         Start::new(),
         execution,
     ));
@@ -194,22 +177,6 @@ fn a_state_file_given_to_a_resume_is_the_one_the_run_keeps_from_then_on() {
     assert!(second.exists());
 }
 
-/// A model that answers with the plans it was given, in turn.
-struct Scripted(Vec<serde_json::Value>);
-
-impl plan_llm::Model for Scripted {
-    fn answer<'a>(
-        &'a mut self,
-        _messages: &'a [serde_json::Value],
-        _schema: &'a serde_json::Value,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
-    > {
-        let answer = self.0.remove(0).to_string();
-        Box::pin(async move { Ok(answer) })
-    }
-}
-
 #[test]
 fn a_run_that_fails_for_good_is_re_planned_and_goes_on_to_its_end() {
     let runtime = runtime();
@@ -219,17 +186,7 @@ fn a_run_that_fails_for_good_is_re_planned_and_goes_on_to_its_end() {
         {"id": "prepare", "tool": "echo", "args": {"v": 1}},
         {"id": "fetch", "tool": "fail", "args": {"message": "mirror down"}, "depends_on": ["prepare"]}
     ]}"#;
-    let prepared = runtime
-        .block_on(plan_run::prepare(
-            Source::new("p.json", text),
-            Format::Json,
-            "p",
-            Default::default(),
-            &toolbox,
-            Strictness::RUN,
-            &|_| None,
-        ))
-        .unwrap();
+    let prepared = common::prepare_json(&runtime, text).unwrap();
     let failed = runtime
         .block_on(plan_run::start(
             Store::open(&ledger_path).unwrap(),
@@ -239,9 +196,12 @@ fn a_run_that_fails_for_good_is_re_planned_and_goes_on_to_its_end() {
         ))
         .unwrap();
     assert_eq!(failed.report.task_status, TaskStatus::Failed);
-    let mut model = Scripted(vec![serde_json::json!({"steps": [
-        {"id": "fallback", "tool": "echo", "args": {"v": 2}, "depends_on": ["prepare"]}
-    ]})]);
+    let mut model = Scripted {
+        name: "a scripted model",
+        answers: vec![serde_json::json!({"steps": [
+            {"id": "fallback", "tool": "echo", "args": {"v": 2}, "depends_on": ["prepare"]}
+        ]})],
+    };
     let policy = plan_run::Policy::default();
     let replanning = plan_run::Replanning {
         secrets: &[],
@@ -282,25 +242,6 @@ fn a_run_that_fails_for_good_is_re_planned_and_goes_on_to_its_end() {
     );
 }
 
-/// A named model: what the registry says wrote the plan.
-struct Named(Scripted);
-
-impl plan_llm::Model for Named {
-    fn answer<'a>(
-        &'a mut self,
-        messages: &'a [serde_json::Value],
-        schema: &'a serde_json::Value,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
-    > {
-        self.0.answer(messages, schema)
-    }
-
-    fn name(&self) -> String {
-        "tiny-model".to_owned()
-    }
-}
-
 #[test]
 fn a_plan_from_a_goal_is_judged_then_stored_under_its_author_never_over_anothers() {
     let runtime = runtime();
@@ -323,7 +264,10 @@ fn a_plan_from_a_goal_is_judged_then_stored_under_its_author_never_over_anothers
         {"id": "go", "tool": "exec", "args": {"argv": ["true"]}}]});
     let echo = serde_json::json!({"id": "deploy", "steps": [
         {"id": "go", "tool": "echo", "args": {"v": 1}}]});
-    let mut model = Named(Scripted(vec![exec, echo]));
+    let mut model = Scripted {
+        answers: vec![exec, echo],
+        name: "tiny-model",
+    };
     let goal = plan_run::Goal::new("deploy the app", plan_run::Author::Model);
     let (id, plan) = runtime
         .block_on(plan_run::plan_from_goal(
@@ -345,10 +289,10 @@ fn a_plan_from_a_goal_is_judged_then_stored_under_its_author_never_over_anothers
         "operator"
     );
     // Out of tries: the model's last problems, as a typed error; nothing stored.
-    let mut stubborn = Named(Scripted(vec![
-        serde_json::json!({"steps": [{"id": "x"}]});
-        3
-    ]));
+    let mut stubborn = Scripted {
+        answers: vec![serde_json::json!({"steps": [{"id": "x"}]}); 3],
+        name: "tiny-model",
+    };
     let goal = plan_run::Goal {
         max_retries: 1,
         ..plan_run::Goal::new("other", plan_run::Author::Model)
@@ -372,7 +316,6 @@ fn what_a_stored_run_kept_is_what_its_commands_go_on_with() {
     let runtime = runtime();
     let (dir, ledger_path) = ledger();
     let ledger = plan_run::Ledger::new(Some(&ledger_path), None);
-    let toolbox = Toolbox::new(plan_tools::builtin_registry());
     let config = dir.path().join("mcp.json");
     let start = Start {
         working_dir: Some(dir.path().display().to_string()),
@@ -385,7 +328,7 @@ fn what_a_stored_run_kept_is_what_its_commands_go_on_with() {
     let started = runtime
         .block_on(plan_run::start(
             Store::open(&ledger_path).unwrap(),
-            prepare(&runtime, &toolbox),
+            prepare(&runtime),
             start,
             Execution::new(),
         ))

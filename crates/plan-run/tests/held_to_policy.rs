@@ -6,11 +6,7 @@
 
 use std::time::Duration;
 
-use plan_graph::{Format, Source};
-use plan_run::{
-    Author, Decisions, Execution, Policy, Prepared, Resumable, ResumeOptions, Start, Strictness,
-    Toolbox,
-};
+use plan_run::{Author, Decisions, Execution, Policy, Resumable, ResumeOptions, Start, Toolbox};
 use plan_store::Store;
 use plan_types::{RunReport, TaskStatus};
 use serde_json::{Value, json};
@@ -24,21 +20,6 @@ fn toolbox() -> Toolbox {
     Toolbox::new(plan_tools::builtin_registry())
 }
 
-fn prepared(runtime: &tokio::runtime::Runtime, source: Source) -> Prepared {
-    let toolbox = toolbox();
-    runtime
-        .block_on(plan_run::prepare(
-            source,
-            Format::Json,
-            "p",
-            Default::default(),
-            &toolbox,
-            Strictness::RUN,
-            &|_| None,
-        ))
-        .unwrap_or_else(|error| panic!("{error}"))
-}
-
 /// A client's plan, started under `policy`.
 fn start_as_client(
     runtime: &tokio::runtime::Runtime,
@@ -46,7 +27,7 @@ fn start_as_client(
     plan: &Value,
     policy: &Policy,
 ) -> RunReport {
-    let ready = prepared(runtime, Source::new("plan.json", plan.to_string()));
+    let ready = common::prepare_json(runtime, &plan.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let start = Start {
         author: Author::McpClient,
         policy: Some(policy.clone()),

@@ -448,8 +448,12 @@ async fn stop_on_signals(
 /// run's plan prepared.
 fn check_state_file(execution: &ExecutionArgs) -> Result<(), Failure> {
     if let Some(path) = &execution.state_file {
-        plan_run::StateFile::check(path)
-            .map_err(|source| Failure::input(format!("--state-file {source}")))?;
+        plan_run::StateFile::check(path).map_err(|source| {
+            plan_run::LifecycleError::StateFileUnusable {
+                kept: false,
+                source,
+            }
+        })?;
     }
     Ok(())
 }

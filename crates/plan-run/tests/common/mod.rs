@@ -1,5 +1,5 @@
-//! What plan-run's integration tests share: a runtime as the CLI makes it, and a ledger in a
-//! folder of its own.
+//! What plan-run's integration tests share: a runtime as the CLI makes it, a ledger in a
+//! folder of its own, a JSON plan prepared with the built-ins, and a scripted model.
 
 /// A multi-threaded runtime with the stack run values need.
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
@@ -27,4 +27,46 @@ pub(crate) fn assert_no_runs(ledger: &std::path::Path) {
     let runs =
         plan_run::runs(&mut store, &plan_run::RunFilter::default()).expect("runs are listed");
     assert!(runs.is_empty(), "no run is left behind: {runs:?}");
+}
+
+/// JSON plan `text` (id `p` unless it names one) prepared with the built-in tools to run.
+#[allow(dead_code, reason = "each test binary uses what it needs")]
+pub(crate) fn prepare_json(
+    runtime: &tokio::runtime::Runtime,
+    text: &str,
+) -> Result<plan_run::Prepared, plan_run::PrepareError> {
+    let toolbox = plan_run::Toolbox::new(plan_tools::builtin_registry());
+    runtime.block_on(plan_run::prepare(
+        plan_graph::Source::new("p.json", text),
+        plan_graph::Format::Json,
+        "p",
+        Default::default(),
+        &toolbox,
+        plan_run::Strictness::RUN,
+        &|_| None,
+    ))
+}
+
+/// A model that answers with the plans it was given, in turn, under a name.
+#[allow(dead_code, reason = "each test binary uses what it needs")]
+pub(crate) struct Scripted {
+    pub(crate) answers: Vec<serde_json::Value>,
+    pub(crate) name: &'static str,
+}
+
+impl plan_llm::Model for Scripted {
+    fn answer<'a>(
+        &'a mut self,
+        _messages: &'a [serde_json::Value],
+        _schema: &'a serde_json::Value,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
+    > {
+        let answer = self.answers.remove(0).to_string();
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn name(&self) -> String {
+        self.name.to_owned()
+    }
 }
