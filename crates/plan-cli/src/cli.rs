@@ -777,6 +777,17 @@ impl Command {
         }
     }
 
+    /// Makes the command go on with run `id` (the one `last` named when it was read).
+    pub(crate) fn go_on_with(&mut self, id: String) {
+        match self {
+            Command::Resume(args) => args.run = id,
+            Command::Retry(args) => args.run = id,
+            Command::Approve(args) => args.run = id,
+            Command::Reject(args) => args.run = id,
+            _ => {}
+        }
+    }
+
     /// The tool options given after the command, for the commands that use tools.
     pub(crate) fn tool_options(&self) -> Option<&ToolOptions> {
         Some(match self {

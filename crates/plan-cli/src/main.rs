@@ -24,7 +24,7 @@ use plan_run::{Ledger, Project};
 
 fn main() {
     plan_file::install_diagnostic_hook();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     // Commands that need neither a ledger nor tools.
     let early = match &cli.command {
         Command::Init(args) => Some(commands::init(args)),
@@ -49,6 +49,16 @@ fn main() {
         );
     }
     let ledger = Ledger::new(cli.db.as_deref(), project.as_ref());
+    // What the stored run a command goes on with kept: its folder, its tools and its queue.
+    let kept = cli
+        .command
+        .run_going_on()
+        .map(|run| plan_run::Kept::of(&ledger, run))
+        .unwrap_or_default();
+    // `last` is read once: what was kept and what the command goes on with are one run's.
+    if let Some(run) = kept.run_id.clone() {
+        cli.command.go_on_with(run);
+    }
     // Tool options count before the command and after it (after wins for the file).
     let after = cli.command.tool_options();
     let passthrough = cli
@@ -62,12 +72,6 @@ fn main() {
         )
         .cloned();
     let mut exec = plan_tools::Exec::default().passing(passthrough);
-    // What the stored run a command goes on with kept: its folder, its tools and its queue.
-    let kept = cli
-        .command
-        .run_going_on()
-        .map(|run| plan_run::Kept::of(&ledger, run))
-        .unwrap_or_default();
     let working_dir = match &cli.command {
         Command::Run(args) => args.plan.input().folder(args.execution.cwd.as_deref()),
         Command::Resume(args) => kept.folder(args.execution.cwd.as_deref()),

@@ -95,6 +95,9 @@ impl QueueSource {
 /// `reject`): where its tools are and the folder its programs run in.
 #[derive(Debug, Clone, Default)]
 pub struct Kept {
+    /// The run's id (`last` read once: the command goes on with this run, not with one
+    /// started since).
+    pub run_id: Option<String>,
     /// Where its tools come from, and its state file.
     pub sources: RunSources,
     /// The folder its programs run in ([`crate::working_dir_of`]).
@@ -111,6 +114,7 @@ impl Kept {
             .flatten();
         row.map(|row| Kept {
             sources: sources_of(&row),
+            run_id: Some(row.run_id.clone()),
             working_dir: crate::working_dir_of(&row),
         })
         .unwrap_or_default()

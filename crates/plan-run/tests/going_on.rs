@@ -333,7 +333,8 @@ fn what_a_stored_run_kept_is_what_its_commands_go_on_with() {
             Execution::new(),
         ))
         .unwrap();
-    let kept = plan_run::Kept::of(&ledger, &started.report.run_id);
+    let kept = plan_run::Kept::of(&ledger, "last");
+    assert_eq!(kept.run_id.as_deref(), Some(&*started.report.run_id));
     assert_eq!(kept.working_dir.as_deref(), Some(dir.path()));
     // Its own configuration, unless one is given; the project's only for a run that kept none.
     assert_eq!(kept.mcp_config(None, None), Some(config.clone()));
