@@ -1070,3 +1070,24 @@ fn a_plan_or_variables_file_without_end_is_refused_after_the_largest_plan() {
         .code(2)
         .stderr(predicate::str::contains("is not a valid variables file"));
 }
+
+#[test]
+fn a_closed_stderr_does_not_stop_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "p.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {}}, {"id": "b", "tool": "echo", "args": {}, "depends_on": ["a"]}]}),
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_plan-cli"))
+        .current_dir(dir.path())
+        .args(["run", plan.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Nobody reads what it says while it runs (`2>&1 | head -1` gone).
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "the run completes");
+}
