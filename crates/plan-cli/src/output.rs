@@ -193,7 +193,9 @@ impl EventSink for Live {
                     Part::Step(_) if seen.started => {
                         self.say(&format!("▶ {}", label.unwrap_or(&id)), ts);
                     }
-                    Part::Node(..) if event.kind == EventKind::ToolCalled && event.attempt <= 1 => {
+                    Part::Node(..) | Part::TaskCall(..)
+                        if event.kind == EventKind::ToolCalled && event.attempt <= 1 =>
+                    {
                         let tool = one_line(event.tool.as_deref().unwrap_or(""));
                         self.say(&format!("▶ {id} [{tool}]"), ts);
                     }
@@ -206,7 +208,7 @@ impl EventSink for Live {
                 }
             }
             EventKind::ToolSucceeded | EventKind::ToolFailed
-                if matches!(seen.part, Part::Node(..)) =>
+                if matches!(seen.part, Part::Node(..) | Part::TaskCall(..)) =>
             {
                 let took = duration(event.duration_ms.unwrap_or(0));
                 if event.kind == EventKind::ToolSucceeded {
@@ -396,7 +398,8 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
             }
         }
     }
-    // Counts are of the plan's steps; map items and block nodes are shown, and counted apart.
+    // Counts are of the plan's steps; map items, block nodes and task calls are shown, and
+    // counted apart.
     let tally = plan_run::Tally::of(report, &plan.steps);
     let mut counts = vec![format!("{} ok", tally.count(StepState::Ok))];
     for (state, what) in [
@@ -426,6 +429,7 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
     for (n, what) in [
         (tally.items, "map item"),
         (tally.nodes, "block node"),
+        (tally.task_calls, "task call"),
         (tally.earlier, "replaced step"),
     ] {
         match n {

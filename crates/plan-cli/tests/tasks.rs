@@ -109,6 +109,14 @@ fn a_task_that_fails_verification_is_fixed_from_its_feedback_and_merged() {
     let task = &state["tasks"]["L1-001"];
     assert_eq!(task["status"], "completed");
     assert_eq!(task["attempts"], 2);
+    // The summary counts the task's calls as its own, not as a block's nodes.
+    let run_id = report["run_id"].as_str().unwrap();
+    let status = lab.cli().args(["status", run_id]).output().unwrap();
+    let summary = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        summary.contains(" task calls") && !summary.contains("block node"),
+        "{summary}"
+    );
     assert_eq!(task["errors"][0]["type"], "verification_failed");
     assert_eq!(task["errors"][0]["attempt"], 1);
     assert_eq!(task["retry_feedback"][0]["attempt"], 2);

@@ -1,6 +1,6 @@
 //! A run's progress as its events tell it, for the views that follow a run live (the CLI's
 //! progress bar and lines, a dashboard's graph): which of the plan's steps each event is
-//! about, which steps run (and the node a block is at), how far the map items are.
+//! about, which steps run (and the node a block or the call a task is at), how far the map items are.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -18,9 +18,22 @@ pub struct Steps {
     ids: Vec<String>,
     /// Each step's kind (its tool's name, `block` or `task`), in plan order.
     kinds: Vec<String>,
-    /// Whether each step is a map step.
-    maps: Vec<bool>,
+    /// What the calls inside each step are, in plan order.
+    shapes: Vec<Shape>,
     index: StepIndex,
+}
+
+/// What the calls made for a step are, besides its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// A tool call, made once.
+    Call,
+    /// A map step: its items.
+    Map,
+    /// A block: its nodes.
+    Block,
+    /// A coding task: its implement, feedback and check calls.
+    Task,
 }
 
 /// What a record's or an event's `step_id` names among a plan's [`Steps`].
@@ -32,6 +45,9 @@ pub enum Part<'a> {
     Item(usize),
     /// A node of a block step (the step's position, and the node's path in it).
     Node(usize, &'a str),
+    /// A call of a coding task: its implement, feedback or a check (the step's position, and
+    /// the call's path in it: `implement#2`, `check-1#2`).
+    TaskCall(usize, &'a str),
     /// None of the plan's: a step of an earlier revision (`run --replan`), the run itself, or
     /// a call the run makes besides the plan's steps (a task plan's `context_update`).
     Other,
@@ -47,10 +63,20 @@ impl Steps {
                 .iter()
                 .map(|step| step.kind().to_string())
                 .collect(),
-            maps: plan
+            shapes: plan
                 .steps
                 .iter()
-                .map(|step| step.expand.is_some())
+                .map(|step| {
+                    if step.expand.is_some() {
+                        Shape::Map
+                    } else if step.block.is_some() {
+                        Shape::Block
+                    } else if step.task.is_some() {
+                        Shape::Task
+                    } else {
+                        Shape::Call
+                    }
+                })
                 .collect(),
             index: StepIndex::new(plan.steps.iter().map(|step| step.id.0.as_str())),
         }
@@ -60,7 +86,10 @@ impl Steps {
     pub fn part<'a>(&self, id: &'a str) -> Part<'a> {
         match self.index.call_of(id) {
             Some(CallOf::Step(i)) => Part::Step(i),
-            Some(CallOf::Item(i)) if self.maps[i] => Part::Item(i),
+            Some(CallOf::Item(i)) if self.shapes[i] == Shape::Map => Part::Item(i),
+            Some(CallOf::Inside(i, call)) if self.shapes[i] == Shape::Task => {
+                Part::TaskCall(i, call)
+            }
             Some(CallOf::Inside(i, node)) => Part::Node(i, node),
             Some(CallOf::Item(_)) | None => Part::Other,
         }
@@ -92,7 +121,8 @@ impl Steps {
 #[derive(Debug)]
 pub struct Progress {
     steps: Arc<Steps>,
-    /// Top-level steps running, in start order, with the node a block is at.
+    /// Top-level steps running, in start order, with the node a block or the call a task is
+    /// at.
     running: Vec<(usize, Option<String>)>,
     /// Map items whose failed attempt is tried again: their next call starts nothing (a
     /// re-run of an item, `retry`, whatever its attempt, starts it again). Only these are
@@ -142,7 +172,7 @@ impl Progress {
         let call = matches!(event.kind, EventKind::ToolCalled | EventKind::BlockEntered);
         match (event.kind, part) {
             (_, Part::Step(i)) if call => started = self.start(i),
-            (_, Part::Node(i, node)) if call => {
+            (_, Part::Node(i, node) | Part::TaskCall(i, node)) if call => {
                 if let Some(entry) = self.running.iter_mut().find(|(r, _)| *r == i) {
                     entry.1 = Some(node.to_owned());
                 }
@@ -189,7 +219,8 @@ impl Progress {
         true
     }
 
-    /// The top-level steps running (their ids), in start order, with the node a block is at.
+    /// The top-level steps running (their ids), in start order, with the node a block or the call a task
+    /// is at.
     pub fn running(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
         self.running
             .iter()
@@ -218,7 +249,7 @@ impl Progress {
 }
 
 /// A run's records counted as a view of the run counts them: the plan's steps by their
-/// [`StepState`], and the map items, block nodes and steps of earlier revisions of the plan
+/// [`StepState`], and the map items, block nodes, task calls and steps of earlier revisions of the plan
 /// (`run --replan`) apart. `__meta__` is none of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tally {
@@ -228,8 +259,10 @@ pub struct Tally {
     pub items: usize,
     /// Block nodes.
     pub nodes: usize,
-    /// Records of none of the plan's steps ([`Part::Other`]): steps of earlier revisions, a
-    /// task plan's `context_update`.
+    /// Calls of coding tasks (implement, feedback, checks).
+    pub task_calls: usize,
+    /// Records of none of the plan's steps ([`Part::Other`]): steps of earlier revisions of
+    /// the plan (`run --replan`).
     pub earlier: usize,
 }
 
@@ -251,6 +284,7 @@ impl Tally {
                 }
                 Part::Item(_) => tally.items += 1,
                 Part::Node(..) => tally.nodes += 1,
+                Part::TaskCall(..) => tally.task_calls += 1,
                 Part::Other => tally.earlier += 1,
             }
         }
@@ -283,7 +317,9 @@ mod tests {
         let yaml = "steps:\n\
              - {id: build, tool: echo, args: {}}\n\
              - {id: build/each, tool: echo, expand_on: [1, 2], args: {n: $each}}\n\
-             - {id: a/b, tool: echo, args: {}}\n";
+             - {id: a/b, tool: echo, args: {}}\n\
+             - {id: t, task: {implement: {tool: echo, args: {}}}}\n\
+             workspace: {repo: .}\n";
         let source = plan_graph::Source::new("plan.yaml", yaml);
         let options = plan_graph::LoadOptions::default();
         let loaded = plan_graph::load(source, plan_graph::Format::Yaml, &options).expect("loads");
@@ -302,9 +338,14 @@ mod tests {
         assert_eq!(steps.part("build/each-1"), Part::Item(1));
         // A node of step `a/b`, though the step's id holds a `/` too.
         assert_eq!(steps.part("a/b/check#1"), Part::Node(2, "check#1"));
+        // A task's calls are its own, not a block's nodes.
+        assert_eq!(steps.part("t/check-1#2"), Part::TaskCall(3, "check-1#2"));
         assert_eq!(steps.part("gone"), Part::Other);
         assert_eq!(steps.part("build-1"), Part::Other);
-        assert_eq!((steps.kind(0), steps.len()), ("echo", 3));
+        assert_eq!(
+            (steps.kind(0), steps.kind(3), steps.len()),
+            ("echo", "task", 4)
+        );
     }
 
     #[test]
@@ -388,16 +429,18 @@ mod tests {
             "records": [
                 record("build", true), record("build/each-0", true), record("build/each-1", false),
                 record("build/each", false), record("a/b/check#1", true), record("a/b", true),
-                record("gone", true),
+                record("t/implement#1", true), record("t/check-1#1", false),
+                record("t/implement#2", true), record("t", true), record("gone", true),
                 {"step_id": "__meta__", "ok": false, "skipped": false, "attempts": 0, "duration_ms": 9}
             ]
         }))
         .expect("a report");
         let tally = super::Tally::of(&report, &steps);
-        assert_eq!((tally.items, tally.nodes, tally.earlier), (2, 1, 1));
-        assert_eq!(tally.count(crate::StepState::Ok), 2);
+        let apart = (tally.items, tally.nodes, tally.task_calls, tally.earlier);
+        assert_eq!(apart, (2, 1, 3, 1));
+        assert_eq!(tally.count(crate::StepState::Ok), 3);
         assert_eq!(tally.count(crate::StepState::Failed), 1);
         assert_eq!(tally.count(crate::StepState::Skipped), 0);
-        assert_eq!(tally.step_count(), 3);
+        assert_eq!(tally.step_count(), 4);
     }
 }
