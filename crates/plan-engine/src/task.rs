@@ -36,8 +36,8 @@ use plan_ports::{Registry, Tool, codes};
 
 pub use plan_ports::{MergeOutcome, Workspace, WorkspaceError, Worktree};
 
-/// The checkpoint key of the run's context update.
-pub(crate) const CONTEXT_UPDATE: &str = "__context_update__";
+/// The id of the run's context update: its events', its approval's and its checkpoint's.
+pub(crate) const CONTEXT_UPDATE: &str = plan_types::CONTEXT_UPDATE_ID;
 
 /// The plan's `context_update` call, bound to its tool.
 pub(crate) struct ContextUpdate {
@@ -112,8 +112,9 @@ pub(crate) async fn run_context_update(
         waits_as: CONTEXT_UPDATE,
     };
     let inner = Inner {
-        // Shown as the workspace's own call (`STEP/CALL`, like a task's calls).
-        id: "workspace/context_update",
+        // An id no step can take (`plan::invalid_id`): `workspace/context_update` was a step's
+        // to take, and its events were read as that step's.
+        id: CONTEXT_UPDATE,
         tool_name: &call.tool_name,
         tool: &call.tool,
         retry: once(),

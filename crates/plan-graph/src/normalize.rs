@@ -302,16 +302,21 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             )
             .help("choose an id of printable characters"),
         );
-    } else if id.0 == META_STEP_ID || id.0 == PLAN_APPROVAL_ID {
+    } else if plan_types::is_reserved_id(&id.0) {
+        let what = match id.0.as_str() {
+            META_STEP_ID => "is the summary record's",
+            PLAN_APPROVAL_ID => "is the plan's approval's",
+            plan_types::CONTEXT_UPDATE_ID => "is the workspace's `context_update` call's",
+            _ => "has the form plan-cli keeps for its own records",
+        };
         issues.push(
             Issue::error(
                 "plan::invalid_id",
                 at.clone().key("id"),
-                if id.0 == META_STEP_ID {
-                    format!("`{META_STEP_ID}` is reserved for the summary record")
-                } else {
-                    format!("`{PLAN_APPROVAL_ID}` is reserved for the plan's approval")
-                },
+                format!(
+                    "the id `{}` {what}: ids of the form `__NAME__` are reserved",
+                    id.0
+                ),
             )
             .help("choose another id"),
         );

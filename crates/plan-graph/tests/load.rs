@@ -153,7 +153,18 @@ fn structural_errors_name_the_field_and_its_position() {
         Format::Yaml,
         &[(
             "plan::invalid_id",
-            "`__meta__` is reserved for the summary record",
+            "the id `__meta__` is the summary record's: ids of the form `__NAME__` are reserved",
+            2,
+            9,
+        )],
+    );
+    // The workspace's call has an id of that form, so no step's events are read as its.
+    check_errors(
+        "steps:\n  - id: __context_update__\n    tool: echo\n",
+        Format::Yaml,
+        &[(
+            "plan::invalid_id",
+            "the id `__context_update__` is the workspace's `context_update` call's: ids of the form `__NAME__` are reserved",
             2,
             9,
         )],

@@ -12,6 +12,17 @@ use crate::report::TaskStatus;
 /// The id of the summary record that ends every run's records.
 pub const META_STEP_ID: &str = "__meta__";
 
+/// The id of the workspace's `context_update` call, in its events, its approval and its
+/// checkpoint.
+pub const CONTEXT_UPDATE_ID: &str = "__context_update__";
+
+/// Whether `id` is of the form plan-cli keeps for its own records, events and approvals
+/// (`__meta__`, `__plan__`, `__context_update__`, and any it adds): `__NAME__`. No step takes
+/// one, so that none is ever read as another.
+pub fn is_reserved_id(id: &str) -> bool {
+    id.len() > 4 && id.starts_with("__") && id.ends_with("__")
+}
+
 /// A failed step's error as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepError {
