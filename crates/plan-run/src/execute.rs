@@ -267,28 +267,6 @@ pub fn run_by(
     }
 }
 
-/// The id a plan `author` wrote is stored under: `id`, unless a plan another author stored
-/// holds it; then the first free `id-2`, `id-3`, …: no author's plan ever replaces another's.
-pub fn free_plan_id(
-    store: &Store,
-    id: &str,
-    author: crate::Author,
-) -> Result<String, LifecycleError> {
-    let taken = |id: &str| -> Result<bool, LifecycleError> {
-        Ok(store
-            .find_plan(id)?
-            .is_some_and(|stored| crate::Author::from_name(&stored.author) != author))
-    };
-    if !taken(id)? {
-        return Ok(id.to_owned());
-    }
-    let mut n = 2;
-    while taken(&format!("{id}-{n}"))? {
-        n += 1;
-    }
-    Ok(format!("{id}-{n}"))
-}
-
 /// Who wrote a run's plan, as its start kept it (the operator for runs from before authors
 /// were kept).
 pub fn author_of(row: &RunRow) -> crate::Author {

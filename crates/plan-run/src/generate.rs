@@ -129,31 +129,37 @@ pub async fn plan_from_goal(
 /// …); over one of its own author's only with `force`. `by` names the model.
 pub fn store_generated(
     store: &mut Store,
-    (mut plan_id, mut plan): (String, Value),
+    (plan_id, mut plan): (String, Value),
     by: &str,
     force: bool,
     author: Author,
 ) -> Result<(String, Value), LifecycleError> {
-    let free = crate::free_plan_id(store, &plan_id, author)?;
-    if free != plan_id {
-        plan_id = free;
-        if let Some(object) = plan.as_object_mut() {
-            object.insert("id".into(), plan_id.clone().into());
-        }
-    }
-    let text = serde_json::to_string_pretty(&plan)
-        .map_err(|error| LifecycleError::Internal(error.to_string()))?;
+    let text_of = |plan: &Value| serde_json::to_string_pretty(plan).unwrap_or_default();
     let title = plan["title"].as_str().map(str::to_owned);
     let stored = stored_plan(
         &plan_id,
         title,
         format!("created from a goal by {by}"),
         plan_graph::Format::Json,
-        text,
+        text_of(&plan),
         author,
     );
-    store.add_plan(&stored, force)?;
-    Ok((plan_id, plan))
+    // The id is chosen in the write's own transaction: a plan the operator stores meanwhile
+    // under the same id is never replaced.
+    let with_id = |plan: &mut Value, id: &str| {
+        if let Some(object) = plan.as_object_mut() {
+            object.insert("id".into(), id.into());
+        }
+    };
+    let stored_as = store.add_plan_apart(stored, force, |id| {
+        let mut renamed = plan.clone();
+        with_id(&mut renamed, id);
+        text_of(&renamed)
+    })?;
+    if stored_as != plan_id {
+        with_id(&mut plan, &stored_as);
+    }
+    Ok((stored_as, plan))
 }
 
 /// A plan's text as the registry keeps it, added now.

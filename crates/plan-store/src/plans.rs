@@ -51,6 +51,51 @@ impl Store {
         Ok(())
     }
 
+    /// Stores a plan its author (`plan.author`) wrote, in one transaction, under the first of
+    /// its id, `ID-2`, `ID-3`, … that no other author's plan holds: no author's plan ever
+    /// replaces another's, however the writes of two authors interleave. Over one of its own
+    /// author's only if `replace`. `text_for(id)` is the plan's text under another id than its
+    /// own. Gives the id it is stored under.
+    pub fn add_plan_apart(
+        &mut self,
+        mut plan: StoredPlan,
+        replace: bool,
+        text_for: impl FnOnce(&str) -> String,
+    ) -> Result<String, StoreError> {
+        let transaction = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let author_of = |id: &str| -> Result<Option<String>, StoreError> {
+            Ok(transaction
+                .query_row("SELECT author FROM plans WHERE plan_id = ?1", [id], |row| {
+                    row.get(0)
+                })
+                .optional()?)
+        };
+        let mut id = plan.plan_id.clone();
+        let mut n = 2;
+        let mut holder = author_of(&id)?;
+        while holder.as_ref().is_some_and(|author| *author != plan.author) {
+            id = format!("{}-{n}", plan.plan_id);
+            n += 1;
+            holder = author_of(&id)?;
+        }
+        if holder.is_some() && !replace {
+            return Err(StoreError::PlanExists(id));
+        }
+        if id != plan.plan_id {
+            plan.source = text_for(&id);
+            plan.hash = crate::plan_hash(&plan.source);
+            plan.plan_id = id;
+        }
+        transaction.execute(
+            "INSERT OR REPLACE INTO plans (plan_id, title, name, format, source, hash, added_at, author) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![plan.plan_id, plan.title, plan.name, plan.format, plan.source, plan.hash, plan.added_at, plan.author],
+        )?;
+        transaction.commit()?;
+        Ok(plan.plan_id)
+    }
+
     /// Every stored plan, by id.
     pub fn plans(&self) -> Result<Vec<StoredPlan>, StoreError> {
         let mut statement = self.conn.prepare("SELECT plan_id, title, name, format, source, hash, added_at, author FROM plans ORDER BY plan_id")?;

@@ -482,6 +482,65 @@ fn plans_are_stored_listed_and_removed() {
     ));
 }
 
+/// A plan stored apart never replaces another author's: it takes the first free `ID-N`, with
+/// its text renamed, in the write's own transaction.
+#[test]
+fn a_plan_stored_apart_never_replaces_another_authors() {
+    let mut store = Store::in_memory().unwrap();
+    let plan = |author: &str, source: &str| StoredPlan {
+        plan_id: "deploy".into(),
+        title: None,
+        name: "deploy.json".into(),
+        format: "json".into(),
+        source: source.into(),
+        hash: plan_store::plan_hash(source),
+        added_at: "2026-01-01T00:00:00.000Z".into(),
+        author: author.into(),
+    };
+    let renamed = |id: &str| format!("{{\"id\": \"{id}\"}}");
+    store.add_plan(&plan("operator", "op"), false).unwrap();
+    store
+        .add_plan(
+            &StoredPlan {
+                plan_id: "deploy-2".into(),
+                ..plan("mcp_client", "client")
+            },
+            false,
+        )
+        .unwrap();
+    // The operator's `deploy` and a client's `deploy-2` are passed over; so, then, is the
+    // model's own `deploy-3`, which only `replace` writes over.
+    let id = store
+        .add_plan_apart(plan("model", "model"), false, renamed)
+        .unwrap();
+    assert_eq!(id, "deploy-3");
+    let stored = store.find_plan("deploy-3").unwrap().unwrap();
+    assert_eq!(stored.source, "{\"id\": \"deploy-3\"}");
+    assert_eq!(stored.hash, plan_store::plan_hash(&stored.source));
+    assert!(matches!(
+        store.add_plan_apart(plan("model", "again"), false, renamed),
+        Err(StoreError::PlanExists(id)) if id == "deploy-3"
+    ));
+    store
+        .add_plan_apart(plan("model", "again"), true, renamed)
+        .unwrap();
+    assert_eq!(store.find_plan("deploy").unwrap().unwrap().source, "op");
+    assert_eq!(store.plans().unwrap().len(), 3);
+    // Its own id, when free, keeps its text as it is.
+    let id = store
+        .add_plan_apart(
+            StoredPlan {
+                plan_id: "other".into(),
+                ..plan("model", "mine")
+            },
+            false,
+            renamed,
+        )
+        .unwrap();
+    assert_eq!(id, "other");
+    assert_eq!(store.find_plan("other").unwrap().unwrap().source, "mine");
+}
+
 #[test]
 fn several_writers_share_one_file_without_lock_errors() {
     let dir = tempfile::tempdir().unwrap();
