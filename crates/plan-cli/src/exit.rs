@@ -99,9 +99,8 @@ impl Failure {
                 let resume = format!(": `plan-cli resume {run_id}`");
                 Failure::internal(format!("{error}{resume}"))
             }
-            error @ (LifecycleError::Internal(_) | LifecycleError::StateFile { .. }) => {
-                Failure::internal(error.to_string())
-            }
+            // Including reasons a newer plan-run adds: not the input's fault until worded.
+            error => Failure::internal(error.to_string()),
         }
     }
 

@@ -54,6 +54,8 @@ fn main() {
         .command
         .run_going_on()
         .map(|run| plan_run::Kept::of(&ledger, run))
+        .transpose()
+        .unwrap_or_else(|error| exit_with(Err(error.into())))
         .unwrap_or_default();
     // `last` is read once: what was kept and what the command goes on with are one run's.
     if let Some(run) = kept.run_id.clone() {

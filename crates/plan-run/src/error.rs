@@ -2,8 +2,10 @@
 
 use plan_store::StoreError;
 
-/// Why a lifecycle step could not be taken.
+/// Why a lifecycle step could not be taken. More reasons may come: a match on it keeps an arm
+/// for those.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LifecycleError {
     /// The ledger could not be read or written.
     #[error(transparent)]

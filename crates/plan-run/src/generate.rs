@@ -23,7 +23,7 @@ pub async fn generate(
     max_retries: u32,
     tools: &[ToolDescription],
     mut check: impl AsyncFnMut(&Value) -> Result<(), String>,
-) -> Result<(String, Value), LlmError> {
+) -> Result<NewPlan, LlmError> {
     let with_id = |plan: &Value| {
         let mut plan = plan.clone();
         if let (Some(id), Some(object)) = (id, plan.as_object_mut()) {
@@ -49,7 +49,16 @@ pub async fn generate(
     if let Some(object) = plan.as_object_mut() {
         object.insert("id".into(), plan_id.clone().into());
     }
-    Ok((plan_id, plan))
+    Ok(NewPlan { plan_id, plan })
+}
+
+/// A plan a model wrote, with the id it has (and is stored under, once stored).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewPlan {
+    /// Its id, as `plan["id"]` says too.
+    pub plan_id: String,
+    /// The plan, as JSON.
+    pub plan: Value,
 }
 
 /// [`generate`] with plan-cli's judgement of each answer: its validation and `policy`, and the
@@ -62,7 +71,7 @@ pub async fn generate_checked(
     max_retries: u32,
     toolbox: &Toolbox,
     policy: &Policy,
-) -> Result<(String, Value), LlmError> {
+) -> Result<NewPlan, LlmError> {
     let tools = toolbox.described(|info| policy.allows_tool(info)).await;
     let fallback_id = id.map_or_else(|| slug(goal), str::to_owned);
     generate(
@@ -116,7 +125,7 @@ pub async fn plan_from_goal(
     toolbox: &Toolbox,
     policy: &Policy,
     ledger: &crate::Ledger,
-) -> Result<(String, Value), LifecycleError> {
+) -> Result<NewPlan, LifecycleError> {
     let generated = generate_checked(model, goal.text, goal.id, goal.max_retries, toolbox, policy)
         .await
         .map_err(LifecycleError::Generate)?;
@@ -129,11 +138,11 @@ pub async fn plan_from_goal(
 /// …); over one of its own author's only with `force`. `by` names the model.
 pub fn store_generated(
     store: &mut Store,
-    (plan_id, mut plan): (String, Value),
+    NewPlan { plan_id, mut plan }: NewPlan,
     by: &str,
     force: bool,
     author: Author,
-) -> Result<(String, Value), LifecycleError> {
+) -> Result<NewPlan, LifecycleError> {
     let text_of = |plan: &Value| serde_json::to_string_pretty(plan).unwrap_or_default();
     let title = plan["title"].as_str().map(str::to_owned);
     let stored = stored_plan(
@@ -159,7 +168,10 @@ pub fn store_generated(
     if stored_as != plan_id {
         with_id(&mut plan, &stored_as);
     }
-    Ok((stored_as, plan))
+    Ok(NewPlan {
+        plan_id: stored_as,
+        plan,
+    })
 }
 
 /// A plan's text as the registry keeps it, added now.

@@ -99,8 +99,8 @@ pub use execute::{
     prepare_resume, read_run, recover_interrupted, resume, run_by, start, working_dir_of,
 };
 pub use generate::{
-    Goal, Replanned, Replanner, Replanning, generate, generate_checked, plan_from_goal, slug,
-    store_generated, stored_plan,
+    Goal, NewPlan, Replanned, Replanner, Replanning, generate, generate_checked, plan_from_goal,
+    slug, store_generated, stored_plan,
 };
 pub use input::{InputError, PlanInput, Variables, resolve_folder};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use plan_store::RunRow;
+use plan_store::{RunRow, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::{InputError, Ledger, Project};
@@ -105,19 +105,26 @@ pub struct Kept {
 }
 
 impl Kept {
-    /// What run `run` of `ledger` kept: nothing for a ledger that is not there or cannot be
-    /// read, or an unknown run (the command that goes on with it says so itself).
-    pub fn of(ledger: &Ledger, run: &str) -> Kept {
-        let row = ledger
-            .exists()
-            .then(|| ledger.open_reader().ok()?.run(run).ok())
-            .flatten();
-        row.map(|row| Kept {
+    /// What run `run` of `ledger` kept: nothing for a ledger that is not there, or a run it
+    /// does not know (or an id the start of several: the command that goes on with it says
+    /// so itself). A ledger that cannot be read is an error, not "nothing kept": the command
+    /// would go on with other tools and in another folder than the run's own.
+    pub fn of(ledger: &Ledger, run: &str) -> Result<Kept, StoreError> {
+        if !ledger.exists() {
+            return Ok(Kept::default());
+        }
+        let row = match ledger.open_reader()?.run(run) {
+            Ok(row) => row,
+            Err(StoreError::NotFound { .. } | StoreError::Ambiguous { .. }) => {
+                return Ok(Kept::default());
+            }
+            Err(error) => return Err(error),
+        };
+        Ok(Kept {
             sources: sources_of(&row),
             run_id: Some(row.run_id.clone()),
             working_dir: crate::working_dir_of(&row),
         })
-        .unwrap_or_default()
     }
 
     /// The MCP configuration whose servers give the tools: `given` (a front-end's setting),

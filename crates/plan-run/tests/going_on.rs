@@ -269,7 +269,7 @@ fn a_plan_from_a_goal_is_judged_then_stored_under_its_author_never_over_anothers
         name: "tiny-model",
     };
     let goal = plan_run::Goal::new("deploy the app", plan_run::Author::Model);
-    let (id, plan) = runtime
+    let plan_run::NewPlan { plan_id: id, plan } = runtime
         .block_on(plan_run::plan_from_goal(
             &mut model,
             &goal,
@@ -333,7 +333,7 @@ fn what_a_stored_run_kept_is_what_its_commands_go_on_with() {
             Execution::new(),
         ))
         .unwrap();
-    let kept = plan_run::Kept::of(&ledger, "last");
+    let kept = plan_run::Kept::of(&ledger, "last").unwrap();
     assert_eq!(kept.run_id.as_deref(), Some(&*started.report.run_id));
     assert_eq!(kept.working_dir.as_deref(), Some(dir.path()));
     // Its own configuration, unless one is given; the project's only for a run that kept none.
@@ -349,7 +349,7 @@ fn what_a_stored_run_kept_is_what_its_commands_go_on_with() {
     );
     assert!(kept.folder(Some(&dir.path().join("none"))).is_err());
     // An unknown run, or no ledger: nothing kept (the command says what is wrong).
-    let unknown = plan_run::Kept::of(&ledger, "01NOSUCHRUN");
+    let unknown = plan_run::Kept::of(&ledger, "01NOSUCHRUN").unwrap();
     assert_eq!(
         (unknown.sources, unknown.working_dir),
         (RunSources::default(), None)
@@ -357,6 +357,13 @@ fn what_a_stored_run_kept_is_what_its_commands_go_on_with() {
     let none = plan_run::Kept::of(
         &plan_run::Ledger::new(Some(&dir.path().join("no.db")), None),
         "x",
-    );
+    )
+    .unwrap();
     assert_eq!(none.working_dir, None);
+    // A ledger that is there but cannot be read is said, not taken for one that kept nothing
+    // (the run would go on in another folder, with other tools).
+    let foreign = dir.path().join("foreign.db");
+    std::fs::write(&foreign, "not a ledger, but a file someone wrote").unwrap();
+    let unreadable = plan_run::Kept::of(&plan_run::Ledger::new(Some(&foreign), None), "last");
+    assert!(unreadable.is_err(), "{unreadable:?}");
 }

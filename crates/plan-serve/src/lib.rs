@@ -530,7 +530,7 @@ impl PlanServer {
             }
             Served::Create => {
                 let goal = string("goal").ok_or_else(|| "`goal` is required".to_owned())?;
-                let (plan_id, plan) = self.create(&goal, client)?;
+                let plan_run::NewPlan { plan_id, plan } = self.create(&goal, client)?;
                 Ok(created(&plan_id, &plan))
             }
             Served::Execute => {
@@ -546,7 +546,7 @@ impl PlanServer {
             }
             Served::CreateAndExecute => {
                 let goal = string("goal").ok_or_else(|| "`goal` is required".to_owned())?;
-                let (plan_id, plan) = self.create(&goal, client)?;
+                let plan_run::NewPlan { plan_id, plan } = self.create(&goal, client)?;
                 self.execute(&plan_id, plan)
             }
         }
@@ -555,7 +555,7 @@ impl PlanServer {
     /// A plan from a goal: written by the client's model when it offers sampling, else by the
     /// endpoint the operator configured (PLAN_LLM_URL, PLAN_LLM_MODEL); checked as `plan_run`
     /// would check it, this server's policy included; stored.
-    fn create(&self, goal: &str, client: Arc<dyn Client>) -> Result<(String, Value), Refusal> {
+    fn create(&self, goal: &str, client: Arc<dyn Client>) -> Result<plan_run::NewPlan, Refusal> {
         let mut model: Box<dyn plan_llm::Model> = if client.offers_sampling() {
             Box::new(Sampling { client })
         } else {

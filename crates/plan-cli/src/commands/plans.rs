@@ -185,9 +185,9 @@ pub(crate) fn plan(
                 )
             })?)
             .map_err(|e| Failure::input(e.to_string()))?;
-            let (plan_id, plan) = toolbox.block_on(plan_run::plan_from_goal(
-                &mut model, &goal, toolbox, &policy, ledger,
-            ))?;
+            let plan_run::NewPlan { plan_id, plan } = toolbox.block_on(
+                plan_run::plan_from_goal(&mut model, &goal, toolbox, &policy, ledger),
+            )?;
             let source = plan_graph::Source::new(plan_id.clone(), plan.to_string());
             let ready = prepare_source(
                 source,
