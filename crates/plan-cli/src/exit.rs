@@ -17,32 +17,30 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    /// Invalid input with a message to print.
-    pub(crate) fn input(message: impl Into<String>) -> Self {
+    /// A failure with exit code `code` and a message to print.
+    fn new(code: i32, message: impl Into<String>) -> Self {
         Failure {
             message: Some(message.into()),
-            code: INVALID_INPUT,
+            code,
             diagnostics: Vec::new(),
             validation: None,
         }
+    }
+
+    /// Invalid input with a message to print.
+    pub(crate) fn input(message: impl Into<String>) -> Self {
+        Failure::new(INVALID_INPUT, message)
     }
 
     /// Something went wrong that is not the input's fault (exit 1).
     pub(crate) fn internal(message: impl Into<String>) -> Self {
-        Failure {
-            message: Some(message.into()),
-            code: 1,
-            diagnostics: Vec::new(),
-            validation: None,
-        }
+        Failure::new(1, message)
     }
 
     /// An invalid plan, with its diagnostics.
     pub(crate) fn invalid_plan(name: &str, errors: usize, diagnostics: Vec<String>) -> Self {
-        let mut failure = Failure::input(format!(
-            "{name} is not a valid plan ({errors} error{})",
-            if errors == 1 { "" } else { "s" }
-        ));
+        let errors = crate::output::count(errors, "error", "errors");
+        let mut failure = Failure::input(format!("{name} is not a valid plan ({errors})"));
         failure.diagnostics = diagnostics;
         failure
     }
@@ -171,12 +169,7 @@ impl Failure {
         if matches!(error, StoreError::Open { .. } | StoreError::Foreign { .. }) {
             message.push_str("\nrecord runs elsewhere with --db PATH or PLAN_DB=PATH");
         }
-        Failure {
-            message: Some(message),
-            code,
-            diagnostics: Vec::new(),
-            validation: None,
-        }
+        Failure::new(code, message)
     }
 }
 

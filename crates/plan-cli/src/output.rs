@@ -91,8 +91,7 @@ impl Live {
                 };
                 // `2026-11-23T01:45:06.123Z` → `01:45:06.123`
                 let time = ts.get(11..23).unwrap_or(ts);
-                // A closed stderr (`2>&1 | head`) is no reason to stop the run.
-                let _ = writeln!(std::io::stderr(), "{time} {line}");
+                say(&format!("{time} {line}"));
             }
         }
     }
@@ -181,10 +180,9 @@ impl EventSink for Live {
         match event.kind {
             EventKind::RunStarted => {
                 let plan = event.plan_id.as_deref().unwrap_or("");
-                let n = self.steps.labels.len();
-                let plural = if n == 1 { "" } else { "s" };
+                let steps = count(self.steps.labels.len(), "step", "steps");
                 self.say(
-                    &format!("run {} · plan `{plan}` · {n} step{plural}", event.run_id),
+                    &format!("run {} · plan `{plan}` · {steps}", event.run_id),
                     ts,
                 );
             }
@@ -424,7 +422,6 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         out.push_str(&format!("✗ {reason}\n"));
     }
     let total = report.records.last().map_or(0, |meta| meta.duration_ms);
-    let count = tally.step_count();
     let mut parts = String::new();
     for (n, what) in [
         (tally.items, "map item"),
@@ -432,10 +429,8 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         (tally.task_calls, "task call"),
         (tally.earlier, "replaced step"),
     ] {
-        match n {
-            0 => {}
-            1 => parts.push_str(&format!(", 1 {what}")),
-            n => parts.push_str(&format!(", {n} {what}s")),
+        if n > 0 {
+            parts.push_str(&format!(", {}", count(n, what, &format!("{what}s"))));
         }
     }
     match report.revisions {
@@ -444,9 +439,9 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         n => parts.push_str(&format!(", re-planned {n} times")),
     }
     out.push_str(&format!(
-        "{}: {count} step{} ({}){parts} in {} · run {}\n",
+        "{}: {} ({}){parts} in {} · run {}\n",
         report.task_status,
-        if count == 1 { "" } else { "s" },
+        count(tally.step_count(), "step", "steps"),
         counts.join(", "),
         duration(total),
         report.run_id
@@ -594,6 +589,42 @@ fn short(id: &str) -> String {
         Some((at, _)) => format!("{}…", &id[..at]),
         None => id.into_owned(),
     }
+}
+
+/// Rows as columns two spaces apart, each as wide as its widest cell (in characters); a column
+/// whose index is in `right` is aligned right. No line ends in spaces.
+pub(crate) fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
+    let width = |c: usize| {
+        (rows.iter().filter_map(|row| row.get(c)))
+            .map(|cell| cell.chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len)).map(width).collect();
+    let mut text = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let pad = " ".repeat(widths[c].saturating_sub(cell.chars().count()));
+            let (before, after) = if right.contains(&c) {
+                (&*pad, "")
+            } else {
+                ("", &*pad)
+            };
+            line.push_str(&format!(
+                "{}{before}{cell}{after}",
+                if c > 0 { "  " } else { "" }
+            ));
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+/// A line on stderr; a stderr that cannot be written (closed) is not worth stopping for.
+pub(crate) fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// `1 call`, `2 calls`: a number with the word for it.

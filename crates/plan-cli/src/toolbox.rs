@@ -69,14 +69,14 @@ impl Toolbox {
                 .connect_queue(&settings.url, &settings.name, options),
         )?;
         if settings.from_redis_url {
-            say(&format!(
+            crate::output::say(&format!(
                 "tool calls go to BullMQ queue `{}` at REDIS_URL",
                 settings.name
             ));
         }
         self.runtime.spawn(async move {
             while let Some(notice) = heard.recv().await {
-                say(&notice.to_string());
+                crate::output::say(&notice.to_string());
             }
         });
         Ok(())
@@ -107,12 +107,6 @@ impl Toolbox {
             self.runtime.block_on(future)
         }
     }
-}
-
-/// A line on stderr; a stderr that cannot be written (closed) is not worth stopping for.
-fn say(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// `PLAN_QUEUE_SECRET`: coordinators sign their jobs with it, and workers run only jobs signed

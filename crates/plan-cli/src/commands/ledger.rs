@@ -44,37 +44,24 @@ pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, 
             format!("no runs yet in {}\n", ledger.path().display())
         }
     } else {
-        let statuses: Vec<&str> = rows.iter().map(|row| row.task_status.as_str()).collect();
-        let durations: Vec<String> = rows
-            .iter()
-            .map(|row| output::duration(row.duration_ms))
-            .collect();
-        let status_width = statuses.iter().map(|s| s.len()).max().unwrap_or(0);
-        let plan_width = rows
-            .iter()
-            .map(|r| r.plan_id.chars().count())
-            .max()
-            .unwrap_or(0);
-        let status_width = status_width.max("STATUS".len());
-        let plan_width = plan_width.max("PLAN".len());
-        let duration_width = durations
-            .iter()
-            .map(String::len)
-            .max()
-            .unwrap_or(0)
-            .max("TOOK".len());
-        let id_width = rows[0].run_id.len();
-        let mut text = format!(
-            "{:<id_width$}  {:<status_width$}  {:<plan_width$}  {:<24}  {:>duration_width$}\n",
-            "RUN", "STATUS", "PLAN", "STARTED", "TOOK"
-        );
-        for (row, (status, took)) in rows.iter().zip(statuses.iter().zip(&durations)) {
-            text.push_str(&format!(
-                "{:<id_width$}  {status:<status_width$}  {:<plan_width$}  {:<24}  {took:>duration_width$}\n",
-                row.run_id, row.plan_id, row.started_at
-            ));
-        }
-        text
+        let header = ["RUN", "STATUS", "PLAN", "STARTED", "TOOK"].map(str::to_owned);
+        let lines = rows.iter().map(|row| {
+            let took = output::duration(row.duration_ms);
+            let cells = [
+                &*row.run_id,
+                row.task_status.as_str(),
+                &row.plan_id,
+                &row.started_at,
+            ];
+            [cells.map(str::to_owned).to_vec(), vec![took]].concat()
+        });
+        output::columns(
+            &[header.to_vec()]
+                .into_iter()
+                .chain(lines)
+                .collect::<Vec<_>>(),
+            &[4],
+        )
     };
     print(&text)?;
     Ok(0)
@@ -200,11 +187,8 @@ pub(crate) fn gc(args: &GcArgs, ledger: &Ledger) -> Result<i32, Failure> {
         let rows = ledger
             .open_reader()?
             .expired(&cutoff, args.include_unfinished)?;
-        let mut text = format!(
-            "would delete {} run{} that ended before {cutoff}\n",
-            rows.len(),
-            if rows.len() == 1 { "" } else { "s" }
-        );
+        let runs = output::count(rows.len(), "run", "runs");
+        let mut text = format!("would delete {runs} that ended before {cutoff}\n");
         for row in &rows {
             text.push_str(&format!(
                 "  {}  {}  {}\n",
@@ -217,10 +201,8 @@ pub(crate) fn gc(args: &GcArgs, ledger: &Ledger) -> Result<i32, Failure> {
         return Ok(0);
     }
     let deleted = ledger.open()?.gc(&cutoff, args.include_unfinished)?;
-    print(&format!(
-        "deleted {deleted} run{} that ended before {cutoff}\n",
-        if deleted == 1 { "" } else { "s" },
-    ))?;
+    let runs = output::count(deleted, "run", "runs");
+    print(&format!("deleted {runs} that ended before {cutoff}\n"))?;
     Ok(0)
 }
 

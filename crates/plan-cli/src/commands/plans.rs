@@ -9,6 +9,7 @@ use plan_store::StoredPlan;
 use super::{pretty, print};
 use crate::cli::{GraphFormat, JsonArgs, PlanCommand, ShowArgs, ToolsArgs};
 use crate::exit::Failure;
+use crate::output::count;
 use crate::plan_file::{prepare, prepare_source};
 use crate::toolbox::Toolbox;
 use plan_run::Ledger;
@@ -55,16 +56,13 @@ pub(crate) fn validate(
     let warnings = ready.loaded.warnings.len();
     let steps = ready.program.len();
     let mut line = format!(
-        "✓ {} is a valid plan: `{}`, {steps} step{}",
+        "✓ {} is a valid plan: `{}`, {}",
         ready.loaded.source.name(),
         ready.program.plan_id(),
-        if steps == 1 { "" } else { "s" }
+        count(steps, "step", "steps")
     );
     if warnings > 0 {
-        line.push_str(&format!(
-            ", {warnings} warning{}",
-            if warnings == 1 { "" } else { "s" }
-        ));
+        line.push_str(&format!(", {}", count(warnings, "warning", "warnings")));
     }
     let gated = ready.program.gated_steps();
     if !gated.is_empty() {
@@ -111,29 +109,17 @@ pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure>
     let text = if args.json {
         pretty(&infos)
     } else {
-        let width = infos
-            .iter()
-            .map(|i| i.name.chars().count())
-            .max()
-            .unwrap_or(0);
-        let source_width = infos
-            .iter()
-            .map(|i| i.source.chars().count())
-            .max()
-            .unwrap_or(0);
-        infos
-            .iter()
+        let rows: Vec<Vec<String>> = (infos.iter())
             .map(|info| {
                 let risk = serde_json::to_value(info.risk).unwrap_or_default();
-                format!(
-                    "{:<width$}  {:<source_width$}  {:<6}  {}\n",
-                    info.name,
-                    info.source,
-                    risk.as_str().unwrap_or(""),
-                    first_sentence(&info.description)
-                )
+                let risk = risk.as_str().unwrap_or("");
+                let about = first_sentence(&info.description);
+                [&*info.name, &info.source, risk, about]
+                    .map(str::to_owned)
+                    .to_vec()
             })
-            .collect()
+            .collect();
+        crate::output::columns(&rows, &[])
     };
     print(&text)?;
     for (server, error) in &broken {
@@ -270,11 +256,7 @@ pub(crate) fn plan(
 /// read before a model's plan runs.
 fn calls_of(program: &plan_engine::Program) -> String {
     let sites = program.call_sites();
-    let mut text = format!(
-        "The plan can make {} call{}:",
-        sites.len(),
-        if sites.len() == 1 { "" } else { "s" }
-    );
+    let mut text = format!("The plan can make {}:", count(sites.len(), "call", "calls"));
     for site in &sites {
         text.push_str(&format!(
             "\n  {:<32} {} `{}`{}",
@@ -345,9 +327,9 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
     );
     ledger.open()?.add_plan(&stored, force)?;
     let steps = ready.program.len();
+    let steps = count(steps, "step", "steps");
     print(&format!(
-        "stored plan `{plan_id}` ({steps} step{}); run it with `plan-cli run {plan_id}`\n",
-        if steps == 1 { "" } else { "s" },
+        "stored plan `{plan_id}` ({steps}); run it with `plan-cli run {plan_id}`\n"
     ))?;
     Ok(0)
 }
@@ -363,18 +345,16 @@ fn list(json: bool, ledger: &Ledger) -> Result<i32, Failure> {
     } else if plans.is_empty() {
         "no stored plans (add one with `plan-cli plan add FILE`)\n".to_owned()
     } else {
-        let width = plans.iter().map(|p| p.plan_id.len()).max().unwrap_or(0);
-        plans
-            .iter()
+        let rows: Vec<Vec<String>> = (plans.iter())
             .map(|p| {
-                format!(
-                    "{:<width$}  {}  {}\n",
-                    p.plan_id,
-                    p.added_at,
-                    p.title.as_deref().unwrap_or("")
-                )
+                vec![
+                    p.plan_id.clone(),
+                    p.added_at.clone(),
+                    p.title.clone().unwrap_or_default(),
+                ]
             })
-            .collect()
+            .collect();
+        crate::output::columns(&rows, &[])
     };
     print(&text)?;
     Ok(0)
@@ -438,9 +418,9 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
             })?;
             let steps = plan["steps"].as_array().map_or(0, Vec::len);
             eprintln!(
-                "wrote {} ({steps} task{}); next: plan-cli validate {0}; plan-cli run {0}",
+                "wrote {0} ({1}); next: plan-cli validate {0}; plan-cli run {0}",
                 path.display(),
-                if steps == 1 { "" } else { "s" }
+                count(steps, "task", "tasks")
             );
         }
     }

@@ -41,7 +41,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
         notices: Some(notices),
         secret: crate::toolbox::queue_secret(),
     };
-    say(&format!(
+    crate::output::say(&format!(
         "worker {id}: taking calls from BullMQ queue `{}` ({}, {} at once{}); Ctrl+C or SIGTERM drains and stops",
         args.queue_name,
         crate::output::count(tools.names().len(), "tool", "tools"),
@@ -62,28 +62,22 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
                 // Stop first: with its stderr closed (its parent gone), a print would fail,
                 // and a worker must still stop when told.
                 signal_stop.cancel();
-                say("worker draining: finishing the calls it holds");
+                crate::output::say("worker draining: finishing the calls it holds");
             }
         });
         tokio::spawn(async move {
             while let Some(notice) = heard.recv().await {
-                say(&notice.to_string());
+                crate::output::say(&notice.to_string());
             }
         });
         plan_queue::work(queue, tools, options, stop).await
     });
     let stats = stats.map_err(|error| Failure::input(error.to_string()))?;
-    say(&format!(
+    crate::output::say(&format!(
         "worker {id}: {} call{} made ({} taken over from workers that died)",
         stats.done,
         if stats.done == 1 { "" } else { "s" },
         stats.claimed
     ));
     Ok(0)
-}
-
-/// A line on stderr; a stderr that cannot be written (closed) is not worth stopping for.
-fn say(line: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
 }
