@@ -191,62 +191,52 @@ pub(crate) struct QueueSettings {
     pub(crate) timeout: Option<std::time::Duration>,
 }
 
-/// `--queue` (or PLAN_QUEUE, which clap reads), else REDIS_URL: the name BullMQ deployments
-/// give their Redis.
-fn queue_url(given: Option<&String>) -> Option<(String, bool)> {
-    match given {
-        Some(url) => Some((url.clone(), false)),
-        None => std::env::var("REDIS_URL")
-            .ok()
-            .filter(|url| !url.is_empty())
-            .map(|url| (url, true)),
+impl QueueSettings {
+    /// The queue at `url` called `name`, as a run kept it (`approve` and `reject` reach it
+    /// for its tools alone).
+    pub(crate) fn kept(url: String, name: String) -> Self {
+        QueueSettings {
+            url,
+            from_redis_url: false,
+            name,
+            outage: std::time::Duration::from_secs(30),
+            timeout: None,
+        }
     }
 }
 
+/// REDIS_URL: the name BullMQ deployments give their Redis.
+fn redis_url() -> Option<String> {
+    std::env::var("REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+}
+
 impl ExecutionArgs {
-    /// Where stored run `run`'s calls go on (`plan_run::RunSources::queue_going_on`):
-    /// `--queue` (or PLAN_QUEUE) when given, else the queue the run kept (which REDIS_URL does
-    /// not override), else REDIS_URL; `--queue-name` when given, else the run's own.
-    pub(crate) fn queue_or(
+    /// Where run `run`'s calls go (`plan_run::RunSources::queue_going_on` of what it `kept`;
+    /// nothing for a new run): `--queue` (or PLAN_QUEUE, which clap reads) when given, else
+    /// the queue the run kept (which REDIS_URL does not override), else REDIS_URL;
+    /// `--queue-name` when given, else the run's own, else `steps`.
+    pub(crate) fn queue_of(
         &self,
         run: &str,
-        stored: &plan_run::RunSources,
+        kept: &plan_run::RunSources,
     ) -> Result<Option<QueueSettings>, crate::exit::Failure> {
-        let from_env = queue_url(None).map(|(url, _)| url);
-        let chosen = stored.queue_going_on(
-            run,
-            self.queue.as_deref(),
-            self.queue_name.as_deref(),
-            from_env.as_deref(),
-        )?;
+        let (given, name) = (self.queue.as_deref(), self.queue_name.as_deref());
+        let chosen = kept.queue_going_on(run, given, name, redis_url().as_deref())?;
         Ok(chosen.map(|(url, name)| QueueSettings {
-            from_redis_url: self.queue.is_none() && stored.queue.is_none(),
-            url,
-            name,
+            from_redis_url: self.queue.is_none() && kept.queue.is_none(),
             outage: self.queue_outage,
             timeout: self.queue_timeout,
+            ..QueueSettings::kept(url, name)
         }))
-    }
-
-    /// Where the run's calls go, if to a queue.
-    pub(crate) fn queue_settings(&self) -> Option<QueueSettings> {
-        let (url, from_redis_url) = queue_url(self.queue.as_ref())?;
-        Some(QueueSettings {
-            url,
-            from_redis_url,
-            name: (self.queue_name.as_deref())
-                .unwrap_or(plan_queue::DEFAULT_QUEUE)
-                .to_owned(),
-            outage: self.queue_outage,
-            timeout: self.queue_timeout,
-        })
     }
 }
 
 impl WorkerArgs {
-    /// The Redis of the queue.
+    /// The Redis of the queue: `--queue` (or PLAN_QUEUE), else REDIS_URL.
     pub(crate) fn queue_url(&self) -> Option<String> {
-        queue_url(self.queue.as_ref()).map(|(url, _)| url)
+        self.queue.clone().or_else(redis_url)
     }
 }
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use plan_engine::PlannedCall;
+pub(crate) use plan_run::words::{duration, one_line};
 use plan_run::{Part, Progress, StepState, Steps};
-use plan_types::{Event, EventKind, EventSink, Record, RunReport};
+use plan_types::{Event, EventSink, Record, RunReport};
 
 /// What a run shows while it runs, on stderr, fed by events: the run id first, then a line
 /// when a step starts and when it ends (block nodes too; map items only when they fail),
@@ -16,46 +17,15 @@ use plan_types::{Event, EventKind, EventSink, Record, RunReport};
 /// starts with its time.
 pub(crate) struct Live {
     bar: Option<ProgressBar>,
-    steps: Arc<StepLabels>,
     progress: Mutex<Progress>,
-}
-
-/// How the live view and the summary name a plan's steps (`build [exec]`), and what each id
-/// names ([`plan_run::Steps`]).
-#[derive(Debug, Default)]
-pub(crate) struct StepLabels {
-    steps: Arc<Steps>,
-    /// Each step's, in plan order.
-    labels: Vec<String>,
-}
-
-impl StepLabels {
-    pub(crate) fn of(plan: &plan_graph::Plan) -> Self {
-        let steps = Steps::of(plan);
-        let labels = (0..steps.len())
-            .map(|i| format!("{} [{}]", steps.id(i), steps.kind(i)))
-            .collect();
-        StepLabels {
-            steps: Arc::new(steps),
-            labels,
-        }
-    }
-
-    /// How a line names a top-level step; `None` for anything else.
-    fn label(&self, id: &str) -> Option<&str> {
-        match self.steps.part(id) {
-            Part::Step(i) => Some(&self.labels[i]),
-            _ => None,
-        }
-    }
 }
 
 impl Live {
     /// For a run of a plan with these steps: a bar when stderr is a terminal.
-    pub(crate) fn new(steps: Arc<StepLabels>) -> Self {
+    pub(crate) fn new(steps: Arc<Steps>) -> Self {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::with_draw_target(
-                Some(steps.labels.len() as u64),
+                Some(steps.len() as u64),
                 ProgressDrawTarget::stderr(),
             );
             let style = ProgressStyle::with_template(
@@ -68,8 +38,7 @@ impl Live {
         });
         Live {
             bar,
-            progress: Mutex::new(Progress::new(steps.steps.clone())),
-            steps,
+            progress: Mutex::new(Progress::new(steps)),
         }
     }
 
@@ -152,174 +121,30 @@ impl Live {
         }
         bar.set_message(parts.join(" · "));
     }
-
-    fn error_text(event: &Event) -> String {
-        let field = |name: &str| {
-            event
-                .error
-                .as_ref()
-                .and_then(|error| error.get(name))
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or("")
-                .to_owned()
-        };
-        format!("{}: {}", field("code"), field("message"))
-    }
 }
 
 impl EventSink for Live {
     fn emit(&self, event: &Event) {
-        let ts = Some(event.ts.as_str());
-        let id = one_line(event.step_id.as_deref().unwrap_or(""));
         let mut progress = self.lock();
         let seen = progress.see(event);
-        let label = match seen.part {
-            Part::Step(i) => Some(self.steps.labels[i].as_str()),
-            _ => None,
-        };
-        match event.kind {
-            EventKind::RunStarted => {
-                let plan = event.plan_id.as_deref().unwrap_or("");
-                let steps = count(self.steps.labels.len(), "step", "steps");
-                self.say(
-                    &format!("run {} · plan `{plan}` · {steps}", event.run_id),
-                    ts,
-                );
-            }
-            EventKind::ToolCalled | EventKind::BlockEntered => {
-                match seen.part {
-                    Part::Step(_) if seen.started => {
-                        self.say(&format!("▶ {}", label.unwrap_or(&id)), ts);
-                    }
-                    Part::Node(..) | Part::TaskCall(..)
-                        if event.kind == EventKind::ToolCalled && event.attempt <= 1 =>
-                    {
-                        let tool = one_line(event.tool.as_deref().unwrap_or(""));
-                        self.say(&format!("▶ {id} [{tool}]"), ts);
-                    }
-                    // The first item of a map step starts the step.
-                    Part::Item(map) if seen.started => {
-                        let label = &self.steps.labels[map];
-                        self.say(&format!("▶ {label}  (map)"), ts);
-                    }
-                    _ => {}
-                }
-            }
-            EventKind::ToolSucceeded | EventKind::ToolFailed
-                if matches!(seen.part, Part::Node(..) | Part::TaskCall(..)) =>
-            {
-                let took = duration(event.duration_ms.unwrap_or(0));
-                if event.kind == EventKind::ToolSucceeded {
-                    self.say(&format!("✓ {id}  {took}"), ts);
-                } else {
-                    self.say(&format!("✗ {id}  {took}  {}", Self::error_text(event)), ts);
-                }
-            }
-            EventKind::StepRetrying => {
-                let delay = duration(event.delay_ms.unwrap_or(0));
-                self.say(
-                    &format!(
-                        "↻ {id} failed ({}); attempt {} in {delay}",
-                        Self::error_text(event),
-                        event.attempt
-                    ),
-                    ts,
-                );
-            }
-            EventKind::StepExecuted => {
-                let took = duration(event.duration_ms.unwrap_or(0));
-                let ok = event.ok.unwrap_or(false);
-                let cancelled = event
-                    .error
-                    .as_ref()
-                    .and_then(|e| e.get("code"))
-                    .and_then(serde_json::Value::as_str)
-                    == Some("E_CANCELLED");
-                let line = match label {
-                    Some(label) if ok => format!("✓ {label}  {took}"),
-                    Some(label) if cancelled => {
-                        format!("■ {label}  {took}  interrupted; it runs again on resume")
-                    }
-                    Some(label) => format!("✗ {label}  {took}  {}", Self::error_text(event)),
-                    None if !ok && !cancelled => {
-                        format!("✗ {id}  {took}  {}", Self::error_text(event))
-                    }
-                    None => String::new(),
-                };
-                if !line.is_empty() {
-                    self.say(&line, ts);
-                }
-            }
-            EventKind::StepSkipped => {
-                if let Some(label) = label {
-                    let reason = event.reason.as_deref().unwrap_or("");
-                    // As the summary words it: a step that can never run is not a skip.
-                    if reason.starts_with(plan_types::reasons::UNKNOWN_DEPENDENCY) {
-                        self.say(&format!("! {label}  not run: {reason}"), ts);
-                    } else {
-                        self.say(&format!("- {label}  skipped: {reason}"), ts);
-                    }
-                }
-            }
-            EventKind::TaskChanged => {
-                // A coding task's progress: attempts, verification, the merge queue.
-                let attempt = event.attempt;
-                let line = match event.reason.as_deref().unwrap_or("") {
-                    "in_progress" => Some(format!("▶ {}  attempt {attempt}", label.unwrap_or(&id))),
-                    "verifying" => Some(format!("… {id}  attempt {attempt}: verifying")),
-                    "verified" => Some(format!("… {id}  verified; waits for its turn to merge")),
-                    "merging" => Some(format!("… {id}  merging")),
-                    "failed" => {
-                        let why = event
-                            .error
-                            .as_ref()
-                            .and_then(|e| e.get("message"))
-                            .and_then(serde_json::Value::as_str)
-                            .unwrap_or("");
-                        Some(format!("↻ {id}  attempt {attempt} failed: {why}"))
-                    }
-                    // The step's own line says how it ended.
-                    _ => None,
-                };
-                if let Some(line) = line {
-                    self.say(&line, ts);
-                }
-            }
-            EventKind::ApprovalAwaiting => {
-                let waiting: Vec<std::borrow::Cow<'_, str>> = event
-                    .pending
-                    .iter()
-                    .flatten()
-                    .map(|p| {
-                        if p.step_id == plan_types::PLAN_APPROVAL {
-                            "the plan".into()
-                        } else {
-                            one_line(&p.step_id)
-                        }
-                    })
-                    .collect();
-                self.say(
-                    &format!("… waiting for approval: {}", waiting.join(", ")),
-                    ts,
-                );
-            }
-            _ => {}
+        if let Some(line) = progress.line(event, seen) {
+            self.say(&line, Some(&event.ts));
         }
         self.show(&progress);
     }
 }
 
 /// One line per step (its id and tool, then what happened), then the outcome.
-pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool) -> String {
+pub(crate) fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> String {
     let steps: Vec<&Record> = report
         .records
         .iter()
         .filter(|r| r.step_id != plan_graph::META_STEP_ID)
         .collect();
-    let label = |record: &Record| match plan.label(&record.step_id) {
-        Some(label) => label.to_owned(),
-        // A map item or a block's node.
-        None => one_line(&record.step_id).into_owned(),
+    let label = |record: &Record| match plan.part(&record.step_id) {
+        Part::Step(i) => plan.label(i).to_owned(),
+        // A map item, a block's node, a task's call.
+        _ => one_line(&record.step_id).into_owned(),
     };
     // One long id (a map key from a tool's data) does not pad every line.
     let width = steps
@@ -333,7 +158,7 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
         let id = label(record);
         // A map item, a block's node, or a step of an earlier revision of the plan (`run
         // --replan`): shown as it ended, and counted apart.
-        let part = plan.steps.part(&record.step_id);
+        let part = plan.part(&record.step_id);
         if !matches!(part, Part::Step(_)) {
             out.push_str(&part_line(record, &id, width));
             continue;
@@ -398,7 +223,7 @@ pub(crate) fn summary(report: &RunReport, plan: &StepLabels, show_results: bool)
     }
     // Counts are of the plan's steps; map items, block nodes and task calls are shown, and
     // counted apart.
-    let tally = plan_run::Tally::of(report, &plan.steps);
+    let tally = plan_run::Tally::of(report, plan);
     let mut counts = vec![format!("{} ok", tally.count(StepState::Ok))];
     for (state, what) in [
         (StepState::Failed, "failed"),
@@ -632,16 +457,6 @@ pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// `850ms`, `12.34s`, `4m05s`, `2h03m`: a step's time and a run's alike.
-pub(crate) fn duration(ms: u64) -> String {
-    match ms {
-        0..1_000 => format!("{ms}ms"),
-        1_000..60_000 => format!("{}.{:02}s", ms / 1_000, (ms % 1_000) / 10),
-        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, (ms / 1_000) % 60),
-        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
-    }
-}
-
 /// Text for a terminal: control characters that came from a plan or a tool (an id with an
 /// escape sequence in it, say) are shown as `\u{1b}`, never sent to the terminal to act on.
 /// Newlines and tabs stay.
@@ -654,23 +469,6 @@ pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     for c in text.chars() {
         if unsafe_char(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-/// An id (a map item's may come from any tool's data) as a line shows it: every control
-/// character escaped, newlines and tabs too, so that it stays on its line and cannot draw one.
-pub(crate) fn one_line(id: &str) -> std::borrow::Cow<'_, str> {
-    if !id.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(id);
-    }
-    let mut out = String::with_capacity(id.len() + 8);
-    for c in id.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
         } else {
             out.push(c);
         }
@@ -762,32 +560,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_id_stays_on_its_line() {
-        assert_eq!(one_line("deploy[eu]"), "deploy[eu]");
-        assert_eq!(one_line("a\n✓ b\u{1b}[2J"), "a\\n✓ b\\u{1b}[2J");
+    fn the_bar_cuts_an_id_short() {
         assert_eq!(short(&"x".repeat(100)).chars().count(), 41);
     }
 
-    #[test]
-    fn durations_read_as_a_person_would_write_them() {
-        let cases = [
-            (0, "0ms"),
-            (999, "999ms"),
-            (1_000, "1.00s"),
-            (1_234, "1.23s"),
-            (59_999, "59.99s"),
-            (60_000, "1m00s"),
-            (229_510, "3m49s"),
-            (3_599_999, "59m59s"),
-            (3_600_000, "1h00m"),
-            (50_580_000, "14h03m"),
-        ];
-        for (ms, text) in cases {
-            assert_eq!(duration(ms), text, "{ms} ms");
-        }
-    }
-
-    fn labels_of(yaml: &str) -> StepLabels {
+    fn labels_of(yaml: &str) -> Steps {
         let source = plan_graph::Source::new("plan.yaml", yaml);
         let loaded = plan_graph::load(
             source,
@@ -795,7 +572,7 @@ mod tests {
             &plan_graph::LoadOptions::default(),
         )
         .expect("the plan loads");
-        StepLabels::of(&loaded.plan)
+        Steps::of(&loaded.plan)
     }
 
     fn ok(step_id: &str) -> serde_json::Value {
@@ -858,7 +635,7 @@ mod tests {
             "{text}"
         );
         // Without labels (not expected), steps are named by their ids and nothing panics.
-        let bare = summary(&report, &StepLabels::default(), false);
+        let bare = summary(&report, &Steps::default(), false);
         assert!(bare.contains("✓ build "), "{bare}");
     }
 }

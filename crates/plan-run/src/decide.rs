@@ -172,7 +172,9 @@ fn check_all(
         if known.as_deref().is_some_and(|steps| can_wait(id, steps)) {
             continue;
         }
-        let waiting: Vec<&str> = pending(rows).map(|r| display(&r.step_id)).collect();
+        let waiting: Vec<_> = pending(rows)
+            .map(|r| crate::words::approval(&r.step_id))
+            .collect();
         // A name that is no step of the plan at all is most likely a typo.
         let steps: Vec<String> = plan_of(row)
             .map(|plan| plan.steps.iter().map(|s| s.id.0.clone()).collect())
@@ -187,7 +189,7 @@ fn check_all(
             )
         } else {
             let mut candidates = steps.clone();
-            candidates.extend(waiting.iter().map(|w| (*w).to_owned()));
+            candidates.extend(waiting.iter().map(ToString::to_string));
             let hint = plan_graph::closest(id, &candidates)
                 .map(|near| format!(" (did you mean `{near}`?)"))
                 .unwrap_or_default();
@@ -199,11 +201,6 @@ fn check_all(
         return Err(LifecycleError::Refused(message));
     }
     Ok(())
-}
-
-/// How an approval id reads in a sentence.
-fn display(id: &str) -> &str {
-    if id == PLAN_APPROVAL { "the plan" } else { id }
 }
 
 fn decided(store: &Store, row: &RunRow, ids: Vec<String>) -> Result<Decided, LifecycleError> {

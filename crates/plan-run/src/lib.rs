@@ -89,6 +89,7 @@ mod sources;
 mod state_file;
 mod toolbox;
 mod validation;
+pub mod words;
 
 pub use cancel::{Cancelled, cancel};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};

@@ -2,13 +2,17 @@
 //! progress bar and lines, a dashboard's graph): which of the plan's steps each event is
 //! about, which steps run (and the node a block or the call a task is at), how far the map items are.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use plan_graph::{CallOf, Plan, StepIndex};
 use plan_types::{Event, EventKind, RunReport};
 
+use serde_json::Value;
+
 use crate::StepState;
+use crate::words::{approval, duration, one_line};
 
 /// The plan's top-level steps, as a view of its runs tells what a record or an event is about.
 /// Kept instead of the plan, which a run lets go of once it is compiled.
@@ -16,8 +20,9 @@ use crate::StepState;
 pub struct Steps {
     /// The steps' ids in plan order.
     ids: Vec<String>,
-    /// Each step's kind (its tool's name, `block` or `task`), in plan order.
-    kinds: Vec<String>,
+    /// How a line names each step: its id and its kind (its tool's name, `block` or
+    /// `task`), `build [exec]`, in plan order.
+    labels: Vec<String>,
     /// What the calls inside each step are, in plan order.
     shapes: Vec<Shape>,
     index: StepIndex,
@@ -58,10 +63,10 @@ impl Steps {
     pub fn of(plan: &Plan) -> Self {
         Steps {
             ids: plan.steps.iter().map(|step| step.id.0.clone()).collect(),
-            kinds: plan
+            labels: plan
                 .steps
                 .iter()
-                .map(|step| step.kind().to_string())
+                .map(|step| format!("{} [{}]", step.id.0, step.kind()))
                 .collect(),
             shapes: plan
                 .steps
@@ -100,9 +105,9 @@ impl Steps {
         &self.ids[i]
     }
 
-    /// The kind of the step at `i`.
-    pub fn kind(&self, i: usize) -> &str {
-        &self.kinds[i]
+    /// How a line names the step at `i`: `build [exec]`.
+    pub fn label(&self, i: usize) -> &str {
+        &self.labels[i]
     }
 
     /// How many steps the plan has.
@@ -210,6 +215,106 @@ impl Progress {
         Seen { part, started }
     }
 
+    /// The line a live view of the run shows for `event`, as [`Progress::see`] saw it: the
+    /// run's start, a step's start and end (its label, `build [exec]`), a block node's and a
+    /// task call's, a retry, a task's progress, what waits for approval. Nothing for the rest
+    /// (a map item's call or success, or an event of none of the plan's steps that did not
+    /// fail). Ids are on one line ([`one_line`]).
+    pub fn line(&self, event: &Event, seen: Seen<'_>) -> Option<String> {
+        let id = one_line(event.step_id.as_deref().unwrap_or(""));
+        let label = match seen.part {
+            Part::Step(i) => Some(self.steps.label(i)),
+            _ => None,
+        };
+        let took = || duration(event.duration_ms.unwrap_or(0));
+        let inside = matches!(seen.part, Part::Node(..) | Part::TaskCall(..));
+        match event.kind {
+            EventKind::RunStarted => {
+                let plan = event.plan_id.as_deref().unwrap_or("");
+                let n = self.steps.len();
+                let steps = if n == 1 { "step" } else { "steps" };
+                Some(format!(
+                    "run {} · plan `{plan}` · {n} {steps}",
+                    event.run_id
+                ))
+            }
+            EventKind::ToolCalled | EventKind::BlockEntered => match seen.part {
+                Part::Step(_) if seen.started => Some(format!("▶ {}", label.unwrap_or(&id))),
+                _ if inside && event.kind == EventKind::ToolCalled && event.attempt <= 1 => {
+                    let tool = one_line(event.tool.as_deref().unwrap_or(""));
+                    Some(format!("▶ {id} [{tool}]"))
+                }
+                // The first item of a map step starts the step.
+                Part::Item(map) if seen.started => {
+                    Some(format!("▶ {}  (map)", self.steps.label(map)))
+                }
+                _ => None,
+            },
+            EventKind::ToolSucceeded if inside => Some(format!("✓ {id}  {}", took())),
+            EventKind::ToolFailed if inside => {
+                Some(format!("✗ {id}  {}  {}", took(), error_text(event)))
+            }
+            EventKind::StepRetrying => Some(format!(
+                "↻ {id} failed ({}); attempt {} in {}",
+                error_text(event),
+                event.attempt,
+                duration(event.delay_ms.unwrap_or(0))
+            )),
+            EventKind::StepExecuted => {
+                let ok = event.ok.unwrap_or(false);
+                let code = event.error.as_ref().and_then(|e| e.get("code"));
+                let cancelled = code.and_then(Value::as_str) == Some("E_CANCELLED");
+                match label {
+                    Some(label) if ok => Some(format!("✓ {label}  {}", took())),
+                    Some(label) if cancelled => Some(format!(
+                        "■ {label}  {}  interrupted; it runs again on resume",
+                        took()
+                    )),
+                    Some(label) => Some(format!("✗ {label}  {}  {}", took(), error_text(event))),
+                    None if !ok && !cancelled => {
+                        Some(format!("✗ {id}  {}  {}", took(), error_text(event)))
+                    }
+                    None => None,
+                }
+            }
+            EventKind::StepSkipped => {
+                let reason = event.reason.as_deref().unwrap_or("");
+                // As the summary words it: a step that can never run is not a skip.
+                label.map(|label| {
+                    if reason.starts_with(plan_types::reasons::UNKNOWN_DEPENDENCY) {
+                        format!("! {label}  not run: {reason}")
+                    } else {
+                        format!("- {label}  skipped: {reason}")
+                    }
+                })
+            }
+            EventKind::TaskChanged => {
+                // A coding task's progress: attempts, verification, the merge queue; the
+                // step's own line says how it ended.
+                let attempt = event.attempt;
+                match event.reason.as_deref().unwrap_or("") {
+                    "in_progress" => Some(format!("▶ {}  attempt {attempt}", label.unwrap_or(&id))),
+                    "verifying" => Some(format!("… {id}  attempt {attempt}: verifying")),
+                    "verified" => Some(format!("… {id}  verified; waits for its turn to merge")),
+                    "merging" => Some(format!("… {id}  merging")),
+                    "failed" => {
+                        let message = event.error.as_ref().and_then(|e| e.get("message"));
+                        let why = message.and_then(Value::as_str).unwrap_or("");
+                        Some(format!("↻ {id}  attempt {attempt} failed: {why}"))
+                    }
+                    _ => None,
+                }
+            }
+            EventKind::ApprovalAwaiting => {
+                let waiting: Vec<Cow<'_, str>> = (event.pending.iter().flatten())
+                    .map(|pending| approval(&pending.step_id))
+                    .collect();
+                Some(format!("… waiting for approval: {}", waiting.join(", ")))
+            }
+            _ => None,
+        }
+    }
+
     /// Marks step `i` running; false if it already was.
     fn start(&mut self, i: usize) -> bool {
         if self.running.iter().any(|(r, _)| *r == i) {
@@ -246,6 +351,15 @@ impl Progress {
     pub fn settled(&self) -> u64 {
         self.settled
     }
+}
+
+/// `CODE: message` of an event's error.
+fn error_text(event: &Event) -> String {
+    let field = |name: &str| {
+        let value = event.error.as_ref().and_then(|error| error.get(name));
+        value.and_then(Value::as_str).unwrap_or("").to_owned()
+    };
+    format!("{}: {}", field("code"), field("message"))
 }
 
 /// A run's records counted as a view of the run counts them: the plan's steps by their
@@ -343,9 +457,10 @@ mod tests {
         assert_eq!(steps.part("gone"), Part::Other);
         assert_eq!(steps.part("build-1"), Part::Other);
         assert_eq!(
-            (steps.kind(0), steps.kind(3), steps.len()),
-            ("echo", "task", 4)
+            (steps.label(0), steps.label(3)),
+            ("build [echo]", "t [task]")
         );
+        assert_eq!(steps.len(), 4);
     }
 
     #[test]
@@ -414,6 +529,87 @@ mod tests {
         changed.reason = Some("in_progress".to_owned());
         assert!(progress.see(&changed).started);
         assert_eq!(progress.running().next(), Some(("build", None)));
+    }
+
+    /// The lines a live view shows, event by event: one for what a person follows, none for
+    /// what would flood it (an item's success), ids kept on their line.
+    #[test]
+    fn each_event_is_said_in_the_line_a_live_view_shows() {
+        let mut progress = Progress::new(Arc::new(steps()));
+        let mut said = |event: Event| {
+            let seen = progress.see(&event);
+            progress.line(&event, seen)
+        };
+        let with = |mut event: Event, edit: &dyn Fn(&mut Event)| {
+            edit(&mut event);
+            event
+        };
+        let error = serde_json::json!({"code": "E_EXEC", "message": "exit 1"});
+        let started = with(Event::new(EventKind::RunStarted, &Arc::from("R")), &|e| {
+            e.plan_id = Some(Arc::from("p"));
+        });
+        assert_eq!(said(started).unwrap(), "run R · plan `p` · 4 steps");
+        let call = event(EventKind::ToolCalled, "build", 1);
+        assert_eq!(said(call).unwrap(), "▶ build [echo]");
+        let retrying = with(event(EventKind::StepRetrying, "build", 2), &|e| {
+            e.error = Some(error.clone());
+            e.delay_ms = Some(1_500);
+        });
+        let line = said(retrying).unwrap();
+        assert_eq!(line, "↻ build failed (E_EXEC: exit 1); attempt 2 in 1.50s");
+        let done = with(event(EventKind::StepExecuted, "build", 2), &|e| {
+            e.ok = Some(true);
+            e.duration_ms = Some(12);
+        });
+        assert_eq!(said(done).unwrap(), "✓ build [echo]  12ms");
+        // A map's first item starts the step; an item's success says nothing; a key from a
+        // tool's data stays on its line when it fails.
+        let first = event(EventKind::ToolCalled, "build/each-0", 1);
+        assert_eq!(said(first).unwrap(), "▶ build/each [echo]  (map)");
+        let item = with(event(EventKind::StepExecuted, "build/each-0", 1), &|e| {
+            e.ok = Some(true);
+        });
+        assert_eq!(said(item), None);
+        let odd = with(
+            event(EventKind::StepExecuted, "build/each[a\n✓ b]", 1),
+            &|e| {
+                e.ok = Some(false);
+                e.error = Some(error.clone());
+            },
+        );
+        assert_eq!(
+            said(odd).unwrap(),
+            "✗ build/each[a\\n✓ b]  0ms  E_EXEC: exit 1"
+        );
+        // A task's call is said as a block node's is.
+        let check = with(event(EventKind::ToolCalled, "t/check-1#1", 1), &|e| {
+            e.tool = Some(Arc::from("exec"));
+        });
+        assert_eq!(said(check).unwrap(), "▶ t/check-1#1 [exec]");
+        let stopped = with(event(EventKind::StepExecuted, "a/b", 1), &|e| {
+            e.ok = Some(false);
+            e.error = Some(serde_json::json!({"code": "E_CANCELLED", "message": "stopped"}));
+        });
+        let line = said(stopped).unwrap();
+        assert_eq!(
+            line,
+            "■ a/b [echo]  0ms  interrupted; it runs again on resume"
+        );
+        let skipped = with(event(EventKind::StepSkipped, "t", 0), &|e| {
+            e.reason = Some(format!("{}: `zz`", plan_types::reasons::UNKNOWN_DEPENDENCY));
+        });
+        assert!(said(skipped).unwrap().starts_with("! t [task]  not run: "));
+        let waiting = with(
+            Event::new(EventKind::ApprovalAwaiting, &Arc::from("R")),
+            &|e| {
+                let pending = |id: &str| {
+                    serde_json::from_value(serde_json::json!({"step_id": id})).expect("a request")
+                };
+                e.pending = Some(vec![pending(plan_types::PLAN_APPROVAL), pending("deploy")]);
+            },
+        );
+        let line = said(waiting).unwrap();
+        assert_eq!(line, "… waiting for approval: the plan, deploy");
     }
 
     #[test]

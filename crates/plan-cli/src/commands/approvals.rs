@@ -1,9 +1,9 @@
 //! `approve` and `reject`: decisions on a run's high-risk calls, kept in the ledger and read by
 //! `resume` (the logic is `plan_run::approve` and `plan_run::reject`).
 
+use plan_run::words::approval;
 use plan_run::{Decided, Decisions};
 use plan_store::RunRow;
-use plan_types::PLAN_APPROVAL;
 
 use super::print;
 use crate::cli::{ApproveArgs, RejectArgs};
@@ -23,7 +23,7 @@ pub(crate) fn approve(
     };
     let mut store = ledger.open_existing()?;
     let decided = plan_run::approve(&mut store, &args.run, &decisions, |row| gated(row, toolbox))?;
-    let names: Vec<&str> = decided.decided.iter().map(|id| display(id)).collect();
+    let names: Vec<_> = decided.decided.iter().map(|id| approval(id)).collect();
     report(&decided, &format!("approved {}", names.join(", ")), "")
 }
 
@@ -70,22 +70,12 @@ fn gated(row: &RunRow, toolbox: &Toolbox) -> Result<Vec<String>, plan_run::Lifec
     if let Ok(Some((url, name))) =
         plan_run::sources_of(row).queue_going_on(&row.run_id, None, None, None)
     {
-        let settings = crate::cli::QueueSettings {
-            url,
-            from_redis_url: false,
-            name,
-            outage: std::time::Duration::from_secs(30),
-            timeout: None,
-        };
+        let settings = crate::cli::QueueSettings::kept(url, name);
         toolbox.use_queue(&settings).map_err(|failure| {
             plan_run::LifecycleError::Refused(failure.message.unwrap_or_default())
         })?;
     }
     toolbox.block_on(plan_run::gated_steps_in(row, toolbox))
-}
-
-fn display(id: &str) -> &str {
-    if id == PLAN_APPROVAL { "the plan" } else { id }
 }
 
 /// Says what was decided (and with `outcome`, what that does), what still waits, and how to
@@ -94,7 +84,11 @@ fn report(decided: &Decided, done: &str, outcome: &str) -> Result<i32, Failure> 
     let run = &decided.run_id;
     let mut text = format!("{done} in run {run}{outcome}\n");
     if !decided.still_waiting.is_empty() {
-        let waiting: Vec<&str> = decided.still_waiting.iter().map(|id| display(id)).collect();
+        let waiting: Vec<_> = decided
+            .still_waiting
+            .iter()
+            .map(|id| approval(id))
+            .collect();
         text.push_str(&format!("still waiting: {}\n", waiting.join(", ")));
     }
     text.push_str(&format!("continue it with `plan-cli resume {run}`\n"));

@@ -11,10 +11,11 @@ use tokio_util::sync::CancellationToken;
 use super::{pretty, print};
 use crate::cli::{ExecutionArgs, ResumeArgs, RunArgs};
 use crate::exit::Failure;
-use crate::output::{self, Live, StepLabels};
+use crate::output::{self, Live};
 use crate::plan_file::prepare;
 use crate::toolbox::Toolbox;
 use plan_run::Ledger;
+use plan_run::Steps;
 
 pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
     // A stored plan a model or a client wrote keeps its author: it runs under that author's
@@ -44,10 +45,9 @@ pub(crate) fn run_as(
     // The run's programs, and a model's re-planned steps', stay in the run's folder.
     let policy = crate::policy::of(&args.policy)?.in_folder(working_dir.as_deref());
     let judged = author != plan_run::Author::Operator || args.policy.policy.is_some();
-    if let Some(queue) = args.execution.queue_settings()
-        && !args.dry_run
-    {
-        toolbox.use_queue(&queue)?;
+    let queue = (args.execution).queue_of("", &plan_run::RunSources::default())?;
+    if let Some(queue) = queue.as_ref().filter(|_| !args.dry_run) {
+        toolbox.use_queue(queue)?;
     }
     let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
     let (layer, task) = (args.layer.as_deref(), args.task.as_deref());
@@ -94,10 +94,7 @@ pub(crate) fn run_as(
         policy: judged.then(|| policy.clone()),
         sources: plan_run::RunSources {
             mcp_config: toolbox.config().map(Path::to_path_buf),
-            queue: args
-                .execution
-                .queue_settings()
-                .map(|queue| plan_run::QueueSource::of(&queue.url, &queue.name)),
+            queue: (queue.as_ref()).map(|queue| plan_run::QueueSource::of(&queue.url, &queue.name)),
             ..plan_run::RunSources::default()
         },
         ..plan_run::Start::new()
@@ -144,7 +141,7 @@ pub(crate) fn run_as(
 
 /// A run's report, with how the summary names its plan's steps (`None` for `--json`, which
 /// prints no summary).
-type Ran = (RunReport, Option<Arc<StepLabels>>);
+type Ran = (RunReport, Option<Arc<Steps>>);
 
 pub(crate) fn resume(
     args: &ResumeArgs,
@@ -209,7 +206,7 @@ fn go_on(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    let queue = execution.queue_or(run, stored)?;
+    let queue = execution.queue_of(run, stored)?;
     check_state_file(execution)?;
     // A ledger that cannot be opened is said by the resume itself.
     if execution.approvals == Some(false)
@@ -251,7 +248,7 @@ fn continue_run(
             } else {
                 let row = store.run(&outcome.report.run_id)?;
                 let plan = plan_run::plan_of(&row)?;
-                Some(Arc::new(StepLabels::of(&plan)))
+                Some(Arc::new(Steps::of(&plan)))
             };
             return Ok((outcome.report, steps));
         }
@@ -273,7 +270,7 @@ fn continue_run(
 /// code of its status.
 pub(crate) fn print_outcome(
     report: &RunReport,
-    steps: Option<&StepLabels>,
+    steps: Option<&Steps>,
     execution: &ExecutionArgs,
 ) -> Result<i32, Failure> {
     let json = execution.json;
@@ -282,7 +279,7 @@ pub(crate) fn print_outcome(
         super::print_json(report)?;
     } else {
         // Without the plan's steps (not expected), lines name steps by their ids alone.
-        let none = StepLabels::default();
+        let none = Steps::default();
         let steps = steps.unwrap_or(&none);
         super::print_summary(&output::summary(report, steps, execution.show_results))?;
     }
@@ -307,7 +304,7 @@ pub(crate) struct Shown<'a> {
     /// its bar.
     live: Arc<Mutex<Option<Arc<Live>>>>,
     /// How the summary names the steps of the last part's plan (`None` with `--json`).
-    steps: Mutex<Option<Arc<StepLabels>>>,
+    steps: Mutex<Option<Arc<Steps>>>,
 }
 
 impl<'a> Shown<'a> {
@@ -360,7 +357,7 @@ impl<'a> Shown<'a> {
         if args.json {
             return execution;
         }
-        let steps = Arc::new(StepLabels::of(&prepared.loaded.plan));
+        let steps = Arc::new(Steps::of(&prepared.loaded.plan));
         let live = Arc::new(Live::new(steps.clone()));
         execution.events.push(live.clone());
         if args.verbose {
@@ -398,7 +395,7 @@ impl<'a> Shown<'a> {
     }
 
     /// How the summary names the steps of the last part's plan (`None` with `--json`).
-    pub(crate) fn steps(&self) -> Option<Arc<StepLabels>> {
+    pub(crate) fn steps(&self) -> Option<Arc<Steps>> {
         lock(&self.steps).clone()
     }
 }

@@ -73,7 +73,7 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
     let report = plan_run::report(&store, &row)?;
     if !args.json {
         let plan = plan_run::plan_of(&row)?;
-        let steps = output::StepLabels::of(&plan);
+        let steps = plan_run::Steps::of(&plan);
         super::print_summary(&output::summary(&report, &steps, false))?;
         return Ok(0);
     }
