@@ -756,25 +756,15 @@ fn parse_age(text: &str) -> Result<std::time::Duration, String> {
 }
 
 impl Command {
-    /// The stored run the command goes on with or decides on.
-    pub(crate) fn run_going_on(&self) -> Option<&str> {
+    /// The stored run the command goes on with or decides on (set to the run `last` named
+    /// once it is read).
+    pub(crate) fn run_going_on(&mut self) -> Option<&mut String> {
         match self {
-            Command::Resume(args) => Some(&args.run),
-            Command::Retry(args) => Some(&args.run),
-            Command::Approve(args) => Some(&args.run),
-            Command::Reject(args) => Some(&args.run),
+            Command::Resume(ResumeArgs { run, .. })
+            | Command::Retry(RetryArgs { run, .. })
+            | Command::Approve(ApproveArgs { run, .. })
+            | Command::Reject(RejectArgs { run, .. }) => Some(run),
             _ => None,
-        }
-    }
-
-    /// Makes the command go on with run `id` (the one `last` named when it was read).
-    pub(crate) fn go_on_with(&mut self, id: String) {
-        match self {
-            Command::Resume(args) => args.run = id,
-            Command::Retry(args) => args.run = id,
-            Command::Approve(args) => args.run = id,
-            Command::Reject(args) => args.run = id,
-            _ => {}
         }
     }
 

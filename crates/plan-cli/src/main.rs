@@ -50,16 +50,14 @@ fn main() {
     }
     let ledger = Ledger::new(cli.db.as_deref(), project.as_ref());
     // What the stored run a command goes on with kept: its folder, its tools and its queue.
-    let kept = cli
-        .command
-        .run_going_on()
-        .map(|run| plan_run::Kept::of(&ledger, run))
-        .transpose()
-        .unwrap_or_else(|error| exit_with(Err(error.into())))
-        .unwrap_or_default();
     // `last` is read once: what was kept and what the command goes on with are one run's.
-    if let Some(run) = kept.run_id.clone() {
-        cli.command.go_on_with(run);
+    let mut kept = plan_run::Kept::default();
+    if let Some(run) = cli.command.run_going_on() {
+        kept =
+            plan_run::Kept::of(&ledger, run).unwrap_or_else(|error| exit_with(Err(error.into())));
+        if let Some(id) = &kept.run_id {
+            run.clone_from(id);
+        }
     }
     // Tool options count before the command and after it (after wins for the file).
     let after = cli.command.tool_options();
@@ -94,15 +92,8 @@ fn main() {
         .and_then(|tools| tools.mcp_config.clone())
         .or_else(|| cli.tool_options.mcp_config.clone());
     let mcp_config = kept.mcp_config(given, project.as_ref());
-    let toolbox = match toolbox::Toolbox::new(mcp_config.as_deref(), exec) {
-        Ok(toolbox) => toolbox,
-        Err(failure) => {
-            if let Some(message) = failure.message {
-                eprintln!("Error: {message}");
-            }
-            std::process::exit(failure.code);
-        }
-    };
+    let toolbox = toolbox::Toolbox::new(mcp_config.as_deref(), exec)
+        .unwrap_or_else(|failure| exit_with(Err(failure)));
     let outcome = match &cli.command {
         Command::Run(args) => commands::run(args, &toolbox, &ledger),
         Command::Resume(args) => commands::resume(args, &kept.sources, &toolbox, &ledger),

@@ -1034,6 +1034,16 @@ async fn open_workspace(
     Ok(Some(Arc::new(workspace)))
 }
 
+/// Refuses a state file given to a run ([`Execution::state_file`]) that cannot be written. The
+/// run refuses it too, but only once the ledger is open: a front-end asks first, so that a
+/// refused first run leaves no ledger behind.
+pub fn check_state_file(path: &Path) -> Result<(), LifecycleError> {
+    StateFile::check(path).map_err(|source| LifecycleError::StateFileUnusable {
+        kept: false,
+        source,
+    })
+}
+
 /// The state file a run keeps current: the one `execution` gives, else `kept` (a resumed run's
 /// own), else the one beside the plan's task breakdown (its `tasks` read from the run's folder,
 /// `folder`, as the document reads it); a given or kept one that cannot be written is refused

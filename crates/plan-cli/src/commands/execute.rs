@@ -107,7 +107,7 @@ pub(crate) fn run_as(
         };
         eprintln!("warning: approvals stay on: {whose} plan runs with its high-risk calls gated");
     }
-    check_state_file(execution)?;
+    (execution.state_file.as_deref()).map_or(Ok(()), plan_run::check_state_file)?;
     let store = ledger.open()?;
     let run_id = start.run_id.clone();
     let shown = Shown::new(&run_id, execution, toolbox);
@@ -207,7 +207,7 @@ fn go_on(
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let queue = execution.queue_of(run, stored)?;
-    check_state_file(execution)?;
+    (execution.state_file.as_deref()).map_or(Ok(()), plan_run::check_state_file)?;
     // A ledger that cannot be opened is said by the resume itself.
     if execution.approvals == Some(false)
         && let Ok(store) = ledger.open_reader()
@@ -438,19 +438,4 @@ async fn stop_on_signals(
         );
         std::process::exit(plan_types::TaskStatus::Stopped.exit_code());
     }
-}
-
-/// Refuses a `--state-file` that cannot be written before anything is done: plan_run checks it
-/// too, but only once the ledger is open (a first run leaves no ledger behind) and a resumed
-/// run's plan prepared.
-fn check_state_file(execution: &ExecutionArgs) -> Result<(), Failure> {
-    if let Some(path) = &execution.state_file {
-        plan_run::StateFile::check(path).map_err(|source| {
-            plan_run::LifecycleError::StateFileUnusable {
-                kept: false,
-                source,
-            }
-        })?;
-    }
-    Ok(())
 }

@@ -127,12 +127,10 @@ pub(crate) fn logs(args: &crate::cli::LogsArgs, ledger: &Ledger) -> Result<i32, 
     }
     let mut text = String::new();
     for record in records {
-        let state = if record.ok && !record.skipped {
-            "ok"
-        } else if record.skipped {
-            "skipped"
-        } else {
-            "failed"
+        let state = match (record.ok, record.skipped) {
+            (_, true) => "skipped",
+            (true, false) => "ok",
+            (false, false) => "failed",
         };
         text.push_str(&format!("── {} ({state}) ──\n", record.step_id));
         let out = output::step_output(record);
