@@ -4,8 +4,9 @@
 //! `cargo run -p plan-run --example approve_and_resume [LEDGER]` (a temporary ledger by
 //! default). The crate's tests run it too.
 
-use plan_graph::{Format, Source};
-use plan_run::{Decisions, Execution, Prepared, Resumable, ResumeOptions, Strictness, Toolbox};
+use plan_run::{
+    Decisions, Execution, PlanText, Prepared, Resumable, ResumeOptions, Strictness, Toolbox,
+};
 use plan_store::Store;
 use plan_types::TaskStatus;
 
@@ -20,19 +21,11 @@ const PLAN: &str = r#"{
 
 /// Loads, validates and compiles the plan against the built-in tools, as every front-end of
 /// plan-cli does.
-async fn prepare(source: Source) -> Result<Prepared, plan_run::PrepareError> {
+async fn prepare(text: &str) -> Result<Prepared, plan_run::PrepareError> {
     let toolbox = Toolbox::new(plan_tools::builtin_registry());
     let no_env = |_: &str| None;
-    plan_run::prepare(
-        source,
-        Format::Json,
-        "deploy",
-        Default::default(),
-        &toolbox,
-        Strictness::RUN,
-        &no_env,
-    )
-    .await
+    let plan = PlanText::json("deploy.json", text, "deploy");
+    plan_run::prepare(plan, Default::default(), &toolbox, Strictness::RUN, &no_env).await
 }
 
 /// Starts, approves and resumes; returns the final status.
@@ -45,7 +38,7 @@ pub(crate) fn run(ledger: &std::path::Path) -> Result<TaskStatus, Box<dyn std::e
         .build()?;
 
     // 1. Start: `build` runs, `deploy` waits for its approval, `notify` waits for `deploy`.
-    let prepared = runtime.block_on(prepare(Source::new("deploy.json", PLAN)))?;
+    let prepared = runtime.block_on(prepare(PLAN))?;
     let store = Store::open(ledger)?;
     let started = runtime.block_on(plan_run::start(
         store,
@@ -84,7 +77,7 @@ pub(crate) fn run(ledger: &std::path::Path) -> Result<TaskStatus, Box<dyn std::e
         Resumable::Continue(from) => from,
         Resumable::Finished(outcome) => return Ok(outcome.report.task_status),
     };
-    let prepared = runtime.block_on(prepare(from.source.clone()))?;
+    let prepared = runtime.block_on(prepare(from.source.text()))?;
     let resumed = runtime.block_on(plan_run::resume(store, from, prepared, Execution::new()))?;
     for record in &resumed.report.records {
         println!(

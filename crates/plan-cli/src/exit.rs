@@ -139,6 +139,9 @@ impl Failure {
             InputError::GivenTwice(name) => Failure::input(format!(
                 "variable `{name}` is given by both --var and --var-json; give it once"
             )),
+            error @ InputError::NotStored(_) => {
+                Failure::input(format!("{error} (see `plan-cli plan list`)"))
+            }
             InputError::Folder { path, why } => {
                 Failure::input(format!("--cwd {}: {why}", path.display()))
             }

@@ -3,8 +3,8 @@
 
 use std::io::IsTerminal;
 
-use plan_graph::{Format, Issue, Severity, Source};
-use plan_run::{Inputs, Ledger, Prepared};
+use plan_graph::{Issue, Severity, Source};
+use plan_run::{Inputs, Ledger, PlanText, Prepared};
 
 use crate::cli::PlanArgs;
 use crate::exit::Failure;
@@ -18,31 +18,27 @@ pub(crate) fn prepare(
     ledger: &Ledger,
     arguments: Severity,
 ) -> Result<Prepared, Failure> {
-    let (source, format, id, inputs) = read(args, ledger)?;
-    prepare_source(source, format, id, inputs, toolbox, arguments)
+    let (text, inputs) = read(args, ledger)?;
+    prepare_text(text, inputs, toolbox, arguments)
 }
 
-/// The plan `args` names, its default id, and the variables they give.
-fn read(args: &PlanArgs, ledger: &Ledger) -> Result<(Source, Format, String, Inputs), Failure> {
-    let input = args.input();
+/// The plan `args` names, and the variables they give.
+fn read(args: &PlanArgs, ledger: &Ledger) -> Result<(PlanText, Inputs), Failure> {
     let inputs = args.variables().read()?;
-    let (source, format) = input.read(ledger, &mut std::io::stdin())?;
-    Ok((source, format, input.default_id(), inputs))
+    Ok((args.input().read(ledger, &mut std::io::stdin())?, inputs))
 }
 
 /// Loads, validates and compiles plan text (`plan_run::prepare`) and prints its warnings.
 /// Arguments that break their tool's schema before the run (see `Program::check_arguments`)
 /// are `arguments`: errors for `validate`, warnings where the run is to go on (each such call
 /// then fails with E_ARGS_INVALID).
-pub(crate) fn prepare_source(
-    source: Source,
-    format: Format,
-    fallback_id: String,
+pub(crate) fn prepare_text(
+    text: PlanText,
     inputs: Inputs,
     toolbox: &Toolbox,
     arguments: Severity,
 ) -> Result<Prepared, Failure> {
-    let ready = prepare_silently(source, format, &fallback_id, inputs, toolbox, arguments)?;
+    let ready = prepare_silently(text, inputs, toolbox, arguments)?;
     warn_unused(&ready);
     report(&ready.loaded.source, &ready.loaded.warnings);
     Ok(ready)
@@ -71,8 +67,8 @@ pub(crate) fn prepare_quietly(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<Prepared, Failure> {
-    let (source, format, id, inputs) = read(args, ledger)?;
-    let ready = prepare_silently(source, format, &id, inputs, toolbox, Severity::Error)?;
+    let (text, inputs) = read(args, ledger)?;
+    let ready = prepare_silently(text, inputs, toolbox, Severity::Error)?;
     // On stderr, as ever: not an issue of the plan's text.
     warn_unused(&ready);
     Ok(ready)
@@ -81,9 +77,7 @@ pub(crate) fn prepare_quietly(
 /// `plan_run::prepare`, with the values of the plan's `env:` variables read from this
 /// process's environment.
 fn prepare_silently(
-    source: Source,
-    format: Format,
-    fallback_id: &str,
+    text: PlanText,
     inputs: Inputs,
     toolbox: &Toolbox,
     arguments: Severity,
@@ -91,15 +85,7 @@ fn prepare_silently(
     let strictness = plan_run::Strictness { arguments };
     let env = |name: &str| std::env::var(name).ok();
     toolbox
-        .block_on(plan_run::prepare(
-            source,
-            format,
-            fallback_id,
-            inputs,
-            toolbox,
-            strictness,
-            &env,
-        ))
+        .block_on(plan_run::prepare(text, inputs, toolbox, strictness, &env))
         .map_err(Failure::prepare)
 }
 

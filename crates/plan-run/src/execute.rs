@@ -598,10 +598,13 @@ impl ResumeFrom {
                 self.row.run_id, queue.name
             )));
         }
+        let text = crate::PlanText {
+            source: self.source.clone(),
+            format: self.format,
+            fallback_id: self.row.plan_id.clone(),
+        };
         let prepared = crate::prepare(
-            self.source.clone(),
-            self.format,
-            &self.row.plan_id,
+            text,
             self.row.inputs.clone().into(),
             toolbox,
             crate::Strictness::RUN,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use plan_graph::{Format, InvalidPlan, Source, load_variables};
 use serde_json::{Map, Value};
 
-use crate::{Author, Inputs, Ledger, LifecycleError, StoredSource};
+use crate::{Author, Inputs, Ledger, LifecycleError, PlanText, StoredSource};
 
 /// Why a plan or its variables could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -77,8 +77,22 @@ impl PlanInput {
         !self.stored_only && (self.is_stdin() || self.path.exists())
     }
 
-    /// The plan's text and format; `stdin` is read for `-`.
+    /// The plan's text, its format and its id when it names none ([`PlanInput::default_id`]);
+    /// `stdin` is read for `-`.
     pub fn read(
+        &self,
+        ledger: &Ledger,
+        stdin: &mut dyn std::io::Read,
+    ) -> Result<PlanText, InputError> {
+        let (source, format) = self.read_text(ledger, stdin)?;
+        Ok(PlanText {
+            source,
+            format,
+            fallback_id: self.default_id(),
+        })
+    }
+
+    fn read_text(
         &self,
         ledger: &Ledger,
         stdin: &mut dyn std::io::Read,
@@ -277,10 +291,10 @@ mod tests {
             path: "-".into(),
             stored_only: false,
         };
-        let (source, format) = input.read(&ledger, &mut "steps: []\n".as_bytes()).unwrap();
-        assert_eq!(source.name(), "<stdin>");
-        assert_eq!(format, plan_graph::Format::Yaml);
-        assert_eq!(input.default_id(), "stdin");
+        let text = input.read(&ledger, &mut "steps: []\n".as_bytes()).unwrap();
+        assert_eq!(text.source.name(), "<stdin>");
+        assert_eq!(text.format, plan_graph::Format::Yaml);
+        assert_eq!(text.fallback_id, "stdin");
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! ]}"#;
 //! let toolbox = Toolbox::new(plan_tools::builtin_registry());
 //! let prepare = |source| {
-//!     plan_run::prepare(source, Format::Json, "p", Default::default(), &toolbox, Strictness::RUN, &|_| None)
+//!     let text = plan_run::PlanText { source, format: Format::Json, fallback_id: "p".into() };
+//!     plan_run::prepare(text, Default::default(), &toolbox, Strictness::RUN, &|_| None)
 //! };
 //! let dir = tempfile::tempdir().unwrap();
 //! let ledger = dir.path().join("state.db");
@@ -107,7 +108,8 @@ pub use generate::{
 pub use input::{InputError, PlanInput, Variables, resolve_folder};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
 pub use prepare::{
-    Inputs, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare, select,
+    Inputs, PlanText, PrepareError, Problems, Strictness, UnusedInput, check_for_model, prepare,
+    select,
 };
 pub use progress::{Part, Progress, Seen, Steps, Tally};
 pub use project::{InitError, Ledger, MCP_CONFIG_NAME, Project};

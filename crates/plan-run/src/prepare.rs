@@ -157,18 +157,45 @@ impl Strictness {
     };
 }
 
-/// Loads, validates and compiles plan text (`fallback_id` is its id when it names none), with
-/// the tools of `toolbox` it names and `inputs`. `env` gives the values of the environment
-/// variables the plan lists under `env:` (the library reads no environment itself).
+/// A plan's text to prepare: where it came from (its name and text), its format, and the id
+/// it has when it names none.
+#[derive(Debug, Clone)]
+pub struct PlanText {
+    /// Its name (a file's, `<stdin>`) and text.
+    pub source: Source,
+    /// JSON or YAML.
+    pub format: Format,
+    /// Its id when it names none.
+    pub fallback_id: String,
+}
+
+impl PlanText {
+    /// JSON `text` called `name`, whose id is `fallback_id` unless it names one.
+    pub fn json(name: &str, text: impl Into<String>, fallback_id: &str) -> PlanText {
+        PlanText {
+            source: Source::new(name, text),
+            format: Format::Json,
+            fallback_id: fallback_id.to_owned(),
+        }
+    }
+}
+
+/// Loads, validates and compiles `plan`, with the tools of `toolbox` it names and `inputs`.
+/// `env` gives the values of the environment variables the plan lists under `env:` (the
+/// library reads no environment itself).
 pub async fn prepare(
-    source: Source,
-    format: Format,
-    fallback_id: &str,
+    plan: PlanText,
     inputs: Inputs,
     toolbox: &Toolbox,
     strictness: Strictness,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Prepared, PrepareError> {
+    let PlanText {
+        source,
+        format,
+        fallback_id,
+    } = plan;
+    let fallback_id = fallback_id.as_str();
     let provided_variables = inputs.names();
     // With MCP servers configured, a first reading finds the tools the plan names, so that
     // only their servers start. If it fails, the full reading below reports why, without
@@ -306,9 +333,7 @@ pub async fn check_for_model(
         .check_size(Author::Model, text.len())
         .map_err(listed)?;
     let prepared = prepare(
-        Source::new("plan.json", text),
-        Format::Json,
-        fallback_id,
+        PlanText::json("plan.json", text, fallback_id),
         Inputs::default(),
         toolbox,
         Strictness::VALIDATE,

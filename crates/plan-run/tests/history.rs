@@ -3,7 +3,6 @@
 //! `runs` with their filters, and a step's records picked by `records_of`.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
 
-use plan_graph::{Format, Source};
 use plan_run::{Execution, Inputs, PrepareError, Prepared, RunFilter, Start, Strictness, Toolbox};
 use plan_store::Store;
 use plan_types::TaskStatus;
@@ -19,9 +18,7 @@ fn prepare(
 ) -> Result<Prepared, PrepareError> {
     let toolbox = Toolbox::new(plan_tools::builtin_registry());
     runtime.block_on(plan_run::prepare(
-        Source::new("plan.json", plan.to_string()),
-        Format::Json,
-        "fallback",
+        plan_run::PlanText::json("plan.json", plan.to_string(), "fallback"),
         inputs,
         &toolbox,
         Strictness::RUN,

@@ -139,9 +139,7 @@ fn a_plan_is_judged_for_validation_as_its_run_is() {
     let prepared = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(plan_run::prepare(
-            Source::new("p.json", text.clone()),
-            Format::Json,
-            "p",
+            plan_run::PlanText::json("p.json", text.clone(), "p"),
             Default::default(),
             &toolbox,
             plan_run::Strictness::VALIDATE,

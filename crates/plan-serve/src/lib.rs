@@ -719,10 +719,13 @@ impl PlanServer {
             }))));
         }
         let env = self.settings.env.clone();
-        Ok(block(plan_run::prepare(
-            Source::new(name, text),
+        let plan = plan_run::PlanText {
+            source: Source::new(name, text),
             format,
-            "mcp-plan",
+            fallback_id: "mcp-plan".to_owned(),
+        };
+        Ok(block(plan_run::prepare(
+            plan,
             inputs.into(),
             &self.settings.toolbox,
             plan_run::Strictness { arguments },

@@ -159,7 +159,8 @@ pub(crate) fn resume(
                     path: file.clone(),
                     stored_only: false,
                 };
-                Some(input.read(ledger, &mut std::io::stdin())?)
+                let text = input.read(ledger, &mut std::io::stdin())?;
+                Some((text.source, text.format))
             }
             None => None,
         },

@@ -4,13 +4,12 @@ use std::io::Write;
 use std::path::Path;
 
 use plan_graph::{Plan, Severity};
-use plan_store::StoredPlan;
 
 use super::{pretty, print};
 use crate::cli::{GraphFormat, JsonArgs, PlanCommand, ShowArgs, ToolsArgs};
 use crate::exit::Failure;
 use crate::output::count;
-use crate::plan_file::{prepare, prepare_source};
+use crate::plan_file::{prepare, prepare_text};
 use crate::toolbox::Toolbox;
 use plan_run::Ledger;
 
@@ -174,15 +173,8 @@ pub(crate) fn plan(
             let plan_run::NewPlan { plan_id, plan } = toolbox.block_on(
                 plan_run::plan_from_goal(&mut model, &goal, toolbox, &policy, ledger),
             )?;
-            let source = plan_graph::Source::new(plan_id.clone(), plan.to_string());
-            let ready = prepare_source(
-                source,
-                plan_graph::Format::Json,
-                plan_id.clone(),
-                Default::default(),
-                toolbox,
-                Severity::Warning,
-            )?;
+            let text = plan_run::PlanText::json(&plan_id, plan.to_string(), &plan_id);
+            let ready = prepare_text(text, Default::default(), toolbox, Severity::Warning)?;
             if *json {
                 print(&pretty(
                     &serde_json::json!({"plan_id": plan_id, "plan": plan}),
@@ -231,16 +223,12 @@ pub(crate) fn plan(
         }
         PlanCommand::List(JsonArgs { json }) => list(*json, ledger),
         PlanCommand::Show { id, format, .. } => {
-            let stored = find(id, ledger)?;
-            let source = plan_graph::Source::new(stored.name.clone(), stored.source.clone());
-            let ready = prepare_source(
-                source,
-                plan_run::format_of(&stored.format),
-                stored.plan_id.clone(),
-                Default::default(),
-                toolbox,
-                Severity::Warning,
-            )?;
+            let stored = plan_run::PlanInput {
+                path: id.into(),
+                stored_only: true,
+            };
+            let text = stored.read(ledger, &mut std::io::empty())?;
+            let ready = prepare_text(text, Default::default(), toolbox, Severity::Warning)?;
             print(&draw(&ready.loaded.plan, ready.program.plan_id(), *format))?;
             Ok(0)
         }
@@ -304,16 +292,9 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
         path: file.to_path_buf(),
         stored_only: false,
     };
-    let (source, format) = input.read(ledger, &mut std::io::empty())?;
-    let text = source.text().to_owned();
-    let ready = prepare_source(
-        source,
-        format,
-        input.default_id(),
-        Default::default(),
-        toolbox,
-        Severity::Warning,
-    )?;
+    let plan = input.read(ledger, &mut std::io::empty())?;
+    let (text, format) = (plan.source.text().to_owned(), plan.format);
+    let ready = prepare_text(plan, Default::default(), toolbox, Severity::Warning)?;
     let plan_id = ready.program.plan_id().to_owned();
     let title = ready.loaded.plan.title.clone();
     let name = file.display().to_string();
@@ -358,13 +339,6 @@ fn list(json: bool, ledger: &Ledger) -> Result<i32, Failure> {
     };
     print(&text)?;
     Ok(0)
-}
-
-pub(crate) fn find(id: &str, ledger: &Ledger) -> Result<StoredPlan, Failure> {
-    ledger
-        .open_existing()?
-        .find_plan(id)?
-        .ok_or_else(|| Failure::input(format!("no stored plan `{id}` (see `plan-cli plan list`)")))
 }
 
 /// `init`: makes `.plan/` here (the project's ledger and MCP configuration go there, and every

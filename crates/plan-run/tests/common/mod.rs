@@ -37,9 +37,7 @@ pub(crate) fn prepare_json(
 ) -> Result<plan_run::Prepared, plan_run::PrepareError> {
     let toolbox = plan_run::Toolbox::new(plan_tools::builtin_registry());
     runtime.block_on(plan_run::prepare(
-        plan_graph::Source::new("p.json", text),
-        plan_graph::Format::Json,
-        "p",
+        plan_run::PlanText::json("p.json", text, "p"),
         Default::default(),
         &toolbox,
         plan_run::Strictness::RUN,
