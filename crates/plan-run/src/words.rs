@@ -1,0 +1,71 @@
+//! How a run's parts are said in a line of text, for every view that follows a run: the CLI's
+//! live lines, a dashboard's feed, the message of an MCP progress notification.
+
+use std::borrow::Cow;
+
+/// An id (a map item's may come from any tool's data) as a line shows it: every control
+/// character escaped, newlines and tabs too, so that it stays on its line and cannot draw one.
+pub fn one_line(id: &str) -> Cow<'_, str> {
+    if !id.chars().any(char::is_control) {
+        return Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// An approval's id as a sentence says it: `the plan` for the plan's own approval
+/// (`--mode approval`), else the call's id on one line.
+pub fn approval(id: &str) -> Cow<'_, str> {
+    if id == plan_types::PLAN_APPROVAL {
+        Cow::Borrowed("the plan")
+    } else {
+        one_line(id)
+    }
+}
+
+/// `850ms`, `12.34s`, `4m05s`, `2h03m`: a step's time and a run's alike.
+pub fn duration(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{}.{:02}s", ms / 1_000, (ms % 1_000) / 10),
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, (ms / 1_000) % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{duration, one_line};
+
+    #[test]
+    fn an_id_stays_on_its_line() {
+        assert_eq!(one_line("deploy[eu]"), "deploy[eu]");
+        assert_eq!(one_line("a\n✓ b\t\u{1b}[2J"), "a\\n✓ b\\t\\u{1b}[2J");
+    }
+
+    #[test]
+    fn durations_read_as_a_person_would_write_them() {
+        let cases = [
+            (0, "0ms"),
+            (999, "999ms"),
+            (1_000, "1.00s"),
+            (1_234, "1.23s"),
+            (59_999, "59.99s"),
+            (60_000, "1m00s"),
+            (229_510, "3m49s"),
+            (3_599_999, "59m59s"),
+            (3_600_000, "1h00m"),
+            (50_580_000, "14h03m"),
+        ];
+        for (ms, text) in cases {
+            assert_eq!(duration(ms), text, "{ms} ms");
+        }
+    }
+}
