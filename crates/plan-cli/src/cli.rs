@@ -213,6 +213,11 @@ fn redis_url() -> Option<String> {
 }
 
 impl ExecutionArgs {
+    /// Refuses a `--state-file` that cannot be written, before the ledger is opened.
+    pub(crate) fn check_state_file(&self) -> Result<(), plan_run::LifecycleError> {
+        (self.state_file.as_deref()).map_or(Ok(()), plan_run::check_state_file)
+    }
+
     /// Where run `run`'s calls go (`plan_run::RunSources::queue_going_on` of what it `kept`;
     /// nothing for a new run): `--queue` (or PLAN_QUEUE, which clap reads) when given, else
     /// the queue the run kept (which REDIS_URL does not override), else REDIS_URL;

@@ -3,6 +3,14 @@
 //! It parses flags, reads files, renders diagnostics and output, and maps task status to the
 //! exit code; the work itself is the libraries'.
 
+/// `eprintln!` that does not panic when stderr is closed (`2>&1 | head`): a line nobody reads
+/// is no reason to stop a command ([`output::say`]).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::say(&format!($($arg)*))
+    };
+}
+
 mod cli;
 mod commands;
 mod exit;
@@ -43,7 +51,7 @@ fn main() {
         .map(Project::passed_over)
         .unwrap_or_default()
     {
-        eprintln!(
+        say!(
             "warning: {} is passed over (another user's, a link, or every user may write in it): its ledger and MCP configuration are not used",
             dir.display()
         );
@@ -136,10 +144,10 @@ fn exit_with(outcome: Result<i32, exit::Failure>) -> ! {
         Err(failure) => {
             // Diagnostics are miette's, coloured on a terminal: left as they are.
             for diagnostic in &failure.diagnostics {
-                eprintln!("{diagnostic}");
+                say!("{diagnostic}");
             }
             if let Some(message) = failure.message {
-                eprintln!("Error: {}", output::terminal_safe(&message));
+                say!("Error: {}", output::terminal_safe(&message));
             }
             failure.code
         }

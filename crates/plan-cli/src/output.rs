@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use plan_engine::PlannedCall;
-pub(crate) use plan_run::words::{duration, one_line};
+pub(crate) use plan_run::words::{count, duration, one_line};
 use plan_run::{Part, Progress, StepState, Steps};
 use plan_types::{Event, EventSink, Record, RunReport};
 
@@ -417,7 +417,8 @@ fn short(id: &str) -> String {
 }
 
 /// Rows as columns two spaces apart, each as wide as its widest cell (in characters); a column
-/// whose index is in `right` is aligned right. No line ends in spaces.
+/// whose index is in `right` is aligned right. Rows may have fewer cells than others. No line
+/// ends in spaces.
 pub(crate) fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
     let width = |c: usize| {
         (rows.iter().filter_map(|row| row.get(c)))
@@ -425,7 +426,8 @@ pub(crate) fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
             .max()
             .unwrap_or(0)
     };
-    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len)).map(width).collect();
+    let most = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..most).map(width).collect();
     let mut text = String::new();
     for row in rows {
         let mut line = String::new();
@@ -450,11 +452,6 @@ pub(crate) fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
 /// A line on stderr; a stderr that cannot be written (closed) is not worth stopping for.
 pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// `1 call`, `2 calls`: a number with the word for it.
-pub(crate) fn count(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Text for a terminal: control characters that came from a plan or a tool (an id with an
@@ -558,6 +555,21 @@ pub(crate) fn in_colour(summary: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn columns_are_as_wide_as_their_widest_cell_whatever_the_rows() {
+        let rows = [
+            vec!["a".to_owned()],
+            vec!["bbb".into(), "é".into(), "c".into()],
+        ]
+        .map(|row| row.to_vec());
+        assert_eq!(columns(&rows, &[]), "a\nbbb  é  c\n");
+        let right = [
+            vec!["n".into(), "1".into()],
+            vec!["nn".into(), "100".into()],
+        ];
+        assert_eq!(columns(&right, &[1]), "n     1\nnn  100\n");
+    }
 
     #[test]
     fn the_bar_cuts_an_id_short() {

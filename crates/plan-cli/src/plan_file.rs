@@ -53,7 +53,7 @@ fn warn_unused(ready: &Prepared) {
             .as_ref()
             .map(|near| format!(" (did you mean `{near}`?)"))
             .unwrap_or_default();
-        eprintln!(
+        say!(
             "warning: variable `{}` is given, but the plan neither defines nor reads it{hint}",
             unused.name
         );
@@ -92,7 +92,7 @@ fn prepare_silently(
 /// Prints each issue to stderr as a miette diagnostic with the plan's source.
 pub(crate) fn report(source: &Source, issues: &[Issue]) {
     for diagnostic in render(source, issues) {
-        eprintln!("{diagnostic}");
+        say!("{diagnostic}");
     }
 }
 

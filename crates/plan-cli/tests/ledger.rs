@@ -247,6 +247,32 @@ fn stored_plans_run_by_id() {
         .stderr(predicate::str::contains(
             "no such file, and no stored plan has that id",
         ));
+    lab.cli()
+        .args(["plan", "show", "deploy"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "no stored plan has the id `deploy` (see `plan-cli plan list`)",
+        ));
+    // A stored plan whose text names no id is shown and run under the id it is stored
+    // under, dots and all.
+    let dotted = lab.write(
+        "release.v2.json",
+        &json!({"steps": [{"id": "a", "tool": "echo"}]}),
+    );
+    lab.cli()
+        .args(["plan", "add", path_str(&dotted)])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("stored plan `release.v2`"));
+    std::fs::remove_file(&dotted).unwrap();
+    lab.cli()
+        .args(["plan", "show", "release.v2"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::starts_with("release.v2\n"));
+    let (_, report) = lab.json(&["run", "release.v2", "--json"]);
+    assert_eq!(report["plan_id"], "release.v2");
     let bad = lab.write("bad.json", &json!({"steps": [{"id": "a", "tool": "nope"}]}));
     lab.cli()
         .args(["plan", "add", path_str(&bad)])

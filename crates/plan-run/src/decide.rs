@@ -189,7 +189,8 @@ fn check_all(
             )
         } else {
             let mut candidates = steps.clone();
-            candidates.extend(waiting.iter().map(ToString::to_string));
+            // The ids as they are typed, not as a sentence says them.
+            candidates.extend(pending(rows).map(|r| r.step_id.clone()));
             let hint = plan_graph::closest(id, &candidates)
                 .map(|near| format!(" (did you mean `{near}`?)"))
                 .unwrap_or_default();

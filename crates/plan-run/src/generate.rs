@@ -143,7 +143,8 @@ pub fn store_generated(
     force: bool,
     author: Author,
 ) -> Result<NewPlan, LifecycleError> {
-    let text_of = |plan: &Value| serde_json::to_string_pretty(plan).unwrap_or_default();
+    // `{:#}`: pretty JSON, which a `Value` always makes.
+    let text_of = |plan: &Value| format!("{plan:#}");
     let title = plan["title"].as_str().map(str::to_owned);
     let stored = stored_plan(
         &plan_id,

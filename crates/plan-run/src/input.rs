@@ -77,45 +77,43 @@ impl PlanInput {
         !self.stored_only && (self.is_stdin() || self.path.exists())
     }
 
-    /// The plan's text, its format and its id when it names none ([`PlanInput::default_id`]);
-    /// `stdin` is read for `-`.
+    /// The plan's text, its format and its id when it names none: a file's name without its
+    /// extension, `stdin` for `-` (which is read from `stdin`), a stored plan's id as given
+    /// (`release.v2`, not `release`).
     pub fn read(
         &self,
         ledger: &Ledger,
         stdin: &mut dyn std::io::Read,
     ) -> Result<PlanText, InputError> {
-        let (source, format) = self.read_text(ledger, stdin)?;
-        Ok(PlanText {
+        let id = self.path.to_string_lossy();
+        let text = |(source, format)| PlanText {
             source,
             format,
             fallback_id: self.default_id(),
-        })
-    }
-
-    fn read_text(
-        &self,
-        ledger: &Ledger,
-        stdin: &mut dyn std::io::Read,
-    ) -> Result<(Source, Format), InputError> {
-        let id = self.path.to_string_lossy();
+        };
+        let kept = |stored: StoredSource| PlanText {
+            source: stored.source,
+            format: stored.format,
+            fallback_id: id.clone().into_owned(),
+        };
         if self.stored_only {
             return stored(&id, ledger)?
-                .map(|stored| (stored.source, stored.format))
-                .ok_or_else(|| InputError::NotStored(id.into_owned()));
+                .map(kept)
+                .ok_or_else(|| InputError::NotStored(id.clone().into_owned()));
         }
         if self.is_stdin() {
-            let text = read_bounded(stdin).map_err(InputError::Stdin)?;
-            let format = crate::format_of_text(&text);
-            return Ok((Source::new("<stdin>", text), format));
+            let read = read_bounded(stdin).map_err(InputError::Stdin)?;
+            let format = crate::format_of_text(&read);
+            return Ok(text((Source::new("<stdin>", read), format)));
         }
         match std::fs::File::open(&self.path).and_then(|mut file| read_bounded(&mut file)) {
-            Ok(text) => Ok((
-                Source::new(self.path.display().to_string(), text),
+            Ok(read) => Ok(text((
+                Source::new(self.path.display().to_string(), read),
                 Format::from_path(&self.path),
-            )),
+            ))),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => stored(&id, ledger)?
-                .map(|stored| (stored.source, stored.format))
-                .ok_or_else(|| InputError::NoSuchPlan(id.into_owned())),
+                .map(kept)
+                .ok_or_else(|| InputError::NoSuchPlan(id.clone().into_owned())),
             Err(source) => Err(InputError::Read {
                 path: self.path.clone(),
                 source,
@@ -135,7 +133,7 @@ impl PlanInput {
     }
 
     /// The plan's id when it names none: the file name without extension (`stdin` for `-`).
-    pub fn default_id(&self) -> String {
+    fn default_id(&self) -> String {
         if self.is_stdin() {
             return "stdin".to_owned();
         }
@@ -295,6 +293,40 @@ mod tests {
         assert_eq!(text.source.name(), "<stdin>");
         assert_eq!(text.format, plan_graph::Format::Yaml);
         assert_eq!(text.fallback_id, "stdin");
+    }
+
+    /// A stored plan whose text names no id keeps the id it is stored under, dots and all.
+    #[test]
+    fn a_stored_plan_s_id_is_the_one_given_not_a_file_stem() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = crate::Ledger::new(Some(&dir.path().join("state.db")), None);
+        let text = "steps: []\n".to_owned();
+        let stored = crate::stored_plan(
+            "release.v2",
+            None,
+            "release.v2.yaml".into(),
+            plan_graph::Format::Yaml,
+            text,
+            crate::Author::Operator,
+        );
+        ledger.open().unwrap().add_plan(&stored, false).unwrap();
+        for stored_only in [true, false] {
+            let input = PlanInput {
+                path: "release.v2".into(),
+                stored_only,
+            };
+            let read = input.read(&ledger, &mut std::io::empty()).unwrap();
+            assert_eq!(read.fallback_id, "release.v2");
+        }
+        // A file keeps the name of its file without the extension.
+        let file = dir.path().join("release.v3.yaml");
+        std::fs::write(&file, "steps: []\n").unwrap();
+        let input = PlanInput {
+            path: file,
+            stored_only: false,
+        };
+        let read = input.read(&ledger, &mut std::io::empty()).unwrap();
+        assert_eq!(read.fallback_id, "release.v3");
     }
 
     #[test]

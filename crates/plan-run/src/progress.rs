@@ -12,7 +12,7 @@ use plan_types::{Event, EventKind, RunReport};
 use serde_json::Value;
 
 use crate::StepState;
-use crate::words::{approval, duration, one_line};
+use crate::words::{approval, count, duration, one_line};
 
 /// The plan's top-level steps, as a view of its runs tells what a record or an event is about.
 /// Kept instead of the plan, which a run lets go of once it is compiled.
@@ -41,8 +41,10 @@ enum Shape {
     Task,
 }
 
-/// What a record's or an event's `step_id` names among a plan's [`Steps`].
+/// What a record's or an event's `step_id` names among a plan's [`Steps`]. More parts may
+/// come (a match keeps an arm for those).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Part<'a> {
     /// A top-level step (its position).
     Step(usize),
@@ -50,8 +52,8 @@ pub enum Part<'a> {
     Item(usize),
     /// A node of a block step (the step's position, and the node's path in it).
     Node(usize, &'a str),
-    /// A call of a coding task: its implement, feedback or a check (the step's position, and
-    /// the call's path in it: `implement#2`, `check-1#2`).
+    /// A call of a coding task: its implement, feedback, a check or its merge (the step's
+    /// position, and the call's path in it: `implement#2`, `check-1#2`, `merge#1`).
     TaskCall(usize, &'a str),
     /// None of the plan's: a step of an earlier revision (`run --replan`), the run itself, or
     /// a call the run makes besides the plan's steps (a task plan's `context_update`).
@@ -231,12 +233,8 @@ impl Progress {
         match event.kind {
             EventKind::RunStarted => {
                 let plan = event.plan_id.as_deref().unwrap_or("");
-                let n = self.steps.len();
-                let steps = if n == 1 { "step" } else { "steps" };
-                Some(format!(
-                    "run {} · plan `{plan}` · {n} {steps}",
-                    event.run_id
-                ))
+                let steps = count(self.steps.len(), "step", "steps");
+                Some(format!("run {} · plan `{plan}` · {steps}", event.run_id))
             }
             EventKind::ToolCalled | EventKind::BlockEntered => match seen.part {
                 Part::Step(_) if seen.started => Some(format!("▶ {}", label.unwrap_or(&id))),
@@ -495,8 +493,9 @@ mod tests {
         progress.see(&event(EventKind::StepExecuted, "build", 2));
         progress.see(&event(EventKind::StepExecuted, "build/each-0", 2));
         // A call of none of the plan's steps (a task plan's context update) is no item.
-        progress.see(&event(EventKind::ToolCalled, "context_update", 1));
-        progress.see(&event(EventKind::StepExecuted, "context_update", 1));
+        let update = plan_types::CONTEXT_UPDATE_ID;
+        progress.see(&event(EventKind::ToolCalled, update, 1));
+        progress.see(&event(EventKind::StepExecuted, update, 1));
         let counts = |p: &Progress| (p.items_started(), p.items_done(), p.retries(), p.settled());
         assert_eq!(counts(&progress), (2, 1, 2, 1));
         assert_eq!(progress.running().count(), 2);

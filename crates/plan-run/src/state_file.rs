@@ -284,7 +284,7 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
             "total_retries": total_retries,
             "elapsed_seconds": elapsed,
         },
-        "context_update": context_update(plan, layout.as_ref(), checkpoints.get("__context_update__")),
+        "context_update": context_update(plan, layout.as_ref(), checkpoints.get(plan_types::CONTEXT_UPDATE_ID)),
     })
 }
 

@@ -21,13 +21,19 @@ pub fn one_line(id: &str) -> Cow<'_, str> {
 }
 
 /// An approval's id as a sentence says it: `the plan` for the plan's own approval
-/// (`--mode approval`), else the call's id on one line.
+/// (`--mode approval`), `the workspace's context update` for that call's, else the call's id
+/// on one line.
 pub fn approval(id: &str) -> Cow<'_, str> {
-    if id == plan_types::PLAN_APPROVAL {
-        Cow::Borrowed("the plan")
-    } else {
-        one_line(id)
+    match id {
+        plan_types::PLAN_APPROVAL => Cow::Borrowed("the plan"),
+        plan_types::CONTEXT_UPDATE_ID => Cow::Borrowed("the workspace's context update"),
+        id => one_line(id),
     }
+}
+
+/// `1 call`, `2 calls`: a number with the word for it.
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// `850ms`, `12.34s`, `4m05s`, `2h03m`: a step's time and a run's alike.
@@ -42,7 +48,21 @@ pub fn duration(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{duration, one_line};
+    use super::{approval, count, duration, one_line};
+
+    #[test]
+    fn approvals_and_counts_read_as_sentences() {
+        assert_eq!(approval(plan_types::PLAN_APPROVAL), "the plan");
+        assert_eq!(
+            approval(plan_types::CONTEXT_UPDATE_ID),
+            "the workspace's context update"
+        );
+        assert_eq!(approval("deploy[a\nb]"), "deploy[a\\nb]");
+        assert_eq!(
+            (count(1, "step", "steps"), count(0, "step", "steps")),
+            ("1 step".into(), "0 steps".into())
+        );
+    }
 
     #[test]
     fn an_id_stays_on_its_line() {

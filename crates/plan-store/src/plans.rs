@@ -51,9 +51,10 @@ impl Store {
         Ok(())
     }
 
-    /// Stores a plan its author (`plan.author`) wrote, in one transaction, under the first of
-    /// its id, `ID-2`, `ID-3`, … that no other author's plan holds: no author's plan ever
-    /// replaces another's, however the writes of two authors interleave. Over one of its own
+    /// Stores a plan its author (`plan.author`, a model or an MCP client) wrote, in one
+    /// transaction, under the first of its id, `ID-2`, `ID-3`, … that no other author's plan
+    /// holds: it never replaces another author's plan, however their writes interleave (the
+    /// operator's [`Store::add_plan`] with `replace` still replaces any). Over one of its own
     /// author's only if `replace`. `text_for(id)` is the plan's text under another id than its
     /// own. Gives the id it is stored under.
     pub fn add_plan_apart(

@@ -541,6 +541,54 @@ fn a_plan_stored_apart_never_replaces_another_authors() {
     assert_eq!(store.find_plan("other").unwrap().unwrap().source, "mine");
 }
 
+/// Another writer's plan cannot slip in between the choice of a free id and the write: the
+/// operator's write of the id the model is being stored under waits for the model's
+/// transaction, then finds the id taken.
+#[test]
+fn no_write_comes_between_the_choice_of_an_id_and_its_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let plan = |id: &str, author: &str| StoredPlan {
+        plan_id: id.into(),
+        title: None,
+        name: "deploy.json".into(),
+        format: "json".into(),
+        source: author.into(),
+        hash: plan_store::plan_hash(author),
+        added_at: "2026-01-01T00:00:00.000Z".into(),
+        author: author.into(),
+    };
+    let mut store = Store::open(&path).unwrap();
+    store.add_plan(&plan("deploy", "operator"), false).unwrap();
+    let (started, started_here) = std::sync::mpsc::channel();
+    let mut operator = None;
+    let id = store
+        .add_plan_apart(plan("deploy", "model"), true, |id| {
+            // The free id is chosen: now the operator stores a plan under it.
+            let path = path.clone();
+            let started = started.clone();
+            let writer = std::thread::spawn(move || {
+                let mut other = Store::open(&path).unwrap();
+                started.send(()).unwrap();
+                other.add_plan(&plan("deploy-2", "operator"), false)
+            });
+            started_here.recv().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            assert!(!writer.is_finished(), "the write waits for the transaction");
+            operator = Some(writer);
+            id.to_owned()
+        })
+        .unwrap();
+    assert_eq!(id, "deploy-2");
+    let operator = operator.unwrap().join().unwrap();
+    assert!(
+        matches!(operator, Err(StoreError::PlanExists(ref id)) if id == "deploy-2"),
+        "{operator:?}"
+    );
+    let stored = store.find_plan("deploy-2").unwrap().unwrap();
+    assert_eq!(stored.author, "model");
+}
+
 #[test]
 fn several_writers_share_one_file_without_lock_errors() {
     let dir = tempfile::tempdir().unwrap();

@@ -120,3 +120,19 @@ pub mod reasons {
     /// names follow): it never runs, and the run ends `BLOCKED`.
     pub const UNKNOWN_DEPENDENCY: &str = "unknown dependency";
 }
+
+#[cfg(test)]
+mod tests {
+    use super::is_reserved_id;
+
+    #[test]
+    fn reserved_ids_are_those_of_the_form_double_underscore_name_double_underscore() {
+        for id in ["__meta__", "__plan__", "__context_update__", "__x__"] {
+            assert!(is_reserved_id(id), "{id}");
+        }
+        // Too short to have a name between the underscores, or not wrapped in them.
+        for id in ["____", "___", "__", "_x_", "__x", "x__", "a__b__", "deploy"] {
+            assert!(!is_reserved_id(id), "{id}");
+        }
+    }
+}

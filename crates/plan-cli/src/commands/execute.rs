@@ -22,7 +22,7 @@ pub(crate) fn run(args: &RunArgs, toolbox: &Toolbox, ledger: &Ledger) -> Result<
     // policy (widened by this command's --allow-* flags), not with the operator's powers.
     let author = args.plan.input().author(ledger)?;
     if author != plan_run::Author::Operator && !args.execution.json {
-        eprintln!(
+        say!(
             "plan `{}` was written by {}: it runs under that author's policy (--allow-tool, --allow-env, --allow-workspace or --policy widen it)",
             args.plan.plan.display(),
             author.describe()
@@ -45,6 +45,7 @@ pub(crate) fn run_as(
     // The run's programs, and a model's re-planned steps', stay in the run's folder.
     let policy = crate::policy::of(&args.policy)?.in_folder(working_dir.as_deref());
     let judged = author != plan_run::Author::Operator || args.policy.policy.is_some();
+    // A new run kept no queue, so no run is named to refuse.
     let queue = (args.execution).queue_of("", &plan_run::RunSources::default())?;
     if let Some(queue) = queue.as_ref().filter(|_| !args.dry_run) {
         toolbox.use_queue(queue)?;
@@ -105,9 +106,9 @@ pub(crate) fn run_as(
             plan_run::Author::Model => "a model's",
             _ => "under --policy, a",
         };
-        eprintln!("warning: approvals stay on: {whose} plan runs with its high-risk calls gated");
+        say!("warning: approvals stay on: {whose} plan runs with its high-risk calls gated");
     }
-    (execution.state_file.as_deref()).map_or(Ok(()), plan_run::check_state_file)?;
+    execution.check_state_file()?;
     let store = ledger.open()?;
     let run_id = start.run_id.clone();
     let shown = Shown::new(&run_id, execution, toolbox);
@@ -121,9 +122,10 @@ pub(crate) fn run_as(
         let mut replanner = plan_run::Replanner::new(args.replan, model, replanning);
         let mut said = |replanned: &plan_run::Replanned| {
             shown.finish_part();
-            eprintln!(
+            say!(
                 "run {run_id}: {}; re-planned (revision {}), the run goes on",
-                replanned.failure, replanned.revision
+                replanned.failure,
+                replanned.revision
             );
         };
         let env = |name: &str| std::env::var(name).ok();
@@ -208,13 +210,13 @@ fn go_on(
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
     let queue = execution.queue_of(run, stored)?;
-    (execution.state_file.as_deref()).map_or(Ok(()), plan_run::check_state_file)?;
+    execution.check_state_file()?;
     // A ledger that cannot be opened is said by the resume itself.
     if execution.approvals == Some(false)
         && let Ok(store) = ledger.open_reader()
         && let Ok(Some(why)) = plan_run::approvals_kept_on(&store, run)
     {
-        eprintln!("warning: --approvals off is not followed: {why}, so its high-risk calls wait");
+        say!("warning: --approvals off is not followed: {why}, so its high-risk calls wait");
     }
     let (report, steps) = continue_run(run, options, queue.as_ref(), execution, toolbox, ledger)?;
     let code = print_outcome(&report, steps.as_deref(), execution)?;
@@ -223,9 +225,10 @@ fn go_on(
         plan_types::TaskStatus::Failed | plan_types::TaskStatus::Partial
     );
     if failed && !options.retry_failed && !execution.json {
-        eprintln!(
+        say!(
             "run {0} ended {1}; run its failed steps (and what follows them) again with `plan-cli resume {0} --retry-failed`",
-            report.run_id, report.task_status
+            report.run_id,
+            report.task_status
         );
     }
     Ok(code)
@@ -285,7 +288,7 @@ pub(crate) fn print_outcome(
         super::print_summary(&output::summary(report, steps, execution.show_results))?;
     }
     if report.task_status == plan_types::TaskStatus::Stopped && !json {
-        eprintln!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
+        say!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
     }
     if report.task_status == plan_types::TaskStatus::Waiting && !json {
         print(&output::waiting(report))?;
@@ -327,7 +330,7 @@ impl<'a> Shown<'a> {
             if let Some(lost) = lost {
                 tokio::spawn(async move {
                     tokio::select! {
-                        () = lost.cancelled() => eprintln!("the queue was lost; the run stops and can be resumed"),
+                        () = lost.cancelled() => say!("the queue was lost; the run stops and can be resumed"),
                         () = cancel.cancelled() => {}
                     }
                 });
@@ -421,7 +424,7 @@ async fn stop_on_signals(
     // Above the progress bar when there is one, so that no line is left half drawn.
     let say = |line: &str| match lock(&live).as_ref() {
         Some(live) => live.say(line, None),
-        None => eprintln!("{line}"),
+        None => say!("{line}"),
     };
     if !signals.next().await {
         return;
@@ -434,7 +437,7 @@ async fn stop_on_signals(
         if let Some(live) = lock(&live).take() {
             live.finish();
         }
-        eprintln!(
+        say!(
             "exiting at once; what finished is in the ledger: continue with `plan-cli resume {run_id}`"
         );
         std::process::exit(plan_types::TaskStatus::Stopped.exit_code());

@@ -122,7 +122,7 @@ pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure>
     };
     print(&text)?;
     for (server, error) in &broken {
-        eprintln!(
+        say!(
             "MCP server `{server}` is not listed: {}",
             crate::output::terminal_safe(error)
         );
@@ -391,7 +391,7 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
                 Failure::input(format!("cannot write {}: {error}", path.display()))
             })?;
             let steps = plan["steps"].as_array().map_or(0, Vec::len);
-            eprintln!(
+            say!(
                 "wrote {0} ({1}); next: plan-cli validate {0}; plan-cli run {0}",
                 path.display(),
                 count(steps, "task", "tasks")

@@ -16,7 +16,7 @@ pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Resul
     let model = match super::plans::endpoint(None) {
         Ok(model) => model,
         Err(_) => {
-            eprintln!(
+            say!(
                 "warning: PLAN_LLM_URL is set but PLAN_LLM_MODEL is not: plans are written from goals only for clients that offer sampling"
             );
             None
