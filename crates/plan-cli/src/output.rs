@@ -163,7 +163,8 @@ pub(crate) fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> S
             out.push_str(&part_line(record, &id, width));
             continue;
         }
-        let reason = record.reason.as_deref().unwrap_or("");
+        // Reasons and messages come from tools and plans: each stays on its line.
+        let reason = one_line(record.reason.as_deref().unwrap_or(""));
         let took = duration(record.duration_ms);
         let line = match StepState::of(record, report.task_status) {
             StepState::Running => {
@@ -172,7 +173,7 @@ pub(crate) fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> S
             StepState::Interrupted => match &record.error {
                 Some(error) => format!(
                     "■ {id:<width$}  {took}  interrupted: {}; it runs again on resume",
-                    error.message
+                    one_line(&error.message)
                 ),
                 None => format!("■ {id:<width$}  {reason}; it runs again on resume"),
             },
@@ -194,8 +195,9 @@ pub(crate) fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> S
                 format!("✓ {id:<width$}  {took}{retries}")
             }
             StepState::Failed => {
-                let error = (record.error.as_ref())
-                    .map_or(String::new(), |e| format!("{}: {}", e.code, e.message));
+                let error = (record.error.as_ref()).map_or(String::new(), |e| {
+                    format!("{}: {}", e.code, one_line(&e.message))
+                });
                 let attempts = if record.attempts > 1 {
                     format!(" after {} attempts", record.attempts)
                 } else {
@@ -244,7 +246,7 @@ pub(crate) fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> S
         && let Some(reason) = &meta.reason
     {
         let reason = reason.split("; task_status=").next().unwrap_or(reason);
-        out.push_str(&format!("✗ {reason}\n"));
+        out.push_str(&format!("✗ {}\n", one_line(reason)));
     }
     let total = report.records.last().map_or(0, |meta| meta.duration_ms);
     let mut parts = String::new();
@@ -283,12 +285,12 @@ fn part_line(record: &Record, id: &str, width: usize) -> String {
             "✗ {id:<width$}  {}  {}: {}",
             duration(record.duration_ms),
             error.code,
-            error.message
+            one_line(&error.message)
         )
     } else {
         format!(
             "- {id:<width$}  {}",
-            record.reason.as_deref().unwrap_or("not run")
+            one_line(record.reason.as_deref().unwrap_or("not run"))
         )
     };
     line + "\n"
@@ -314,13 +316,13 @@ pub(crate) fn waiting(report: &RunReport) -> String {
             continue;
         }
         let what = match (&pending.reason, &pending.tool) {
-            (Some(reason), _) => reason.clone(),
+            (Some(reason), _) => one_line(reason).into_owned(),
             (None, tool) => {
                 let args = pending
                     .args
                     .as_ref()
                     .map_or(String::new(), |args| format!(" {args}"));
-                format!("{}{args}", tool.as_deref().unwrap_or("block"))
+                format!("{}{args}", one_line(tool.as_deref().unwrap_or("block")))
             }
         };
         out.push_str(&format!(
@@ -376,7 +378,7 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
                 one_line(&call.step_id),
                 one_line(&call.tool),
                 error.code,
-                error.message
+                one_line(&error.message)
             ),
             (None, Some(on)) => format!(
                 "{}  {} {} for each item of {on}{after}",
@@ -420,6 +422,11 @@ fn short(id: &str) -> String {
 /// whose index is in `right` is aligned right. Rows may have fewer cells than others. No line
 /// ends in spaces.
 pub(crate) fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
+    // A cell (a plan's title, a tool's name) may come from a model, a client or a server: it
+    // stays in its row.
+    let rows: Vec<Vec<std::borrow::Cow<'_, str>>> = (rows.iter())
+        .map(|row| row.iter().map(|cell| one_line(cell)).collect())
+        .collect();
     let width = |c: usize| {
         (rows.iter().filter_map(|row| row.get(c)))
             .map(|cell| cell.chars().count())
@@ -429,7 +436,7 @@ pub(crate) fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
     let most = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..most).map(width).collect();
     let mut text = String::new();
-    for row in rows {
+    for row in &rows {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
             let pad = " ".repeat(widths[c].saturating_sub(cell.chars().count()));
@@ -458,7 +465,7 @@ pub(crate) fn say(line: &str) {
 /// escape sequence in it, say) are shown as `\u{1b}`, never sent to the terminal to act on.
 /// Newlines and tabs stay.
 pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    let unsafe_char = |c: char| plan_types::is_unprintable(c) && c != '\n' && c != '\t';
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -569,6 +576,9 @@ mod tests {
             vec!["nn".into(), "100".into()],
         ];
         assert_eq!(columns(&right, &[1]), "n     1\nnn  100\n");
+        // A title a model wrote cannot draw a row of its own.
+        let forged = [vec!["p".into(), "mine\ndeploy  (operator)".into()]];
+        assert_eq!(columns(&forged, &[]), "p  mine\\ndeploy  (operator)\n");
     }
 
     #[test]

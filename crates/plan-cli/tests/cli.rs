@@ -593,7 +593,7 @@ fn control_characters_from_a_plan_never_reach_the_terminal_raw() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("a step id cannot hold control characters"),
+        stderr.contains("a step id cannot hold control or invisible characters"),
         "{stderr}"
     );
     assert!(

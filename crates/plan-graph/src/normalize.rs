@@ -70,14 +70,15 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
     if raw
         .id
         .as_deref()
-        .is_some_and(|id| id.chars().any(char::is_control))
+        .is_some_and(|id| id.chars().any(plan_types::is_unprintable))
     {
-        // Shown on one line where a person decides (`plan create --run` asks by it).
+        // Shown on one line where a person decides (`plan create --run` asks by it), and
+        // never passing for another plan's id.
         issues.push(
             Issue::error(
                 "plan::invalid_id",
                 root.clone().key("id"),
-                "a plan id cannot hold control characters (a newline, a tab, an escape)",
+                "a plan id cannot hold control or invisible characters (a newline, a tab, an escape, a zero-width space, a direction mark)",
             )
             .help("choose an id of printable characters"),
         );
@@ -291,14 +292,14 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             at.clone().key("id"),
             "a step id cannot be empty",
         ));
-    } else if id.0.chars().any(char::is_control) {
+    } else if id.0.chars().any(plan_types::is_unprintable) {
         // An id is shown on one line wherever a person reads it: one with a newline or an
         // escape sequence in it could draw lines (a step that succeeded) of its own.
         issues.push(
             Issue::error(
                 "plan::invalid_id",
                 at.clone().key("id"),
-                "a step id cannot hold control characters (a newline, a tab, an escape)",
+                "a step id cannot hold control or invisible characters (a newline, a tab, an escape, a zero-width space, a direction mark)",
             )
             .help("choose an id of printable characters"),
         );

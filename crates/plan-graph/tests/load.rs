@@ -175,7 +175,7 @@ fn structural_errors_name_the_field_and_its_position() {
         Format::Json,
         &[(
             "plan::invalid_id",
-            "a step id cannot hold control characters (a newline, a tab, an escape)",
+            "a step id cannot hold control or invisible characters (a newline, a tab, an escape, a zero-width space, a direction mark)",
             1,
             19,
         )],
@@ -185,10 +185,29 @@ fn structural_errors_name_the_field_and_its_position() {
         Format::Json,
         &[(
             "plan::invalid_id",
-            "a plan id cannot hold control characters (a newline, a tab, an escape)",
+            "a plan id cannot hold control or invisible characters (a newline, a tab, an escape, a zero-width space, a direction mark)",
             1,
             8,
         )],
+    );
+    // Nor one that passes for another: `deploy` with a zero-width space, or reversed.
+    check_errors(
+        "{\"id\": \"deploy\\u200b\", \"steps\": [{\"id\": \"x\\u202eyolpeD\", \"tool\": \"echo\"}]}",
+        Format::Json,
+        &[
+            (
+                "plan::invalid_id",
+                "a step id cannot hold control or invisible characters (a newline, a tab, an escape, a zero-width space, a direction mark)",
+                1,
+                41,
+            ),
+            (
+                "plan::invalid_id",
+                "a plan id cannot hold control or invisible characters (a newline, a tab, an escape, a zero-width space, a direction mark)",
+                1,
+                8,
+            ),
+        ],
     );
     check_errors(
         "max_concurrency: 0\nsteps: []\n",

@@ -133,13 +133,18 @@ impl PlanInput {
     }
 
     /// The plan's id when it names none: the file name without extension (`stdin` for `-`).
+    /// A character of a file's name that would not show as itself (`plan::invalid_id` refuses
+    /// it in an id the plan names) is `_`.
     fn default_id(&self) -> String {
         if self.is_stdin() {
             return "stdin".to_owned();
         }
         self.path.file_stem().map_or_else(
             || "plan".to_owned(),
-            |stem| stem.to_string_lossy().into_owned(),
+            |stem| {
+                let stem = stem.to_string_lossy();
+                stem.replace(plan_types::is_unprintable, "_")
+            },
         )
     }
 
@@ -327,6 +332,15 @@ mod tests {
         };
         let read = input.read(&ledger, &mut std::io::empty()).unwrap();
         assert_eq!(read.fallback_id, "release.v3");
+        // A file's name that would draw a line of its own gives an id that cannot.
+        let file = dir.path().join("x\n✓ deploy\u{1b}[2J.yaml");
+        std::fs::write(&file, "steps: []\n").unwrap();
+        let input = PlanInput {
+            path: file,
+            stored_only: false,
+        };
+        let read = input.read(&ledger, &mut std::io::empty()).unwrap();
+        assert_eq!(read.fallback_id, "x_✓ deploy_[2J");
     }
 
     #[test]

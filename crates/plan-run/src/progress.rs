@@ -68,7 +68,7 @@ impl Steps {
             labels: plan
                 .steps
                 .iter()
-                .map(|step| format!("{} [{}]", step.id.0, step.kind()))
+                .map(|step| format!("{} [{}]", step.id.0, one_line(step.kind())))
                 .collect(),
             shapes: plan
                 .steps
@@ -221,7 +221,8 @@ impl Progress {
     /// run's start, a step's start and end (its label, `build [exec]`), a block node's and a
     /// task call's, a retry, a task's progress, what waits for approval. Nothing for the rest
     /// (a map item's call or success, or an event of none of the plan's steps that did not
-    /// fail). Ids are on one line ([`one_line`]).
+    /// fail). Whatever comes from the plan or a tool (ids, tool names, errors, reasons) is
+    /// on one line ([`one_line`]): a line is one event's.
     pub fn line(&self, event: &Event, seen: Seen<'_>) -> Option<String> {
         let id = one_line(event.step_id.as_deref().unwrap_or(""));
         let label = match seen.part {
@@ -232,7 +233,7 @@ impl Progress {
         let inside = matches!(seen.part, Part::Node(..) | Part::TaskCall(..));
         match event.kind {
             EventKind::RunStarted => {
-                let plan = event.plan_id.as_deref().unwrap_or("");
+                let plan = one_line(event.plan_id.as_deref().unwrap_or(""));
                 let steps = count(self.steps.len(), "step", "steps");
                 Some(format!("run {} · plan `{plan}` · {steps}", event.run_id))
             }
@@ -276,7 +277,7 @@ impl Progress {
                 }
             }
             EventKind::StepSkipped => {
-                let reason = event.reason.as_deref().unwrap_or("");
+                let reason = one_line(event.reason.as_deref().unwrap_or(""));
                 // As the summary words it: a step that can never run is not a skip.
                 label.map(|label| {
                     if reason.starts_with(plan_types::reasons::UNKNOWN_DEPENDENCY) {
@@ -297,7 +298,7 @@ impl Progress {
                     "merging" => Some(format!("… {id}  merging")),
                     "failed" => {
                         let message = event.error.as_ref().and_then(|e| e.get("message"));
-                        let why = message.and_then(Value::as_str).unwrap_or("");
+                        let why = one_line(message.and_then(Value::as_str).unwrap_or(""));
                         Some(format!("↻ {id}  attempt {attempt} failed: {why}"))
                     }
                     _ => None,
@@ -357,7 +358,7 @@ fn error_text(event: &Event) -> String {
         let value = event.error.as_ref().and_then(|error| error.get(name));
         value.and_then(Value::as_str).unwrap_or("").to_owned()
     };
-    format!("{}: {}", field("code"), field("message"))
+    one_line(&format!("{}: {}", field("code"), field("message"))).into_owned()
 }
 
 /// A run's records counted as a view of the run counts them: the plan's steps by their
@@ -580,6 +581,13 @@ mod tests {
             said(odd).unwrap(),
             "✗ build/each[a\\n✓ b]  0ms  E_EXEC: exit 1"
         );
+        // Nor can a tool's error message draw a line of its own.
+        let forged = with(event(EventKind::StepExecuted, "build/each", 1), &|e| {
+            e.ok = Some(false);
+            e.error = Some(serde_json::json!({"code": "E_MCP", "message": "boom\n✓ deploy"}));
+        });
+        let line = said(forged).unwrap();
+        assert_eq!(line, "✗ build/each [echo]  0ms  E_MCP: boom\\n✓ deploy");
         // A task's call is said as a block node's is.
         let check = with(event(EventKind::ToolCalled, "t/check-1#1", 1), &|e| {
             e.tool = Some(Arc::from("exec"));

@@ -3,15 +3,17 @@
 
 use std::borrow::Cow;
 
-/// An id (a map item's may come from any tool's data) as a line shows it: every control
-/// character escaped, newlines and tabs too, so that it stays on its line and cannot draw one.
+/// Text from a plan or a tool (a map item's id from any tool's data, an error's message, a
+/// tool's name) as a line shows it: every character that would not show as itself
+/// ([`plan_types::is_unprintable`]) escaped, newlines and tabs too, so that it stays on its
+/// line and cannot draw one or pass for other text.
 pub fn one_line(id: &str) -> Cow<'_, str> {
-    if !id.chars().any(char::is_control) {
+    if !id.chars().any(plan_types::is_unprintable) {
         return Cow::Borrowed(id);
     }
     let mut out = String::with_capacity(id.len() + 8);
     for c in id.chars() {
-        if c.is_control() {
+        if plan_types::is_unprintable(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -67,6 +69,7 @@ mod tests {
     #[test]
     fn an_id_stays_on_its_line() {
         assert_eq!(one_line("deploy[eu]"), "deploy[eu]");
+        assert_eq!(one_line("deploy\u{200b}"), "deploy\\u{200b}");
         assert_eq!(one_line("a\n✓ b\t\u{1b}[2J"), "a\\n✓ b\\t\\u{1b}[2J");
     }
 

@@ -121,9 +121,53 @@ pub mod reasons {
     pub const UNKNOWN_DEPENDENCY: &str = "unknown dependency";
 }
 
+/// Whether `c` would not show as itself on a line: a control character (a newline, a tab, an
+/// escape), a line or paragraph separator, or an invisible format character (a zero-width
+/// space, a direction mark or override, a soft hyphen). An id with one could draw a line of
+/// its own or pass for another id; text shown on a line escapes them.
+pub fn is_unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{00AD}'
+                | '\u{0600}'..='\u{0605}'
+                | '\u{061C}'
+                | '\u{06DD}'
+                | '\u{070F}'
+                | '\u{0890}'..='\u{0891}'
+                | '\u{08E2}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{206F}'
+                | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{110BD}'
+                | '\u{110CD}'
+                | '\u{13430}'..='\u{1343F}'
+                | '\u{1BCA0}'..='\u{1BCA3}'
+                | '\u{1D173}'..='\u{1D17A}'
+                | '\u{E0001}'
+                | '\u{E0020}'..='\u{E007F}'
+        )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_reserved_id;
+    use super::{is_reserved_id, is_unprintable};
+
+    #[test]
+    fn what_would_not_show_as_itself_is_unprintable() {
+        for c in [
+            '\n', '\t', '\u{1b}', '\u{200B}', '\u{202E}', '\u{2066}', '\u{FEFF}', '\u{2028}',
+        ] {
+            assert!(is_unprintable(c), "{:?}", c);
+        }
+        for c in ['a', 'é', '✓', '＿', ' ', '-', '/'] {
+            assert!(!is_unprintable(c), "{c}");
+        }
+    }
 
     #[test]
     fn reserved_ids_are_those_of_the_form_double_underscore_name_double_underscore() {

@@ -84,10 +84,9 @@ pub(crate) fn show(args: &ShowArgs, toolbox: &Toolbox, ledger: &Ledger) -> Resul
 fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
     match format {
         GraphFormat::Ascii => {
-            let title = plan
-                .title
-                .as_deref()
-                .map_or(String::new(), |t| format!(" — {t}"));
+            let title = plan.title.as_deref().map_or(String::new(), |t| {
+                format!(" — {}", crate::output::one_line(t))
+            });
             let picture = if plan.steps.is_empty() {
                 "no steps: a run of this plan calls nothing and completes at once\n".to_owned()
             } else {
