@@ -760,7 +760,8 @@ fn a_call_run_again_through_the_queue_is_a_new_job_and_counts_attempts_on() {
             "a job per attempt: {jobs}"
         );
     }
-    drop(ours);
+    // A dropped `Child` runs on: the worker is stopped, or every test run leaves one behind.
+    stop(ours, "TERM");
 }
 
 /// A run keeps its queue: a high-risk call of a tool only a worker serves is approved,
