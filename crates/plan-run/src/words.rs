@@ -8,7 +8,9 @@ use std::borrow::Cow;
 /// ([`plan_types::is_unprintable`]) escaped, newlines and tabs too, so that it stays on its
 /// line and cannot draw one or pass for other text.
 pub fn one_line(id: &str) -> Cow<'_, str> {
-    if !id.chars().any(plan_types::is_unprintable) {
+    // Printable ASCII, byte by byte, before any character is decoded: nearly every id.
+    let printable_ascii = id.bytes().all(|b| (b' '..=b'~').contains(&b));
+    if printable_ascii || !id.chars().any(plan_types::is_unprintable) {
         return Cow::Borrowed(id);
     }
     let mut out = String::with_capacity(id.len() + 8);

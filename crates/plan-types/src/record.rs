@@ -126,6 +126,11 @@ pub mod reasons {
 /// space, a direction mark or override, a soft hyphen). An id with one could draw a line of
 /// its own or pass for another id; text shown on a line escapes them.
 pub fn is_unprintable(c: char) -> bool {
+    // Most ids are ASCII: one comparison, not twenty (a live view asks for every character
+    // of every map item's id).
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
     c.is_control()
         || matches!(
             c,
