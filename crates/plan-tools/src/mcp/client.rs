@@ -599,14 +599,18 @@ impl Watch {
     }
 
     fn report(&self, report: ProgressReport) {
+        let (progress, total) = (report.progress, report.total);
+        // Reported before it counts as seen: a call's answer that finds its progress complete
+        // ends the call (`tool.succeeded`) at once, and the event of the notification that
+        // completed it must already be out (it came after the answer now and then).
+        self.reporter.report(report);
         {
             let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            seen.0 = seen.0.max(report.progress);
-            if report.total.is_some() {
-                seen.1 = report.total;
+            seen.0 = seen.0.max(progress);
+            if total.is_some() {
+                seen.1 = total;
             }
         }
-        self.reporter.report(report);
         self.changed.notify_waiters();
     }
 }
