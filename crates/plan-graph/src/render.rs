@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use plan_types::one_line;
+
 use crate::dag::Dependencies;
 use crate::model::{Block, Plan, Transition};
 
@@ -86,7 +88,9 @@ pub fn ascii(plan: &Plan, mark: &dyn Fn(usize) -> Mark) -> String {
                     .collect();
                 let _ = write!(line, "← after: {}", after.join(", "));
             }
-            out.push_str(line.trim_end());
+            // A title, a tool's name or a condition a model wrote cannot draw lines of its own in
+            // the picture a person reads before running its plan (`plan create --run`).
+            out.push_str(&one_line(line.trim_end()));
             out.push('\n');
             if let Some(block) = &step.block {
                 ascii_block(block, 1, &mut out);
@@ -121,7 +125,8 @@ fn ascii_block(block: &Block, depth: usize, out: &mut String) {
                 format!("  → {}", arms.join(", "))
             }
         };
-        let _ = writeln!(out, "{indent}{start} {name} {kind}{next}");
+        let line = format!("{indent}{start} {name} {kind}{next}");
+        let _ = writeln!(out, "{}", one_line(&line));
         if let Some(nested) = &node.block {
             ascii_block(nested, depth + 1, out);
         }

@@ -197,3 +197,27 @@ fn issues_of(text: &str) -> Vec<(String, String)> {
             .collect(),
     }
 }
+
+/// A title, a tool's name or a condition a model wrote cannot draw lines of its own in the
+/// picture a person reads before the plan runs.
+#[test]
+fn the_picture_keeps_each_step_on_its_line() {
+    let text = serde_json::json!({"steps": [
+        {"id": "a", "title": "build\n● deploy  [echo]", "tool": "echo"},
+        {"id": "b", "tool": "echo", "depends_on": ["a"]}
+    ]})
+    .to_string();
+    let loaded = load(
+        Source::new("p.json", text),
+        Format::Json,
+        &LoadOptions::default(),
+    )
+    .expect("a valid plan");
+    let picture = plan_graph::render::ascii(&loaded.plan, &|_| plan_graph::render::Mark::Pending);
+    assert_eq!(
+        picture.lines().filter(|l| !l.is_empty()).count(),
+        2,
+        "{picture}"
+    );
+    assert!(picture.contains("build\\n● deploy"), "{picture}");
+}

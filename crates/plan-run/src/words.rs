@@ -3,26 +3,7 @@
 
 use std::borrow::Cow;
 
-/// Text from a plan or a tool (a map item's id from any tool's data, an error's message, a
-/// tool's name) as a line shows it: every character that would not show as itself
-/// ([`plan_types::is_unprintable`]) escaped, newlines and tabs too, so that it stays on its
-/// line and cannot draw one or pass for other text.
-pub fn one_line(id: &str) -> Cow<'_, str> {
-    // Printable ASCII, byte by byte, before any character is decoded: nearly every id.
-    let printable_ascii = id.bytes().all(|b| (b' '..=b'~').contains(&b));
-    if printable_ascii || !id.chars().any(plan_types::is_unprintable) {
-        return Cow::Borrowed(id);
-    }
-    let mut out = String::with_capacity(id.len() + 8);
-    for c in id.chars() {
-        if plan_types::is_unprintable(c) {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
-}
+pub use plan_types::one_line;
 
 /// An approval's id as a sentence says it: `the plan` for the plan's own approval
 /// (`--mode approval`), `the workspace's context update` for that call's, else the call's id

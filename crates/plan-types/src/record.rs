@@ -158,6 +158,27 @@ pub fn is_unprintable(c: char) -> bool {
         )
 }
 
+/// Text from a plan or a tool (a map item's id from any tool's data, an error's message, a
+/// tool's name) as a line shows it: every character that would not show as itself
+/// ([`is_unprintable`]) escaped, newlines and tabs too, so that it stays on its
+/// line and cannot draw one or pass for other text.
+pub fn one_line(id: &str) -> std::borrow::Cow<'_, str> {
+    // Printable ASCII, byte by byte, before any character is decoded: nearly every id.
+    let printable_ascii = id.bytes().all(|b| (b' '..=b'~').contains(&b));
+    if printable_ascii || !id.chars().any(is_unprintable) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        if is_unprintable(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{is_reserved_id, is_unprintable};
