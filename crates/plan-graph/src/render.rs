@@ -139,7 +139,7 @@ fn mermaid_block(block: &Block, id: &str, title: &str, depth: usize, out: &mut S
     let _ = writeln!(
         out,
         "{indent}subgraph {id}[\"{}\"]",
-        title.replace('"', "#quot;")
+        one_line(title).replace('"', "#quot;")
     );
     for (name, node) in &block.nodes {
         let node_id = format!("{id}_{}", sanitize(name));
@@ -148,7 +148,7 @@ fn mermaid_block(block: &Block, id: &str, title: &str, depth: usize, out: &mut S
                 let _ = writeln!(
                     out,
                     "{indent}    {node_id}[\"{}<br/>[{tool}]\"]",
-                    name.replace('"', "#quot;")
+                    one_line(name).replace('"', "#quot;")
                 );
             }
             (None, Some(nested)) => mermaid_block(nested, &node_id, name, depth + 1, out),
@@ -166,7 +166,7 @@ fn mermaid_block(block: &Block, id: &str, title: &str, depth: usize, out: &mut S
                     let _ = writeln!(
                         out,
                         "{indent}    {from_id} -- {} --> {id}_{}",
-                        b.condition,
+                        one_line(&b.condition),
                         sanitize(&b.target)
                     );
                 }
@@ -263,7 +263,12 @@ pub fn mermaid(plan: &Plan) -> String {
         } else {
             format!("{}. {}<br/>[{}]", step.id, title, step.kind())
         };
-        let _ = writeln!(out, "    s{i}[\"{}\"]", text.replace('"', "#quot;"));
+        // On one line: a newline in a title would end the node's line in the middle.
+        let _ = writeln!(
+            out,
+            "    s{i}[\"{}\"]",
+            one_line(&text).replace('"', "#quot;")
+        );
     }
     for (i, list) in deps.deps.iter().enumerate() {
         for &d in list {

@@ -221,3 +221,21 @@ fn the_picture_keeps_each_step_on_its_line() {
     );
     assert!(picture.contains("build\\n● deploy"), "{picture}");
 }
+
+/// Nor in Mermaid's picture, where a newline would end a node's line in the middle.
+#[test]
+fn mermaid_keeps_each_node_on_its_line() {
+    let text = serde_json::json!({"steps": [
+        {"id": "a", "title": "build\"]\n    x[\"forged", "tool": "echo"}
+    ]})
+    .to_string();
+    let loaded = load(
+        Source::new("p.json", text),
+        Format::Json,
+        &LoadOptions::default(),
+    )
+    .expect("a valid plan");
+    let picture = plan_graph::render::mermaid(&loaded.plan);
+    assert_eq!(picture.lines().count(), 2, "{picture}");
+    assert!(!picture.contains("\n    x["), "{picture}");
+}
