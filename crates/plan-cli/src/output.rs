@@ -126,8 +126,7 @@ impl Live {
 impl EventSink for Live {
     fn emit(&self, event: &Event) {
         let mut progress = self.lock();
-        let seen = progress.see(event);
-        if let Some(line) = progress.line(event, seen) {
+        if let Some(line) = progress.say(event) {
             self.say(&line, Some(&event.ts));
         }
         self.show(&progress);

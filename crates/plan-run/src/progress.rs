@@ -217,7 +217,15 @@ impl Progress {
         Seen { part, started }
     }
 
-    /// The line a live view of the run shows for `event`, as [`Progress::see`] saw it: the
+    /// Takes `event` into account ([`Progress::see`]) and gives the line a live view of the
+    /// run shows for it ([`Progress::line`]).
+    pub fn say(&mut self, event: &Event) -> Option<String> {
+        let seen = self.see(event);
+        self.line(event, seen)
+    }
+
+    /// The line a live view of the run shows for `event`, as [`Progress::see`] saw it (`seen`
+    /// must be what `see` gave for this event: [`Progress::say`] does both): the
     /// run's start, a step's start and end (its label, `build [exec]`), a block node's and a
     /// task call's, a retry, a task's progress, what waits for approval. Nothing for the rest
     /// (a map item's call or success, or an event of none of the plan's steps that did not
@@ -536,10 +544,7 @@ mod tests {
     #[test]
     fn each_event_is_said_in_the_line_a_live_view_shows() {
         let mut progress = Progress::new(Arc::new(steps()));
-        let mut said = |event: Event| {
-            let seen = progress.see(&event);
-            progress.line(&event, seen)
-        };
+        let mut said = |event: Event| progress.say(&event);
         let with = |mut event: Event, edit: &dyn Fn(&mut Event)| {
             edit(&mut event);
             event
