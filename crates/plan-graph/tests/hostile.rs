@@ -198,22 +198,22 @@ fn issues_of(text: &str) -> Vec<(String, String)> {
     }
 }
 
+/// A JSON plan that loads.
+fn valid(plan: serde_json::Value) -> plan_graph::Plan {
+    let source = Source::new("p.json", plan.to_string());
+    let loaded = load(source, Format::Json, &LoadOptions::default()).expect("a valid plan");
+    loaded.plan
+}
+
 /// A title, a tool's name or a condition a model wrote cannot draw lines of its own in the
 /// picture a person reads before the plan runs.
 #[test]
 fn the_picture_keeps_each_step_on_its_line() {
-    let text = serde_json::json!({"steps": [
+    let plan = valid(serde_json::json!({"steps": [
         {"id": "a", "title": "build\n● deploy  [echo]", "tool": "echo"},
         {"id": "b", "tool": "echo", "depends_on": ["a"]}
-    ]})
-    .to_string();
-    let loaded = load(
-        Source::new("p.json", text),
-        Format::Json,
-        &LoadOptions::default(),
-    )
-    .expect("a valid plan");
-    let picture = plan_graph::render::ascii(&loaded.plan, &|_| plan_graph::render::Mark::Pending);
+    ]}));
+    let picture = plan_graph::render::ascii(&plan, &|_| plan_graph::render::Mark::Pending);
     assert_eq!(
         picture.lines().filter(|l| !l.is_empty()).count(),
         2,
@@ -225,17 +225,10 @@ fn the_picture_keeps_each_step_on_its_line() {
 /// Nor in Mermaid's picture, where a newline would end a node's line in the middle.
 #[test]
 fn mermaid_keeps_each_node_on_its_line() {
-    let text = serde_json::json!({"steps": [
+    let plan = valid(serde_json::json!({"steps": [
         {"id": "a", "title": "build\"]\n    x[\"forged", "tool": "echo"}
-    ]})
-    .to_string();
-    let loaded = load(
-        Source::new("p.json", text),
-        Format::Json,
-        &LoadOptions::default(),
-    )
-    .expect("a valid plan");
-    let picture = plan_graph::render::mermaid(&loaded.plan);
+    ]}));
+    let picture = plan_graph::render::mermaid(&plan);
     assert_eq!(picture.lines().count(), 2, "{picture}");
     assert!(!picture.contains("\n    x["), "{picture}");
 }

@@ -175,6 +175,26 @@ pub fn store_generated(
     })
 }
 
+/// Stores the operator's plan, prepared (and so judged as a run would judge it), in the
+/// registry under its id, its source's name and text: over one stored under that id only with
+/// `replace`.
+pub fn store_prepared(
+    ledger: &crate::Ledger,
+    prepared: &crate::Prepared,
+    replace: bool,
+) -> Result<(), LifecycleError> {
+    let source = &prepared.loaded.source;
+    let stored = stored_plan(
+        prepared.program.plan_id(),
+        prepared.loaded.plan.title.clone(),
+        source.name().to_owned(),
+        prepared.format,
+        source.text().to_owned(),
+        Author::Operator,
+    );
+    Ok(ledger.open()?.add_plan(&stored, replace)?)
+}
+
 /// A plan's text as the registry keeps it, added now.
 pub fn stored_plan(
     plan_id: &str,

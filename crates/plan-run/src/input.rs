@@ -315,32 +315,26 @@ mod tests {
             crate::Author::Operator,
         );
         ledger.open().unwrap().add_plan(&stored, false).unwrap();
+        let fallback_of = |path: std::path::PathBuf, stored_only: bool| {
+            let input = PlanInput { path, stored_only };
+            input
+                .read(&ledger, &mut std::io::empty())
+                .unwrap()
+                .fallback_id
+        };
         for stored_only in [true, false] {
-            let input = PlanInput {
-                path: "release.v2".into(),
-                stored_only,
-            };
-            let read = input.read(&ledger, &mut std::io::empty()).unwrap();
-            assert_eq!(read.fallback_id, "release.v2");
+            assert_eq!(fallback_of("release.v2".into(), stored_only), "release.v2");
         }
-        // A file keeps the name of its file without the extension.
-        let file = dir.path().join("release.v3.yaml");
-        std::fs::write(&file, "steps: []\n").unwrap();
-        let input = PlanInput {
-            path: file,
-            stored_only: false,
-        };
-        let read = input.read(&ledger, &mut std::io::empty()).unwrap();
-        assert_eq!(read.fallback_id, "release.v3");
-        // A file's name that would draw a line of its own gives an id that cannot.
-        let file = dir.path().join("x\n✓ deploy\u{1b}[2J.yaml");
-        std::fs::write(&file, "steps: []\n").unwrap();
-        let input = PlanInput {
-            path: file,
-            stored_only: false,
-        };
-        let read = input.read(&ledger, &mut std::io::empty()).unwrap();
-        assert_eq!(read.fallback_id, "x_✓ deploy_[2J");
+        // A file keeps the name of its file without the extension; one that would draw a
+        // line of its own gives an id that cannot.
+        for (name, id) in [
+            ("release.v3.yaml", "release.v3"),
+            ("x\n✓ deploy\u{1b}[2J.yaml", "x_✓ deploy_[2J"),
+        ] {
+            let file = dir.path().join(name);
+            std::fs::write(&file, "steps: []\n").unwrap();
+            assert_eq!(fallback_of(file, false), id);
+        }
     }
 
     #[test]

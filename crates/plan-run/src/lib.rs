@@ -79,6 +79,7 @@ mod decide;
 mod error;
 mod events_file;
 mod execute;
+mod gc;
 mod generate;
 mod input;
 mod policy;
@@ -101,9 +102,10 @@ pub use execute::{
     policy_of, prepare_resume, read_run, recover_interrupted, resume, run_by, start,
     working_dir_of,
 };
+pub use gc::{Collected, gc};
 pub use generate::{
     Goal, NewPlan, Replanned, Replanner, Replanning, generate, generate_checked, plan_from_goal,
-    slug, store_generated, stored_plan,
+    slug, store_generated, store_prepared, stored_plan,
 };
 pub use input::{InputError, PlanInput, Variables, resolve_folder};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};

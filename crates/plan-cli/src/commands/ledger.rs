@@ -1,6 +1,6 @@
 //! Commands that read the ledger: `runs`, `status`, `events`, `gc`, `state export`.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use plan_graph::Plan;
 use plan_store::{RunRow, Store};
@@ -177,30 +177,21 @@ pub(crate) fn gc(args: &GcArgs, ledger: &Ledger) -> Result<i32, Failure> {
         print("no ledger, nothing to delete\n")?;
         return Ok(0);
     }
-    let cutoff = SystemTime::now()
-        .checked_sub(args.older_than)
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    let cutoff = plan_store::timestamp(cutoff);
-    if args.dry_run {
-        let rows = ledger
-            .open_reader()?
-            .expired(&cutoff, args.include_unfinished)?;
-        let runs = output::count(rows.len(), "run", "runs");
-        let mut text = format!("would delete {runs} that ended before {cutoff}\n");
-        for row in &rows {
-            text.push_str(&format!(
-                "  {}  {}  {}\n",
-                row.run_id,
-                plan_run::status_of(row),
-                row.plan_id
-            ));
-        }
-        print(&text)?;
+    let (older_than, unfinished) = (args.older_than, args.include_unfinished);
+    let done = plan_run::gc(ledger, older_than, unfinished, args.dry_run)?;
+    let cutoff = &done.cutoff;
+    if !args.dry_run {
+        let runs = output::count(done.deleted, "run", "runs");
+        print(&format!("deleted {runs} that ended before {cutoff}\n"))?;
         return Ok(0);
     }
-    let deleted = ledger.open()?.gc(&cutoff, args.include_unfinished)?;
-    let runs = output::count(deleted, "run", "runs");
-    print(&format!("deleted {runs} that ended before {cutoff}\n"))?;
+    let runs = output::count(done.would_delete.len(), "run", "runs");
+    let mut text = format!("would delete {runs} that ended before {cutoff}\n");
+    for row in &done.would_delete {
+        let status = plan_run::status_of(row);
+        text.push_str(&format!("  {}  {status}  {}\n", row.run_id, row.plan_id));
+    }
+    print(&text)?;
     Ok(0)
 }
 

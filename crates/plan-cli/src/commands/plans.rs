@@ -292,20 +292,9 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
         stored_only: false,
     };
     let plan = input.read(ledger, &mut std::io::empty())?;
-    let (text, format) = (plan.source.text().to_owned(), plan.format);
     let ready = prepare_text(plan, Default::default(), toolbox, Severity::Warning)?;
-    let plan_id = ready.program.plan_id().to_owned();
-    let title = ready.loaded.plan.title.clone();
-    let name = file.display().to_string();
-    let stored = plan_run::stored_plan(
-        &plan_id,
-        title,
-        name,
-        format,
-        text,
-        plan_run::Author::Operator,
-    );
-    ledger.open()?.add_plan(&stored, force)?;
+    plan_run::store_prepared(ledger, &ready, force)?;
+    let plan_id = ready.program.plan_id();
     let steps = ready.program.len();
     let steps = count(steps, "step", "steps");
     print(&format!(
