@@ -121,6 +121,10 @@ pub(crate) struct ValidateArgs {
     /// "warnings"}, each issue {"severity", "code", "message", "line", "column", "label", "help"}
     #[arg(long)]
     pub(crate) json: bool,
+    /// The policy `run` holds the plan to: a stored plan a model or an MCP client wrote, or
+    /// any plan under --policy
+    #[command(flatten)]
+    pub(crate) policy: PolicyArgs,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }

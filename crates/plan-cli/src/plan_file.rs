@@ -115,7 +115,7 @@ pub(crate) fn help_here(code: &str, help: Option<&str>) -> Option<String> {
     let how = match code {
         "plan::unknown_tool" | "plan::missing_tool" => "`plan-cli tools` lists every tool",
         "policy::not_allowed" => {
-            "`run` widens the author's policy with --allow-tool, --allow-env, --allow-workspace or --policy"
+            "`run` and `validate` widen the author's policy with --allow-tool, --allow-env, --allow-workspace or --policy"
         }
         "plan::undefined_variable"
             if help.is_some_and(|help| help.contains("give the run a value")) =>

@@ -13,6 +13,12 @@ pub(crate) fn of(args: &PolicyArgs) -> Result<Policy, Failure> {
     Ok(file_of(args)?.into_policy())
 }
 
+/// Whether a run of `author`'s plan is held to `args`' policy, as `run` and `validate` both
+/// judge it: another author's plan always, the operator's own only under `--policy FILE`.
+pub(crate) fn judges(args: &PolicyArgs, author: plan_run::Author) -> bool {
+    author != plan_run::Author::Operator || args.policy.is_some()
+}
+
 /// `args`' policy file, with the flags added to its lists.
 pub(crate) fn file_of(args: &PolicyArgs) -> Result<PolicyFile, Failure> {
     let mut file = PolicyFile::read(args.policy.as_deref())

@@ -689,9 +689,33 @@ fn a_models_stored_plan_keeps_its_author() {
     let refused = lab.fails(&["validate", "lister"], 2);
     assert!(refused.contains("the step calls `exec`"), "{refused}");
     assert!(
-        refused.contains("`run` widens the author's policy"),
+        refused.contains("`run` and `validate` widen the author's policy"),
         "how the operator widens it: {refused}"
     );
+    // The same flags widen it for `validate` as for `run`.
+    lab.cli()
+        .args(["validate", "lister", "--allow-tool", "exec"])
+        .assert()
+        .success();
+    let (code, validation) = lab.json(&["validate", "lister", "--json", "--allow-tool", "exec"]);
+    assert_eq!(code, 0, "{validation}");
+    // The operator's own plan is held to a policy the operator gives, as `run` holds it.
+    let own = lab.write(
+        "own.json",
+        &json!({"id": "own", "steps": [{"id": "ls", "tool": "exec", "args": {"argv": ["true"]}}]}),
+    );
+    lab.cli()
+        .args(["validate", path_str(&own)])
+        .assert()
+        .success();
+    let strict = lab.write("strict.json", &json!({"allow_tools": []}));
+    let refused = lab.fails(
+        &["validate", path_str(&own), "--policy", path_str(&strict)],
+        2,
+    );
+    assert!(refused.contains("the step calls `exec`"), "{refused}");
+    let refused = lab.fails(&["run", path_str(&own), "--policy", path_str(&strict)], 2);
+    assert!(refused.contains("the step calls `exec`"), "{refused}");
     let (code, validation) = lab.json(&["validate", "lister", "--json"]);
     assert_eq!(code, 2, "{validation}");
     assert_eq!(validation["valid"], false, "{validation}");

@@ -61,6 +61,12 @@ pub enum Part<'a> {
 }
 
 impl Steps {
+    /// The steps of the plan run `run_id` runs now (its latest revision), as the ledger keeps
+    /// it: for a view of a run that only its records are at hand for.
+    pub fn of_run(store: &plan_store::Store, run_id: &str) -> Result<Self, crate::LifecycleError> {
+        Ok(Steps::of(&crate::plan_of(&store.run(run_id)?)?))
+    }
+
     /// The steps of `plan`.
     pub fn of(plan: &Plan) -> Self {
         Steps {

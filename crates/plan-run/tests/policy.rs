@@ -155,14 +155,15 @@ fn a_plan_is_judged_for_validation_as_its_run_is() {
         refused.to_string().contains("plans of at most 10"),
         "{refused}"
     );
-    let too_large = plan_run::Validation::judged(&prepared, Author::Model, &small);
+    let too_large = plan_run::Validation::judged(&prepared, Author::Model, Some(&small));
     assert!(!too_large.valid);
     assert!(
         too_large.errors[0].message.contains("plans of at most 10"),
         "{:?}",
         too_large.errors
     );
-    let validation = plan_run::Validation::judged(&prepared, Author::Model, &Policy::default());
+    let validation =
+        plan_run::Validation::judged(&prepared, Author::Model, Some(&Policy::default()));
     assert!(!validation.valid);
     let error = &validation.errors[0];
     assert_eq!(error.code, "policy::not_allowed");
@@ -172,6 +173,11 @@ fn a_plan_is_judged_for_validation_as_its_run_is() {
         (Some(1), Some(11)),
         "at the step"
     );
-    // The operator's own plan is not judged.
-    assert!(plan_run::Validation::judged(&prepared, Author::Operator, &Policy::default()).valid);
+    // The operator's own plan is judged only under a policy the operator gives.
+    assert!(plan_run::Validation::judged(&prepared, Author::Operator, None).valid);
+    let held = plan_run::Validation::judged(&prepared, Author::Operator, Some(&Policy::default()));
+    assert!(
+        !held.valid,
+        "under a policy the operator's plan is held to it too"
+    );
 }

@@ -449,7 +449,7 @@ impl PlanServer {
                     Ok(ready) => plan_run::Validation::judged(
                         &ready,
                         Author::McpClient,
-                        &self.settings.policy,
+                        Some(&self.settings.policy),
                     ),
                     Err(PrepareError::Invalid(problems)) => {
                         plan_run::Validation::invalid(&problems.source, &problems.issues)

@@ -44,7 +44,7 @@ pub(crate) fn run_as(
     let working_dir = args.plan.input().folder(args.execution.cwd.as_deref())?;
     // The run's programs, and a model's re-planned steps', stay in the run's folder.
     let policy = crate::policy::of(&args.policy)?.in_folder(working_dir.as_deref());
-    let judged = author != plan_run::Author::Operator || args.policy.policy.is_some();
+    let judged = crate::policy::judges(&args.policy, author);
     // A new run kept no queue, so no run is named to refuse.
     let queue = (args.execution).queue_of("", &plan_run::RunSources::default())?;
     if let Some(queue) = queue.as_ref().filter(|_| !args.dry_run) {
@@ -250,9 +250,7 @@ fn continue_run(
             let steps = if execution.json {
                 None
             } else {
-                let row = store.run(&outcome.report.run_id)?;
-                let plan = plan_run::plan_of(&row)?;
-                Some(Arc::new(Steps::of(&plan)))
+                Some(Arc::new(Steps::of_run(&store, &outcome.report.run_id)?))
             };
             return Ok((outcome.report, steps));
         }

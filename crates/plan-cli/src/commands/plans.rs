@@ -18,16 +18,19 @@ pub(crate) fn validate(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
-    // A stored plan a model or a client wrote is judged as `run` would run it: under its
-    // author's policy.
+    // Judged as `run` would judge it: a stored plan a model or a client wrote under its
+    // author's policy (widened by the same flags), the operator's own under `--policy`.
     let author = args.plan.input().author(ledger)?;
-    let judged = |ready: &plan_run::Prepared| {
-        plan_run::Validation::judged(ready, author, &plan_run::Policy::default())
-    };
+    let policy = crate::policy::judges(&args.policy, author)
+        .then(|| {
+            let folder = args.plan.input().folder(None)?;
+            Ok::<_, Failure>(crate::policy::of(&args.policy)?.in_folder(folder.as_deref()))
+        })
+        .transpose()?;
     if args.json {
         // Diagnostics as data on stdout, not drawn on stderr.
         let mut validation = match crate::plan_file::prepare_quietly(&args.plan, toolbox, ledger) {
-            Ok(ready) => judged(&ready),
+            Ok(ready) => plan_run::Validation::judged(&ready, author, policy.as_ref()),
             Err(Failure {
                 validation: Some(validation),
                 ..
@@ -44,8 +47,8 @@ pub(crate) fn validate(
         });
     }
     let ready = prepare(&args.plan, toolbox, ledger, Severity::Error)?;
-    if author != plan_run::Author::Operator
-        && let Err(refused) = plan_run::Policy::default().judge(author, &ready)
+    if let Some(policy) = &policy
+        && let Err(refused) = policy.judge(author, &ready)
     {
         return Err(Failure::plan_issues(
             &ready.loaded.source,
