@@ -133,47 +133,61 @@ fn ascii_block(block: &Block, depth: usize, out: &mut String) {
     }
 }
 
-/// A block as a Mermaid subgraph with id `id`; node ids are `id_NAME`.
+/// A block as a Mermaid subgraph with id `id`; node ids are `id_K`, K the node's position
+/// (names differ where a sanitised form would not: `a-b` and `a_b`).
 fn mermaid_block(block: &Block, id: &str, title: &str, depth: usize, out: &mut String) {
     let indent = "    ".repeat(depth);
-    let _ = writeln!(
-        out,
-        "{indent}subgraph {id}[\"{}\"]",
-        one_line(title).replace('"', "#quot;")
-    );
+    let _ = writeln!(out, "{indent}subgraph {id}[\"{}\"]", mermaid_text(title));
+    let node_ids: std::collections::HashMap<&str, String> = (block.nodes.keys())
+        .enumerate()
+        .map(|(k, name)| (name.as_str(), format!("{id}_{k}")))
+        .collect();
+    let node_id = |name: &str| {
+        node_ids
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| format!("{id}_{}", sanitize(name)))
+    };
     for (name, node) in &block.nodes {
-        let node_id = format!("{id}_{}", sanitize(name));
         match (&node.tool, &node.block) {
             (Some(tool), _) => {
                 let _ = writeln!(
                     out,
-                    "{indent}    {node_id}[\"{}<br/>[{tool}]\"]",
-                    one_line(name).replace('"', "#quot;")
+                    "{indent}    {}[\"{}<br/>[{}]\"]",
+                    node_id(name),
+                    mermaid_text(name),
+                    mermaid_text(tool)
                 );
             }
-            (None, Some(nested)) => mermaid_block(nested, &node_id, name, depth + 1, out),
+            (None, Some(nested)) => mermaid_block(nested, &node_id(name), name, depth + 1, out),
             (None, None) => {}
         }
     }
     for (from, transition) in &block.transitions {
-        let from_id = format!("{id}_{}", sanitize(from));
+        let from_id = node_id(from);
         match transition {
             Transition::Linear(to) => {
-                let _ = writeln!(out, "{indent}    {from_id} --> {id}_{}", sanitize(to));
+                let _ = writeln!(out, "{indent}    {from_id} --> {}", node_id(to));
             }
             Transition::Branching(branches) => {
                 for b in branches {
                     let _ = writeln!(
                         out,
-                        "{indent}    {from_id} -- {} --> {id}_{}",
-                        one_line(&b.condition),
-                        sanitize(&b.target)
+                        "{indent}    {from_id} -->|\"{}\"| {}",
+                        mermaid_text(&b.condition),
+                        node_id(&b.target)
                     );
                 }
             }
         }
     }
     let _ = writeln!(out, "{indent}end");
+}
+
+/// `text` for a quoted Mermaid label: on one line, its quotes and bars as Mermaid's entity
+/// codes (a bar would end an edge's label, a quote the label).
+fn mermaid_text(text: &str) -> String {
+    one_line(text).replace('"', "#quot;").replace('|', "#124;")
 }
 
 /// A block as a Graphviz cluster; node names are `PATH/NAME`.
@@ -264,11 +278,7 @@ pub fn mermaid(plan: &Plan) -> String {
             format!("{}. {}<br/>[{}]", step.id, title, step.kind())
         };
         // On one line: a newline in a title would end the node's line in the middle.
-        let _ = writeln!(
-            out,
-            "    s{i}[\"{}\"]",
-            one_line(&text).replace('"', "#quot;")
-        );
+        let _ = writeln!(out, "    s{i}[\"{}\"]", mermaid_text(&text));
     }
     for (i, list) in deps.deps.iter().enumerate() {
         for &d in list {

@@ -232,3 +232,26 @@ fn mermaid_keeps_each_node_on_its_line() {
     assert_eq!(picture.lines().count(), 2, "{picture}");
     assert!(!picture.contains("\n    x["), "{picture}");
 }
+
+/// A block's condition names and node names cannot end a label, an edge, or merge two nodes
+/// into one in Mermaid's picture: `a-b` and `a_b` are two nodes, a condition with `|` or `"`
+/// stays inside its quoted label.
+#[test]
+fn mermaid_keeps_a_blocks_names_apart_and_inside_their_labels() {
+    let plan = valid(serde_json::json!({"steps": [{"id": "b", "block": {
+        "entry_point": "a-b",
+        "nodes": {"a-b": {"tool": "echo"}, "a_b": {"tool": "echo"}, "c": {"tool": "echo"}},
+        "transitions": {"a-b": [
+            {"condition": "ok|\"x] --> forged", "target": "a_b"},
+            {"condition": "default", "target": "c"}
+        ]},
+        "conditions": {"ok|\"x] --> forged": "true"}
+    }}]}));
+    let picture = plan_graph::render::mermaid(&plan);
+    let nodes = picture.lines().filter(|l| l.contains("[\"")).count();
+    assert_eq!(nodes, 4, "the block and its three nodes: {picture}");
+    assert!(
+        picture.contains("-->|\"ok#124;#quot;x] --> forged\"| "),
+        "the label quoted, its bar and quote as entities: {picture}"
+    );
+}
