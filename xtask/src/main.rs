@@ -11,6 +11,9 @@
 //! - `fuzz [--inputs N] [--seed S]`: the loader's fuzz harness (xtask/fuzz) in release
 //!   mode: mutated and generated plans through loading, validation, diagnostics and dry run;
 //!   failing inputs are saved in `target/fuzz`. The tests run a short pass.
+//! - `test-llm`: `plan create` against a real small model served by llama-cpp-python's server
+//!   and llama.cpp's `llama-server`, both compiled here (opt-in: long the first time); see
+//!   `llm.rs`.
 //! - `prepare-mcp`: installs the real MCP servers the tests drive (npm and PyPI packages, at
 //!   pinned versions) into `target/mcp-servers`; `test` does this first.
 
@@ -20,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+mod llm;
 mod peer;
 mod tasks;
 use serde_json::{Value, json};
@@ -32,12 +36,13 @@ fn main() -> Result<()> {
         Some("test-fixtures") => cargo(&root, &["test", "-p", "plan-cli", "--test", "fixtures"]),
         Some("bench") => bench(&root, &args[1..]),
         Some("prepare-mcp") => prepare_mcp_servers(&root).map(|_| ()),
+        Some("test-llm") => llm::test_llm(&root),
         Some("fuzz") => fuzz(&root, &args[1..]),
         // Internal: see `time_runs`.
         Some(MEASURE) => measure(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <test | test-fixtures | bench [WORKLOAD...] | fuzz [--inputs N] [--seed S] | prepare-mcp>"
+                "usage: cargo xtask <test | test-fixtures | test-llm | bench [WORKLOAD...] | fuzz [--inputs N] [--seed S] | prepare-mcp>"
             );
             std::process::exit(2);
         }
@@ -65,7 +70,7 @@ fn project_root() -> PathBuf {
         .unwrap_or_default()
 }
 
-fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+pub(crate) fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let status = Command::new(&cargo)
         .args(args)

@@ -78,8 +78,9 @@ pub(crate) enum Command {
     /// Make a plan from work described elsewhere
     #[command(subcommand)]
     Import(ImportCommand),
-    /// Print the plan format's JSON Schema (for editors and for LLMs that write plans)
-    Schema,
+    /// Print the plan format's JSON Schema (for editors; --for generation: what `plan create`
+    /// sends a model)
+    Schema(SchemaArgs),
     /// Print a shell completion script (`plan-cli completions bash > /etc/bash_completion.d/plan-cli`)
     Completions {
         /// The shell
@@ -673,6 +674,8 @@ pub(crate) enum PlanCommand {
         #[command(flatten)]
         policy: PolicyArgs,
         #[command(flatten)]
+        asking: ModelArgs,
+        #[command(flatten)]
         tool_options: ToolOptions,
     },
     /// List the stored plans
@@ -692,6 +695,108 @@ pub(crate) enum PlanCommand {
         /// The plan's id
         id: String,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SchemaArgs {
+    /// Whose schema: `editors` (every form and alias a plan may take), or `generation` (the
+    /// subset a model writes, a step per tool the model's policy allows, canonical names only,
+    /// no defaults: what `plan create` sends)
+    #[arg(
+        long = "for",
+        value_enum,
+        value_name = "WHOM",
+        default_value = "editors"
+    )]
+    pub(crate) audience: SchemaFor,
+    /// With --for generation: its strict variant (OpenAI's strict mode), which leaves out what
+    /// cannot be said strictly (listed on stderr)
+    #[arg(long)]
+    pub(crate) strict: bool,
+    /// With --for generation: the policy that chooses the tools (as `plan create`'s)
+    #[command(flatten)]
+    pub(crate) policy: PolicyArgs,
+    #[command(flatten)]
+    pub(crate) tool_options: ToolOptions,
+}
+
+/// Whom `schema` is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SchemaFor {
+    /// Editors and people: every form a plan may take
+    Editors,
+    /// A model writing a plan for a goal
+    Generation,
+}
+
+/// How `plan create` asks its model.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ModelArgs {
+    /// The one response format to ask with, never stepping down (default: the strictest the
+    /// server takes, found by stepping down from json_schema_strict on a refusal, and kept in
+    /// the ledger for the next time)
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub(crate) response_format: Option<ResponseFormatArg>,
+    /// The most tokens an answer may have
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub(crate) max_tokens: u32,
+    /// The model's context, in tokens (default: what the server says, where it says it:
+    /// llama.cpp's llama-server does)
+    #[arg(long, value_name = "N")]
+    pub(crate) context_tokens: Option<u32>,
+    /// How long one request to the model may take
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: std::time::Duration,
+    /// Put the rules and the tools in the first user message instead of a system message
+    /// (some chat templates drop system messages; done by itself where the server's template
+    /// has none)
+    #[arg(long)]
+    pub(crate) no_system: bool,
+    /// Write every request to the model and its answer to FILE (JSON), also when no plan
+    /// comes of them
+    #[arg(long, value_name = "FILE")]
+    pub(crate) transcript: Option<PathBuf>,
+}
+
+/// The response formats, strictest first (`plan_llm::ResponseFormat`).
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ResponseFormatArg {
+    /// json_schema with strict: true (OpenAI's structured outputs)
+    #[value(name = "json_schema_strict")]
+    JsonSchemaStrict,
+    /// json_schema without strict
+    #[value(name = "json_schema")]
+    JsonSchema,
+    /// json_object with the schema beside it (llama-cpp-python's server)
+    #[value(name = "json_object_schema")]
+    JsonObjectSchema,
+    /// json_object: any JSON
+    #[value(name = "json_object")]
+    JsonObject,
+    /// no response format
+    #[value(name = "none")]
+    None,
+}
+
+impl ModelArgs {
+    /// The settings these flags give.
+    pub(crate) fn settings(&self) -> plan_llm::Settings {
+        use plan_llm::ResponseFormat;
+        plan_llm::Settings {
+            timeout: self.timeout,
+            max_tokens: self.max_tokens,
+            format: self.response_format.map(|format| match format {
+                ResponseFormatArg::JsonSchemaStrict => ResponseFormat::StrictSchema,
+                ResponseFormatArg::JsonSchema => ResponseFormat::Schema,
+                ResponseFormatArg::JsonObjectSchema => ResponseFormat::ObjectSchema,
+                ResponseFormatArg::JsonObject => ResponseFormat::Object,
+                ResponseFormatArg::None => ResponseFormat::None,
+            }),
+            context_tokens: self.context_tokens,
+            system: self.no_system.then_some(false),
+            ..plan_llm::Settings::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -786,6 +891,7 @@ impl Command {
             Command::Approve(args) => &args.tool_options,
             Command::Reject(args) => &args.tool_options,
             Command::Validate(args) => &args.tool_options,
+            Command::Schema(args) => &args.tool_options,
             Command::Show(args) => &args.tool_options,
             Command::Tools(args) => &args.tool_options,
             Command::Worker(args) => &args.tool_options,

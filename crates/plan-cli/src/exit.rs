@@ -5,6 +5,13 @@ use plan_store::StoreError;
 /// Exit code for invalid input: a bad plan, bad flags, an unreadable file, an unknown run.
 pub(crate) const INVALID_INPUT: i32 = 2;
 
+/// Exit code when a model could not be asked: its endpoint unreachable, an HTTP error, no
+/// answer in time, a request too large for its context.
+pub(crate) const MODEL_FAILED: i32 = 6;
+
+/// Exit code when a model answered, but none of its answers was a valid plan.
+pub(crate) const NO_VALID_PLAN: i32 = 7;
+
 /// Why a command stopped before doing its work.
 #[derive(Debug)]
 pub(crate) struct Failure {
@@ -81,9 +88,11 @@ impl Failure {
             LifecycleError::StateFileUnusable { kept: true, source } => Failure::input(format!(
                 "the run's state file {source}; give it another with --state-file FILE"
             )),
-            error @ (LifecycleError::Replan { .. }
-            | LifecycleError::EventsFile { .. }
-            | LifecycleError::Generate(_)) => Failure::input(error.to_string()),
+            LifecycleError::Generate(error) => Failure::model(&error, ""),
+            LifecycleError::Replan { run_id, source } => {
+                Failure::model(&source, &format!("re-planning run {run_id}: "))
+            }
+            error @ LifecycleError::EventsFile { .. } => Failure::input(error.to_string()),
             LifecycleError::Prepare(error) => Failure::prepare(*error),
             ref error @ LifecycleError::NotGated { ref id, .. } => {
                 Failure::input(format!("--approve {id}: {error}"))
@@ -99,6 +108,36 @@ impl Failure {
             }
             // Including reasons a newer plan-run adds: not the input's fault until worded.
             error => Failure::internal(error.to_string()),
+        }
+    }
+
+    /// A model's conversation that gave no plan (`what` says which, before the reason): the
+    /// problems with its last answer and the answer itself, shortened; how to see more.
+    pub(crate) fn model(error: &plan_llm::LlmError, what: &str) -> Self {
+        use plan_llm::LlmError;
+        match error {
+            LlmError::Invalid { last_answer, .. } => {
+                let shown = plan_llm::shortened(last_answer, 2000);
+                Failure::new(
+                    NO_VALID_PLAN,
+                    format!(
+                        "{what}{error}\nits last answer:\n{shown}\n(--max-retries gives it more tries; --transcript FILE keeps every request and answer)"
+                    ),
+                )
+            }
+            LlmError::Endpoint { message, .. } if message.starts_with("no answer within") => {
+                Failure::new(
+                    MODEL_FAILED,
+                    format!("{what}{error} (--timeout gives it longer)"),
+                )
+            }
+            LlmError::Context { .. } => Failure::new(
+                MODEL_FAILED,
+                format!(
+                    "{what}{error} (--allow-tool narrows the tools; --context-tokens N if the model holds more)"
+                ),
+            ),
+            error => Failure::new(MODEL_FAILED, format!("{what}{error}")),
         }
     }
 

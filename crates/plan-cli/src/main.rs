@@ -37,7 +37,9 @@ fn main() {
     let early = match &cli.command {
         Command::Init(args) => Some(commands::init(args)),
         Command::Import(command) => Some(commands::import(command)),
-        Command::Schema => Some(commands::schema()),
+        Command::Schema(args) if args.audience == cli::SchemaFor::Editors => {
+            Some(commands::schema(args))
+        }
         Command::Completions { shell } => Some(commands::completions(*shell)),
         _ => None,
     };
@@ -126,11 +128,10 @@ fn main() {
             .ok_or_else(|| exit::Failure::internal("the policy of `mcp serve` was not read"))
             .and_then(|policy| commands::serve(policy, &toolbox, &ledger)),
         Command::Worker(args) => commands::worker(args, &toolbox),
-        Command::Init(_) | Command::Import(_) | Command::Schema | Command::Completions { .. } => {
-            Err(exit::Failure::internal(
-                "handled before the ledger is opened",
-            ))
-        }
+        Command::Schema(args) => commands::generation_schema(args, &toolbox),
+        Command::Init(_) | Command::Import(_) | Command::Completions { .. } => Err(
+            exit::Failure::internal("handled before the ledger is opened"),
+        ),
     };
     // MCP servers that were started stop before the process ends.
     toolbox.block_on(toolbox.shutdown());

@@ -14,7 +14,8 @@ use common::Lab;
 use serde_json::{Value, json};
 
 /// A Chat Completions endpoint that answers each request with the next scripted reply
-/// (`(status, body)`), and keeps every request's body.
+/// (`(status, body)`), and keeps every request's body. `GET /props` (llama.cpp's
+/// `llama-server` page about itself) answers `props`, or 404 as other servers do.
 struct Scripted {
     url: String,
     requests: Arc<Mutex<Vec<Value>>>,
@@ -22,6 +23,10 @@ struct Scripted {
 
 impl Scripted {
     fn start(replies: Vec<(u16, Value)>) -> Scripted {
+        Scripted::serving(replies, None)
+    }
+
+    fn serving(replies: Vec<(u16, Value)>, props: Option<Value>) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -48,11 +53,20 @@ impl Scripted {
                 }
                 let mut body = vec![0; length];
                 reader.read_exact(&mut body).unwrap();
-                assert!(first.starts_with("POST /v1/chat/completions "), "{first}");
-                seen.lock()
-                    .unwrap()
-                    .push(serde_json::from_slice(&body).unwrap());
-                let (status, reply) = replies.next().unwrap_or((500, json!({"error": "no more"})));
+                let (status, reply) = if first.starts_with("GET /props ") {
+                    props
+                        .clone()
+                        .map_or((404, json!({"error": "not found"})), |p| (200, p))
+                } else {
+                    assert!(
+                        first.starts_with("POST ") && first.contains("/chat/completions "),
+                        "{first}"
+                    );
+                    seen.lock()
+                        .unwrap()
+                        .push(serde_json::from_slice(&body).unwrap());
+                    replies.next().unwrap_or((500, json!({"error": "no more"})))
+                };
                 let text = reply.to_string();
                 let _ = write!(
                     stream,
@@ -110,13 +124,30 @@ fn a_wrong_plan_is_corrected_in_the_same_conversation() {
     assert_eq!(requests.len(), 2);
     let first = &requests[0];
     assert_eq!(first["model"], "m1");
+    assert_eq!(first["max_tokens"], 4096, "an answer's room is bounded");
+    assert!(first["temperature"].as_f64().unwrap() < 0.5, "{first}");
     let format = &first["response_format"];
     assert_eq!(format["type"], "json_schema");
-    assert_eq!(format["json_schema"]["strict"], true);
+    // `echo`'s arguments cannot be said strictly: the whole schema, not strict.
+    assert_eq!(format["json_schema"]["strict"], false);
+    let schema = &format["json_schema"]["schema"];
     assert_eq!(
-        format["json_schema"]["schema"]["$id"],
-        "https://example.invalid/plan-cli/plan.schema.json"
+        schema["title"], "plan-cli plan",
+        "the schema made for generation"
     );
+    let text = schema.to_string();
+    for not_for_generation in [
+        "dependsOn",
+        "resultVariable",
+        "\"default\"",
+        "tool_calls",
+        "true}",
+    ] {
+        assert!(
+            !text.contains(not_for_generation),
+            "{not_for_generation}: {text}"
+        );
+    }
     let system = first["messages"][0]["content"].as_str().unwrap();
     assert!(
         system.contains("- echo: "),
@@ -140,12 +171,18 @@ fn a_wrong_plan_is_corrected_in_the_same_conversation() {
     assert_eq!(second[2]["content"], wrong.to_string());
     let feedback = second[3]["content"].as_str().unwrap();
     assert!(
-        feedback.contains("ech0"),
-        "the diagnostics go back: {feedback}"
+        feedback.contains(
+            "- step `hi` (steps[0]):\n  - steps[0].tool: unknown tool `ech0` (did you mean `echo`?)"
+        ),
+        "each problem at its path, under its step: {feedback}"
     );
     assert!(
-        feedback.contains("echo"),
-        "with the closest tool: {feedback}"
+        feedback.contains("The tools you may use") && feedback.contains("- sleep (required: ms)"),
+        "the tools and their required arguments: {feedback}"
+    );
+    assert!(
+        !feedback.contains("plan.json"),
+        "no file the model never saw: {feedback}"
     );
 
     // Stored, and runs by its id.
@@ -163,23 +200,34 @@ fn a_model_that_never_gets_it_right_is_reported_with_what_was_wrong() {
         &server.url,
         &["loop", "--model", "m", "--max-retries", "1"],
     );
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        output.status.code(),
+        Some(7),
+        "no valid plan has its own exit code"
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no valid plan in 2 answers"), "{stderr}");
     assert!(stderr.contains("dependency cycle"), "{stderr}");
+    assert!(
+        stderr.contains("its last answer:\n{\"steps\""),
+        "the last answer is shown: {stderr}"
+    );
     assert_eq!(server.requests().len(), 2);
     let (_, plans) = lab.json(&["plan", "list", "--json"]);
     assert_eq!(plans, json!([]), "nothing is stored");
 }
 
+/// llama-cpp-python's server (0.3.x) answers HTTP 500 to a `json_schema` response format:
+/// plan-cli steps down to `json_object` with the schema beside it, says so, and starts there
+/// the next time it asks that model at that endpoint.
 #[test]
-fn an_endpoint_that_refuses_strict_schemas_is_asked_again_without() {
+fn a_server_that_refuses_json_schema_is_asked_with_json_object_and_it_is_remembered() {
     let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
     let refusal = (
-        400,
-        json!({"error": {"message": "Invalid schema for response_format 'plan': In context=(), 'required' is required to be supplied (strict mode)"}}),
+        500,
+        json!({"error": {"message": "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be 'text' or 'json_object' [type=literal_error, input_value='json_schema']", "type": "internal_server_error"}}),
     );
-    let server = Scripted::start(vec![refusal, answer(&right)]);
+    let server = Scripted::start(vec![refusal, answer(&right), answer(&right)]);
     let lab = Lab::new();
     let output = create(
         &lab,
@@ -191,12 +239,292 @@ fn an_endpoint_that_refuses_strict_schemas_is_asked_again_without() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("refused the response format json_schema")
+            && stderr.contains("asking with json_object_schema"),
+        "each step down is said: {stderr}"
+    );
     let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(printed["plan_id"], "mine", "--id wins");
     let requests = server.requests();
+    assert_eq!(requests[0]["response_format"]["type"], "json_schema");
+    assert_eq!(requests[1]["response_format"]["type"], "json_object");
     assert_eq!(
-        requests[1]["response_format"]["json_schema"]["strict"],
-        false
+        requests[1]["response_format"]["schema"]["title"],
+        "plan-cli plan"
+    );
+    // The next time, it starts where it ended.
+    let output = create(
+        &lab,
+        &server.url,
+        &["anything", "--model", "m", "--id", "again", "--json"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "no request refused again");
+    assert_eq!(requests[2]["response_format"]["type"], "json_object");
+}
+
+/// A server that refuses every response format is asked with none; one that refuses for
+/// another reason is not stepped down at all; `--response-format` fixes the format.
+#[test]
+fn the_response_format_steps_down_only_on_a_refusal_of_it() {
+    let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
+    let refuses = |what: &str| {
+        (
+            400,
+            json!({"error": {"message": format!("unsupported {what}")}}),
+        )
+    };
+    let server = Scripted::start(vec![
+        refuses("json_schema"),
+        refuses("response_format json_object with schema"),
+        refuses("response_format json_object"),
+        answer(&right),
+    ]);
+    let lab = Lab::new();
+    let output = create(&lab, &server.url, &["x", "--model", "m", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    assert!(
+        requests[3].get("response_format").is_none(),
+        "{}",
+        requests[3]
+    );
+
+    // An error that is not about the format: no step down, the endpoint's failure (exit 6).
+    let server = Scripted::start(vec![(503, json!({"error": "loading model"}))]);
+    let output = create(&Lab::new(), &server.url, &["x", "--model", "m"]);
+    assert_eq!(
+        output.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(server.requests().len(), 1);
+
+    // A fixed format is never stepped down from.
+    let server = Scripted::start(vec![refuses("json_schema")]);
+    let output = create(
+        &Lab::new(),
+        &server.url,
+        &[
+            "x",
+            "--model",
+            "m",
+            "--response-format",
+            "json_schema_strict",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(6));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0]["response_format"]["json_schema"]["strict"],
+        true
+    );
+}
+
+/// An empty plan is sent back; so, once, is one that only echoes when tools that do work are
+/// allowed (the same plan again stands).
+#[test]
+fn an_empty_plan_or_one_that_only_echoes_is_sent_back() {
+    let empty = json!({"steps": []});
+    let echoes =
+        json!({"id": "e", "steps": [{"id": "say", "tool": "echo", "args": {"text": "done"}}]});
+    let server = Scripted::start(vec![answer(&empty), answer(&echoes), answer(&echoes)]);
+    let lab = Lab::new();
+    let output = create(
+        &lab,
+        &server.url,
+        &[
+            "list the files",
+            "--model",
+            "m",
+            "--json",
+            "--allow-tool",
+            "exec",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    let said = |i: usize| {
+        requests[i]["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        said(1).contains("steps: the plan has no steps"),
+        "{}",
+        said(1)
+    );
+    assert!(said(2).contains("which do no work"), "{}", said(2));
+}
+
+/// An answer cut off at the token limit is said to be cut off, and only its beginning goes
+/// back; a server that says its context (llama-server's `/props`) bounds `max_tokens`, and a
+/// request that cannot fit it is refused before it is sent (exit 6).
+#[test]
+fn a_cut_off_answer_is_reported_as_such_and_the_context_is_kept() {
+    let repeated: String = (0..400)
+        .map(|i| format!("{{\"id\": \"s{i}\", \"tool\": \"echo\"}},"))
+        .collect();
+    let cut = (
+        200,
+        json!({"choices": [{"finish_reason": "length", "message": {"role": "assistant", "content": format!("{{\"steps\": [{repeated}")}}]}),
+    );
+    let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
+    let props = json!({"default_generation_settings": {"n_ctx": 8192}, "chat_template": "{{ system }}{{ user }}"});
+    let server = Scripted::serving(vec![cut, answer(&right)], Some(props));
+    let lab = Lab::new();
+    let output = create(&lab, &server.url, &["x", "--model", "m", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests[0]["max_tokens"], 4096, "half of 8192");
+    let second = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(second.len(), 4);
+    assert!(
+        second[2]["content"].as_str().unwrap().len() < 1200,
+        "only its beginning goes back"
+    );
+    assert!(
+        second[3]["content"]
+            .as_str()
+            .unwrap()
+            .contains("cut off at the limit of 4096 tokens"),
+        "{}",
+        second[3]
+    );
+
+    // A context too small for the rules and room for an answer: refused before any request.
+    let props = json!({"default_generation_settings": {"n_ctx": 600}});
+    let server = Scripted::serving(vec![answer(&right)], Some(props));
+    let output = create(&Lab::new(), &server.url, &["x", "--model", "m"]);
+    assert_eq!(
+        output.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("the model's context holds 600"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(server.requests().is_empty());
+}
+
+/// The rules and the tools go in the first user message with `--no-system`, and by themselves
+/// when the server's chat template has no system message (Gemma's).
+#[test]
+fn without_a_system_message_the_rules_go_in_the_first_user_message() {
+    let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
+    let no_system = json!({"chat_template": "{% for m in messages %}<start_of_turn>{{ m.role }}{{ m.content }}{% endfor %}"});
+    for (flags, props) in [(&["--no-system"][..], None), (&[][..], Some(no_system))] {
+        let server = Scripted::serving(vec![answer(&right)], props);
+        let mut args = vec!["x", "--model", "m", "--json"];
+        args.extend(flags);
+        let output = create(&Lab::new(), &server.url, &args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let messages = server.requests()[0]["messages"].clone();
+        assert_eq!(messages.as_array().unwrap().len(), 1, "{messages}");
+        assert_eq!(messages[0]["role"], "user");
+        let content = messages[0]["content"].as_str().unwrap();
+        assert!(
+            content.contains("Rules:")
+                && content.contains("- echo: ")
+                && content.ends_with("Goal: x\n\nWrite the plan."),
+            "{content}"
+        );
+    }
+}
+
+/// Failures a person can act on: a refused connection says why (exit 6), a 404 from a URL
+/// without `/v1` says where the API usually is, `--json` prints an error object, and
+/// `--transcript` keeps every request and answer even when no plan came of them.
+#[test]
+fn a_failure_to_reach_the_model_says_its_cause_and_what_to_try() {
+    let lab = Lab::new();
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", closed.local_addr().unwrap());
+    drop(closed);
+    let output = create(&lab, &url, &["x", "--model", "m"]);
+    assert_eq!(output.status.code(), Some(6));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.to_lowercase().contains("connection refused"),
+        "the cause: {stderr}"
+    );
+
+    let server = Scripted::start(vec![(404, json!({"error": "not found"}))]);
+    let without_v1 = server.url.trim_end_matches("/v1").to_owned();
+    let output = create(&lab, &without_v1, &["x", "--model", "m"]);
+    assert_eq!(output.status.code(), Some(6));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("ends in /v1: {without_v1}/v1")),
+        "{stderr}"
+    );
+
+    let wrong = json!({"steps": [{"id": "a", "tool": "nope"}]});
+    let server = Scripted::start(vec![answer(&wrong)]);
+    let transcript = lab.dir.path().join("transcript.json");
+    let output = create(
+        &lab,
+        &server.url,
+        &[
+            "x",
+            "--model",
+            "m",
+            "--max-retries",
+            "0",
+            "--json",
+            "--transcript",
+            transcript.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(output.status.code(), Some(7));
+    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(printed["error"]["kind"], "no_valid_plan", "{printed}");
+    assert_eq!(printed["error"]["tries"], 1);
+    assert!(
+        printed["error"]["problems"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool `nope`")
+    );
+    assert_eq!(printed["error"]["last_answer"], wrong.to_string());
+    let kept: Value = serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    assert_eq!(kept.as_array().map(Vec::len), Some(1), "{kept}");
+    assert_eq!(kept[0]["answer"], wrong.to_string());
+    assert_eq!(kept[0]["format"], "json_schema");
+    assert_eq!(
+        kept[0]["messages"][1]["content"],
+        "Goal: x\n\nWrite the plan."
     );
 }
 
@@ -476,7 +804,9 @@ fn a_models_plan_is_held_to_the_models_policy() {
     ] {
         assert!(feedback.contains(says), "`{says}` in: {feedback}");
     }
-    let later = requests[2]["messages"][5]["content"].as_str().unwrap();
+    // Only the last answer and its problems go back: the conversation stays small.
+    assert_eq!(requests[2]["messages"].as_array().unwrap().len(), 4);
+    let later = requests[2]["messages"][3]["content"].as_str().unwrap();
     assert!(later.contains("MY_SECRET"), "{later}");
     for feedback in [feedback, later] {
         assert!(!feedback.contains("add `env:"), "{feedback}");
@@ -597,8 +927,8 @@ fn an_answer_past_the_cap_is_refused_and_not_printed() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(
             output.status.code(),
-            Some(2),
-            "{}",
+            Some(6),
+            "the model's failure: {}",
             &stderr[..stderr.len().min(500)]
         );
         assert!(

@@ -173,6 +173,19 @@ impl Source {
         Some(start..end)
     }
 
+    /// The path a location names: its own, or the path of the value (or key) a text range
+    /// starts in. For a reader of the problem who sees no text, as a model does.
+    pub fn path_of(&self, location: &Location) -> Option<PlanPath> {
+        match location {
+            Location::Path { path, .. } => Some(path.clone()),
+            Location::Span(range) => self
+                .map
+                .get_or_init(|| SourceMap::build(&self.text))
+                .path_at(range.start),
+            Location::Nowhere => None,
+        }
+    }
+
     pub(crate) fn key_near(&self, name: &str, offset: usize) -> Option<Range<usize>> {
         self.map
             .get_or_init(|| SourceMap::build(&self.text))

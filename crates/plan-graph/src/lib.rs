@@ -37,6 +37,7 @@
 
 mod condition;
 mod dag;
+mod generation;
 mod issue;
 mod load;
 mod model;
@@ -52,6 +53,9 @@ pub use condition::{
     compile_condition, on_condition_stack,
 };
 pub use dag::Dependencies;
+pub use generation::{
+    GenerationSchema, GenerationTool, from_generation, generation_schema, strict_problems,
+};
 pub use issue::{Issue, Location, PlanDiagnostic, Severity, Source};
 pub use load::{
     Format, InvalidPlan, LoadOptions, LoadedPlan, MAX_PLAN_BYTES, closest, load, load_variables,

@@ -145,6 +145,34 @@ impl SourceMap {
             .map(|(_, span)| span.clone())
     }
 
+    /// The path of the deepest value (or key) whose range holds `offset`: where a problem
+    /// reported by position is, for a reader who sees no text (a model).
+    pub fn path_at(&self, offset: usize) -> Option<PlanPath> {
+        let mut node = self.root.as_ref()?;
+        if !node.span.contains(&offset) {
+            return None;
+        }
+        let mut path = PlanPath::root();
+        loop {
+            let next = match &node.children {
+                Children::Scalar => None,
+                Children::Sequence(items) => (items.iter().enumerate())
+                    .find(|(_, item)| item.span.contains(&offset))
+                    .map(|(i, item)| (PathSegment::Index(i), item)),
+                Children::Mapping(entries) => (entries.iter())
+                    .find(|(_, key, value)| key.contains(&offset) || value.span.contains(&offset))
+                    .map(|(key, _, value)| (PathSegment::Key(key.clone()), value)),
+            };
+            match next {
+                Some((segment, next)) => {
+                    path.0.push(segment);
+                    node = next;
+                }
+                None => return Some(path),
+            }
+        }
+    }
+
     fn walk(&self, path: &PlanPath) -> Option<(&Node, Option<Range<usize>>)> {
         let mut node = self.root.as_ref()?;
         let mut key_span = None;

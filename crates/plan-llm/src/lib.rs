@@ -1,13 +1,27 @@
-//! Plans from goals: a goal, the tools that can be used (with their input schemas) and the
-//! plan format's JSON Schema go to an OpenAI-compatible Chat Completions endpoint (OpenAI,
-//! Ollama, vLLM, llama.cpp's server, LM Studio); the answer is checked by the caller's
-//! validation, and what is wrong goes back **in the same conversation**, so the model keeps
-//! the goal and sees its own answer, until the plan is valid or the tries are spent.
+//! Plans from goals: a goal, the tools that can be used (with their input schemas) and a plan
+//! schema made for generation go to an OpenAI-compatible Chat Completions endpoint (OpenAI,
+//! Ollama, vLLM, llama.cpp's `llama-server`, llama-cpp-python's server, LM Studio); the answer
+//! is checked by the caller's validation, and what is wrong goes back **in the same
+//! conversation**, so the model keeps the goal and sees its own answer, until the plan is
+//! valid or the tries are spent.
+//!
+//! Local servers differ in what they take, so [`Http`] negotiates: it asks with the strictest
+//! response format first ([`ResponseFormat`]: `json_schema` strict, then not strict, then
+//! `json_object` with the schema beside it, then plain `json_object`, then none) and steps
+//! down only when an answer refuses the format (an HTTP error whose body names
+//! `response_format`, the schema or a grammar), saying so ([`Http::on_notice`]). The caller
+//! keeps the format that worked ([`Http::format_taken`]) and starts there next time
+//! ([`Settings::start`]).
+//!
+//! The conversation never outgrows the model's context: it is the rules, the tools and the
+//! goal, then only the last answer (shortened) and what is wrong with it. An answer cut off at
+//! the token limit is reported as cut off, not fed back whole.
 //!
 //! The crate does the conversation only: the caller reads the environment for the
 //! [`Endpoint`] and validates (plan-cli runs its full validation: tools, cycles, arguments
 //! against each tool's schema, placeholders).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -63,6 +77,19 @@ pub struct ToolDescription {
     pub input_schema: Value,
 }
 
+/// The plan schema a model is asked to follow: the whole, and its strict variant where there
+/// is one (plan-graph's `generation_schema` makes both).
+#[derive(Debug, Clone)]
+pub struct Schema {
+    /// Every tool with all its arguments.
+    pub full: Value,
+    /// Within OpenAI's strict mode, leaving out what cannot be said strictly; none when
+    /// nothing can.
+    pub strict: Option<Value>,
+    /// What the strict variant leaves out, a line each.
+    pub left_out: Vec<String>,
+}
+
 /// What to ask for.
 #[derive(Debug, Clone)]
 pub struct Ask<'a> {
@@ -70,8 +97,8 @@ pub struct Ask<'a> {
     pub goal: &'a str,
     /// The tools the plan may use.
     pub tools: &'a [ToolDescription],
-    /// The plan format's JSON Schema (sent as the response format).
-    pub schema: &'a Value,
+    /// The plan schema (sent as the response format).
+    pub schema: &'a Schema,
     /// Tries after the first when the answer is not a valid plan.
     pub max_retries: u32,
 }
@@ -89,19 +116,24 @@ pub struct Created {
 /// the answer is refused with [`LlmError::Endpoint`], and nothing more is read.
 pub const MAX_ANSWER_BYTES: usize = 4 << 20;
 
+/// How much of a wrong answer goes back to the model with its problems (more is cut from
+/// the middle), when its context leaves room for it.
+const ANSWER_SHOWN_BYTES: usize = 6000;
+
 /// Why no valid plan came back.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LlmError {
     /// The model could not be reached, or answered with an error.
     #[error("the model {url}: {message}")]
     Endpoint {
         /// The URL asked (or which model).
         url: String,
-        /// What went wrong.
+        /// What went wrong, with its cause.
         message: String,
     },
     /// Every answer was wrong; the problems with the last one.
-    #[error("the model gave no valid plan in {tries} {}; the last answer: {problems}", if *tries == 1 { "answer" } else { "answers" })]
+    #[error("the model gave no valid plan in {tries} {}; the problems with the last one:\n{problems}", if *tries == 1 { "answer" } else { "answers" })]
     Invalid {
         /// Answers received.
         tries: u32,
@@ -110,70 +142,329 @@ pub enum LlmError {
         /// The last answer, as the model wrote it.
         last_answer: String,
     },
+    /// The request does not fit the model's context, however short the conversation is made.
+    #[error(
+        "the request needs about {needed} tokens with room for the answer, and the model's context holds {context}: allow fewer tools, or use a model with a larger context"
+    )]
+    Context {
+        /// Tokens the request and the answer's room need (an estimate).
+        needed: u32,
+        /// The model's context.
+        context: u32,
+    },
 }
 
-/// The rules the model is given with the tools.
-fn system_prompt(tools: &[ToolDescription]) -> String {
-    let mut text = String::from(
-        "You write plans for plan-cli: a JSON object whose `steps` are tool calls run in dependency order.\n\
-         Rules:\n\
-         - Use only the tools listed below, by their exact names, with exactly the argument names their input schemas give.\n\
-         - Give every step a unique `id`; `depends_on` lists the ids of steps that must finish first.\n\
-         - To use a step's result later, bind it (`result_variable: NAME` or `binds: {NAME: \"$.field\"}`) and read it as `${NAME}` or `${NAME.field}` in a later step's `args`; that later step must depend on the binding step.\n\
-         - Write `$$` for a literal `$`.\n\
-         - Answer with the plan's JSON only, no prose.\n\nTools:\n",
-    );
-    for tool in tools {
-        text.push_str(&format!(
-            "- {}: {}\n  input schema: {}\n",
-            tool.name, tool.description, tool.input_schema
-        ));
-    }
-    text
+/// What a model answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Its text.
+    pub text: String,
+    /// Whether it stopped at the token limit (`finish_reason: length`) rather than ending.
+    pub cut_off: bool,
 }
+
+impl Answer {
+    /// A whole answer.
+    pub fn text(text: impl Into<String>) -> Self {
+        Answer {
+            text: text.into(),
+            cut_off: false,
+        }
+    }
+}
+
+/// What a model can take: how the conversation is laid out and kept small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Its context, in tokens, when known.
+    pub context_tokens: Option<u32>,
+    /// The most tokens an answer may have.
+    pub max_tokens: u32,
+    /// Whether the rules go in a system message (else in the first user message: some chat
+    /// templates drop system messages).
+    pub system: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            context_tokens: None,
+            max_tokens: Settings::default().max_tokens,
+            system: true,
+        }
+    }
+}
+
+/// A boxed future of a [`Model`]'s.
+pub type Pending<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// Something that answers a conversation: a Chat Completions endpoint ([`Http`]), or (in
 /// `mcp serve`) the client's own model through MCP sampling.
 pub trait Model: Send {
-    /// The next answer to `messages` (`{"role", "content"}` objects, the system prompt
-    /// first); `schema` is the JSON Schema the answer must follow.
+    /// The next answer to `messages` (`{"role", "content"}` objects); `schema` is the JSON
+    /// Schema the answer must follow.
     fn answer<'a>(
         &'a mut self,
         messages: &'a [Value],
-        schema: &'a Value,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, LlmError>> + Send + 'a>>;
+        schema: &'a Schema,
+    ) -> Pending<'a, Result<Answer, LlmError>>;
 
     /// Who writes the answers, as the registry's entry of a plan it wrote says (`created from
     /// a goal by …`).
     fn name(&self) -> String {
         "a model".to_owned()
     }
+
+    /// What the model can take (asked once, before the first answer).
+    fn limits(&mut self) -> Pending<'_, Limits> {
+        Box::pin(async { Limits::default() })
+    }
 }
 
-/// A Chat Completions endpoint, with the plan schema as a strict response format (sent again
-/// without `strict` when the endpoint refuses strict schemas, as OpenAI does for schemas with
-/// optional fields).
+/// How the conversation is laid out: the rules, then the tools (each with its required
+/// arguments and input schema).
+fn rules(tools: &[ToolDescription]) -> String {
+    let mut text = String::from(
+        "You write plans for plan-cli: a JSON object {\"id\", \"title\", \"steps\"} whose `steps` are tool calls run in dependency order.\n\
+         Rules:\n\
+         - Each step is {\"id\", \"tool\", \"args\", \"depends_on\", \"result_variable\"}. Write the field names exactly so.\n\
+         - Use only the tools listed below, by their exact names, with exactly the argument names their input schemas give.\n\
+         - Give every step a unique `id` (letters, digits, `-`, `_`); `depends_on` lists the ids of steps that must finish first.\n\
+         - To use a step's result later, set its `result_variable` to a NAME and write `${NAME}` or `${NAME.field}` in a later step's `args`; that later step must list the first in `depends_on`.\n\
+         - Write `$$` for a literal `$`.\n\
+         - Write each step once: never repeat a step.\n\
+         - Answer with the plan's JSON only, no prose.\n\nTools:\n",
+    );
+    for tool in tools {
+        let required: Vec<&str> = tool.input_schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let required = if required.is_empty() {
+            "none".to_owned()
+        } else {
+            required.join(", ")
+        };
+        text.push_str(&format!(
+            "- {}: {}\n  required arguments: {required}\n  input schema: {}\n",
+            tool.name, tool.description, tool.input_schema
+        ));
+    }
+    text
+}
+
+/// The plan schema in the form each response format sends, strictest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResponseFormat {
+    /// `{"type": "json_schema", "json_schema": {"strict": true, …}}` with the strict variant
+    /// (OpenAI's structured outputs; llama.cpp's `llama-server`). Asked first only when the
+    /// strict variant leaves nothing out ([`Schema::left_out`]); else only when given.
+    StrictSchema,
+    /// The same without `strict`, with the whole schema.
+    Schema,
+    /// `{"type": "json_object", "schema": …}` (llama-cpp-python's server, `llama-server`).
+    ObjectSchema,
+    /// `{"type": "json_object"}`: JSON, any (the schema goes in the rules only).
+    Object,
+    /// No response format.
+    None,
+}
+
+impl ResponseFormat {
+    /// Every format, strictest first: the order of the steps down.
+    pub const ALL: [ResponseFormat; 5] = [
+        ResponseFormat::StrictSchema,
+        ResponseFormat::Schema,
+        ResponseFormat::ObjectSchema,
+        ResponseFormat::Object,
+        ResponseFormat::None,
+    ];
+
+    /// Its name (`--response-format`, the ledger).
+    pub fn name(self) -> &'static str {
+        match self {
+            ResponseFormat::StrictSchema => "json_schema_strict",
+            ResponseFormat::Schema => "json_schema",
+            ResponseFormat::ObjectSchema => "json_object_schema",
+            ResponseFormat::Object => "json_object",
+            ResponseFormat::None => "none",
+        }
+    }
+
+    /// The format named `name`.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|format| format.name() == name)
+    }
+
+    /// The next less strict format.
+    pub fn next(self) -> Option<Self> {
+        let at = Self::ALL.iter().position(|f| *f == self)?;
+        Self::ALL.get(at + 1).copied()
+    }
+
+    /// The `response_format` value it sends for `schema` (none for [`ResponseFormat::None`]).
+    fn body(self, schema: &Schema) -> Option<Value> {
+        match self {
+            ResponseFormat::StrictSchema => Some(json!({
+                "type": "json_schema",
+                "json_schema": {"name": "plan", "strict": true, "schema": schema.strict.as_ref().unwrap_or(&schema.full)},
+            })),
+            ResponseFormat::Schema => Some(json!({
+                "type": "json_schema",
+                "json_schema": {"name": "plan", "strict": false, "schema": schema.full},
+            })),
+            ResponseFormat::ObjectSchema => {
+                Some(json!({"type": "json_object", "schema": schema.full}))
+            }
+            ResponseFormat::Object => Some(json!({"type": "json_object"})),
+            ResponseFormat::None => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ResponseFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How [`Http`] asks.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long one request may take.
+    pub timeout: Duration,
+    /// The most tokens an answer may have (`max_tokens`); a plan of 40 steps fits in 4,096.
+    pub max_tokens: u32,
+    /// The sampling temperature: low, so a model keeps to the format.
+    pub temperature: f64,
+    /// The one response format to use, never stepping down (`--response-format`).
+    pub format: Option<ResponseFormat>,
+    /// Where to start stepping down from (the format that worked last time).
+    pub start: Option<ResponseFormat>,
+    /// The model's context in tokens, when the caller knows it (else asked of the server).
+    pub context_tokens: Option<u32>,
+    /// Whether the rules go in a system message; `None`: yes, unless the server's chat
+    /// template has no place for one.
+    pub system: Option<bool>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            timeout: Duration::from_secs(600),
+            max_tokens: 4096,
+            temperature: 0.2,
+            format: None,
+            start: None,
+            context_tokens: None,
+            system: None,
+        }
+    }
+}
+
+/// What [`Http::on_notice`] is given.
+type Notice = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A Chat Completions endpoint, asked with the strictest response format it takes.
 pub struct Http {
     endpoint: Endpoint,
     client: reqwest::Client,
-    strict: bool,
+    settings: Settings,
+    format: ResponseFormat,
+    taken: Option<ResponseFormat>,
+    limits: Option<Limits>,
+    transcript: Vec<Value>,
+    notice: Option<Notice>,
 }
 
 impl Http {
-    /// A client for `endpoint`.
+    /// A client for `endpoint`, with the default [`Settings`].
     pub fn new(endpoint: Endpoint) -> Result<Http, LlmError> {
+        Http::with(endpoint, Settings::default())
+    }
+
+    /// A client for `endpoint` that asks as `settings` say.
+    pub fn with(endpoint: Endpoint, settings: Settings) -> Result<Http, LlmError> {
         let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(600))
+            .timeout(settings.timeout)
             .build()
             .map_err(|e| LlmError::Endpoint {
                 url: endpoint.base_url.clone(),
-                message: e.to_string(),
+                message: cause(&e),
             })?;
+        let format = settings
+            .format
+            .or(settings.start)
+            .unwrap_or(ResponseFormat::StrictSchema);
         Ok(Http {
             endpoint,
             client,
-            strict: true,
+            settings,
+            format,
+            taken: None,
+            limits: None,
+            transcript: Vec::new(),
+            notice: None,
         })
+    }
+
+    /// Calls `notice` with each thing a person should hear of as it happens (a step down of
+    /// the response format, a context asked of the server).
+    pub fn on_notice(&mut self, notice: impl Fn(&str) + Send + Sync + 'static) {
+        self.notice = Some(Arc::new(notice));
+    }
+
+    /// The response format the server answered to, once it has: where the next request to
+    /// this endpoint and model may start.
+    pub fn format_taken(&self) -> Option<ResponseFormat> {
+        self.taken
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Every request and what came back, in order: `{"format", "messages", "answer",
+    /// "finish_reason", "usage"}` (`usage` as the server counted the tokens, when it did) or
+    /// `{"format", "messages", "error"}`.
+    pub fn transcript(&self) -> &[Value] {
+        &self.transcript
+    }
+
+    fn say(&self, text: &str) {
+        if let Some(notice) = &self.notice {
+            notice(text);
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.endpoint.base_url.trim_end_matches('/'))
+    }
+
+    /// What llama.cpp's `llama-server` says of itself at `/props` (next to `/v1`): its
+    /// context and chat template. Other servers have no such page: nothing is known then.
+    async fn props(&self) -> Option<Value> {
+        let base = self.endpoint.base_url.trim_end_matches('/');
+        let root = base.strip_suffix("/v1").unwrap_or(base);
+        let mut request = self
+            .client
+            .get(format!("{root}/props"))
+            .timeout(Duration::from_secs(10));
+        if let Some(key) = &self.endpoint.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let body = response.bytes().await.ok()?;
+        if body.len() > MAX_ANSWER_BYTES {
+            return None;
+        }
+        serde_json::from_slice(&body).ok()
     }
 }
 
@@ -182,141 +473,351 @@ impl Model for Http {
         self.endpoint.model.clone()
     }
 
+    fn limits(&mut self) -> Pending<'_, Limits> {
+        Box::pin(async move {
+            if let Some(limits) = self.limits {
+                return limits;
+            }
+            let props = if self.settings.context_tokens.is_none() || self.settings.system.is_none()
+            {
+                self.props().await
+            } else {
+                None
+            };
+            let served_context = props.as_ref().and_then(|props| {
+                let n = props["default_generation_settings"]["n_ctx"]
+                    .as_u64()
+                    .or_else(|| props["n_ctx"].as_u64())?;
+                u32::try_from(n).ok()
+            });
+            let context_tokens = self.settings.context_tokens.or(served_context);
+            // A chat template that never mentions a system role drops the system message
+            // (Gemma's does): the rules then go in the first user message.
+            let template_drops_system = props
+                .as_ref()
+                .and_then(|props| props["chat_template"].as_str())
+                .is_some_and(|template| !template.contains("system"));
+            let system = self.settings.system.unwrap_or(!template_drops_system);
+            if self.settings.system.is_none() && template_drops_system {
+                self.say("the server's chat template has no system message: the rules go in the first user message");
+            }
+            // Room for the request too: at most half the context for the answer.
+            let max_tokens = match context_tokens {
+                Some(context) => self.settings.max_tokens.min((context / 2).max(256)),
+                None => self.settings.max_tokens,
+            };
+            let limits = Limits {
+                context_tokens,
+                max_tokens,
+                system,
+            };
+            self.limits = Some(limits);
+            limits
+        })
+    }
+
     fn answer<'a>(
         &'a mut self,
         messages: &'a [Value],
-        schema: &'a Value,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, LlmError>> + Send + 'a>>
-    {
+        schema: &'a Schema,
+    ) -> Pending<'a, Result<Answer, LlmError>> {
         Box::pin(async move {
+            let max_tokens = self.limits().await.max_tokens;
             loop {
-                match complete(&self.client, &self.endpoint, messages, schema, self.strict).await {
-                    Ok(answer) => return Ok(answer),
-                    // (`complete` says so only of a strict request, so this happens once.)
-                    Err(Refused::Strict) => self.strict = false,
-                    Err(Refused::Error(error)) => return Err(error),
+                // Strict mode only where it leaves nothing out (a strict variant without
+                // `echo`, or without `http`'s `json`, would keep the model from them), unless
+                // the caller asks for it.
+                if self.format == ResponseFormat::StrictSchema
+                    && (schema.strict.is_none() || !schema.left_out.is_empty())
+                    && self.settings.format.is_none()
+                {
+                    self.format = ResponseFormat::Schema;
+                }
+                let format = self.format;
+                let mut body = json!({
+                    "model": self.endpoint.model,
+                    "messages": messages,
+                    "max_tokens": max_tokens,
+                    "temperature": self.settings.temperature,
+                });
+                if let Some(response_format) = format.body(schema) {
+                    body["response_format"] = response_format;
+                }
+                let answered = complete(
+                    &self.client,
+                    &self.endpoint,
+                    &self.url("chat/completions"),
+                    &body,
+                    self.settings.timeout,
+                )
+                .await;
+                let mut entry = json!({"format": format.name(), "messages": messages});
+                match answered {
+                    Ok((answer, usage)) => {
+                        entry["answer"] = json!(answer.text);
+                        entry["finish_reason"] =
+                            json!(if answer.cut_off { "length" } else { "stop" });
+                        if !usage.is_null() {
+                            entry["usage"] = usage;
+                        }
+                        self.transcript.push(entry);
+                        self.taken = Some(format);
+                        return Ok(answer);
+                    }
+                    Err(Refused::Format(message)) if self.settings.format.is_none() => {
+                        entry["error"] = json!(message);
+                        self.transcript.push(entry);
+                        let Some(next) = format.next() else {
+                            return Err(LlmError::Endpoint {
+                                url: self.url("chat/completions"),
+                                message,
+                            });
+                        };
+                        self.say(&format!(
+                            "the model's server refused the response format {format} ({message}); asking with {next}"
+                        ));
+                        self.format = next;
+                    }
+                    Err(Refused::Format(message) | Refused::Error(message)) => {
+                        entry["error"] = json!(message);
+                        self.transcript.push(entry);
+                        return Err(LlmError::Endpoint {
+                            url: self.url("chat/completions"),
+                            message,
+                        });
+                    }
                 }
             }
         })
     }
 }
 
+/// An error and its causes, in a line: `error sending request: client error (Connect): tcp
+/// connect error: Connection refused (os error 111)`.
+fn cause(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(next) = source {
+        let said = next.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = next.source();
+    }
+    text
+}
+
+/// `text` at most about `limit` bytes long, cut in the middle (both ends of a plan say the
+/// most), saying how much is left out.
+pub fn shortened(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut head = limit * 2 / 3;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (limit - head);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n…({} bytes left out)…\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+/// About how many tokens `messages` take: a token is about 3 bytes of JSON or prose (fewer
+/// for English, more for code; the estimate errs on the large side), and each message a few.
+fn tokens_of(messages: &[Value]) -> u32 {
+    let bytes: usize = messages
+        .iter()
+        .map(|m| m["content"].as_str().map_or(0, str::len) + 16)
+        .sum();
+    u32::try_from(bytes / 3).unwrap_or(u32::MAX)
+}
+
 /// Asks `model` for a plan for `ask.goal`; `check` validates an answer (`Err`: what is wrong,
-/// as the model should read it). Each wrong answer and its problems are added to the
-/// conversation.
+/// as the model should read it). The conversation is the rules and the goal, then the last
+/// wrong answer (shortened to fit the model's context) and its problems.
 pub async fn create_plan(
     model: &mut dyn Model,
     ask: &Ask<'_>,
     mut check: impl AsyncFnMut(&Value) -> Result<(), String>,
 ) -> Result<Created, LlmError> {
-    let mut messages = vec![
-        json!({"role": "system", "content": system_prompt(ask.tools)}),
-        json!({"role": "user", "content": format!("Goal: {}\n\nWrite the plan.", ask.goal)}),
-    ];
+    let limits = model.limits().await;
+    let goal = format!("Goal: {}\n\nWrite the plan.", ask.goal);
+    let first = if limits.system {
+        vec![
+            json!({"role": "system", "content": rules(ask.tools)}),
+            json!({"role": "user", "content": goal}),
+        ]
+    } else {
+        vec![json!({"role": "user", "content": format!("{}\n{goal}", rules(ask.tools))})]
+    };
+    let room = |messages: &[Value]| match limits.context_tokens {
+        Some(context) => {
+            let needed = tokens_of(messages).saturating_add(limits.max_tokens);
+            if needed > context {
+                Err(LlmError::Context { needed, context })
+            } else {
+                Ok(())
+            }
+        }
+        None => Ok(()),
+    };
+    room(&first)?;
+    let mut messages = first.clone();
     let mut tries = 0;
     loop {
         let answer = model.answer(&messages, ask.schema).await?;
         // Whatever the model's transport (MCP sampling has no cap of its own).
-        if answer.len() > MAX_ANSWER_BYTES {
+        if answer.text.len() > MAX_ANSWER_BYTES {
             return Err(LlmError::Endpoint {
                 url: "the model".to_owned(),
                 message: format!(
                     "an answer of {} bytes: plan-cli reads at most {} MiB",
-                    answer.len(),
+                    answer.text.len(),
                     MAX_ANSWER_BYTES >> 20
                 ),
             });
         }
         tries += 1;
-        let problems = match parse_answer(&answer) {
-            Ok(plan) => match check(&plan).await {
-                Ok(()) => return Ok(Created { plan, tries }),
-                Err(problems) => problems,
-            },
-            Err(problem) => problem,
+        let problems = if answer.cut_off {
+            format!(
+                "- the answer was cut off at the limit of {} tokens before the plan ended: write a shorter plan (fewer steps, short ids and values, no step repeated)",
+                limits.max_tokens
+            )
+        } else {
+            match parse_answer(&answer.text) {
+                Ok(plan) => match check(&plan).await {
+                    Ok(()) => return Ok(Created { plan, tries }),
+                    Err(problems) => problems,
+                },
+                Err(problem) => problem,
+            }
         };
         if tries > ask.max_retries {
             return Err(LlmError::Invalid {
                 tries,
                 problems,
-                last_answer: answer,
+                last_answer: answer.text,
             });
         }
-        messages.push(json!({"role": "assistant", "content": answer}));
-        messages.push(json!({"role": "user", "content": format!(
+        let feedback = json!({"role": "user", "content": format!(
             "That plan is not valid:\n{problems}\n\nAnswer with the whole corrected plan, for the same goal."
-        )}));
+        )});
+        // The last answer and its problems only, shortened until they fit.
+        let mut limit = if answer.cut_off {
+            1000
+        } else {
+            ANSWER_SHOWN_BYTES
+        };
+        loop {
+            messages = first.clone();
+            messages.push(json!({"role": "assistant", "content": shortened(&answer.text, limit)}));
+            messages.push(feedback.clone());
+            match room(&messages) {
+                Ok(()) => break,
+                Err(error) if limit <= 200 => return Err(error),
+                Err(_) => limit /= 2,
+            }
+        }
     }
 }
 
 enum Refused {
-    Strict,
-    Error(LlmError),
+    /// The server refused the response format (or the schema in it).
+    Format(String),
+    Error(String),
 }
 
-/// One Chat Completions request; the answer's text.
+/// Whether an HTTP error's body says the response format (or its schema, or the grammar made
+/// from it) is what it refuses.
+fn refuses_format(body: &str) -> bool {
+    let body = body.to_ascii_lowercase();
+    [
+        "response_format",
+        "json_schema",
+        "schema",
+        "grammar",
+        "strict",
+    ]
+    .iter()
+    .any(|word| body.contains(word))
+}
+
+/// One Chat Completions request (`body`) to `url`; the answer.
 async fn complete(
     client: &reqwest::Client,
     endpoint: &Endpoint,
-    messages: &[Value],
-    schema: &Value,
-    strict: bool,
-) -> Result<String, Refused> {
-    let url = format!(
-        "{}/chat/completions",
-        endpoint.base_url.trim_end_matches('/')
-    );
-    let failed = |message: String| {
-        Refused::Error(LlmError::Endpoint {
-            url: url.clone(),
-            message,
-        })
-    };
-    let body = json!({
-        "model": endpoint.model,
-        "messages": messages,
-        "response_format": {
-            "type": "json_schema",
-            "json_schema": {"name": "plan", "strict": strict, "schema": schema},
-        },
-    });
-    let mut request = client.post(&url).json(&body);
+    url: &str,
+    body: &Value,
+    timeout: Duration,
+) -> Result<(Answer, Value), Refused> {
+    let mut request = client.post(url).json(body);
     if let Some(key) = &endpoint.api_key {
         request = request.bearer_auth(key);
     }
-    let mut response = request.send().await.map_err(|e| failed(e.to_string()))?;
+    let mut response = request.send().await.map_err(|e| {
+        Refused::Error(if e.is_timeout() {
+            format!("no answer within {}", humantime::format_duration(timeout))
+        } else {
+            cause(&e)
+        })
+    })?;
     let status = response.status();
     // Read up to the cap, and no further: a 50 MB answer once took 488 MB of memory, and a
     // 20 MB error body was printed whole.
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
-        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-            return Err(failed(format!(
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| Refused::Error(cause(&e)))?
+    {
+        if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(Refused::Error(format!(
                 "an answer of more than {} MiB (HTTP {status}): plan-cli reads at most that much",
                 MAX_ANSWER_BYTES >> 20
             )));
         }
-        body.extend_from_slice(&chunk);
+        bytes.extend_from_slice(&chunk);
     }
-    let text = String::from_utf8_lossy(&body).into_owned();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
     if !status.is_success() {
-        if strict && status.as_u16() == 400 && text.contains("strict") {
-            return Err(Refused::Strict);
-        }
         let shown: String = text.chars().take(500).collect();
-        return Err(failed(format!("HTTP {status}: {shown}")));
+        let mut message = format!("HTTP {status}: {shown}");
+        if status.as_u16() == 404 && !endpoint.base_url.trim_end_matches('/').ends_with("/v1") {
+            message.push_str(&format!(
+                " (the base URL usually ends in /v1: {}/v1)",
+                endpoint.base_url.trim_end_matches('/')
+            ));
+        }
+        if (status.is_client_error() || status.is_server_error())
+            && body.get("response_format").is_some()
+            && refuses_format(&text)
+        {
+            return Err(Refused::Format(message));
+        }
+        return Err(Refused::Error(message));
     }
     let value: Value = serde_json::from_str(&text)
-        .map_err(|e| failed(format!("an answer that is not JSON: {e}")))?;
-    value["choices"][0]["message"]["content"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            let shown: String = value.to_string().chars().take(500).collect();
-            failed(format!(
-                "an answer without `choices[0].message.content`: {shown}"
-            ))
-        })
+        .map_err(|e| Refused::Error(format!("an answer that is not JSON: {e}")))?;
+    let choice = &value["choices"][0];
+    let content = choice["message"]["content"].as_str().ok_or_else(|| {
+        let shown: String = value.to_string().chars().take(500).collect();
+        Refused::Error(format!(
+            "an answer without `choices[0].message.content`: {shown}"
+        ))
+    })?;
+    let answer = Answer {
+        text: content.to_owned(),
+        cut_off: choice["finish_reason"] == "length",
+    };
+    Ok((answer, value["usage"].clone()))
 }
 
 /// The plan in an answer: its JSON, also when fenced in ``` as models like to.
@@ -387,5 +888,141 @@ mod tests {
         );
         assert!(parse_answer("[1]").unwrap_err().contains("not an object"));
         assert!(parse_answer("sure! here").unwrap_err().contains("not JSON"));
+    }
+
+    /// A server answering each request with the next reply, keeping the bodies.
+    fn serve(replies: Vec<(u16, Value)>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        std::thread::spawn(move || {
+            let mut replies = replies.into_iter();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let (mut first, mut length) = (String::new(), 0);
+                reader.read_line(&mut first).unwrap();
+                loop {
+                    let mut line = String::new();
+                    reader.read_line(&mut line).unwrap();
+                    if line.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(n) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = n.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body).unwrap();
+                let (status, reply) = if first.starts_with("GET") {
+                    (404, json!({}))
+                } else {
+                    kept.lock()
+                        .unwrap()
+                        .push(serde_json::from_slice(&body).unwrap());
+                    replies.next().unwrap_or((500, json!({"error": "no more"})))
+                };
+                let text = reply.to_string();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn a_strict_schema_is_asked_strictly_first_and_without_strict_after_a_refusal() {
+        let schema = Schema {
+            full: json!({"type": "object", "properties": {}}),
+            strict: Some(
+                json!({"type": "object", "properties": {}, "required": [], "additionalProperties": false}),
+            ),
+            left_out: Vec::new(),
+        };
+        let (url, seen) = serve(vec![
+            (
+                400,
+                json!({"error": {"message": "Invalid schema for response_format 'plan' (strict mode)"}}),
+            ),
+            (
+                200,
+                json!({"choices": [{"finish_reason": "stop", "message": {"content": "{}"}}]}),
+            ),
+        ]);
+        let endpoint = Endpoint {
+            base_url: url,
+            api_key: None,
+            model: "m".into(),
+        };
+        let mut http = Http::new(endpoint).unwrap();
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let heard = said.clone();
+        http.on_notice(move |text| heard.lock().unwrap().push(text.to_owned()));
+        let answer = http
+            .answer(&[json!({"role": "user", "content": "x"})], &schema)
+            .await
+            .unwrap();
+        assert_eq!(answer, Answer::text("{}"));
+        let bodies = seen.lock().unwrap().clone();
+        assert_eq!(bodies[0]["response_format"]["json_schema"]["strict"], true);
+        assert_eq!(
+            bodies[0]["response_format"]["json_schema"]["schema"],
+            schema.strict.clone().unwrap()
+        );
+        assert_eq!(bodies[1]["response_format"]["json_schema"]["strict"], false);
+        assert_eq!(http.format_taken(), Some(ResponseFormat::Schema));
+        assert_eq!(said.lock().unwrap().len(), 1, "the step down is said");
+        assert_eq!(
+            http.transcript().len(),
+            2,
+            "the refusal is in the transcript too"
+        );
+        // A strict variant that leaves something out is not asked for unless given.
+        let leaving = Schema {
+            left_out: vec!["echo: …".into()],
+            ..schema
+        };
+        let (url, seen) = serve(vec![(
+            200,
+            json!({"choices": [{"message": {"content": "{}"}}]}),
+        )]);
+        let mut http = Http::new(Endpoint {
+            base_url: url,
+            api_key: None,
+            model: "m".into(),
+        })
+        .unwrap();
+        http.answer(&[], &leaving).await.unwrap();
+        assert_eq!(
+            seen.lock().unwrap()[0]["response_format"]["json_schema"]["strict"],
+            false
+        );
+    }
+
+    #[test]
+    fn long_answers_are_cut_in_the_middle_and_say_so() {
+        let text: String = "é".repeat(5000);
+        let short = shortened(&text, 1000);
+        assert!(short.len() < 1100, "{}", short.len());
+        assert!(short.contains("bytes left out"));
+        assert_eq!(shortened("abc", 10), "abc");
+    }
+
+    #[test]
+    fn only_an_error_about_the_format_is_a_refusal_of_it() {
+        assert!(refuses_format(
+            "JSON schema error at #/$defs/ToolCall/properties/id: schema must be an object"
+        ));
+        assert!(refuses_format(
+            "response_format.type: Input should be 'text' or 'json_object'"
+        ));
+        assert!(refuses_format("failed to parse grammar"));
+        assert!(!refuses_format("model is loading"));
+        assert!(!refuses_format("context length exceeded"));
     }
 }

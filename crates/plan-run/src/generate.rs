@@ -31,7 +31,7 @@ pub async fn generate(
         }
         plan
     };
-    let schema = plan_graph::plan_schema();
+    let schema = schema_for(tools);
     let request = Ask {
         goal,
         tools,
@@ -39,10 +39,10 @@ pub async fn generate(
         max_retries,
     };
     let created = plan_llm::create_plan(model, &request, async |plan: &Value| {
-        check(&with_id(plan)).await
+        check(&with_id(&as_written(plan, tools))).await
     })
     .await?;
-    let mut plan = with_id(&created.plan);
+    let mut plan = with_id(&as_written(&created.plan, tools));
     let plan_id = plan["id"]
         .as_str()
         .map_or_else(|| slug(goal), str::to_owned);
@@ -50,6 +50,35 @@ pub async fn generate(
         object.insert("id".into(), plan_id.clone().into());
     }
     Ok(NewPlan { plan_id, plan })
+}
+
+/// The plan schema a model that may call `tools` is asked to follow (plan-graph's generation
+/// schema, and its strict variant).
+pub fn schema_for(tools: &[ToolDescription]) -> plan_llm::Schema {
+    let generation = plan_graph::generation_schema(&generation_tools(tools));
+    plan_llm::Schema {
+        full: generation.schema,
+        strict: generation.strict,
+        left_out: generation.left_out,
+    }
+}
+
+fn generation_tools(tools: &[ToolDescription]) -> Vec<plan_graph::GenerationTool<'_>> {
+    tools
+        .iter()
+        .map(|tool| plan_graph::GenerationTool {
+            name: &tool.name,
+            input_schema: &tool.input_schema,
+        })
+        .collect()
+}
+
+/// A model's answer as the plan format reads it: the `null`s it wrote for fields it leaves out
+/// dropped ([`plan_graph::from_generation`]).
+fn as_written(answer: &Value, tools: &[ToolDescription]) -> Value {
+    let mut plan = answer.clone();
+    plan_graph::from_generation(&mut plan, &generation_tools(tools));
+    plan
 }
 
 /// A plan a model wrote, with the id it has (and is stored under, once stored).
@@ -74,15 +103,77 @@ pub async fn generate_checked(
 ) -> Result<NewPlan, LlmError> {
     let tools = toolbox.described(|info| policy.allows_tool(info)).await;
     let fallback_id = id.map_or_else(|| slug(goal), str::to_owned);
+    // A weak model answers any goal with steps that only echo it. Said once: a goal that
+    // asks only for a text gets the same plan again, and it stands.
+    let can_work = tools
+        .iter()
+        .any(|tool| !DO_NOTHING.contains(&tool.name.as_str()));
+    let mut told_it_does_nothing = false;
     generate(
         model,
         goal,
         id,
         max_retries,
         &tools,
-        async |plan: &Value| check_for_model(plan, &fallback_id, toolbox, policy, None).await,
+        async |plan: &Value| {
+            check_for_model(plan, &fallback_id, toolbox, policy, None, &tools).await?;
+            if can_work && !told_it_does_nothing && does_nothing(plan) {
+                told_it_does_nothing = true;
+                return Err(DOES_NOTHING.to_owned());
+            }
+            Ok(())
+        },
     )
     .await
+}
+
+/// A Chat Completions model at `endpoint`, asked as `settings` say, starting (unless
+/// `settings` fix a format or a start) at the response format it took last time, as `ledger`
+/// keeps it ([`remember_format`]).
+pub fn http_model(
+    ledger: &crate::Ledger,
+    endpoint: plan_llm::Endpoint,
+    mut settings: plan_llm::Settings,
+) -> Result<plan_llm::Http, LifecycleError> {
+    if settings.format.is_none() && settings.start.is_none() {
+        let store = ledger.open()?;
+        settings.start = store
+            .model_format(&endpoint.base_url, &endpoint.model)?
+            .and_then(|name| plan_llm::ResponseFormat::named(&name));
+    }
+    plan_llm::Http::with(endpoint, settings).map_err(LifecycleError::Generate)
+}
+
+/// Keeps the response format `model`'s server answered to, so that the next request to it
+/// starts there instead of stepping down again.
+pub fn remember_format(
+    ledger: &crate::Ledger,
+    model: &plan_llm::Http,
+) -> Result<(), LifecycleError> {
+    if let Some(format) = model.format_taken() {
+        let endpoint = model.endpoint();
+        ledger
+            .open()?
+            .set_model_format(&endpoint.base_url, &endpoint.model, format.name())?;
+    }
+    Ok(())
+}
+
+/// What a model hears of a plan that [`does_nothing`].
+const DOES_NOTHING: &str = "- every step calls `echo`, `sleep` or `fail`, which do no work (`echo` gives back its arguments): if the goal needs work done, call the tools that do it; if giving back a text is all it asks, answer with the same plan again";
+
+/// The built-in tools that do no work (`fail` is for trying plans out).
+const DO_NOTHING: [&str; 3] = ["echo", "sleep", "fail"];
+
+/// Whether every step of `plan` calls a tool that does no work.
+fn does_nothing(plan: &Value) -> bool {
+    plan["steps"].as_array().is_some_and(|steps| {
+        steps.iter().all(|step| {
+            step["tool"]
+                .as_str()
+                .is_some_and(|tool| DO_NOTHING.contains(&tool))
+        })
+    })
 }
 
 /// What a plan is asked of a model for ([`plan_from_goal`]).
@@ -355,7 +446,7 @@ pub(crate) async fn replan(
     let written = written_plan(&row.plan_source, &row.plan_format)?;
     let (request, done, taken) = request(&written, report, secrets);
     let tools = toolbox.described(|info| policy.allows_tool(info)).await;
-    let schema = plan_graph::plan_schema();
+    let schema = schema_for(&tools);
     let ask = Ask {
         goal: &request,
         tools: &tools,
@@ -363,6 +454,7 @@ pub(crate) async fn replan(
         max_retries: 2,
     };
     let check = async |answer: &Value| -> Result<(), String> {
+        let answer = &as_written(answer, &tools);
         let combined = combine(&written, &done, answer, &taken)?;
         let new_steps: BTreeSet<String> = answer["steps"]
             .as_array()
@@ -370,7 +462,15 @@ pub(crate) async fn replan(
             .flatten()
             .map(id_of)
             .collect();
-        check_for_model(&combined, &row.plan_id, toolbox, policy, Some(&new_steps)).await
+        check_for_model(
+            &combined,
+            &row.plan_id,
+            toolbox,
+            policy,
+            Some(&new_steps),
+            &tools,
+        )
+        .await
     };
     let created = plan_llm::create_plan(model, &ask, check)
         .await
@@ -378,7 +478,7 @@ pub(crate) async fn replan(
             run_id: run_id.clone(),
             source,
         })?;
-    let combined = combine(&written, &done, &created.plan, &taken)
+    let combined = combine(&written, &done, &as_written(&created.plan, &tools), &taken)
         .map_err(|problem| LifecycleError::Refused(problem.trim_start_matches("- ").to_owned()))?;
     let text = serde_json::to_string_pretty(&combined)
         .map_err(|error| LifecycleError::Internal(error.to_string()))?;

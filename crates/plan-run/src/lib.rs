@@ -104,8 +104,9 @@ pub use execute::{
 };
 pub use gc::{Collected, gc};
 pub use generate::{
-    Goal, NewPlan, Replanned, Replanner, Replanning, generate, generate_checked, plan_from_goal,
-    slug, store_generated, store_prepared, stored_plan,
+    Goal, NewPlan, Replanned, Replanner, Replanning, generate, generate_checked, http_model,
+    plan_from_goal, remember_format, schema_for, slug, store_generated, store_prepared,
+    stored_plan,
 };
 pub use input::{InputError, PlanInput, Variables, resolve_folder};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};

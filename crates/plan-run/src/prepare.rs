@@ -310,30 +310,50 @@ pub async fn select(
 
 /// plan-cli's whole judgement of a model's plan: its validation, as a `validate` gives it,
 /// and then `policy`'s judgement of every call it can make (of the steps in `only`, for a
-/// re-plan's new steps). `Err` holds the problems as lines for the model to read. Nothing in
-/// them tells the model how to widen its policy (no "add `env:`" for a variable it may not
-/// read).
+/// re-plan's new steps). A plan of no steps is refused too. `Err` holds the problems as a
+/// model can act on them ([`for_model`]): each at its path, grouped by step, the tools it may
+/// call (`tools`) named where it named another. Nothing in them tells the model how to widen
+/// its policy (no "add `env:`" for a variable it may not read).
 pub async fn check_for_model(
     plan: &Value,
     fallback_id: &str,
     toolbox: &Toolbox,
     policy: &Policy,
     only: Option<&BTreeSet<String>>,
+    tools: &[plan_llm::ToolDescription],
 ) -> Result<(), String> {
     let text = plan.to_string();
-    let listed = |error: PolicyError| {
-        error
-            .violations
-            .iter()
-            .map(|v| format!("- {}: {}", v.path, v.message))
-            .collect::<Vec<_>>()
-            .join("\n")
+    let source = Source::new("the plan", text.clone());
+    let refused = |error: PolicyError| {
+        let found: Vec<Found> = (error.violations.iter())
+            .map(|v| Found {
+                path: Some(v.path.clone()),
+                message: v.message.clone(),
+                help: None,
+                names_a_tool: false,
+            })
+            .collect();
+        for_model(plan, &found, tools)
     };
     policy
         .check_size(Author::Model, text.len())
-        .map_err(listed)?;
+        .map_err(refused)?;
+    if plan["steps"].as_array().is_none_or(Vec::is_empty) && only.is_none() {
+        return Err(for_model(
+            plan,
+            &[Found {
+                path: Some(plan_graph::PlanPath::root().key("steps")),
+                message: "the plan has no steps".to_owned(),
+                help: Some(
+                    "write the steps that do the goal, each a call of one of the tools".to_owned(),
+                ),
+                names_a_tool: true,
+            }],
+            tools,
+        ));
+    }
     let prepared = prepare(
-        PlanText::json("plan.json", text, fallback_id),
+        PlanText::json(source.name(), text, fallback_id),
         Inputs::default(),
         toolbox,
         Strictness::VALIDATE,
@@ -352,23 +372,96 @@ pub async fn check_for_model(
                     steps,
                 ),
             };
-            return judged.map_err(listed);
+            return judged.map_err(refused);
         }
-        Err(PrepareError::Invalid(problems)) => problems.issues,
+        Err(PrepareError::Invalid(problems)) => problems,
         Err(other) => return Err(format!("- {other}")),
     };
-    let lines: Vec<String> = problems
-        .iter()
+    let found: Vec<Found> = (problems.issues.iter())
         .filter(|issue| issue.is_error())
-        .map(|issue| {
-            let mut line = format!("- {}", issue.message);
-            if let Some(help) = &issue.help
-                && (policy.is_operator() || !help.starts_with("add `env:"))
-            {
-                line.push_str(&format!(" ({help})"));
-            }
-            line
+        .map(|issue| Found {
+            path: problems.source.path_of(&issue.location),
+            message: issue.message.clone(),
+            help: issue
+                .help
+                .clone()
+                .filter(|help| policy.is_operator() || !help.starts_with("add `env:")),
+            names_a_tool: matches!(issue.code, "plan::unknown_tool" | "plan::missing_tool"),
         })
         .collect();
-    Err(lines.join("\n"))
+    Err(for_model(plan, &found, tools))
+}
+
+/// A problem with a model's plan, as [`for_model`] words it.
+struct Found {
+    path: Option<plan_graph::PlanPath>,
+    message: String,
+    help: Option<String>,
+    /// Whether the model should hear which tools there are.
+    names_a_tool: bool,
+}
+
+/// Problems as a model can act on them: the plan's own first, then each step's under the step
+/// (`- step `fetch` (steps[1]):`), each line with its path (`steps[1].args.url`), message and
+/// help; after them the tools and their required arguments when a problem is about a tool's
+/// name. Nothing names a file: the model saw none.
+fn for_model(plan: &Value, found: &[Found], tools: &[plan_llm::ToolDescription]) -> String {
+    use plan_graph::PathSegment;
+    let mut own = Vec::new();
+    let mut by_step: std::collections::BTreeMap<usize, Vec<String>> = Default::default();
+    for problem in found {
+        let mut line = match &problem.path {
+            Some(path) if !path.0.is_empty() => format!("{path}: {}", problem.message),
+            _ => problem.message.clone(),
+        };
+        if let Some(help) = &problem.help {
+            line.push_str(&format!(" ({help})"));
+        }
+        let step = match problem.path.as_ref().map(|p| p.0.as_slice()) {
+            Some([PathSegment::Key(steps), PathSegment::Index(i), ..]) if steps == "steps" => {
+                Some(*i)
+            }
+            _ => None,
+        };
+        match step {
+            Some(i) => by_step.entry(i).or_default().push(line),
+            None => own.push(line),
+        }
+    }
+    let mut text = String::new();
+    for line in own {
+        text.push_str(&format!("- {line}\n"));
+    }
+    for (i, lines) in by_step {
+        let step = &plan["steps"][i];
+        let id = ["id", "index", "step_id"]
+            .iter()
+            .find_map(|key| step.get(*key).filter(|id| !id.is_null()))
+            .map_or_else(String::new, |id| {
+                format!(
+                    "`{}` ",
+                    id.as_str().map_or_else(|| id.to_string(), str::to_owned)
+                )
+            });
+        text.push_str(&format!("- step {id}(steps[{i}]):\n"));
+        for line in lines {
+            text.push_str(&format!("  - {line}\n"));
+        }
+    }
+    if found.iter().any(|f| f.names_a_tool) {
+        text.push_str("The tools you may use (a step's `tool`), with their required arguments:\n");
+        for tool in tools {
+            let required: Vec<&str> = (tool.input_schema["required"].as_array().into_iter())
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let required = if required.is_empty() {
+                "none".to_owned()
+            } else {
+                required.join(", ")
+            };
+            text.push_str(&format!("- {} (required: {required})\n", tool.name));
+        }
+    }
+    text.trim_end().to_owned()
 }

@@ -165,10 +165,8 @@ impl plan_llm::Model for Sampling {
     fn answer<'a>(
         &'a mut self,
         messages: &'a [Value],
-        schema: &'a Value,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
-    > {
+        schema: &'a plan_llm::Schema,
+    ) -> plan_llm::Pending<'a, Result<plan_llm::Answer, plan_llm::LlmError>> {
         Box::pin(async move {
             let mut system = String::new();
             let mut turns: Vec<(bool, String)> = Vec::new();
@@ -181,11 +179,13 @@ impl plan_llm::Model for Sampling {
                 }
             }
             system.push_str(&format!(
-                "\nThe answer is one JSON object that follows this JSON Schema:\n{schema}\n"
+                "\nThe answer is one JSON object that follows this JSON Schema:\n{}\n",
+                schema.full
             ));
             self.client
                 .sample(&system, &turns, 8192)
                 .await
+                .map(plan_llm::Answer::text)
                 .map_err(|message| plan_llm::LlmError::Endpoint {
                     url: "MCP sampling".to_owned(),
                     message,

@@ -118,6 +118,33 @@ impl Store {
             .optional()?)
     }
 
+    /// The response format the model `model` at `base_url` took last, as its name.
+    pub fn model_format(&self, base_url: &str, model: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT format FROM model_formats WHERE base_url = ?1 AND model = ?2",
+                [base_url, model],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Keeps `format` as the response format the model `model` at `base_url` takes.
+    pub fn set_model_format(
+        &mut self,
+        base_url: &str,
+        model: &str,
+        format: &str,
+    ) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO model_formats (base_url, model, format) VALUES (?1, ?2, ?3)
+             ON CONFLICT (base_url, model) DO UPDATE SET format = excluded.format",
+            [base_url, model, format],
+        )?;
+        Ok(())
+    }
+
     /// Removes a stored plan (runs of it keep their own copy).
     pub fn remove_plan(&mut self, plan_id: &str) -> Result<(), StoreError> {
         match self

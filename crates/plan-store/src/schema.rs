@@ -195,6 +195,16 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, step_id)
     ) WITHOUT ROWID;
     ",
+    // 9: the response format each model endpoint took last (`plan create`): the next request
+    // starts there instead of stepping down again.
+    "
+    CREATE TABLE model_formats (
+        base_url  TEXT NOT NULL,
+        model     TEXT NOT NULL,
+        format    TEXT NOT NULL,
+        PRIMARY KEY (base_url, model)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The numbers event kinds are stored as (migration 4 spells the same table out in SQL).

@@ -104,7 +104,7 @@ fn a_ledger_from_a_newer_plan_cli_is_refused() {
             error,
             StoreError::TooNew {
                 found: 99,
-                supported: 8,
+                supported: 9,
                 ..
             }
         ),
@@ -1069,4 +1069,27 @@ fn one_option_is_set_and_the_others_kept() {
         store.set_option("nope", "$.a", &json!(1)),
         Err(StoreError::NotFound { .. })
     ));
+}
+
+#[test]
+fn a_models_response_format_is_kept_per_endpoint_and_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("state.db")).unwrap();
+    assert_eq!(store.model_format("http://a/v1", "m").unwrap(), None);
+    store
+        .set_model_format("http://a/v1", "m", "json_object")
+        .unwrap();
+    store.set_model_format("http://a/v1", "n", "none").unwrap();
+    store
+        .set_model_format("http://a/v1", "m", "json_schema")
+        .unwrap();
+    assert_eq!(
+        store.model_format("http://a/v1", "m").unwrap().as_deref(),
+        Some("json_schema")
+    );
+    assert_eq!(
+        store.model_format("http://a/v1", "n").unwrap().as_deref(),
+        Some("none")
+    );
+    assert_eq!(store.model_format("http://b/v1", "m").unwrap(), None);
 }

@@ -81,7 +81,7 @@ pub(crate) fn run_as(
     }
     // A model to re-plan with is needed before anything runs, not after a failure.
     let mut replanner = (args.replan > 0)
-        .then(super::plans::replan_model)
+        .then(|| super::plans::replan_model(ledger))
         .transpose()?;
     let secrets: Vec<String> = ready.env.values().cloned().collect();
     let start = plan_run::Start {
@@ -129,14 +129,16 @@ pub(crate) fn run_as(
             );
         };
         let env = |name: &str| std::env::var(name).ok();
-        outcome = shown.run(replanner.run_to_end(
+        let ended = shown.run(replanner.run_to_end(
             outcome,
             ledger,
             toolbox,
             &env,
             &mut |prepared| shown.execution_warned(prepared),
             &mut said,
-        ))?;
+        ));
+        plan_run::remember_format(ledger, model)?;
+        outcome = ended?;
     }
     print_outcome(&outcome.report, shown.steps().as_deref(), execution)
 }

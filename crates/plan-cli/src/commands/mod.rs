@@ -12,7 +12,9 @@ use std::io::Write;
 pub(crate) use approvals::{approve, reject};
 pub(crate) use execute::{resume, retry, run, run_as};
 pub(crate) use ledger::{cancel, events, gc, logs, runs, state_export, status};
-pub(crate) use plans::{completions, import, init, plan, schema, show, tools, validate};
+pub(crate) use plans::{
+    completions, generation_schema, import, init, plan, schema, show, tools, validate,
+};
 pub(crate) use serve::{policy_of, serve};
 pub(crate) use worker::worker;
 

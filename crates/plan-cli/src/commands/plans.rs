@@ -157,6 +157,7 @@ pub(crate) fn plan(
             json,
             yes,
             policy: policy_args,
+            asking,
             ..
         } => {
             let policy = crate::policy::of(policy_args)?;
@@ -166,15 +167,33 @@ pub(crate) fn plan(
                 force: *force,
                 ..plan_run::Goal::new(goal, plan_run::Author::Model)
             };
-            let mut model = plan_llm::Http::new(endpoint(model.as_deref())?.ok_or_else(|| {
+            let endpoint = endpoint(model.as_deref())?.ok_or_else(|| {
                 Failure::input(
                     "no model endpoint: set PLAN_LLM_URL (or OPENAI_BASE_URL) to an OpenAI-compatible API's base URL ending in /v1, e.g. http://localhost:11434/v1 for Ollama",
                 )
-            })?)
-            .map_err(|e| Failure::input(e.to_string()))?;
-            let plan_run::NewPlan { plan_id, plan } = toolbox.block_on(
-                plan_run::plan_from_goal(&mut model, &goal, toolbox, &policy, ledger),
-            )?;
+            })?;
+            let mut model = plan_run::http_model(ledger, endpoint, asking.settings())?;
+            model.on_notice(|text| say!("{text}"));
+            let created = toolbox.block_on(plan_run::plan_from_goal(
+                &mut model, &goal, toolbox, &policy, ledger,
+            ));
+            plan_run::remember_format(ledger, &model)?;
+            if let Some(path) = &asking.transcript {
+                let text = pretty(&model.transcript());
+                std::fs::write(path, text).map_err(|error| {
+                    Failure::input(format!("--transcript {}: {error}", path.display()))
+                })?;
+            }
+            let plan_run::NewPlan { plan_id, plan } = match created {
+                Ok(created) => created,
+                Err(plan_run::LifecycleError::Generate(error)) => {
+                    if *json {
+                        print(&pretty(&model_error(&error)))?;
+                    }
+                    return Err(Failure::model(&error, ""));
+                }
+                Err(error) => return Err(error.into()),
+            };
             let text = plan_run::PlanText::json(&plan_id, plan.to_string(), &plan_id);
             let ready = prepare_text(text, Default::default(), toolbox, Severity::Warning)?;
             if *json {
@@ -263,6 +282,29 @@ fn calls_of(program: &plan_engine::Program) -> String {
     text
 }
 
+/// A model's failure as `plan create --json` prints it: `{"error": {"kind", "message"}}`,
+/// with `tries`, `problems` and `last_answer` when it answered.
+fn model_error(error: &plan_llm::LlmError) -> serde_json::Value {
+    use plan_llm::LlmError;
+    let mut object = serde_json::json!({"message": error.to_string()});
+    object["kind"] = match error {
+        LlmError::Invalid {
+            tries,
+            problems,
+            last_answer,
+        } => {
+            object["tries"] = (*tries).into();
+            object["problems"] = problems.as_str().into();
+            object["last_answer"] = last_answer.as_str().into();
+            "no_valid_plan"
+        }
+        LlmError::Context { .. } => "context",
+        _ => "endpoint",
+    }
+    .into();
+    serde_json::json!({ "error": object })
+}
+
 /// The model endpoint the environment names (`plan_llm::Endpoint::from_env`), with `model`.
 pub(crate) fn endpoint(model: Option<&str>) -> Result<Option<plan_llm::Endpoint>, Failure> {
     plan_llm::Endpoint::from_env(model, &|name| std::env::var(name).ok())
@@ -270,7 +312,7 @@ pub(crate) fn endpoint(model: Option<&str>) -> Result<Option<plan_llm::Endpoint>
 }
 
 /// The model `--replan` asks; checked before the run, so a missing one is said at once.
-pub(crate) fn replan_model() -> Result<plan_llm::Http, Failure> {
+pub(crate) fn replan_model(ledger: &Ledger) -> Result<plan_llm::Http, Failure> {
     let endpoint = plan_llm::Endpoint::from_env(None, &|name| std::env::var(name).ok())
         .ok()
         .flatten()
@@ -279,7 +321,9 @@ pub(crate) fn replan_model() -> Result<plan_llm::Http, Failure> {
                 "--replan needs a model: set PLAN_LLM_URL (an OpenAI-compatible API's base URL ending in /v1) and PLAN_LLM_MODEL",
             )
         })?;
-    plan_llm::Http::new(endpoint).map_err(|e| Failure::input(e.to_string()))
+    let mut model = plan_run::http_model(ledger, endpoint, plan_llm::Settings::default())?;
+    model.on_notice(|text| say!("{text}"));
+    Ok(model)
 }
 
 /// Validates the plan as `run` would, then stores its text under its id.
@@ -393,8 +437,40 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
 }
 
 /// `schema`: the plan format's JSON Schema on stdout.
-pub(crate) fn schema() -> Result<i32, Failure> {
+pub(crate) fn schema(args: &crate::cli::SchemaArgs) -> Result<i32, Failure> {
+    if args.strict {
+        return Err(Failure::input(
+            "--strict is for --for generation: the editors' schema has no strict variant",
+        ));
+    }
     let mut text = serde_json::to_string_pretty(&plan_graph::plan_schema()).unwrap_or_default();
+    text.push('\n');
+    print(&text)?;
+    Ok(0)
+}
+
+/// `schema --for generation`: the schema `plan create` sends, for the tools the model's policy
+/// allows (`--strict`: its strict variant, with what it leaves out on stderr).
+pub(crate) fn generation_schema(
+    args: &crate::cli::SchemaArgs,
+    toolbox: &Toolbox,
+) -> Result<i32, Failure> {
+    let policy = crate::policy::of(&args.policy)?;
+    let tools = toolbox.block_on(toolbox.described(|info| policy.allows_tool(info)));
+    let schema = plan_run::schema_for(&tools);
+    let chosen = if args.strict {
+        for line in &schema.left_out {
+            say!("left out: {line}");
+        }
+        schema.strict.ok_or_else(|| {
+            Failure::input(
+                "no tool the policy allows can be said strictly: there is no strict variant",
+            )
+        })?
+    } else {
+        schema.full
+    };
+    let mut text = serde_json::to_string_pretty(&chosen).unwrap_or_default();
     text.push('\n');
     print(&text)?;
     Ok(0)

@@ -56,12 +56,10 @@ impl plan_llm::Model for Scripted {
     fn answer<'a>(
         &'a mut self,
         _messages: &'a [serde_json::Value],
-        _schema: &'a serde_json::Value,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<String, plan_llm::LlmError>> + Send + 'a>,
-    > {
+        _schema: &'a plan_llm::Schema,
+    ) -> plan_llm::Pending<'a, Result<plan_llm::Answer, plan_llm::LlmError>> {
         let answer = self.answers.remove(0).to_string();
-        Box::pin(async move { Ok(answer) })
+        Box::pin(async move { Ok(plan_llm::Answer::text(answer)) })
     }
 
     fn name(&self) -> String {
