@@ -242,11 +242,14 @@ fn build_llama_server(dir: &Path, python: &Path) -> Result<PathBuf> {
     let tarball = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"));
     if !tarball.exists() {
         // The source distribution's address, from PyPI's JSON API.
+        // (The project's JSON, whose addresses may be relative to it.)
         let fetch = format!(
-            "import json, urllib.request\n\
-             info = json.load(urllib.request.urlopen('https://pypi.org/pypi/llama-cpp-python/{LLAMA_CPP_PYTHON}/json'))\n\
-             url = next(u['url'] for u in info['urls'] if u['packagetype'] == 'sdist')\n\
-             urllib.request.urlretrieve(url, {:?})",
+            "import json, urllib.parse, urllib.request\n\
+             page = 'https://pypi.org/pypi/llama-cpp-python/json'\n\
+             info = json.load(urllib.request.urlopen(page))\n\
+             files = info.get('releases', {{}}).get('{LLAMA_CPP_PYTHON}') or (info['urls'] if info['info']['version'] == '{LLAMA_CPP_PYTHON}' else [])\n\
+             url = next(u['url'] for u in files if u['packagetype'] == 'sdist')\n\
+             urllib.request.urlretrieve(urllib.parse.urljoin(page, url), {:?})",
             tarball.display().to_string()
         );
         run(Command::new(python).args(["-c", &fetch]))?;

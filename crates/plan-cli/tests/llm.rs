@@ -172,7 +172,7 @@ fn a_wrong_plan_is_corrected_in_the_same_conversation() {
     let feedback = second[3]["content"].as_str().unwrap();
     assert!(
         feedback.contains(
-            "- step `hi` (steps[0]):\n  - steps[0].tool: unknown tool `ech0` (did you mean `echo`?)"
+            "- step `hi` (steps[0]):\n  - steps[0].tool: unknown tool `ech0`: no tool has this name (did you mean `echo`?)"
         ),
         "each problem at its path, under its step: {feedback}"
     );

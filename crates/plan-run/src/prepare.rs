@@ -329,6 +329,7 @@ pub async fn check_for_model(
             .map(|v| Found {
                 path: Some(v.path.clone()),
                 message: v.message.clone(),
+                label: None,
                 help: None,
                 names_a_tool: false,
             })
@@ -344,6 +345,7 @@ pub async fn check_for_model(
             &[Found {
                 path: Some(plan_graph::PlanPath::root().key("steps")),
                 message: "the plan has no steps".to_owned(),
+                label: None,
                 help: Some(
                     "write the steps that do the goal, each a call of one of the tools".to_owned(),
                 ),
@@ -382,6 +384,8 @@ pub async fn check_for_model(
         .map(|issue| Found {
             path: problems.source.path_of(&issue.location),
             message: issue.message.clone(),
+            label: Some(issue.label.clone())
+                .filter(|label| label != "here" && !issue.message.contains(label.as_str())),
             help: issue
                 .help
                 .clone()
@@ -396,14 +400,16 @@ pub async fn check_for_model(
 struct Found {
     path: Option<plan_graph::PlanPath>,
     message: String,
+    /// What the place is, where it says more than "here" (`no tool has this name`).
+    label: Option<String>,
     help: Option<String>,
     /// Whether the model should hear which tools there are.
     names_a_tool: bool,
 }
 
 /// Problems as a model can act on them: the plan's own first, then each step's under the step
-/// (`- step `fetch` (steps[1]):`), each line with its path (`steps[1].args.url`), message and
-/// help; after them the tools and their required arguments when a problem is about a tool's
+/// (`- step `fetch` (steps[1]):`), each line with its path (`steps[1].args.url`), message,
+/// label and help; after them the tools and their required arguments when a problem is about a tool's
 /// name. Nothing names a file: the model saw none.
 fn for_model(plan: &Value, found: &[Found], tools: &[plan_llm::ToolDescription]) -> String {
     use plan_graph::PathSegment;
@@ -414,6 +420,9 @@ fn for_model(plan: &Value, found: &[Found], tools: &[plan_llm::ToolDescription])
             Some(path) if !path.0.is_empty() => format!("{path}: {}", problem.message),
             _ => problem.message.clone(),
         };
+        if let Some(label) = &problem.label {
+            line.push_str(&format!(": {label}"));
+        }
         if let Some(help) = &problem.help {
             line.push_str(&format!(" ({help})"));
         }
