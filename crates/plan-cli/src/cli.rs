@@ -735,18 +735,19 @@ pub(crate) struct ModelArgs {
     /// The one response format to ask with, never stepping down (default: the strictest the
     /// server takes, found by stepping down from json_schema_strict on a refusal, and kept in
     /// the ledger for the next time)
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub(crate) response_format: Option<ResponseFormatArg>,
-    /// The most tokens an answer may have
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    #[arg(long, value_name = "FORMAT", value_parser = response_format())]
+    pub(crate) response_format: Option<plan_llm::ResponseFormat>,
+    /// The most tokens an answer may have (at most half the model's context)
+    #[arg(long, value_name = "N", default_value_t = plan_llm::DEFAULT_MAX_TOKENS,
+          value_parser = clap::value_parser!(u32).range(16..))]
     pub(crate) max_tokens: u32,
     /// The model's context, in tokens (default: what the server says, where it says it:
-    /// llama.cpp's llama-server does)
-    #[arg(long, value_name = "N")]
+    /// llama.cpp's llama-server, vLLM)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(256..))]
     pub(crate) context_tokens: Option<u32>,
-    /// How long one request to the model may take
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
-    pub(crate) timeout: std::time::Duration,
+    /// How long one request to the model may take [default: 10m]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) timeout: Option<std::time::Duration>,
     /// Put the rules and the tools in the first user message instead of a system message
     /// (some chat templates drop system messages; done by itself where the server's template
     /// has none)
@@ -758,40 +759,20 @@ pub(crate) struct ModelArgs {
     pub(crate) transcript: Option<PathBuf>,
 }
 
-/// The response formats, strictest first (`plan_llm::ResponseFormat`).
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub(crate) enum ResponseFormatArg {
-    /// json_schema with strict: true (OpenAI's structured outputs)
-    #[value(name = "json_schema_strict")]
-    JsonSchemaStrict,
-    /// json_schema without strict
-    #[value(name = "json_schema")]
-    JsonSchema,
-    /// json_object with the schema beside it (llama-cpp-python's server)
-    #[value(name = "json_object_schema")]
-    JsonObjectSchema,
-    /// json_object: any JSON
-    #[value(name = "json_object")]
-    JsonObject,
-    /// no response format
-    #[value(name = "none")]
-    None,
+/// The response formats by name, strictest first (`plan_llm::ResponseFormat::ALL`).
+fn response_format() -> impl clap::builder::TypedValueParser<Value = plan_llm::ResponseFormat> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(plan_llm::ResponseFormat::ALL.map(|f| f.name()))
+        .try_map(|name| plan_llm::ResponseFormat::named(&name).ok_or("not a response format"))
 }
 
 impl ModelArgs {
     /// The settings these flags give.
     pub(crate) fn settings(&self) -> plan_llm::Settings {
-        use plan_llm::ResponseFormat;
         plan_llm::Settings {
-            timeout: self.timeout,
+            timeout: self.timeout.unwrap_or(plan_llm::DEFAULT_TIMEOUT),
             max_tokens: self.max_tokens,
-            format: self.response_format.map(|format| match format {
-                ResponseFormatArg::JsonSchemaStrict => ResponseFormat::StrictSchema,
-                ResponseFormatArg::JsonSchema => ResponseFormat::Schema,
-                ResponseFormatArg::JsonObjectSchema => ResponseFormat::ObjectSchema,
-                ResponseFormatArg::JsonObject => ResponseFormat::Object,
-                ResponseFormatArg::None => ResponseFormat::None,
-            }),
+            format: self.response_format,
             context_tokens: self.context_tokens,
             system: self.no_system.then_some(false),
             ..plan_llm::Settings::default()

@@ -125,12 +125,10 @@ impl Failure {
                     ),
                 )
             }
-            LlmError::Endpoint { message, .. } if message.starts_with("no answer within") => {
-                Failure::new(
-                    MODEL_FAILED,
-                    format!("{what}{error} (--timeout gives it longer)"),
-                )
-            }
+            LlmError::Timeout { .. } => Failure::new(
+                MODEL_FAILED,
+                format!("{what}{error} (--timeout gives it longer)"),
+            ),
             LlmError::Context { .. } => Failure::new(
                 MODEL_FAILED,
                 format!(

@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 /// A Chat Completions endpoint that answers each request with the next scripted reply
 /// (`(status, body)`), and keeps every request's body. `GET /props` (llama.cpp's
-/// `llama-server` page about itself) answers `props`, or 404 as other servers do.
+/// `llama-server` page about itself) answers `props`, or 404 as other servers do; any other
+/// `GET` (vLLM's `/v1/models`) 404.
 struct Scripted {
     url: String,
     requests: Arc<Mutex<Vec<Value>>>,
@@ -57,6 +58,8 @@ impl Scripted {
                     props
                         .clone()
                         .map_or((404, json!({"error": "not found"})), |p| (200, p))
+                } else if first.starts_with("GET ") {
+                    (404, json!({"error": "not found"}))
                 } else {
                     assert!(
                         first.starts_with("POST ") && first.contains("/chat/completions "),
@@ -67,6 +70,11 @@ impl Scripted {
                         .push(serde_json::from_slice(&body).unwrap());
                     replies.next().unwrap_or((500, json!({"error": "no more"})))
                 };
+                if status == 0 {
+                    // A server that never answers.
+                    std::thread::sleep(std::time::Duration::from_secs(5));
+                    continue;
+                }
                 let text = reply.to_string();
                 let _ = write!(
                     stream,
@@ -81,6 +89,36 @@ impl Scripted {
     fn requests(&self) -> Vec<Value> {
         self.requests.lock().unwrap().clone()
     }
+}
+
+/// Where `schema` has a boolean subschema (`"id": true`), which llama.cpp's `llama-server`
+/// refuses ("schema must be an object"); `additionalProperties: false` is a keyword's value.
+fn boolean_subschemas(schema: &Value) -> Vec<String> {
+    fn walk(schema: &Value, at: &str, found: &mut Vec<String>) {
+        let Some(object) = schema.as_object() else {
+            found.push(at.to_owned());
+            return;
+        };
+        for (key, value) in object {
+            match key.as_str() {
+                "properties" | "$defs" => {
+                    for (name, sub) in value.as_object().into_iter().flatten() {
+                        walk(sub, &format!("{at}/{key}/{name}"), found);
+                    }
+                }
+                "items" | "not" => walk(value, &format!("{at}/{key}"), found),
+                "anyOf" | "oneOf" | "allOf" => {
+                    for (i, sub) in value.as_array().into_iter().flatten().enumerate() {
+                        walk(sub, &format!("{at}/{key}/{i}"), found);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(schema, "#", &mut found);
+    found
 }
 
 /// A Chat Completions answer whose content is `plan` as text.
@@ -136,18 +174,13 @@ fn a_wrong_plan_is_corrected_in_the_same_conversation() {
         "the schema made for generation"
     );
     let text = schema.to_string();
-    for not_for_generation in [
-        "dependsOn",
-        "resultVariable",
-        "\"default\"",
-        "tool_calls",
-        "true}",
-    ] {
+    for not_for_generation in ["dependsOn", "resultVariable", "\"default\"", "tool_calls"] {
         assert!(
             !text.contains(not_for_generation),
             "{not_for_generation}: {text}"
         );
     }
+    assert_eq!(boolean_subschemas(schema), Vec::<String>::new());
     let system = first["messages"][0]["content"].as_str().unwrap();
     assert!(
         system.contains("- echo: "),
@@ -172,7 +205,7 @@ fn a_wrong_plan_is_corrected_in_the_same_conversation() {
     let feedback = second[3]["content"].as_str().unwrap();
     assert!(
         feedback.contains(
-            "- step `hi` (steps[0]):\n  - steps[0].tool: unknown tool `ech0`: no tool has this name (did you mean `echo`?)"
+            "- step `hi` (steps[0]):\n  - tool: unknown tool `ech0`: no tool has this name (did you mean `echo`?)"
         ),
         "each problem at its path, under its step: {feedback}"
     );
@@ -268,6 +301,37 @@ fn a_server_that_refuses_json_schema_is_asked_with_json_object_and_it_is_remembe
     let requests = server.requests();
     assert_eq!(requests.len(), 3, "no request refused again");
     assert_eq!(requests[2]["response_format"]["type"], "json_object");
+}
+
+/// llama.cpp's `llama-server` refuses a schema with a boolean subschema, with the exact error
+/// the editors' schema once met: plan-cli's first request is never refused by it.
+#[test]
+fn llama_server_takes_the_first_request() {
+    let editors: Value =
+        serde_json::from_slice(&Lab::new().cli().arg("schema").output().unwrap().stdout).unwrap();
+    assert!(
+        !boolean_subschemas(&editors).is_empty(),
+        "the check finds what llama-server refused"
+    );
+    let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
+    let server = Scripted::start(vec![answer(&right)]);
+    let output = create(&Lab::new(), &server.url, &["x", "--model", "m", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    for request in &requests {
+        let schema = &request["response_format"]["json_schema"]["schema"];
+        let found = boolean_subschemas(schema);
+        assert!(
+            found.is_empty(),
+            "llama-server would answer 400 \"JSON schema error at {}: schema must be an object\"",
+            found[0]
+        );
+    }
 }
 
 /// A server that refuses every response format is asked with none; one that refuses for
@@ -390,7 +454,7 @@ fn a_cut_off_answer_is_reported_as_such_and_the_context_is_kept() {
         json!({"choices": [{"finish_reason": "length", "message": {"role": "assistant", "content": format!("{{\"steps\": [{repeated}")}}]}),
     );
     let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
-    let props = json!({"default_generation_settings": {"n_ctx": 8192}, "chat_template": "{{ system }}{{ user }}"});
+    let props = json!({"default_generation_settings": {"n_ctx": 6000}, "chat_template": "{{ system }}{{ user }}"});
     let server = Scripted::serving(vec![cut, answer(&right)], Some(props));
     let lab = Lab::new();
     let output = create(&lab, &server.url, &["x", "--model", "m", "--json"]);
@@ -400,7 +464,10 @@ fn a_cut_off_answer_is_reported_as_such_and_the_context_is_kept() {
         String::from_utf8_lossy(&output.stderr)
     );
     let requests = server.requests();
-    assert_eq!(requests[0]["max_tokens"], 4096, "half of 8192");
+    assert_eq!(
+        requests[0]["max_tokens"], 3000,
+        "half of the context it said"
+    );
     let second = requests[1]["messages"].as_array().unwrap();
     assert_eq!(second.len(), 4);
     assert!(
@@ -411,7 +478,7 @@ fn a_cut_off_answer_is_reported_as_such_and_the_context_is_kept() {
         second[3]["content"]
             .as_str()
             .unwrap()
-            .contains("cut off at the limit of 4096 tokens"),
+            .contains("cut off at the limit of 3000 tokens"),
         "{}",
         second[3]
     );
@@ -522,9 +589,30 @@ fn a_failure_to_reach_the_model_says_its_cause_and_what_to_try() {
     assert_eq!(kept.as_array().map(Vec::len), Some(1), "{kept}");
     assert_eq!(kept[0]["answer"], wrong.to_string());
     assert_eq!(kept[0]["format"], "json_schema");
+    let request = &kept[0]["request"];
     assert_eq!(
-        kept[0]["messages"][1]["content"],
+        request["messages"][1]["content"],
         "Goal: x\n\nWrite the plan."
+    );
+    assert_eq!(
+        request["response_format"]["json_schema"]["schema"]["title"], "plan-cli plan",
+        "the whole request"
+    );
+    assert_eq!(request["max_tokens"], 4096);
+    assert_eq!(
+        kept[0]["finish_reason"],
+        Value::Null,
+        "as the server said: nothing"
+    );
+
+    // No answer in --timeout: its own failure, with the flag that gives more time.
+    let server = Scripted::start(vec![(0, json!({}))]);
+    let output = create(&lab, &server.url, &["x", "--model", "m", "--timeout", "1s"]);
+    assert_eq!(output.status.code(), Some(6));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no answer within 1s (--timeout gives it longer)"),
+        "{stderr}"
     );
 }
 
@@ -798,9 +886,9 @@ fn a_models_plan_is_held_to_the_models_policy() {
     );
     let feedback = requests[1]["messages"][3]["content"].as_str().unwrap();
     for says in [
-        "steps[0]: the step calls `exec`",
-        "steps[1]: the step calls `http`",
-        "env[0]: reading the environment variable `OPENAI_API_KEY` is not allowed",
+        "- step `get` (steps[0]):\n  - the step calls `exec`",
+        "- step `send` (steps[1]):\n  - the step calls `http`",
+        "- env[0]: reading the environment variable `OPENAI_API_KEY` is not allowed",
     ] {
         assert!(feedback.contains(says), "`{says}` in: {feedback}");
     }

@@ -216,12 +216,7 @@ pub fn from_generation(plan: &mut Value, tools: &[GenerationTool<'_>]) {
 fn drop_absent(value: &mut Value, schema: &Value) {
     match value {
         Value::Object(object) => {
-            let required: Vec<&str> = schema["required"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
+            let required = required_of(schema);
             let properties = schema["properties"].as_object();
             object.retain(|key, value| {
                 !value.is_null()
@@ -243,6 +238,14 @@ fn drop_absent(value: &mut Value, schema: &Value) {
         }
         _ => {}
     }
+}
+
+/// The properties an object schema requires.
+fn required_of(schema: &Value) -> Vec<&str> {
+    (schema["required"].as_array().into_iter())
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
 }
 
 /// Whether `schema` itself accepts `null`.
@@ -362,13 +365,7 @@ fn model_schema(
             }
             return Ok(Value::Object(out));
         }
-        let required: Vec<&str> = object
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let required = required_of(schema);
         let mut closed = Map::new();
         for (key, property) in properties.into_iter().flatten() {
             let is_required = required.contains(&key.as_str());
@@ -548,13 +545,7 @@ fn strict_walk(
             None => problems.push(format!("{here}: a free-form object")),
             Some(properties) => {
                 counts.0 += properties.len();
-                let required: Vec<&str> = object
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
+                let required = required_of(schema);
                 for (key, property) in properties {
                     if !required.contains(&key.as_str()) {
                         problems.push(format!("{here}.{key}: not required"));

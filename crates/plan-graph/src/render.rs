@@ -184,10 +184,13 @@ fn mermaid_block(block: &Block, id: &str, title: &str, depth: usize, out: &mut S
     let _ = writeln!(out, "{indent}end");
 }
 
-/// `text` for a quoted Mermaid label: on one line, its quotes and bars as Mermaid's entity
-/// codes (a bar would end an edge's label, a quote the label).
+/// `text` for a quoted Mermaid label: on one line, its `#`, quotes and bars as Mermaid's entity
+/// codes (a bar would end an edge's label, a quote the label, and a `#` begin an entity).
 fn mermaid_text(text: &str) -> String {
-    one_line(text).replace('"', "#quot;").replace('|', "#124;")
+    one_line(text)
+        .replace('#', "#35;")
+        .replace('"', "#quot;")
+        .replace('|', "#124;")
 }
 
 /// A block as a Graphviz cluster; node names are `PATH/NAME`.

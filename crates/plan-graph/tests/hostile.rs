@@ -254,4 +254,10 @@ fn mermaid_keeps_a_blocks_names_apart_and_inside_their_labels() {
         picture.contains("-->|\"ok#124;#quot;x] --> forged\"| "),
         "the label quoted, its bar and quote as entities: {picture}"
     );
+    let plan = valid(serde_json::json!({"steps": [{"id": "a#quot;", "tool": "echo"}]}));
+    let picture = plan_graph::render::mermaid(&plan);
+    assert!(
+        picture.contains("a#35;quot;"),
+        "the label quoted, its bar and quote as entities: {picture}"
+    );
 }

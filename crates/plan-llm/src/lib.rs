@@ -77,6 +77,21 @@ pub struct ToolDescription {
     pub input_schema: Value,
 }
 
+impl ToolDescription {
+    /// Its required arguments, as a line: `argv`, `url, method`, or `none`.
+    pub fn required(&self) -> String {
+        let names: Vec<&str> = (self.input_schema["required"].as_array().into_iter())
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    }
+}
+
 /// The plan schema a model is asked to follow: the whole, and its strict variant where there
 /// is one (plan-graph's `generation_schema` makes both).
 #[derive(Debug, Clone)]
@@ -142,6 +157,14 @@ pub enum LlmError {
         /// The last answer, as the model wrote it.
         last_answer: String,
     },
+    /// The model gave no answer in the time a request may take.
+    #[error("the model {url}: no answer within {}", humantime::format_duration(*after))]
+    Timeout {
+        /// The URL asked.
+        url: String,
+        /// How long it was given.
+        after: Duration,
+    },
     /// The request does not fit the model's context, however short the conversation is made.
     #[error(
         "the request needs about {needed} tokens with room for the answer, and the model's context holds {context}: allow fewer tools, or use a model with a larger context"
@@ -152,6 +175,19 @@ pub enum LlmError {
         /// The model's context.
         context: u32,
     },
+}
+
+impl LlmError {
+    /// What kind of failure it is, in a word: `endpoint`, `timeout`, `context` or
+    /// `no_valid_plan` (a front-end's exit code and `--json` object go by it).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LlmError::Endpoint { .. } => "endpoint",
+            LlmError::Timeout { .. } => "timeout",
+            LlmError::Context { .. } => "context",
+            LlmError::Invalid { .. } => "no_valid_plan",
+        }
+    }
 }
 
 /// What a model answered.
@@ -236,20 +272,12 @@ fn rules(tools: &[ToolDescription]) -> String {
          - Answer with the plan's JSON only, no prose.\n\nTools:\n",
     );
     for tool in tools {
-        let required: Vec<&str> = tool.input_schema["required"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        let required = if required.is_empty() {
-            "none".to_owned()
-        } else {
-            required.join(", ")
-        };
         text.push_str(&format!(
-            "- {}: {}\n  required arguments: {required}\n  input schema: {}\n",
-            tool.name, tool.description, tool.input_schema
+            "- {}: {}\n  required arguments: {}\n  input schema: {}\n",
+            tool.name,
+            tool.description,
+            tool.required(),
+            tool.input_schema
         ));
     }
     text
@@ -266,7 +294,8 @@ pub enum ResponseFormat {
     Schema,
     /// `{"type": "json_object", "schema": …}` (llama-cpp-python's server, `llama-server`).
     ObjectSchema,
-    /// `{"type": "json_object"}`: JSON, any (the schema goes in the rules only).
+    /// `{"type": "json_object"}`: JSON, any (the rules name the fields; validation does the
+    /// rest).
     Object,
     /// No response format.
     None,
@@ -350,11 +379,17 @@ pub struct Settings {
     pub system: Option<bool>,
 }
 
+/// How long one request may take by default: a small model on a CPU writes a plan in minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The most tokens an answer may have by default.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            timeout: Duration::from_secs(600),
-            max_tokens: 4096,
+            timeout: DEFAULT_TIMEOUT,
+            max_tokens: DEFAULT_MAX_TOKENS,
             temperature: 0.2,
             format: None,
             start: None,
@@ -427,9 +462,10 @@ impl Http {
         &self.endpoint
     }
 
-    /// Every request and what came back, in order: `{"format", "messages", "answer",
-    /// "finish_reason", "usage"}` (`usage` as the server counted the tokens, when it did) or
-    /// `{"format", "messages", "error"}`.
+    /// Every request and what came back, in order: `{"format", "request", "answer",
+    /// "finish_reason", "usage"}` (`request` the whole body sent: messages, limits, response
+    /// format with its schema; `usage` as the server counted the tokens, when it did) or
+    /// `{"format", "request", "error"}`.
     pub fn transcript(&self) -> &[Value] {
         &self.transcript
     }
@@ -468,6 +504,33 @@ impl Http {
     }
 }
 
+impl Http {
+    /// The context vLLM says its model has (`max_model_len` in `/v1/models`).
+    async fn model_context(&self) -> Option<u32> {
+        let mut request = self
+            .client
+            .get(self.url("models"))
+            .timeout(Duration::from_secs(10));
+        if let Some(key) = &self.endpoint.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let body = response.bytes().await.ok()?;
+        if body.len() > MAX_ANSWER_BYTES {
+            return None;
+        }
+        let models: Value = serde_json::from_slice(&body).ok()?;
+        let model = (models["data"].as_array()?.iter())
+            .find(|m| m["id"].as_str() == Some(self.endpoint.model.as_str()))?;
+        u32::try_from(model["max_model_len"].as_u64()?)
+            .ok()
+            .filter(|n| *n >= 256)
+    }
+}
+
 impl Model for Http {
     fn name(&self) -> String {
         self.endpoint.model.clone()
@@ -484,19 +547,27 @@ impl Model for Http {
             } else {
                 None
             };
-            let served_context = props.as_ref().and_then(|props| {
+            let mut served_context = props.as_ref().and_then(|props| {
                 let n = props["default_generation_settings"]["n_ctx"]
                     .as_u64()
                     .or_else(|| props["n_ctx"].as_u64())?;
                 u32::try_from(n).ok()
             });
+            // (0 is llama-server's "the model's own": not a size.)
+            served_context = served_context.filter(|n| *n >= 256);
+            if served_context.is_none() && self.settings.context_tokens.is_none() {
+                served_context = self.model_context().await;
+            }
             let context_tokens = self.settings.context_tokens.or(served_context);
-            // A chat template that never mentions a system role drops the system message
-            // (Gemma's does): the rules then go in the first user message.
+            // A chat template that never mentions a system role drops the system message,
+            // and Gemma 2's refuses it ("System role not supported"): the rules then go in the
+            // first user message.
             let template_drops_system = props
                 .as_ref()
                 .and_then(|props| props["chat_template"].as_str())
-                .is_some_and(|template| !template.contains("system"));
+                .is_some_and(|template| {
+                    !template.contains("system") || template.contains("System role not supported")
+                });
             let system = self.settings.system.unwrap_or(!template_drops_system);
             if self.settings.system.is_none() && template_drops_system {
                 self.say("the server's chat template has no system message: the rules go in the first user message");
@@ -548,17 +619,17 @@ impl Model for Http {
                     &self.endpoint,
                     &self.url("chat/completions"),
                     &body,
-                    self.settings.timeout,
                 )
                 .await;
-                let mut entry = json!({"format": format.name(), "messages": messages});
+                // The whole request (its response format with the schema, the limits), and
+                // what came back.
+                let mut entry = json!({"format": format.name(), "request": body});
                 match answered {
-                    Ok((answer, usage)) => {
+                    Ok((answer, said)) => {
                         entry["answer"] = json!(answer.text);
-                        entry["finish_reason"] =
-                            json!(if answer.cut_off { "length" } else { "stop" });
-                        if !usage.is_null() {
-                            entry["usage"] = usage;
+                        entry["finish_reason"] = said["finish_reason"].clone();
+                        if !said["usage"].is_null() {
+                            entry["usage"] = said["usage"].clone();
                         }
                         self.transcript.push(entry);
                         self.taken = Some(format);
@@ -585,6 +656,15 @@ impl Model for Http {
                             url: self.url("chat/completions"),
                             message,
                         });
+                    }
+                    Err(Refused::Timeout) => {
+                        let error = LlmError::Timeout {
+                            url: self.url("chat/completions"),
+                            after: self.settings.timeout,
+                        };
+                        entry["error"] = json!(error.to_string());
+                        self.transcript.push(entry);
+                        return Err(error);
                     }
                 }
             }
@@ -733,6 +813,8 @@ enum Refused {
     /// The server refused the response format (or the schema in it).
     Format(String),
     Error(String),
+    /// No answer in time.
+    Timeout,
 }
 
 /// Whether an HTTP error's body says the response format (or its schema, or the grammar made
@@ -756,18 +838,17 @@ async fn complete(
     endpoint: &Endpoint,
     url: &str,
     body: &Value,
-    timeout: Duration,
 ) -> Result<(Answer, Value), Refused> {
     let mut request = client.post(url).json(body);
     if let Some(key) = &endpoint.api_key {
         request = request.bearer_auth(key);
     }
     let mut response = request.send().await.map_err(|e| {
-        Refused::Error(if e.is_timeout() {
-            format!("no answer within {}", humantime::format_duration(timeout))
+        if e.is_timeout() {
+            Refused::Timeout
         } else {
-            cause(&e)
-        })
+            Refused::Error(cause(&e))
+        }
     })?;
     let status = response.status();
     // Read up to the cap, and no further: a 50 MB answer once took 488 MB of memory, and a
@@ -817,7 +898,8 @@ async fn complete(
         text: content.to_owned(),
         cut_off: choice["finish_reason"] == "length",
     };
-    Ok((answer, value["usage"].clone()))
+    let said = json!({"finish_reason": choice["finish_reason"], "usage": value["usage"]});
+    Ok((answer, said))
 }
 
 /// The plan in an answer: its JSON, also when fenced in ``` as models like to.

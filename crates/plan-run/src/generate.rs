@@ -519,11 +519,7 @@ fn written_plan(source: &str, format: &str) -> Result<Value, LifecycleError> {
 
 /// A step's id as written (a string, or a number as its digits).
 fn id_of(step: &Value) -> String {
-    ["id", "index", "step_id"]
-        .iter()
-        .find_map(|key| step.get(*key))
-        .map(|id| id.as_str().map_or_else(|| id.to_string(), str::to_owned))
-        .unwrap_or_default()
+    crate::prepare::written_id(step).unwrap_or_default()
 }
 
 /// What the model is told, the steps that succeeded (as written), and every id taken.

@@ -334,7 +334,7 @@ pub async fn check_for_model(
                 names_a_tool: false,
             })
             .collect();
-        for_model(plan, &found, tools)
+        for_model(plan, &found, tools, only.is_none())
     };
     policy
         .check_size(Author::Model, text.len())
@@ -352,6 +352,7 @@ pub async fn check_for_model(
                 names_a_tool: true,
             }],
             tools,
+            true,
         ));
     }
     let prepared = prepare(
@@ -393,7 +394,7 @@ pub async fn check_for_model(
             names_a_tool: matches!(issue.code, "plan::unknown_tool" | "plan::missing_tool"),
         })
         .collect();
-    Err(for_model(plan, &found, tools))
+    Err(for_model(plan, &found, tools, only.is_none()))
 }
 
 /// A problem with a model's plan, as [`for_model`] words it.
@@ -407,18 +408,33 @@ struct Found {
     names_a_tool: bool,
 }
 
-/// Problems as a model can act on them: the plan's own first, then each step's under the step
-/// (`- step `fetch` (steps[1]):`), each line with its path (`steps[1].args.url`), message,
-/// label and help; after them the tools and their required arguments when a problem is about a tool's
-/// name. Nothing names a file: the model saw none.
-fn for_model(plan: &Value, found: &[Found], tools: &[plan_llm::ToolDescription]) -> String {
-    use plan_graph::PathSegment;
+/// Problems as a model can act on them: the plan's own first (at their paths, `env[0]`), then
+/// each step's under the step (`- step `fetch` (steps[1]):`, without the position when it is
+/// not the model's: `numbered` false for a re-plan, whose steps follow the ones that ran), each
+/// line with its path in the step (`args.url`), message, label and help; after them the tools
+/// and their required arguments when a problem is about a tool's name. Nothing names a file:
+/// the model saw none.
+fn for_model(
+    plan: &Value,
+    found: &[Found],
+    tools: &[plan_llm::ToolDescription],
+    numbered: bool,
+) -> String {
+    use plan_graph::{PathSegment, PlanPath};
     let mut own = Vec::new();
     let mut by_step: std::collections::BTreeMap<usize, Vec<String>> = Default::default();
     for problem in found {
-        let mut line = match &problem.path {
-            Some(path) if !path.0.is_empty() => format!("{path}: {}", problem.message),
-            _ => problem.message.clone(),
+        let segments = problem.path.as_ref().map_or(&[][..], |p| p.0.as_slice());
+        let (step, within) = match segments {
+            [PathSegment::Key(steps), PathSegment::Index(i), rest @ ..] if steps == "steps" => {
+                (Some(*i), PlanPath(rest.to_vec()))
+            }
+            _ => (None, PlanPath(segments.to_vec())),
+        };
+        let mut line = if within.0.is_empty() {
+            problem.message.clone()
+        } else {
+            format!("{within}: {}", problem.message)
         };
         if let Some(label) = &problem.label {
             line.push_str(&format!(": {label}"));
@@ -426,12 +442,6 @@ fn for_model(plan: &Value, found: &[Found], tools: &[plan_llm::ToolDescription])
         if let Some(help) = &problem.help {
             line.push_str(&format!(" ({help})"));
         }
-        let step = match problem.path.as_ref().map(|p| p.0.as_slice()) {
-            Some([PathSegment::Key(steps), PathSegment::Index(i), ..]) if steps == "steps" => {
-                Some(*i)
-            }
-            _ => None,
-        };
         match step {
             Some(i) => by_step.entry(i).or_default().push(line),
             None => own.push(line),
@@ -442,17 +452,13 @@ fn for_model(plan: &Value, found: &[Found], tools: &[plan_llm::ToolDescription])
         text.push_str(&format!("- {line}\n"));
     }
     for (i, lines) in by_step {
-        let step = &plan["steps"][i];
-        let id = ["id", "index", "step_id"]
-            .iter()
-            .find_map(|key| step.get(*key).filter(|id| !id.is_null()))
-            .map_or_else(String::new, |id| {
-                format!(
-                    "`{}` ",
-                    id.as_str().map_or_else(|| id.to_string(), str::to_owned)
-                )
-            });
-        text.push_str(&format!("- step {id}(steps[{i}]):\n"));
+        let id = written_id(&plan["steps"][i]).map_or_else(String::new, |id| format!(" `{id}`"));
+        let at = if numbered {
+            format!(" (steps[{i}])")
+        } else {
+            String::new()
+        };
+        text.push_str(&format!("- step{id}{at}:\n"));
         for line in lines {
             text.push_str(&format!("  - {line}\n"));
         }
@@ -460,17 +466,20 @@ fn for_model(plan: &Value, found: &[Found], tools: &[plan_llm::ToolDescription])
     if found.iter().any(|f| f.names_a_tool) {
         text.push_str("The tools you may use (a step's `tool`), with their required arguments:\n");
         for tool in tools {
-            let required: Vec<&str> = (tool.input_schema["required"].as_array().into_iter())
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let required = if required.is_empty() {
-                "none".to_owned()
-            } else {
-                required.join(", ")
-            };
-            text.push_str(&format!("- {} (required: {required})\n", tool.name));
+            text.push_str(&format!(
+                "- {} (required: {})\n",
+                tool.name,
+                tool.required()
+            ));
         }
     }
     text.trim_end().to_owned()
+}
+
+/// A step's id as a plan writes it (`id`, `index` or `step_id`; a number as its digits).
+pub(crate) fn written_id(step: &Value) -> Option<String> {
+    ["id", "index", "step_id"]
+        .iter()
+        .find_map(|key| step.get(*key).filter(|id| !id.is_null()))
+        .map(|id| id.as_str().map_or_else(|| id.to_string(), str::to_owned))
 }

@@ -137,7 +137,9 @@ pub(crate) fn run_as(
             &mut |prepared| shown.execution_warned(prepared),
             &mut said,
         ));
-        plan_run::remember_format(ledger, model)?;
+        if let Err(error) = plan_run::remember_format(ledger, model) {
+            say!("warning: the response format the model took is not kept: {error}");
+        }
         outcome = ended?;
     }
     print_outcome(&outcome.report, shown.steps().as_deref(), execution)

@@ -177,12 +177,15 @@ pub(crate) fn plan(
             let created = toolbox.block_on(plan_run::plan_from_goal(
                 &mut model, &goal, toolbox, &policy, ledger,
             ));
-            plan_run::remember_format(ledger, &model)?;
             if let Some(path) = &asking.transcript {
                 let text = pretty(&model.transcript());
                 std::fs::write(path, text).map_err(|error| {
                     Failure::input(format!("--transcript {}: {error}", path.display()))
                 })?;
+            }
+            // Only the next request's start is lost: not worth this one's outcome.
+            if let Err(error) = plan_run::remember_format(ledger, &model) {
+                say!("warning: the response format the model took is not kept: {error}");
             }
             let plan_run::NewPlan { plan_id, plan } = match created {
                 Ok(created) => created,
@@ -285,23 +288,17 @@ fn calls_of(program: &plan_engine::Program) -> String {
 /// A model's failure as `plan create --json` prints it: `{"error": {"kind", "message"}}`,
 /// with `tries`, `problems` and `last_answer` when it answered.
 fn model_error(error: &plan_llm::LlmError) -> serde_json::Value {
-    use plan_llm::LlmError;
-    let mut object = serde_json::json!({"message": error.to_string()});
-    object["kind"] = match error {
-        LlmError::Invalid {
-            tries,
-            problems,
-            last_answer,
-        } => {
-            object["tries"] = (*tries).into();
-            object["problems"] = problems.as_str().into();
-            object["last_answer"] = last_answer.as_str().into();
-            "no_valid_plan"
-        }
-        LlmError::Context { .. } => "context",
-        _ => "endpoint",
+    let mut object = serde_json::json!({"kind": error.kind(), "message": error.to_string()});
+    if let plan_llm::LlmError::Invalid {
+        tries,
+        problems,
+        last_answer,
+    } = error
+    {
+        object["tries"] = (*tries).into();
+        object["problems"] = problems.as_str().into();
+        object["last_answer"] = last_answer.as_str().into();
     }
-    .into();
     serde_json::json!({ "error": object })
 }
 
