@@ -746,7 +746,7 @@ pub(crate) struct ModelArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(256..))]
     pub(crate) context_tokens: Option<u32>,
     /// How long one request to the model may take [default: 10m]
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = some_time)]
     pub(crate) timeout: Option<std::time::Duration>,
     /// Put the rules and the tools in the first user message instead of a system message
     /// (some chat templates drop system messages; done by itself where the server's template
@@ -757,6 +757,15 @@ pub(crate) struct ModelArgs {
     /// comes of them
     #[arg(long, value_name = "FILE")]
     pub(crate) transcript: Option<PathBuf>,
+}
+
+/// A duration of at least a second.
+fn some_time(text: &str) -> Result<std::time::Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration < std::time::Duration::from_secs(1) {
+        return Err("at least 1s".to_owned());
+    }
+    Ok(duration)
 }
 
 /// The response formats by name, strictest first (`plan_llm::ResponseFormat::ALL`).
@@ -775,6 +784,7 @@ impl ModelArgs {
             format: self.response_format,
             context_tokens: self.context_tokens,
             system: self.no_system.then_some(false),
+            transcript: self.transcript.is_some(),
             ..plan_llm::Settings::default()
         }
     }

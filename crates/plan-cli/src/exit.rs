@@ -117,7 +117,12 @@ impl Failure {
         use plan_llm::LlmError;
         match error {
             LlmError::Invalid { last_answer, .. } => {
-                let shown = plan_llm::shortened(last_answer, 2000);
+                // Each line marked as the answer's: what the model wrote cannot pass for
+                // plan-cli's own lines.
+                let shown: Vec<String> = (plan_llm::shortened(last_answer, 2000).lines())
+                    .map(|line| format!("  │ {}", crate::output::one_line(line)))
+                    .collect();
+                let shown = shown.join("\n");
                 Failure::new(
                     NO_VALID_PLAN,
                     format!(

@@ -242,7 +242,7 @@ fn a_model_that_never_gets_it_right_is_reported_with_what_was_wrong() {
     assert!(stderr.contains("no valid plan in 2 answers"), "{stderr}");
     assert!(stderr.contains("dependency cycle"), "{stderr}");
     assert!(
-        stderr.contains("its last answer:\n{\"steps\""),
+        stderr.contains("its last answer:\n  │ {\"steps\""),
         "the last answer is shown: {stderr}"
     );
     assert_eq!(server.requests().len(), 2);
@@ -439,6 +439,154 @@ fn an_empty_plan_or_one_that_only_echoes_is_sent_back() {
         said(1)
     );
     assert!(said(2).contains("which do no work"), "{}", said(2));
+}
+
+/// What is only a warning in a person's plan is a mistake in a model's: a dependency on no
+/// step (the run would end BLOCKED) goes back (SmolLM2-135M wrote one in the real test).
+#[test]
+fn a_models_dependency_on_no_step_is_sent_back() {
+    let dangling =
+        json!({"id": "d", "steps": [{"id": "a", "tool": "echo", "depends_on": ["type"]}]});
+    let right = json!({"id": "d", "steps": [{"id": "a", "tool": "echo"}]});
+    let server = Scripted::start(vec![answer(&dangling), answer(&right)]);
+    let output = create(&Lab::new(), &server.url, &["x", "--model", "m", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let feedback = requests[1]["messages"][3]["content"].as_str().unwrap();
+    assert!(
+        feedback.contains("- step `a` (steps[0]):\n  - depends_on[0]: step `a` depends on `type`, which is not a step of this plan"),
+        "{feedback}"
+    );
+}
+
+/// What a hostile server or model tries (a hostile review): escape sequences in a refusal
+/// reach stderr escaped; a rate limit that says "strict" is not a refusal of the format and
+/// nothing is remembered of it, nor of a format the operator fixed; a plan of too many steps
+/// is refused before it is validated, and a flood of problems goes back shortened; a model's
+/// id that is a path becomes one made from the goal; a `--transcript` path that cannot be
+/// written fails before the model is asked.
+#[test]
+fn a_hostile_server_or_model_gets_nothing_of_this() {
+    let lab = Lab::new();
+    let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
+    let forged = (
+        400,
+        json!({"error": "response_format bad\u{1b}]0;PWNED\u{7}\u{1b}[2K\r\nError: fake line"}),
+    );
+    let server = Scripted::start(vec![forged, answer(&right)]);
+    let output = create(&lab, &server.url, &["x", "--model", "m", "--json"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\u{7}'),
+        "{stderr:?}"
+    );
+    assert!(
+        !stderr.lines().any(|line| line.starts_with("Error: fake")),
+        "{stderr}"
+    );
+
+    let limited = (
+        429,
+        json!({"error": "Rate limit reached; strict limits apply to schema requests"}),
+    );
+    let server = Scripted::start(vec![limited]);
+    let fresh = Lab::new();
+    let output = create(&fresh, &server.url, &["x", "--model", "m"]);
+    assert_eq!(
+        output.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(server.requests().len(), 1, "no step down on a rate limit");
+    let server = Scripted::start(vec![answer(&right), answer(&right)]);
+    let output = create(
+        &fresh,
+        &server.url,
+        &[
+            "x",
+            "--model",
+            "m",
+            "--id",
+            "q",
+            "--response-format",
+            "none",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = create(&fresh, &server.url, &["x", "--model", "m", "--id", "r"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        server.requests()[1]["response_format"]["type"],
+        "json_schema",
+        "a fixed format is not remembered"
+    );
+
+    let many: Vec<Value> = (0..1001)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "nope"}))
+        .collect();
+    let flood: Vec<Value> = (0..400)
+        .map(|i| json!({"id": format!("s{i}"), "tool": "nope", "depends_on": ["gone"]}))
+        .collect();
+    let named = json!({"id": "../../elsewhere", "steps": [{"id": "a", "tool": "echo"}]});
+    let server = Scripted::start(vec![
+        answer(&json!({"steps": many})),
+        answer(&json!({"steps": flood})),
+        answer(&named),
+    ]);
+    let output = create(
+        &lab,
+        &server.url,
+        &["say hi", "--model", "m", "--json", "--max-retries", "2"],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(printed["plan_id"], "say-hi", "{printed}");
+    let requests = server.requests();
+    let said = |i: usize| {
+        requests[i]["messages"][3]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        said(1).contains("the plan has 1001 steps; at most 1000 are allowed"),
+        "{}",
+        said(1)
+    );
+    assert!(said(2).len() < 8000, "{} bytes", said(2).len());
+    assert!(said(2).contains("more lines of problems"), "{}", said(2));
+
+    let server = Scripted::start(vec![answer(&right)]);
+    let output = create(
+        &lab,
+        &server.url,
+        &["x", "--model", "m", "--transcript", "/nonexistent/t.json"],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(server.requests().is_empty(), "the model is not asked");
 }
 
 /// An answer cut off at the token limit is said to be cut off, and only its beginning goes

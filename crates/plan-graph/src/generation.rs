@@ -73,6 +73,11 @@ const STRICT_KEYWORDS: &[&str] = &[
     "maxItems",
 ];
 
+/// An id or a variable's name as a model writes one: a plain name of at most 64 characters.
+/// Bounded, so that a small model held to a grammar cannot write one without end (SmolLM2-135M
+/// wrote a step id of digits until its tokens ran out).
+const NAME_PATTERN: &str = "^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$";
+
 /// The string formats strict mode accepts.
 const STRICT_FORMATS: &[&str] = &[
     "date-time",
@@ -132,17 +137,19 @@ fn step_schema(tool: &str, args: Value) -> Value {
         "properties": {
             "id": {
                 "type": "string",
+                "pattern": NAME_PATTERN,
                 "description": "The step's id: unique, letters, digits, `-` and `_`.",
             },
             "tool": {"type": "string", "enum": [tool]},
             "args": args,
             "depends_on": {
                 "type": ["array", "null"],
-                "items": {"type": "string"},
+                "items": {"type": "string", "pattern": NAME_PATTERN},
                 "description": "The ids of the steps that must finish first.",
             },
             "result_variable": {
                 "type": ["string", "null"],
+                "pattern": NAME_PATTERN,
                 "description": "A name later steps read this step's result by, as ${NAME}.",
             },
         },
@@ -164,8 +171,8 @@ fn plan_schema_of(mut steps: Vec<Value>) -> Value {
         "title": "plan-cli plan",
         "description": "A plan: steps, each a tool call, run in dependency order.",
         "properties": {
-            "id": {"type": ["string", "null"], "description": "The plan's id."},
-            "title": {"type": ["string", "null"], "description": "What the plan does, in a line."},
+            "id": {"type": ["string", "null"], "pattern": NAME_PATTERN, "description": "The plan's id."},
+            "title": {"type": ["string", "null"], "pattern": "^[^\\n]{0,120}$", "description": "What the plan does, in a line."},
             "steps": {"type": "array", "minItems": 1, "items": step},
         },
         "required": ["id", "title", "steps"],

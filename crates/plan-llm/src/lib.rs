@@ -377,6 +377,8 @@ pub struct Settings {
     /// Whether the rules go in a system message; `None`: yes, unless the server's chat
     /// template has no place for one.
     pub system: Option<bool>,
+    /// Whether every request and answer is kept ([`Http::transcript`]): up to 4 MiB an answer.
+    pub transcript: bool,
 }
 
 /// How long one request may take by default: a small model on a CPU writes a plan in minutes.
@@ -395,6 +397,7 @@ impl Default for Settings {
             start: None,
             context_tokens: None,
             system: None,
+            transcript: false,
         }
     }
 }
@@ -454,7 +457,8 @@ impl Http {
     /// The response format the server answered to, once it has: where the next request to
     /// this endpoint and model may start.
     pub fn format_taken(&self) -> Option<ResponseFormat> {
-        self.taken
+        // A format the caller fixed says nothing of what the server takes best.
+        self.taken.filter(|_| self.settings.format.is_none())
     }
 
     /// The endpoint.
@@ -462,12 +466,18 @@ impl Http {
         &self.endpoint
     }
 
-    /// Every request and what came back, in order: `{"format", "request", "answer",
+    /// Every request and what came back, in order, when [`Settings::transcript`] asks for it: `{"format", "request", "answer",
     /// "finish_reason", "usage"}` (`request` the whole body sent: messages, limits, response
     /// format with its schema; `usage` as the server counted the tokens, when it did) or
     /// `{"format", "request", "error"}`.
     pub fn transcript(&self) -> &[Value] {
         &self.transcript
+    }
+
+    fn keep(&mut self, entry: Value) {
+        if self.settings.transcript {
+            self.transcript.push(entry);
+        }
     }
 
     fn say(&self, text: &str) {
@@ -488,20 +498,30 @@ impl Http {
         let mut request = self
             .client
             .get(format!("{root}/props"))
-            .timeout(Duration::from_secs(10));
+            .timeout(self.settings.timeout.min(Duration::from_secs(10)));
         if let Some(key) = &self.endpoint.api_key {
             request = request.bearer_auth(key);
         }
-        let response = request.send().await.ok()?;
-        if !response.status().is_success() {
-            return None;
-        }
-        let body = response.bytes().await.ok()?;
-        if body.len() > MAX_ANSWER_BYTES {
-            return None;
-        }
-        serde_json::from_slice(&body).ok()
+        page(request).await
     }
+}
+
+/// The JSON a server's page about itself answers (`/props`, `/v1/models`), read up to 1 MiB:
+/// none when it answers otherwise, or more.
+async fn page(request: reqwest::RequestBuilder) -> Option<Value> {
+    const MAX_PAGE_BYTES: usize = 1 << 20;
+    let mut response = request.send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        if body.len() + chunk.len() > MAX_PAGE_BYTES {
+            return None;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).ok()
 }
 
 impl Http {
@@ -510,19 +530,11 @@ impl Http {
         let mut request = self
             .client
             .get(self.url("models"))
-            .timeout(Duration::from_secs(10));
+            .timeout(self.settings.timeout.min(Duration::from_secs(10)));
         if let Some(key) = &self.endpoint.api_key {
             request = request.bearer_auth(key);
         }
-        let response = request.send().await.ok()?;
-        if !response.status().is_success() {
-            return None;
-        }
-        let body = response.bytes().await.ok()?;
-        if body.len() > MAX_ANSWER_BYTES {
-            return None;
-        }
-        let models: Value = serde_json::from_slice(&body).ok()?;
+        let models = page(request).await?;
         let model = (models["data"].as_array()?.iter())
             .find(|m| m["id"].as_str() == Some(self.endpoint.model.as_str()))?;
         u32::try_from(model["max_model_len"].as_u64()?)
@@ -631,13 +643,13 @@ impl Model for Http {
                         if !said["usage"].is_null() {
                             entry["usage"] = said["usage"].clone();
                         }
-                        self.transcript.push(entry);
+                        self.keep(entry);
                         self.taken = Some(format);
                         return Ok(answer);
                     }
                     Err(Refused::Format(message)) if self.settings.format.is_none() => {
                         entry["error"] = json!(message);
-                        self.transcript.push(entry);
+                        self.keep(entry);
                         let Some(next) = format.next() else {
                             return Err(LlmError::Endpoint {
                                 url: self.url("chat/completions"),
@@ -651,7 +663,7 @@ impl Model for Http {
                     }
                     Err(Refused::Format(message) | Refused::Error(message)) => {
                         entry["error"] = json!(message);
-                        self.transcript.push(entry);
+                        self.keep(entry);
                         return Err(LlmError::Endpoint {
                             url: self.url("chat/completions"),
                             message,
@@ -663,7 +675,7 @@ impl Model for Http {
                             after: self.settings.timeout,
                         };
                         entry["error"] = json!(error.to_string());
-                        self.transcript.push(entry);
+                        self.keep(entry);
                         return Err(error);
                     }
                 }
@@ -672,13 +684,27 @@ impl Model for Http {
     }
 }
 
+/// `text` on one line, its control characters (a newline, an escape sequence) escaped: what a
+/// server says goes to a person's terminal.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// An error and its causes, in a line: `error sending request: client error (Connect): tcp
 /// connect error: Connection refused (os error 111)`.
 fn cause(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
+    let mut text = one_line(&error.to_string());
     let mut source = error.source();
     while let Some(next) = source {
-        let said = next.to_string();
+        let said = one_line(&next.to_string());
         if !text.contains(&said) {
             text.push_str(": ");
             text.push_str(&said);
@@ -708,6 +734,22 @@ pub fn shortened(text: &str, limit: usize) -> String {
         tail - head,
         &text[tail..]
     )
+}
+
+/// The first lines of `text` that fit in about `limit` bytes, then how many more there are.
+fn first_lines(text: &str, limit: usize) -> String {
+    let mut kept = String::new();
+    let mut lines = text.lines();
+    for line in lines.by_ref() {
+        if !kept.is_empty() && kept.len() + line.len() > limit {
+            let more = lines.count() + 1;
+            kept.push_str(&format!("- … and {more} more lines of problems\n"));
+            return kept.trim_end().to_owned();
+        }
+        kept.push_str(line);
+        kept.push('\n');
+    }
+    kept.trim_end().to_owned()
 }
 
 /// About how many tokens `messages` take: a token is about 3 bytes of JSON or prose (fewer
@@ -787,9 +829,6 @@ pub async fn create_plan(
                 last_answer: answer.text,
             });
         }
-        let feedback = json!({"role": "user", "content": format!(
-            "That plan is not valid:\n{problems}\n\nAnswer with the whole corrected plan, for the same goal."
-        )});
         // The last answer and its problems only, shortened until they fit.
         let mut limit = if answer.cut_off {
             1000
@@ -797,9 +836,13 @@ pub async fn create_plan(
             ANSWER_SHOWN_BYTES
         };
         loop {
+            let feedback = json!({"role": "user", "content": format!(
+                "That plan is not valid:\n{}\n\nAnswer with the whole corrected plan, for the same goal.",
+                first_lines(&problems, limit)
+            )});
             messages = first.clone();
             messages.push(json!({"role": "assistant", "content": shortened(&answer.text, limit)}));
-            messages.push(feedback.clone());
+            messages.push(feedback);
             match room(&messages) {
                 Ok(()) => break,
                 Err(error) if limit <= 200 => return Err(error),
@@ -821,15 +864,9 @@ enum Refused {
 /// from it) is what it refuses.
 fn refuses_format(body: &str) -> bool {
     let body = body.to_ascii_lowercase();
-    [
-        "response_format",
-        "json_schema",
-        "schema",
-        "grammar",
-        "strict",
-    ]
-    .iter()
-    .any(|word| body.contains(word))
+    ["response_format", "json_schema", "schema", "grammar"]
+        .iter()
+        .any(|word| body.contains(word))
 }
 
 /// One Chat Completions request (`body`) to `url`; the answer.
@@ -869,7 +906,7 @@ async fn complete(
     }
     let text = String::from_utf8_lossy(&bytes).into_owned();
     if !status.is_success() {
-        let shown: String = text.chars().take(500).collect();
+        let shown = one_line(&text.chars().take(500).collect::<String>());
         let mut message = format!("HTTP {status}: {shown}");
         if status.as_u16() == 404 && !endpoint.base_url.trim_end_matches('/').ends_with("/v1") {
             message.push_str(&format!(
@@ -877,7 +914,9 @@ async fn complete(
                 endpoint.base_url.trim_end_matches('/')
             ));
         }
-        if (status.is_client_error() || status.is_server_error())
+        // 400 and 422 (a request refused), 500 (llama-cpp-python's refusal of the format): not
+        // a rate limit, an authorisation or a server that is busy, whatever their words.
+        if matches!(status.as_u16(), 400 | 422 | 500)
             && body.get("response_format").is_some()
             && refuses_format(&text)
         {
@@ -889,7 +928,7 @@ async fn complete(
         .map_err(|e| Refused::Error(format!("an answer that is not JSON: {e}")))?;
     let choice = &value["choices"][0];
     let content = choice["message"]["content"].as_str().ok_or_else(|| {
-        let shown: String = value.to_string().chars().take(500).collect();
+        let shown = one_line(&value.to_string().chars().take(500).collect::<String>());
         Refused::Error(format!(
             "an answer without `choices[0].message.content`: {shown}"
         ))
@@ -1041,7 +1080,11 @@ mod tests {
             api_key: None,
             model: "m".into(),
         };
-        let mut http = Http::new(endpoint).unwrap();
+        let settings = Settings {
+            transcript: true,
+            ..Settings::default()
+        };
+        let mut http = Http::with(endpoint, settings).unwrap();
         let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let heard = said.clone();
         http.on_notice(move |text| heard.lock().unwrap().push(text.to_owned()));

@@ -43,9 +43,14 @@ pub async fn generate(
     })
     .await?;
     let mut plan = with_id(&as_written(&created.plan, tools));
-    let plan_id = plan["id"]
-        .as_str()
-        .map_or_else(|| slug(goal), str::to_owned);
+    // A model's id is a name, never a path or a flag (`plan-cli run ID` reads a file of that
+    // name first): any other becomes one made from the goal.
+    let plan_id = match id {
+        Some(id) => id.to_owned(),
+        None => (plan["id"].as_str())
+            .filter(|id| id.len() <= 64 && is_name(id))
+            .map_or_else(|| slug(goal), str::to_owned),
+    };
     if let Some(object) = plan.as_object_mut() {
         object.insert("id".into(), plan_id.clone().into());
     }
@@ -305,6 +310,15 @@ pub fn stored_plan(
         added_at: plan_store::timestamp(SystemTime::now()),
         author: author.as_str().to_owned(),
     }
+}
+
+/// Whether `id` is a plain name: letters, digits, `-` and `_`, not beginning with `-`.
+fn is_name(id: &str) -> bool {
+    !id.is_empty()
+        && !id.starts_with('-')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// A plan id from a goal: its first words, lower case, joined by `-`.

@@ -345,6 +345,17 @@ impl Policy {
         )
     }
 
+    /// A plan of `steps` steps, when that is more than `max_steps`.
+    pub fn too_many_steps(&self, steps: usize) -> Option<Violation> {
+        (steps > self.max_steps).then(|| Violation {
+            path: PlanPath::root().key("steps"),
+            message: format!(
+                "the plan has {steps} steps; at most {} are allowed",
+                self.max_steps
+            ),
+        })
+    }
+
     /// Checks a prepared plan `author` wrote as a run of it is checked: its text's size, then
     /// [`Policy::check`].
     pub fn judge(&self, author: Author, prepared: &crate::Prepared) -> Result<(), PolicyError> {
@@ -411,16 +422,7 @@ impl Policy {
             }
             return finish(author, violations);
         }
-        if plan.steps.len() > self.max_steps {
-            violations.push(Violation {
-                path: PlanPath::root().key("steps"),
-                message: format!(
-                    "the plan has {} steps; at most {} are allowed",
-                    plan.steps.len(),
-                    self.max_steps
-                ),
-            });
-        }
+        violations.extend(self.too_many_steps(plan.steps.len()));
         for (k, name) in plan.env.iter().enumerate() {
             if !self.every_env() && !self.env.contains(name) {
                 violations.push(Violation {

@@ -339,6 +339,18 @@ pub async fn check_for_model(
     policy
         .check_size(Author::Model, text.len())
         .map_err(refused)?;
+    // Before the plan is validated, whose cost grows faster than its steps.
+    let steps = plan["steps"].as_array().map_or(0, Vec::len);
+    if let Some(violation) = policy.too_many_steps(steps) {
+        let found = Found {
+            path: Some(violation.path),
+            message: violation.message,
+            label: None,
+            help: None,
+            names_a_tool: false,
+        };
+        return Err(for_model(plan, &[found], tools, only.is_none()));
+    }
     if plan["steps"].as_array().is_none_or(Vec::is_empty) && only.is_none() {
         return Err(for_model(
             plan,
@@ -366,6 +378,16 @@ pub async fn check_for_model(
     .await;
     let problems = match prepared {
         Ok(prepared) => {
+            // What is a warning in a person's plan (an unknown dependency, a variable nothing
+            // binds: the run ends BLOCKED or the call cannot be made) is a mistake in a
+            // model's: it goes back.
+            let mistakes: Vec<Found> = (prepared.loaded.warnings.iter())
+                .filter(|issue| MODEL_MISTAKES.contains(&issue.code))
+                .map(|issue| found_of(issue, &prepared.loaded.source, policy))
+                .collect();
+            if !mistakes.is_empty() {
+                return Err(for_model(plan, &mistakes, tools, only.is_none()));
+            }
             let judged = match only {
                 None => policy.check(Author::Model, &prepared.loaded.plan, &prepared.program),
                 Some(steps) => policy.check_steps(
@@ -381,20 +403,28 @@ pub async fn check_for_model(
         Err(other) => return Err(format!("- {other}")),
     };
     let found: Vec<Found> = (problems.issues.iter())
-        .filter(|issue| issue.is_error())
-        .map(|issue| Found {
-            path: problems.source.path_of(&issue.location),
-            message: issue.message.clone(),
-            label: Some(issue.label.clone())
-                .filter(|label| label != "here" && !issue.message.contains(label.as_str())),
-            help: issue
-                .help
-                .clone()
-                .filter(|help| policy.is_operator() || !help.starts_with("add `env:")),
-            names_a_tool: matches!(issue.code, "plan::unknown_tool" | "plan::missing_tool"),
-        })
+        .filter(|issue| issue.is_error() || MODEL_MISTAKES.contains(&issue.code))
+        .map(|issue| found_of(issue, &problems.source, policy))
         .collect();
     Err(for_model(plan, &found, tools, only.is_none()))
+}
+
+/// The warnings that are mistakes in a model's plan.
+const MODEL_MISTAKES: [&str; 2] = ["plan::unknown_dependency", "plan::undefined_variable"];
+
+/// An issue of a model's plan, as [`for_model`] words it.
+fn found_of(issue: &Issue, source: &Source, policy: &Policy) -> Found {
+    Found {
+        path: source.path_of(&issue.location),
+        message: issue.message.clone(),
+        label: Some(issue.label.clone())
+            .filter(|label| label != "here" && !issue.message.contains(label.as_str())),
+        help: issue
+            .help
+            .clone()
+            .filter(|help| policy.is_operator() || !help.starts_with("add `env:")),
+        names_a_tool: matches!(issue.code, "plan::unknown_tool" | "plan::missing_tool"),
+    }
 }
 
 /// A problem with a model's plan, as [`for_model`] words it.

@@ -172,14 +172,24 @@ pub(crate) fn plan(
                     "no model endpoint: set PLAN_LLM_URL (or OPENAI_BASE_URL) to an OpenAI-compatible API's base URL ending in /v1, e.g. http://localhost:11434/v1 for Ollama",
                 )
             })?;
+            // Opened before the model is asked: a path it cannot write fails now, not after.
+            let transcript = (asking.transcript.as_ref())
+                .map(|path| {
+                    std::fs::File::create(path)
+                        .map(|file| (path, file))
+                        .map_err(|error| {
+                            Failure::input(format!("--transcript {}: {error}", path.display()))
+                        })
+                })
+                .transpose()?;
             let mut model = plan_run::http_model(ledger, endpoint, asking.settings())?;
-            model.on_notice(|text| say!("{text}"));
+            model.on_notice(|text| say!("{}", crate::output::one_line(text)));
             let created = toolbox.block_on(plan_run::plan_from_goal(
                 &mut model, &goal, toolbox, &policy, ledger,
             ));
-            if let Some(path) = &asking.transcript {
+            if let Some((path, mut file)) = transcript {
                 let text = pretty(&model.transcript());
-                std::fs::write(path, text).map_err(|error| {
+                file.write_all(text.as_bytes()).map_err(|error| {
                     Failure::input(format!("--transcript {}: {error}", path.display()))
                 })?;
             }
@@ -319,7 +329,7 @@ pub(crate) fn replan_model(ledger: &Ledger) -> Result<plan_llm::Http, Failure> {
             )
         })?;
     let mut model = plan_run::http_model(ledger, endpoint, plan_llm::Settings::default())?;
-    model.on_notice(|text| say!("{text}"));
+    model.on_notice(|text| say!("{}", crate::output::one_line(text)));
     Ok(model)
 }
 
