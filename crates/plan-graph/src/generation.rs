@@ -148,8 +148,7 @@ fn step_schema(tool: &str, args: Value) -> Value {
                 "description": "The ids of the steps that must finish first.",
             },
             "result_variable": {
-                "type": ["string", "null"],
-                "pattern": NAME_PATTERN,
+                "anyOf": [{"type": "string", "pattern": NAME_PATTERN}, {"type": "null"}],
                 "description": "A name later steps read this step's result by, as ${NAME}.",
             },
         },
@@ -171,8 +170,14 @@ fn plan_schema_of(mut steps: Vec<Value>) -> Value {
         "title": "plan-cli plan",
         "description": "A plan: steps, each a tool call, run in dependency order.",
         "properties": {
-            "id": {"type": ["string", "null"], "pattern": NAME_PATTERN, "description": "The plan's id."},
-            "title": {"type": ["string", "null"], "pattern": "^[^\\n]{0,120}$", "description": "What the plan does, in a line."},
+            "id": {
+                "anyOf": [{"type": "string", "pattern": NAME_PATTERN}, {"type": "null"}],
+                "description": "The plan's id.",
+            },
+            "title": {
+                "anyOf": [{"type": "string", "pattern": "^[^\\n]{0,120}$"}, {"type": "null"}],
+                "description": "What the plan does, in a line.",
+            },
             "steps": {"type": "array", "minItems": 1, "items": step},
         },
         "required": ["id", "title", "steps"],
@@ -457,7 +462,10 @@ fn keep_words(from: &Map<String, Value>, to: &mut Map<String, Value>) {
     }
 }
 
-/// `schema`, accepting `null` too.
+/// `schema`, accepting `null` too: `null` added to its `type` when that is all it says, else
+/// `anyOf` it and `null` (llama.cpp's converters drop a `pattern` or `enum` beside a list of
+/// types: llama-cpp-python's server let `"type": ["string", "null"]` with a pattern through as
+/// any string).
 fn nullable(mut schema: Value) -> Value {
     if allows_null(&schema) {
         return schema;
@@ -465,8 +473,11 @@ fn nullable(mut schema: Value) -> Value {
     let Some(object) = schema.as_object_mut() else {
         return schema;
     };
-    if let Some(values) = object.get_mut("enum").and_then(Value::as_array_mut) {
-        values.push(Value::Null);
+    let plain = object
+        .keys()
+        .all(|key| matches!(key.as_str(), "type" | "description" | "title"));
+    if !plain && !object.contains_key("anyOf") {
+        return json!({"anyOf": [schema, {"type": "null"}]});
     }
     match object.get_mut("type") {
         Some(Value::String(t)) => {
