@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use plan_engine::PlannedCall;
+pub(crate) use plan_run::summary::{step_output, summary};
 pub(crate) use plan_run::words::{count, duration, one_line};
-use plan_run::{Part, Progress, StepState, Steps};
-use plan_types::{Event, EventSink, Record, RunReport};
+use plan_run::{Progress, Steps};
+pub(crate) use plan_types::terminal_safe;
+use plan_types::{Event, EventSink, RunReport};
 
 /// What a run shows while it runs, on stderr, fed by events: the run id first, then a line
 /// when a step starts and when it ends (block nodes too; map items only when they fail),
@@ -133,168 +135,6 @@ impl EventSink for Live {
     }
 }
 
-/// One line per step (its id and tool, then what happened), then the outcome.
-pub(crate) fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> String {
-    let steps: Vec<&Record> = report
-        .records
-        .iter()
-        .filter(|r| r.step_id != plan_graph::META_STEP_ID)
-        .collect();
-    let label = |record: &Record| match plan.part(&record.step_id) {
-        Part::Step(i) => plan.label(i).to_owned(),
-        // A map item, a block's node, a task's call.
-        _ => one_line(&record.step_id).into_owned(),
-    };
-    // One long id (a map key from a tool's data) does not pad every line.
-    let width = steps
-        .iter()
-        .map(|r| label(r).chars().count())
-        .max()
-        .unwrap_or(0)
-        .min(MAX_WIDTH);
-    let mut out = String::new();
-    for record in &steps {
-        let id = label(record);
-        // A map item, a block's node, or a step of an earlier revision of the plan (`run
-        // --replan`): shown as it ended, and counted apart.
-        let part = plan.part(&record.step_id);
-        if !matches!(part, Part::Step(_)) {
-            out.push_str(&part_line(record, &id, width));
-            continue;
-        }
-        // Reasons and messages come from tools and plans: each stays on its line.
-        let reason = one_line(record.reason.as_deref().unwrap_or(""));
-        let took = duration(record.duration_ms);
-        let line = match StepState::of(record, report.task_status) {
-            StepState::Running => {
-                format!("▶ {id:<width$}  running")
-            }
-            StepState::Interrupted => match &record.error {
-                Some(error) => format!(
-                    "■ {id:<width$}  {took}  interrupted: {}; it runs again on resume",
-                    one_line(&error.message)
-                ),
-                None => format!("■ {id:<width$}  {reason}; it runs again on resume"),
-            },
-            StepState::NotStarted => {
-                format!("· {id:<width$}  not started: {reason}")
-            }
-            StepState::Waiting => {
-                format!("… {id:<width$}  {reason}")
-            }
-            StepState::Skipped => {
-                format!("- {id:<width$}  skipped: {reason}")
-            }
-            StepState::Ok => {
-                let retries = if record.attempts > 1 {
-                    format!("  ({} attempts)", record.attempts)
-                } else {
-                    String::new()
-                };
-                format!("✓ {id:<width$}  {took}{retries}")
-            }
-            StepState::Failed => {
-                let error = (record.error.as_ref()).map_or(String::new(), |e| {
-                    format!("{}: {}", e.code, one_line(&e.message))
-                });
-                let attempts = if record.attempts > 1 {
-                    format!(" after {} attempts", record.attempts)
-                } else {
-                    String::new()
-                };
-                // The end of what it put out, where the failure usually is (`logs` has it all).
-                format!(
-                    "✗ {id:<width$}  {took}  {error}{attempts}\n{}",
-                    output_tail(record, 5)
-                )
-                .trim_end()
-                .to_owned()
-            }
-            StepState::Blocked => {
-                format!("! {id:<width$}  not run: {reason}")
-            }
-        };
-        out.push_str(&line);
-        out.push('\n');
-        if show_results && record.ok && !record.skipped {
-            for text in step_output(record).lines() {
-                out.push_str(&format!("    │ {text}\n"));
-            }
-        }
-    }
-    // Counts are of the plan's steps; map items, block nodes and task calls are shown, and
-    // counted apart.
-    let tally = plan_run::Tally::of(report, plan);
-    let mut counts = vec![format!("{} ok", tally.count(StepState::Ok))];
-    for (state, what) in [
-        (StepState::Failed, "failed"),
-        (StepState::Interrupted, "interrupted"),
-        (StepState::Running, "running"),
-        (StepState::NotStarted, "not started"),
-        (StepState::Skipped, "skipped"),
-        (StepState::Blocked, "blocked"),
-        (StepState::Waiting, "waiting"),
-    ] {
-        let n = tally.count(state);
-        if n > 0 {
-            counts.push(format!("{n} {what}"));
-        }
-    }
-    // A failure of the run itself, after its steps (a task plan's context update).
-    if let Some(meta) = report.records.last().filter(|m| m.error.is_some())
-        && let Some(reason) = &meta.reason
-    {
-        let reason = reason.split("; task_status=").next().unwrap_or(reason);
-        out.push_str(&format!("✗ {}\n", one_line(reason)));
-    }
-    let total = report.records.last().map_or(0, |meta| meta.duration_ms);
-    let mut parts = String::new();
-    for (n, what) in [
-        (tally.items, "map item"),
-        (tally.nodes, "block node"),
-        (tally.task_calls, "task call"),
-        (tally.earlier, "replaced step"),
-    ] {
-        if n > 0 {
-            parts.push_str(&format!(", {}", count(n, what, &format!("{what}s"))));
-        }
-    }
-    match report.revisions {
-        0 => {}
-        1 => parts.push_str(", re-planned once"),
-        n => parts.push_str(&format!(", re-planned {n} times")),
-    }
-    out.push_str(&format!(
-        "{}: {} ({}){parts} in {} · run {}\n",
-        report.task_status,
-        count(tally.step_count(), "step", "steps"),
-        counts.join(", "),
-        duration(total),
-        report.run_id
-    ));
-    out
-}
-
-/// The line of a map item or a block node in the summary.
-fn part_line(record: &Record, id: &str, width: usize) -> String {
-    let line = if record.ok && !record.skipped {
-        format!("✓ {id:<width$}  {}", duration(record.duration_ms))
-    } else if let Some(error) = &record.error {
-        format!(
-            "✗ {id:<width$}  {}  {}: {}",
-            duration(record.duration_ms),
-            error.code,
-            one_line(&error.message)
-        )
-    } else {
-        format!(
-            "- {id:<width$}  {}",
-            one_line(record.reason.as_deref().unwrap_or("not run"))
-        )
-    };
-    line + "\n"
-}
-
 /// What a `WAITING` run waits for, and how to go on.
 pub(crate) fn waiting(report: &RunReport) -> String {
     let run = &report.run_id;
@@ -307,7 +147,7 @@ pub(crate) fn waiting(report: &RunReport) -> String {
         .map(|pending| one_line(&pending.step_id).chars().count())
         .max()
         .unwrap_or(0)
-        .min(MAX_WIDTH);
+        .min(plan_run::summary::ID_WIDTH);
     for pending in &report.pending_approvals {
         if pending.step_id == plan_types::PLAN_APPROVAL {
             plan = true;
@@ -402,9 +242,6 @@ pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
     out
 }
 
-/// The widest an id column is padded to.
-const MAX_WIDTH: usize = 48;
-
 /// How many running steps the bar names.
 const RUNNING_SHOWN: usize = 4;
 
@@ -458,49 +295,6 @@ pub(crate) fn columns(rows: &[Vec<String>], right: &[usize]) -> String {
 /// A line on stderr; a stderr that cannot be written (closed) is not worth stopping for.
 pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// Text for a terminal: control characters that came from a plan or a tool (an id with an
-/// escape sequence in it, say) are shown as `\u{1b}`, never sent to the terminal to act on.
-/// Newlines and tabs stay.
-pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| plan_types::is_unprintable(c) && c != '\n' && c != '\t';
-    if !text.chars().any(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-/// What a step put out (`plan_run::output_of`), safe for a terminal.
-pub(crate) fn step_output(record: &Record) -> String {
-    terminal_safe(&plan_run::output_of(record)).into_owned()
-}
-
-/// The last `lines` lines of what a failed step put out, indented, for the summary.
-fn output_tail(record: &Record, lines: usize) -> String {
-    let Some(details) = record
-        .error
-        .as_ref()
-        .and_then(|error| error.details.as_ref())
-        .filter(|details| details.get("stdout").is_some() || details.get("stderr").is_some())
-    else {
-        return String::new();
-    };
-    let mut copy = record.clone();
-    copy.error = None;
-    copy.result = Some(std::sync::Arc::new(details.clone()));
-    let text = step_output(&copy);
-    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let tail = &all[all.len().saturating_sub(lines)..];
-    tail.iter().map(|line| format!("    │ {line}\n")).collect()
 }
 
 /// Whether stdout gets colour: a terminal, and NO_COLOR unset (<https://no-color.org>).
@@ -583,80 +377,5 @@ mod tests {
     #[test]
     fn the_bar_cuts_an_id_short() {
         assert_eq!(short(&"x".repeat(100)).chars().count(), 41);
-    }
-
-    fn labels_of(yaml: &str) -> Steps {
-        let source = plan_graph::Source::new("plan.yaml", yaml);
-        let loaded = plan_graph::load(
-            source,
-            plan_graph::Format::Yaml,
-            &plan_graph::LoadOptions::default(),
-        )
-        .expect("the plan loads");
-        Steps::of(&loaded.plan)
-    }
-
-    fn ok(step_id: &str) -> serde_json::Value {
-        serde_json::json!({"step_id": step_id, "ok": true, "skipped": false, "attempts": 1, "duration_ms": 3})
-    }
-
-    #[test]
-    fn a_map_step_whose_id_begins_with_another_step_s_has_its_own_items() {
-        let steps = labels_of(
-            "steps:\n\
-             - {id: build, tool: echo, args: {}}\n\
-             - {id: build/each, tool: echo, expand_on: [1, 2], args: {n: $each}}\n",
-        );
-        let report: RunReport = serde_json::from_value(serde_json::json!({
-            "run_id": "R",
-            "plan_id": "plan",
-            "task_status": "COMPLETED",
-            "records": [
-                ok("build"), ok("build/each-0"), ok("build/each-1"), ok("build/each"),
-                {"step_id": "__meta__", "ok": true, "skipped": false, "attempts": 0, "duration_ms": 9}
-            ],
-            "variables": {}
-        }))
-        .expect("a report");
-        let text = summary(&report, &steps, false);
-        assert!(
-            text.ends_with("COMPLETED: 2 steps (2 ok), 2 map items in 9ms · run R\n"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn the_summary_tells_steps_from_items_nodes_and_replaced_steps_by_the_labels_alone() {
-        let steps = labels_of(
-            "steps:\n\
-             - {id: build, tool: echo, args: {}}\n\
-             - {id: a/b, tool: echo, args: {}}\n\
-             - {id: notify, tool: echo, expand_on: [x, y], args: {to: $each}}\n",
-        );
-        let report: RunReport = serde_json::from_value(serde_json::json!({
-            "run_id": "R",
-            "plan_id": "plan",
-            "task_status": "COMPLETED",
-            "records": [
-                ok("build"), ok("a/b"), ok("a/b/check#1"), ok("notify-0"), ok("notify-1"),
-                ok("gone"),
-                {"step_id": "__meta__", "ok": true, "skipped": false, "attempts": 0, "duration_ms": 9}
-            ],
-            "variables": {}
-        }))
-        .expect("a report");
-        let text = summary(&report, &steps, false);
-        assert!(text.contains("✓ build [echo]"), "{text}");
-        assert!(text.contains("✓ a/b [echo]"), "{text}");
-        // `a/b/check#1` is a node of step `a/b`, though the step's id holds a `/` too.
-        assert!(
-            text.ends_with(
-                "COMPLETED: 2 steps (2 ok), 2 map items, 1 block node, 1 replaced step in 9ms · run R\n"
-            ),
-            "{text}"
-        );
-        // Without labels (not expected), steps are named by their ids and nothing panics.
-        let bare = summary(&report, &Steps::default(), false);
-        assert!(bare.contains("✓ build "), "{bare}");
     }
 }

@@ -684,18 +684,10 @@ impl Model for Http {
     }
 }
 
-/// `text` on one line, its control characters (a newline, an escape sequence) escaped: what a
-/// server says goes to a person's terminal.
+/// `text` on one line, what would not show as itself escaped (a newline, an escape sequence):
+/// what a server says goes to a person's terminal.
 fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    plan_types::one_line(text).into_owned()
 }
 
 /// An error and its causes, in a line: `error sending request: client error (Connect): tcp

@@ -89,6 +89,7 @@ mod project;
 mod report;
 mod sources;
 mod state_file;
+pub mod summary;
 mod toolbox;
 mod validation;
 pub mod words;

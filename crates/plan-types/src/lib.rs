@@ -41,7 +41,7 @@ pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};
 pub use journal::{Batch, BatchLog, Durability, Journal, JournalError, Position, Restored, RunEnd};
 pub use record::{
     CONTEXT_UPDATE_ID, META_STEP_ID, Record, StepError, is_reserved_id, is_unprintable, one_line,
-    reasons,
+    reasons, terminal_safe,
 };
 pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};
 pub use risk::Risk;

@@ -1,0 +1,277 @@
+//! The summary a run ends with, as a person reads it: a line per step (its id and tool, then
+//! what happened), map items, block nodes and task calls shown and counted apart, then the
+//! outcome. Every front-end that words a run's end says it so (the CLI's `run`, `status`).
+
+use plan_types::{Record, RunReport};
+
+use crate::words::{count, duration, one_line};
+use crate::{Part, StepState, Steps};
+
+/// The widest an id column is padded to.
+pub const ID_WIDTH: usize = 48;
+
+/// One line per step (its id and tool, then what happened), then the outcome.
+pub fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> String {
+    let steps: Vec<&Record> = report
+        .records
+        .iter()
+        .filter(|r| r.step_id != plan_graph::META_STEP_ID)
+        .collect();
+    let label = |record: &Record| match plan.part(&record.step_id) {
+        Part::Step(i) => plan.label(i).to_owned(),
+        // A map item, a block's node, a task's call.
+        _ => one_line(&record.step_id).into_owned(),
+    };
+    // One long id (a map key from a tool's data) does not pad every line.
+    let width = steps
+        .iter()
+        .map(|r| label(r).chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(ID_WIDTH);
+    let mut out = String::new();
+    for record in &steps {
+        let id = label(record);
+        // A map item, a block's node, or a step of an earlier revision of the plan (`run
+        // --replan`): shown as it ended, and counted apart.
+        let part = plan.part(&record.step_id);
+        if !matches!(part, Part::Step(_)) {
+            out.push_str(&part_line(record, &id, width));
+            continue;
+        }
+        // Reasons and messages come from tools and plans: each stays on its line.
+        let reason = one_line(record.reason.as_deref().unwrap_or(""));
+        let took = duration(record.duration_ms);
+        let line = match StepState::of(record, report.task_status) {
+            StepState::Running => {
+                format!("▶ {id:<width$}  running")
+            }
+            StepState::Interrupted => match &record.error {
+                Some(error) => format!(
+                    "■ {id:<width$}  {took}  interrupted: {}; it runs again on resume",
+                    one_line(&error.message)
+                ),
+                None => format!("■ {id:<width$}  {reason}; it runs again on resume"),
+            },
+            StepState::NotStarted => {
+                format!("· {id:<width$}  not started: {reason}")
+            }
+            StepState::Waiting => {
+                format!("… {id:<width$}  {reason}")
+            }
+            StepState::Skipped => {
+                format!("- {id:<width$}  skipped: {reason}")
+            }
+            StepState::Ok => {
+                let retries = if record.attempts > 1 {
+                    format!("  ({} attempts)", record.attempts)
+                } else {
+                    String::new()
+                };
+                format!("✓ {id:<width$}  {took}{retries}")
+            }
+            StepState::Failed => {
+                let error = (record.error.as_ref()).map_or(String::new(), |e| {
+                    format!("{}: {}", e.code, one_line(&e.message))
+                });
+                let attempts = if record.attempts > 1 {
+                    format!(" after {} attempts", record.attempts)
+                } else {
+                    String::new()
+                };
+                // The end of what it put out, where the failure usually is (`logs` has it all).
+                format!(
+                    "✗ {id:<width$}  {took}  {error}{attempts}\n{}",
+                    output_tail(record, 5)
+                )
+                .trim_end()
+                .to_owned()
+            }
+            StepState::Blocked => {
+                format!("! {id:<width$}  not run: {reason}")
+            }
+        };
+        out.push_str(&line);
+        out.push('\n');
+        if show_results && record.ok && !record.skipped {
+            for text in step_output(record).lines() {
+                out.push_str(&format!("    │ {text}\n"));
+            }
+        }
+    }
+    // Counts are of the plan's steps; map items, block nodes and task calls are shown, and
+    // counted apart.
+    let tally = crate::Tally::of(report, plan);
+    let mut counts = vec![format!("{} ok", tally.count(StepState::Ok))];
+    for (state, what) in [
+        (StepState::Failed, "failed"),
+        (StepState::Interrupted, "interrupted"),
+        (StepState::Running, "running"),
+        (StepState::NotStarted, "not started"),
+        (StepState::Skipped, "skipped"),
+        (StepState::Blocked, "blocked"),
+        (StepState::Waiting, "waiting"),
+    ] {
+        let n = tally.count(state);
+        if n > 0 {
+            counts.push(format!("{n} {what}"));
+        }
+    }
+    // A failure of the run itself, after its steps (a task plan's context update).
+    if let Some(meta) = report.records.last().filter(|m| m.error.is_some())
+        && let Some(reason) = &meta.reason
+    {
+        let reason = reason.split("; task_status=").next().unwrap_or(reason);
+        out.push_str(&format!("✗ {}\n", one_line(reason)));
+    }
+    let total = report.records.last().map_or(0, |meta| meta.duration_ms);
+    let mut parts = String::new();
+    for (n, what) in [
+        (tally.items, "map item"),
+        (tally.nodes, "block node"),
+        (tally.task_calls, "task call"),
+        (tally.earlier, "replaced step"),
+    ] {
+        if n > 0 {
+            parts.push_str(&format!(", {}", count(n, what, &format!("{what}s"))));
+        }
+    }
+    match report.revisions {
+        0 => {}
+        1 => parts.push_str(", re-planned once"),
+        n => parts.push_str(&format!(", re-planned {n} times")),
+    }
+    out.push_str(&format!(
+        "{}: {} ({}){parts} in {} · run {}\n",
+        report.task_status,
+        count(tally.step_count(), "step", "steps"),
+        counts.join(", "),
+        duration(total),
+        report.run_id
+    ));
+    out
+}
+
+/// The line of a map item or a block node in the summary.
+fn part_line(record: &Record, id: &str, width: usize) -> String {
+    let line = if record.ok && !record.skipped {
+        format!("✓ {id:<width$}  {}", duration(record.duration_ms))
+    } else if let Some(error) = &record.error {
+        format!(
+            "✗ {id:<width$}  {}  {}: {}",
+            duration(record.duration_ms),
+            error.code,
+            one_line(&error.message)
+        )
+    } else {
+        format!(
+            "- {id:<width$}  {}",
+            one_line(record.reason.as_deref().unwrap_or("not run"))
+        )
+    };
+    line + "\n"
+}
+
+/// What a step put out (`crate::output_of`), safe for a terminal.
+pub fn step_output(record: &Record) -> String {
+    plan_types::terminal_safe(&crate::output_of(record)).into_owned()
+}
+
+/// The last `lines` lines of what a failed step put out, indented, for the summary.
+fn output_tail(record: &Record, lines: usize) -> String {
+    let Some(details) = record
+        .error
+        .as_ref()
+        .and_then(|error| error.details.as_ref())
+        .filter(|details| details.get("stdout").is_some() || details.get("stderr").is_some())
+    else {
+        return String::new();
+    };
+    let mut copy = record.clone();
+    copy.error = None;
+    copy.result = Some(std::sync::Arc::new(details.clone()));
+    let text = step_output(&copy);
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = &all[all.len().saturating_sub(lines)..];
+    tail.iter().map(|line| format!("    │ {line}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels_of(yaml: &str) -> Steps {
+        let source = plan_graph::Source::new("plan.yaml", yaml);
+        let loaded = plan_graph::load(
+            source,
+            plan_graph::Format::Yaml,
+            &plan_graph::LoadOptions::default(),
+        )
+        .expect("the plan loads");
+        Steps::of(&loaded.plan)
+    }
+
+    fn ok(step_id: &str) -> serde_json::Value {
+        serde_json::json!({"step_id": step_id, "ok": true, "skipped": false, "attempts": 1, "duration_ms": 3})
+    }
+
+    #[test]
+    fn a_map_step_whose_id_begins_with_another_step_s_has_its_own_items() {
+        let steps = labels_of(
+            "steps:\n\
+             - {id: build, tool: echo, args: {}}\n\
+             - {id: build/each, tool: echo, expand_on: [1, 2], args: {n: $each}}\n",
+        );
+        let report: RunReport = serde_json::from_value(serde_json::json!({
+            "run_id": "R",
+            "plan_id": "plan",
+            "task_status": "COMPLETED",
+            "records": [
+                ok("build"), ok("build/each-0"), ok("build/each-1"), ok("build/each"),
+                {"step_id": "__meta__", "ok": true, "skipped": false, "attempts": 0, "duration_ms": 9}
+            ],
+            "variables": {}
+        }))
+        .expect("a report");
+        let text = summary(&report, &steps, false);
+        assert!(
+            text.ends_with("COMPLETED: 2 steps (2 ok), 2 map items in 9ms · run R\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_summary_tells_steps_from_items_nodes_and_replaced_steps_by_the_labels_alone() {
+        let steps = labels_of(
+            "steps:\n\
+             - {id: build, tool: echo, args: {}}\n\
+             - {id: a/b, tool: echo, args: {}}\n\
+             - {id: notify, tool: echo, expand_on: [x, y], args: {to: $each}}\n",
+        );
+        let report: RunReport = serde_json::from_value(serde_json::json!({
+            "run_id": "R",
+            "plan_id": "plan",
+            "task_status": "COMPLETED",
+            "records": [
+                ok("build"), ok("a/b"), ok("a/b/check#1"), ok("notify-0"), ok("notify-1"),
+                ok("gone"),
+                {"step_id": "__meta__", "ok": true, "skipped": false, "attempts": 0, "duration_ms": 9}
+            ],
+            "variables": {}
+        }))
+        .expect("a report");
+        let text = summary(&report, &steps, false);
+        assert!(text.contains("✓ build [echo]"), "{text}");
+        assert!(text.contains("✓ a/b [echo]"), "{text}");
+        // `a/b/check#1` is a node of step `a/b`, though the step's id holds a `/` too.
+        assert!(
+            text.ends_with(
+                "COMPLETED: 2 steps (2 ok), 2 map items, 1 block node, 1 replaced step in 9ms · run R\n"
+            ),
+            "{text}"
+        );
+        // Without labels (not expected), steps are named by their ids and nothing panics.
+        let bare = summary(&report, &Steps::default(), false);
+        assert!(bare.contains("✓ build "), "{bare}");
+    }
+}
