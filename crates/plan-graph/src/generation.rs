@@ -78,6 +78,12 @@ const STRICT_KEYWORDS: &[&str] = &[
 /// wrote a step id of digits until its tokens ran out).
 const NAME_PATTERN: &str = "^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$";
 
+/// The most steps a model's plan has, and dependencies a step: bounded, so that a small model
+/// held to a grammar ends a list it would otherwise repeat until its tokens run out (SmolLM2
+/// wrote `depends_on: ["fail", "fail", …]`). A plan larger than this is a person's to write.
+const MAX_STEPS: usize = 50;
+const MAX_DEPENDENCIES: usize = 20;
+
 /// The string formats strict mode accepts.
 const STRICT_FORMATS: &[&str] = &[
     "date-time",
@@ -145,6 +151,7 @@ fn step_schema(tool: &str, args: Value) -> Value {
             "depends_on": {
                 "type": ["array", "null"],
                 "items": {"type": "string", "pattern": NAME_PATTERN},
+                "maxItems": MAX_DEPENDENCIES,
                 "description": "The ids of the steps that must finish first.",
             },
             "result_variable": {
@@ -178,7 +185,7 @@ fn plan_schema_of(mut steps: Vec<Value>) -> Value {
                 "anyOf": [{"type": "string", "pattern": "^[^\\n]{0,120}$"}, {"type": "null"}],
                 "description": "What the plan does, in a line.",
             },
-            "steps": {"type": "array", "minItems": 1, "items": step},
+            "steps": {"type": "array", "minItems": 1, "maxItems": MAX_STEPS, "items": step},
         },
         "required": ["id", "title", "steps"],
         "additionalProperties": false,
@@ -634,6 +641,10 @@ mod tests {
             "optional: nullable; a boolean may be a placeholder; no default"
         );
         assert_eq!(fail_args["required"], json!(["message", "retryable"]));
+        // Lists a grammar-held model would repeat without end are bounded.
+        assert_eq!(strict["properties"]["steps"]["maxItems"], 50);
+        let step = &strict["properties"]["steps"]["items"]["anyOf"][0];
+        assert_eq!(step["properties"]["depends_on"]["maxItems"], 20);
         let text = strict.to_string();
         for alias in [
             "dependsOn",
