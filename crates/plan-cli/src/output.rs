@@ -5,8 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use plan_engine::PlannedCall;
-pub(crate) use plan_run::summary::{step_output, summary};
+pub(crate) use plan_run::summary::{calls_of, preview, step_output, summary};
 pub(crate) use plan_run::words::{count, duration, one_line};
 use plan_run::{Progress, Steps};
 pub(crate) use plan_types::terminal_safe;
@@ -177,67 +176,6 @@ pub(crate) fn waiting(report: &RunReport) -> String {
         out.push_str(&format!(
             "approve with `plan-cli approve {run} STEP...` (or --all), or refuse with `plan-cli reject {run} STEP --reason TEXT`; then `plan-cli resume {run}`\n"
         ));
-    }
-    out
-}
-
-/// What `--dry-run` prints without `--json`.
-pub(crate) fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
-    let not_run = calls.iter().filter(|call| call.not_run.is_some()).count();
-    let made = calls.len() - not_run;
-    let failing = calls.iter().filter(|call| call.error.is_some()).count();
-    let mut out = format!(
-        "dry run of `{plan_id}`: {}, none made{}{}\n",
-        count(made, "call", "calls"),
-        if failing == 0 {
-            String::new()
-        } else {
-            format!("; {failing} would fail")
-        },
-        if not_run == 0 {
-            String::new()
-        } else {
-            format!("; {} would not run", count(not_run, "step", "steps"))
-        }
-    );
-    for call in calls {
-        if let Some(why) = &call.not_run {
-            let (id, tool) = (one_line(&call.step_id), one_line(&call.tool));
-            out.push_str(&format!("{id}  {tool} not run: {why}\n"));
-            continue;
-        }
-        let after = if call.depends_on.is_empty() {
-            String::new()
-        } else {
-            format!("  ← after: {}", call.depends_on.join(", "))
-        };
-        let line = match (&call.error, &call.expand_on) {
-            (Some(error), _) => format!(
-                "{}  {} would fail: {}: {}{after}",
-                one_line(&call.step_id),
-                one_line(&call.tool),
-                error.code,
-                one_line(&error.message)
-            ),
-            (None, Some(on)) => format!(
-                "{}  {} {} for each item of {on}{after}",
-                one_line(&call.step_id),
-                one_line(&call.tool),
-                call.args
-            ),
-            (None, None) => format!(
-                "{}  {} {}{after}",
-                one_line(&call.step_id),
-                one_line(&call.tool),
-                call.args
-            ),
-        };
-        let line = match &call.when {
-            Some(condition) => format!("{line}  when: {condition}"),
-            None => line,
-        };
-        out.push_str(&line);
-        out.push('\n');
     }
     out
 }

@@ -178,6 +178,23 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// The failure as data, as `plan create --json` prints it: `{"error": {"kind", "message"}}`,
+    /// with `tries`, `problems` and `last_answer` when the model answered.
+    pub fn to_json(&self) -> Value {
+        let mut object = json!({"kind": self.kind(), "message": self.to_string()});
+        if let LlmError::Invalid {
+            tries,
+            problems,
+            last_answer,
+        } = self
+        {
+            object["tries"] = (*tries).into();
+            object["problems"] = problems.as_str().into();
+            object["last_answer"] = last_answer.as_str().into();
+        }
+        json!({ "error": object })
+    }
+
     /// What kind of failure it is, in a word: `endpoint`, `timeout`, `context` or
     /// `no_valid_plan` (a front-end's exit code and `--json` object go by it).
     pub fn kind(&self) -> &'static str {

@@ -1,7 +1,9 @@
 //! The summary a run ends with, as a person reads it: a line per step (its id and tool, then
 //! what happened), map items, block nodes and task calls shown and counted apart, then the
-//! outcome. Every front-end that words a run's end says it so (the CLI's `run`, `status`).
+//! outcome. Every front-end that words a run's end says it so (the CLI's `run`, `status`); and
+//! what a plan would call, before it runs (`preview`, `calls_of`).
 
+use plan_engine::PlannedCall;
 use plan_types::{Record, RunReport};
 
 use crate::words::{count, duration, one_line};
@@ -194,6 +196,88 @@ fn output_tail(record: &Record, lines: usize) -> String {
     let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let tail = &all[all.len().saturating_sub(lines)..];
     tail.iter().map(|line| format!("    │ {line}\n")).collect()
+}
+
+/// What a dry run would call, a line per call (`--dry-run` without `--json`).
+pub fn preview(plan_id: &str, calls: &[PlannedCall]) -> String {
+    let not_run = calls.iter().filter(|call| call.not_run.is_some()).count();
+    let made = calls.len() - not_run;
+    let failing = calls.iter().filter(|call| call.error.is_some()).count();
+    let mut out = format!(
+        "dry run of `{plan_id}`: {}, none made{}{}\n",
+        count(made, "call", "calls"),
+        if failing == 0 {
+            String::new()
+        } else {
+            format!("; {failing} would fail")
+        },
+        if not_run == 0 {
+            String::new()
+        } else {
+            format!("; {} would not run", count(not_run, "step", "steps"))
+        }
+    );
+    for call in calls {
+        if let Some(why) = &call.not_run {
+            let (id, tool) = (one_line(&call.step_id), one_line(&call.tool));
+            out.push_str(&format!("{id}  {tool} not run: {why}\n"));
+            continue;
+        }
+        let after = if call.depends_on.is_empty() {
+            String::new()
+        } else {
+            format!("  ← after: {}", call.depends_on.join(", "))
+        };
+        let line = match (&call.error, &call.expand_on) {
+            (Some(error), _) => format!(
+                "{}  {} would fail: {}: {}{after}",
+                one_line(&call.step_id),
+                one_line(&call.tool),
+                error.code,
+                one_line(&error.message)
+            ),
+            (None, Some(on)) => format!(
+                "{}  {} {} for each item of {on}{after}",
+                one_line(&call.step_id),
+                one_line(&call.tool),
+                call.args
+            ),
+            (None, None) => format!(
+                "{}  {} {}{after}",
+                one_line(&call.step_id),
+                one_line(&call.tool),
+                call.args
+            ),
+        };
+        let line = match &call.when {
+            Some(condition) => format!("{line}  when: {condition}"),
+            None => line,
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Every call a program can make, one per line with where the plan makes it, for a person to
+/// read before a model's plan runs.
+pub fn calls_of(program: &plan_engine::Program) -> String {
+    let sites = program.call_sites();
+    let mut text = format!("The plan can make {}:", count(sites.len(), "call", "calls"));
+    for site in &sites {
+        text.push_str(&format!(
+            "\n  {:<32} {} `{}`{}",
+            one_line(&site.path.to_string()),
+            site.kind.describe(),
+            one_line(&site.tool),
+            if site.gated {
+                " (waits for approval)"
+            } else {
+                ""
+            }
+        ));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -16,6 +16,14 @@ pub fn approval(id: &str) -> Cow<'_, str> {
     }
 }
 
+/// The first sentence of a description (MCP servers write paragraphs), for a line per tool.
+pub fn first_sentence(text: &str) -> &str {
+    match text.find(". ") {
+        Some(end) => &text[..=end],
+        None => text,
+    }
+}
+
 /// `1 call`, `2 calls`: a number with the word for it.
 pub fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })

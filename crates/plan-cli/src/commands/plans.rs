@@ -114,7 +114,7 @@ pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure>
             .map(|info| {
                 let risk = serde_json::to_value(info.risk).unwrap_or_default();
                 let risk = risk.as_str().unwrap_or("");
-                let about = first_sentence(&info.description);
+                let about = plan_run::words::first_sentence(&info.description);
                 [&*info.name, &info.source, risk, about]
                     .map(str::to_owned)
                     .to_vec()
@@ -130,14 +130,6 @@ pub(crate) fn tools(args: &ToolsArgs, toolbox: &Toolbox) -> Result<i32, Failure>
         );
     }
     Ok(i32::from(!broken.is_empty()))
-}
-
-/// The first sentence of a description (MCP servers write paragraphs), for one line per tool.
-fn first_sentence(text: &str) -> &str {
-    match text.find(". ") {
-        Some(end) => &text[..=end],
-        None => text,
-    }
 }
 
 pub(crate) fn plan(
@@ -201,7 +193,7 @@ pub(crate) fn plan(
                 Ok(created) => created,
                 Err(plan_run::LifecycleError::Generate(error)) => {
                     if *json {
-                        print(&pretty(&model_error(&error)))?;
+                        print(&pretty(&error.to_json()))?;
                     }
                     return Err(Failure::model(&error, ""));
                 }
@@ -225,7 +217,7 @@ pub(crate) fn plan(
                 return Ok(0);
             }
             // A model's plan runs only once a person has seen every call it can make.
-            let listing = calls_of(&ready.program);
+            let listing = crate::output::calls_of(&ready.program);
             let mut err = std::io::stderr();
             let _ = writeln!(err, "{listing}");
             if !*yes {
@@ -272,44 +264,6 @@ pub(crate) fn plan(
             Ok(0)
         }
     }
-}
-
-/// Every call a program can make, one per line with where the plan makes it, for a person to
-/// read before a model's plan runs.
-fn calls_of(program: &plan_engine::Program) -> String {
-    let sites = program.call_sites();
-    let mut text = format!("The plan can make {}:", count(sites.len(), "call", "calls"));
-    for site in &sites {
-        text.push_str(&format!(
-            "\n  {:<32} {} `{}`{}",
-            crate::output::one_line(&site.path.to_string()),
-            site.kind.describe(),
-            crate::output::one_line(&site.tool),
-            if site.gated {
-                " (waits for approval)"
-            } else {
-                ""
-            }
-        ));
-    }
-    text
-}
-
-/// A model's failure as `plan create --json` prints it: `{"error": {"kind", "message"}}`,
-/// with `tries`, `problems` and `last_answer` when it answered.
-fn model_error(error: &plan_llm::LlmError) -> serde_json::Value {
-    let mut object = serde_json::json!({"kind": error.kind(), "message": error.to_string()});
-    if let plan_llm::LlmError::Invalid {
-        tries,
-        problems,
-        last_answer,
-    } = error
-    {
-        object["tries"] = (*tries).into();
-        object["problems"] = problems.as_str().into();
-        object["last_answer"] = last_answer.as_str().into();
-    }
-    serde_json::json!({ "error": object })
 }
 
 /// The model endpoint the environment names (`plan_llm::Endpoint::from_env`), with `model`.
