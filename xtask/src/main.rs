@@ -187,6 +187,12 @@ fn run(command: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`run`], naming the command by itself.
+pub(crate) fn run_described(command: &mut Command) -> Result<()> {
+    let what = format!("{command:?}");
+    run(command, &what)
+}
+
 /// Runs `cargo test`, passing its output through and adding up its `test result:` lines.
 fn cargo_test(root: &Path, args: &[&str], totals: &mut Totals) -> Result<()> {
     use std::io::{BufRead, BufReader};
