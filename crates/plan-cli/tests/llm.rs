@@ -14,9 +14,9 @@ use common::Lab;
 use serde_json::{Value, json};
 
 /// A Chat Completions endpoint that answers each request with the next scripted reply
-/// (`(status, body)`), and keeps every request's body. `GET /props` (llama.cpp's
-/// `llama-server` page about itself) answers `props`, or 404 as other servers do; any other
-/// `GET` (vLLM's `/v1/models`) 404.
+/// (`(status, body)`), and keeps every request's body. A `GET` of one of `pages`' paths
+/// (llama-server's `/props`, vLLM's `/v1/models`, LM Studio's `/api/v0/models/{model}`,
+/// Ollama's `/api/ps`) answers its page; any other `GET` 404, as servers without it do.
 struct Scripted {
     url: String,
     requests: Arc<Mutex<Vec<Value>>>,
@@ -24,10 +24,10 @@ struct Scripted {
 
 impl Scripted {
     fn start(replies: Vec<(u16, Value)>) -> Scripted {
-        Scripted::serving(replies, None)
+        Scripted::serving(replies, vec![])
     }
 
-    fn serving(replies: Vec<(u16, Value)>, props: Option<Value>) -> Scripted {
+    fn serving(replies: Vec<(u16, Value)>, pages: Vec<(&'static str, Value)>) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -54,12 +54,15 @@ impl Scripted {
                 }
                 let mut body = vec![0; length];
                 reader.read_exact(&mut body).unwrap();
-                let (status, reply) = if first.starts_with("GET /props ") {
-                    props
-                        .clone()
-                        .map_or((404, json!({"error": "not found"})), |p| (200, p))
-                } else if first.starts_with("GET ") {
-                    (404, json!({"error": "not found"}))
+                let (status, reply) = if first.starts_with("GET ") {
+                    seen.lock()
+                        .unwrap()
+                        .push(json!({"GET": first.split(' ').nth(1)}));
+                    (pages.iter())
+                        .find(|(path, _)| first.starts_with(&format!("GET {path} ")))
+                        .map_or((404, json!({"error": "not found"})), |(_, page)| {
+                            (200, page.clone())
+                        })
                 } else {
                     assert!(
                         first.starts_with("POST ") && first.contains("/chat/completions "),
@@ -86,8 +89,19 @@ impl Scripted {
         Scripted { url, requests }
     }
 
+    /// The bodies of the Chat Completions requests, in order.
     fn requests(&self) -> Vec<Value> {
-        self.requests.lock().unwrap().clone()
+        (self.requests.lock().unwrap().iter())
+            .filter(|r| r.get("GET").is_none())
+            .cloned()
+            .collect()
+    }
+
+    /// The paths of the pages asked, in order.
+    fn pages_asked(&self) -> Vec<String> {
+        (self.requests.lock().unwrap().iter())
+            .filter_map(|r| r["GET"].as_str().map(str::to_owned))
+            .collect()
     }
 }
 
@@ -603,7 +617,7 @@ fn a_cut_off_answer_is_reported_as_such_and_the_context_is_kept() {
     );
     let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
     let props = json!({"default_generation_settings": {"n_ctx": 6000}, "chat_template": "{{ system }}{{ user }}"});
-    let server = Scripted::serving(vec![cut, answer(&right)], Some(props));
+    let server = Scripted::serving(vec![cut, answer(&right)], vec![("/props", props)]);
     let lab = Lab::new();
     let output = create(&lab, &server.url, &["x", "--model", "m", "--json"]);
     assert!(
@@ -633,7 +647,7 @@ fn a_cut_off_answer_is_reported_as_such_and_the_context_is_kept() {
 
     // A context too small for the rules and room for an answer: refused before any request.
     let props = json!({"default_generation_settings": {"n_ctx": 600}});
-    let server = Scripted::serving(vec![answer(&right)], Some(props));
+    let server = Scripted::serving(vec![answer(&right)], vec![("/props", props)]);
     let output = create(&Lab::new(), &server.url, &["x", "--model", "m"]);
     assert_eq!(
         output.status.code(),
@@ -649,14 +663,125 @@ fn a_cut_off_answer_is_reported_as_such_and_the_context_is_kept() {
     assert!(server.requests().is_empty());
 }
 
+/// The context a server says it serves its model with bounds the answer, wherever the
+/// server says it: vLLM's `/v1/models`, LM Studio's `/api/v0/models/{model}` once the model is
+/// loaded, Ollama's `/api/ps`; and a context too short for the whole room gives the answer
+/// what is left (at least 512 tokens) rather than refusing the request.
+#[test]
+fn the_context_is_asked_where_each_server_says_it() {
+    let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
+    let vllm = (
+        "/v1/models",
+        json!({"data": [{"id": "other", "max_model_len": 999_999}, {"id": "m", "max_model_len": 2000}]}),
+    );
+    let lm_studio = (
+        "/api/v0/models/m",
+        json!({"id": "m", "state": "loaded", "max_context_length": 131_072, "loaded_context_length": 2000}),
+    );
+    let lm_studio_unloaded = (
+        "/api/v0/models/m",
+        json!({"id": "m", "state": "not-loaded", "max_context_length": 131_072}),
+    );
+    let ollama = (
+        "/api/ps",
+        json!({"models": [{"name": "m:latest", "model": "m:latest", "context_length": 2000}]}),
+    );
+    for (page, max_tokens) in [
+        (vllm, 1000),
+        (lm_studio, 1000),
+        (lm_studio_unloaded, 4096),
+        (ollama, 1000),
+    ] {
+        let server = Scripted::serving(vec![answer(&right)], vec![page.clone()]);
+        let output = create(&Lab::new(), &server.url, &["x", "--model", "m", "--json"]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(
+            server.requests()[0]["max_tokens"],
+            max_tokens,
+            "half the context {page:?} says"
+        );
+        assert!(
+            server.pages_asked().iter().any(|asked| asked == page.0),
+            "{:?}",
+            server.pages_asked()
+        );
+    }
+
+    // Given the context: no page is asked.
+    let server = Scripted::start(vec![answer(&right)]);
+    let output = create(
+        &Lab::new(),
+        &server.url,
+        &[
+            "x",
+            "--model",
+            "m",
+            "--context-tokens",
+            "100000",
+            "--no-system",
+        ],
+    );
+    assert!(output.status.success());
+    assert_eq!(server.pages_asked(), Vec::<String>::new());
+    // About how many tokens the request takes, as plan-cli counts them (3 bytes a token,
+    // 16 bytes a message).
+    let messages = server.requests()[0]["messages"].clone();
+    let request_tokens = (messages.as_array().unwrap().iter())
+        .map(|m| m["content"].as_str().unwrap().len() + 16)
+        .sum::<usize>()
+        / 3;
+
+    // A context that leaves 700 tokens after the request: the answer gets those 700.
+    let context = (request_tokens + 700).to_string();
+    let server = Scripted::start(vec![answer(&right)]);
+    let args = [
+        "x",
+        "--model",
+        "m",
+        "--no-system",
+        "--context-tokens",
+        &context,
+    ];
+    let output = create(&Lab::new(), &server.url, &args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // (Nor more than half the context.)
+    let expected = 700.min((request_tokens + 700) / 2);
+    assert_eq!(server.requests()[0]["max_tokens"], expected);
+    // One that leaves 400: refused before it is sent.
+    let context = (request_tokens + 400).to_string();
+    let server = Scripted::start(vec![answer(&right)]);
+    let args = [
+        "x",
+        "--model",
+        "m",
+        "--no-system",
+        "--context-tokens",
+        &context,
+    ];
+    let output = create(&Lab::new(), &server.url, &args);
+    assert_eq!(output.status.code(), Some(6));
+    assert!(server.requests().is_empty());
+}
+
 /// The rules and the tools go in the first user message with `--no-system`, and by themselves
 /// when the server's chat template has no system message (Gemma's).
 #[test]
 fn without_a_system_message_the_rules_go_in_the_first_user_message() {
     let right = json!({"id": "p", "steps": [{"id": "a", "tool": "echo"}]});
     let no_system = json!({"chat_template": "{% for m in messages %}<start_of_turn>{{ m.role }}{{ m.content }}{% endfor %}"});
-    for (flags, props) in [(&["--no-system"][..], None), (&[][..], Some(no_system))] {
-        let server = Scripted::serving(vec![answer(&right)], props);
+    for (flags, pages) in [
+        (&["--no-system"][..], vec![]),
+        (&[][..], vec![("/props", no_system)]),
+    ] {
+        let server = Scripted::serving(vec![answer(&right)], pages);
         let mut args = vec!["x", "--model", "m", "--json"];
         args.extend(flags);
         let output = create(&Lab::new(), &server.url, &args);

@@ -135,6 +135,10 @@ pub const MAX_ANSWER_BYTES: usize = 4 << 20;
 /// the middle), when its context leaves room for it.
 const ANSWER_SHOWN_BYTES: usize = 6000;
 
+/// The least room an answer is given when the context is short: about a plan of five steps.
+/// A request that leaves less is refused ([`LlmError::Context`]) rather than cut off.
+pub const MIN_ANSWER_TOKENS: u32 = 512;
+
 /// Why no valid plan came back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -254,12 +258,13 @@ pub type Pending<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> 
 /// Something that answers a conversation: a Chat Completions endpoint ([`Http`]), or (in
 /// `mcp serve`) the client's own model through MCP sampling.
 pub trait Model: Send {
-    /// The next answer to `messages` (`{"role", "content"}` objects); `schema` is the JSON
-    /// Schema the answer must follow.
+    /// The next answer to `messages` (`{"role", "content"}` objects), of at most `max_tokens`
+    /// tokens; `schema` is the JSON Schema the answer must follow.
     fn answer<'a>(
         &'a mut self,
         messages: &'a [Value],
         schema: &'a Schema,
+        max_tokens: u32,
     ) -> Pending<'a, Result<Answer, LlmError>>;
 
     /// Who writes the answers, as the registry's entry of a plan it wrote says (`created from
@@ -507,19 +512,69 @@ impl Http {
         format!("{}/{path}", self.endpoint.base_url.trim_end_matches('/'))
     }
 
-    /// What llama.cpp's `llama-server` says of itself at `/props` (next to `/v1`): its
-    /// context and chat template. Other servers have no such page: nothing is known then.
-    async fn props(&self) -> Option<Value> {
+    /// The server's root: its base URL without the `/v1` the Chat Completions API is under.
+    fn root(&self) -> &str {
         let base = self.endpoint.base_url.trim_end_matches('/');
-        let root = base.strip_suffix("/v1").unwrap_or(base);
+        base.strip_suffix("/v1").unwrap_or(base)
+    }
+
+    /// A page the server keeps about itself (see [`page`]), asked with the endpoint's key.
+    async fn page(&self, url: String) -> Option<Value> {
         let mut request = self
             .client
-            .get(format!("{root}/props"))
+            .get(url)
             .timeout(self.settings.timeout.min(Duration::from_secs(10)));
         if let Some(key) = &self.endpoint.api_key {
             request = request.bearer_auth(key);
         }
         page(request).await
+    }
+
+    /// What llama.cpp's `llama-server` says of itself at `/props` (next to `/v1`): its
+    /// context and chat template. Other servers have no such page: nothing is known then.
+    async fn props(&self) -> Option<Value> {
+        self.page(format!("{}/props", self.root())).await
+    }
+
+    /// The context the server says its model is served with, where it says it:
+    /// - vLLM: `max_model_len` of the model in `/v1/models`;
+    /// - LM Studio: `loaded_context_length` at `/api/v0/models/{model}`, once loaded (a model
+    ///   not loaded yet gets the context it is loaded with, which the page cannot know);
+    /// - Ollama: `context_length` of the model in `/api/ps`, once loaded (its `num_ctx`, not
+    ///   the model's largest context, which Ollama does not use unless told).
+    async fn served_context(&self) -> Option<u32> {
+        let model = self.endpoint.model.as_str();
+        let size = |n: &Value| {
+            u32::try_from(n.as_u64()?)
+                .ok()
+                .filter(|n| *n >= MIN_ANSWER_TOKENS)
+        };
+        if let Some(models) = self.page(self.url("models")).await
+            && let Some(n) = (models["data"].as_array().into_iter().flatten())
+                .find(|m| m["id"].as_str() == Some(model))
+                .and_then(|m| size(&m["max_model_len"]))
+        {
+            return Some(n);
+        }
+        let root = self.root();
+        if model
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:@/".contains(c))
+            && !model.contains("..")
+            && let Some(info) = self.page(format!("{root}/api/v0/models/{model}")).await
+            && info["state"] == "loaded"
+            && let Some(n) = size(&info["loaded_context_length"])
+        {
+            return Some(n);
+        }
+        let loaded = self.page(format!("{root}/api/ps")).await?;
+        let tagged = format!("{model}:latest");
+        (loaded["models"].as_array().into_iter().flatten())
+            .find(|m| {
+                [m["name"].as_str(), m["model"].as_str()].contains(&Some(model))
+                    || m["name"].as_str() == Some(&tagged)
+            })
+            .and_then(|m| size(&m["context_length"]))
     }
 }
 
@@ -539,25 +594,6 @@ async fn page(request: reqwest::RequestBuilder) -> Option<Value> {
         body.extend_from_slice(&chunk);
     }
     serde_json::from_slice(&body).ok()
-}
-
-impl Http {
-    /// The context vLLM says its model has (`max_model_len` in `/v1/models`).
-    async fn model_context(&self) -> Option<u32> {
-        let mut request = self
-            .client
-            .get(self.url("models"))
-            .timeout(self.settings.timeout.min(Duration::from_secs(10)));
-        if let Some(key) = &self.endpoint.api_key {
-            request = request.bearer_auth(key);
-        }
-        let models = page(request).await?;
-        let model = (models["data"].as_array()?.iter())
-            .find(|m| m["id"].as_str() == Some(self.endpoint.model.as_str()))?;
-        u32::try_from(model["max_model_len"].as_u64()?)
-            .ok()
-            .filter(|n| *n >= 256)
-    }
 }
 
 impl Model for Http {
@@ -583,9 +619,9 @@ impl Model for Http {
                 u32::try_from(n).ok()
             });
             // (0 is llama-server's "the model's own": not a size.)
-            served_context = served_context.filter(|n| *n >= 256);
+            served_context = served_context.filter(|n| *n >= MIN_ANSWER_TOKENS);
             if served_context.is_none() && self.settings.context_tokens.is_none() {
-                served_context = self.model_context().await;
+                served_context = self.served_context().await;
             }
             let context_tokens = self.settings.context_tokens.or(served_context);
             // A chat template that never mentions a system role drops the system message,
@@ -620,9 +656,9 @@ impl Model for Http {
         &'a mut self,
         messages: &'a [Value],
         schema: &'a Schema,
+        max_tokens: u32,
     ) -> Pending<'a, Result<Answer, LlmError>> {
         Box::pin(async move {
-            let max_tokens = self.limits().await.max_tokens;
             loop {
                 // Strict mode only where it leaves nothing out (a strict variant without
                 // `echo`, or without `http`'s `json`, would keep the model from them), unless
@@ -789,22 +825,28 @@ pub async fn create_plan(
     } else {
         vec![json!({"role": "user", "content": format!("{}\n{goal}", rules(ask.tools))})]
     };
+    // The room an answer has after `messages`: `max_tokens`, or less (not under
+    // MIN_ANSWER_TOKENS) where the context is short.
     let room = |messages: &[Value]| match limits.context_tokens {
         Some(context) => {
-            let needed = tokens_of(messages).saturating_add(limits.max_tokens);
-            if needed > context {
-                Err(LlmError::Context { needed, context })
+            let left = context.saturating_sub(tokens_of(messages));
+            let least = MIN_ANSWER_TOKENS.min(limits.max_tokens);
+            if left < least {
+                Err(LlmError::Context {
+                    needed: tokens_of(messages).saturating_add(least),
+                    context,
+                })
             } else {
-                Ok(())
+                Ok(left.min(limits.max_tokens))
             }
         }
-        None => Ok(()),
+        None => Ok(limits.max_tokens),
     };
-    room(&first)?;
+    let mut max_tokens = room(&first)?;
     let mut messages = first.clone();
     let mut tries = 0;
     loop {
-        let answer = model.answer(&messages, ask.schema).await?;
+        let answer = model.answer(&messages, ask.schema, max_tokens).await?;
         // Whatever the model's transport (MCP sampling has no cap of its own).
         if answer.text.len() > MAX_ANSWER_BYTES {
             return Err(LlmError::Endpoint {
@@ -819,8 +861,7 @@ pub async fn create_plan(
         tries += 1;
         let problems = if answer.cut_off {
             format!(
-                "- the answer was cut off at the limit of {} tokens before the plan ended: write a shorter plan (fewer steps, short ids and values, no step repeated)",
-                limits.max_tokens
+                "- the answer was cut off at the limit of {max_tokens} tokens before the plan ended: write a shorter plan (fewer steps, short ids and values, no step repeated)"
             )
         } else {
             match parse_answer(&answer.text) {
@@ -838,7 +879,8 @@ pub async fn create_plan(
                 last_answer: answer.text,
             });
         }
-        // The last answer and its problems only, shortened until they fit.
+        // The last answer and its problems only, shortened until the answer has its whole
+        // room again (or as much of it as the shortest feedback leaves).
         let mut limit = if answer.cut_off {
             1000
         } else {
@@ -853,9 +895,12 @@ pub async fn create_plan(
             messages.push(json!({"role": "assistant", "content": shortened(&answer.text, limit)}));
             messages.push(feedback);
             match room(&messages) {
-                Ok(()) => break,
+                Ok(room) if room == limits.max_tokens || limit <= 200 => {
+                    max_tokens = room;
+                    break;
+                }
                 Err(error) if limit <= 200 => return Err(error),
-                Err(_) => limit /= 2,
+                Ok(_) | Err(_) => limit /= 2,
             }
         }
     }
@@ -1098,7 +1143,7 @@ mod tests {
         let heard = said.clone();
         http.on_notice(move |text| heard.lock().unwrap().push(text.to_owned()));
         let answer = http
-            .answer(&[json!({"role": "user", "content": "x"})], &schema)
+            .answer(&[json!({"role": "user", "content": "x"})], &schema, 100)
             .await
             .unwrap();
         assert_eq!(answer, Answer::text("{}"));
@@ -1131,7 +1176,7 @@ mod tests {
             model: "m".into(),
         })
         .unwrap();
-        http.answer(&[], &leaving).await.unwrap();
+        http.answer(&[], &leaving, 100).await.unwrap();
         assert_eq!(
             seen.lock().unwrap()[0]["response_format"]["json_schema"]["strict"],
             false

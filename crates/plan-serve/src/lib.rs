@@ -166,6 +166,7 @@ impl plan_llm::Model for Sampling {
         &'a mut self,
         messages: &'a [Value],
         schema: &'a plan_llm::Schema,
+        max_tokens: u32,
     ) -> plan_llm::Pending<'a, Result<plan_llm::Answer, plan_llm::LlmError>> {
         Box::pin(async move {
             let mut system = String::new();
@@ -183,7 +184,7 @@ impl plan_llm::Model for Sampling {
                 schema.full
             ));
             self.client
-                .sample(&system, &turns, 8192)
+                .sample(&system, &turns, max_tokens)
                 .await
                 .map(plan_llm::Answer::text)
                 .map_err(|message| plan_llm::LlmError::Endpoint {

@@ -57,6 +57,7 @@ impl plan_llm::Model for Scripted {
         &'a mut self,
         _messages: &'a [serde_json::Value],
         _schema: &'a plan_llm::Schema,
+        _max_tokens: u32,
     ) -> plan_llm::Pending<'a, Result<plan_llm::Answer, plan_llm::LlmError>> {
         let answer = self.answers.remove(0).to_string();
         Box::pin(async move { Ok(plan_llm::Answer::text(answer)) })
