@@ -808,9 +808,14 @@ pub(crate) enum ImportCommand {
         /// `${task.…}` itself
         #[arg(long, value_name = "CMD")]
         implement: String,
-        /// The git repository the tasks change
-        #[arg(long, value_name = "DIR", default_value = ".")]
-        repo: PathBuf,
+        /// The git repository the tasks change (default: the manifest's `prd.project_path`,
+        /// else here)
+        #[arg(long, value_name = "DIR")]
+        repo: Option<PathBuf>,
+        /// Let the dependencies alone order the tasks (by default each layer waits for the
+        /// layer before it, as the breakdown's own executor runs them)
+        #[arg(long)]
+        no_layer_barrier: bool,
         /// Write the plan here instead of printing it
         #[arg(long, short, value_name = "FILE")]
         output: Option<PathBuf>,

@@ -674,8 +674,8 @@ fn an_imported_breakdown_runs_layer_after_layer() {
     assert_eq!(
         plan["steps"][0]["task"]["verify"],
         json!([
-            {"argv": ["sh", "-c", "test -s hello.txt"]},
-            {"argv": ["sh", "-c", "cat hello.txt"], "contains": "hello"}
+            {"argv": ["test", "-s", "hello.txt"]},
+            {"argv": ["cat", "hello.txt"], "contains": "hello"}
         ])
     );
     let spec = plan["steps"][0]["task"]["spec"].as_str().unwrap();

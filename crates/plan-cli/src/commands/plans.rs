@@ -362,6 +362,7 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
         dir,
         implement,
         repo,
+        no_layer_barrier,
         output,
     } = command;
     // Absolute, so the plan works wherever it is written.
@@ -370,12 +371,26 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
             .map(|p| p.display().to_string())
             .map_err(|error| Failure::input(format!("{what} {}: {error}", path.display())))
     };
+    let breakdown = plan_workspace::breakdown::Breakdown::read(dir)
+        .map_err(|error| Failure::input(error.to_string()))?;
+    // The manifest's project path is the original executor's default too (relative to the
+    // breakdown folder when it is relative).
+    let repo = match (repo, &breakdown.project_path) {
+        (Some(repo), _) => absolute(repo, "--repo")?,
+        (None, Some(project)) => absolute(
+            &dir.join(project),
+            "the manifest's `prd.project_path` (give --repo DIR instead)",
+        )?,
+        (None, None) => absolute(std::path::Path::new("."), "--repo")?,
+    };
     let options = plan_workspace::breakdown::ImportOptions {
         implement: implement.clone(),
-        repo: absolute(repo, "--repo")?,
+        repo,
         tasks: absolute(dir, "the breakdown folder")?,
+        layer_barrier: !no_layer_barrier,
     };
-    let plan = plan_workspace::breakdown::import(dir, &options)
+    let plan = breakdown
+        .plan(&options)
         .map_err(|error| Failure::input(error.to_string()))?;
     let mut text =
         serde_json::to_string_pretty(&plan).map_err(|e| Failure::internal(e.to_string()))?;
