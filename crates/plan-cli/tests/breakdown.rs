@@ -286,6 +286,26 @@ fn a_breakdown_in_the_originals_format_is_imported_whole_and_runs() {
             .contains("does not contain `5`"),
         "{error}"
     );
+    // The fix commit the implementer made says what it fixed; that is `fixed`.
+    let commits = state["tasks"]["L1-001"]["commits"].as_array().unwrap();
+    assert_eq!(commits.len(), 2, "{state}");
+    assert_eq!(commits[1]["type"], "fix");
+    assert_eq!(commits[1]["message"], "[L1-001] Fix: add subtracted");
+    assert_eq!(commits[1]["fixed"], "add returns a + b instead of a - b");
+    assert!(commits[0].get("fixed").is_none());
+    // One timestamp format throughout; the merge queue in the order the tasks merged.
+    assert!(
+        !state["started_at"].as_str().unwrap().contains('.'),
+        "{state}"
+    );
+    let queue: Vec<&str> = (state["merge_queue"].as_array().unwrap().iter())
+        .map(|e| e["task_id"].as_str().unwrap())
+        .collect();
+    let merged_at = |id: &str| state["tasks"][id]["merged_at"].as_str().unwrap().to_owned();
+    assert!(
+        merged_at(queue[0]) <= merged_at(queue[1]) && merged_at(queue[1]) <= merged_at(queue[2])
+    );
+    assert_eq!(queue[2], "L2-001", "the layer barrier: layer 2 merges last");
     assert_eq!(
         std::process::Command::new("python3")
             .args(["-B", "cli.py", "4", "5"])

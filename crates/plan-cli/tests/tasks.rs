@@ -133,6 +133,16 @@ fn a_task_that_fails_verification_is_fixed_from_its_feedback_and_merged() {
         task["commits"][0]["message"],
         "[L1-001] make add add (L1-001)"
     );
+    // plan-cli made the fix commit: its title repeats the failure, and nothing says what
+    // was fixed, so `fixed` is left out.
+    assert!(
+        task["commits"][1]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("[L1-001] Fix: ")
+    );
+    assert!(task["commits"][1].get("fixed").is_none(), "{task}");
+    assert!(task["worktree_path"].is_null(), "removed once merged");
     // Each recorded commit is in the base.
     for commit in task["commits"].as_array().unwrap() {
         git(
@@ -814,6 +824,9 @@ fn layer_and_task_filters_run_a_part_of_the_breakdown() {
     assert_eq!(state["tasks"]["L2-001"]["status"], "pending");
     assert_eq!(state["layers"]["1-core"]["status"], "completed");
     assert_eq!(state["layers"]["2-top"]["status"], "pending");
+    // The breakdown is not completed: this run did its part, and 2-top is left.
+    assert_eq!(state["status"], "stopped");
+    assert!(state["completed_at"].is_null());
 
     let (code, report, state) = run(&lab, &repo, &plan, &["--task", "L2-001"]);
     assert_eq!(code, 0, "{report}");

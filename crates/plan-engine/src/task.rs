@@ -428,6 +428,27 @@ fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
+/// What a fix commit says was fixed: the `Fix applied:` section of its body (the original's
+/// fix commit format), else its subject after `Fix:`, else its body's first paragraph; none
+/// when it says nothing.
+fn fixed_of(subject: &str, body: &str) -> Option<String> {
+    let mut lines = body.lines();
+    if lines.any(|line| line.trim().eq_ignore_ascii_case("fix applied:")) {
+        let section: Vec<&str> = lines
+            .take_while(|line| !line.trim().is_empty())
+            .map(|line| line.trim().trim_start_matches("- ").trim())
+            .collect();
+        if !section.is_empty() {
+            return Some(section.join("; "));
+        }
+    }
+    if let Some((_, after)) = subject.split_once("Fix:") {
+        return Some(after.trim().to_owned()).filter(|s| !s.is_empty());
+    }
+    let first = body.split("\n\n").next().unwrap_or("").trim();
+    (!first.is_empty()).then(|| first.to_owned())
+}
+
 fn stopped(message: impl Into<String>) -> Stopped {
     Stopped::Error(StepError::new(codes::E_CANCELLED, message))
 }
@@ -603,7 +624,11 @@ impl TaskRun {
                             state.status = TaskPhase::Verified;
                             state.queue = Some(QueueEntry {
                                 status: QueueStatus::Ready,
-                                queued_at: now(),
+                                // To the nanosecond: tasks verified within one second keep
+                                // the order they joined the queue in (the state file's
+                                // priorities).
+                                queued_at: humantime::format_rfc3339_nanos(SystemTime::now())
+                                    .to_string(),
                             });
                             self.report(state).await?;
                         }
@@ -673,16 +698,16 @@ impl TaskRun {
             }));
         }
         let title = self.commit_title(state);
-        if !task.settings.no_commits {
-            let body = format!(
-                "{title}\n\nTask: {id}\nAttempt: {attempt}/{}\n",
-                task.settings.max_attempts
-            );
-            if let Err(error) = workspace.commit_all(&id, &body).await {
-                return Ok(Err(git_failure(format!(
-                    "cannot commit the attempt: {error}"
-                ))));
-            }
+        let own_message = format!(
+            "{title}\n\nTask: {id}\nAttempt: {attempt}/{}\n",
+            task.settings.max_attempts
+        );
+        if !task.settings.no_commits
+            && let Err(error) = workspace.commit_all(&id, &own_message).await
+        {
+            return Ok(Err(git_failure(format!(
+                "cannot commit the attempt: {error}"
+            ))));
         }
         let made = match workspace.commits_since(&id, &before).await {
             Ok(made) => made,
@@ -706,12 +731,15 @@ impl TaskRun {
                 message,
             }));
         }
-        let fixed = (attempt > 1)
-            .then(|| state.errors.last().map(|e| first_line(&e.message)))
-            .flatten();
-        for (hash, message) in made {
+        for commit in made {
+            // What was fixed is the implementer's own account, in a commit it made; plan-cli's
+            // own commit (whose title only repeats the failure) says nothing of it.
+            let own = commit.subject == title && commit.body.starts_with(&format!("Task: {id}"));
+            let fixed = (attempt > 1 && !own)
+                .then(|| fixed_of(&commit.subject, &commit.body))
+                .flatten();
             state.commits.push(TaskCommit {
-                hash,
+                hash: commit.hash,
                 kind: if attempt == 1 {
                     "implementation"
                 } else {
@@ -719,8 +747,8 @@ impl TaskRun {
                 }
                 .into(),
                 attempt,
-                message,
-                fixed: fixed.clone(),
+                message: commit.subject,
+                fixed,
             });
         }
         Ok(Ok(()))
@@ -945,7 +973,8 @@ impl TaskRun {
         if state.worktree_status.is_some() {
             state.worktree_status = Some(WorktreeStatus::Abandoned);
         }
-        state.completed_at = Some(now());
+        // Abandoned is not completed: the task has no `completed_at`.
+        state.completed_at = None;
         self.report(state).await?;
         Ok(TaskEnd::Done(Err(self.abandoned(state))))
     }
@@ -1418,5 +1447,23 @@ mod tests {
     fn first_lines_are_short() {
         assert_eq!(first_line("one\ntwo"), "one");
         assert_eq!(first_line(&"y".repeat(200)).chars().count(), 118);
+    }
+
+    #[test]
+    fn what_was_fixed_is_the_implementers_own_account() {
+        let body = "Previous failure:\n- test failed\n\nFix applied:\n- check empty input\n- return None\n\nAttempt: 2/5";
+        assert_eq!(
+            fixed_of("[L1-001] Fix: Handle empty string", body).as_deref(),
+            Some("check empty input; return None")
+        );
+        assert_eq!(
+            fixed_of("[L1-001] Fix: Handle empty string", "").as_deref(),
+            Some("Handle empty string")
+        );
+        assert_eq!(
+            fixed_of("tidy", "Handled the empty string.\n\nMore.").as_deref(),
+            Some("Handled the empty string.")
+        );
+        assert_eq!(fixed_of("tidy", ""), None);
     }
 }

@@ -80,13 +80,17 @@ impl Workspace for FakeWorkspace {
         &self,
         task: &str,
         since: &str,
-    ) -> Result<Vec<(String, String)>, WorkspaceError> {
+    ) -> Result<Vec<plan_ports::Commit>, WorkspaceError> {
         let repo = self.0.lock().unwrap();
         let commits = &repo.branches[task];
         let from = commits.iter().position(|c| c == since).map_or(0, |k| k + 1);
         Ok(commits[from..]
             .iter()
-            .map(|c| (c.clone(), format!("commit {c}")))
+            .map(|c| plan_ports::Commit {
+                hash: c.clone(),
+                subject: format!("commit {c}"),
+                body: String::new(),
+            })
             .collect())
     }
     async fn merge(&self, task: &str, _message: &str) -> Result<MergeOutcome, WorkspaceError> {

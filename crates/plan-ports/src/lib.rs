@@ -24,6 +24,17 @@ pub struct Worktree {
     pub branch: String,
 }
 
+/// One commit of a task's branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    /// Its hash.
+    pub hash: String,
+    /// Its message's first line.
+    pub subject: String,
+    /// The rest of its message, trimmed (empty when there is none).
+    pub body: String,
+}
+
 /// How merging a task's branch into the base went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MergeOutcome {
@@ -63,12 +74,8 @@ pub trait Workspace: Send + Sync {
     /// nothing changed.
     async fn commit_all(&self, task: &str, message: &str) -> Result<(), WorkspaceError>;
 
-    /// The branch's commits after `since`, oldest first: `(hash, first line of the message)`.
-    async fn commits_since(
-        &self,
-        task: &str,
-        since: &str,
-    ) -> Result<Vec<(String, String)>, WorkspaceError>;
+    /// The branch's commits after `since`, oldest first.
+    async fn commits_since(&self, task: &str, since: &str) -> Result<Vec<Commit>, WorkspaceError>;
 
     /// Merges the task's branch into the base (`git merge --no-ff`), or finds it merged. A
     /// conflict is aborted, leaving the base clean.

@@ -50,6 +50,12 @@ struct Task<'a> {
 
 /// The state document.
 pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
+    let mut document = document(inputs);
+    whole_seconds(&mut document);
+    document
+}
+
+fn document(inputs: Inputs<'_>) -> Value {
     let Inputs {
         run,
         plan,
@@ -217,11 +223,15 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
         );
     }
 
+    // A run of a part (`--layer`, `--task`) that did its part leaves the rest pending: the
+    // breakdown is not completed, and a run of the rest goes on from here.
+    let left_pending = task_docs.values().any(|doc| doc["status"] == "pending");
     let status = match (run.state, run.task_status) {
         (RunState::Running, _) if attempts.is_empty() && records.is_empty() => "initializing",
         (RunState::Running, _) => "in_progress",
         // A run halted for a decision, or stopped, goes on with `resume`.
         (RunState::Stopped | RunState::Waiting, _) => "stopped",
+        (RunState::Finished, Some(TaskStatus::Completed)) if left_pending => "stopped",
         (RunState::Finished, Some(TaskStatus::Completed)) => "completed",
         (RunState::Finished, _) => "abandoned",
     };
@@ -237,15 +247,18 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
         "prd_slug": run.plan_id,
         "project_path": project_path,
         "worktree_dir": layout.as_ref().map(|l| l.worktree_dir.display().to_string()),
-        "tasks_path": settings.and_then(|s| s.tasks.as_ref()).map(|tasks| match run_dir {
-            Some(dir) => dir.join(tasks).display().to_string(),
-            None => tasks.clone(),
-        }),
+        // The breakdown the tasks come from; for a plan written by hand, the folder of the
+        // plan that describes them.
+        "tasks_path": match (settings.and_then(|s| s.tasks.as_ref()), run_dir) {
+            (Some(tasks), Some(dir)) => Some(dir.join(tasks).display().to_string()),
+            (Some(tasks), None) => Some(tasks.clone()),
+            (None, dir) => dir.map(|d| d.display().to_string()),
+        },
         "run_id": run.run_id,
         "started_at": run.started_at,
         // The run's row changes only when it starts, stops or ends; its attempts say more.
         "updated_at": attempts.iter().map(end_of).chain([run.updated_at.clone()]).max(),
-        "completed_at": run.finished_at,
+        "completed_at": if matches!(status, "completed" | "abandoned") { run.finished_at.clone() } else { None },
         "status": status,
         "current_layer": current.map(|(_, name)| name),
         "current_batch": current.map(|(index, _)| index),
@@ -277,7 +290,9 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
         "metrics": {
             "tasks_total": tasks.len(),
             "tasks_completed": completed.len(),
-            "tasks_failed": failed.len(),
+            // As each layer counts it: tasks that failed and have not completed (retrying or
+            // abandoned), so the layers' `tasks_failed` add up to this.
+            "tasks_failed": failed.len() + abandoned.len(),
             "tasks_abandoned": abandoned.len(),
             "tasks_remaining": tasks.len() - completed.len() - abandoned.len(),
             "total_attempts": total_attempts,
@@ -288,15 +303,38 @@ pub(crate) fn execute_state(inputs: Inputs<'_>) -> Value {
     })
 }
 
+/// Every timestamp of the document (`*_at`, `timestamp`) in one format, RFC 3339 to the
+/// second in UTC, as the schema's examples write them (the ledger keeps milliseconds).
+fn whole_seconds(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                if let Value::String(text) = value
+                    && (key.ends_with("_at") || key == "timestamp")
+                    && let Ok(time) = humantime::parse_rfc3339(text)
+                {
+                    *text = humantime::format_rfc3339_seconds(time).to_string();
+                } else {
+                    whole_seconds(value);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_seconds),
+        _ => {}
+    }
+}
+
 /// A task step's entry, from its state.
 fn task_doc(state: &TaskState) -> Value {
+    let merged = state.status == TaskPhase::Completed;
     json!({
         "status": state.status.as_str(),
         "attempts": state.attempts,
-        "worktree_path": state.worktree_path,
+        // Its worktree is removed once it is merged.
+        "worktree_path": if merged { None } else { state.worktree_path.clone() },
         "branch": state.branch,
         "started_at": state.started_at,
-        "completed_at": state.completed_at,
+        "completed_at": if state.status == TaskPhase::Abandoned { None } else { state.completed_at.clone() },
         "merged_at": state.merged_at,
         "commits": state.commits,
         "errors": state.errors,
@@ -320,10 +358,8 @@ fn plain_doc(
         None => "pending",
     };
     let started_at = tries.first().map(|a| a.started_at.clone());
-    let completed_at = record
-        .filter(|r| r.ok || r.error.is_some())
-        .and(tries.last())
-        .map(|a| end_of(a));
+    // Completed only: a step that failed for good is abandoned, not completed.
+    let completed_at = record.filter(|r| r.ok).and(tries.last()).map(|a| end_of(a));
     let errors: Vec<Value> = tries
         .iter()
         .filter(|a| !a.ok)

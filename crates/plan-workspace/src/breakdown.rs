@@ -302,11 +302,7 @@ impl Breakdown {
     }
 
     /// A cycle in the dependencies is an error naming its tasks.
-    fn acyclic(
-        &self,
-        file: &Path,
-        depends_on: &Dependencies,
-    ) -> Result<(), BreakdownError> {
+    fn acyclic(&self, file: &Path, depends_on: &Dependencies) -> Result<(), BreakdownError> {
         let mut waiting: BTreeMap<&str, usize> = (self.tasks.iter())
             .map(|t| {
                 (

@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use plan_ports::{MergeOutcome, Workspace, WorkspaceError, Worktree};
+use plan_ports::{Commit, MergeOutcome, Workspace, WorkspaceError, Worktree};
 use tokio::process::Command;
 
 /// What this crate reads of a plan's `workspace:` (the plan model's `Workspace` has more; the
@@ -642,13 +642,10 @@ impl Workspace for GitWorkspace {
         )))
     }
 
-    async fn commits_since(
-        &self,
-        task: &str,
-        since: &str,
-    ) -> Result<Vec<(String, String)>, WorkspaceError> {
+    async fn commits_since(&self, task: &str, since: &str) -> Result<Vec<Commit>, WorkspaceError> {
         let path = self.intact(task).await?;
         let range = format!("{since}..HEAD");
+        // Fields apart by US (0x1f), commits by RS (0x1e): neither is in a message git keeps.
         let log = self
             .must(
                 &path,
@@ -656,15 +653,22 @@ impl Workspace for GitWorkspace {
                     "log",
                     "--reverse",
                     "--first-parent",
-                    "--format=%H%x09%s",
+                    "--format=%H%x1f%s%x1f%b%x1e",
                     &range,
                 ],
             )
             .await?;
         Ok(log
-            .lines()
-            .filter_map(|line| line.split_once('\t'))
-            .map(|(hash, subject)| (hash.to_owned(), subject.to_owned()))
+            .split('\x1e')
+            .filter_map(|entry| {
+                let mut fields = entry.trim_start_matches('\n').splitn(3, '\x1f');
+                let hash = fields.next().filter(|h| !h.is_empty())?;
+                Some(Commit {
+                    hash: hash.to_owned(),
+                    subject: fields.next().unwrap_or("").to_owned(),
+                    body: fields.next().unwrap_or("").trim().to_owned(),
+                })
+            })
             .collect())
     }
 

@@ -52,7 +52,8 @@ async fn a_branch_merged_before_is_found_merged_not_merged_again() {
     ws.commit_all("T1", "[T1] add b").await.unwrap();
     let made = ws.commits_since("T1", &before).await.unwrap();
     assert_eq!(made.len(), 1);
-    assert_eq!(made[0].1, "[T1] add b");
+    assert_eq!(made[0].subject, "[T1] add b");
+    assert_eq!(made[0].body, "");
     // Nothing changed: no commit.
     ws.commit_all("T1", "[T1] again").await.unwrap();
     assert_eq!(ws.commits_since("T1", &before).await.unwrap().len(), 1);

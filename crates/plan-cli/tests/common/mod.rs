@@ -190,6 +190,40 @@ pub(crate) fn assert_execute_state(document: &Value) {
         problems.join("\n"),
         serde_json::to_string_pretty(document).unwrap()
     );
+    // What a JSON Schema cannot say: the counts agree, and the merge queue's priorities are
+    // 1, 2, … in its order, the merged entries first (tasks merge in the order they queued).
+    let layers = document["layers"].as_object().unwrap();
+    let sum = |key: &str| {
+        layers
+            .values()
+            .map(|l| l[key].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    let metrics = &document["metrics"];
+    assert_eq!(
+        metrics["tasks_failed"].as_u64(),
+        Some(sum("tasks_failed")),
+        "{document}"
+    );
+    assert_eq!(
+        metrics["tasks_completed"].as_u64(),
+        Some(sum("tasks_completed")),
+        "{document}"
+    );
+    assert_eq!(
+        metrics["tasks_total"].as_u64(),
+        Some(sum("tasks_total")),
+        "{document}"
+    );
+    let queue = document["merge_queue"].as_array().unwrap();
+    for (k, entry) in queue.iter().enumerate() {
+        assert_eq!(entry["priority"].as_u64(), Some(k as u64 + 1), "{document}");
+    }
+    let merged = queue.iter().take_while(|e| e["status"] == "merged").count();
+    assert!(
+        queue[merged..].iter().all(|e| e["status"] != "merged"),
+        "merged entries come first: {document}"
+    );
 }
 
 /// Runs git in `dir`; panics (failing the test) when git is missing or fails.
