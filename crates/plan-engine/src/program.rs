@@ -114,6 +114,8 @@ pub struct Program {
     pub(crate) expressions: crate::expression::Expressions,
     /// The workspace's `context_update` call, run after the last task.
     pub(crate) context_update: Option<Arc<crate::task::ContextUpdate>>,
+    /// The workspace's `verify_after_merge` checks (each task holds them too).
+    pub(crate) merge_checks: Option<Arc<crate::task::MergeChecks>>,
 }
 
 /// One call a preview shows: what would be called, with what.
@@ -162,6 +164,20 @@ impl Program {
         let default_retry = plan.retry.clone().unwrap_or_default();
         // A tool's risk and compiled schema, worked out once per tool, not once per step.
         let mut facts: HashMap<&str, (Risk, Option<Arc<jsonschema::Validator>>)> = HashMap::new();
+        let merge_checks = match plan.workspace.as_ref().map(|w| &w.verify_after_merge) {
+            None => None,
+            Some(checks) => match crate::task::compile_merge_checks(checks, registry) {
+                Ok(checks) => checks,
+                Err(message) => {
+                    issues.push(Issue::error(
+                        "plan::task",
+                        PlanPath::root().key("workspace").key("verify_after_merge"),
+                        message,
+                    ));
+                    None
+                }
+            },
+        };
         // One name per tool, shared by its steps, not one per step.
         let mut tool_names: HashMap<&str, Arc<str>> = HashMap::new();
         let mut binders = BTreeMap::new();
@@ -183,8 +199,9 @@ impl Program {
                         on_conflict: plan_graph::OnConflict::Retry,
                         commit_prefix: String::new(),
                         no_commits: false,
+                        after_merge: None,
                     },
-                    TaskSettings::of,
+                    |workspace| TaskSettings::of(workspace, merge_checks.clone()),
                 );
                 compile_task(
                     &step.id.0,
@@ -423,6 +440,7 @@ impl Program {
             binders,
             expressions,
             context_update,
+            merge_checks,
         })
     }
 
@@ -983,6 +1001,10 @@ impl Program {
         if let Some(update) = &self.context_update {
             let at = PlanPath::root().key("workspace").key("context_update");
             update.call_sites(at, &mut sites);
+        }
+        if let Some(checks) = &self.merge_checks {
+            let at = PlanPath::root().key("workspace").key("verify_after_merge");
+            checks.call_sites(at, &mut sites);
         }
         sites.sites
     }

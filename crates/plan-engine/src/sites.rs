@@ -28,6 +28,9 @@ pub enum CallKind {
     Check,
     /// The workspace's `context_update` call, after the last task.
     ContextUpdate,
+    /// One of the workspace's `verify_after_merge` checks: an `exec` call in the trial
+    /// checkout of a task merged into the base.
+    MergeCheck,
 }
 
 impl CallKind {
@@ -41,6 +44,7 @@ impl CallKind {
             CallKind::Feedback => "task's `feedback`",
             CallKind::Check => "task's `verify` check",
             CallKind::ContextUpdate => "workspace's `context_update`",
+            CallKind::MergeCheck => "workspace's `verify_after_merge` check",
         }
     }
 }

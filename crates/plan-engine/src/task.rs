@@ -182,17 +182,96 @@ pub(crate) struct TaskSettings {
     pub(crate) on_conflict: OnConflict,
     pub(crate) commit_prefix: String,
     pub(crate) no_commits: bool,
+    /// The workspace's `verify_after_merge` checks, shared by every task.
+    pub(crate) after_merge: Option<Arc<MergeChecks>>,
 }
 
 impl TaskSettings {
-    pub(crate) fn of(workspace: &plan_graph::Workspace) -> Self {
+    pub(crate) fn of(
+        workspace: &plan_graph::Workspace,
+        after_merge: Option<Arc<MergeChecks>>,
+    ) -> Self {
         TaskSettings {
             max_attempts: workspace.max_attempts.max(1),
             on_conflict: workspace.on_conflict,
             commit_prefix: workspace.commit_prefix.clone(),
             no_commits: workspace.no_commits,
+            after_merge,
         }
     }
+}
+
+/// The workspace's `verify_after_merge` checks: run on the combination of the base and each
+/// verified task, in a trial checkout, before the base moves.
+pub(crate) struct MergeChecks {
+    checks: Vec<CompiledCheck>,
+    exec: Arc<dyn Tool>,
+    gated: bool,
+}
+
+impl std::fmt::Debug for MergeChecks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MergeChecks")
+            .field("checks", &self.checks.len())
+            .field("gated", &self.gated)
+            .finish()
+    }
+}
+
+impl MergeChecks {
+    /// Its calls, for [`crate::Program::call_sites`].
+    pub(crate) fn call_sites(&self, path: PlanPath, sites: &mut crate::sites::Sites) {
+        for k in 0..self.checks.len() {
+            sites.push(
+                path.clone().index(k),
+                &Arc::from(""),
+                crate::sites::CallKind::MergeCheck,
+                ("exec", &*self.exec),
+                self.gated,
+            );
+        }
+    }
+}
+
+/// Compiles the workspace's `verify_after_merge` checks (none: no trial merges).
+pub(crate) fn compile_merge_checks(
+    checks: &[plan_graph::Check],
+    registry: &Registry,
+) -> Result<Option<Arc<MergeChecks>>, String> {
+    if checks.is_empty() {
+        return Ok(None);
+    }
+    let exec = registry.get("exec").cloned().ok_or_else(|| {
+        "`verify_after_merge` checks run with the `exec` tool, which is not available here"
+            .to_owned()
+    })?;
+    Ok(Some(Arc::new(MergeChecks {
+        checks: compile_checks(checks)?,
+        gated: exec.info().risk == Risk::High,
+        exec,
+    })))
+}
+
+/// Checks as the plan writes them, their argv's placeholders compiled.
+fn compile_checks(checks: &[plan_graph::Check]) -> Result<Vec<CompiledCheck>, String> {
+    checks
+        .iter()
+        .enumerate()
+        .map(|(k, check)| {
+            Ok(CompiledCheck {
+                argv: ValueTemplate::compile(&json!(check.argv))
+                    .map_err(|e| format!("check {}: malformed placeholder: {e}", k + 1))?,
+                text: check.argv.join(" "),
+                contains: check.contains.clone(),
+                not_contains: check.not_contains.clone(),
+                timeout: Duration::from_millis(
+                    check
+                        .timeout_ms
+                        .unwrap_or(plan_graph::DEFAULT_CHECK_TIMEOUT_MS),
+                ),
+            })
+        })
+        .collect()
 }
 
 /// A tool call of a task, bound to its tool.
@@ -282,7 +361,7 @@ impl CompiledTask {
             "implement" => Some(&self.implement.tool_name),
             "feedback" => self.feedback.as_ref().map(|f| &*f.tool_name),
             "verify" => Some("exec"),
-            _ if name.starts_with("check-") => Some("exec"),
+            _ if name.starts_with("check-") || name.starts_with("merge-check-") => Some("exec"),
             _ => None,
         }
     }
@@ -335,22 +414,7 @@ pub(crate) fn compile_task(
         .as_ref()
         .map(|call| compile_call(&mut expressions, "feedback", call, registry))
         .transpose()?;
-    let mut checks = Vec::with_capacity(task.verify.len());
-    for (k, check) in task.verify.iter().enumerate() {
-        let argv = ValueTemplate::compile(&json!(check.argv))
-            .map_err(|e| format!("check {}: malformed placeholder: {e}", k + 1))?;
-        checks.push(CompiledCheck {
-            argv,
-            text: check.argv.join(" "),
-            contains: check.contains.clone(),
-            not_contains: check.not_contains.clone(),
-            timeout: Duration::from_millis(
-                check
-                    .timeout_ms
-                    .unwrap_or(plan_graph::DEFAULT_CHECK_TIMEOUT_MS),
-            ),
-        });
-    }
+    let checks = compile_checks(&task.verify)?;
     let exec = if checks.is_empty() {
         None
     } else {
@@ -414,6 +478,17 @@ enum Stopped {
     /// A high-risk call waits for a decision: the run halts `WAITING`, and `resume` runs the
     /// attempt again once it is decided.
     Waiting(PendingApproval),
+}
+
+/// Checks to run, and where: a task's own in its worktree, or the workspace's
+/// `verify_after_merge` in the trial checkout.
+struct Checks<'a> {
+    checks: &'a [CompiledCheck],
+    exec: &'a Arc<dyn Tool>,
+    gated: bool,
+    /// Their calls' name (`check`, `merge-check`).
+    name: &'a str,
+    dir: &'a Path,
 }
 
 /// A failed attempt: why, what failed, the message, and the next attempt's feedback.
@@ -770,7 +845,8 @@ impl TaskRun {
         }
     }
 
-    /// Runs the checks in order; the first that fails fails the attempt.
+    /// Runs the task's checks in its worktree, in order; the first that fails fails the
+    /// attempt.
     async fn verify(
         &mut self,
         state: &mut TaskState,
@@ -780,11 +856,36 @@ impl TaskRun {
         let Some(exec) = &task.exec else {
             return Ok(Ok(()));
         };
+        let checks = Checks {
+            checks: &task.checks,
+            exec,
+            gated: task.checks_gated,
+            name: "check",
+            dir: &worktree.path,
+        };
+        self.run_checks(state, worktree, checks).await
+    }
+
+    /// Runs `checks` in `checks.dir`, in order, as calls `ID/<name>-K#<attempt>`; the first
+    /// that fails fails the attempt.
+    async fn run_checks(
+        &mut self,
+        state: &mut TaskState,
+        worktree: &Worktree,
+        checks: Checks<'_>,
+    ) -> Result<Result<(), Failure>, Stopped> {
+        let Checks {
+            checks,
+            exec,
+            gated,
+            name,
+            dir,
+        } = checks;
         let values = self.task_values(state, worktree);
-        for (k, check) in task.checks.iter().enumerate() {
+        for (k, check) in checks.iter().enumerate() {
             let path = self
                 .path()
-                .then(&format!("check-{}", k + 1), state.attempts)
+                .then(&format!("{name}-{}", k + 1), state.attempts)
                 .to_string();
             let argv = {
                 let variables = Overlay {
@@ -819,7 +920,7 @@ impl TaskRun {
             let key = self.path().then("verify", state.attempts).key();
             let gate = Gate {
                 tool: Some("exec"),
-                approval: task.checks_gated.then_some((key.as_str(), None)),
+                approval: gated.then_some((key.as_str(), None)),
                 waits_as: &key,
             };
             let exec_name: Arc<str> = Arc::from("exec");
@@ -829,7 +930,7 @@ impl TaskRun {
                 tool: exec,
                 retry: once(),
                 timeout: Some(check.timeout + Duration::from_secs(5)),
-                working_dir: Some(Arc::from(worktree.path.as_path())),
+                working_dir: Some(Arc::from(dir)),
                 // A task's calls carry its attempt in their id (`ID/check-1#2`).
                 earlier: 0,
             };
@@ -1033,7 +1134,30 @@ impl TaskRun {
             },
             state.attempts
         );
-        let outcome = workspace.merge(&id, &message).await;
+        let outcome = match self.task.settings.after_merge.clone() {
+            None => workspace.merge(&id, &message).await,
+            Some(after) => match workspace.merge_trial(&id, &message).await {
+                // The combination is checked before the base moves, the queue held so the
+                // base cannot move under the checks.
+                Ok(MergeOutcome::Merged(commit)) => {
+                    match self.check_combination(workspace, state, &after).await? {
+                        Err(failure) => {
+                            drop(turn);
+                            if let Some(entry) = &mut state.queue {
+                                entry.status = QueueStatus::Pending;
+                            }
+                            state.worktree_status = Some(WorktreeStatus::Active);
+                            return self.fail(state, failure).await;
+                        }
+                        Ok(()) => workspace
+                            .land(&commit)
+                            .await
+                            .map(|()| MergeOutcome::Merged(commit)),
+                    }
+                }
+                other => other,
+            },
+        };
         drop(turn);
         match outcome {
             Ok(MergeOutcome::Merged(commit) | MergeOutcome::AlreadyMerged(commit)) => {
@@ -1118,6 +1242,47 @@ impl TaskRun {
                 })))
             }
         }
+    }
+
+    /// Runs the workspace's `verify_after_merge` checks on the trial merge of the task into
+    /// the base; a failure is the task's (`verification_failed`), said as the combination's.
+    async fn check_combination(
+        &mut self,
+        workspace: &dyn Workspace,
+        state: &mut TaskState,
+        after: &MergeChecks,
+    ) -> Result<Result<(), Failure>, Stopped> {
+        let dir = match workspace.trial_folder().await {
+            Ok(dir) => dir,
+            Err(error) => return Ok(Err(git_failure(error.to_string()))),
+        };
+        let worktree = Worktree {
+            path: state
+                .worktree_path
+                .clone()
+                .map(Into::into)
+                .unwrap_or_default(),
+            branch: state.branch.clone().unwrap_or_default(),
+        };
+        let checks = Checks {
+            checks: &after.checks,
+            exec: &after.exec,
+            gated: after.gated,
+            name: "merge-check",
+            dir: &dir,
+        };
+        let base = workspace.base().to_owned();
+        Ok(self
+            .run_checks(state, &worktree, checks)
+            .await?
+            .map_err(|failure| Failure {
+                message: format!("merged with `{base}`: {}", failure.message),
+                feedback: format!(
+                    "Your work passes its own checks, but merged with `{base}` as it is now it fails `verify_after_merge` (the base was not changed):\n{}\nMerge `{base}` into your branch (`git merge {base}` in the worktree), make the combination pass, and commit.",
+                    failure.feedback
+                ),
+                ..failure
+            }))
     }
 
     /// Halts the run for a person at the task's merge, listed as `<ID>/merge#N` with `args`

@@ -541,6 +541,15 @@ pub struct Workspace {
         skip_serializing_if = "Option::is_none"
     )]
     pub context_update: Option<TaskCall>,
+    /// Checks run on the combination of the base and each verified task before the base
+    /// moves (a merge queue that tests what it lands): the merge is made in a trial checkout
+    /// first, and only a combination whose checks pass is fast-forwarded onto the base.
+    #[serde(
+        default,
+        alias = "verifyAfterMerge",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub verify_after_merge: Vec<Check>,
 }
 
 fn default_repo() -> String {

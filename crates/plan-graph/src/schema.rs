@@ -37,6 +37,7 @@ const ALIASES: &[(&str, &str, &str)] = &[
     ("Workspace", "max_parallel", "maxParallel"),
     ("Workspace", "on_conflict", "onConflict"),
     ("Workspace", "context_update", "contextUpdate"),
+    ("Workspace", "verify_after_merge", "verifyAfterMerge"),
     ("TaskCall", "timeout_ms", "timeoutMs"),
     ("Check", "not_contains", "notContains"),
     ("Check", "timeout_ms", "timeoutMs"),

@@ -81,6 +81,31 @@ pub trait Workspace: Send + Sync {
     /// conflict is aborted, leaving the base clean.
     async fn merge(&self, task: &str, message: &str) -> Result<MergeOutcome, WorkspaceError>;
 
+    /// Makes the merge of the task's branch into the base in a trial checkout, leaving the
+    /// base where it is: `Merged` holds the trial's merge commit, which [`Workspace::land`]
+    /// moves the base to once the combination's checks pass (in [`Workspace::trial_folder`]);
+    /// `AlreadyMerged` when the base has the branch already; a conflict is aborted.
+    async fn merge_trial(&self, task: &str, message: &str) -> Result<MergeOutcome, WorkspaceError> {
+        let _ = (task, message);
+        Err(WorkspaceError(
+            "this workspace cannot make a trial merge".into(),
+        ))
+    }
+
+    /// The trial checkout's folder, where the last [`Workspace::merge_trial`] is checked out.
+    async fn trial_folder(&self) -> Result<PathBuf, WorkspaceError> {
+        Err(WorkspaceError("this workspace has no trial folder".into()))
+    }
+
+    /// Moves the base to `commit` (a trial merge commit whose checks passed), fast-forward
+    /// only: never anything the checks did not see.
+    async fn land(&self, commit: &str) -> Result<(), WorkspaceError> {
+        let _ = commit;
+        Err(WorkspaceError(
+            "this workspace cannot land a trial merge".into(),
+        ))
+    }
+
     /// Removes the task's worktree and deletes its branch (after its merge).
     async fn remove(&self, task: &str) -> Result<(), WorkspaceError>;
 

@@ -382,6 +382,65 @@ impl GitWorkspace {
         Ok(dir)
     }
 
+    /// The commit that brought `branch` into what `dir` has checked out: the first merge on
+    /// it after the branch, else its HEAD (a fast-forward).
+    async fn merge_of(&self, dir: &Path, branch: &str) -> Result<String, WorkspaceError> {
+        let range = format!("{branch}..HEAD");
+        let merges = self
+            .must(
+                dir,
+                &[
+                    "rev-list",
+                    "--merges",
+                    "--ancestry-path",
+                    "--reverse",
+                    &range,
+                ],
+            )
+            .await?;
+        Ok(match merges.lines().next() {
+            Some(commit) => commit.to_owned(),
+            None => self
+                .must(dir, &["rev-parse", "HEAD"])
+                .await?
+                .trim()
+                .to_owned(),
+        })
+    }
+
+    /// The trial checkout (`<worktree_dir>/.trial-<BASE>`, detached), made the first time. A
+    /// folder there that is not a worktree of this repository is not plan-cli's: refused.
+    async fn trial_checkout(&self) -> Result<PathBuf, WorkspaceError> {
+        let dir = self
+            .worktree_dir
+            .join(format!(".trial-{}", self.base.replace('/', "-")));
+        let list = self
+            .must(&self.repo, &["worktree", "list", "--porcelain"])
+            .await?;
+        let wanted = std::fs::canonicalize(&dir).ok();
+        let registered = wanted.is_some()
+            && list.lines().any(|line| {
+                line.strip_prefix("worktree ")
+                    .is_some_and(|p| std::fs::canonicalize(p).ok() == wanted)
+            });
+        if !registered {
+            if std::fs::symlink_metadata(&dir).is_ok() {
+                return Err(WorkspaceError(format!(
+                    "{} is there and is not plan-cli's trial checkout: move it away, then resume",
+                    dir.display()
+                )));
+            }
+            self.must(&self.repo, &["worktree", "prune"]).await?;
+            let shown = dir.display().to_string();
+            self.must(
+                &self.repo,
+                &["worktree", "add", "--detach", &shown, &self.base],
+            )
+            .await?;
+        }
+        Ok(dir)
+    }
+
     /// A lock file a killed git left in `dir`'s git folder: waited for a while (a git that
     /// outlived plan-cli may still be finishing), then removed.
     async fn clear_stale_lock(&self, dir: &Path) -> Result<(), WorkspaceError> {
@@ -720,29 +779,10 @@ impl Workspace for GitWorkspace {
         if merged.ok {
             if merged.stdout.contains("Already up") {
                 // Merged before (by an earlier attempt at the run that was stopped before it
-                // could say so): the merge commit is the first on the base after the branch.
-                let range = format!("{branch}..HEAD");
-                let merges = self
-                    .must(
-                        &dir,
-                        &[
-                            "rev-list",
-                            "--merges",
-                            "--ancestry-path",
-                            "--reverse",
-                            &range,
-                        ],
-                    )
-                    .await?;
-                let commit = match merges.lines().next() {
-                    Some(commit) => commit.to_owned(),
-                    None => self
-                        .must(&dir, &["rev-parse", "HEAD"])
-                        .await?
-                        .trim()
-                        .to_owned(),
-                };
-                return Ok(MergeOutcome::AlreadyMerged(commit));
+                // could say so).
+                return Ok(MergeOutcome::AlreadyMerged(
+                    self.merge_of(&dir, &branch).await?,
+                ));
             }
             let commit = self.must(&dir, &["rev-parse", "HEAD"]).await?;
             return Ok(MergeOutcome::Merged(commit.trim().to_owned()));
@@ -763,6 +803,72 @@ impl Workspace for GitWorkspace {
             )));
         }
         Ok(MergeOutcome::Conflict(files))
+    }
+
+    async fn merge_trial(&self, task: &str, message: &str) -> Result<MergeOutcome, WorkspaceError> {
+        let _repo = self.lock.lock().await;
+        let branch = branch_of(task);
+        let dir = self.trial_checkout().await?;
+        self.clear_stale_lock(&dir).await?;
+        // The trial is plan-cli's alone: whatever it holds (a merge a kill left half done,
+        // files the last checks wrote) goes, and it starts again at the base's tip. Ignored
+        // files stay, as in a task's worktree between attempts (build caches, environments).
+        if git_dir(&dir).is_some_and(|git| git.join("MERGE_HEAD").exists()) {
+            self.must(&dir, &["merge", "--abort"]).await?;
+        }
+        self.must(&dir, &["checkout", "--force", "--detach", &self.base])
+            .await?;
+        self.must(&dir, &["clean", "-ffdq"]).await?;
+        let merged = self
+            .git(
+                &dir,
+                &["merge", "--no-ff", "--no-edit", "-m", message, &branch],
+            )
+            .await?;
+        if merged.ok {
+            if merged.stdout.contains("Already up") {
+                return Ok(MergeOutcome::AlreadyMerged(
+                    self.merge_of(&dir, &branch).await?,
+                ));
+            }
+            let commit = self.must(&dir, &["rev-parse", "HEAD"]).await?;
+            return Ok(MergeOutcome::Merged(commit.trim().to_owned()));
+        }
+        let conflicted = self
+            .must(&dir, &["diff", "--name-only", "--diff-filter=U"])
+            .await
+            .unwrap_or_default();
+        let files: Vec<String> = conflicted.lines().map(str::to_owned).collect();
+        if git_dir(&dir).is_some_and(|git| git.join("MERGE_HEAD").exists()) {
+            self.must(&dir, &["merge", "--abort"]).await?;
+        }
+        if files.is_empty() {
+            return Err(WorkspaceError(format!(
+                "`git merge {branch}` failed: {}",
+                first_lines(&merged.stderr, &merged.stdout)
+            )));
+        }
+        Ok(MergeOutcome::Conflict(files))
+    }
+
+    async fn trial_folder(&self) -> Result<PathBuf, WorkspaceError> {
+        let _repo = self.lock.lock().await;
+        self.trial_checkout().await
+    }
+
+    async fn land(&self, commit: &str) -> Result<(), WorkspaceError> {
+        let _repo = self.lock.lock().await;
+        let dir = self.base_checkout().await?;
+        self.clear_stale_lock(&dir).await?;
+        let moved = self.git(&dir, &["merge", "--ff-only", commit]).await?;
+        if !moved.ok {
+            return Err(WorkspaceError(format!(
+                "cannot move `{}` to the checked combination {commit} (`git merge --ff-only`): {}",
+                self.base,
+                first_lines(&moved.stderr, &moved.stdout)
+            )));
+        }
+        Ok(())
     }
 
     fn project_md(&self) -> Option<PathBuf> {
