@@ -283,7 +283,9 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
     if wanted("tasks") {
         cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
         let binary = root.join("target/release/plan-cli");
-        results.push(json!({"kind": "cli", "result": tasks::bench(&binary, &out_dir)?}));
+        for result in tasks::bench(&binary, &out_dir)? {
+            results.push(json!({"kind": "cli", "result": result}));
+        }
     }
 
     if wanted("ledger") {
@@ -456,6 +458,13 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
                 r["git_ms_per_task"].as_f64().unwrap_or(0.0),
                 r["git_calls"],
                 r["implementer_ms_per_task"].as_f64().unwrap_or(0.0),
+            );
+        }
+        if let Some(added) = r.get("added_wall_ms_per_task").and_then(Value::as_f64) {
+            println!(
+                "  verify_after_merge adds per task: {added:.1} ms wall, git {:.1} ms, plan-cli itself {:.1} ms CPU",
+                r["added_git_ms_per_task"].as_f64().unwrap_or(0.0),
+                r["added_plan_cli_cpu_ms_per_task"].as_f64().unwrap_or(0.0),
             );
         }
     }

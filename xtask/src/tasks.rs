@@ -3,7 +3,9 @@
 //! time goes: git (every git process, timed by a wrapper first in PATH), the implementer (its
 //! calls' durations from the events), and plan-cli itself (the CPU time of the plan-cli
 //! process alone, read from /proc when it has exited and before it is reaped, so no child's
-//! time is in it).
+//! time is in it). Run twice: as is, and with `verify_after_merge` (one cheap check of the
+//! whole project, `cat *.txt`), which merges each task in a trial checkout, checks it there
+//! and fast-forwards the base: the difference per task is what checking the combination adds.
 
 use std::path::Path;
 use std::process::Command;
@@ -15,9 +17,29 @@ use serde_json::{Value, json};
 const TASKS: usize = 50;
 const LAYERS: usize = 5;
 
-/// Runs the workload once and returns its figures.
-pub(crate) fn bench(binary: &Path, out_dir: &Path) -> Result<Value> {
-    let dir = out_dir.join("tasks");
+/// Runs the workload without and with `verify_after_merge`; their figures.
+pub(crate) fn bench(binary: &Path, out_dir: &Path) -> Result<Vec<Value>> {
+    let plain = run_once(binary, out_dir, None)?;
+    let check = json!([{"argv": ["sh", "-c", "cat *.txt > /dev/null"]}]);
+    let mut checked = run_once(binary, out_dir, Some(check))?;
+    for key in [
+        "wall_ms_per_task",
+        "git_ms_per_task",
+        "plan_cli_cpu_ms_per_task",
+    ] {
+        let added = checked[key].as_f64().unwrap_or(0.0) - plain[key].as_f64().unwrap_or(0.0);
+        checked[format!("added_{key}")] = json!(added);
+    }
+    Ok(vec![plain, checked])
+}
+
+/// Runs the workload once (with `verify_after_merge` checks when given); its figures.
+fn run_once(binary: &Path, out_dir: &Path, after_merge: Option<Value>) -> Result<Value> {
+    let dir = out_dir.join(if after_merge.is_some() {
+        "tasks-verify-after-merge"
+    } else {
+        "tasks"
+    });
     let _ = std::fs::remove_dir_all(&dir);
     let repo = dir.join("repo");
     let bin = dir.join("bin");
@@ -71,10 +93,15 @@ pub(crate) fn bench(binary: &Path, out_dir: &Path) -> Result<Value> {
         }
     }
     let plan = repo.join("plan.json");
+    let mut workspace = json!({"repo": ".", "max_parallel": 3});
+    let checked = after_merge.is_some();
+    if let Some(checks) = after_merge {
+        workspace["verify_after_merge"] = checks;
+    }
     std::fs::write(
         &plan,
         serde_json::to_string_pretty(
-            &json!({"id": "tasks-bench", "workspace": {"repo": ".", "max_parallel": 3}, "steps": steps}),
+            &json!({"id": "tasks-bench", "workspace": workspace, "steps": steps}),
         )?,
     )?;
     let events = dir.join("events.ndjson");
@@ -120,7 +147,11 @@ pub(crate) fn bench(binary: &Path, out_dir: &Path) -> Result<Value> {
     }
     let per_task = |total_ms: f64| total_ms / TASKS as f64;
     Ok(json!({
-        "workload": "50 task steps in 5 layers, max_parallel 3, an implementer writing one file (whole process, real git)",
+        "workload": if checked {
+            "50 task steps in 5 layers, max_parallel 3, verify_after_merge (cat *.txt) on each combination before the base moves (whole process, real git)"
+        } else {
+            "50 task steps in 5 layers, max_parallel 3, an implementer writing one file (whole process, real git)"
+        },
         "tasks": TASKS,
         "steps": TASKS,
         "median_ms": wall.as_secs_f64() * 1e3,

@@ -202,7 +202,16 @@ fn a_breakdown_in_the_originals_format_is_imported_whole_and_runs() {
     let repo = repo(&lab);
     let dir = breakdown(&repo);
     let plan_path = lab.dir.path().join("calc.json");
-    let output = import(&lab, &dir, &["-o", path_str(&plan_path)]);
+    let output = import(
+        &lab,
+        &dir,
+        &[
+            "-o",
+            path_str(&plan_path),
+            "--verify-after-merge",
+            "python3 -B -c 'import calc'",
+        ],
+    );
     assert!(
         output.status.success(),
         "{}",
@@ -215,6 +224,10 @@ fn a_breakdown_in_the_originals_format_is_imported_whole_and_runs() {
     assert_eq!(
         Path::new(plan["workspace"]["repo"].as_str().unwrap()),
         std::fs::canonicalize(&repo).unwrap()
+    );
+    assert_eq!(
+        plan["workspace"]["verify_after_merge"],
+        json!([{"argv": ["python3", "-B", "-c", "import calc"]}])
     );
     let step = |id: &str| {
         plan["steps"]

@@ -760,24 +760,53 @@ fn a_malformed_breakdown_names_the_file_and_the_element() {
     );
 }
 
-/// The example of docs/tasks.md, run as the guide says: copied, made a repository, run.
-#[test]
-fn the_documented_example_runs_as_the_guide_says() {
-    let lab = Lab::new();
-    let copy = lab.dir.path().join("calc");
-    std::fs::create_dir_all(&copy).unwrap();
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks");
-    for entry in std::fs::read_dir(&example).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+/// A copy of `examples/tasks` at `<lab>/<name>`, made a git repository on `main`.
+fn example_copy(lab: &Lab, name: &str) -> PathBuf {
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                copy_dir(&entry.path(), &to.join(entry.file_name()));
+            } else {
+                std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+            }
+        }
     }
+    let copy = lab.dir.path().join(name);
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/tasks"),
+        &copy,
+    );
     git(&copy, &["init", "-q", "-b", "main"]);
     git(&copy, &["add", "-A"]);
     git(&copy, &["commit", "-qm", "start"]);
+    copy
+}
+
+/// The example of docs/tasks.md, run as the guide says: copied, made a repository, its
+/// breakdown (in the original's format) imported and run; and its hand-written plan.yaml.
+#[test]
+fn the_documented_example_runs_as_the_guide_says() {
+    let lab = Lab::new();
+    let copy = example_copy(&lab, "calc");
+    let import = lab
+        .cli()
+        .current_dir(&copy)
+        .args(["import", "tasks", "breakdown", "--implement"])
+        .arg("./agent.sh ${task.id} ${task.feedback}")
+        .args(["-o", "tasks.json"])
+        .output()
+        .unwrap();
+    assert!(
+        import.status.success(),
+        "{}",
+        String::from_utf8_lossy(&import.stderr)
+    );
     let output = lab
         .cli()
         .current_dir(&copy)
-        .args(["run", "plan.yaml", "--state-file", "execute-state.json"])
+        .args(["run", "tasks.json"])
         .output()
         .unwrap();
     assert!(
@@ -790,15 +819,37 @@ fn the_documented_example_runs_as_the_guide_says() {
         calc.contains("return a + b") && calc.contains("return a * b"),
         "{calc}"
     );
+    // The state file goes beside the breakdown.
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(copy.join("breakdown/execute-state.json")).unwrap(),
+    )
+    .unwrap();
+    assert_execute_state(&state);
+    assert_eq!(state["prd_slug"], "calc");
+    assert_eq!(
+        state["tasks"]["L1-001"]["attempts"], 2,
+        "the first try at add is wrong on purpose"
+    );
+    assert_eq!(state["tasks"]["L2-001"]["attempts"], 1);
+    assert_eq!(state["status"], "completed");
+
+    let copy = example_copy(&lab, "calc-yaml");
+    let output = lab
+        .cli()
+        .current_dir(&copy)
+        .args(["run", "plan.yaml", "--state-file", "execute-state.json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let state: Value =
         serde_json::from_str(&std::fs::read_to_string(copy.join("execute-state.json")).unwrap())
             .unwrap();
     assert_execute_state(&state);
-    assert_eq!(
-        state["tasks"]["L1-add"]["attempts"], 2,
-        "the first try at add is wrong on purpose"
-    );
-    assert_eq!(state["tasks"]["L2-mul"]["attempts"], 1);
+    assert_eq!(state["tasks"]["L1-add"]["attempts"], 2);
     assert_eq!(state["status"], "completed");
 }
 

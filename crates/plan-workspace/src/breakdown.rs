@@ -48,6 +48,9 @@ pub struct ImportOptions {
     /// Whether each layer waits for the whole layer before it (the original's order); else
     /// the dependencies alone decide.
     pub layer_barrier: bool,
+    /// Commands checked on the combination of the base and each task before the base moves
+    /// (the workspace's `verify_after_merge`), read as a `Run:` step's command is.
+    pub verify_after_merge: Vec<String>,
 }
 
 /// One task read from its XML file.
@@ -237,10 +240,21 @@ impl Breakdown {
         if let Some(name) = &self.name {
             plan.insert("title".into(), json!(name));
         }
-        plan.insert(
-            "workspace".into(),
-            json!({"repo": options.repo, "tasks": options.tasks}),
-        );
+        let mut workspace = json!({"repo": options.repo, "tasks": options.tasks});
+        let after_merge = (options.verify_after_merge.iter())
+            .map(|command| {
+                command_check(command).ok_or_else(|| {
+                    fail(
+                        Path::new("verify_after_merge"),
+                        format!("`{command}` is not a command plan-cli can run"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<Value>, _>>()?;
+        if !after_merge.is_empty() {
+            workspace["verify_after_merge"] = json!(after_merge);
+        }
+        plan.insert("workspace".into(), workspace);
         plan.insert("steps".into(), json!(steps));
         Ok(Value::Object(plan))
     }

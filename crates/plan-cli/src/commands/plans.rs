@@ -363,6 +363,7 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
         implement,
         repo,
         no_layer_barrier,
+        verify_after_merge,
         output,
     } = command;
     // Absolute, so the plan works wherever it is written.
@@ -388,6 +389,7 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
         repo,
         tasks: absolute(dir, "the breakdown folder")?,
         layer_barrier: !no_layer_barrier,
+        verify_after_merge: verify_after_merge.clone(),
     };
     let plan = breakdown
         .plan(&options)
