@@ -816,8 +816,7 @@ pub(crate) enum ImportCommand {
         /// layer before it, as the breakdown's own executor runs them)
         #[arg(long)]
         no_layer_barrier: bool,
-        /// A command checked on the combination of the base and each task before the base
-        /// moves (the workspace's `verify_after_merge`; repeat for more)
+        /// A command run on each task merged with the base before the base moves (repeatable)
         #[arg(long, value_name = "CMD")]
         verify_after_merge: Vec<String>,
         /// Write the plan here instead of printing it

@@ -259,6 +259,12 @@ impl Breakdown {
         Ok(Value::Object(plan))
     }
 
+    /// The project's folder the manifest names, relative to the breakdown folder `dir` when
+    /// it is relative.
+    pub fn project(&self, dir: &Path) -> Option<PathBuf> {
+        self.project_path.as_ref().map(|project| dir.join(project))
+    }
+
     /// The dependencies with each layer waiting for the one before it: each task of a layer
     /// depends on the tasks of the layer before that no task of that layer depends on (they
     /// stand for the whole layer). A dependency on a later layer cannot be kept then.

@@ -374,14 +374,10 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
     };
     let breakdown = plan_workspace::breakdown::Breakdown::read(dir)
         .map_err(|error| Failure::input(error.to_string()))?;
-    // The manifest's project path is the original executor's default too (relative to the
-    // breakdown folder when it is relative).
-    let repo = match (repo, &breakdown.project_path) {
+    // The manifest's project is the original executor's default too.
+    let repo = match (repo, breakdown.project(dir)) {
         (Some(repo), _) => absolute(repo, "--repo")?,
-        (None, Some(project)) => absolute(
-            &dir.join(project),
-            "the manifest's `prd.project_path` (give --repo DIR instead)",
-        )?,
+        (None, Some(project)) => absolute(&project, "the manifest's `prd.project_path`")?,
         (None, None) => absolute(std::path::Path::new("."), "--repo")?,
     };
     let options = plan_workspace::breakdown::ImportOptions {
@@ -394,9 +390,7 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
     let plan = breakdown
         .plan(&options)
         .map_err(|error| Failure::input(error.to_string()))?;
-    let mut text =
-        serde_json::to_string_pretty(&plan).map_err(|e| Failure::internal(e.to_string()))?;
-    text.push('\n');
+    let text = format!("{:#}\n", plan);
     match output {
         None => print(&text)?,
         Some(path) => {
