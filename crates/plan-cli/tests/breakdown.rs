@@ -106,7 +106,7 @@ fn task_xml(id: &str, name: &str, layer: &str, priority: u32, steps: &[&str]) ->
 }
 
 /// The breakdown at `<repo>/docs/tasks/calc`: a manifest with `prd.slug` and
-/// `prd.project_path`, a layer plan in file-formats.md's form (layers keyed by id, each with
+/// `prd.project_path` (the repository, absolute, as the original's examples write it), a layer plan in file-formats.md's form (layers keyed by id, each with
 /// its `dependencies`) plus a top-level `dependency_graph`, and three task files.
 fn breakdown(repo: &Path) -> PathBuf {
     let dir = repo.join("docs/tasks/calc");
@@ -114,7 +114,7 @@ fn breakdown(repo: &Path) -> PathBuf {
         std::fs::create_dir_all(dir.join(layer)).unwrap();
     }
     let manifest = json!({
-        "prd": {"slug": "calc", "name": "Calculator", "project_path": "../../.."},
+        "prd": {"slug": "calc", "name": "Calculator", "project_path": repo},
         "generated_at": "2026-01-11T10:00:00Z",
         "total_tasks": 3,
         "layers": {
@@ -218,7 +218,7 @@ fn a_breakdown_in_the_originals_format_is_imported_whole_and_runs() {
         String::from_utf8_lossy(&output.stderr)
     );
     let plan: Value = serde_json::from_str(&std::fs::read_to_string(&plan_path).unwrap()).unwrap();
-    // prd.slug is the plan's id; prd.project_path (relative to the breakdown) the repository.
+    // prd.slug is the plan's id; prd.project_path the repository.
     assert_eq!(plan["id"], "calc");
     assert_eq!(plan["title"], "Calculator");
     assert_eq!(

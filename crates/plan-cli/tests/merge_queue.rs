@@ -280,3 +280,50 @@ fn kill_9_during_a_combinations_check_then_resume() {
         );
     }
 }
+
+/// A link (or a folder) at the trial checkout's place that plan-cli did not make is refused,
+/// and the task waits for a person: nothing is checked out or cleaned there.
+#[test]
+fn a_trial_checkout_plan_cli_did_not_make_is_never_used() {
+    let lab = Lab::new();
+    let repo = repo(&lab);
+    let worktrees = lab.dir.path().join(".worktrees");
+    std::fs::create_dir_all(&worktrees).unwrap();
+    // A link to the repository itself: used as the trial, it would lose these.
+    std::os::unix::fs::symlink(&repo, worktrees.join(".trial-trunk")).unwrap();
+    std::fs::write(
+        repo.join("calc.py"),
+        "def add(a, b):\n    return a + b  # mine\n",
+    )
+    .unwrap();
+    std::fs::write(repo.join("notes.txt"), "not committed\n").unwrap();
+    let checks = json!([{"argv": ["sh", "-c", CHECK_ALL]}]);
+    let mut one = plan(Some(checks));
+    one["steps"].as_array_mut().unwrap().truncate(1);
+    let plan_path = lab.dir.path().join("plan.json");
+    std::fs::write(&plan_path, one.to_string()).unwrap();
+    let mut plan_in_repo = one.clone();
+    plan_in_repo["workspace"]["repo"] = json!(path_str(&repo));
+    std::fs::write(&plan_path, plan_in_repo.to_string()).unwrap();
+    let (_, report) = lab.json(&["run", path_str(&plan_path), "--json"]);
+    assert_eq!(report["task_status"], "WAITING", "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains("is not plan-cli's trial checkout"),
+        "{report}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "not committed\n"
+    );
+    assert!(
+        std::fs::read_to_string(repo.join("calc.py"))
+            .unwrap()
+            .contains("# mine")
+    );
+    assert_eq!(
+        git(&repo, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "trunk"
+    );
+}

@@ -32,7 +32,7 @@ use crate::block::NodeDone;
 use crate::call::{CallContext, Inner, Made};
 use crate::overlay::Overlay;
 use crate::schema::{compile_schema, resolve_checked};
-use plan_ports::{Registry, Tool, codes};
+use plan_ports::{Registry, Tool, Trial, codes};
 
 pub use plan_ports::{MergeOutcome, Workspace, WorkspaceError, Worktree};
 
@@ -343,6 +343,10 @@ impl CompiledTask {
             ("implement", self.implement.gated),
             ("feedback", self.feedback.as_ref().is_some_and(|f| f.gated)),
             ("verify", self.checks_gated),
+            (
+                "verify-after-merge",
+                (self.settings.after_merge.as_ref()).is_some_and(|after| after.gated),
+            ),
         ];
         gated
             .into_iter()
@@ -360,7 +364,7 @@ impl CompiledTask {
         match name {
             "implement" => Some(&self.implement.tool_name),
             "feedback" => self.feedback.as_ref().map(|f| &*f.tool_name),
-            "verify" => Some("exec"),
+            "verify" | "verify-after-merge" => Some("exec"),
             _ if name.starts_with("check-") || name.starts_with("merge-check-") => Some("exec"),
             _ => None,
         }
@@ -491,6 +495,27 @@ struct Checks<'a> {
     dir: &'a Path,
 }
 
+/// A check that failed: which (its command), the attempt's error message, why in a few
+/// words, and what it printed (none when it was refused or could not start: then there is
+/// nothing to ask feedback about).
+struct CheckFailed {
+    check: String,
+    message: String,
+    reason: String,
+    output: Option<String>,
+}
+
+impl CheckFailed {
+    fn before_it_ran(check: &str, message: String) -> CheckFailed {
+        CheckFailed {
+            check: check.to_owned(),
+            reason: message.clone(),
+            message,
+            output: None,
+        }
+    }
+}
+
 /// A failed attempt: why, what failed, the message, and the next attempt's feedback.
 struct Failure {
     kind: TaskErrorKind,
@@ -504,8 +529,8 @@ fn now() -> String {
 }
 
 /// What a fix commit says was fixed: the `Fix applied:` section of its body (the original's
-/// fix commit format), else its subject after `Fix:`, else its body's first paragraph; none
-/// when it says nothing.
+/// fix commit format), else its subject after `Fix:` (any case); none when it says neither (a
+/// body's other lines are often a tool's footer, not an account of the fix).
 fn fixed_of(subject: &str, body: &str) -> Option<String> {
     let mut lines = body.lines();
     if lines.any(|line| line.trim().eq_ignore_ascii_case("fix applied:")) {
@@ -517,11 +542,8 @@ fn fixed_of(subject: &str, body: &str) -> Option<String> {
             return Some(section.join("; "));
         }
     }
-    if let Some((_, after)) = subject.split_once("Fix:") {
-        return Some(after.trim().to_owned()).filter(|s| !s.is_empty());
-    }
-    let first = body.split("\n\n").next().unwrap_or("").trim();
-    (!first.is_empty()).then(|| first.to_owned())
+    let at = subject.to_ascii_lowercase().find("fix:")?;
+    Some(subject[at + 4..].trim().to_owned()).filter(|s| !s.is_empty())
 }
 
 fn stopped(message: impl Into<String>) -> Stopped {
@@ -863,17 +885,43 @@ impl TaskRun {
             name: "check",
             dir: &worktree.path,
         };
-        self.run_checks(state, worktree, checks).await
+        match self.run_checks(state, worktree, checks).await? {
+            Ok(()) => Ok(Ok(())),
+            Err(failed) => Ok(Err(self.failure_of(state, worktree, failed).await?)),
+        }
+    }
+
+    /// The failed attempt a failed check makes, with the next attempt's feedback (the
+    /// `feedback` call's, when the check ran and the plan names one).
+    async fn failure_of(
+        &mut self,
+        state: &TaskState,
+        worktree: &Worktree,
+        failed: CheckFailed,
+    ) -> Result<Failure, Stopped> {
+        let feedback = match &failed.output {
+            None => failed.message.clone(),
+            Some(output) => {
+                self.feedback(state, worktree, &failed.check, &failed.reason, output)
+                    .await?
+            }
+        };
+        Ok(Failure {
+            kind: TaskErrorKind::VerificationFailed,
+            step: failed.check,
+            message: failed.message,
+            feedback,
+        })
     }
 
     /// Runs `checks` in `checks.dir`, in order, as calls `ID/<name>-K#<attempt>`; the first
-    /// that fails fails the attempt.
+    /// that fails is returned (its feedback is made by [`TaskRun::failure_of`]).
     async fn run_checks(
         &mut self,
         state: &mut TaskState,
         worktree: &Worktree,
         checks: Checks<'_>,
-    ) -> Result<Result<(), Failure>, Stopped> {
+    ) -> Result<Result<(), CheckFailed>, Stopped> {
         let Checks {
             checks,
             exec,
@@ -904,20 +952,21 @@ impl TaskRun {
                 Ok(argv) => argv,
                 Err(error) => {
                     let message = format!("check `{}`: {error}", check.text);
-                    return Ok(Err(Failure {
-                        kind: TaskErrorKind::VerificationFailed,
-                        step: check.text.clone(),
-                        feedback: message.clone(),
-                        message,
-                    }));
+                    return Ok(Err(CheckFailed::before_it_ran(&check.text, message)));
                 }
             };
             let args = json!({
                 "argv": argv,
                 "timeout_ms": u64::try_from(check.timeout.as_millis()).unwrap_or(u64::MAX),
             });
-            // One decision covers every check of the task.
-            let key = self.path().then("verify", state.attempts).key();
+            // One decision covers every check of the list in the attempt (`ID/verify#N`,
+            // `ID/verify-after-merge#N`).
+            let gate_name = if name == "check" {
+                "verify"
+            } else {
+                "verify-after-merge"
+            };
+            let key = self.path().then(gate_name, state.attempts).key();
             let gate = Gate {
                 tool: Some("exec"),
                 approval: gated.then_some((key.as_str(), None)),
@@ -943,12 +992,7 @@ impl TaskRun {
                 && let Err(error) = outcome
             {
                 // Refused before it ran (a rejection, a guard).
-                return Ok(Err(Failure {
-                    kind: TaskErrorKind::VerificationFailed,
-                    step: check.text.clone(),
-                    feedback: error.message.clone(),
-                    message: error.message,
-                }));
+                return Ok(Err(CheckFailed::before_it_ran(&check.text, error.message)));
             }
             // A program that exits non-zero fails its `exec` call (so the run's output marks
             // the check failed); the error's details hold what it printed.
@@ -995,14 +1039,11 @@ impl TaskRun {
                 last if last.is_empty() => format!("`{}` {message}", check.text),
                 last => format!("`{}` {message}: {last}", check.text),
             };
-            let feedback = self
-                .feedback(state, worktree, &check.text, &message, &output)
-                .await?;
-            return Ok(Err(Failure {
-                kind: TaskErrorKind::VerificationFailed,
-                step: check.text.clone(),
+            return Ok(Err(CheckFailed {
+                check: check.text.clone(),
                 message: summary,
-                feedback,
+                reason: message,
+                output: Some(output),
             }));
         }
         Ok(Ok(()))
@@ -1074,8 +1115,10 @@ impl TaskRun {
         if state.worktree_status.is_some() {
             state.worktree_status = Some(WorktreeStatus::Abandoned);
         }
-        // Abandoned is not completed: the task has no `completed_at`.
+        // Abandoned is not completed: the task has no `completed_at`, and no place in the
+        // merge queue.
         state.completed_at = None;
+        state.queue = None;
         self.report(state).await?;
         Ok(TaskEnd::Done(Err(self.abandoned(state))))
     }
@@ -1139,23 +1182,31 @@ impl TaskRun {
             Some(after) => match workspace.merge_trial(&id, &message).await {
                 // The combination is checked before the base moves, the queue held so the
                 // base cannot move under the checks.
-                Ok(MergeOutcome::Merged(commit)) => {
-                    match self.check_combination(workspace, state, &after).await? {
-                        Err(failure) => {
-                            drop(turn);
-                            if let Some(entry) = &mut state.queue {
-                                entry.status = QueueStatus::Pending;
-                            }
-                            state.worktree_status = Some(WorktreeStatus::Active);
-                            return self.fail(state, failure).await;
+                Ok(Trial {
+                    outcome: MergeOutcome::Merged(commit),
+                    folder,
+                }) => match self
+                    .check_combination(workspace, state, &after, &folder)
+                    .await?
+                {
+                    Err(failed) => {
+                        // The queue goes on while the feedback is made (it may ask a model).
+                        drop(turn);
+                        if let Some(entry) = &mut state.queue {
+                            entry.status = QueueStatus::Pending;
                         }
-                        Ok(()) => workspace
-                            .land(&commit)
-                            .await
-                            .map(|()| MergeOutcome::Merged(commit)),
+                        state.worktree_status = Some(WorktreeStatus::Active);
+                        let worktree = Self::worktree_of(state);
+                        let failure = self.failure_of(state, &worktree, failed).await?;
+                        return self.fail(state, failure).await;
                     }
-                }
-                other => other,
+                    Ok(()) => workspace
+                        .land(&commit)
+                        .await
+                        .map(|()| MergeOutcome::Merged(commit)),
+                },
+                Ok(Trial { outcome, .. }) => Ok(outcome),
+                Err(error) => Err(error),
             },
         };
         drop(turn);
@@ -1244,45 +1295,47 @@ impl TaskRun {
         }
     }
 
-    /// Runs the workspace's `verify_after_merge` checks on the trial merge of the task into
-    /// the base; a failure is the task's (`verification_failed`), said as the combination's.
+    /// Runs the workspace's `verify_after_merge` checks in `folder`, the trial merge of the
+    /// task into the base; a failure is said as the combination's.
     async fn check_combination(
         &mut self,
         workspace: &dyn Workspace,
         state: &mut TaskState,
         after: &MergeChecks,
-    ) -> Result<Result<(), Failure>, Stopped> {
-        let dir = match workspace.trial_folder().await {
-            Ok(dir) => dir,
-            Err(error) => return Ok(Err(git_failure(error.to_string()))),
+        folder: &Path,
+    ) -> Result<Result<(), CheckFailed>, Stopped> {
+        let worktree = Self::worktree_of(state);
+        let checks = Checks {
+            checks: &after.checks,
+            exec: &after.exec,
+            gated: after.gated,
+            name: "merge-check",
+            dir: folder,
         };
-        let worktree = Worktree {
+        let base = workspace.base().to_owned();
+        Ok(self
+            .run_checks(state, &worktree, checks)
+            .await?
+            .map_err(|failed| CheckFailed {
+                message: format!("merged with `{base}`: {}", failed.message),
+                reason: format!(
+                    "{} when merged with `{base}` (your work passes its own checks, but `verify_after_merge` fails on the combination with `{base}` as it is now; the base was not changed: merge `{base}` into your branch with `git merge {base}` in the worktree, make the combination pass, and commit)",
+                    failed.reason
+                ),
+                ..failed
+            }))
+    }
+
+    /// The task's worktree as its state records it.
+    fn worktree_of(state: &TaskState) -> Worktree {
+        Worktree {
             path: state
                 .worktree_path
                 .clone()
                 .map(Into::into)
                 .unwrap_or_default(),
             branch: state.branch.clone().unwrap_or_default(),
-        };
-        let checks = Checks {
-            checks: &after.checks,
-            exec: &after.exec,
-            gated: after.gated,
-            name: "merge-check",
-            dir: &dir,
-        };
-        let base = workspace.base().to_owned();
-        Ok(self
-            .run_checks(state, &worktree, checks)
-            .await?
-            .map_err(|failure| Failure {
-                message: format!("merged with `{base}`: {}", failure.message),
-                feedback: format!(
-                    "Your work passes its own checks, but merged with `{base}` as it is now it fails `verify_after_merge` (the base was not changed):\n{}\nMerge `{base}` into your branch (`git merge {base}` in the worktree), make the combination pass, and commit.",
-                    failure.feedback
-                ),
-                ..failure
-            }))
+        }
     }
 
     /// Halts the run for a person at the task's merge, listed as `<ID>/merge#N` with `args`
@@ -1626,8 +1679,13 @@ mod tests {
             Some("Handle empty string")
         );
         assert_eq!(
-            fixed_of("tidy", "Handled the empty string.\n\nMore.").as_deref(),
-            Some("Handled the empty string.")
+            fixed_of("fix: handle empty input", "").as_deref(),
+            Some("handle empty input")
+        );
+        // A footer is not an account of the fix.
+        assert_eq!(
+            fixed_of("tidy", "Generated with a tool\n\nCo-Authored-By: a tool"),
+            None
         );
         assert_eq!(fixed_of("tidy", ""), None);
     }

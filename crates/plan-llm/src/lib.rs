@@ -843,6 +843,8 @@ pub async fn create_plan(
         None => Ok(limits.max_tokens),
     };
     let mut max_tokens = room(&first)?;
+    // The most room any request of the conversation can give (the first is the shortest).
+    let best = max_tokens;
     let mut messages = first.clone();
     let mut tries = 0;
     loop {
@@ -895,7 +897,7 @@ pub async fn create_plan(
             messages.push(json!({"role": "assistant", "content": shortened(&answer.text, limit)}));
             messages.push(feedback);
             match room(&messages) {
-                Ok(room) if room == limits.max_tokens || limit <= 200 => {
+                Ok(room) if room >= best || limit <= 200 => {
                     max_tokens = room;
                     break;
                 }

@@ -35,6 +35,15 @@ pub struct Commit {
     pub body: String,
 }
 
+/// A trial merge: how it went, and the folder it is checked out in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trial {
+    /// How merging went there.
+    pub outcome: MergeOutcome,
+    /// The trial checkout.
+    pub folder: PathBuf,
+}
+
 /// How merging a task's branch into the base went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MergeOutcome {
@@ -82,19 +91,15 @@ pub trait Workspace: Send + Sync {
     async fn merge(&self, task: &str, message: &str) -> Result<MergeOutcome, WorkspaceError>;
 
     /// Makes the merge of the task's branch into the base in a trial checkout, leaving the
-    /// base where it is: `Merged` holds the trial's merge commit, which [`Workspace::land`]
-    /// moves the base to once the combination's checks pass (in [`Workspace::trial_folder`]);
-    /// `AlreadyMerged` when the base has the branch already; a conflict is aborted.
-    async fn merge_trial(&self, task: &str, message: &str) -> Result<MergeOutcome, WorkspaceError> {
+    /// base where it is: in [`Trial::outcome`], `Merged` holds the trial's merge commit, which
+    /// [`Workspace::land`] moves the base to once the combination's checks pass (in
+    /// [`Trial::folder`]); `AlreadyMerged` when the base has the branch already; a conflict
+    /// is aborted.
+    async fn merge_trial(&self, task: &str, message: &str) -> Result<Trial, WorkspaceError> {
         let _ = (task, message);
         Err(WorkspaceError(
             "this workspace cannot make a trial merge".into(),
         ))
-    }
-
-    /// The trial checkout's folder, where the last [`Workspace::merge_trial`] is checked out.
-    async fn trial_folder(&self) -> Result<PathBuf, WorkspaceError> {
-        Err(WorkspaceError("this workspace has no trial folder".into()))
     }
 
     /// Moves the base to `commit` (a trial merge commit whose checks passed), fast-forward

@@ -80,6 +80,8 @@ pub struct Breakdown {
     layers: Vec<String>,
     /// Task id → the ids it depends on (every form merged, sorted).
     depends_on: Dependencies,
+    /// Where the dependencies come from, for errors.
+    layer_plan_path: PathBuf,
 }
 
 impl Breakdown {
@@ -111,7 +113,12 @@ impl Breakdown {
         }
         let mut tasks = Vec::with_capacity(files.len());
         let mut files_of: BTreeMap<String, PathBuf> = BTreeMap::new();
+        let inside = std::fs::canonicalize(dir).map_err(|e| fail(dir, e.to_string()))?;
         for listed in &files {
+            // A link may not take the import out of the breakdown folder.
+            if !std::fs::canonicalize(&listed.path).is_ok_and(|p| p.starts_with(&inside)) {
+                return Err(fail(&listed.path, "is not a file in the breakdown folder"));
+            }
             let task = read_task(&listed.path)?;
             if let Some(other) = files_of.get(&task.id) {
                 return Err(fail(
@@ -169,6 +176,17 @@ impl Breakdown {
         let mut order = layers.clone();
         for task in &tasks {
             if !order.contains(&task.layer) {
+                if !layers.is_empty() {
+                    // Where would it go? Before, after, between: the layer plan must say.
+                    return Err(fail(
+                        &files_of[&task.id],
+                        format!(
+                            "<meta><layer> `{}` is not a layer of {}",
+                            task.layer,
+                            layer_plan_path.display()
+                        ),
+                    ));
+                }
                 order.push(task.layer.clone());
             }
         }
@@ -183,8 +201,9 @@ impl Breakdown {
             tasks,
             layers: order,
             depends_on,
+            layer_plan_path,
         };
-        breakdown.acyclic(&layer_plan_path, &breakdown.depends_on)?;
+        breakdown.acyclic()?;
         Ok(breakdown)
     }
 
@@ -259,10 +278,10 @@ impl Breakdown {
         Ok(Value::Object(plan))
     }
 
-    /// The project's folder the manifest names, relative to the breakdown folder `dir` when
-    /// it is relative.
-    pub fn project(&self, dir: &Path) -> Option<PathBuf> {
-        self.project_path.as_ref().map(|project| dir.join(project))
+    /// The project's folder the manifest names (a relative one is relative to the folder the
+    /// import runs in, as the original's executor reads it).
+    pub fn project(&self) -> Option<PathBuf> {
+        self.project_path.as_ref().map(PathBuf::from)
     }
 
     /// The dependencies with each layer waiting for the one before it: each task of a layer
@@ -283,7 +302,7 @@ impl Breakdown {
             for dep in deps {
                 if layer_of.get(dep.as_str()) > layer_of.get(id.as_str()) {
                     return Err(fail(
-                        Path::new("layer_plan.json"),
+                        &self.layer_plan_path,
                         format!(
                             "task `{id}` depends on `{dep}` of a later layer, and layers run in order (without the layer barrier the dependencies alone decide)"
                         ),
@@ -322,7 +341,8 @@ impl Breakdown {
     }
 
     /// A cycle in the dependencies is an error naming its tasks.
-    fn acyclic(&self, file: &Path, depends_on: &Dependencies) -> Result<(), BreakdownError> {
+    fn acyclic(&self) -> Result<(), BreakdownError> {
+        let depends_on = &self.depends_on;
         let mut waiting: BTreeMap<&str, usize> = (self.tasks.iter())
             .map(|t| {
                 (
@@ -353,7 +373,7 @@ impl Breakdown {
         }
         let left: Vec<&str> = waiting.keys().copied().collect();
         Err(fail(
-            file,
+            &self.layer_plan_path,
             format!(
                 "the dependencies go round in a cycle through {}",
                 left.join(", ")
@@ -362,14 +382,32 @@ impl Breakdown {
     }
 }
 
-/// Reads the breakdown in `dir` into a plan: [`Breakdown::read`], then [`Breakdown::plan`].
-pub fn import(dir: &Path, options: &ImportOptions) -> Result<Value, BreakdownError> {
-    Breakdown::read(dir)?.plan(options)
+/// The most a breakdown file may hold.
+const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// A breakdown file's text: a regular file (not a pipe or a device, which could block or
+/// never end) of at most [`MAX_FILE_BYTES`].
+fn read_text(path: &Path) -> Result<String, BreakdownError> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).map_err(|e| fail(path, format!("cannot read: {e}")))?;
+    if !meta.is_file() {
+        return Err(fail(path, "is not a regular file"));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| fail(path, format!("cannot read: {e}")))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(fail(
+            path,
+            format!("is larger than {} MiB", MAX_FILE_BYTES >> 20),
+        ));
+    }
+    Ok(text)
 }
 
 fn read_json(path: &Path) -> Result<Value, BreakdownError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| fail(path, format!("cannot read: {e}")))?;
+    let text = read_text(path)?;
     let value: Value =
         serde_json::from_str(&text).map_err(|e| fail(path, format!("is not JSON: {e}")))?;
     if !value.is_object() {
@@ -580,8 +618,7 @@ fn layer_plan_of(
 
 /// One task file.
 fn read_task(path: &Path) -> Result<Task, BreakdownError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| fail(path, format!("cannot read: {e}")))?;
+    let text = read_text(path)?;
     let document = roxmltree::Document::parse(&text)
         .map_err(|e| fail(path, format!("is not well-formed XML: {e}")))?;
     let root = document.root_element();
@@ -802,20 +839,19 @@ fn text_of(node: roxmltree::Node<'_, '_>) -> String {
         .filter_map(|n| n.text())
         .collect();
     let lines: Vec<&str> = raw.trim_matches('\n').lines().collect();
+    // The common indentation, in spaces and tabs only (a no-break space is text).
+    let margin = |l: &str| l.len() - l.trim_start_matches([' ', '\t']).len();
     let indent = lines
         .iter()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start().len())
+        .map(|l| margin(l))
         .min()
         .unwrap_or(0);
     lines
         .iter()
         .map(|l| {
-            if l.len() >= indent {
-                &l[indent..]
-            } else {
-                l.trim_start()
-            }
+            l.get(indent..)
+                .unwrap_or_else(|| l.trim_start_matches([' ', '\t']))
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -826,11 +862,11 @@ fn text_of(node: roxmltree::Node<'_, '_>) -> String {
 /// What a `<verification><step>` says: the checks plan-cli runs, and what is left for the
 /// implementer to make sure of.
 #[derive(Debug, Default, PartialEq)]
-pub struct Read {
+struct Read {
     /// Checks in the form of a task's `verify`.
-    pub checks: Vec<Value>,
+    checks: Vec<Value>,
     /// What of the step no check covers (a described outcome), for the spec.
-    pub by_hand: Option<String>,
+    by_hand: Option<String>,
 }
 
 /// Reads one verification step in the forms the original writes:
@@ -849,7 +885,7 @@ pub struct Read {
 /// A command runs without a shell (split into words as a shell would) unless it needs one
 /// (`|`, `&&`, `;`, `>`, `$`, globs, …): then `sh -c`. A command with a breakdown template's
 /// placeholder (`{TARGET_DIR}`) or run `(in background)` is not a check.
-pub fn checks_of(line: &str) -> Read {
+fn checks_of(line: &str) -> Read {
     let mut read = Read::default();
     let Some((kind, rest)) = line.split_once(':') else {
         return read;
@@ -874,12 +910,18 @@ pub fn checks_of(line: &str) -> Read {
         let after = subject.splitn(3, '`').nth(2).unwrap_or("").trim_start();
         let file_wording = ["contains ", "exports ", "exists", "is present"]
             .iter()
-            .any(|w| after.starts_with(w));
+            .any(|w| after.starts_with(w))
+            && !spans[0].contains(char::is_whitespace);
         file_wording
             || (spans.len() == 1 && after.is_empty() && is_path(&spans[0]))
             || (spans.len() == 1 && is_path(&spans[0]) && outcome.is_none())
     } {
         let path = spans[0].as_str();
+        if Path::new(path).is_absolute() || path.split('/').any(|part| part == "..") {
+            // A file check looks in the worktree only.
+            read.by_hand = Some(line.to_owned());
+            return read;
+        }
         let wording = subject.splitn(3, '`').nth(2).unwrap_or("").trim();
         let wording = if wording.is_empty() {
             outcome.unwrap_or("")
@@ -902,7 +944,16 @@ pub fn checks_of(line: &str) -> Read {
         }
         return read;
     } else {
-        for command in &spans {
+        // Several commands are joined by `and`, `then`, `,` or `;`; a span after other words
+        // (``Run: `pytest` from `backend/` ``) is not a command, and the step is left to the
+        // implementer as well.
+        let parts: Vec<&str> = subject.split('`').collect();
+        for (k, command) in parts.iter().skip(1).step_by(2).enumerate() {
+            let between = parts[2 * k].trim().trim_matches(|c| c == ',' || c == ';');
+            if k > 0 && !["", "and", "then", "and then", "&&"].contains(&between.trim()) {
+                read.by_hand = Some(line.to_owned());
+                break;
+            }
             if let Some(check) = command_check(command) {
                 read.checks.push(check);
             }
@@ -929,14 +980,21 @@ pub fn checks_of(line: &str) -> Read {
 /// backticks, or an outcome verb after the last backticked span (``Verify: `cat f` shows
 /// `w` ``).
 fn split_outcome(text: &str) -> (&str, Option<&str>) {
-    let mut inside = false;
+    // Inside backticks, or quotes outside them (`python3 -c "print('a - b')"`), a separator
+    // is the command's.
+    let mut inside: Option<char> = None;
     for (at, c) in text.char_indices() {
-        if c == '`' {
-            inside = !inside;
-            continue;
-        }
-        if inside {
-            continue;
+        match inside {
+            Some(open) if c == open => {
+                inside = None;
+                continue;
+            }
+            Some(_) => continue,
+            None if c == '`' || c == '"' || c == '\'' => {
+                inside = Some(c);
+                continue;
+            }
+            None => {}
         }
         for separator in [" - ", " — ", " – "] {
             if text[at..].starts_with(separator) {
@@ -1015,7 +1073,7 @@ fn is_path(span: &str) -> bool {
 /// `Project and ProjectStatus`, `A, B`, `Project class`: the names.
 fn exported_names(text: &str) -> Vec<String> {
     text.split(|c: char| c == ',' || c.is_whitespace())
-        .map(|w| w.trim_matches(|c: char| c == '`' || c == '.' || c == '"'))
+        .map(|w| w.trim_matches(|c: char| "`.\"()".contains(c)))
         .filter(|w| {
             !w.is_empty()
                 && ![
@@ -1054,15 +1112,24 @@ fn command_check(command: &str) -> Option<Value> {
         || command
             .split_whitespace()
             .next()
-            .is_some_and(|first| first.contains('=') || first == "cd");
+            .is_some_and(|first| first.contains('=') || SHELL_BUILTINS.contains(&first));
+    // A `$` is the program's, never a plan placeholder: written `$$` in the plan.
+    let escaped = |word: &str| word.replace('$', "$$");
     if !needs_shell
         && let Ok(words) = shell_words::split(command)
         && !words.is_empty()
     {
+        let words: Vec<String> = words.iter().map(|w| escaped(w)).collect();
         return Some(json!({"argv": words}));
     }
-    Some(json!({"argv": ["sh", "-c", command]}))
+    Some(json!({"argv": ["sh", "-c", escaped(command)]}))
 }
+
+/// Commands that are a shell's, not programs: a check that starts with one runs in `sh -c`.
+const SHELL_BUILTINS: [&str; 16] = [
+    "cd", "command", "source", ".", "export", "type", "exec", "set", "unset", "ulimit", "umask",
+    "alias", "eval", "hash", "pushd", "popd",
+];
 
 /// Whether a shell would read more into `command` than its words: an operator, a
 /// redirection, an expansion or a glob outside quotes (`$` and `` ` `` inside double quotes
@@ -1085,13 +1152,16 @@ fn needs_shell(command: &str) -> bool {
 
 /// `{TARGET_DIR}`, `{BACKEND_PORT}`: a breakdown template's placeholder, left unfilled.
 fn has_template_placeholder(command: &str) -> bool {
-    command.split('{').skip(1).any(|after| {
-        after.split_once('}').is_some_and(|(name, _)| {
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
-        })
+    // (`${HOME}` is the shell's.)
+    let parts: Vec<&str> = command.split('{').collect();
+    parts.iter().skip(1).zip(&parts).any(|(after, before)| {
+        !before.ends_with('$')
+            && after.split_once('}').is_some_and(|(name, _)| {
+                !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+            })
     })
 }
 
@@ -1123,16 +1193,30 @@ mod tests {
         );
         assert_eq!(
             checks(r#"Run: python3 -c 'print(1); print("$x")' | grep 1"#),
-            vec![json!({"argv": ["sh", "-c", r#"python3 -c 'print(1); print("$x")' | grep 1"#]})]
+            vec![json!({"argv": ["sh", "-c", r#"python3 -c 'print(1); print("$$x")' | grep 1"#]})]
         );
         assert_eq!(
             checks(r#"Run: python3 -c 'import a; print("$x")'"#),
-            vec![json!({"argv": ["python3", "-c", r#"import a; print("$x")"#]})]
+            vec![json!({"argv": ["python3", "-c", r#"import a; print("$$x")"#]})]
         );
         assert_eq!(
             checks(r#"Run: echo "$HOME""#),
-            vec![json!({"argv": ["sh", "-c", r#"echo "$HOME""#]})]
+            vec![json!({"argv": ["sh", "-c", r#"echo "$$HOME""#]})]
         );
+        // The shell's `${HOME}` is neither a plan placeholder nor a template's.
+        assert_eq!(
+            checks("Run: echo ${HOME}"),
+            vec![json!({"argv": ["sh", "-c", "echo $${HOME}"]})]
+        );
+        // Quotes keep a separator inside the command.
+        assert_eq!(
+            checks(r#"Run: python3 -c "print('a - b')" - prints ok"#),
+            vec![json!({"argv": ["python3", "-c", "print('a - b')"], "contains": "ok"})]
+        );
+        // A span after other words is not a command.
+        let read = checks_of("Run: `pytest tests/` from `backend/`");
+        assert_eq!(read.checks, vec![json!({"argv": ["pytest", "tests/"]})]);
+        assert!(read.by_hand.is_some());
         assert_eq!(
             checks("Run: `ruff check a.py` and `mypy a.py` - no errors"),
             vec![
@@ -1205,6 +1289,13 @@ mod tests {
             ]
         );
         assert_eq!(
+            checks("Verify: `calc.py` exports `add()`"),
+            vec![
+                json!({"argv": ["ls", "-d", "--", "calc.py"]}),
+                json!({"argv": ["cat", "--", "calc.py"], "contains": "add"})
+            ]
+        );
+        assert_eq!(
             checks("Verify: `Makefile` exists"),
             vec![json!({"argv": ["ls", "-d", "--", "Makefile"]})]
         );
@@ -1223,6 +1314,36 @@ mod tests {
         ] {
             assert_eq!(checks(line), Vec::<Value>::new(), "{line}");
         }
+    }
+
+    #[test]
+    fn shell_builtins_and_paths_outside_are_not_taken_for_what_they_are_not() {
+        assert_eq!(
+            checks("Run: command -v python3"),
+            vec![json!({"argv": ["sh", "-c", "command -v python3"]})]
+        );
+        assert_eq!(
+            checks("Check: `make test` contains ok"),
+            vec![json!({"argv": ["make", "test"]})],
+            "a command with words is not a file"
+        );
+        for line in [
+            "Verify: `/etc/passwd` contains root",
+            "Verify: `../x.py` exists",
+        ] {
+            let read = checks_of(line);
+            assert!(read.checks.is_empty() && read.by_hand.is_some(), "{line}");
+        }
+    }
+
+    #[test]
+    fn text_keeps_characters_whole_whatever_the_indentation() {
+        let xml = "<a>\n  x\n\u{a0}y\n\u{3000}z\n</a>";
+        let document = roxmltree::Document::parse(xml).unwrap();
+        // (No common margin of spaces: nothing is cut, and no character is cut in two.)
+        assert_eq!(text_of(document.root_element()), "x\n\u{a0}y\n\u{3000}z");
+        let document = roxmltree::Document::parse("<a>\n    a\n  b\n</a>").unwrap();
+        assert_eq!(text_of(document.root_element()), "a\nb");
     }
 
     #[test]

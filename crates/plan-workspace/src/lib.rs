@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use plan_ports::{Commit, MergeOutcome, Workspace, WorkspaceError, Worktree};
+use plan_ports::{Commit, MergeOutcome, Trial, Workspace, WorkspaceError, Worktree};
 use tokio::process::Command;
 
 /// What this crate reads of a plan's `workspace:` (the plan model's `Workspace` has more; the
@@ -408,37 +408,92 @@ impl GitWorkspace {
         })
     }
 
-    /// The trial checkout (`<worktree_dir>/.trial-<BASE>`, detached), made the first time. A
-    /// folder there that is not a worktree of this repository is not plan-cli's: refused.
+    /// The trial checkout (`<worktree_dir>/.trial-<BASE>`, detached), made the first time
+    /// and noted as plan-cli's (`.plan-cli/.trial-<BASE>`, which no task id can name). Only a
+    /// noted folder that is a real directory (not a link) and a linked worktree of this
+    /// repository is used; anything else there is not plan-cli's, and is refused.
     async fn trial_checkout(&self) -> Result<PathBuf, WorkspaceError> {
-        let dir = self
-            .worktree_dir
-            .join(format!(".trial-{}", self.base.replace('/', "-")));
-        let list = self
-            .must(&self.repo, &["worktree", "list", "--porcelain"])
-            .await?;
-        let wanted = std::fs::canonicalize(&dir).ok();
-        let registered = wanted.is_some()
-            && list.lines().any(|line| {
-                line.strip_prefix("worktree ")
-                    .is_some_and(|p| std::fs::canonicalize(p).ok() == wanted)
-            });
-        if !registered {
-            if std::fs::symlink_metadata(&dir).is_ok() {
-                return Err(WorkspaceError(format!(
-                    "{} is there and is not plan-cli's trial checkout: move it away, then resume",
-                    dir.display()
-                )));
+        let name = format!(".trial-{}", self.base.replace('/', "-"));
+        let dir = self.worktree_dir.join(&name);
+        let note = self.worktree_dir.join(NOTES_DIR).join(&name);
+        let refused = || {
+            WorkspaceError(format!(
+                "{} is there and is not plan-cli's trial checkout: move it away, then resume",
+                dir.display()
+            ))
+        };
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) => {
+                let noted = std::fs::symlink_metadata(&note).is_ok_and(|m| m.is_file());
+                let linked = git_dir(&dir)
+                    .and_then(|g| std::fs::canonicalize(g).ok())
+                    .zip(std::fs::canonicalize(self.common.join("worktrees")).ok())
+                    .is_some_and(|(git, worktrees)| git.starts_with(worktrees));
+                if !meta.is_dir() || !noted || !linked {
+                    return Err(refused());
+                }
             }
-            self.must(&self.repo, &["worktree", "prune"]).await?;
-            let shown = dir.display().to_string();
-            self.must(
-                &self.repo,
-                &["worktree", "add", "--detach", &shown, &self.base],
-            )
-            .await?;
+            Err(_) => {
+                let notes = self.worktree_dir.join(NOTES_DIR);
+                std::fs::create_dir_all(&notes)
+                    .map_err(|e| WorkspaceError(format!("cannot make {}: {e}", notes.display())))?;
+                std::fs::write(
+                    &note,
+                    format!("made by plan-cli: the trial checkout of {}\n", self.base),
+                )
+                .map_err(|e| WorkspaceError(format!("cannot write {}: {e}", note.display())))?;
+                self.must(&self.repo, &["worktree", "prune"]).await?;
+                let shown = dir.display().to_string();
+                self.must(
+                    &self.repo,
+                    &["worktree", "add", "--detach", &shown, &self.base],
+                )
+                .await?;
+            }
         }
         Ok(dir)
+    }
+
+    /// `git merge --no-ff BRANCH` in `dir`: merged (its commit), found merged already, or a
+    /// conflict (aborted, so `dir` is clean again); git's refusal otherwise.
+    async fn merge_in(
+        &self,
+        dir: &Path,
+        branch: &str,
+        message: &str,
+    ) -> Result<MergeOutcome, WorkspaceError> {
+        let merged = self
+            .git(
+                dir,
+                &["merge", "--no-ff", "--no-edit", "-m", message, branch],
+            )
+            .await?;
+        if merged.ok {
+            if merged.stdout.contains("Already up") {
+                // Merged before (by an earlier attempt at the run that was stopped before it
+                // could say so).
+                return Ok(MergeOutcome::AlreadyMerged(
+                    self.merge_of(dir, branch).await?,
+                ));
+            }
+            let commit = self.must(dir, &["rev-parse", "HEAD"]).await?;
+            return Ok(MergeOutcome::Merged(commit.trim().to_owned()));
+        }
+        let conflicted = self
+            .must(dir, &["diff", "--name-only", "--diff-filter=U"])
+            .await
+            .unwrap_or_default();
+        let files: Vec<String> = conflicted.lines().map(str::to_owned).collect();
+        if git_dir(dir).is_some_and(|git| git.join("MERGE_HEAD").exists()) {
+            self.must(dir, &["merge", "--abort"]).await?;
+        }
+        if files.is_empty() {
+            return Err(WorkspaceError(format!(
+                "`git merge {branch}` failed: {}",
+                first_lines(&merged.stderr, &merged.stdout)
+            )));
+        }
+        Ok(MergeOutcome::Conflict(files))
     }
 
     /// A lock file a killed git left in `dir`'s git folder: waited for a while (a git that
@@ -704,7 +759,8 @@ impl Workspace for GitWorkspace {
     async fn commits_since(&self, task: &str, since: &str) -> Result<Vec<Commit>, WorkspaceError> {
         let path = self.intact(task).await?;
         let range = format!("{since}..HEAD");
-        // Fields apart by US (0x1f), commits by RS (0x1e): neither is in a message git keeps.
+        // Fields apart by US (0x1f), commits by RS (0x1e): control characters a commit
+        // message has no reason to hold (one that does is read wrong, not run).
         let log = self
             .must(
                 &path,
@@ -760,52 +816,13 @@ impl Workspace for GitWorkspace {
         }
         std::fs::write(&note, format!("{branch}\n"))
             .map_err(|e| WorkspaceError(format!("cannot write {}: {e}", note.display())))?;
-        let merged = self
-            .git(
-                &dir,
-                &["merge", "--no-ff", "--no-edit", "-m", message, &branch],
-            )
-            .await;
-        let merged = match merged {
-            Ok(merged) => merged,
-            Err(error) => {
-                let _ = std::fs::remove_file(&note);
-                return Err(error);
-            }
-        };
-        if merged.ok {
-            let _ = std::fs::remove_file(&note);
-        }
-        if merged.ok {
-            if merged.stdout.contains("Already up") {
-                // Merged before (by an earlier attempt at the run that was stopped before it
-                // could say so).
-                return Ok(MergeOutcome::AlreadyMerged(
-                    self.merge_of(&dir, &branch).await?,
-                ));
-            }
-            let commit = self.must(&dir, &["rev-parse", "HEAD"]).await?;
-            return Ok(MergeOutcome::Merged(commit.trim().to_owned()));
-        }
-        let conflicted = self
-            .must(&dir, &["diff", "--name-only", "--diff-filter=U"])
-            .await
-            .unwrap_or_default();
-        let files: Vec<String> = conflicted.lines().map(str::to_owned).collect();
-        if git.join("MERGE_HEAD").exists() {
-            self.must(&dir, &["merge", "--abort"]).await?;
-        }
+        let merged = self.merge_in(&dir, &branch, message).await;
+        // Done, aborted or refused: no merge of plan-cli's is in progress there now.
         let _ = std::fs::remove_file(&note);
-        if files.is_empty() {
-            return Err(WorkspaceError(format!(
-                "`git merge {branch}` failed: {}",
-                first_lines(&merged.stderr, &merged.stdout)
-            )));
-        }
-        Ok(MergeOutcome::Conflict(files))
+        merged
     }
 
-    async fn merge_trial(&self, task: &str, message: &str) -> Result<MergeOutcome, WorkspaceError> {
+    async fn merge_trial(&self, task: &str, message: &str) -> Result<Trial, WorkspaceError> {
         let _repo = self.lock.lock().await;
         let branch = branch_of(task);
         let dir = self.trial_checkout().await?;
@@ -819,41 +836,11 @@ impl Workspace for GitWorkspace {
         self.must(&dir, &["checkout", "--force", "--detach", &self.base])
             .await?;
         self.must(&dir, &["clean", "-ffdq"]).await?;
-        let merged = self
-            .git(
-                &dir,
-                &["merge", "--no-ff", "--no-edit", "-m", message, &branch],
-            )
-            .await?;
-        if merged.ok {
-            if merged.stdout.contains("Already up") {
-                return Ok(MergeOutcome::AlreadyMerged(
-                    self.merge_of(&dir, &branch).await?,
-                ));
-            }
-            let commit = self.must(&dir, &["rev-parse", "HEAD"]).await?;
-            return Ok(MergeOutcome::Merged(commit.trim().to_owned()));
-        }
-        let conflicted = self
-            .must(&dir, &["diff", "--name-only", "--diff-filter=U"])
-            .await
-            .unwrap_or_default();
-        let files: Vec<String> = conflicted.lines().map(str::to_owned).collect();
-        if git_dir(&dir).is_some_and(|git| git.join("MERGE_HEAD").exists()) {
-            self.must(&dir, &["merge", "--abort"]).await?;
-        }
-        if files.is_empty() {
-            return Err(WorkspaceError(format!(
-                "`git merge {branch}` failed: {}",
-                first_lines(&merged.stderr, &merged.stdout)
-            )));
-        }
-        Ok(MergeOutcome::Conflict(files))
-    }
-
-    async fn trial_folder(&self) -> Result<PathBuf, WorkspaceError> {
-        let _repo = self.lock.lock().await;
-        self.trial_checkout().await
+        let outcome = self.merge_in(&dir, &branch, message).await?;
+        Ok(Trial {
+            outcome,
+            folder: dir,
+        })
     }
 
     async fn land(&self, commit: &str) -> Result<(), WorkspaceError> {

@@ -375,7 +375,7 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
     let breakdown = plan_workspace::breakdown::Breakdown::read(dir)
         .map_err(|error| Failure::input(error.to_string()))?;
     // The manifest's project is the original executor's default too.
-    let repo = match (repo, breakdown.project(dir)) {
+    let repo = match (repo, breakdown.project()) {
         (Some(repo), _) => absolute(repo, "--repo")?,
         (None, Some(project)) => absolute(&project, "the manifest's `prd.project_path`")?,
         (None, None) => absolute(std::path::Path::new("."), "--repo")?,
