@@ -393,6 +393,21 @@ fn a_breakdown_whose_files_disagree_is_refused_naming_the_file() {
     );
     refused(
         &|dir| {
+            edit_json(dir, "manifest.json", &|m| {
+                m["tasks"][2]["layer"] = json!("9-extra")
+            });
+            let file = dir.join("2-backend/L2-001-mul.xml");
+            let text = std::fs::read_to_string(&file).unwrap();
+            std::fs::write(
+                &file,
+                text.replace("<layer>2-backend</layer>", "<layer>9-extra</layer>"),
+            )
+            .unwrap();
+        },
+        "L2-001-mul.xml: <meta><layer> `9-extra` is not a layer of",
+    );
+    refused(
+        &|dir| {
             edit_json(dir, "layer_plan.json", &|p| {
                 p["dependency_graph"]["L2-001"] = json!(["L9-999"])
             })

@@ -539,56 +539,40 @@ fn layer_plan_of(
         }
         Ok(())
     };
-    match layer_plan.get("layers") {
-        Some(Value::Array(list)) => {
-            for (k, layer) in list.iter().enumerate() {
-                let id = layer.as_str().map(str::to_owned).or_else(|| {
+    // Both forms as (where it is, its id, the layer): a list (`layers[K]`, the id in `id`,
+    // `name` or `layer`, or the entry itself) or an object keyed by id (`layers.ID`).
+    let entries: Vec<(String, String, &Value)> = match layer_plan.get("layers") {
+        Some(Value::Array(list)) => (list.iter().enumerate())
+            .map(|(k, layer)| {
+                let id = layer.as_str().or_else(|| {
                     ["id", "name", "layer"]
                         .iter()
                         .find_map(|key| layer.get(*key).and_then(Value::as_str))
-                        .map(str::to_owned)
                 });
                 let id = id.ok_or_else(|| fail(path, format!("`layers[{k}]` has no `id`")))?;
-                for (t, task) in (layer.get("tasks").and_then(Value::as_array))
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                {
-                    if let (Some(task_id), Some(deps)) = (
-                        task.get("id").and_then(Value::as_str),
-                        task.get("depends_on"),
-                    ) {
-                        add(task_id, deps, &format!("layers[{k}].tasks[{t}].depends_on"))?;
-                    }
-                }
-                if let Some(graph) = layer.get("dependencies") {
-                    graphs.push((format!("layers[{k}].dependencies"), graph));
-                }
-                layers.push(id);
-            }
-        }
-        Some(Value::Object(map)) => {
-            for (id, layer) in map {
-                for (t, task) in (layer.get("tasks").and_then(Value::as_array))
-                    .into_iter()
-                    .flatten()
-                    .enumerate()
-                {
-                    if let (Some(task_id), Some(deps)) = (
-                        task.get("id").and_then(Value::as_str),
-                        task.get("depends_on"),
-                    ) {
-                        add(task_id, deps, &format!("layers.{id}.tasks[{t}].depends_on"))?;
-                    }
-                }
-                if let Some(graph) = layer.get("dependencies") {
-                    graphs.push((format!("layers.{id}.dependencies"), graph));
-                }
-                layers.push(id.clone());
-            }
-        }
+                Ok((format!("layers[{k}]"), id.to_owned(), layer))
+            })
+            .collect::<Result<_, BreakdownError>>()?,
+        Some(Value::Object(map)) => (map.iter())
+            .map(|(id, layer)| (format!("layers.{id}"), id.clone(), layer))
+            .collect(),
         Some(_) => return Err(fail(path, "`layers` is neither a list nor an object")),
-        None => {}
+        None => Vec::new(),
+    };
+    for (at, id, layer) in entries {
+        let tasks = layer.get("tasks").and_then(Value::as_array);
+        for (t, task) in tasks.into_iter().flatten().enumerate() {
+            if let (Some(task_id), Some(deps)) = (
+                task.get("id").and_then(Value::as_str),
+                task.get("depends_on"),
+            ) {
+                add(task_id, deps, &format!("{at}.tasks[{t}].depends_on"))?;
+            }
+        }
+        if let Some(graph) = layer.get("dependencies") {
+            graphs.push((format!("{at}.dependencies"), graph));
+        }
+        layers.push(id);
     }
     if let Some(graph) = layer_plan.get("dependency_graph") {
         graphs.push(("dependency_graph".to_owned(), graph));
@@ -615,6 +599,21 @@ fn layer_plan_of(
     }
     Ok((layers, depends_on))
 }
+
+/// The task file's sections the spec shows before its verification steps, with their titles.
+const WHAT_TO_DO: [(&str, &str); 4] = [
+    ("objective", "Objective"),
+    ("requirements", "Requirements"),
+    ("test-requirements", "Tests to write first"),
+    ("files-to-create", "Files to create"),
+];
+
+/// And after them.
+const WHAT_IT_WORKS_WITH: [(&str, &str); 3] = [
+    ("context", "Context"),
+    ("dependencies", "Interfaces it may use"),
+    ("exports", "Interfaces it must provide"),
+];
 
 /// One task file.
 fn read_task(path: &Path) -> Result<Task, BreakdownError> {
@@ -684,12 +683,7 @@ fn read_task(path: &Path) -> Result<Task, BreakdownError> {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    for (tag, title) in [
-        ("objective", "Objective"),
-        ("requirements", "Requirements"),
-        ("test-requirements", "Tests to write first"),
-        ("files-to-create", "Files to create"),
-    ] {
+    for (tag, title) in WHAT_TO_DO {
         if let Some(node) = child(root, tag) {
             section(&mut spec, title, node);
         }
@@ -706,11 +700,7 @@ fn read_task(path: &Path) -> Result<Task, BreakdownError> {
             list(&by_hand)
         ));
     }
-    for (tag, title) in [
-        ("context", "Context"),
-        ("dependencies", "Interfaces it may use"),
-        ("exports", "Interfaces it must provide"),
-    ] {
+    for (tag, title) in WHAT_IT_WORKS_WITH {
         if let Some(node) = child(root, tag) {
             section(&mut spec, title, node);
         }
@@ -718,19 +708,8 @@ fn read_task(path: &Path) -> Result<Task, BreakdownError> {
     // Any other element the file has, under its own name.
     for node in root.children().filter(|n| n.is_element()) {
         let tag = node.tag_name().name();
-        if ![
-            "meta",
-            "objective",
-            "requirements",
-            "test-requirements",
-            "files-to-create",
-            "verification",
-            "context",
-            "dependencies",
-            "exports",
-        ]
-        .contains(&tag)
-        {
+        let shown = (WHAT_TO_DO.iter().chain(&WHAT_IT_WORKS_WITH)).any(|(known, _)| *known == tag);
+        if !shown && tag != "meta" && tag != "verification" {
             section(&mut spec, &label_of(tag), node);
         }
     }
@@ -897,6 +876,8 @@ fn checks_of(line: &str) -> Read {
     let (subject, outcome) = split_outcome(rest.trim());
     let spans = backticked(subject);
     let expected = outcome.and_then(expected_output);
+    // What follows the first backticked span.
+    let wording_after = subject.splitn(3, '`').nth(2).unwrap_or("");
     if spans.is_empty() {
         if kind != "run" {
             return read;
@@ -907,7 +888,7 @@ fn checks_of(line: &str) -> Read {
         }
     } else if kind != "run" && {
         // A file: a path-like span alone, or any span the wording says is a file's.
-        let after = subject.splitn(3, '`').nth(2).unwrap_or("").trim_start();
+        let after = wording_after.trim_start();
         let file_wording = ["contains ", "exports ", "exists", "is present"]
             .iter()
             .any(|w| after.starts_with(w))
@@ -922,7 +903,7 @@ fn checks_of(line: &str) -> Read {
             read.by_hand = Some(line.to_owned());
             return read;
         }
-        let wording = subject.splitn(3, '`').nth(2).unwrap_or("").trim();
+        let wording = wording_after.trim();
         let wording = if wording.is_empty() {
             outcome.unwrap_or("")
         } else {
