@@ -3,7 +3,9 @@
 //! run by the real binary in-process, under `--durability async`, through `--queue` workers on
 //! a real Redis, killed with `kill -9` and resumed until they end, and through `mcp serve`
 //! driven by the official MCP Python SDK client. Their records must be the same, durations
-//! aside.
+//! aside. And a task plan (worktrees, a failed attempt, `verify_after_merge`) in-process,
+//! under `--durability async`, through `--queue` workers and killed and resumed: the same
+//! records, commit hashes and folders aside.
 //!
 //! CI runs a short pass; `PLAN_EQUIVALENCE_CASES=N` runs a longer one.
 #![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
@@ -425,4 +427,133 @@ fn comparable_validation(validation: &Value) -> Value {
         }
     }
     validation
+}
+
+/// A task plan in a fresh repository in `lab`: three tasks in a chain (the first wrong on its
+/// first attempt), the combination checked before the base moves, then an `echo` step. The
+/// plan file's path.
+fn task_plan(lab: &Lab) -> std::path::PathBuf {
+    let repo = lab.dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    common::git(&repo, &["init", "-q", "-b", "trunk"]);
+    let agent = "#!/bin/sh\nif [ \"$1/$2\" = T1/1 ]; then echo wrong > \"$1.txt\"; else echo right > \"$1.txt\"; fi\n";
+    std::fs::write(repo.join("agent.sh"), agent).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        repo.join("agent.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    common::git(&repo, &["add", "-A"]);
+    common::git(&repo, &["commit", "-qm", "start"]);
+    let task = |id: &str, deps: &[&str]| {
+        json!({"id": id, "layer": "1-core", "depends_on": deps, "task": {
+            "implement": {"tool": "exec", "args": {"argv": ["./agent.sh", "${task.id}", "${task.attempt}"]}},
+            "verify": [{"argv": ["grep", "-q", "right", format!("{id}.txt")]}]
+        }})
+    };
+    let plan = json!({"id": "chain", "workspace": {
+            "repo": ".",
+            "verify_after_merge": [{"argv": ["sh", "-c", "! grep -q wrong *.txt"]}]
+        }, "steps": [
+            task("T1", &[]), task("T2", &["T1"]), task("T3", &["T2"]),
+            {"id": "done", "tool": "echo", "args": {"text": "merged"}, "depends_on": ["T3"]}
+    ]});
+    let file = repo.join("plan.json");
+    std::fs::write(&file, plan.to_string()).unwrap();
+    file
+}
+
+/// `comparable`, with what differs between repositories made apart written the same way:
+/// commit hashes and the lab's folder.
+fn comparable_tasks(report: &Value, lab: &Lab) -> Value {
+    fn scrub(value: &mut Value, lab: &str) {
+        match value {
+            Value::String(text) => {
+                let hex = text.len() >= 7
+                    && text.len() <= 40
+                    && text.bytes().all(|b| b.is_ascii_hexdigit());
+                if hex {
+                    *text = "<hash>".to_owned();
+                } else if text.contains(lab) {
+                    *text = text.replace(lab, "<lab>");
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|item| scrub(item, lab)),
+            Value::Object(map) => map.values_mut().for_each(|item| scrub(item, lab)),
+            _ => {}
+        }
+    }
+    let mut value = comparable(report);
+    let lab = std::fs::canonicalize(lab.dir.path()).unwrap();
+    scrub(&mut value, &lab.display().to_string());
+    scrub(
+        &mut value,
+        &lab.display().to_string().replace("/private", ""),
+    );
+    value
+}
+
+/// A task plan gives the same records in-process, under `--durability async`, through
+/// `--queue` workers (which run the task's calls in its worktree on this machine), and killed
+/// with `kill -9` and resumed; and its state file says the same.
+#[test]
+fn a_task_plan_gives_the_same_records_every_way() {
+    let redis = Redis::start();
+    let url = redis.url();
+    let workers_lab = Lab::new();
+    let _worker = KillOnDrop(
+        workers_lab
+            .command()
+            .args(["worker", "--queue", &url, "--concurrency", "4"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    published(&redis, 1);
+    let way = |extra: &[&str]| {
+        let lab = Lab::new();
+        let file = task_plan(&lab);
+        let mut args = vec!["run", path_str(&file), "--json"];
+        args.extend_from_slice(extra);
+        let report = json_of(&lab, &args);
+        (comparable_tasks(&report, &lab), report)
+    };
+    let (expected, report) = way(&[]);
+    assert_eq!(report["task_status"], "COMPLETED", "{report}");
+    let ids: Vec<&str> = (report["records"].as_array().unwrap().iter())
+        .filter_map(|r| r["step_id"].as_str())
+        .collect();
+    for id in [
+        "T1/implement#1",
+        "T1/check-1#1",
+        "T1/implement#2",
+        "T1/merge-check-1#2",
+        "T3",
+        "done",
+    ] {
+        assert!(ids.contains(&id), "{id} in {ids:?}");
+    }
+    for (name, extra) in [
+        ("--durability async", vec!["--durability", "async"]),
+        ("--queue", vec!["--queue", url.as_str()]),
+    ] {
+        let (got, _) = way(&extra);
+        assert_eq!(got, expected, "{name} differs");
+    }
+    let mut kills_half_done = 0;
+    for delay in [0u64, 40, 120] {
+        let lab = Lab::new();
+        let file = task_plan(&lab);
+        let (report, half_done) =
+            killed_and_resumed(&lab, path_str(&file), Duration::from_millis(delay));
+        kills_half_done += u32::from(half_done);
+        assert_eq!(
+            comparable_tasks(&report, &lab),
+            expected,
+            "kill -9 after {delay} ms and resume differs"
+        );
+    }
+    eprintln!("{kills_half_done} of 3 kills left the task plan half done");
 }
