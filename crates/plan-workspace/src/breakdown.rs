@@ -888,7 +888,7 @@ fn checks_of(line: &str) -> Read {
         }
     } else if kind != "run" && {
         // A file: a path-like span alone, or any span the wording says is a file's.
-        let after = wording_after.trim_start();
+        let after = wording_after.trim_start().to_ascii_lowercase();
         let file_wording = ["contains ", "exports ", "exists", "is present"]
             .iter()
             .any(|w| after.starts_with(w))
@@ -1275,6 +1275,10 @@ mod tests {
                 json!({"argv": ["ls", "-d", "--", "calc.py"]}),
                 json!({"argv": ["cat", "--", "calc.py"], "contains": "add"})
             ]
+        );
+        assert_eq!(
+            checks("Verify: `Makefile` Exists"),
+            vec![json!({"argv": ["ls", "-d", "--", "Makefile"]})]
         );
         assert_eq!(
             checks("Verify: `Makefile` exists"),
