@@ -59,6 +59,8 @@ pub(crate) enum Command {
     Events(EventsArgs),
     /// Delete finished runs older than a given age, overwriting what they recorded
     Gc(GcArgs),
+    /// Serve the dashboard on this machine: the ledger's runs in a browser
+    Ui(UiArgs),
     /// Store, list, show and remove plans in the ledger
     #[command(subcommand)]
     Plan(PlanCommand),
@@ -128,6 +130,19 @@ pub(crate) struct ValidateArgs {
     pub(crate) policy: PolicyArgs,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct UiArgs {
+    /// The port (0: any free one)
+    #[arg(long, default_value_t = 7878)]
+    pub(crate) port: u16,
+    /// Do not open the dashboard in a browser
+    #[arg(long)]
+    pub(crate) no_open: bool,
+    /// The address to listen on (other than 127.0.0.1: reachable from other machines)
+    #[arg(long, default_value = "127.0.0.1")]
+    pub(crate) host: std::net::IpAddr,
 }
 
 #[derive(Debug, clap::Args)]

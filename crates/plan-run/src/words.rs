@@ -39,9 +39,27 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
+/// What a rejection of `decided` ids does on resume: a call fails, a task whose merge waited
+/// (`abandoned`) is abandoned.
+pub fn rejection_outcome(decided: usize, abandoned: &[String]) -> String {
+    let calls = decided - abandoned.len();
+    let mut outcomes = Vec::new();
+    match calls {
+        0 => {}
+        1 => outcomes
+            .push("the call fails with E_REJECTED and what depends on it is skipped".to_owned()),
+        _ => outcomes
+            .push("the calls fail with E_REJECTED and what depends on them is skipped".to_owned()),
+    }
+    for task in abandoned {
+        outcomes.push(format!("task `{task}` is abandoned, its worktree kept"));
+    }
+    format!(": on resume {}", outcomes.join("; "))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{approval, count, duration, one_line};
+    use super::{approval, count, duration, one_line, rejection_outcome};
 
     #[test]
     fn approvals_and_counts_read_as_sentences() {
@@ -81,5 +99,17 @@ mod tests {
         for (ms, text) in cases {
             assert_eq!(duration(ms), text, "{ms} ms");
         }
+    }
+
+    #[test]
+    fn a_rejection_says_what_it_does_to_calls_and_to_waiting_merges() {
+        assert_eq!(
+            rejection_outcome(1, &[]),
+            ": on resume the call fails with E_REJECTED and what depends on it is skipped"
+        );
+        assert_eq!(
+            rejection_outcome(3, &["T1".to_owned()]),
+            ": on resume the calls fail with E_REJECTED and what depends on them is skipped; task `T1` is abandoned, its worktree kept"
+        );
     }
 }

@@ -48,6 +48,28 @@ impl TaskStatus {
         }
     }
 
+    /// Every status, in the order help texts list them.
+    pub const ALL: [TaskStatus; 8] = [
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Partial,
+        TaskStatus::Blocked,
+        TaskStatus::Waiting,
+        TaskStatus::Stopped,
+        TaskStatus::Running,
+        TaskStatus::Interrupted,
+    ];
+
+    /// The status `name` names, in any case (`completed`, `FAILED`); `Err` lists them.
+    pub fn named(name: &str) -> Result<TaskStatus, String> {
+        (TaskStatus::ALL.into_iter())
+            .find(|status| status.as_str().eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                let names: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+                format!("`{name}` is not a run's status ({})", names.join(", "))
+            })
+    }
+
     /// `COMPLETED`, `FAILED`, …
     pub fn as_str(self) -> &'static str {
         match self {

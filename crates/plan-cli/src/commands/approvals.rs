@@ -40,26 +40,8 @@ pub(crate) fn reject(
     report(
         &decided,
         &format!("rejected {}", decided.decided.join(", ")),
-        &rejection_outcome(decided.decided.len(), &decided.abandoned),
+        &plan_run::words::rejection_outcome(decided.decided.len(), &decided.abandoned),
     )
-}
-
-/// What a rejection of `decided` ids does on resume: a call fails, a task whose merge waited
-/// (`abandoned`) is abandoned.
-fn rejection_outcome(decided: usize, abandoned: &[String]) -> String {
-    let calls = decided - abandoned.len();
-    let mut outcomes = Vec::new();
-    match calls {
-        0 => {}
-        1 => outcomes
-            .push("the call fails with E_REJECTED and what depends on it is skipped".to_owned()),
-        _ => outcomes
-            .push("the calls fail with E_REJECTED and what depends on them is skipped".to_owned()),
-    }
-    for task in abandoned {
-        outcomes.push(format!("task `{task}` is abandoned, its worktree kept"));
-    }
-    format!(": on resume {}", outcomes.join("; "))
 }
 
 /// The run's high-risk steps, from its stored plan compiled against the tools it names (which
@@ -94,21 +76,4 @@ fn report(decided: &Decided, done: &str, outcome: &str) -> Result<i32, Failure> 
     text.push_str(&format!("continue it with `plan-cli resume {run}`\n"));
     print(&text)?;
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rejection_outcome;
-
-    #[test]
-    fn a_rejection_says_what_it_does_to_calls_and_to_waiting_merges() {
-        assert_eq!(
-            rejection_outcome(1, &[]),
-            ": on resume the call fails with E_REJECTED and what depends on it is skipped"
-        );
-        assert_eq!(
-            rejection_outcome(3, &["T1".to_owned()]),
-            ": on resume the calls fail with E_REJECTED and what depends on them is skipped; task `T1` is abandoned, its worktree kept"
-        );
-    }
 }

@@ -13,17 +13,9 @@ use crate::output;
 use plan_run::Ledger;
 
 pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, Failure> {
-    let wanted_status = match &args.status {
-        None => None,
-        Some(text) => Some(
-            serde_json::from_value::<plan_types::TaskStatus>(Value::String(text.to_uppercase()))
-                .map_err(|_| {
-                    Failure::input(format!(
-                        "--status {text}: not a status (COMPLETED, FAILED, PARTIAL, BLOCKED, WAITING, STOPPED, RUNNING, INTERRUPTED)"
-                    ))
-                })?,
-        ),
-    };
+    let wanted_status = (args.status.as_deref().map(plan_types::TaskStatus::named))
+        .transpose()
+        .map_err(|problem| Failure::input(format!("--status: {problem}")))?;
     let filter = plan_run::RunFilter {
         status: wanted_status,
         plan: args.plan.clone(),
@@ -215,4 +207,31 @@ pub(crate) fn execute_state(store: &Store, row: &RunRow, plan: &Plan) -> Result<
         .ok()
         .map(|d| d.display().to_string());
     Ok(plan_run::execute_state(store, row, plan, cwd.as_deref())?)
+}
+
+/// `ui`: the dashboard's server until the process ends; `PLAN_UI_TOKEN` fixes the token.
+pub(crate) fn ui(args: &crate::cli::UiArgs, ledger: &Ledger) -> Result<i32, Failure> {
+    let settings = plan_ui::Settings {
+        ledger: ledger.clone(),
+        host: args.host,
+        port: args.port,
+        token: std::env::var("PLAN_UI_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
+    };
+    let server = plan_ui::Server::bind(settings).map_err(|e| Failure::input(e.to_string()))?;
+    if !args.host.is_loopback() {
+        say!(
+            "warning: the dashboard listens on {}: anyone who can reach it and has the token acts as you",
+            args.host
+        );
+    }
+    print(&format!("dashboard: {}\n", server.url()))?;
+    if !args.no_open {
+        server.open_in_browser();
+    }
+    server
+        .serve()
+        .map_err(|e| Failure::internal(e.to_string()))?;
+    Ok(0)
 }

@@ -11,7 +11,7 @@ use std::io::Write;
 
 pub(crate) use approvals::{approve, reject};
 pub(crate) use execute::{resume, retry, run, run_as};
-pub(crate) use ledger::{cancel, events, gc, logs, runs, state_export, status};
+pub(crate) use ledger::{cancel, events, gc, logs, runs, state_export, status, ui};
 pub(crate) use plans::{
     completions, generation_schema, import, init, plan, schema, show, tools, validate,
 };

@@ -1,0 +1,329 @@
+//! `plan-cli ui`: the dashboard's server, against the real binary over real HTTP. Its guards
+//! (the token as a bearer header on every API call, never a cookie; the Host header; no
+//! caching, no referrer) and its JSON and SSE API, which must say exactly what `runs --json`,
+//! `status RUN --json` and `events RUN` say.
+
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::Lab;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "a-test-token-0123456789";
+
+/// The server, killed when the test ends.
+struct Ui {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `plan-cli ui --port 0 --no-open` in the lab, once it has said where it is.
+fn serve(lab: &Lab) -> (Ui, String) {
+    let mut child = lab
+        .command()
+        .args(["ui", "--port", "0", "--no-open"])
+        .env("PLAN_UI_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("dashboard: ")
+        .unwrap_or_else(|| panic!("the first line names the dashboard: {line:?}"))
+        .to_owned();
+    let port = url
+        .strip_prefix("http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("{url}"));
+    (Ui { child, port }, url)
+}
+
+/// An answer: its status, its headers (names in lower case) and its body.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        (self.headers.iter())
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|_| panic!("not JSON: {}", self.body))
+    }
+}
+
+/// `METHOD PATH` with `headers` (a `Host` of `127.0.0.1:PORT` unless one is given), read to
+/// the end (the server closes the connection).
+fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut text = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        text.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str("Content-Length: 0\r\n\r\n");
+    stream.write_all(text.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect::<Vec<_>>();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        unchunk(body)
+    } else {
+        body.to_owned()
+    };
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A chunked body, whole.
+fn unchunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn bearer() -> (&'static str, String) {
+    ("Authorization", format!("Bearer {TOKEN}"))
+}
+
+/// A lab with two finished runs (one failed), to read.
+fn lab_with_runs() -> Lab {
+    let lab = Lab::new();
+    let ok = lab.write(
+        "ok.json",
+        &json!({"id": "ok", "steps": [{"id": "a", "tool": "echo", "args": {"text": "hello"}}]}),
+    );
+    let bad = lab.write(
+        "bad.json",
+        &json!({"id": "bad", "steps": [{"id": "b", "tool": "fail", "args": {"message": "no"}}]}),
+    );
+    lab.json(&["run", common::path_str(&ok), "--json"]);
+    lab.json(&["run", common::path_str(&bad), "--json"]);
+    lab
+}
+
+#[test]
+fn every_api_call_needs_the_token_as_a_bearer_header_and_the_servers_own_host() {
+    let lab = lab_with_runs();
+    let (ui, url) = serve(&lab);
+    assert!(url.ends_with(&format!("/?token={TOKEN}")), "{url}");
+    let port = ui.port;
+
+    let none = request(port, "GET", "/api/runs", &[]);
+    assert_eq!(none.status, 401);
+    assert_eq!(none.header("www-authenticate"), Some("Bearer"));
+    assert!(none.json()["error"].as_str().unwrap().contains("Bearer"));
+    let wrong = request(
+        port,
+        "GET",
+        "/api/runs",
+        &[("Authorization", "Bearer nope")],
+    );
+    assert_eq!(wrong.status, 401);
+    // A cookie is never read: a page of another site cannot act through the browser.
+    let cookie = format!("token={TOKEN}; plan-ui-token={TOKEN}");
+    let cookie_only = request(port, "GET", "/api/runs", &[("Cookie", &cookie)]);
+    assert_eq!(cookie_only.status, 401);
+    let cookie_post = request(
+        port,
+        "POST",
+        "/api/runs",
+        &[("Cookie", &cookie), ("Origin", "http://evil.example")],
+    );
+    assert_eq!(cookie_post.status, 401, "{}", cookie_post.body);
+    // DNS rebinding: a name that resolves here but is not this server's.
+    let (name, value) = bearer();
+    let foreign = format!("evil.example:{port}");
+    let rebound = request(
+        port,
+        "GET",
+        "/api/runs",
+        &[(name, &value), ("Host", &foreign)],
+    );
+    assert_eq!(rebound.status, 403);
+    let page = request(port, "GET", "/", &[("Host", &foreign)]);
+    assert_eq!(page.status, 403, "pages too");
+    let localhost = format!("localhost:{port}");
+    let by_name = request(
+        port,
+        "GET",
+        "/api/runs",
+        &[(name, &value), ("Host", &localhost)],
+    );
+    assert_eq!(by_name.status, 200);
+
+    // The page needs no token (it holds no data); nothing is cached, no referrer is sent.
+    let page = request(port, "GET", "/", &[]);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<title>plan-cli runs</title>"));
+    assert_eq!(page.header("cache-control"), Some("no-store"));
+    assert_eq!(page.header("referrer-policy"), Some("no-referrer"));
+    assert!(
+        !page.body.contains("http://") && !page.body.contains("https://"),
+        "nothing is fetched from elsewhere"
+    );
+}
+
+#[test]
+fn the_api_says_what_the_cli_says() {
+    let lab = lab_with_runs();
+    let (ui, _) = serve(&lab);
+    let port = ui.port;
+    let (name, value) = bearer();
+    let auth = [(name, value.as_str())];
+
+    let (_, runs) = lab.json(&["runs", "--json"]);
+    let answer = request(port, "GET", "/api/runs", &auth);
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.json(), runs);
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    let failed = request(port, "GET", "/api/runs?status=failed", &auth).json();
+    assert_eq!(failed.as_array().unwrap().len(), 1);
+    assert_eq!(failed[0]["plan_id"], "bad");
+    let by_plan = request(port, "GET", "/api/runs?plan=ok", &auth).json();
+    assert_eq!(by_plan[0]["plan_id"], "ok");
+    let bad_status = request(port, "GET", "/api/runs?status=nope", &auth);
+    assert_eq!(bad_status.status, 400);
+    assert!(
+        bad_status.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("COMPLETED")
+    );
+
+    for run in runs.as_array().unwrap() {
+        let id = run["run_id"].as_str().unwrap();
+        let (_, status) = lab.json(&["status", id, "--json"]);
+        let answer = request(port, "GET", &format!("/api/runs/{id}"), &auth);
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.json(), status);
+
+        let events = lab.cli().args(["events", id]).output().unwrap();
+        let expected: Vec<String> = String::from_utf8_lossy(&events.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let answer = request(port, "GET", &format!("/api/runs/{id}/events"), &auth);
+        assert_eq!(answer.status, 200);
+        assert!(
+            answer
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("text/event-stream"))
+        );
+        let got: Vec<String> = (answer.body.lines())
+            .filter_map(|line| line.strip_prefix("data: "))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            got, expected,
+            "one event per ledger event, as `events` prints"
+        );
+        assert!(!expected.is_empty());
+    }
+    let missing = request(port, "GET", "/api/runs/01NOSUCHRUN", &auth);
+    assert_eq!(missing.status, 404, "{}", missing.body);
+}
+
+/// The events of a live run come as they are committed, and the stream ends with the run.
+#[test]
+fn a_live_runs_events_follow_it_to_its_end() {
+    let lab = Lab::new();
+    let (ui, _) = serve(&lab);
+    let plan = lab.write(
+        "slow.json",
+        &json!({"id": "slow", "steps": [
+            {"id": "wait", "tool": "sleep", "args": {"ms": 1500}},
+            {"id": "after", "tool": "echo", "args": {"text": "done"}, "depends_on": ["wait"]}
+        ]}),
+    );
+    let mut run = lab.spawn(&["run", common::path_str(&plan)]);
+    let id = loop {
+        let (_, runs) = lab.json(&["runs", "--json"]);
+        if let Some(id) = runs[0]["run_id"].as_str() {
+            break id.to_owned();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (name, value) = bearer();
+    let answer = request(
+        ui.port,
+        "GET",
+        &format!("/api/runs/{id}/events"),
+        &[(name, &value)],
+    );
+    assert!(run.wait().unwrap().success());
+    let got: Vec<Value> = (answer.body.lines())
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let (_, status) = lab.json(&["status", &id, "--json"]);
+    assert_eq!(status["task_status"], "COMPLETED");
+    let after = lab.cli().args(["events", &id]).output().unwrap();
+    assert_eq!(
+        got.len(),
+        String::from_utf8_lossy(&after.stdout).lines().count(),
+        "every event, the last ones included: {}",
+        answer.body
+    );
+    assert!(
+        got.iter().any(|e| e["step_id"] == "after"),
+        "{}",
+        answer.body
+    );
+}

@@ -1,0 +1,416 @@
+//! The dashboard's server (`plan-cli ui`): a local HTTP server on a ledger.
+//!
+//! It is a local tool's server, and guards itself as one (Jupyter's model):
+//! - it binds 127.0.0.1 unless told otherwise;
+//! - every `/api/` request carries the token the printed URL holds, as
+//!   `Authorization: Bearer TOKEN` (401 without it; never a cookie, so another site's page
+//!   cannot act through the browser: no cross-site request can set that header);
+//! - every request's `Host` must name this server (`127.0.0.1:PORT`, `localhost:PORT`, or the
+//!   host it was bound to), else 403, so a DNS-rebinding page reaches nothing;
+//! - pages and answers are never cached and send no referrer, so the token in the URL does not
+//!   leave the page.
+//!
+//! What it serves comes from `plan-run` as the CLI's commands read it: `GET /api/runs` is
+//! `runs --json`'s array, `GET /api/runs/RUN` `status RUN --json`'s object, and
+//! `GET /api/runs/RUN/events` the lines of `events RUN --follow` as server-sent events. The
+//! ledger keeps secrets redacted, and nothing here reads anything else.
+//!
+//! ```no_run
+//! let settings = plan_ui::Settings::local(plan_run::Ledger::new(None, None), 0);
+//! let server = plan_ui::Server::bind(settings).unwrap();
+//! println!("dashboard: {}", server.url());
+//! server.serve().unwrap();
+//! ```
+
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UiError {
+    /// The address could not be bound (in use, not this machine's).
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No random token could be made.
+    #[error("cannot make a token: {0}")]
+    Token(String),
+    /// The server failed while serving.
+    #[error("the dashboard's server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The ledger it shows.
+    pub ledger: plan_run::Ledger,
+    /// The address to bind (127.0.0.1 by default).
+    pub host: IpAddr,
+    /// The port (0: any free one).
+    pub port: u16,
+    /// The token every API call must carry (none: a random one).
+    pub token: Option<String>,
+}
+
+impl Settings {
+    /// 127.0.0.1 on `port`, a random token.
+    pub fn local(ledger: plan_run::Ledger, port: u16) -> Settings {
+        Settings {
+            ledger,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port,
+            token: None,
+        }
+    }
+}
+
+/// A bound server, not serving yet: its URL is known.
+pub struct Server {
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    ledger: plan_run::Ledger,
+    token: String,
+    /// The `Host` values requests may carry.
+    hosts: Vec<String>,
+    url: String,
+}
+
+impl Server {
+    /// Binds the address; the token is `settings.token` or 32 random bytes in hex.
+    pub fn bind(settings: Settings) -> Result<Server, UiError> {
+        let address = SocketAddr::new(settings.host, settings.port);
+        let listener = std::net::TcpListener::bind(address)
+            .map_err(|source| UiError::Bind { address, source })?;
+        let port = listener
+            .local_addr()
+            .map_err(|source| UiError::Bind { address, source })?
+            .port();
+        let token = match settings.token {
+            Some(token) => token,
+            None => {
+                let mut bytes = [0u8; 32];
+                getrandom::fill(&mut bytes).map_err(|e| UiError::Token(e.to_string()))?;
+                bytes.iter().map(|b| format!("{b:02x}")).collect()
+            }
+        };
+        let shown = match settings.host {
+            IpAddr::V6(ip) => format!("[{ip}]"),
+            IpAddr::V4(ip) => ip.to_string(),
+        };
+        let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")];
+        if !settings.host.is_loopback() || settings.host.is_ipv6() {
+            hosts.push(format!("{shown}:{port}"));
+        }
+        let url = format!(
+            "http://{}/?token={token}",
+            hosts.last().map_or("", String::as_str)
+        );
+        let url = if settings.host.is_loopback() && settings.host.is_ipv4() {
+            format!("http://127.0.0.1:{port}/?token={token}")
+        } else {
+            url
+        };
+        Ok(Server {
+            listener,
+            shared: Arc::new(Shared {
+                ledger: settings.ledger,
+                token,
+                hosts,
+                url,
+            }),
+        })
+    }
+
+    /// The URL to open: the server's, with the token.
+    pub fn url(&self) -> &str {
+        &self.shared.url
+    }
+
+    /// Asks the desktop to open [`Server::url`] (`xdg-open`, `open` on macOS); nothing
+    /// happens where there is no desktop.
+    pub fn open_in_browser(&self) {
+        let opener = if cfg!(target_os = "macos") {
+            "open"
+        } else {
+            "xdg-open"
+        };
+        let _ = std::process::Command::new(opener)
+            .arg(self.url())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+    }
+
+    /// Serves until the process ends.
+    pub fn serve(self) -> Result<(), UiError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(UiError::Serve)?;
+        runtime.block_on(async move {
+            self.listener
+                .set_nonblocking(true)
+                .map_err(UiError::Serve)?;
+            let listener =
+                tokio::net::TcpListener::from_std(self.listener).map_err(UiError::Serve)?;
+            axum::serve(listener, router(self.shared))
+                .await
+                .map_err(UiError::Serve)
+        })
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    let api = Router::new()
+        .route("/api/runs", get(runs))
+        .route("/api/runs/{run}", get(run))
+        .route("/api/runs/{run}/events", get(events))
+        .route_layer(axum::middleware::from_fn_with_state(shared.clone(), bearer));
+    Router::new()
+        .route("/", get(|| async { Html(INDEX) }))
+        .merge(api)
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            host_and_headers,
+        ))
+        .with_state(shared)
+}
+
+/// The runs page, built into the binary.
+const INDEX: &str = include_str!("../assets/index.html");
+
+/// Every request: its `Host` must be this server's (403 otherwise); every answer is kept out
+/// of caches and sends no referrer.
+async fn host_and_headers(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if !shared.hosts.iter().any(|allowed| allowed == host) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "this server answers only requests for itself (the Host header)",
+        );
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'self'; style-src 'self' 'unsafe-inline'; script-src 'self' 'unsafe-inline'; frame-ancestors 'none'"),
+    );
+    response
+}
+
+/// `/api/` requests carry `Authorization: Bearer TOKEN` (401 otherwise), compared in constant
+/// time. A cookie is never read.
+async fn bearer(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !same(given.as_bytes(), shared.token.as_bytes()) {
+        let mut response = refuse(
+            StatusCode::UNAUTHORIZED,
+            "send the token of the dashboard's URL as `Authorization: Bearer TOKEN`",
+        );
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return response;
+    }
+    next.run(request).await
+}
+
+/// Whether `a` and `b` are equal, in a time that does not depend on where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(json!({"error": message}))).into_response()
+}
+
+/// A lifecycle error as an answer: a run that is not there is 404, a prefix of several 400.
+fn failed(error: &plan_run::LifecycleError) -> Response {
+    use plan_run::LifecycleError::{Ledger, Refused};
+    use plan_store::StoreError::{Ambiguous, NotFound};
+    let status = match error {
+        Ledger(NotFound { .. }) => StatusCode::NOT_FOUND,
+        Ledger(Ambiguous { .. }) | Refused(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, &error.to_string())
+}
+
+#[derive(serde::Deserialize)]
+struct RunsQuery {
+    status: Option<String>,
+    plan: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /api/runs[?status=S&plan=P&limit=N]`: `runs --json`'s array.
+async fn runs(State(shared): State<Arc<Shared>>, Query(query): Query<RunsQuery>) -> Response {
+    let status = match query.status.as_deref().map(plan_types::TaskStatus::named) {
+        None => None,
+        Some(Ok(status)) => Some(status),
+        Some(Err(problem)) => return refuse(StatusCode::BAD_REQUEST, &problem),
+    };
+    let filter = plan_run::RunFilter {
+        status,
+        plan: query.plan,
+        limit: query.limit,
+    };
+    let shared = shared.clone();
+    blocking(move || {
+        if !shared.ledger.exists() {
+            return Ok(json!([]));
+        }
+        let mut store = shared
+            .ledger
+            .open_reader()
+            .map_err(plan_run::LifecycleError::from)?;
+        let rows = plan_run::runs(&mut store, &filter)?;
+        Ok(serde_json::to_value(rows).unwrap_or(Value::Null))
+    })
+    .await
+}
+
+/// `GET /api/runs/RUN`: `status RUN --json`'s object.
+async fn run(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
+    blocking(move || {
+        let mut store = shared
+            .ledger
+            .open_reader()
+            .map_err(plan_run::LifecycleError::from)?;
+        let row = plan_run::read_run(&mut store, &run)?;
+        let report = plan_run::report(&store, &row)?;
+        Ok(serde_json::to_value(report).unwrap_or(Value::Null))
+    })
+    .await
+}
+
+/// Runs a read of the ledger off the async threads; its JSON, or its error as an answer.
+async fn blocking(
+    read: impl FnOnce() -> Result<Value, plan_run::LifecycleError> + Send + 'static,
+) -> Response {
+    match tokio::task::spawn_blocking(read).await {
+        Ok(Ok(value)) => axum::Json(value).into_response(),
+        Ok(Err(error)) => failed(&error),
+        Err(error) => refuse(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
+    }
+}
+
+/// `GET /api/runs/RUN/events`: one server-sent event per ledger event (its data the JSON line
+/// `events RUN` prints), following a live run until it ends.
+async fn events(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
+    let opened = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut store = shared
+                .ledger
+                .open_existing()
+                .map_err(plan_run::LifecycleError::from)?;
+            let row = plan_run::read_run(&mut store, &run)?;
+            Ok::<_, plan_run::LifecycleError>((store, plan_run::EventFeed::new(&row.run_id)))
+        })
+        .await
+    };
+    let (store, feed) = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(error)) => return failed(&error),
+        Err(error) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
+    };
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
+    tokio::task::spawn_blocking(move || follow(store, feed, &sender));
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|event| (event, receiver))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// Sends the run's events as they are committed until it ends (or the client goes).
+fn follow(
+    mut store: plan_store::Store,
+    mut feed: plan_run::EventFeed,
+    sender: &tokio::sync::mpsc::Sender<Result<Event, Infallible>>,
+) {
+    loop {
+        let Ok(batch) = feed.next(&mut store) else {
+            return;
+        };
+        for event in &batch.events {
+            let Ok(line) = serde_json::to_string(event) else {
+                continue;
+            };
+            if sender
+                .blocking_send(Ok(Event::default().data(line)))
+                .is_err()
+            {
+                return;
+            }
+        }
+        if batch.over && batch.events.is_empty() {
+            return;
+        }
+        if batch.events.is_empty() {
+            if sender.is_closed() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"abcd"));
+        assert!(!same(b"", b"a"));
+    }
+}
