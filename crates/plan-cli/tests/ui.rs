@@ -327,3 +327,58 @@ fn a_live_runs_events_follow_it_to_its_end() {
         answer.body
     );
 }
+
+/// A run's graph: every step one node (a map of many items one node with its progress), each
+/// with the status the ledger gives it, laid out left to right in dependency order; and the
+/// run's page, which draws it from the API.
+#[test]
+fn a_runs_graph_has_each_step_once_with_its_status() {
+    let lab = Lab::new();
+    let items: Vec<u32> = (0..2000).collect();
+    let plan = lab.write(
+        "graph.json",
+        &json!({"id": "graph", "steps": [
+            {"id": "many", "tool": "echo", "args": {"text": "item ${each}"}, "expand_on": items},
+            {"id": "bad", "tool": "fail", "args": {"message": "no"}, "depends_on": ["many"]},
+            {"id": "after-bad", "tool": "echo", "args": {"text": "x"}, "depends_on": ["bad"]},
+            {"id": "fine", "tool": "echo", "args": {"text": "y"}, "depends_on": ["many"]}
+        ]}),
+    );
+    let (_, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
+    let id = report["run_id"].as_str().unwrap().to_owned();
+    let (ui, _) = serve(&lab);
+    let (name, value) = bearer();
+    let answer = request(
+        ui.port,
+        "GET",
+        &format!("/api/runs/{id}/graph"),
+        &[(name, &value)],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let graph = answer.json();
+    let nodes = graph["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4, "a map of 2,000 items is one node");
+    let node = |id: &str| nodes.iter().find(|n| n["id"] == id).unwrap().clone();
+    assert_eq!(node("many")["status"], "ok");
+    assert_eq!(node("many")["items"], json!({"done": 2000, "ok": 2000}));
+    assert_eq!(node("bad")["status"], "failed");
+    assert_eq!(node("after-bad")["status"], "blocked");
+    assert_eq!(node("fine")["status"], "ok");
+    // Left to right in dependency order.
+    assert!(node("many")["x"].as_f64() < node("bad")["x"].as_f64());
+    assert!(node("bad")["x"].as_f64() < node("after-bad")["x"].as_f64());
+    assert_eq!(node("bad")["x"], node("fine")["x"]);
+    assert_ne!(
+        node("bad")["y"],
+        node("fine")["y"],
+        "no two nodes in one place"
+    );
+    assert_eq!(graph["edges"].as_array().unwrap().len(), 3);
+    let unauthorised = request(ui.port, "GET", &format!("/api/runs/{id}/graph"), &[]);
+    assert_eq!(unauthorised.status, 401);
+    // The page holds no data: it reads the API with the token.
+    let page = request(ui.port, "GET", &format!("/runs/{id}"), &[]);
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("data-step-id") && page.body.contains("/graph"));
+    assert!(!page.body.contains(&id), "no run data in the page itself");
+}

@@ -36,6 +36,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
+mod graph;
+
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -187,9 +189,11 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/api/runs", get(runs))
         .route("/api/runs/{run}", get(run))
         .route("/api/runs/{run}/events", get(events))
+        .route("/api/runs/{run}/graph", get(run_graph))
         .route_layer(axum::middleware::from_fn_with_state(shared.clone(), bearer));
     Router::new()
         .route("/", get(|| async { Html(INDEX) }))
+        .route("/runs/{run}", get(|| async { Html(RUN) }))
         .merge(api)
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
@@ -200,6 +204,9 @@ fn router(shared: Arc<Shared>) -> Router {
 
 /// The runs page, built into the binary.
 const INDEX: &str = include_str!("../assets/index.html");
+
+/// A run's page (its data comes from the API, with the token).
+const RUN: &str = include_str!("../assets/run.html");
 
 /// Every request: its `Host` must be this server's (403 otherwise); every answer is kept out
 /// of caches and sends no referrer.
@@ -324,6 +331,21 @@ async fn run(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Resp
         let row = plan_run::read_run(&mut store, &run)?;
         let report = plan_run::report(&store, &row)?;
         Ok(serde_json::to_value(report).unwrap_or(Value::Null))
+    })
+    .await
+}
+
+/// `GET /api/runs/RUN/graph`: the run's plan laid out, each step with its status.
+async fn run_graph(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
+    blocking(move || {
+        let mut store = shared
+            .ledger
+            .open_reader()
+            .map_err(plan_run::LifecycleError::from)?;
+        let row = plan_run::read_run(&mut store, &run)?;
+        let report = plan_run::report(&store, &row)?;
+        let plan = plan_run::plan_of(&row)?;
+        Ok(serde_json::to_value(graph::graph(&plan, &report)).unwrap_or(Value::Null))
     })
     .await
 }
