@@ -119,7 +119,7 @@ fn main() {
         Command::Events(args) => commands::events(args, &ledger),
         Command::Logs(args) => commands::logs(args, &ledger),
         Command::Gc(args) => commands::gc(args, &ledger),
-        Command::Ui(args) => commands::ui(args, &ledger),
+        Command::Ui(args) => commands::ui(args, &toolbox, &ledger),
         Command::Plan(command) => commands::plan(command, &toolbox, &ledger),
         Command::State(StateCommand::Export { run, format }) => {
             commands::state_export(run, *format, &ledger)

@@ -382,3 +382,127 @@ fn a_runs_graph_has_each_step_once_with_its_status() {
     assert!(page.body.contains("data-step-id") && page.body.contains("/graph"));
     assert!(!page.body.contains(&id), "no run data in the page itself");
 }
+
+/// `METHOD PATH` with a JSON body and the bearer token.
+fn post(port: u16, path: &str, body: &Value, extra: &[(&str, &str)]) -> Answer {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let body = body.to_string();
+    let mut text = format!(
+        "POST {path} HTTP/1.1\r\nConnection: close\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in extra {
+        text.push_str(&format!("{name}: {value}\r\n"));
+    }
+    text.push_str("\r\n");
+    text.push_str(&body);
+    stream.write_all(text.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Answer {
+        status,
+        headers: Vec::new(),
+        body: if chunked {
+            unchunk(body)
+        } else {
+            body.to_owned()
+        },
+    }
+}
+
+/// Approve, reject and cancel through the API do what `approve`, `reject` and `cancel` do:
+/// the decision is in the ledger, and `resume` goes on from it; a cookie alone changes
+/// nothing, and a step that waits for nothing is refused.
+#[test]
+fn waiting_calls_are_decided_through_the_api_as_the_cli_decides_them() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "gated.json",
+        &json!({"id": "gated", "steps": [
+            {"id": "build", "tool": "echo", "args": {"text": "built"}},
+            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"text": "out"}, "depends_on": ["build"]}
+        ]}),
+    );
+    let waiting = |lab: &Lab| {
+        let (code, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
+        assert_eq!(code, 5, "{report}");
+        report["run_id"].as_str().unwrap().to_owned()
+    };
+    let (ui, _) = serve(&lab);
+    let (name, value) = bearer();
+    let auth = [(name, value.as_str())];
+
+    let approved = waiting(&lab);
+    let cookie = format!("token={TOKEN}");
+    let path = format!("/api/runs/{approved}/approve");
+    let by_cookie = post(
+        ui.port,
+        &path,
+        &json!({"steps": ["deploy"]}),
+        &[("Cookie", &cookie)],
+    );
+    assert_eq!(by_cookie.status, 401, "{}", by_cookie.body);
+    let not_gated = post(ui.port, &path, &json!({"steps": ["build"]}), &auth);
+    assert_eq!(not_gated.status, 400, "{}", not_gated.body);
+    assert!(
+        not_gated.body.contains("not a high-risk step"),
+        "{}",
+        not_gated.body
+    );
+    let answer = post(ui.port, &path, &json!({"steps": ["deploy"]}), &auth);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["decided"], json!(["deploy"]));
+    let (code, report) = lab.json(&["resume", &approved, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["task_status"], "COMPLETED");
+
+    let rejected = waiting(&lab);
+    let path = format!("/api/runs/{rejected}/reject");
+    let answer = post(
+        ui.port,
+        &path,
+        &json!({"steps": ["deploy"], "reason": "not today"}),
+        &auth,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let (_, report) = lab.json(&["resume", &rejected, "--json"]);
+    assert_eq!(report["task_status"], "FAILED", "{report}");
+    assert!(report.to_string().contains("not today"), "{report}");
+
+    let cancelled = waiting(&lab);
+    let answer = post(
+        ui.port,
+        &format!("/api/runs/{cancelled}/cancel"),
+        &json!({}),
+        &auth,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["cancelled"], "was_waiting");
+    let (_, status) = lab.json(&["status", &cancelled, "--json"]);
+    assert_eq!(status["task_status"], "STOPPED", "{status}");
+    let twice = post(
+        ui.port,
+        &format!("/api/runs/{cancelled}/cancel"),
+        &json!({}),
+        &auth,
+    );
+    assert_eq!(
+        twice.json()["cancelled"],
+        "already_stopped",
+        "{}",
+        twice.body
+    );
+}

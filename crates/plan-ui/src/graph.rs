@@ -91,7 +91,7 @@ pub(crate) fn graph(plan: &Plan, report: &RunReport) -> Graph {
         .enumerate()
         .map(|(i, step)| {
             let seen = &seen[i];
-            let items = step.expand.is_some().then(|| Items {
+            let items = step.expand.is_some().then_some(Items {
                 done: seen.inside,
                 ok: seen.inside_ok,
             });

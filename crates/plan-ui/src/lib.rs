@@ -16,7 +16,8 @@
 //! ledger keeps secrets redacted, and nothing here reads anything else.
 //!
 //! ```no_run
-//! let settings = plan_ui::Settings::local(plan_run::Ledger::new(None, None), 0);
+//! let toolbox = std::sync::Arc::new(plan_run::Toolbox::new(plan_tools::builtin_registry()));
+//! let settings = plan_ui::Settings::local(plan_run::Ledger::new(None, None), 0, toolbox);
 //! let server = plan_ui::Server::bind(settings).unwrap();
 //! println!("dashboard: {}", server.url());
 //! server.serve().unwrap();
@@ -33,7 +34,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 mod graph;
@@ -59,7 +60,7 @@ pub enum UiError {
 }
 
 /// How to serve.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     /// The ledger it shows.
     pub ledger: plan_run::Ledger,
@@ -67,18 +68,22 @@ pub struct Settings {
     pub host: IpAddr,
     /// The port (0: any free one).
     pub port: u16,
-    /// The token every API call must carry (none: a random one).
+    /// The token every API call must carry (none, or empty: a random one).
     pub token: Option<String>,
+    /// The tools runs' plans name: a decision checks what it names against the run's
+    /// high-risk steps, as `plan-cli approve` does.
+    pub toolbox: Arc<plan_run::Toolbox>,
 }
 
 impl Settings {
     /// 127.0.0.1 on `port`, a random token.
-    pub fn local(ledger: plan_run::Ledger, port: u16) -> Settings {
+    pub fn local(ledger: plan_run::Ledger, port: u16, toolbox: Arc<plan_run::Toolbox>) -> Settings {
         Settings {
             ledger,
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port,
             token: None,
+            toolbox,
         }
     }
 }
@@ -91,6 +96,7 @@ pub struct Server {
 
 struct Shared {
     ledger: plan_run::Ledger,
+    toolbox: Arc<plan_run::Toolbox>,
     token: String,
     /// The `Host` values requests may carry.
     hosts: Vec<String>,
@@ -107,7 +113,7 @@ impl Server {
             .local_addr()
             .map_err(|source| UiError::Bind { address, source })?
             .port();
-        let token = match settings.token {
+        let token = match settings.token.filter(|token| !token.is_empty()) {
             Some(token) => token,
             None => {
                 let mut bytes = [0u8; 32];
@@ -136,6 +142,7 @@ impl Server {
             listener,
             shared: Arc::new(Shared {
                 ledger: settings.ledger,
+                toolbox: settings.toolbox,
                 token,
                 hosts,
                 url,
@@ -190,6 +197,9 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/api/runs/{run}", get(run))
         .route("/api/runs/{run}/events", get(events))
         .route("/api/runs/{run}/graph", get(run_graph))
+        .route("/api/runs/{run}/approve", post(approve))
+        .route("/api/runs/{run}/reject", post(reject))
+        .route("/api/runs/{run}/cancel", post(cancel))
         .route_layer(axum::middleware::from_fn_with_state(shared.clone(), bearer));
     Router::new()
         .route("/", get(|| async { Html(INDEX) }))
@@ -346,6 +356,83 @@ async fn run_graph(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -
         let report = plan_run::report(&store, &row)?;
         let plan = plan_run::plan_of(&row)?;
         Ok(serde_json::to_value(graph::graph(&plan, &report)).unwrap_or(Value::Null))
+    })
+    .await
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Decision {
+    steps: Vec<String>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /api/runs/RUN/approve {"steps": [ID, …]}`: as `plan-cli approve RUN ID…`.
+async fn approve(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    axum::Json(decision): axum::Json<Decision>,
+) -> Response {
+    decide(shared, run, decision, true).await
+}
+
+/// `POST /api/runs/RUN/reject {"steps": [ID, …], "reason": "…"}`: as `plan-cli reject`.
+async fn reject(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    axum::Json(decision): axum::Json<Decision>,
+) -> Response {
+    decide(shared, run, decision, false).await
+}
+
+/// A decision through `plan_run::approve` or `plan_run::reject`, the steps checked against
+/// the run's high-risk steps (its plan compiled against the tools it names).
+async fn decide(shared: Arc<Shared>, run: String, decision: Decision, approve: bool) -> Response {
+    if decision.steps.is_empty() {
+        return refuse(StatusCode::BAD_REQUEST, "`steps` names no step");
+    }
+    blocking(move || {
+        let mut store = shared
+            .ledger
+            .open_existing()
+            .map_err(plan_run::LifecycleError::from)?;
+        let gated = |row: &plan_store::RunRow| {
+            tokio::runtime::Handle::current()
+                .block_on(plan_run::gated_steps_in(row, &shared.toolbox))
+        };
+        let decided = if approve {
+            let request = plan_run::Decisions {
+                steps: decision.steps,
+                ..plan_run::Decisions::default()
+            };
+            plan_run::approve(&mut store, &run, &request, gated)?
+        } else {
+            let reason = decision.reason.as_deref();
+            plan_run::reject(&mut store, &run, &decision.steps, reason, gated)?
+        };
+        Ok(serde_json::to_value(decided).unwrap_or(Value::Null))
+    })
+    .await
+}
+
+/// `POST /api/runs/RUN/cancel`: as `plan-cli cancel RUN` (a live run's process is asked to
+/// stop, and given 30 s; a waiting one is marked stopped).
+async fn cancel(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
+    blocking(move || {
+        let mut store = shared
+            .ledger
+            .open_existing()
+            .map_err(plan_run::LifecycleError::from)?;
+        let (run_id, cancelled) = plan_run::cancel(&mut store, &run, Duration::from_secs(30))?;
+        let how = match cancelled {
+            plan_run::Cancelled::AlreadyStopped => "already_stopped",
+            plan_run::Cancelled::WasWaiting => "was_waiting",
+            plan_run::Cancelled::Asked(_) => "asked",
+            plan_run::Cancelled::OwnerDied => "owner_died",
+            _ => "stopped",
+        };
+        Ok(json!({"run_id": run_id, "cancelled": how}))
     })
     .await
 }

@@ -7,9 +7,10 @@ use plan_store::{RunRow, Store};
 use serde_json::Value;
 
 use super::{pretty, print};
-use crate::cli::{EventsArgs, GcArgs, RunIdArgs, StateFormat};
+use crate::cli::{EventsArgs, GcArgs, RunIdArgs, StateFormat, UiArgs};
 use crate::exit::Failure;
 use crate::output;
+use crate::toolbox::Toolbox;
 use plan_run::Ledger;
 
 pub(crate) fn runs(args: &crate::cli::RunsArgs, ledger: &Ledger) -> Result<i32, Failure> {
@@ -210,14 +211,13 @@ pub(crate) fn execute_state(store: &Store, row: &RunRow, plan: &Plan) -> Result<
 }
 
 /// `ui`: the dashboard's server until the process ends; `PLAN_UI_TOKEN` fixes the token.
-pub(crate) fn ui(args: &crate::cli::UiArgs, ledger: &Ledger) -> Result<i32, Failure> {
+pub(crate) fn ui(args: &UiArgs, tools: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
     let settings = plan_ui::Settings {
+        toolbox: tools.shared(),
         ledger: ledger.clone(),
         host: args.host,
         port: args.port,
-        token: std::env::var("PLAN_UI_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty()),
+        token: std::env::var("PLAN_UI_TOKEN").ok(),
     };
     let server = plan_ui::Server::bind(settings).map_err(|e| Failure::input(e.to_string()))?;
     if !args.host.is_loopback() {
