@@ -506,3 +506,85 @@ fn waiting_calls_are_decided_through_the_api_as_the_cli_decides_them() {
         twice.body
     );
 }
+
+/// Opening the browser never puts the token in a process's arguments (other users can list
+/// them): the opener gets a page only this user can read. A token given by hand must be long
+/// and plain; an address other than 127.0.0.1 is the one printed.
+#[test]
+fn the_token_stays_out_of_sight_and_weak_tokens_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let lab = Lab::new();
+    let bin = lab.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let said = lab.dir.path().join("opened.txt");
+    std::fs::write(
+        bin.join("xdg-open"),
+        format!("#!/bin/sh\necho \"$@\" > '{}'\n", said.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(bin.join("xdg-open"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = lab
+        .command()
+        .args(["ui", "--port", "0"])
+        .env("PLAN_UI_TOKEN", TOKEN)
+        .env("PATH", &path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut opened = String::new();
+    for _ in 0..100 {
+        opened = std::fs::read_to_string(&said).unwrap_or_default();
+        if !opened.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!opened.is_empty(), "the opener was called");
+    assert!(
+        !opened.contains(TOKEN),
+        "the token is not in its arguments: {opened}"
+    );
+    let page = std::path::Path::new(opened.trim());
+    let mode = std::fs::metadata(page).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "only its user reads the page: {mode:o}");
+    assert!(
+        std::fs::read_to_string(page)
+            .unwrap()
+            .contains(&format!("?token={TOKEN}"))
+    );
+
+    for weak in ["short", "has spaces in it, a+b&c"] {
+        let output = lab
+            .command()
+            .args(["ui", "--port", "0", "--no-open"])
+            .env("PLAN_UI_TOKEN", weak)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{weak}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains("at least 16 characters"));
+    }
+
+    let mut child = lab
+        .command()
+        .args(["ui", "--port", "0", "--no-open", "--host", "127.0.0.2"])
+        .env("PLAN_UI_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.starts_with("dashboard: http://127.0.0.2:"), "{line}");
+}

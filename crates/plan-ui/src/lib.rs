@@ -100,6 +100,8 @@ struct Shared {
     token: String,
     /// The `Host` values requests may carry.
     hosts: Vec<String>,
+    /// Bound to every address: any `Host` is taken.
+    any_host: bool,
     url: String,
 }
 
@@ -114,6 +116,18 @@ impl Server {
             .map_err(|source| UiError::Bind { address, source })?
             .port();
         let token = match settings.token.filter(|token| !token.is_empty()) {
+            // Given: it goes in a URL as it is, and it is the only guard, so it is long and
+            // plain.
+            Some(token)
+                if token.len() < 16
+                    || !token
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b)) =>
+            {
+                return Err(UiError::Token(
+                    "a token must be at least 16 characters of letters, digits, `-`, `_`, `.` or `~`".to_owned(),
+                ));
+            }
             Some(token) => token,
             None => {
                 let mut bytes = [0u8; 32];
@@ -121,23 +135,24 @@ impl Server {
                 bytes.iter().map(|b| format!("{b:02x}")).collect()
             }
         };
+        // The names a request may use for this server: its loopback names, and the address
+        // it was bound to. Bound to every address (0.0.0.0, ::), the machine's other names
+        // are not known: any Host is taken then, and the token is the guard (`--host` warns).
+        let any_host = settings.host.is_unspecified();
         let shown = match settings.host {
             IpAddr::V6(ip) => format!("[{ip}]"),
             IpAddr::V4(ip) => ip.to_string(),
         };
         let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")];
-        if !settings.host.is_loopback() || settings.host.is_ipv6() {
+        if !any_host && !hosts.contains(&format!("{shown}:{port}")) {
             hosts.push(format!("{shown}:{port}"));
         }
-        let url = format!(
-            "http://{}/?token={token}",
-            hosts.last().map_or("", String::as_str)
-        );
-        let url = if settings.host.is_loopback() && settings.host.is_ipv4() {
-            format!("http://127.0.0.1:{port}/?token={token}")
+        let reachable = if any_host || shown == "127.0.0.1" {
+            "127.0.0.1".to_owned()
         } else {
-            url
+            shown
         };
+        let url = format!("http://{reachable}:{port}/?token={token}");
         Ok(Server {
             listener,
             shared: Arc::new(Shared {
@@ -145,6 +160,7 @@ impl Server {
                 toolbox: settings.toolbox,
                 token,
                 hosts,
+                any_host,
                 url,
             }),
         })
@@ -155,20 +171,48 @@ impl Server {
         &self.shared.url
     }
 
-    /// Asks the desktop to open [`Server::url`] (`xdg-open`, `open` on macOS); nothing
-    /// happens where there is no desktop.
+    /// Asks the desktop to open [`Server::url`] (`xdg-open`, `open` on macOS), through a
+    /// page only this user can read that sends the browser on (Jupyter's way): the token never
+    /// shows in a process's arguments, which other users can list. Nothing happens where
+    /// there is no desktop.
     pub fn open_in_browser(&self) {
+        let Ok(page) = self.opening_page() else {
+            return;
+        };
         let opener = if cfg!(target_os = "macos") {
             "open"
         } else {
             "xdg-open"
         };
         let _ = std::process::Command::new(opener)
-            .arg(self.url())
+            .arg(&page)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn();
+    }
+
+    /// `plan-ui-PORT.html`, readable by this user only, in a folder of this process's own,
+    /// which sends the browser to the URL.
+    fn opening_page(&self) -> std::io::Result<std::path::PathBuf> {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("plan-ui-{}", std::process::id()));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&dir)?;
+        let page = dir.join("open.html");
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&page)?;
+        let url = self.url();
+        write!(
+            file,
+            "<!doctype html><meta charset=\"utf-8\"><meta name=\"referrer\" content=\"no-referrer\"><meta http-equiv=\"refresh\" content=\"0;url={url}\"><p><a href=\"{url}\">Open the dashboard</a></p>"
+        )?;
+        Ok(page)
     }
 
     /// Serves until the process ends.
@@ -230,7 +274,7 @@ async fn host_and_headers(
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    if !shared.hosts.iter().any(|allowed| allowed == host) {
+    if !shared.any_host && !shared.hosts.iter().any(|allowed| allowed == host) {
         return refuse(
             StatusCode::FORBIDDEN,
             "this server answers only requests for itself (the Host header)",
@@ -288,9 +332,10 @@ fn refuse(status: StatusCode, message: &str) -> Response {
 /// A lifecycle error as an answer: a run that is not there is 404, a prefix of several 400.
 fn failed(error: &plan_run::LifecycleError) -> Response {
     use plan_run::LifecycleError::{Ledger, Refused};
-    use plan_store::StoreError::{Ambiguous, NotFound};
+    use plan_store::StoreError::{Ambiguous, Decided, NotFound};
     let status = match error {
         Ledger(NotFound { .. }) => StatusCode::NOT_FOUND,
+        Ledger(Decided { .. }) => StatusCode::CONFLICT,
         Ledger(Ambiguous { .. }) | Refused(_) => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
@@ -469,7 +514,7 @@ async fn events(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> R
         Err(error) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
     };
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
-    tokio::task::spawn_blocking(move || follow(store, feed, &sender));
+    tokio::spawn(follow(store, feed, sender));
     let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|event| (event, receiver))
     });
@@ -478,24 +523,31 @@ async fn events(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> R
         .into_response()
 }
 
-/// Sends the run's events as they are committed until it ends (or the client goes).
-fn follow(
-    mut store: plan_store::Store,
-    mut feed: plan_run::EventFeed,
-    sender: &tokio::sync::mpsc::Sender<Result<Event, Infallible>>,
+/// Sends the run's events as they are committed until it ends (or the client goes). Each
+/// read of the ledger takes a blocking thread only while it reads; between reads, and while a
+/// slow client is waited for, none is held.
+async fn follow(
+    store: plan_store::Store,
+    feed: plan_run::EventFeed,
+    sender: tokio::sync::mpsc::Sender<Result<Event, Infallible>>,
 ) {
+    let mut held = (store, feed);
     loop {
-        let Ok(batch) = feed.next(&mut store) else {
+        let read = tokio::task::spawn_blocking(move || {
+            let (mut store, mut feed) = held;
+            let batch = feed.next(&mut store);
+            (store, feed, batch)
+        })
+        .await;
+        let Ok((store, feed, Ok(batch))) = read else {
             return;
         };
+        held = (store, feed);
         for event in &batch.events {
             let Ok(line) = serde_json::to_string(event) else {
                 continue;
             };
-            if sender
-                .blocking_send(Ok(Event::default().data(line)))
-                .is_err()
-            {
+            if sender.send(Ok(Event::default().data(line))).await.is_err() {
                 return;
             }
         }
@@ -506,7 +558,7 @@ fn follow(
             if sender.is_closed() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(200));
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 }
