@@ -19,7 +19,7 @@
 //! let toolbox = std::sync::Arc::new(plan_run::Toolbox::new(plan_tools::builtin_registry()));
 //! let settings = plan_ui::Settings::local(plan_run::Ledger::new(None, None), 0, toolbox);
 //! let server = plan_ui::Server::bind(settings).unwrap();
-//! println!("dashboard: {}", server.url());
+//! let url = server.url().to_owned(); // the front-end shows it
 //! server.serve().unwrap();
 //! ```
 
@@ -28,6 +28,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Json;
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -235,14 +236,32 @@ impl Server {
     }
 }
 
+impl Shared {
+    /// The ledger to read.
+    fn reader(&self) -> Result<plan_store::Store, plan_run::LifecycleError> {
+        Ok(self.ledger.open_reader()?)
+    }
+
+    /// The ledger to decide in: it must be there.
+    fn writer(&self) -> Result<plan_store::Store, plan_run::LifecycleError> {
+        Ok(self.ledger.open_existing()?)
+    }
+}
+
 fn router(shared: Arc<Shared>) -> Router {
     let api = Router::new()
         .route("/api/runs", get(runs))
         .route("/api/runs/{run}", get(run))
         .route("/api/runs/{run}/events", get(events))
         .route("/api/runs/{run}/graph", get(run_graph))
-        .route("/api/runs/{run}/approve", post(approve))
-        .route("/api/runs/{run}/reject", post(reject))
+        .route(
+            "/api/runs/{run}/approve",
+            post(|state, run, Json(decision)| decide(state, run, true, decision)),
+        )
+        .route(
+            "/api/runs/{run}/reject",
+            post(|state, run, Json(decision)| decide(state, run, false, decision)),
+        )
         .route("/api/runs/{run}/cancel", post(cancel))
         .route_layer(axum::middleware::from_fn_with_state(shared.clone(), bearer));
     Router::new()
@@ -366,10 +385,7 @@ async fn runs(State(shared): State<Arc<Shared>>, Query(query): Query<RunsQuery>)
         if !shared.ledger.exists() {
             return Ok(json!([]));
         }
-        let mut store = shared
-            .ledger
-            .open_reader()
-            .map_err(plan_run::LifecycleError::from)?;
+        let mut store = shared.reader()?;
         let rows = plan_run::runs(&mut store, &filter)?;
         Ok(serde_json::to_value(rows).unwrap_or(Value::Null))
     })
@@ -378,29 +394,38 @@ async fn runs(State(shared): State<Arc<Shared>>, Query(query): Query<RunsQuery>)
 
 /// `GET /api/runs/RUN`: `status RUN --json`'s object.
 async fn run(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
-    blocking(move || {
-        let mut store = shared
-            .ledger
-            .open_reader()
-            .map_err(plan_run::LifecycleError::from)?;
-        let row = plan_run::read_run(&mut store, &run)?;
-        let report = plan_run::report(&store, &row)?;
-        Ok(serde_json::to_value(report).unwrap_or(Value::Null))
+    with_run(shared, run, |store, row| {
+        Ok(serde_json::to_value(plan_run::report(store, row)?).unwrap_or(Value::Null))
     })
     .await
 }
 
 /// `GET /api/runs/RUN/graph`: the run's plan laid out, each step with its status.
 async fn run_graph(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
-    blocking(move || {
-        let mut store = shared
-            .ledger
-            .open_reader()
-            .map_err(plan_run::LifecycleError::from)?;
-        let row = plan_run::read_run(&mut store, &run)?;
-        let report = plan_run::report(&store, &row)?;
-        let plan = plan_run::plan_of(&row)?;
+    with_run(shared, run, |store, row| {
+        let report = plan_run::report(store, row)?;
+        let plan = plan_run::plan_of(row)?;
         Ok(serde_json::to_value(graph::graph(&plan, &report)).unwrap_or(Value::Null))
+    })
+    .await
+}
+
+/// Reads run `run` (an id or a unique prefix) off the async threads; what `answer` makes of
+/// it, or the error as an answer.
+async fn with_run(
+    shared: Arc<Shared>,
+    run: String,
+    answer: impl FnOnce(
+        &plan_store::Store,
+        &plan_store::RunRow,
+    ) -> Result<Value, plan_run::LifecycleError>
+    + Send
+    + 'static,
+) -> Response {
+    blocking(move || {
+        let mut store = shared.reader()?;
+        let row = plan_run::read_run(&mut store, &run)?;
+        answer(&store, &row)
     })
     .await
 }
@@ -413,35 +438,21 @@ struct Decision {
     reason: Option<String>,
 }
 
-/// `POST /api/runs/RUN/approve {"steps": [ID, …]}`: as `plan-cli approve RUN ID…`.
-async fn approve(
+/// `POST /api/runs/RUN/approve {"steps": [ID, …]}` (as `plan-cli approve RUN ID…`) and
+/// `…/reject {"steps": […], "reason": "…"}` (as `plan-cli reject`): through `plan_run::approve`
+/// or `plan_run::reject`, the steps checked against the run's high-risk steps (its plan
+/// compiled against the tools it names).
+async fn decide(
     State(shared): State<Arc<Shared>>,
     Path(run): Path<String>,
-    axum::Json(decision): axum::Json<Decision>,
+    approve: bool,
+    decision: Decision,
 ) -> Response {
-    decide(shared, run, decision, true).await
-}
-
-/// `POST /api/runs/RUN/reject {"steps": [ID, …], "reason": "…"}`: as `plan-cli reject`.
-async fn reject(
-    State(shared): State<Arc<Shared>>,
-    Path(run): Path<String>,
-    axum::Json(decision): axum::Json<Decision>,
-) -> Response {
-    decide(shared, run, decision, false).await
-}
-
-/// A decision through `plan_run::approve` or `plan_run::reject`, the steps checked against
-/// the run's high-risk steps (its plan compiled against the tools it names).
-async fn decide(shared: Arc<Shared>, run: String, decision: Decision, approve: bool) -> Response {
     if decision.steps.is_empty() {
         return refuse(StatusCode::BAD_REQUEST, "`steps` names no step");
     }
     blocking(move || {
-        let mut store = shared
-            .ledger
-            .open_existing()
-            .map_err(plan_run::LifecycleError::from)?;
+        let mut store = shared.writer()?;
         let gated = |row: &plan_store::RunRow| {
             tokio::runtime::Handle::current()
                 .block_on(plan_run::gated_steps_in(row, &shared.toolbox))
@@ -465,10 +476,7 @@ async fn decide(shared: Arc<Shared>, run: String, decision: Decision, approve: b
 /// stop, and given 30 s; a waiting one is marked stopped).
 async fn cancel(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
     blocking(move || {
-        let mut store = shared
-            .ledger
-            .open_existing()
-            .map_err(plan_run::LifecycleError::from)?;
+        let mut store = shared.writer()?;
         let (run_id, cancelled) = plan_run::cancel(&mut store, &run, Duration::from_secs(30))?;
         let how = match cancelled {
             plan_run::Cancelled::AlreadyStopped => "already_stopped",
@@ -499,10 +507,7 @@ async fn events(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> R
     let opened = {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || {
-            let mut store = shared
-                .ledger
-                .open_existing()
-                .map_err(plan_run::LifecycleError::from)?;
+            let mut store = shared.writer()?;
             let row = plan_run::read_run(&mut store, &run)?;
             Ok::<_, plan_run::LifecycleError>((store, plan_run::EventFeed::new(&row.run_id)))
         })
