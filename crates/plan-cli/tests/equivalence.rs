@@ -253,6 +253,22 @@ fn killed_and_resumed(lab: &Lab, plan: &str, delay: Duration) -> (Value, bool) {
     (json_of(lab, &["status", &run, "--json"]), half_done)
 }
 
+/// A `plan-cli worker` on `redis`'s queue, in a lab of its own, once it has published its
+/// tools.
+fn worker(redis: &Redis, concurrency: u32) -> (KillOnDrop, Lab) {
+    let lab = Lab::new();
+    let child = lab
+        .command()
+        .args(["worker", "--queue", &redis.url(), "--concurrency"])
+        .arg(concurrency.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    published(redis, 1);
+    (KillOnDrop(child), lab)
+}
+
 /// A process killed when the test ends, however it ends.
 struct KillOnDrop(std::process::Child);
 
@@ -325,17 +341,7 @@ fn cases() -> u32 {
 fn every_way_a_plan_runs_gives_the_same_records() {
     let redis = Redis::start();
     let url = redis.url();
-    let workers_lab = Lab::new();
-    let _worker = KillOnDrop(
-        workers_lab
-            .command()
-            .args(["worker", "--queue", &url, "--concurrency", "8"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    published(&redis, 1);
+    let _worker = worker(&redis, 8);
 
     let mut runner = TestRunner::new(Config {
         cases: cases(),
@@ -501,17 +507,7 @@ fn comparable_tasks(report: &Value, lab: &Lab) -> Value {
 fn a_task_plan_gives_the_same_records_every_way() {
     let redis = Redis::start();
     let url = redis.url();
-    let workers_lab = Lab::new();
-    let _worker = KillOnDrop(
-        workers_lab
-            .command()
-            .args(["worker", "--queue", &url, "--concurrency", "4"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    published(&redis, 1);
+    let _worker = worker(&redis, 4);
     let way = |extra: &[&str]| {
         let lab = Lab::new();
         let file = task_plan(&lab);

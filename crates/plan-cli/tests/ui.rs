@@ -28,12 +28,15 @@ impl Drop for Ui {
     }
 }
 
-/// `plan-cli ui --port 0 --no-open` in the lab, once it has said where it is.
-fn serve(lab: &Lab) -> (Ui, String) {
-    let mut child = lab
-        .command()
-        .args(["ui", "--port", "0", "--no-open"])
+/// `plan-cli ui --port 0 ARGS` in the lab with `env`, once it has printed its first line
+/// (returned, trimmed); the port is read from it when it names 127.0.0.1.
+fn start(lab: &Lab, args: &[&str], env: &[(&str, &str)]) -> (Ui, String) {
+    let mut command = lab.command();
+    command.args(["ui", "--port", "0"]).args(args);
+    command
         .env("PLAN_UI_TOKEN", TOKEN)
+        .envs(env.iter().copied());
+    let mut child = command
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -42,17 +45,24 @@ fn serve(lab: &Lab) -> (Ui, String) {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let url = line
+    let port = line
         .trim()
+        .strip_prefix("dashboard: http://127.0.0.1:")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|port| port.parse().ok())
+        .unwrap_or(0);
+    (Ui { child, port }, line.trim().to_owned())
+}
+
+/// `plan-cli ui --port 0 --no-open` in the lab, once it has said where it is: its URL.
+fn serve(lab: &Lab) -> (Ui, String) {
+    let (ui, line) = start(lab, &["--no-open"], &[]);
+    let url = line
         .strip_prefix("dashboard: ")
         .unwrap_or_else(|| panic!("the first line names the dashboard: {line:?}"))
         .to_owned();
-    let port = url
-        .strip_prefix("http://127.0.0.1:")
-        .and_then(|rest| rest.split('/').next())
-        .and_then(|port| port.parse().ok())
-        .unwrap_or_else(|| panic!("{url}"));
-    (Ui { child, port }, url)
+    assert_ne!(ui.port, 0, "{url}");
+    (ui, url)
 }
 
 /// An answer: its status, its headers (names in lower case) and its body.
@@ -77,9 +87,24 @@ impl Answer {
 /// `METHOD PATH` with `headers` (a `Host` of `127.0.0.1:PORT` unless one is given), read to
 /// the end (the server closes the connection).
 fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+    send(port, method, path, headers, None)
+}
+
+/// `POST PATH` with a JSON body and `headers`.
+fn post(port: u16, path: &str, body: &Value, headers: &[(&str, &str)]) -> Answer {
+    send(port, "POST", path, headers, Some(body))
+}
+
+fn send(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Answer {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
+        .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let mut text = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
     if !headers
@@ -91,7 +116,11 @@ fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Ans
     for (name, value) in headers {
         text.push_str(&format!("{name}: {value}\r\n"));
     }
-    text.push_str("Content-Length: 0\r\n\r\n");
+    let body = body.map(Value::to_string).unwrap_or_default();
+    if !body.is_empty() {
+        text.push_str("Content-Type: application/json\r\n");
+    }
+    text.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     stream.write_all(text.as_bytes()).unwrap();
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).unwrap();
@@ -383,46 +412,6 @@ fn a_runs_graph_has_each_step_once_with_its_status() {
     assert!(!page.body.contains(&id), "no run data in the page itself");
 }
 
-/// `METHOD PATH` with a JSON body and the bearer token.
-fn post(port: u16, path: &str, body: &Value, extra: &[(&str, &str)]) -> Answer {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    let body = body.to_string();
-    let mut text = format!(
-        "POST {path} HTTP/1.1\r\nConnection: close\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in extra {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    text.push_str("\r\n");
-    text.push_str(&body);
-    stream.write_all(text.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    Answer {
-        status,
-        headers: Vec::new(),
-        body: if chunked {
-            unchunk(body)
-        } else {
-            body.to_owned()
-        },
-    }
-}
-
 /// Approve, reject and cancel through the API do what `approve`, `reject` and `cancel` do:
 /// the decision is in the ledger, and `resume` goes on from it; a cookie alone changes
 /// nothing, and a step that waits for nothing is refused.
@@ -528,15 +517,7 @@ fn the_token_stays_out_of_sight_and_weak_tokens_are_refused() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut child = lab
-        .command()
-        .args(["ui", "--port", "0"])
-        .env("PLAN_UI_TOKEN", TOKEN)
-        .env("PATH", &path)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let (ui, _) = start(&lab, &[], &[("PATH", &path)]);
     let mut opened = String::new();
     for _ in 0..100 {
         opened = std::fs::read_to_string(&said).unwrap_or_default();
@@ -545,8 +526,7 @@ fn the_token_stays_out_of_sight_and_weak_tokens_are_refused() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(ui);
     assert!(!opened.is_empty(), "the opener was called");
     assert!(
         !opened.contains(TOKEN),
@@ -572,19 +552,6 @@ fn the_token_stays_out_of_sight_and_weak_tokens_are_refused() {
         assert!(String::from_utf8_lossy(&output.stderr).contains("at least 16 characters"));
     }
 
-    let mut child = lab
-        .command()
-        .args(["ui", "--port", "0", "--no-open", "--host", "127.0.0.2"])
-        .env("PLAN_UI_TOKEN", TOKEN)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    let (_ui, line) = start(&lab, &["--no-open", "--host", "127.0.0.2"], &[]);
     assert!(line.starts_with("dashboard: http://127.0.0.2:"), "{line}");
 }
