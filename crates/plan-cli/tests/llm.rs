@@ -735,18 +735,23 @@ fn the_context_is_asked_where_each_server_says_it() {
         .sum::<usize>()
         / 3;
 
+    // `plan create` with a context that leaves `left` tokens after the request.
+    let leaving = |left: usize| {
+        let context = (request_tokens + left).to_string();
+        let server = Scripted::start(vec![answer(&right)]);
+        let args = [
+            "x",
+            "--model",
+            "m",
+            "--no-system",
+            "--context-tokens",
+            &context,
+        ];
+        let output = create(&Lab::new(), &server.url, &args);
+        (output, server)
+    };
     // A context that leaves 700 tokens after the request: the answer gets those 700.
-    let context = (request_tokens + 700).to_string();
-    let server = Scripted::start(vec![answer(&right)]);
-    let args = [
-        "x",
-        "--model",
-        "m",
-        "--no-system",
-        "--context-tokens",
-        &context,
-    ];
-    let output = create(&Lab::new(), &server.url, &args);
+    let (output, server) = leaving(700);
     assert!(
         output.status.success(),
         "{}",
@@ -756,17 +761,7 @@ fn the_context_is_asked_where_each_server_says_it() {
     let expected = 700.min((request_tokens + 700) / 2);
     assert_eq!(server.requests()[0]["max_tokens"], expected);
     // One that leaves 400: refused before it is sent.
-    let context = (request_tokens + 400).to_string();
-    let server = Scripted::start(vec![answer(&right)]);
-    let args = [
-        "x",
-        "--model",
-        "m",
-        "--no-system",
-        "--context-tokens",
-        &context,
-    ];
-    let output = create(&Lab::new(), &server.url, &args);
+    let (output, server) = leaving(400);
     assert_eq!(output.status.code(), Some(6));
     assert!(server.requests().is_empty());
 }

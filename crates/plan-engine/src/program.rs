@@ -164,20 +164,14 @@ impl Program {
         let default_retry = plan.retry.clone().unwrap_or_default();
         // A tool's risk and compiled schema, worked out once per tool, not once per step.
         let mut facts: HashMap<&str, (Risk, Option<Arc<jsonschema::Validator>>)> = HashMap::new();
-        let merge_checks = match plan.workspace.as_ref().map(|w| &w.verify_after_merge) {
-            None => None,
-            Some(checks) => match crate::task::compile_merge_checks(checks, registry) {
-                Ok(checks) => checks,
-                Err(message) => {
-                    issues.push(Issue::error(
-                        "plan::task",
-                        PlanPath::root().key("workspace").key("verify_after_merge"),
-                        message,
-                    ));
-                    None
-                }
-            },
-        };
+        let workspace = plan.workspace.as_ref();
+        let merge_checks = workspace_part(
+            &mut issues,
+            "verify_after_merge",
+            workspace.map_or(Ok(None), |w| {
+                crate::task::compile_merge_checks(&w.verify_after_merge, registry)
+            }),
+        );
         // One name per tool, shared by its steps, not one per step.
         let mut tool_names: HashMap<&str, Arc<str>> = HashMap::new();
         let mut binders = BTreeMap::new();
@@ -386,24 +380,14 @@ impl Program {
                 run_if: step.run_if,
             });
         }
-        let context_update = match plan
-            .workspace
-            .as_ref()
-            .and_then(|w| w.context_update.as_ref())
-        {
-            None => None,
-            Some(call) => match crate::task::compile_context_update(call, registry) {
-                Ok(call) => Some(call),
-                Err(message) => {
-                    issues.push(Issue::error(
-                        "plan::task",
-                        PlanPath::root().key("workspace").key("context_update"),
-                        message,
-                    ));
-                    None
-                }
-            },
-        };
+        let context_update = workspace_part(
+            &mut issues,
+            "context_update",
+            workspace
+                .and_then(|w| w.context_update.as_ref())
+                .map(|call| crate::task::compile_context_update(call, registry))
+                .transpose(),
+        );
         if !issues.is_empty() {
             return Err(issues);
         }
@@ -985,6 +969,19 @@ fn compile_expand(expand: &plan_graph::Expand) -> Result<CompiledExpand, String>
         None => None,
     };
     Ok(CompiledExpand { on, on_text, key })
+}
+
+/// A part of the workspace compiled, or `None` with an issue at `workspace.KEY`.
+fn workspace_part<T>(
+    issues: &mut Vec<Issue>,
+    key: &str,
+    compiled: Result<Option<T>, String>,
+) -> Option<T> {
+    compiled.unwrap_or_else(|message| {
+        let at = PlanPath::root().key("workspace").key(key);
+        issues.push(Issue::error("plan::task", at, message));
+        None
+    })
 }
 
 impl Program {
