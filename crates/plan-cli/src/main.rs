@@ -81,28 +81,25 @@ fn main() {
                 .flat_map(|tools| tools.env_passthrough.iter()),
         )
         .cloned();
-    let mut exec = plan_tools::Exec::default().passing(passthrough);
     let working_dir = match &cli.command {
         Command::Run(args) => args.plan.input().folder(args.execution.cwd.as_deref()),
         Command::Resume(args) => kept.folder(args.execution.cwd.as_deref()),
         Command::Retry(args) => kept.folder(args.execution.cwd.as_deref()),
         _ => Ok(None),
     };
-    match working_dir {
-        Ok(Some(dir)) => exec = exec.in_dir(dir),
-        Ok(None) => {}
-        Err(error) => exit_with(Err(error.into())),
-    }
+    let working_dir = working_dir.unwrap_or_else(|error| exit_with(Err(error.into())));
     // Read before any server starts; its runs keep their programs in its work folder.
     let mut policy = None;
     if let Command::Mcp(McpCommand::Serve(args)) = &cli.command {
         policy = Some(commands::policy_of(args).unwrap_or_else(|failure| exit_with(Err(failure))));
     }
-    let given = after
-        .and_then(|tools| tools.mcp_config.clone())
-        .or_else(|| cli.tool_options.mcp_config.clone());
-    let mcp_config = kept.mcp_config(given, project.as_ref());
-    let toolbox = toolbox::Toolbox::new(mcp_config.as_deref(), exec)
+    let tools = plan_run::ToolSettings {
+        mcp_config: (after.and_then(|tools| tools.mcp_config.clone()))
+            .or_else(|| cli.tool_options.mcp_config.clone()),
+        project_config: project.as_ref().and_then(Project::mcp_config),
+        exec: plan_tools::Exec::default().passing(passthrough),
+    };
+    let toolbox = toolbox::Toolbox::new(&tools, &kept, working_dir)
         .unwrap_or_else(|failure| exit_with(Err(failure)));
     let outcome = match &cli.command {
         Command::Run(args) => commands::run(args, &toolbox, &ledger),
@@ -119,7 +116,7 @@ fn main() {
         Command::Events(args) => commands::events(args, &ledger),
         Command::Logs(args) => commands::logs(args, &ledger),
         Command::Gc(args) => commands::gc(args, &ledger),
-        Command::Ui(args) => commands::ui(args, &toolbox, &ledger),
+        Command::Ui(args) => commands::ui(args, tools, &toolbox, &ledger),
         Command::Plan(command) => commands::plan(command, &toolbox, &ledger),
         Command::State(StateCommand::Export { run, format }) => {
             commands::state_export(run, *format, &ledger)

@@ -4,8 +4,6 @@
 //! One tokio runtime serves the whole process: MCP servers started while a plan is prepared
 //! must still be connected when it runs.
 
-use std::path::Path;
-
 use crate::exit::Failure;
 
 pub(crate) struct Toolbox {
@@ -24,10 +22,13 @@ impl std::ops::Deref for Toolbox {
 }
 
 impl Toolbox {
-    /// The built-ins, and the servers of `config` (`--mcp-config`, else the project's
-    /// `.plan/mcp.json` when it exists).
-    /// `exec` is the built-in `exec` as the operator configured it.
-    pub(crate) fn new(config: Option<&Path>, exec: plan_tools::Exec) -> Result<Self, Failure> {
+    /// The tools `settings` give a command going on with `kept` (nothing kept for a new run),
+    /// with `exec`'s programs in `folder` ([`plan_run::ToolSettings::toolbox`]).
+    pub(crate) fn new(
+        settings: &plan_run::ToolSettings,
+        kept: &plan_run::Kept,
+        folder: Option<std::path::PathBuf>,
+    ) -> Result<Self, Failure> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_stack_size(plan_types::json::VALUE_THREAD_STACK)
@@ -35,15 +36,8 @@ impl Toolbox {
             .map_err(|error| {
                 Failure::internal(format!("cannot start the async runtime: {error}"))
             })?;
-        let mut builtins = plan_tools::builtin_registry();
-        builtins.register(exec);
-        let tools = match config {
-            None => plan_run::Toolbox::new(builtins),
-            // `${env.NAME}` in a server's `env` and `headers` reads the environment here.
-            Some(path) => plan_run::Toolbox::with_mcp_config(builtins, path, &|name| {
-                std::env::var(name).ok()
-            })?,
-        };
+        // `${env.NAME}` in a server's `env` and `headers` reads the environment here.
+        let tools = settings.toolbox(kept, folder, &|name| std::env::var(name).ok())?;
         Ok(Toolbox {
             tools: std::sync::Arc::new(tools),
             runtime,

@@ -496,6 +496,157 @@ fn waiting_calls_are_decided_through_the_api_as_the_cli_decides_them() {
     );
 }
 
+/// Polls `status RUN --json` until `done` says so (a minute at most): the last status.
+fn status_until(lab: &Lab, run: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..600 {
+        let (_, status) = lab.json(&["status", run, "--json"]);
+        if done(&status) {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("run {run} did not get there")
+}
+
+/// What the binary prints on stdout; it must succeed.
+fn text(lab: &Lab, args: &[&str]) -> String {
+    let output = lab.command().args(args).output().unwrap();
+    assert!(output.status.success(), "{args:?}: {output:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// A report without what differs between two runs of one plan (ids, times).
+fn records_of(report: &Value) -> Value {
+    let mut records = report["records"].clone();
+    for record in records.as_array_mut().unwrap() {
+        let record = record.as_object_mut().unwrap();
+        record.remove("duration_ms");
+        if record["step_id"] == "__meta__" {
+            record.remove("reason");
+        }
+    }
+    records
+}
+
+/// Resume, retry and cancel through the API do what `resume`, `retry` and `cancel` do: the
+/// run goes on in the dashboard's process, in the background, and ends with the records the
+/// CLI's own resume gives; a run the dashboard goes on with is cancelled there, and the
+/// dashboard lives on.
+#[test]
+fn runs_go_on_through_the_api_as_the_cli_goes_on_with_them() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "gated.json",
+        &json!({"id": "gated", "steps": [
+            {"id": "build", "tool": "echo", "args": {"text": "built"}},
+            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"text": "out"}, "depends_on": ["build"]},
+            {"id": "after", "tool": "echo", "args": {"text": "after"}, "depends_on": ["deploy"]}
+        ]}),
+    );
+    let waiting = |lab: &Lab| {
+        let (code, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
+        assert_eq!(code, 5, "{report}");
+        let run = report["run_id"].as_str().unwrap().to_owned();
+        text(lab, &["approve", &run, "deploy"]);
+        run
+    };
+    let (ui, _) = serve(&lab);
+    let (name, value) = bearer();
+    let auth = [(name, value.as_str())];
+
+    // The CLI's resume, and the dashboard's: the same records.
+    let by_cli = waiting(&lab);
+    let (code, cli_report) = lab.json(&["resume", &by_cli, "--json"]);
+    assert_eq!(code, 0, "{cli_report}");
+    let by_ui = waiting(&lab);
+    let path = format!("/api/runs/{by_ui}/resume");
+    let by_cookie = post(
+        ui.port,
+        &path,
+        &json!({}),
+        &[("Cookie", &format!("token={TOKEN}"))],
+    );
+    assert_eq!(by_cookie.status, 401, "{}", by_cookie.body);
+    let answer = post(ui.port, &path, &json!({}), &auth);
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    assert_eq!(answer.json(), json!({"run_id": by_ui, "going_on": true}));
+    let report = status_until(&lab, &by_ui, |s| s["task_status"] == "COMPLETED");
+    assert_eq!(records_of(&report), records_of(&cli_report));
+    // Finished: nothing to go on with, its status said.
+    let again = post(ui.port, &path, &json!({}), &auth);
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.json()["going_on"], false);
+    assert_eq!(again.json()["task_status"], "COMPLETED");
+
+    // Retry from a step: it and what follows it run again (their events twice), as
+    // `plan-cli retry` runs them.
+    let path = format!("/api/runs/{by_ui}/retry");
+    let unknown = post(ui.port, &path, &json!({"steps": ["deplo"]}), &auth);
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    assert!(
+        unknown.body.contains("did you mean `deploy`"),
+        "{}",
+        unknown.body
+    );
+    let answer = post(ui.port, &path, &json!({"steps": ["deploy"]}), &auth);
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    status_until(&lab, &by_ui, |s| {
+        s["task_status"] != "RUNNING" && s["task_status"] != "INTERRUPTED"
+    });
+    let (_, retried) = lab.json(&["retry", &by_cli, "deploy", "--json"]);
+    let report = status_until(&lab, &by_ui, |s| s["task_status"] == retried["task_status"]);
+    assert_eq!(records_of(&report), records_of(&retried));
+    let events = text(&lab, &["events", &by_ui]);
+    let ran = |step: &str| {
+        events
+            .lines()
+            .filter(|line| {
+                line.contains("\"step.executed\"")
+                    && line.contains(&format!("\"step_id\":\"{step}\""))
+            })
+            .count()
+    };
+    assert_eq!((ran("build"), ran("after")), (1, ran("deploy")), "{events}");
+
+    // A run going on in the dashboard is stopped there, resumably; the dashboard goes on.
+    let slow = lab.write(
+        "slow.json",
+        &json!({"id": "slow", "steps": [
+            {"id": "gate", "tool": "echo", "risk": "high", "args": {"text": "go"}},
+            {"id": "wait", "tool": "sleep", "args": {"ms": 60000}, "depends_on": ["gate"]}
+        ]}),
+    );
+    let (_, report) = lab.json(&["run", common::path_str(&slow), "--json"]);
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    text(&lab, &["approve", &run, "gate"]);
+    let answer = post(
+        ui.port,
+        &format!("/api/runs/{run}/resume"),
+        &json!({}),
+        &auth,
+    );
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    status_until(&lab, &run, |s| s["task_status"] == "RUNNING");
+    let twice = post(
+        ui.port,
+        &format!("/api/runs/{run}/resume"),
+        &json!({}),
+        &auth,
+    );
+    assert_eq!(twice.status, 409, "{}", twice.body);
+    let answer = post(
+        ui.port,
+        &format!("/api/runs/{run}/cancel"),
+        &json!({}),
+        &auth,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["cancelled"], "stopped");
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(status["task_status"], "STOPPED", "{status}");
+    assert_eq!(request(ui.port, "GET", "/api/runs", &auth).status, 200);
+}
+
 /// Opening the browser never puts the token in a process's arguments (other users can list
 /// them): the opener gets a page only this user can read. A token given by hand must be long
 /// and plain; an address other than 127.0.0.1 is the one printed.

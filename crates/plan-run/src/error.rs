@@ -112,4 +112,7 @@ pub enum LifecycleError {
     /// task lost).
     #[error("{0}")]
     Internal(String),
+    /// The tools a run goes on with could not be had (its MCP configuration, its queue).
+    #[error(transparent)]
+    Tools(#[from] crate::ToolsError),
 }

@@ -124,5 +124,5 @@ pub use report::{
 };
 pub use sources::{Kept, QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};
-pub use toolbox::{Catalog, PlanTools, Toolbox, ToolsError};
+pub use toolbox::{Catalog, PlanTools, ToolSettings, Toolbox, ToolsError};
 pub use validation::{IssueReport, Validation};

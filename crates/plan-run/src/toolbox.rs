@@ -65,6 +65,71 @@ pub struct Toolbox {
     queue: std::sync::OnceLock<std::sync::Arc<plan_queue::Dispatcher>>,
 }
 
+/// The tools a front-end that goes on with stored runs by itself (the dashboard) gives each
+/// one: what `plan-cli resume RUN` would give it with the front-end's own settings — the
+/// built-ins with `exec` in the run's folder, the servers of the run's MCP configuration, and
+/// its queue's workers for a run whose calls went to a queue.
+#[derive(Debug, Clone, Default)]
+pub struct ToolSettings {
+    /// An MCP configuration the operator gave (`--mcp-config`): it wins over a run's own.
+    pub mcp_config: Option<PathBuf>,
+    /// The project's (`.plan/mcp.json`), for a run that kept none.
+    pub project_config: Option<PathBuf>,
+    /// The built-in `exec` as the operator configured it (the variables it passes through);
+    /// each run's programs run in the run's own folder.
+    pub exec: plan_tools::Exec,
+}
+
+impl ToolSettings {
+    /// The tools of a run with `exec`'s programs in `folder`: `kept` is what the run kept of
+    /// its tools (nothing for a new run). `env` gives `${env.NAME}` in the MCP configuration.
+    pub fn toolbox(
+        &self,
+        kept: &crate::Kept,
+        folder: Option<PathBuf>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Toolbox, ToolsError> {
+        let mut builtins = plan_tools::builtin_registry();
+        builtins.register(match folder {
+            Some(dir) => self.exec.clone().in_dir(dir),
+            None => self.exec.clone(),
+        });
+        // The operator's, else the run's own, else the project's.
+        let config = kept.mcp_config(self.mcp_config.clone(), None);
+        match config.or_else(|| self.project_config.clone()) {
+            Some(path) => Toolbox::with_mcp_config(builtins, &path, env),
+            None => Ok(Toolbox::new(builtins)),
+        }
+    }
+
+    /// The tools run `kept` goes on with, in its own folder, as `plan-cli resume RUN` would
+    /// give them. `env` reads the environment: `${env.NAME}` in the
+    /// MCP configuration, `REDIS_URL` for a run's queue that kept no address (as `resume`
+    /// without `--queue`), and `PLAN_QUEUE_SECRET`, which signs its jobs.
+    pub async fn toolbox_for(
+        &self,
+        kept: &crate::Kept,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Toolbox, crate::LifecycleError> {
+        let folder = kept.folder(None);
+        let folder = folder.map_err(|error| crate::LifecycleError::Refused(error.to_string()))?;
+        let toolbox = self.toolbox(kept, folder, env)?;
+        #[cfg(feature = "queue")]
+        if let Some(run_id) = &kept.run_id {
+            let redis = env("REDIS_URL");
+            let chosen = (kept.sources).queue_going_on(run_id, None, None, redis.as_deref())?;
+            if let Some((url, name)) = chosen {
+                let options = plan_queue::DispatchOptions {
+                    secret: env("PLAN_QUEUE_SECRET").and_then(plan_queue::QueueSecret::new),
+                    ..plan_queue::DispatchOptions::default()
+                };
+                toolbox.connect_queue(&url, &name, options).await?;
+            }
+        }
+        Ok(toolbox)
+    }
+}
+
 /// A plan's tools: the registry to compile it with, and the bare names that several servers
 /// have (an error at the step that uses one).
 pub struct PlanTools {

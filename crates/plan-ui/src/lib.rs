@@ -74,6 +74,11 @@ pub struct Settings {
     /// The tools runs' plans name: a decision checks what it names against the run's
     /// high-risk steps, as `plan-cli approve` does.
     pub toolbox: Arc<plan_run::Toolbox>,
+    /// The tools a run the dashboard resumes or retries goes on with (each run its own, as
+    /// `plan-cli resume RUN` would give it).
+    pub tools: plan_run::ToolSettings,
+    /// The project's folder a resumed run's state document names (`project_path`).
+    pub project_path: Option<String>,
 }
 
 impl Settings {
@@ -85,6 +90,8 @@ impl Settings {
             port,
             token: None,
             toolbox,
+            tools: plan_run::ToolSettings::default(),
+            project_path: None,
         }
     }
 }
@@ -98,6 +105,11 @@ pub struct Server {
 struct Shared {
     ledger: plan_run::Ledger,
     toolbox: Arc<plan_run::Toolbox>,
+    tools: plan_run::ToolSettings,
+    project_path: Option<String>,
+    /// The runs this process goes on with (resumed or retried here), each with what stops it:
+    /// a cancel of one of them stops it here (`plan_run::cancel` would signal this process).
+    going: std::sync::Mutex<std::collections::HashMap<String, tokio_util::sync::CancellationToken>>,
     token: String,
     /// The `Host` values requests may carry.
     hosts: Vec<String>,
@@ -159,6 +171,9 @@ impl Server {
             shared: Arc::new(Shared {
                 ledger: settings.ledger,
                 toolbox: settings.toolbox,
+                tools: settings.tools,
+                project_path: settings.project_path,
+                going: std::sync::Mutex::default(),
                 token,
                 hosts,
                 any_host,
@@ -242,6 +257,18 @@ impl Shared {
         Ok(self.ledger.open_reader()?)
     }
 
+    /// The runs this process goes on with (a poisoned lock is still a map).
+    fn going(
+        &self,
+    ) -> std::sync::MutexGuard<
+        '_,
+        std::collections::HashMap<String, tokio_util::sync::CancellationToken>,
+    > {
+        self.going
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The ledger to decide in: it must be there.
     fn writer(&self) -> Result<plan_store::Store, plan_run::LifecycleError> {
         Ok(self.ledger.open_existing()?)
@@ -263,6 +290,8 @@ fn router(shared: Arc<Shared>) -> Router {
             post(|state, run, Json(decision)| decide(state, run, false, decision)),
         )
         .route("/api/runs/{run}/cancel", post(cancel))
+        .route("/api/runs/{run}/resume", post(resume))
+        .route("/api/runs/{run}/retry", post(retry))
         .route_layer(axum::middleware::from_fn_with_state(shared.clone(), bearer));
     Router::new()
         .route("/", get(|| async { Html(INDEX) }))
@@ -473,10 +502,28 @@ async fn decide(
 }
 
 /// `POST /api/runs/RUN/cancel`: as `plan-cli cancel RUN` (a live run's process is asked to
-/// stop, and given 30 s; a waiting one is marked stopped).
+/// stop, and given 30 s; a waiting one is marked stopped). A run this process goes on with is
+/// stopped here, as Ctrl+C stops a terminal's run.
 async fn cancel(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
     blocking(move || {
         let mut store = shared.writer()?;
+        let row = plan_run::read_run(&mut store, &run)?;
+        let ours = shared.going().get(&row.run_id).cloned();
+        if let Some(stop) = ours {
+            stop.cancel();
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let how = loop {
+                let now = store.run(&row.run_id)?;
+                if now.state != plan_store::RunState::Running {
+                    break "stopped";
+                }
+                if std::time::Instant::now() > deadline {
+                    break "asked";
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            return Ok(json!({"run_id": row.run_id, "cancelled": how}));
+        }
         let (run_id, cancelled) = plan_run::cancel(&mut store, &run, Duration::from_secs(30))?;
         let how = match cancelled {
             plan_run::Cancelled::AlreadyStopped => "already_stopped",
@@ -488,6 +535,152 @@ async fn cancel(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> R
         Ok(json!({"run_id": run_id, "cancelled": how}))
     })
     .await
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Resume {
+    /// Run the failed steps (and what follows them) again (`resume --retry-failed`).
+    #[serde(default)]
+    retry_failed: bool,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Retry {
+    steps: Vec<String>,
+}
+
+/// `POST /api/runs/RUN/resume {}` (or `{"retry_failed": true}`): the run goes on as
+/// `plan-cli resume RUN [--retry-failed]` would, in this process, in the background.
+async fn resume(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    body: Option<Json<Resume>>,
+) -> Response {
+    let Json(body) = body.unwrap_or_default();
+    let options = plan_run::ResumeOptions {
+        retry_failed: body.retry_failed,
+        ..plan_run::ResumeOptions::default()
+    };
+    go_on(shared, run, options).await
+}
+
+/// `POST /api/runs/RUN/retry {"steps": [ID, …]}`: those steps and every step after them run
+/// again, as `plan-cli retry RUN ID…` would, in the background.
+async fn retry(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    Json(body): Json<Retry>,
+) -> Response {
+    if body.steps.is_empty() {
+        return refuse(StatusCode::BAD_REQUEST, "`steps` names no step");
+    }
+    let options = plan_run::ResumeOptions {
+        retry_steps: body.steps,
+        ..plan_run::ResumeOptions::default()
+    };
+    go_on(shared, run, options).await
+}
+
+/// Goes on with a stored run in this process: checked (`plan_run::prepare_resume`: its owner
+/// gone, the steps named its own) and its plan prepared with the run's own tools before the
+/// answer, so that what refuses it is the answer (4xx); then run in the background. The answer
+/// is 202 `{"run_id", "going_on": true}`, or, for a finished run with nothing to run again,
+/// 200 with `going_on: false` and its status.
+async fn go_on(shared: Arc<Shared>, run: String, options: plan_run::ResumeOptions) -> Response {
+    let checked = {
+        let shared = shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = shared.writer()?;
+            let from = match plan_run::prepare_resume(&store, &run, &options)? {
+                plan_run::Resumable::Finished(outcome) => return Ok(Err(outcome.report)),
+                plan_run::Resumable::Continue(from) => from,
+            };
+            let kept = plan_run::Kept::of(&shared.ledger, &from.row.run_id)?;
+            Ok::<_, plan_run::LifecycleError>(Ok((store, from, kept)))
+        })
+        .await
+    };
+    let (store, from, kept) = match checked {
+        Ok(Ok(Ok(ready))) => ready,
+        Ok(Ok(Err(report))) => {
+            let answer = json!({"run_id": report.run_id, "going_on": false, "task_status": report.task_status});
+            return axum::Json(answer).into_response();
+        }
+        Ok(Err(error)) => return failed(&error),
+        Err(error) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, &error.to_string()),
+    };
+    // The run's future holds the engine's state, which is not `Send`: it runs on a blocking
+    // thread of its own, which says first whether it could start.
+    let (started, answer) = tokio::sync::oneshot::channel();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        handle.block_on(go_on_here(shared, store, from, kept, started));
+    });
+    match answer.await {
+        Ok(Ok(run_id)) => (
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"run_id": run_id, "going_on": true})),
+        )
+            .into_response(),
+        Ok(Err(refused)) => refused,
+        Err(_) => refuse(StatusCode::INTERNAL_SERVER_ERROR, "the run's thread ended"),
+    }
+}
+
+/// [`go_on`]'s run: its tools, its plan prepared, then the run to its end; `started` hears
+/// the run's id once it goes on, or the answer that refuses it.
+async fn go_on_here(
+    shared: Arc<Shared>,
+    store: plan_store::Store,
+    from: Box<plan_run::ResumeFrom>,
+    kept: plan_run::Kept,
+    started: tokio::sync::oneshot::Sender<Result<String, Response>>,
+) {
+    let env = |name: &str| std::env::var(name).ok();
+    let toolbox = match shared.tools.toolbox_for(&kept, &env).await {
+        Ok(toolbox) => toolbox,
+        Err(error) => {
+            let _ = started.send(Err(failed(&error)));
+            return;
+        }
+    };
+    let prepared = match from.prepare(&toolbox, &env).await {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            toolbox.shutdown().await;
+            let _ = started.send(Err(failed(&error)));
+            return;
+        }
+    };
+    let run_id = from.row.run_id.clone();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let taken = {
+        let mut going = shared.going();
+        let free = !going.contains_key(&run_id);
+        if free {
+            going.insert(run_id.clone(), stop.clone());
+        }
+        free
+    };
+    if !taken {
+        toolbox.shutdown().await;
+        let message = format!("run {run_id} is going on in this dashboard already");
+        let _ = started.send(Err(refuse(StatusCode::CONFLICT, &message)));
+        return;
+    }
+    let mut execution = plan_run::Execution::new();
+    execution.cancel = stop;
+    execution.project_path = shared.project_path.clone();
+    let _ = started.send(Ok(run_id.clone()));
+    let ended = plan_run::resume(store, from, prepared, execution).await;
+    toolbox.shutdown().await;
+    shared.going().remove(&run_id);
+    // The ledger has what happened; what kept the run from going on is said here.
+    if let Err(error) = ended {
+        eprintln!("run {run_id} could not go on: {error}");
+    }
 }
 
 /// Runs a read of the ledger off the async threads; its JSON, or its error as an answer.

@@ -284,6 +284,28 @@ impl Breakdown {
         self.project_path.as_ref().map(PathBuf::from)
     }
 
+    /// Where the plan made of it points, each absolute so that the plan works wherever it is
+    /// written: the repository (`repo` given, else the manifest's project, relative to the
+    /// folder the import runs in, as the original's executor reads it, else that folder) and
+    /// the breakdown folder `dir`.
+    pub fn places(
+        &self,
+        dir: &Path,
+        repo: Option<&Path>,
+    ) -> Result<(String, String), BreakdownError> {
+        let absolute = |path: &Path, what: &str| {
+            std::fs::canonicalize(path)
+                .map(|path| path.display().to_string())
+                .map_err(|error| fail(path, format!("cannot be {what}: {error}")))
+        };
+        let repo = match (repo, self.project()) {
+            (Some(repo), _) => absolute(repo, "the repository")?,
+            (None, Some(project)) => absolute(&project, "the manifest's `prd.project_path`")?,
+            (None, None) => absolute(Path::new("."), "the repository")?,
+        };
+        Ok((repo, absolute(dir, "the breakdown folder")?))
+    }
+
     /// The dependencies with each layer waiting for the one before it: each task of a layer
     /// depends on the tasks of the layer before that no task of that layer depends on (they
     /// stand for the whole layer). A dependency on a later layer cannot be kept then.

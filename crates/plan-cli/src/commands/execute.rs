@@ -356,9 +356,7 @@ impl<'a> Shown<'a> {
         execution.cancel = self.cancel.clone();
         // Kept current by the run itself, as its ledger commits (a resumed run's own by default).
         execution.state_file = args.state_file.clone();
-        execution.project_path = std::env::current_dir()
-            .ok()
-            .map(|dir| dir.display().to_string());
+        execution.project_path = super::project_path();
         self.finish_part();
         if args.json {
             return execution;

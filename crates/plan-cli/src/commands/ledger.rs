@@ -204,16 +204,21 @@ pub(crate) fn state_export(
 /// The execute-state document of a run, from the ledger, with the current directory as the
 /// project's.
 pub(crate) fn execute_state(store: &Store, row: &RunRow, plan: &Plan) -> Result<Value, Failure> {
-    let cwd = std::env::current_dir()
-        .ok()
-        .map(|d| d.display().to_string());
+    let cwd = super::project_path();
     Ok(plan_run::execute_state(store, row, plan, cwd.as_deref())?)
 }
 
 /// `ui`: the dashboard's server until the process ends; `PLAN_UI_TOKEN` fixes the token.
-pub(crate) fn ui(args: &UiArgs, tools: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
+pub(crate) fn ui(
+    args: &UiArgs,
+    tools: plan_run::ToolSettings,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
     let settings = plan_ui::Settings {
-        toolbox: tools.shared(),
+        toolbox: toolbox.shared(),
+        tools,
+        project_path: super::project_path(),
         ledger: ledger.clone(),
         host: args.host,
         port: args.port,

@@ -75,3 +75,11 @@ fn write_out(text: &str) -> Result<(), Failure> {
         ))),
     }
 }
+
+/// The project's folder a run's state document names (`project_path`): the one the command
+/// runs in.
+fn project_path() -> Option<String> {
+    std::env::current_dir()
+        .ok()
+        .map(|d| d.display().to_string())
+}

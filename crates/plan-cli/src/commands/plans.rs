@@ -366,24 +366,14 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
         verify_after_merge,
         output,
     } = command;
-    // Absolute, so the plan works wherever it is written.
-    let absolute = |path: &std::path::Path, what: &str| {
-        std::fs::canonicalize(path)
-            .map(|p| p.display().to_string())
-            .map_err(|error| Failure::input(format!("{what} {}: {error}", path.display())))
-    };
     let breakdown = plan_workspace::breakdown::Breakdown::read(dir)
         .map_err(|error| Failure::input(error.to_string()))?;
-    // The manifest's project is the original executor's default too.
-    let repo = match (repo, breakdown.project()) {
-        (Some(repo), _) => absolute(repo, "--repo")?,
-        (None, Some(project)) => absolute(&project, "the manifest's `prd.project_path`")?,
-        (None, None) => absolute(std::path::Path::new("."), "--repo")?,
-    };
+    let (repo, tasks) = (breakdown.places(dir, repo.as_deref()))
+        .map_err(|error| Failure::input(error.to_string()))?;
     let options = plan_workspace::breakdown::ImportOptions {
         implement: implement.clone(),
         repo,
-        tasks: absolute(dir, "the breakdown folder")?,
+        tasks,
         layer_barrier: !no_layer_barrier,
         verify_after_merge: verify_after_merge.clone(),
     };

@@ -28,9 +28,7 @@ pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Resul
         policy,
         model,
         env: Arc::new(|name| std::env::var(name).ok()),
-        project_path: std::env::current_dir()
-            .ok()
-            .map(|dir| dir.display().to_string()),
+        project_path: super::project_path(),
     };
     toolbox
         .block_on(plan_serve::serve_stdio(settings))
