@@ -391,7 +391,8 @@ fn a_runs_graph_has_each_step_once_with_its_status() {
     assert_eq!(node("many")["status"], "ok");
     assert_eq!(node("many")["items"], json!({"done": 2000, "ok": 2000}));
     assert_eq!(node("bad")["status"], "failed");
-    assert_eq!(node("after-bad")["status"], "blocked");
+    // As `status` says of it: skipped, its dependency having failed.
+    assert_eq!(node("after-bad")["status"], "skipped");
     assert_eq!(node("fine")["status"], "ok");
     // Left to right in dependency order.
     assert!(node("many")["x"].as_f64() < node("bad")["x"].as_f64());
@@ -705,4 +706,274 @@ fn the_token_stays_out_of_sight_and_weak_tokens_are_refused() {
 
     let (_ui, line) = start(&lab, &["--no-open", "--host", "127.0.0.2"], &[]);
     assert!(line.starts_with("dashboard: http://127.0.0.2:"), "{line}");
+}
+
+// --- In a real browser: headless Chromium over WebDriver.
+
+mod webdriver;
+use webdriver::Browser;
+
+/// Where a test's screenshot goes: the docs' own pictures with UPDATE_SCREENSHOTS=1 (so that
+/// docs/ui.md shows real runs), else the target folder.
+fn screenshot(browser: &Browser, name: &str) {
+    let dir = if std::env::var_os("UPDATE_SCREENSHOTS").is_some() {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ui")
+    } else {
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots")
+    };
+    browser.screenshot(&dir.join(format!("{name}.png")));
+}
+
+/// Each step's `data-status` on the page, by step id.
+const STATUSES: &str = "return Object.fromEntries([...document.querySelectorAll('g.step')].map(g => [g.dataset.stepId, g.dataset.status]));";
+
+/// The page's run status line.
+const STATUS: &str = "return document.getElementById('status').textContent;";
+
+/// The dashboard's URL for a run's page (the token in it, as the printed URL has it).
+fn page(ui: &Ui, run: &str) -> String {
+    format!("http://127.0.0.1:{}/runs/{run}?token={TOKEN}", ui.port)
+}
+
+/// A finished run's page: each step's status (as the API says it, in text too), a map step as
+/// one node with its items, the timeline with its critical path, and a step's panel (opened by
+/// the keyboard) with its output.
+#[test]
+fn a_finished_runs_page_shows_each_steps_status_its_timeline_and_its_output() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "mixed.json",
+        &json!({"id": "mixed", "steps": [
+            {"id": "fetch", "tool": "exec", "args": {"argv": ["sh", "-c", "echo fetched 3 rows"]}},
+            {"id": "rows", "tool": "echo", "expand_on": [1, 2, 3], "args": {"text": "$each"}},
+            {"id": "check", "tool": "fail", "args": {"message": "schema drift"}, "depends_on": ["fetch"]},
+            {"id": "publish", "tool": "echo", "args": {"text": "out"}, "depends_on": ["check", "rows"]}
+        ]}),
+    );
+    let (_, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    let (ui, _) = serve(&lab);
+    let (name, value) = bearer();
+    let auth = [(name, value.as_str())];
+    let graph = request(ui.port, "GET", &format!("/api/runs/{run}/graph"), &auth).json();
+    let browser = Browser::start(1280, 1000);
+
+    browser.open(&format!("http://127.0.0.1:{}/?token={TOKEN}", ui.port));
+    browser.wait_for(
+        "the runs list",
+        20,
+        "return document.querySelectorAll('tbody tr').length;",
+        |n| n == &json!(1),
+    );
+    screenshot(&browser, "runs");
+
+    browser.open(&page(&ui, &run));
+    let shown = browser.wait_for("the graph", 20, STATUSES, |s| {
+        s.as_object().is_some_and(|s| s.len() == 4)
+    });
+    let expected: serde_json::Map<String, Value> = (graph["nodes"].as_array().unwrap().iter())
+        .map(|node| {
+            (
+                node["id"].as_str().unwrap().to_owned(),
+                node["status"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(shown, Value::Object(expected));
+    assert_eq!(
+        shown,
+        json!({"fetch": "ok", "rows": "ok", "check": "failed", "publish": "skipped"})
+    );
+    // Not by colour alone: the status is written in each node, a map's items with it.
+    let texts = browser.script(
+        "return [...document.querySelectorAll('g.step text.status')].map(t => t.textContent);",
+        &[],
+    );
+    assert_eq!(
+        texts,
+        json!(["✓ ok", "✓ ok · 3/3 items", "✗ failed", "– skipped"])
+    );
+    assert_eq!(browser.script(STATUS, &[]), "FAILED");
+    // The timeline: every call once (three items), the critical path marked.
+    let bars = browser.script(
+        "return [...document.querySelectorAll('#timeline rect.bar')].map(r => [r.dataset.call, r.dataset.critical]);",
+        &[],
+    );
+    let mut calls: Vec<_> = bars
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b[0].as_str().unwrap().to_owned())
+        .collect();
+    calls.sort();
+    assert_eq!(calls, ["check", "fetch", "rows-0", "rows-1", "rows-2"]);
+    assert!(
+        bars.as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == &json!(["check", "true"])),
+        "{bars}"
+    );
+    // By keyboard: a step takes the focus and Enter opens its panel, with its output.
+    browser.type_into("g.step[data-step-id=\"fetch\"]", "\u{E007}");
+    let panel = browser.wait_for(
+        "the step panel",
+        20,
+        "const p = document.getElementById('panel'); return p.hidden ? '' : p.textContent;",
+        |text| text.as_str().is_some_and(|t| t.contains("fetched 3 rows")),
+    );
+    assert!(
+        panel.as_str().unwrap().contains("tool.succeeded"),
+        "{panel}"
+    );
+    screenshot(&browser, "run");
+    browser.type_into("body", "\u{E00C}");
+    browser.wait_for(
+        "the panel to close",
+        10,
+        "return document.getElementById('panel').hidden;",
+        |v| v == &json!(true),
+    );
+}
+
+/// A live run's nodes change on the open page as its steps finish, without a reload.
+#[test]
+fn a_live_runs_nodes_change_without_reloading() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "live.json",
+        &json!({"id": "live", "steps": [
+            {"id": "first", "tool": "sleep", "args": {"ms": 3000}},
+            {"id": "second", "tool": "echo", "args": {"text": "done"}, "depends_on": ["first"]}
+        ]}),
+    );
+    let (ui, _) = serve(&lab);
+    let mut running = lab.spawn(&["run", common::path_str(&plan)]);
+    let run = {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, runs) = lab.json(&["runs", "--json"]);
+            if let Some(id) = runs[0]["run_id"].as_str() {
+                break id.to_owned();
+            }
+            assert!(std::time::Instant::now() < deadline, "no run started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let browser = Browser::start(1000, 800);
+    browser.open(&page(&ui, &run));
+    browser.wait_for("first running", 20, STATUSES, |s| s["first"] == "running");
+    assert_eq!(browser.script(STATUSES, &[])["second"], "pending");
+    browser.script("window.sameDocument = true; return null;", &[]);
+    browser.wait_for("the run to end", 60, STATUSES, |s| {
+        s == &json!({"first": "ok", "second": "ok"})
+    });
+    browser.wait_for("COMPLETED", 20, STATUS, |s| s == "COMPLETED");
+    assert_eq!(
+        browser.script("return window.sameDocument === true;", &[]),
+        true,
+        "the page was reloaded"
+    );
+    assert!(running.wait().unwrap().success());
+}
+
+/// A waiting run is decided and resumed by clicks, and the page follows it to its end; a
+/// rejection's reason given on the page is the run's.
+#[test]
+fn a_waiting_run_is_approved_and_resumed_by_clicks() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "gated.json",
+        &json!({"id": "gated", "steps": [
+            {"id": "build", "tool": "echo", "args": {"text": "built"}},
+            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"text": "to production"}, "depends_on": ["build"]},
+            {"id": "notify", "tool": "echo", "args": {"text": "told"}, "depends_on": ["deploy"]}
+        ]}),
+    );
+    let waiting = |lab: &Lab| {
+        let (code, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
+        assert_eq!(code, 5, "{report}");
+        report["run_id"].as_str().unwrap().to_owned()
+    };
+    let (ui, _) = serve(&lab);
+    let browser = Browser::start(1280, 900);
+
+    let run = waiting(&lab);
+    browser.open(&page(&ui, &run));
+    let shown = browser.wait_for("deploy waiting", 20, STATUSES, |s| s["deploy"] == "waiting");
+    assert_eq!(
+        shown,
+        json!({"build": "ok", "deploy": "waiting", "notify": "pending"})
+    );
+    // The call is shown with the arguments it would be called with.
+    let call = browser.script(
+        "return document.querySelector('.waiting-call[data-step-id=\"deploy\"]').textContent;",
+        &[],
+    );
+    assert!(call.as_str().unwrap().contains("to production"), "{call}");
+    screenshot(&browser, "run-waiting");
+    browser.click("[data-action=\"approve\"][data-step-id=\"deploy\"]");
+    browser.click("#toolbar [data-action=\"resume\"]");
+    browser.wait_for("COMPLETED", 60, STATUS, |s| s == "COMPLETED");
+    browser.wait_for("every step ok", 20, STATUSES, |s| {
+        s == &json!({"build": "ok", "deploy": "ok", "notify": "ok"})
+    });
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(status["task_status"], "COMPLETED", "{status}");
+
+    let run = waiting(&lab);
+    let reason = "input[aria-label=\"reason for rejecting deploy\"]";
+    browser.open(&page(&ui, &run));
+    browser.type_into(reason, "freeze week");
+    browser.click("[data-action=\"reject\"][data-step-id=\"deploy\"]");
+    browser.click("#toolbar [data-action=\"resume\"]");
+    browser.wait_for("FAILED", 60, STATUS, |s| s == "FAILED");
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert!(status.to_string().contains("freeze week"), "{status}");
+}
+
+/// "Run again from here" in a step's panel runs it and what follows it again, as `plan-cli
+/// retry` does; the page follows the run anew.
+#[test]
+fn a_step_is_run_again_from_its_panel() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "chain.json",
+        &json!({"id": "chain", "steps": [
+            {"id": "a", "tool": "echo", "args": {"text": "a"}},
+            {"id": "b", "tool": "echo", "args": {"text": "b"}, "depends_on": ["a"]},
+            {"id": "c", "tool": "echo", "args": {"text": "c"}, "depends_on": ["b"]}
+        ]}),
+    );
+    let (_, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    let (ui, _) = serve(&lab);
+    let browser = Browser::start(1280, 900);
+    browser.open(&page(&ui, &run));
+    browser.click("g.step[data-step-id=\"b\"]");
+    browser.click("#panel [data-action=\"retry\"]");
+    let executed = |step: &str| {
+        let events = text(&lab, &["events", &run]);
+        (events.lines())
+            .filter(|l| {
+                l.contains("\"step.executed\"") && l.contains(&format!("\"step_id\":\"{step}\""))
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while executed("c") < 2 {
+        let said = browser.script("return document.getElementById('error').textContent;", &[]);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "c did not run again; the page says {said}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!((executed("a"), executed("b"), executed("c")), (1, 2, 2));
+    browser.wait_for("COMPLETED", 60, STATUS, |s| s == "COMPLETED");
+    let panel = browser.script(
+        "return document.getElementById('panel-body').textContent;",
+        &[],
+    );
+    assert!(panel.as_str().unwrap().contains("attempt"), "{panel}");
 }

@@ -4,7 +4,7 @@
 //! barycenter sweeps to cut crossings), with each node's status from the run's report.
 
 use plan_graph::{Dependencies, Plan};
-use plan_types::{RunReport, reasons};
+use plan_types::RunReport;
 use serde::Serialize;
 
 /// Node sizes and gaps, in SVG units.
@@ -66,7 +66,6 @@ pub(crate) fn graph(plan: &Plan, report: &RunReport) -> Graph {
             at[step] = (MARGIN + c as f64 * COLUMN, MARGIN + r as f64 * ROW);
         }
     }
-    let running = report.task_status == plan_types::TaskStatus::Running;
     // Each record to its step, once: its own, or one of its items or inner calls.
     let index = plan_graph::StepIndex::new(plan.steps.iter().map(|s| s.id.0.as_str()));
     let mut seen = vec![Seen::default(); plan.steps.len()];
@@ -98,7 +97,7 @@ pub(crate) fn graph(plan: &Plan, report: &RunReport) -> Graph {
             Node {
                 id: step.id.0.clone(),
                 kind: step.kind().to_owned(),
-                status: status_of(seen, running),
+                status: status_of(seen, report.task_status),
                 items,
                 x: at[i].0,
                 y: at[i].1,
@@ -182,14 +181,20 @@ struct Seen<'a> {
 
 /// A step's status: its record's, else waiting (a call of it waits for an approval), else
 /// running (the run runs and its items or inner calls have records), else pending.
-fn status_of(seen: &Seen<'_>, running: bool) -> &'static str {
-    match seen.own {
-        Some(r) if r.ok => "ok",
-        Some(r) if r.skipped && r.reason.as_deref() == Some(reasons::CONDITION_FALSE) => "skipped",
-        Some(r) if r.skipped => "blocked",
-        Some(_) => "failed",
-        None if seen.waits => "waiting",
-        None if running && seen.inside > 0 => "running",
+fn status_of(seen: &Seen<'_>, run: plan_types::TaskStatus) -> &'static str {
+    use plan_run::StepState;
+    if seen.waits {
+        return "waiting";
+    }
+    match seen.own.map(|record| StepState::of(record, run)) {
+        Some(StepState::Ok) => "ok",
+        Some(StepState::Failed) => "failed",
+        Some(StepState::Skipped) => "skipped",
+        Some(StepState::Blocked) => "blocked",
+        Some(StepState::Running) => "running",
+        // Its turn is still to come (on resume, or after the decision the run waits for).
+        Some(StepState::NotStarted | StepState::Interrupted | StepState::Waiting) => "pending",
+        None if run == plan_types::TaskStatus::Running && seen.inside > 0 => "running",
         None => "pending",
     }
 }

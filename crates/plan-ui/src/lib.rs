@@ -39,6 +39,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 mod graph;
+mod timeline;
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -281,6 +282,8 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/api/runs/{run}", get(run))
         .route("/api/runs/{run}/events", get(events))
         .route("/api/runs/{run}/graph", get(run_graph))
+        .route("/api/runs/{run}/timeline", get(run_timeline))
+        .route("/api/runs/{run}/steps/{step}", get(step))
         .route(
             "/api/runs/{run}/approve",
             post(|state, run, Json(decision)| decide(state, run, true, decision)),
@@ -439,13 +442,79 @@ async fn run_graph(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -
     .await
 }
 
+/// `GET /api/runs/RUN/timeline`: each attempt of each call in time, and the critical path.
+async fn run_timeline(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
+    with_run(shared, run, |store, row| {
+        let plan = plan_run::plan_of(row)?;
+        let events = events_of(store, &row.run_id)?;
+        Ok(serde_json::to_value(timeline::timeline(&plan, &events)).unwrap_or(Value::Null))
+    })
+    .await
+}
+
+/// `GET /api/runs/RUN/steps/STEP`: what the step panel shows of a step: its definition in the
+/// plan (its arguments as written), its records (its items' and nodes' too: `logs RUN STEP`'s),
+/// the calls of it waiting for a decision with the arguments they would be called with, and
+/// its events.
+async fn step(
+    State(shared): State<Arc<Shared>>,
+    Path((run, step)): Path<(String, String)>,
+) -> Response {
+    with_run(shared, run, move |store, row| {
+        let plan = plan_run::plan_of(row)?;
+        let Some(position) = plan.position(&step) else {
+            let ids: Vec<String> = plan.steps.iter().map(|s| s.id.0.clone()).collect();
+            let hint = plan_graph::closest(&step, &ids)
+                .map(|near| format!(" (did you mean `{near}`?)"))
+                .unwrap_or_default();
+            return Err(plan_run::LifecycleError::Refused(format!(
+                "run {} has no step `{step}`{hint}",
+                row.run_id
+            )));
+        };
+        let report = plan_run::report(store, row)?;
+        let index = plan_graph::StepIndex::new(plan.steps.iter().map(|s| s.id.0.as_str()));
+        let of_step = |id: &str| index.step_of(id) == Some(position);
+        let records = plan_run::records_of(&report, &plan, Some(&step));
+        let waiting: Vec<_> = (report.pending_approvals.iter())
+            .filter(|pending| of_step(&pending.step_id))
+            .collect();
+        let events: Vec<_> = (events_of(store, &row.run_id)?.into_iter())
+            .filter(|event| event.step_id.as_deref().is_some_and(of_step))
+            .collect();
+        Ok(json!({
+            "step": plan.steps[position],
+            "records": records,
+            "waiting": waiting,
+            "events": events,
+        }))
+    })
+    .await
+}
+
+/// Every event of a run the ledger holds now (as `plan-cli events RUN` reads them).
+fn events_of(
+    store: &mut plan_store::Store,
+    run_id: &str,
+) -> Result<Vec<plan_types::Event>, plan_run::LifecycleError> {
+    let mut feed = plan_run::EventFeed::new(run_id);
+    let mut events = Vec::new();
+    loop {
+        let batch = feed.next(store)?;
+        if batch.events.is_empty() {
+            return Ok(events);
+        }
+        events.extend(batch.events);
+    }
+}
+
 /// Reads run `run` (an id or a unique prefix) off the async threads; what `answer` makes of
 /// it, or the error as an answer.
 async fn with_run(
     shared: Arc<Shared>,
     run: String,
     answer: impl FnOnce(
-        &plan_store::Store,
+        &mut plan_store::Store,
         &plan_store::RunRow,
     ) -> Result<Value, plan_run::LifecycleError>
     + Send
@@ -454,7 +523,7 @@ async fn with_run(
     blocking(move || {
         let mut store = shared.reader()?;
         let row = plan_run::read_run(&mut store, &run)?;
-        answer(&store, &row)
+        answer(&mut store, &row)
     })
     .await
 }
