@@ -241,3 +241,112 @@ fn record_result(report: &Value, id: &str) -> String {
         .map(|r| r["result"]["stdout"].as_str().unwrap_or("").to_owned())
         .unwrap()
 }
+
+/// The dashboard shows the ledger, where secrets are redacted, and nothing else: every API
+/// route and page is read for a run of the plan above (waiting, then approved and resumed in
+/// the dashboard's own process, which has the secrets in its environment), and none holds a
+/// secret in any form; nor does what the dashboard prints.
+#[test]
+fn no_dashboard_answer_holds_a_secret() {
+    use common::ui::{bearer, post, request, start};
+    let lab = Lab::new();
+    let file = lab.write("secrets.json", &plan());
+    let run = run_cli(&lab, &["run", path_str(&file), "--json"]);
+    let report: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(report["task_status"], json!("WAITING"), "{report}");
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    let env = [("PLAN_TEST_S", SECRET), ("PLAN_TEST_H", HOST_SECRET)];
+    let (mut ui, line) = start(&lab, &["--no-open"], &env);
+    assert_clean("the dashboard's first line", line.as_bytes());
+    let (name, value) = bearer();
+    let auth = [(name, value.as_str())];
+    let steps: Vec<String> = (plan()["steps"].as_array().unwrap().iter())
+        .map(|step| step["id"].as_str().unwrap().to_owned())
+        .collect();
+    let read_everything = |when: &str| {
+        let mut paths = vec![
+            "/".to_owned(),
+            format!("/runs/{run_id}"),
+            "/api/runs".to_owned(),
+            format!("/api/runs/{run_id}"),
+            format!("/api/runs/{run_id}/graph"),
+            format!("/api/runs/{run_id}/timeline"),
+            format!("/api/runs/{run_id}/events"),
+        ];
+        paths.extend(
+            steps
+                .iter()
+                .map(|step| format!("/api/runs/{run_id}/steps/{step}")),
+        );
+        for path in paths {
+            let answer = request(ui.port, "GET", &path, &auth);
+            assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+            assert_clean(&format!("{when}: GET {path}"), answer.body.as_bytes());
+        }
+    };
+    read_everything("waiting");
+    // The waiting call's arguments, which hold the secret, are shown redacted.
+    let gated = request(
+        ui.port,
+        "GET",
+        &format!("/api/runs/{run_id}/steps/gated"),
+        &auth,
+    );
+    assert_eq!(
+        gated.json()["waiting"][0]["args"]["token"],
+        json!("[redacted]")
+    );
+    let decided = post(
+        ui.port,
+        &format!("/api/runs/{run_id}/approve"),
+        &json!({"steps": ["gated"]}),
+        &auth,
+    );
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    assert_clean("the approval's answer", decided.body.as_bytes());
+    let resumed = post(
+        ui.port,
+        &format!("/api/runs/{run_id}/resume"),
+        &json!({}),
+        &auth,
+    );
+    assert_eq!(resumed.status, 202, "{}", resumed.body);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let status = request(ui.port, "GET", &format!("/api/runs/{run_id}"), &auth).json();
+        if status["task_status"] == json!("FAILED") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the resumed run did not end: {status}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    read_everything("resumed");
+    // The gated call ran in the dashboard's process, with the secret, redacted on its way out.
+    let gated = request(
+        ui.port,
+        "GET",
+        &format!("/api/runs/{run_id}/steps/gated"),
+        &auth,
+    );
+    assert_eq!(
+        gated.json()["records"][0]["result"]["token"],
+        json!("[redacted]"),
+        "{}",
+        gated.body
+    );
+    let retried = post(
+        ui.port,
+        &format!("/api/runs/{run_id}/retry"),
+        &json!({"steps": ["gated"]}),
+        &auth,
+    );
+    assert_clean("the retry's answer", retried.body.as_bytes());
+    let output = ui.stop();
+    assert_clean("what the dashboard printed", &output);
+    for (name, bytes) in ledger_files(lab.dir.path()) {
+        assert_clean(&format!("the ledger file {name}"), &bytes);
+    }
+}

@@ -2,6 +2,8 @@
 //! binary run inside it.
 #![allow(dead_code, reason = "each test file uses a part of it")]
 
+pub(crate) mod ui;
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;

@@ -74,16 +74,10 @@ fn http(
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
-/// A free port on 127.0.0.1 (the listener is closed before the driver takes it).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 impl Browser {
     /// Starts `chromedriver` and a headless `chromium` session in a window of `width` × `height`.
     pub(crate) fn start(width: u32, height: u32) -> Browser {
-        let port = free_port();
+        let port = super::common::free_port();
         let driver = std::process::Command::new("chromedriver")
             .arg(format!("--port={port}"))
             .stdout(std::process::Stdio::null())
