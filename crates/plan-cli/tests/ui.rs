@@ -818,3 +818,112 @@ fn a_step_is_run_again_from_its_panel() {
     );
     assert!(panel.as_str().unwrap().contains("attempt"), "{panel}");
 }
+
+/// A task breakdown's board: its layers as columns, each task a card with its status, its
+/// attempts of the most it has, its last failure and the feedback its next attempt got, its
+/// commits; the merge queue in order; and the run's state file, as `state export` writes it.
+#[test]
+fn a_breakdowns_board_shows_each_task_with_its_attempts_failure_and_commits() {
+    let lab = Lab::new();
+    let repo = lab.dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    // The stand-in coding agent: wrong at first, right once the feedback shows the failure.
+    let agent = "#!/bin/sh\ncase \"$2\" in\n  *AssertionError*) printf 'def add(a, b):\\n    return a + b\\n' > calc.py ;;\n  *) printf 'def add(a, b):\\n    return a * b\\n' > calc.py ;;\nesac\n";
+    std::fs::write(repo.join("agent.sh"), agent).unwrap();
+    std::fs::write(repo.join("calc.py"), "def add(a, b):\n    return 0\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let executable = std::fs::Permissions::from_mode(0o755);
+        std::fs::set_permissions(repo.join("agent.sh"), executable).unwrap();
+    }
+    common::git(&repo, &["init", "-q", "-b", "trunk"]);
+    common::git(&repo, &["add", "-A"]);
+    common::git(&repo, &["commit", "-qm", "start"]);
+    let task = |id: &str, layer: &str, after: &[&str]| {
+        json!({
+            "id": id, "title": format!("make add add ({id})"), "layer": layer, "depends_on": after,
+            "task": {
+                "implement": {"tool": "exec", "args": {"argv": ["${task.worktree}/agent.sh", "${task.id}", "${task.feedback}"]}},
+                "verify": [{"argv": ["python3", "-B", "-c", "import calc; assert calc.add(2, 3) == 5, calc.add(2, 3)"]}]
+            }
+        })
+    };
+    let plan = json!({"id": "calc", "workspace": {"repo": ".", "max_attempts": 3}, "steps": [
+        task("L1-001", "1-core", &[]),
+        task("L2-001", "2-more", &["L1-001"])
+    ]});
+    let file = repo.join("plan.json");
+    std::fs::write(&file, plan.to_string()).unwrap();
+    let (code, report) = lab.json(&["run", common::path_str(&file), "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    let (ui, _) = serve(&lab);
+    let (name, value) = bearer();
+    let tasks = request(
+        ui.port,
+        "GET",
+        &format!("/api/runs/{run}/tasks"),
+        &[(name, &value)],
+    );
+    assert_eq!(tasks.status, 200, "{}", tasks.body);
+    // The state the board reads is `state export`'s (but for when each was read).
+    let without_time = |mut document: Value| {
+        document.as_object_mut().unwrap().remove("updated_at");
+        document
+    };
+    let exported = text(&lab, &["state", "export", &run]);
+    let expected = without_time(serde_json::from_str(&exported).unwrap());
+    let served = without_time(tasks.json()["state"].clone());
+    assert_eq!(served, expected, "the board's state is `state export`'s");
+
+    let browser = Browser::start(1280, 1100);
+    browser.open(&page(&ui, &run));
+    let board = browser.wait_for(
+        "the board",
+        20,
+        "return [...document.querySelectorAll('#board section.layer')].map(l => [l.dataset.layer, [...l.querySelectorAll('article.task')].map(t => [t.dataset.taskId, t.dataset.status, t.querySelector('.attempts').textContent])]);",
+        |b| b.as_array().is_some_and(|b| b.len() == 2),
+    );
+    assert_eq!(
+        board,
+        json!([
+            [
+                "1-core",
+                [["L1-001", "completed", "✓ completed · attempt 2 of 3"]]
+            ],
+            [
+                "2-more",
+                [["L2-001", "completed", "✓ completed · attempt 2 of 3"]]
+            ]
+        ])
+    );
+    let card = browser.script(
+        "return document.querySelector('article.task[data-task-id=\"L1-001\"]').textContent;",
+        &[],
+    );
+    let card = card.as_str().unwrap();
+    assert!(
+        card.contains("last failure (attempt 1, verification_failed"),
+        "{card}"
+    );
+    assert!(
+        card.contains("feedback for attempt 2:") && card.contains("AssertionError"),
+        "{card}"
+    );
+    assert!(
+        card.contains("implementation (attempt 1)") && card.contains("fix (attempt 2)"),
+        "{card}"
+    );
+    let queue = browser.script(
+        "return [...document.querySelectorAll('#merge-queue li')].map(li => li.textContent);",
+        &[],
+    );
+    assert_eq!(queue, json!(["L1-001: merged", "L2-001: merged"]));
+    let state = browser.script("return JSON.parse(document.getElementById('state-json').textContent).tasks['L2-001'].status;", &[]);
+    assert_eq!(state, "completed");
+    browser.script(
+        "document.getElementById('tasks').scrollIntoView(); return null;",
+        &[],
+    );
+    screenshot(&browser, "tasks");
+}

@@ -284,6 +284,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/api/runs/{run}/graph", get(run_graph))
         .route("/api/runs/{run}/timeline", get(run_timeline))
         .route("/api/runs/{run}/steps/{step}", get(step))
+        .route("/api/runs/{run}/tasks", get(tasks))
         .route(
             "/api/runs/{run}/approve",
             post(|state, run, Json(decision)| decide(state, run, true, decision)),
@@ -487,6 +488,41 @@ async fn step(
             "records": records,
             "waiting": waiting,
             "events": events,
+        }))
+    })
+    .await
+}
+
+/// `GET /api/runs/RUN/tasks`: a task breakdown's board: its layers in plan order, each with
+/// its tasks (id and title), the attempts a task has (`max_attempts`), and the run's
+/// execute-state document (`plan-cli state export RUN`), which says how each task stands.
+async fn tasks(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
+    let project_path = shared.project_path.clone();
+    with_run(shared, run, move |store, row| {
+        let plan = plan_run::plan_of(row)?;
+        let Some(workspace) = &plan.workspace else {
+            return Err(plan_run::LifecycleError::Refused(format!(
+                "run {} has no tasks (its plan has no `workspace:`)",
+                row.run_id
+            )));
+        };
+        let mut layers: Vec<(String, Vec<Value>)> = Vec::new();
+        for step in plan.steps.iter().filter(|step| step.task.is_some()) {
+            let layer = step.layer.clone().unwrap_or_default();
+            let card = json!({"id": step.id.0, "title": step.title});
+            match layers.iter_mut().find(|(name, _)| *name == layer) {
+                Some((_, tasks)) => tasks.push(card),
+                None => layers.push((layer, vec![card])),
+            }
+        }
+        let state = plan_run::execute_state(store, row, &plan, project_path.as_deref())?;
+        let layers: Vec<Value> = (layers.into_iter())
+            .map(|(name, tasks)| json!({"name": name, "tasks": tasks}))
+            .collect();
+        Ok(json!({
+            "layers": layers,
+            "max_attempts": workspace.max_attempts,
+            "state": state,
         }))
     })
     .await
