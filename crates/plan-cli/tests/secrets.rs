@@ -255,6 +255,8 @@ fn no_dashboard_answer_holds_a_secret() {
     let report: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(report["task_status"], json!("WAITING"), "{report}");
     let run_id = report["run_id"].as_str().unwrap().to_owned();
+    let added = run_cli(&lab, &["plan", "add", path_str(&file)]);
+    assert!(added.status.success(), "{added:?}");
     let env = [("PLAN_TEST_S", SECRET), ("PLAN_TEST_H", HOST_SECRET)];
     let (mut ui, line) = start(&lab, &["--no-open"], &env);
     assert_clean("the dashboard's first line", line.as_bytes());
@@ -272,6 +274,9 @@ fn no_dashboard_answer_holds_a_secret() {
             format!("/api/runs/{run_id}/graph"),
             format!("/api/runs/{run_id}/timeline"),
             format!("/api/runs/{run_id}/events"),
+            "/plans".to_owned(),
+            "/api/plans".to_owned(),
+            "/api/plans/secrets".to_owned(),
         ];
         paths.extend(
             steps

@@ -927,3 +927,87 @@ fn a_breakdowns_board_shows_each_task_with_its_attempts_failure_and_commits() {
     );
     screenshot(&browser, "tasks");
 }
+
+/// The plans registry: each stored plan, its graph, and what `validate` finds, shown at its
+/// line in the plan's text.
+#[test]
+fn the_plans_page_shows_each_stored_plan_with_its_graph_and_its_problems_at_their_line() {
+    let lab = Lab::new();
+    let good = lab.dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "id: good\ntitle: Fetch and count\nsteps:\n  - id: fetch\n    tool: echo\n    args: {text: rows}\n  - id: count\n    tool: echo\n    depends_on: [fetch]\n    args: {text: counted}\n",
+    )
+    .unwrap();
+    // Stored with a warning (`plan add` judges arguments leniently); `validate` calls it an error.
+    let loose = lab.dir.path().join("loose.yaml");
+    std::fs::write(
+        &loose,
+        "id: loose\nsteps:\n  - id: wait\n    tool: sleep\n    args:\n      ms: soon\n",
+    )
+    .unwrap();
+    for file in [&good, &loose] {
+        text(&lab, &["plan", "add", common::path_str(file)]);
+    }
+    let (code, validated) = lab.json(&["validate", "loose", "--json"]);
+    assert_ne!(code, 0, "{validated}");
+    let (ui, _) = serve(&lab);
+    let (name, value) = bearer();
+    let auth = [(name, value.as_str())];
+    let listed = request(ui.port, "GET", "/api/plans", &auth).json();
+    let (_, cli) = lab.json(&["plan", "list", "--json"]);
+    assert_eq!(listed, cli, "the registry is `plan list --json`'s");
+    let detail = request(ui.port, "GET", "/api/plans/loose", &auth).json();
+    assert_eq!(
+        detail["validation"], validated,
+        "judged as `validate --json` judges it"
+    );
+    let missing = request(ui.port, "GET", "/api/plans/nope", &auth);
+    assert_eq!(missing.status, 400, "{}", missing.body);
+
+    let browser = Browser::start(1280, 900);
+    browser.open(&format!("http://127.0.0.1:{}/plans?token={TOKEN}", ui.port));
+    browser.click("tr[data-plan-id=\"good\"] a");
+    let graph = browser.wait_for("the good plan's graph", 20, STATUSES, |s| {
+        s.as_object().is_some_and(|s| s.len() == 2)
+    });
+    assert_eq!(graph, json!({"fetch": "pending", "count": "pending"}));
+    assert!(
+        browser
+            .script(
+                "return document.getElementById('verdict').textContent;",
+                &[]
+            )
+            .as_str()
+            .unwrap()
+            .starts_with("✓ valid: 2 steps")
+    );
+    browser.click("tr[data-plan-id=\"loose\"] a");
+    let verdict = browser.wait_for(
+        "the loose plan's verdict",
+        20,
+        "return document.getElementById('verdict').textContent;",
+        |v| v.as_str().is_some_and(|v| v.starts_with("✗")),
+    );
+    assert_eq!(verdict, "✗ not valid: 1 error(s)");
+    assert_eq!(
+        browser.script(STATUSES, &[]),
+        json!({}),
+        "no graph of an invalid plan"
+    );
+    // The error sits under the line it is at, in words.
+    let line = validated["errors"][0]["line"].as_u64().unwrap();
+    let marked = browser.script(
+        "return [...document.querySelectorAll('#source li.issue')].map(li => [Number(li.dataset.line), li.textContent]);",
+        &[],
+    );
+    let marked = marked.as_array().unwrap();
+    assert_eq!(marked.len(), 1, "{marked:?}");
+    assert_eq!(marked[0][0], json!(line));
+    let shown = marked[0][1].as_str().unwrap();
+    assert!(
+        shown.starts_with("      ms: soon") && shown.contains("^ error:"),
+        "{shown}"
+    );
+    screenshot(&browser, "plans");
+}

@@ -54,8 +54,17 @@ pub(crate) struct Edge {
     pub(crate) to: String,
 }
 
-/// Lays out `plan` and gives each step its status in `report`.
-pub(crate) fn graph(plan: &Plan, report: &RunReport) -> Graph {
+/// Lays out `plan` and gives each step its status in `report` (without a run, every step is
+/// `pending`).
+pub(crate) fn graph(plan: &Plan, report: Option<&RunReport>) -> Graph {
+    let (records, pending, run) = match report {
+        Some(report) => (
+            &report.records[..],
+            &report.pending_approvals[..],
+            report.task_status,
+        ),
+        None => (&[][..], &[][..], plan_types::TaskStatus::Running),
+    };
     let deps = Dependencies::new(plan);
     let columns = order(&deps, plan.steps.len());
     let mut at = vec![(0.0, 0.0); plan.steps.len()];
@@ -69,7 +78,7 @@ pub(crate) fn graph(plan: &Plan, report: &RunReport) -> Graph {
     // Each record to its step, once: its own, or one of its items or inner calls.
     let index = plan_graph::StepIndex::new(plan.steps.iter().map(|s| s.id.0.as_str()));
     let mut seen = vec![Seen::default(); plan.steps.len()];
-    for record in &report.records {
+    for record in records {
         match index.call_of(&record.step_id) {
             Some(plan_graph::CallOf::Step(i)) => seen[i].own = Some(record),
             Some(plan_graph::CallOf::Item(i) | plan_graph::CallOf::Inside(i, _)) => {
@@ -79,7 +88,7 @@ pub(crate) fn graph(plan: &Plan, report: &RunReport) -> Graph {
             None => {}
         }
     }
-    for pending in &report.pending_approvals {
+    for pending in pending {
         if let Some(call) = index.call_of(&pending.step_id) {
             seen[call.step()].waits = true;
         }
@@ -97,7 +106,7 @@ pub(crate) fn graph(plan: &Plan, report: &RunReport) -> Graph {
             Node {
                 id: step.id.0.clone(),
                 kind: step.kind().to_owned(),
-                status: status_of(seen, report.task_status),
+                status: status_of(seen, run),
                 items,
                 x: at[i].0,
                 y: at[i].1,

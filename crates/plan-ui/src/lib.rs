@@ -285,6 +285,8 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/api/runs/{run}/timeline", get(run_timeline))
         .route("/api/runs/{run}/steps/{step}", get(step))
         .route("/api/runs/{run}/tasks", get(tasks))
+        .route("/api/plans", get(plans))
+        .route("/api/plans/{plan}", get(plan))
         .route(
             "/api/runs/{run}/approve",
             post(|state, run, Json(decision)| decide(state, run, true, decision)),
@@ -300,6 +302,15 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/", get(|| async { Html(INDEX) }))
         .route("/runs/{run}", get(|| async { Html(RUN) }))
+        .route("/plans", get(|| async { Html(PLANS) }))
+        .route(
+            "/assets/common.js",
+            get(|| async { asset("text/javascript", COMMON_JS) }),
+        )
+        .route(
+            "/assets/common.css",
+            get(|| async { asset("text/css", COMMON_CSS) }),
+        )
         .merge(api)
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
@@ -313,6 +324,18 @@ const INDEX: &str = include_str!("../assets/index.html");
 
 /// A run's page (its data comes from the API, with the token).
 const RUN: &str = include_str!("../assets/run.html");
+
+/// The plans registry's page.
+const PLANS: &str = include_str!("../assets/plans.html");
+
+/// What the pages share: helpers, the graph's drawing, the look.
+const COMMON_JS: &str = include_str!("../assets/common.js");
+const COMMON_CSS: &str = include_str!("../assets/common.css");
+
+/// A file the pages load, of `kind`.
+fn asset(kind: &'static str, text: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], text).into_response()
+}
 
 /// Every request: its `Host` must be this server's (403 otherwise); every answer is kept out
 /// of caches and sends no referrer.
@@ -438,7 +461,7 @@ async fn run_graph(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -
     with_run(shared, run, |store, row| {
         let report = plan_run::report(store, row)?;
         let plan = plan_run::plan_of(row)?;
-        Ok(serde_json::to_value(graph::graph(&plan, &report)).unwrap_or(Value::Null))
+        Ok(serde_json::to_value(graph::graph(&plan, Some(&report))).unwrap_or(Value::Null))
     })
     .await
 }
@@ -523,6 +546,70 @@ async fn tasks(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Re
             "layers": layers,
             "max_attempts": workspace.max_attempts,
             "state": state,
+        }))
+    })
+    .await
+}
+
+/// `GET /api/plans`: the plan registry, as `plan-cli plan list --json` prints it.
+async fn plans(State(shared): State<Arc<Shared>>) -> Response {
+    blocking(move || {
+        if !shared.ledger.exists() {
+            return Ok(json!([]));
+        }
+        let plans = shared.reader()?.plans()?;
+        Ok(serde_json::to_value(plans).unwrap_or(Value::Null))
+    })
+    .await
+}
+
+/// `GET /api/plans/PLAN`: a stored plan (as `plan list --json` shows it), its text (`source`),
+/// what validating it finds (as
+/// `plan-cli validate PLAN --json` judges it: a plan a model or a client wrote under the
+/// restricted policy its runs get), and, when it is valid, its graph laid out.
+async fn plan(State(shared): State<Arc<Shared>>, Path(plan_id): Path<String>) -> Response {
+    blocking(move || {
+        let stored = (shared.reader()?.plans()?.into_iter())
+            .find(|stored| stored.plan_id == plan_id)
+            .ok_or_else(|| {
+                plan_run::LifecycleError::Refused(format!("there is no stored plan `{plan_id}`"))
+            })?;
+        let input = plan_run::PlanInput {
+            path: plan_id.clone().into(),
+            stored_only: true,
+        };
+        let text = input
+            .read(&shared.ledger, &mut std::io::empty())
+            .map_err(|error| plan_run::LifecycleError::Refused(error.to_string()))?;
+        let author = plan_run::Author::from_name(&stored.author);
+        let policy = (author != plan_run::Author::Operator).then(plan_run::Policy::default);
+        let strictness = plan_run::Strictness {
+            arguments: plan_graph::Severity::Error,
+        };
+        let env = |name: &str| std::env::var(name).ok();
+        let prepared = tokio::runtime::Handle::current().block_on(plan_run::prepare(
+            text,
+            plan_run::Inputs::default(),
+            &shared.toolbox,
+            strictness,
+            &env,
+        ));
+        let (validation, graph) = match prepared {
+            Ok(ready) => (
+                plan_run::Validation::judged(&ready, author, policy.as_ref()),
+                Some(graph::graph(&ready.loaded.plan, None)),
+            ),
+            Err(plan_run::PrepareError::Invalid(problems)) => (
+                plan_run::Validation::invalid(&problems.source, &problems.issues),
+                None,
+            ),
+            Err(error) => return Err(plan_run::LifecycleError::Prepare(Box::new(error))),
+        };
+        Ok(json!({
+            "plan": stored,
+            "source": stored.source,
+            "validation": validation,
+            "graph": graph,
         }))
     })
     .await
