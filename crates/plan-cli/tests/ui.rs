@@ -1011,3 +1011,71 @@ fn the_plans_page_shows_each_stored_plan_with_its_graph_and_its_problems_at_thei
     );
     screenshot(&browser, "plans");
 }
+
+/// A block step's panel draws the block as a graph of its own: its nodes with their
+/// statuses, its transitions with their conditions, and the path the run took, the
+/// transitions it took marked.
+#[test]
+fn a_blocks_panel_draws_its_nodes_transitions_and_the_path_taken() {
+    let lab = Lab::new();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fixtures/43-block-review.yaml");
+    let (code, report) = lab.json(&["run", common::path_str(&fixture), "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    let (ui, _) = serve(&lab);
+    let (name, value) = bearer();
+    let detail = request(
+        ui.port,
+        "GET",
+        &format!("/api/runs/{run}/steps/review"),
+        &[(name, &value)],
+    )
+    .json();
+    // check runs three times (attempt 1 and 2 fail `passed`), fix twice in between.
+    let path = ["draft", "check", "fix", "check", "fix", "check", "done"];
+    assert_eq!(detail["block"]["path"], json!(path));
+
+    let browser = Browser::start(1280, 1000);
+    browser.open(&page(&ui, &run));
+    browser.click("g.step[data-step-id=\"review\"]");
+    let nodes = browser.wait_for(
+        "the block's graph",
+        20,
+        "return Object.fromEntries([...document.querySelectorAll('#panel g.node')].map(g => [g.dataset.node, g.dataset.status]));",
+        |n| n.as_object().is_some_and(|n| n.len() == 4),
+    );
+    assert_eq!(
+        nodes,
+        json!({"draft": "ok", "check": "ok", "fix": "ok", "done": "ok"})
+    );
+    let edges = browser.script(
+        "return [...document.querySelectorAll('#panel path.edge')].map(p => [p.dataset.from, p.dataset.to, p.classList.contains('taken')]);",
+        &[],
+    );
+    let mut edges = edges.as_array().unwrap().clone();
+    edges.sort_by_key(|e| e.to_string());
+    assert_eq!(
+        edges,
+        [
+            json!(["check", "done", true]),
+            json!(["check", "fix", true]),
+            json!(["draft", "check", true]),
+            json!(["fix", "check", true]),
+        ]
+    );
+    let labels = browser.script(
+        "return [...document.querySelectorAll('#panel text.edge-label')].map(t => t.textContent).sort();",
+        &[],
+    );
+    assert_eq!(
+        labels,
+        json!(["default ✔ taken", "passed ✔ taken", "✔ taken", "✔ taken"])
+    );
+    let said = browser.script(
+        "return document.querySelector('#panel .block-path').textContent;",
+        &[],
+    );
+    assert_eq!(said, format!("path taken: {}", path.join(" → ")));
+    screenshot(&browser, "run-block");
+}

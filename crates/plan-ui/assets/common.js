@@ -41,10 +41,12 @@ async function api(path, body) {
   return value;
 }
 
-// Draws `graph` (the API's laid-out graph) into `svg`: an arrow per dependency, a node per
-// step (`data-step-id`, `data-status`, its status written in it), each selected by a click
-// or by Enter and Space when it has the focus (`select(id)`).
-function drawPlanGraph(svg, graph, select) {
+// Draws `graph` (the API's laid-out graph) into `svg`: an arrow per dependency (a block's
+// transitions with their condition, the ones the run took drawn heavier and marked "taken"),
+// a node per step (`g.step` with `data-step-id`, or for a block's nodes `g.node` with
+// `data-node`; `data-status`, its status written in it), each selected by a click or by Enter
+// and Space when it has the focus (`select(id)`).
+function drawPlanGraph(svg, graph, select, kind = "step") {
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${graph.width} ${graph.height}`);
   svg.setAttribute("width", graph.width);
@@ -56,12 +58,22 @@ function drawPlanGraph(svg, graph, select) {
   for (const edge of graph.edges) {
     const a = at.get(edge.from), b = at.get(edge.to);
     const x1 = a.x + a.width, y1 = a.y + a.height / 2, x2 = b.x, y2 = b.y + b.height / 2, mid = (x1 + x2) / 2;
-    el("path", { class: "edge", d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`, "data-from": edge.from, "data-to": edge.to }, edges);
+    const back = x2 <= x1;
+    // A transition back (a loop) bends below its nodes.
+    const d = back
+      ? `M${a.x + a.width / 2},${a.y + a.height} C${a.x + a.width / 2},${a.y + a.height + 30} ${b.x + b.width / 2},${b.y + b.height + 30} ${b.x + b.width / 2},${b.y + b.height}`
+      : `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`;
+    el("path", { class: "edge" + (edge.taken ? " taken" : ""), d, "data-from": edge.from, "data-to": edge.to }, edges);
+    if (edge.label || edge.taken) {
+      const lx = back ? (a.x + b.x + b.width) / 2 : mid, ly = back ? Math.max(a.y, b.y) + a.height + 26 : (y1 + y2) / 2 - 4;
+      el("text", { class: "edge-label", x: lx, y: ly, "text-anchor": "middle" }, edges).textContent = [edge.label, edge.taken ? "✔ taken" : ""].filter(Boolean).join(" ");
+    }
   }
   svg.append(edges);
   const nodes = document.createDocumentFragment();
   for (const node of graph.nodes) {
-    const g = el("g", { class: "step", "data-step-id": node.id, "data-status": node.status, transform: `translate(${node.x},${node.y})`, tabindex: "0", role: "button", "aria-label": node.id + ": " + (marks[node.status] || node.status) }, nodes);
+    const id = kind === "step" ? { "data-step-id": node.id } : { "data-node": node.id };
+    const g = el("g", { class: kind, ...id, "data-status": node.status, transform: `translate(${node.x},${node.y})`, tabindex: "0", role: "button", "aria-label": node.id + ": " + (marks[node.status] || node.status) }, nodes);
     el("rect", { width: node.width, height: node.height, rx: "6" }, g);
     const name = el("text", { x: "8", y: "17" }, g);
     name.textContent = node.id.length > 20 ? node.id.slice(0, 19) + "…" : node.id;

@@ -8,11 +8,11 @@ use plan_types::RunReport;
 use serde::Serialize;
 
 /// Node sizes and gaps, in SVG units.
-const WIDTH: f64 = 170.0;
-const HEIGHT: f64 = 44.0;
-const COLUMN: f64 = 230.0;
-const ROW: f64 = 64.0;
-const MARGIN: f64 = 16.0;
+pub(crate) const WIDTH: f64 = 170.0;
+pub(crate) const HEIGHT: f64 = 44.0;
+pub(crate) const COLUMN: f64 = 230.0;
+pub(crate) const ROW: f64 = 64.0;
+pub(crate) const MARGIN: f64 = 16.0;
 
 /// The graph of a run's plan.
 #[derive(Debug, Serialize)]
@@ -47,11 +47,16 @@ pub(crate) struct Items {
     pub(crate) ok: usize,
 }
 
-/// A dependency: `from` must finish before `to`.
+/// A dependency: `from` must finish before `to` (in a block: a transition, with its condition
+/// and whether the run took it).
 #[derive(Debug, Serialize)]
 pub(crate) struct Edge {
     pub(crate) from: String,
     pub(crate) to: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) label: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) taken: bool,
 }
 
 /// Lays out `plan` and gives each step its status in `report` (without a run, every step is
@@ -120,6 +125,8 @@ pub(crate) fn graph(plan: &Plan, report: Option<&RunReport>) -> Graph {
             deps.deps[i].iter().map(move |&d| Edge {
                 from: plan.steps[d].id.0.clone(),
                 to: plan.steps[i].id.0.clone(),
+                label: None,
+                taken: false,
             })
         })
         .collect();

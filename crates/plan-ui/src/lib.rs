@@ -38,6 +38,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+mod block;
 mod graph;
 mod timeline;
 
@@ -506,11 +507,26 @@ async fn step(
         let events: Vec<_> = (events_of(store, &row.run_id)?.into_iter())
             .filter(|event| event.step_id.as_deref().is_some_and(of_step))
             .collect();
+        // A block: its nodes and transitions, and the path the run took.
+        let block = plan.steps[position].block.as_deref().map(|definition| {
+            let state = (report.blocks.iter())
+                .find(|state| state.step_id == step)
+                .map(|state| (state.state, state.node.as_deref()));
+            let inside = block::Inside {
+                step: &step,
+                events: &events,
+                records: &records,
+                state,
+            };
+            let (graph, path) = block::graph(definition, &inside);
+            json!({"graph": graph, "path": path})
+        });
         Ok(json!({
             "step": plan.steps[position],
             "records": records,
             "waiting": waiting,
             "events": events,
+            "block": block,
         }))
     })
     .await
