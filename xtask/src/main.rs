@@ -26,6 +26,9 @@ use anyhow::{Context, Result, bail};
 mod llm;
 mod peer;
 mod tasks;
+mod ui;
+#[allow(dead_code, reason = "the CLI's browser tests use the rest of it")]
+mod webdriver;
 use serde_json::{Value, json};
 
 fn main() -> Result<()> {
@@ -285,6 +288,15 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
         let binary = root.join("target/release/plan-cli");
         for result in tasks::bench(&binary, &out_dir)? {
             results.push(json!({"kind": "cli", "result": result}));
+        }
+    }
+
+    if only.iter().any(|o| o == "ui") {
+        // Not part of a plain `bench`: it needs chromium and chromedriver.
+        cargo(root, &["build", "-q", "--release", "-p", "plan-cli"])?;
+        let binary = root.join("target/release/plan-cli");
+        for result in ui::bench(&binary, &out_dir)? {
+            results.push(json!({"kind": "ui", "result": result}));
         }
     }
 

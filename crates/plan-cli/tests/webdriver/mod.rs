@@ -1,147 +1,38 @@
-//! A WebDriver client for the dashboard's browser tests: Debian's `chromedriver` driving its
-//! headless `chromium`, spoken to over the W3C WebDriver protocol (JSON over HTTP) with the
-//! tests' own HTTP requests. Without either program a test fails: it never passes untested.
+//! The browser tests' headless Chromium: the WebDriver client `bench ui` uses too (one client,
+//! included by path), failing the test at once where the client gives an error. Without
+//! `chromium` and `chromedriver` a test fails: it never passes untested.
+
+#[path = "../../../../xtask/src/webdriver.rs"]
+mod client;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// The element reference key of the W3C protocol.
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+/// A browser session, ended when dropped.
+pub(crate) struct Browser(client::Browser);
 
-/// A chromedriver process and one browser session in it, both ended when dropped.
-pub(crate) struct Browser {
-    driver: std::process::Child,
-    port: u16,
-    session: String,
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = http(
-            self.port,
-            "DELETE",
-            &format!("/session/{}", self.session),
-            None,
-        );
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
-/// One request to the driver: the answer's status and body (read to its `Content-Length`:
-/// the driver keeps its connections open).
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-) -> std::io::Result<(u16, String)> {
-    use std::io::{BufRead as _, Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes())?;
-    let mut reader = std::io::BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let status = line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let mut length = 0;
-    loop {
-        line.clear();
-        reader.read_line(&mut line)?;
-        if line.trim().is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+/// What a step of the client gave, or the test's failure with why.
+fn or_fail<T>(result: Result<T, String>) -> T {
+    result.unwrap_or_else(|error| panic!("{error}"))
 }
 
 impl Browser {
     /// Starts `chromedriver` and a headless `chromium` session in a window of `width` × `height`.
     pub(crate) fn start(width: u32, height: u32) -> Browser {
-        let port = super::common::free_port();
-        let driver = std::process::Command::new("chromedriver")
-            .arg(format!("--port={port}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|error| {
-                panic!("chromedriver is needed (apt-get install chromium chromium-driver): {error}")
-            });
-        let mut browser = Browser {
-            driver,
-            port,
-            session: String::new(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let binary = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-            .into_iter()
-            .find(|path| Path::new(path).exists())
-            .expect("chromium is needed (apt-get install chromium chromium-driver)");
-        let capabilities = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": binary,
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         format!("--window-size={width},{height}")]
-            }
-        }}});
-        let answer = browser.call("POST", "/session", Some(&capabilities));
-        browser.session = answer["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no session: {answer}"))
-            .to_owned();
-        browser
-    }
-
-    /// A command of the protocol: its `value`, or a panic with the driver's error.
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
-        let (status, body) = http(self.port, method, path, body)
-            .unwrap_or_else(|error| panic!("{method} {path}: {error}"));
-        let value: Value = serde_json::from_str(&body)
-            .unwrap_or_else(|_| panic!("{method} {path}: not JSON: {body}"));
-        assert_eq!(status, 200, "{method} {path}: {value}");
-        value["value"].clone()
-    }
-
-    fn session_call(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
-        self.call(method, &format!("/session/{}{path}", self.session), body)
+        Browser(or_fail(client::Browser::start(width, height)))
     }
 
     /// Opens `url` (and waits for the page to load).
     pub(crate) fn open(&self, url: &str) {
-        self.session_call("POST", "/url", Some(&json!({"url": url})));
+        or_fail(self.0.open(url));
     }
 
     /// Runs `script` in the page (a function body: `return …`) with `args`: what it returns.
     pub(crate) fn script(&self, script: &str, args: &[Value]) -> Value {
-        self.session_call(
-            "POST",
-            "/execute/sync",
-            Some(&json!({"script": script, "args": args})),
-        )
+        or_fail(self.0.script(script, args))
     }
 
     /// What `script` returns once `done` holds for it (checked every 100 ms, for `seconds`).
@@ -152,56 +43,24 @@ impl Browser {
         script: &str,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(seconds);
-        loop {
-            let value = self.script(script, &[]);
-            if done(&value) {
-                return value;
-            }
-            assert!(Instant::now() < deadline, "{what}: still {value}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let (within, every) = (Duration::from_secs(seconds), Duration::from_millis(100));
+        or_fail(self.0.wait_for(what, within, every, script, done))
     }
 
-    /// The first element `css` selects, once it is there and shown (20 s at most).
-    fn find(&self, css: &str) -> String {
-        let shown = format!(
-            "const e = document.querySelector({css:?}); return !!e && !e.closest('[hidden]');"
-        );
-        self.wait_for(css, 20, &shown, |v| v == &json!(true));
-        let found = self.session_call(
-            "POST",
-            "/element",
-            Some(&json!({"using": "css selector", "value": css})),
-        );
-        (found[ELEMENT].as_str())
-            .unwrap_or_else(|| panic!("{css}: {found}"))
-            .to_owned()
-    }
-
-    /// Clicks the first element `css` selects, as a person would (the driver moves the
-    /// pointer there and clicks), once it is there and shown.
+    /// Clicks the first element `css` selects, as a person would, once it is there and shown.
     pub(crate) fn click(&self, css: &str) {
-        let id = self.find(css);
-        self.session_call("POST", &format!("/element/{id}/click"), Some(&json!({})));
+        or_fail(self.0.click(css));
     }
 
-    /// Types `text` into the first element `css` selects (keys as WebDriver names them:
-    /// `\u{E007}` is Enter), once it is there and shown.
+    /// Types `text` into the first element `css` selects (`\u{E007}` is Enter).
     pub(crate) fn type_into(&self, css: &str, text: &str) {
-        let id = self.find(css);
-        self.session_call(
-            "POST",
-            &format!("/element/{id}/value"),
-            Some(&json!({"text": text})),
-        );
+        or_fail(self.0.type_into(css, text));
     }
 
     /// A screenshot of the window, as PNG, written to `path`.
     pub(crate) fn screenshot(&self, path: &Path) {
-        let encoded = self.session_call("GET", "/screenshot", None);
         let png = base64::engine::general_purpose::STANDARD
-            .decode(encoded.as_str().unwrap_or_default())
+            .decode(or_fail(self.0.screenshot_base64()))
             .unwrap();
         assert!(png.starts_with(b"\x89PNG"), "not a PNG");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
