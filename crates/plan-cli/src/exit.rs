@@ -94,6 +94,7 @@ impl Failure {
             }
             error @ LifecycleError::EventsFile { .. } => Failure::input(error.to_string()),
             LifecycleError::Prepare(error) => Failure::prepare(*error),
+            LifecycleError::Tools(error) => Failure::tools(error),
             ref error @ LifecycleError::NotGated { ref id, .. } => {
                 Failure::input(format!("--approve {id}: {error}"))
             }

@@ -76,19 +76,14 @@ impl Toolbox {
         Ok(())
     }
 
-    /// Connects to a queue for a worker.
-    pub(crate) fn connect_queue(
-        &self,
-        url: &str,
-        name: &str,
-    ) -> Result<plan_queue::Queue, Failure> {
-        self.block_on(plan_queue::Queue::connect(url, name))
-            .map_err(|error| Failure::input(error.to_string()))
-    }
-
     /// The library's toolbox, for a front-end that outlives this borrow (`mcp serve`).
     pub(crate) fn shared(&self) -> std::sync::Arc<plan_run::Toolbox> {
         self.tools.clone()
+    }
+
+    /// Runs `future` on the process's runtime, in the background.
+    pub(crate) fn spawn(&self, future: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.runtime.spawn(future);
     }
 
     /// Runs `future` to its end on the process's runtime, from anywhere: also from code that

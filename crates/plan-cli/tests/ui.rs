@@ -448,7 +448,11 @@ fn runs_go_on_through_the_api_as_the_cli_goes_on_with_them() {
             })
             .count()
     };
-    assert_eq!((ran("build"), ran("after")), (1, ran("deploy")), "{events}");
+    assert_eq!(
+        (ran("build"), ran("deploy"), ran("after")),
+        (1, 2, 2),
+        "{events}"
+    );
 
     // A run going on in the dashboard is stopped there, resumably; the dashboard goes on.
     let slow = lab.write(
@@ -487,6 +491,32 @@ fn runs_go_on_through_the_api_as_the_cli_goes_on_with_them() {
     let (_, status) = lab.json(&["status", &run, "--json"]);
     assert_eq!(status["task_status"], "STOPPED", "{status}");
     assert_eq!(request(ui.port, "GET", "/api/runs", &auth).status, 200);
+
+    // `plan-cli cancel` from a terminal signals the dashboard, which owns the run: it stops
+    // that run (resumably) and goes on serving.
+    let mut ui = ui;
+    let resume = |ui: &common::ui::Ui| {
+        let answer = post(
+            ui.port,
+            &format!("/api/runs/{run}/resume"),
+            &json!({}),
+            &auth,
+        );
+        assert_eq!(answer.status, 202, "{}", answer.body);
+        status_until(&lab, &run, |s| s["task_status"] == "RUNNING");
+    };
+    resume(&ui);
+    let said = text(&lab, &["cancel", &run]);
+    assert!(said.contains(&format!("run {run} stopped")), "{said}");
+    assert!(ui.ends_within(1).is_none(), "the dashboard goes on serving");
+    assert_eq!(request(ui.port, "GET", "/api/runs", &auth).status, 200);
+    // A SIGTERM of its own (no run asked to stop) stops its runs, then it ends.
+    resume(&ui);
+    ui.signal("TERM");
+    let ended = ui.ends_within(60).expect("the dashboard ends on SIGTERM");
+    assert!(ended.success(), "{ended:?}");
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(status["task_status"], "STOPPED", "{status}");
 }
 
 /// Opening the browser never puts the token in a process's arguments (other users can list

@@ -726,10 +726,19 @@ fn canonical(name: &str, accepted: &[String]) -> String {
 
 /// The candidate nearest to `name`, if it is near enough to be a typo (for "did you mean").
 pub fn closest<'c>(name: &str, candidates: &'c [String]) -> Option<&'c str> {
+    let length = name.chars().count();
     candidates
         .iter()
-        .map(|c| (strsim::levenshtein(name, c), c.as_str()))
-        .filter(|(distance, c)| *distance <= 2.max(c.len() / 3))
+        .filter_map(|c| {
+            let limit = 2.max(c.len() / 3);
+            // Lengths further apart than the limit are further apart than it: no distance to
+            // work out (a name of 200 KB asked for against 10,000 ids costs nothing).
+            if length.abs_diff(c.chars().count()) > limit {
+                return None;
+            }
+            let distance = strsim::levenshtein(name, c);
+            (distance <= limit).then_some((distance, c.as_str()))
+        })
         .min()
         .map(|(_, c)| c)
 }
@@ -802,5 +811,7 @@ mod tests {
         assert_eq!(super::closest("depend_on", &names), Some("depends_on"));
         assert_eq!(super::closest("tol", &names), Some("tool"));
         assert_eq!(super::closest("completely_else", &names), None);
+        // A name far longer than any candidate is none of them (and costs no distance).
+        assert_eq!(super::closest(&"depends_on".repeat(20_000), &names), None);
     }
 }

@@ -9,6 +9,19 @@ use plan_types::TaskStatus;
 
 use crate::LifecycleError;
 
+/// The option of a run that `cancel` sets before it signals the run's process: the run it
+/// asks to stop ([`stop_asked`]). A resume clears it.
+pub(crate) const STOP_ASKED: &str = "$.stop_asked";
+
+/// Whether `cancel` asked for run `row` to stop since it was last resumed: a process that
+/// runs several runs (the dashboard) stops that one when it gets the signal.
+pub fn stop_asked(row: &plan_store::RunRow) -> bool {
+    row.options
+        .get("stop_asked")
+        .and_then(serde_json::Value::as_bool)
+        == Some(true)
+}
+
 /// What cancelling a run did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cancelled {
@@ -54,6 +67,9 @@ pub fn cancel(
         }
         RunState::Running => match crate::owner_alive(&row) {
             Some(pid) => {
+                // Which of its runs is to stop, for a process that runs several (the
+                // dashboard); a process that runs one stops it whatever this says.
+                store.set_option(&run_id, STOP_ASKED, &serde_json::json!(true))?;
                 ask_to_stop(pid)?;
                 // Its process commits what finished and marks the run stopped.
                 let deadline = Instant::now() + patience;

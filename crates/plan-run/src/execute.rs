@@ -163,6 +163,19 @@ impl Execution {
     }
 }
 
+impl Execution {
+    /// Sends the run's calls to `toolbox`'s queue, when it has one (`Toolbox::connect_queue`),
+    /// as every front-end's run through a queue does: losing the queue stops the run.
+    pub fn use_queue_of(&mut self, toolbox: &crate::Toolbox) {
+        #[cfg(feature = "queue")]
+        {
+            self.queue = toolbox.queue().cloned();
+        }
+        #[cfg(not(feature = "queue"))]
+        let _ = toolbox;
+    }
+}
+
 impl Default for Execution {
     fn default() -> Self {
         Execution::new()
@@ -743,117 +756,145 @@ pub async fn resume(
     // What the run's last process made durable in its log and did not commit is folded in
     // before anything is read back.
     store.recover(&row.run_id)?;
-    // Steps a model wrote into the plan (`replan`) wait for approvals whatever the run was
-    // given (its policy's are `hold_to`'s).
-    if approvals_kept_on(&store, &row.run_id)?.is_some() {
-        execution.approvals = Some(true);
+    // The run is this process's from here: claimed in one statement, so that of two processes
+    // going on with it at once one gets it. What fails before it runs gives it back, stopped.
+    let seen = (row.state == RunState::Running)
+        .then_some(row.owner_pid)
+        .flatten();
+    if !store.resume_run(&row.run_id, std::process::id(), seen)? {
+        let now = store.run(&row.run_id)?;
+        return Err(LifecycleError::StillRunning {
+            run_id: row.run_id.clone(),
+            pid: now.owner_pid.unwrap_or(0),
+        });
     }
-    let mut records = store.records(&row.run_id)?;
-    if retry_failed || !retry_steps.is_empty() {
-        // A failed step runs again; a failed block runs again from its entry point, so the
-        // records of its nodes (`STEP/NODE#N`) go too. A step named to run again goes with
-        // its map items, its nodes, and every step that depends on it.
-        let failed: Vec<String> = if retry_failed {
-            records
-                .iter()
-                .filter(|r| r.error.is_some())
-                .map(|r| r.step_id.clone())
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let plan = plan_of(&row)?;
-        let deps = plan_graph::Dependencies::new(&plan);
-        // The step of the plan a record is of (itself, an item, or a call inside it), if any:
-        // a step of an earlier revision (`run --replan`) is none, and its record stays.
-        let index = plan_graph::StepIndex::new(plan.steps.iter().map(|step| step.id.0.as_str()));
-        let step_of = |id: &str| index.step_of(id);
-        let failed: Vec<&String> = failed.iter().filter(|id| step_of(id).is_some()).collect();
-        // Steps run again whole: the named ones, and every step after a named or a failed one
-        // (what it saw of them changes: a `run_if: all_done` cleanup runs again after the
-        // deploy it follows). One pass in dependency order: a step is marked when one of its
-        // dependencies is.
-        let mut again = vec![false; plan.steps.len()];
-        let mut after = vec![false; plan.steps.len()];
-        for id in &retry_steps {
-            if let Some(i) = plan.position(id) {
-                again[i] = true;
-                after[i] = true;
-            }
+    let restored = async {
+        // A cancel asked of the run's last process is done with.
+        if crate::cancel::stop_asked(&row) {
+            store.set_option(&row.run_id, crate::cancel::STOP_ASKED, &Value::Null)?;
         }
-        for id in &failed {
-            if let Some(i) = step_of(id) {
-                after[i] = true;
-            }
+        // Steps a model wrote into the plan (`replan`) wait for approvals whatever the run was
+        // given (its policy's are `hold_to`'s).
+        if approvals_kept_on(&store, &row.run_id)?.is_some() {
+            execution.approvals = Some(true);
         }
-        for i in deps.levels().into_iter().flatten() {
-            if deps.deps[i].iter().any(|&d| after[d]) {
-                again[i] = true;
-                after[i] = true;
-            }
-        }
-        // A failed map step keeps its items that succeeded, a failed block runs again from
-        // its entry (its nodes' records go), and a step run again loses everything it made.
-        let forgotten = |id: &str| {
-            // A call inside a step goes with its step; an item is a call of its own.
-            let top = match index.call_of(id) {
-                Some(plan_graph::CallOf::Inside(i, _)) => plan.steps[i].id.0.as_str(),
-                _ => id,
+        let mut records = store.records(&row.run_id)?;
+        if retry_failed || !retry_steps.is_empty() {
+            // A failed step runs again; a failed block runs again from its entry point, so the
+            // records of its nodes (`STEP/NODE#N`) go too. A step named to run again goes with
+            // its map items, its nodes, and every step that depends on it.
+            let failed: Vec<String> = if retry_failed {
+                records
+                    .iter()
+                    .filter(|r| r.error.is_some())
+                    .map(|r| r.step_id.clone())
+                    .collect()
+            } else {
+                Vec::new()
             };
-            failed.iter().any(|f| id == f.as_str() || top == f.as_str())
-                || step_of(id).is_some_and(|i| again[i])
-        };
-        let forget: Vec<String> = records
-            .iter()
-            .map(|r| r.step_id.clone())
-            .filter(|id| forgotten(id))
-            .collect();
-        store.forget_records(&row.run_id, &forget)?;
-        records.retain(|r| !forgotten(&r.step_id));
+            let plan = plan_of(&row)?;
+            let deps = plan_graph::Dependencies::new(&plan);
+            // The step of the plan a record is of (itself, an item, or a call inside it), if any:
+            // a step of an earlier revision (`run --replan`) is none, and its record stays.
+            let index =
+                plan_graph::StepIndex::new(plan.steps.iter().map(|step| step.id.0.as_str()));
+            let step_of = |id: &str| index.step_of(id);
+            let failed: Vec<&String> = failed.iter().filter(|id| step_of(id).is_some()).collect();
+            // Steps run again whole: the named ones, and every step after a named or a failed one
+            // (what it saw of them changes: a `run_if: all_done` cleanup runs again after the
+            // deploy it follows). One pass in dependency order: a step is marked when one of its
+            // dependencies is.
+            let mut again = vec![false; plan.steps.len()];
+            let mut after = vec![false; plan.steps.len()];
+            for id in &retry_steps {
+                if let Some(i) = plan.position(id) {
+                    again[i] = true;
+                    after[i] = true;
+                }
+            }
+            for id in &failed {
+                if let Some(i) = step_of(id) {
+                    after[i] = true;
+                }
+            }
+            for i in deps.levels().into_iter().flatten() {
+                if deps.deps[i].iter().any(|&d| after[d]) {
+                    again[i] = true;
+                    after[i] = true;
+                }
+            }
+            // A failed map step keeps its items that succeeded, a failed block runs again from
+            // its entry (its nodes' records go), and a step run again loses everything it made.
+            let forgotten = |id: &str| {
+                // A call inside a step goes with its step; an item is a call of its own.
+                let top = match index.call_of(id) {
+                    Some(plan_graph::CallOf::Inside(i, _)) => plan.steps[i].id.0.as_str(),
+                    _ => id,
+                };
+                failed.iter().any(|f| id == f.as_str() || top == f.as_str())
+                    || step_of(id).is_some_and(|i| again[i])
+            };
+            let forget: Vec<String> = records
+                .iter()
+                .map(|r| r.step_id.clone())
+                .filter(|id| forgotten(id))
+                .collect();
+            store.forget_records(&row.run_id, &forget)?;
+            records.retain(|r| !forgotten(&r.step_id));
+        }
+        let dir = working_dir_of(&row).map(|dir| dir.display().to_string());
+        // The folder the run was started with: its policy's (or, for a run from before policies
+        // were kept, the folder its start kept); a run a model re-planned keeps the model's
+        // steps' programs in the folder the re-plan kept.
+        let root = policy
+            .as_ref()
+            .map(|policy| policy.workdir.clone())
+            .or_else(|| stored_folder(&row, "workspace_root"))
+            .map(|root| root.display().to_string());
+        let workspace =
+            open_workspace(&prepared.loaded.plan, dir.as_deref(), root.as_deref()).await?;
+        let confined_to = root.clone().or_else(|| {
+            stored_folder(&row, crate::generate::REPLAN_FOLDER)
+                .map(|root| root.display().to_string())
+        });
+        let variables = store.variables(&row.run_id)?;
+        let approvals = store.decisions(&row.run_id)?;
+        let checkpoints = store.checkpoints(&row.run_id)?;
+        let earlier_attempts = store.earlier_attempts(&row.run_id)?;
+        let stored_limit = row
+            .options
+            .get("max_concurrency")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok());
+        let mode = row
+            .options
+            .get("mode")
+            .and_then(|mode| serde_json::from_value(mode.clone()).ok())
+            .unwrap_or(Mode::Auto);
+        let stored_approvals = row.options.get("approvals").and_then(Value::as_bool);
+        Ok::<_, LifecycleError>(From {
+            started_at: row.started_at.clone(),
+            restored: Some(Restored {
+                records,
+                variables,
+                checkpoints,
+                earlier_attempts,
+            }),
+            stored_limit,
+            stored_approvals,
+            approvals,
+            mode,
+            workspace,
+            confined_to,
+        })
     }
-    let dir = working_dir_of(&row).map(|dir| dir.display().to_string());
-    // The folder the run was started with: its policy's (or, for a run from before policies
-    // were kept, the folder its start kept); a run a model re-planned keeps the model's
-    // steps' programs in the folder the re-plan kept.
-    let root = policy
-        .as_ref()
-        .map(|policy| policy.workdir.clone())
-        .or_else(|| stored_folder(&row, "workspace_root"))
-        .map(|root| root.display().to_string());
-    let workspace = open_workspace(&prepared.loaded.plan, dir.as_deref(), root.as_deref()).await?;
-    let confined_to = root.clone().or_else(|| {
-        stored_folder(&row, crate::generate::REPLAN_FOLDER).map(|root| root.display().to_string())
-    });
-    let variables = store.variables(&row.run_id)?;
-    let approvals = store.decisions(&row.run_id)?;
-    let checkpoints = store.checkpoints(&row.run_id)?;
-    let earlier_attempts = store.earlier_attempts(&row.run_id)?;
-    store.resume_run(&row.run_id, std::process::id())?;
-    let stored_limit = row
-        .options
-        .get("max_concurrency")
-        .and_then(Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok());
-    let mode = row
-        .options
-        .get("mode")
-        .and_then(|mode| serde_json::from_value(mode.clone()).ok())
-        .unwrap_or(Mode::Auto);
-    let stored_approvals = row.options.get("approvals").and_then(Value::as_bool);
-    let from = From {
-        started_at: row.started_at.clone(),
-        restored: Some(Restored {
-            records,
-            variables,
-            checkpoints,
-            earlier_attempts,
-        }),
-        stored_limit,
-        stored_approvals,
-        approvals,
-        mode,
-        workspace,
-        confined_to,
+    .await;
+    let from = match restored {
+        Ok(from) => from,
+        Err(error) => {
+            let _ = store.end_run(&row.run_id, RunState::Stopped, None, SystemTime::now());
+            return Err(error);
+        }
     };
     // The row holds the plan's text: only its id goes on.
     let run_id = row.run_id.clone();

@@ -94,7 +94,7 @@ mod toolbox;
 mod validation;
 pub mod words;
 
-pub use cancel::{Cancelled, cancel};
+pub use cancel::{Cancelled, cancel, stop_asked};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};
 pub use error::LifecycleError;
 pub use execute::{
@@ -125,4 +125,9 @@ pub use report::{
 pub use sources::{Kept, QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};
 pub use toolbox::{Catalog, PlanTools, ToolSettings, Toolbox, ToolsError};
+
+/// Where the values of environment variables come from, for a front-end that outlives a
+/// borrow (`mcp serve`, the dashboard): the operator's environment, as the CLI reads it (the
+/// libraries read none).
+pub type Env = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 pub use validation::{IssueReport, Validation};

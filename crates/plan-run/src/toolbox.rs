@@ -103,9 +103,9 @@ impl ToolSettings {
     }
 
     /// The tools run `kept` goes on with, in its own folder, as `plan-cli resume RUN` would
-    /// give them. `env` reads the environment: `${env.NAME}` in the
-    /// MCP configuration, `REDIS_URL` for a run's queue that kept no address (as `resume`
-    /// without `--queue`), and `PLAN_QUEUE_SECRET`, which signs its jobs.
+    /// give them. `env` reads the environment: `${env.NAME}` in the MCP configuration,
+    /// `PLAN_QUEUE` and `REDIS_URL` for the run's queue (as `resume` reads them without
+    /// `--queue`), and `PLAN_QUEUE_SECRET`, which signs its jobs.
     pub async fn toolbox_for(
         &self,
         kept: &crate::Kept,
@@ -116,8 +116,12 @@ impl ToolSettings {
         let toolbox = self.toolbox(kept, folder, env)?;
         #[cfg(feature = "queue")]
         if let Some(run_id) = &kept.run_id {
-            let redis = env("REDIS_URL");
-            let chosen = (kept.sources).queue_going_on(run_id, None, None, redis.as_deref())?;
+            // As `plan-cli resume RUN` reads them: PLAN_QUEUE (its `--queue`), REDIS_URL; an
+            // empty one is none.
+            let set = |name: &str| env(name).filter(|value| !value.is_empty());
+            let (given, redis) = (set("PLAN_QUEUE"), set("REDIS_URL"));
+            let chosen =
+                (kept.sources).queue_going_on(run_id, given.as_deref(), None, redis.as_deref())?;
             if let Some((url, name)) = chosen {
                 let options = plan_queue::DispatchOptions {
                     secret: env("PLAN_QUEUE_SECRET").and_then(plan_queue::QueueSecret::new),

@@ -21,8 +21,7 @@ use serde_json::{Map, Value, json};
 
 pub use plan_tools::mcp::server::ServeError;
 
-/// Where the values of environment variables come from (the operator's environment).
-pub type Env = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+pub use plan_run::Env;
 
 /// What the server serves with, as its operator set it up.
 pub struct Settings {

@@ -293,13 +293,21 @@ impl Store {
         Ok(())
     }
 
-    /// Marks a run as running again in this process (`resume`).
-    pub fn resume_run(&mut self, run_id: &str, owner_pid: u32) -> Result<(), StoreError> {
-        self.conn.execute(
-            "UPDATE runs SET state = 'running', task_status = NULL, finished_at = NULL, owner_pid = ?2, updated_at = ?3 WHERE run_id = ?1",
-            params![run_id, owner_pid, crate::timestamp(std::time::SystemTime::now())],
+    /// Claims run `run_id` for process `owner_pid` to go on with, as one statement: unless
+    /// another process has claimed it since it was read, when it was not running or its owner
+    /// was `seen` (a process that died). Whether it is this process's now: two processes that
+    /// go on with a run at once never both get it.
+    pub fn resume_run(
+        &mut self,
+        run_id: &str,
+        owner_pid: u32,
+        seen: Option<u32>,
+    ) -> Result<bool, StoreError> {
+        let claimed = self.conn.execute(
+            "UPDATE runs SET state = 'running', task_status = NULL, finished_at = NULL, owner_pid = ?2, updated_at = ?3 WHERE run_id = ?1 AND (state != 'running' OR owner_pid IS ?4 OR owner_pid = ?2)",
+            params![run_id, owner_pid, crate::timestamp(std::time::SystemTime::now()), seen],
         )?;
-        Ok(())
+        Ok(claimed == 1)
     }
 
     /// Replaces a run's plan with a new revision (`run --replan`): the plan it had is kept

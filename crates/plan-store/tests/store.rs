@@ -939,7 +939,8 @@ fn a_resumed_journal_replays_only_what_was_not_committed() {
         .unwrap();
     std::io::Write::write_all(&mut file, br#"{"n":4,"records":[["d",3,nu"#).unwrap();
     drop(file);
-    store.resume_run("r", 43).unwrap();
+    // Its process (42) died: this one takes the run over.
+    assert!(store.resume_run("r", 43, Some(42)).unwrap());
 
     let mut journal = RunJournal::new(store, "r", Arc::default()).unwrap();
     journal
@@ -1092,4 +1093,30 @@ fn a_models_response_format_is_kept_per_endpoint_and_model() {
         Some("none")
     );
     assert_eq!(store.model_format("http://b/v1", "m").unwrap(), None);
+}
+
+/// Two processes that go on with a stopped run at once (each read it stopped, or running with
+/// a dead owner): the claim is one statement, so one gets it and the other is refused.
+#[test]
+fn a_run_is_claimed_by_one_process_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut first = Store::open(&path).unwrap();
+    let mut second = Store::open(&path).unwrap();
+    let (inputs, options) = (Map::new(), json!({}));
+    first
+        .begin_run(&new_run("r", &inputs, &options, "2026-01-01T00:00:00.000Z"))
+        .unwrap();
+    let at = std::time::SystemTime::now();
+    first.end_run("r", RunState::Stopped, None, at).unwrap();
+    // Both read it stopped; the first claims it, the second is refused.
+    assert!(first.resume_run("r", 100, None).unwrap());
+    assert!(!second.resume_run("r", 200, None).unwrap());
+    assert_eq!(second.run("r").unwrap().owner_pid, Some(100));
+    // Its process died (it is running, owner 100): a process that saw that owner takes it
+    // over, once; one that read it before the takeover is refused.
+    assert!(second.resume_run("r", 200, Some(100)).unwrap());
+    assert!(!first.resume_run("r", 300, Some(100)).unwrap());
+    // The owner itself may claim it again.
+    assert!(second.resume_run("r", 200, Some(100)).unwrap());
 }

@@ -36,8 +36,10 @@ async function api(path, body) {
   const options = body === undefined ? { headers } : { method: "POST", headers: { ...headers, "Content-Type": "application/json" }, body: JSON.stringify(body) };
   const answer = await fetch(path, options);
   const text = await answer.text();
-  const value = text ? JSON.parse(text) : null;
-  if (!answer.ok) throw new Error((value && value.error) || answer.statusText);
+  // The server's errors are JSON (`{"error": …}`); its framework's (413, 415, 422) plain text.
+  let value = null;
+  try { value = text ? JSON.parse(text) : null; } catch (error) { if (answer.ok) throw error; }
+  if (!answer.ok) throw new Error((value && value.error) || text || answer.statusText);
   return value;
 }
 

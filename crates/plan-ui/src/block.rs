@@ -14,6 +14,8 @@ pub(crate) struct Inside<'a> {
     pub(crate) events: &'a [Event],
     pub(crate) records: &'a [&'a Record],
     pub(crate) state: Option<(BlockPhase, Option<&'a str>)>,
+    /// The run's status (a record's state depends on it).
+    pub(crate) run: plan_types::TaskStatus,
 }
 
 /// The node a call inside the block is of: `check` for `STEP/check#2` and `STEP/inner#1/x#1`.
@@ -125,7 +127,7 @@ pub(crate) fn graph(block: &Block, inside: &Inside<'_>) -> (Graph, Vec<String>) 
 }
 
 /// A node's status: where the block stands, if it stands at this node; else its last call's
-/// record; else `pending`.
+/// record's state, as `plan-cli status` says it; else `pending`.
 fn status(name: &str, inside: &Inside<'_>) -> &'static str {
     // The block's node is `check`, or `inner/deploy` inside a nested block.
     if let Some((phase, Some(at))) = inside.state
@@ -140,11 +142,9 @@ fn status(name: &str, inside: &Inside<'_>) -> &'static str {
     let last = (inside.records.iter())
         .rev()
         .find(|record| node_of(inside.step, &record.step_id) == Some(name));
-    match last {
-        Some(record) if record.ok => "ok",
-        Some(_) => "failed",
-        None => "pending",
-    }
+    last.map_or("pending", |record| {
+        crate::graph::shown(plan_run::StepState::of(record, inside.run))
+    })
 }
 
 #[cfg(test)]
@@ -207,6 +207,7 @@ mod tests {
             events: &events,
             records: &records,
             state: Some((BlockPhase::Waiting, Some("inner/a"))),
+            run: plan_types::TaskStatus::Waiting,
         };
         let (graph, path) = graph(&block(), &inside);
         assert_eq!(path, ["check", "fix", "check", "inner"]);

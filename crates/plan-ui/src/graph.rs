@@ -198,20 +198,28 @@ struct Seen<'a> {
 /// A step's status: its record's, else waiting (a call of it waits for an approval), else
 /// running (the run runs and its items or inner calls have records), else pending.
 fn status_of(seen: &Seen<'_>, run: plan_types::TaskStatus) -> &'static str {
-    use plan_run::StepState;
     if seen.waits {
         return "waiting";
     }
-    match seen.own.map(|record| StepState::of(record, run)) {
-        Some(StepState::Ok) => "ok",
-        Some(StepState::Failed) => "failed",
-        Some(StepState::Skipped) => "skipped",
-        Some(StepState::Blocked) => "blocked",
-        Some(StepState::Running) => "running",
-        // Its turn is still to come (on resume, or after the decision the run waits for).
-        Some(StepState::NotStarted | StepState::Interrupted | StepState::Waiting) => "pending",
+    match seen.own {
+        Some(record) => shown(plan_run::StepState::of(record, run)),
         None if run == plan_types::TaskStatus::Running && seen.inside > 0 => "running",
         None => "pending",
+    }
+}
+
+/// How the page names a record's state (`plan-cli status`'s), in SPEC §12's words: what is
+/// still to run (on resume, or after the decision the run waits for) is `pending`; `waiting`
+/// is kept for the call a decision is waited for.
+pub(crate) fn shown(state: plan_run::StepState) -> &'static str {
+    use plan_run::StepState;
+    match state {
+        StepState::Ok => "ok",
+        StepState::Failed => "failed",
+        StepState::Skipped => "skipped",
+        StepState::Blocked => "blocked",
+        StepState::Running => "running",
+        StepState::NotStarted | StepState::Interrupted | StepState::Waiting => "pending",
     }
 }
 

@@ -20,7 +20,9 @@
 //! let settings = plan_ui::Settings::local(plan_run::Ledger::new(None, None), 0, toolbox);
 //! let server = plan_ui::Server::bind(settings).unwrap();
 //! let url = server.url().to_owned(); // the front-end shows it
-//! server.serve().unwrap();
+//! // Each message is a Ctrl+C or SIGTERM the front-end heard.
+//! let (_signals, heard) = tokio::sync::mpsc::unbounded_channel();
+//! server.serve(heard).unwrap();
 //! ```
 
 use std::convert::Infallible;
@@ -62,6 +64,8 @@ pub enum UiError {
     Serve(std::io::Error),
 }
 
+pub use plan_run::Env;
+
 /// How to serve.
 #[derive(Clone)]
 pub struct Settings {
@@ -81,6 +85,27 @@ pub struct Settings {
     pub tools: plan_run::ToolSettings,
     /// The project's folder a resumed run's state document names (`project_path`).
     pub project_path: Option<String>,
+    /// The environment, as the front-end gives it (the library reads none): the values of the
+    /// variables a plan lists under `env:` when it is prepared (validated, resumed), and what
+    /// [`plan_run::ToolSettings::toolbox_for`] reads.
+    pub env: Env,
+    /// Where what happens out of any request's sight is told (a run going on in the background
+    /// that stops on an error); the front-end words it.
+    pub notices: Option<std::sync::mpsc::Sender<Notice>>,
+}
+
+/// What happened in the background, for the front-end to tell.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Notice {
+    /// A run the dashboard went on with stopped on an error (the ledger has what it did).
+    #[error("run {run_id} could not go on: {error}")]
+    RunStopped {
+        /// The run.
+        run_id: String,
+        /// Why.
+        error: plan_run::LifecycleError,
+    },
 }
 
 impl Settings {
@@ -94,6 +119,8 @@ impl Settings {
             toolbox,
             tools: plan_run::ToolSettings::default(),
             project_path: None,
+            env: Arc::new(|_| None),
+            notices: None,
         }
     }
 }
@@ -109,8 +136,11 @@ struct Shared {
     toolbox: Arc<plan_run::Toolbox>,
     tools: plan_run::ToolSettings,
     project_path: Option<String>,
+    env: Env,
+    notices: Option<std::sync::mpsc::Sender<Notice>>,
     /// The runs this process goes on with (resumed or retried here), each with what stops it:
-    /// a cancel of one of them stops it here (`plan_run::cancel` would signal this process).
+    /// a cancel of one of them stops it here (`plan_run::cancel` takes a run whose owner is
+    /// this very process for one whose owner died, and would mark it stopped while it runs).
     going: std::sync::Mutex<std::collections::HashMap<String, tokio_util::sync::CancellationToken>>,
     token: String,
     /// The `Host` values requests may carry.
@@ -175,6 +205,12 @@ impl Server {
                 toolbox: settings.toolbox,
                 tools: settings.tools,
                 project_path: settings.project_path,
+                // The dashboard's own token is no run's to read, whatever holds it.
+                env: {
+                    let (env, own) = (settings.env, token.clone());
+                    Arc::new(move |name: &str| env(name).filter(|value| *value != own))
+                },
+                notices: settings.notices,
                 going: std::sync::Mutex::default(),
                 token,
                 hosts,
@@ -233,22 +269,41 @@ impl Server {
         Ok(page)
     }
 
-    /// Serves until the process ends.
-    pub fn serve(self) -> Result<(), UiError> {
+    /// Serves until the front-end's Ctrl+C or SIGTERM (each one a message of `signals`) that
+    /// asks no run of this process to stop: then the runs it goes on with are stopped as
+    /// Ctrl+C stops a terminal's (what finished is committed, each is marked stopped and can
+    /// be resumed), 30 s at most, and it returns. A signal `plan-cli cancel RUN` sent for a
+    /// run it goes on with (`plan_run::stop_asked`) stops that run alone.
+    pub fn serve(
+        self,
+        mut signals: tokio::sync::mpsc::UnboundedReceiver<()>,
+    ) -> Result<(), UiError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            // Run values are read at any depth (resumed runs, reports made into JSON).
+            .thread_stack_size(plan_types::json::VALUE_THREAD_STACK)
             .enable_all()
             .build()
             .map_err(UiError::Serve)?;
+        let shared = self.shared.clone();
         runtime.block_on(async move {
             self.listener
                 .set_nonblocking(true)
                 .map_err(UiError::Serve)?;
             let listener =
                 tokio::net::TcpListener::from_std(self.listener).map_err(UiError::Serve)?;
-            axum::serve(listener, router(self.shared))
-                .await
-                .map_err(UiError::Serve)
+            let stop = async move {
+                while signals.recv().await.is_some() {
+                    if !shared.stop_asked_runs().await {
+                        break;
+                    }
+                }
+                shared.stop_runs(Duration::from_secs(30)).await;
+            };
+            tokio::select! {
+                served = axum::serve(listener, router(self.shared)) => served.map_err(UiError::Serve),
+                () = stop => Ok(()),
+            }
         })
     }
 }
@@ -257,6 +312,49 @@ impl Shared {
     /// The ledger to read.
     fn reader(&self) -> Result<plan_store::Store, plan_run::LifecycleError> {
         Ok(self.ledger.open_reader()?)
+    }
+
+    /// Stops the runs this process goes on with that `plan-cli cancel` asked to stop; whether
+    /// there were any (else the signal was for the dashboard itself).
+    async fn stop_asked_runs(self: &Arc<Self>) -> bool {
+        let shared = self.clone();
+        let asked = tokio::task::spawn_blocking(move || {
+            let ids: Vec<String> = shared.going().keys().cloned().collect();
+            let Ok(store) = shared.writer() else {
+                return Vec::new();
+            };
+            ids.into_iter()
+                .filter(|id| store.run(id).is_ok_and(|row| plan_run::stop_asked(&row)))
+                .collect::<Vec<String>>()
+        })
+        .await
+        .unwrap_or_default();
+        let going = self.going();
+        for id in &asked {
+            if let Some(stop) = going.get(id) {
+                stop.cancel();
+            }
+        }
+        !asked.is_empty()
+    }
+
+    /// Stops every run this process goes on with, and waits (at most `patience`) until each
+    /// has committed what finished and is marked stopped.
+    async fn stop_runs(&self, patience: Duration) {
+        for stop in self.going().values() {
+            stop.cancel();
+        }
+        let deadline = tokio::time::Instant::now() + patience;
+        while !self.going().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Tells the front-end `notice`, if it listens.
+    fn tell(&self, notice: Notice) {
+        if let Some(notices) = &self.notices {
+            let _ = notices.send(notice);
+        }
     }
 
     /// The runs this process goes on with (a poisoned lock is still a map).
@@ -407,15 +505,33 @@ fn refuse(status: StatusCode, message: &str) -> Response {
 
 /// A lifecycle error as an answer: a run that is not there is 404, a prefix of several 400.
 fn failed(error: &plan_run::LifecycleError) -> Response {
-    use plan_run::LifecycleError::{Ledger, Refused};
+    use plan_run::LifecycleError as E;
     use plan_store::StoreError::{Ambiguous, Decided, NotFound};
     let status = match error {
-        Ledger(NotFound { .. }) => StatusCode::NOT_FOUND,
-        Ledger(Decided { .. }) => StatusCode::CONFLICT,
-        Ledger(Ambiguous { .. }) | Refused(_) => StatusCode::BAD_REQUEST,
+        E::Ledger(NotFound { .. }) => StatusCode::NOT_FOUND,
+        // Decided already, run by another process, or not the run's plan: the run's state
+        // stands in the way.
+        E::Ledger(Decided { .. }) | E::StillRunning { .. } | E::PlanDiffers { .. } => {
+            StatusCode::CONFLICT
+        }
+        E::Ledger(Ambiguous { .. })
+        | E::Refused(_)
+        | E::NotGated { .. }
+        | E::Policy(_)
+        | E::Prepare(_)
+        | E::InvalidPlan(_)
+        | E::QueueNotKept { .. } => StatusCode::BAD_REQUEST,
+        // An MCP server or a queue the run needs did not answer.
+        E::Tools(_) => StatusCode::BAD_GATEWAY,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     refuse(status, &error.to_string())
+}
+
+/// `value` as JSON for an answer (what cannot be made JSON is the server's error).
+fn json_of(value: impl serde::Serialize) -> Result<Value, plan_run::LifecycleError> {
+    serde_json::to_value(value)
+        .map_err(|error| plan_run::LifecycleError::Internal(error.to_string()))
 }
 
 #[derive(serde::Deserialize)]
@@ -444,7 +560,7 @@ async fn runs(State(shared): State<Arc<Shared>>, Query(query): Query<RunsQuery>)
         }
         let mut store = shared.reader()?;
         let rows = plan_run::runs(&mut store, &filter)?;
-        Ok(serde_json::to_value(rows).unwrap_or(Value::Null))
+        json_of(rows)
     })
     .await
 }
@@ -452,7 +568,7 @@ async fn runs(State(shared): State<Arc<Shared>>, Query(query): Query<RunsQuery>)
 /// `GET /api/runs/RUN`: `status RUN --json`'s object.
 async fn run(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
     with_run(shared, run, |store, row| {
-        Ok(serde_json::to_value(plan_run::report(store, row)?).unwrap_or(Value::Null))
+        json_of(plan_run::report(store, row)?)
     })
     .await
 }
@@ -462,19 +578,34 @@ async fn run_graph(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -
     with_run(shared, run, |store, row| {
         let report = plan_run::report(store, row)?;
         let plan = plan_run::plan_of(row)?;
-        Ok(serde_json::to_value(graph::graph(&plan, Some(&report))).unwrap_or(Value::Null))
+        json_of(graph::graph(&plan, Some(&report)))
     })
     .await
 }
 
-/// `GET /api/runs/RUN/timeline`: each attempt of each call in time, and the critical path.
-async fn run_timeline(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
-    with_run(shared, run, |store, row| {
+/// `GET /api/runs/RUN/timeline[?limit=N]`: each attempt of each call in time (the first `N`),
+/// how many there are, and the critical path.
+async fn run_timeline(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    Query(query): Query<TimelineQuery>,
+) -> Response {
+    with_run(shared, run, move |store, row| {
         let plan = plan_run::plan_of(row)?;
         let events = events_of(store, &row.run_id)?;
-        Ok(serde_json::to_value(timeline::timeline(&plan, &events)).unwrap_or(Value::Null))
+        let mut timeline = timeline::timeline(&plan, &events);
+        if let Some(limit) = query.limit {
+            timeline.bars.truncate(limit);
+        }
+        json_of(timeline)
     })
     .await
+}
+
+#[derive(serde::Deserialize)]
+struct TimelineQuery {
+    /// At most this many bars (the first calls); `total` counts them all.
+    limit: Option<usize>,
 }
 
 /// `GET /api/runs/RUN/steps/STEP`: what the step panel shows of a step: its definition in the
@@ -517,15 +648,21 @@ async fn step(
                 events: &events,
                 records: &records,
                 state,
+                run: report.task_status,
             };
             let (graph, path) = block::graph(definition, &inside);
             json!({"graph": graph, "path": path})
         });
+        // A map of 100,000 items is not sent whole: its first records and its last events,
+        // with how many there are.
+        let (records_total, events_total) = (records.len(), events.len());
         Ok(json!({
             "step": plan.steps[position],
-            "records": records,
+            "records": &records[..records.len().min(STEP_RECORDS)],
+            "records_total": records_total,
             "waiting": waiting,
-            "events": events,
+            "events": &events[events.len().saturating_sub(STEP_EVENTS)..],
+            "events_total": events_total,
             "block": block,
         }))
     })
@@ -574,7 +711,7 @@ async fn plans(State(shared): State<Arc<Shared>>) -> Response {
             return Ok(json!([]));
         }
         let plans = shared.reader()?.plans()?;
-        Ok(serde_json::to_value(plans).unwrap_or(Value::Null))
+        json_of(plans)
     })
     .await
 }
@@ -602,7 +739,7 @@ async fn plan(State(shared): State<Arc<Shared>>, Path(plan_id): Path<String>) ->
         let strictness = plan_run::Strictness {
             arguments: plan_graph::Severity::Error,
         };
-        let env = |name: &str| std::env::var(name).ok();
+        let env = |name: &str| (shared.env)(name);
         let prepared = tokio::runtime::Handle::current().block_on(plan_run::prepare(
             text,
             plan_run::Inputs::default(),
@@ -630,6 +767,10 @@ async fn plan(State(shared): State<Arc<Shared>>, Path(plan_id): Path<String>) ->
     })
     .await
 }
+
+/// The most records (the first) and events (the last) of a step its panel gets.
+const STEP_RECORDS: usize = 200;
+const STEP_EVENTS: usize = 500;
 
 /// Every event of a run the ledger holds now (as `plan-cli events RUN` reads them).
 fn events_of(
@@ -704,7 +845,7 @@ async fn decide(
             let reason = decision.reason.as_deref();
             plan_run::reject(&mut store, &run, &decision.steps, reason, gated)?
         };
-        Ok(serde_json::to_value(decided).unwrap_or(Value::Null))
+        json_of(decided)
     })
     .await
 }
@@ -846,23 +987,8 @@ async fn go_on_here(
     kept: plan_run::Kept,
     started: tokio::sync::oneshot::Sender<Result<String, Response>>,
 ) {
-    let env = |name: &str| std::env::var(name).ok();
-    let toolbox = match shared.tools.toolbox_for(&kept, &env).await {
-        Ok(toolbox) => toolbox,
-        Err(error) => {
-            let _ = started.send(Err(failed(&error)));
-            return;
-        }
-    };
-    let prepared = match from.prepare(&toolbox, &env).await {
-        Ok(prepared) => prepared,
-        Err(error) => {
-            toolbox.shutdown().await;
-            let _ = started.send(Err(failed(&error)));
-            return;
-        }
-    };
     let run_id = from.row.run_id.clone();
+    // Taken first, so that a cancel while its tools start and its plan is prepared stops it.
     let stop = tokio_util::sync::CancellationToken::new();
     let taken = {
         let mut going = shared.going();
@@ -873,21 +999,90 @@ async fn go_on_here(
         free
     };
     if !taken {
-        toolbox.shutdown().await;
         let message = format!("run {run_id} is going on in this dashboard already");
         let _ = started.send(Err(refuse(StatusCode::CONFLICT, &message)));
         return;
     }
+    let env = |name: &str| (shared.env)(name);
+    let toolbox = match shared.tools.toolbox_for(&kept, &env).await {
+        Ok(toolbox) => toolbox,
+        Err(error) => return refused(&shared, &run_id, started, failed(&error)),
+    };
+    let prepared = match from.prepare(&toolbox, &env).await {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            toolbox.shutdown().await;
+            return refused(&shared, &run_id, started, failed(&error));
+        }
+    };
+    if stop.is_cancelled() {
+        toolbox.shutdown().await;
+        let message = format!("run {run_id} was cancelled before it went on");
+        return refused(
+            &shared,
+            &run_id,
+            started,
+            refuse(StatusCode::CONFLICT, &message),
+        );
+    }
     let mut execution = plan_run::Execution::new();
     execution.cancel = stop;
     execution.project_path = shared.project_path.clone();
-    let _ = started.send(Ok(run_id.clone()));
+    // Calls go to the run's queue, and losing it stops the run, as in `plan-cli resume`.
+    execution.use_queue_of(&toolbox);
+    // The answer waits until the run has gone on (its first event): what refuses it before
+    // (its author's policy, its state file, another process that took it) is the answer.
+    let started = Arc::new(Started(
+        std::sync::Mutex::new(Some(started)),
+        run_id.clone(),
+    ));
+    execution.events.push(started.clone());
     let ended = plan_run::resume(store, from, prepared, execution).await;
     toolbox.shutdown().await;
     shared.going().remove(&run_id);
-    // The ledger has what happened; what kept the run from going on is said here.
     if let Err(error) = ended {
-        eprintln!("run {run_id} could not go on: {error}");
+        match started.take() {
+            Some(answer) => {
+                let _ = answer.send(Err(failed(&error)));
+            }
+            // The ledger has what happened; what stopped the run is told the front-end.
+            None => shared.tell(Notice::RunStopped { run_id, error }),
+        }
+    }
+}
+
+/// A resume refused before the run went on: it is no longer this process's, and `answer` is
+/// the request's.
+fn refused(
+    shared: &Shared,
+    run_id: &str,
+    started: tokio::sync::oneshot::Sender<Result<String, Response>>,
+    answer: Response,
+) {
+    shared.going().remove(run_id);
+    let _ = started.send(Err(answer));
+}
+
+/// Hears a resumed run's first event, and answers the request that resumed it then.
+struct Started(
+    std::sync::Mutex<Option<tokio::sync::oneshot::Sender<Result<String, Response>>>>,
+    String,
+);
+
+impl Started {
+    fn take(&self) -> Option<tokio::sync::oneshot::Sender<Result<String, Response>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl plan_types::EventSink for Started {
+    fn emit(&self, _: &plan_types::Event) {
+        if let Some(answer) = self.take() {
+            let _ = answer.send(Ok(self.1.clone()));
+        }
     }
 }
 
@@ -902,15 +1097,32 @@ async fn blocking(
     }
 }
 
-/// `GET /api/runs/RUN/events`: one server-sent event per ledger event (its data the JSON line
-/// `events RUN` prints), following a live run until it ends.
-async fn events(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Response {
+#[derive(serde::Deserialize)]
+struct EventsQuery {
+    /// Only the events committed from now on.
+    #[serde(default)]
+    new_only: bool,
+}
+
+/// `GET /api/runs/RUN/events[?new_only=true]`: one server-sent event per ledger event (its
+/// data the JSON line `events RUN` prints), following a live run until it ends. A read of the
+/// ledger that fails ends the stream with an `error` event saying why.
+async fn events(
+    State(shared): State<Arc<Shared>>,
+    Path(run): Path<String>,
+    Query(query): Query<EventsQuery>,
+) -> Response {
     let opened = {
         let shared = shared.clone();
         tokio::task::spawn_blocking(move || {
             let mut store = shared.writer()?;
             let row = plan_run::read_run(&mut store, &run)?;
-            Ok::<_, plan_run::LifecycleError>((store, plan_run::EventFeed::new(&row.run_id)))
+            let mut feed = plan_run::EventFeed::new(&row.run_id);
+            if query.new_only {
+                // What is committed already is passed over (a page that has read the run).
+                while !feed.next(&mut store)?.events.is_empty() {}
+            }
+            Ok::<_, plan_run::LifecycleError>((store, feed))
         })
         .await
     };
@@ -945,14 +1157,19 @@ async fn follow(
             (store, feed, batch)
         })
         .await;
-        let Ok((store, feed, Ok(batch))) = read else {
-            return;
+        let (store, feed, batch) = match read {
+            Ok((store, feed, Ok(batch))) => (store, feed, batch),
+            Ok((_, _, Err(error))) => {
+                let said = Event::default().event("error").data(error.to_string());
+                let _ = sender.send(Ok(said)).await;
+                return;
+            }
+            Err(_) => return,
         };
         held = (store, feed);
         for event in &batch.events {
-            let Ok(line) = serde_json::to_string(event) else {
-                continue;
-            };
+            // An event is plain data: it is always JSON.
+            let line = serde_json::to_string(event).unwrap_or_default();
             if sender.send(Ok(Event::default().data(line))).await.is_err() {
                 return;
             }

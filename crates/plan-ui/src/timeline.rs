@@ -15,6 +15,8 @@ pub(crate) struct Timeline {
     pub(crate) bars: Vec<Bar>,
     /// The steps of the critical path, first to last.
     pub(crate) critical: Vec<String>,
+    /// How many bars there are (`bars` may hold only the first).
+    pub(crate) total: usize,
     /// From the first event to the last, in milliseconds.
     pub(crate) span_ms: u64,
 }
@@ -82,6 +84,7 @@ pub(crate) fn timeline(plan: &Plan, events: &[Event]) -> Timeline {
     let span_ms = last.saturating_sub(first);
     let critical = critical_path(plan, &bars, span_ms);
     Timeline {
+        total: bars.len(),
         bars,
         critical,
         span_ms,

@@ -352,7 +352,7 @@ impl<'a> Shown<'a> {
         execution.max_concurrency = args.max_concurrency;
         execution.durability = args.durability;
         execution.events_file = args.events.clone();
-        execution.queue = self.toolbox.queue().cloned();
+        execution.use_queue_of(self.toolbox);
         execution.cancel = self.cancel.clone();
         // Kept current by the run itself, as its ledger commits (a resumed run's own by default).
         execution.state_file = args.state_file.clone();

@@ -70,8 +70,7 @@ pub(crate) fn status(args: &RunIdArgs, ledger: &Ledger) -> Result<i32, Failure> 
         super::print_summary(&output::summary(&report, &steps, false))?;
         return Ok(0);
     }
-    let text = pretty(&report);
-    print(&text)?;
+    print(&pretty(&report))?;
     Ok(0)
 }
 
@@ -215,10 +214,14 @@ pub(crate) fn ui(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
+    let (notices, told) = std::sync::mpsc::channel();
+    std::thread::spawn(move || told.iter().for_each(|notice| say!("{notice}")));
     let settings = plan_ui::Settings {
         toolbox: toolbox.shared(),
         tools,
         project_path: super::project_path(),
+        env: std::sync::Arc::new(|name| std::env::var(name).ok()),
+        notices: Some(notices),
         ledger: ledger.clone(),
         host: args.host,
         port: args.port,
@@ -235,8 +238,15 @@ pub(crate) fn ui(
     if !args.no_open {
         server.open_in_browser();
     }
+    // Each Ctrl+C or SIGTERM (`plan-cli cancel` of a run it goes on with sends one) is the
+    // server's to handle.
+    let (heard, signals) = tokio::sync::mpsc::unbounded_channel();
+    toolbox.spawn(async move {
+        let mut watched = crate::signals::Signals::new();
+        while watched.next().await && heard.send(()).is_ok() {}
+    });
     server
-        .serve()
+        .serve(signals)
         .map_err(|e| Failure::internal(e.to_string()))?;
     Ok(0)
 }

@@ -14,7 +14,8 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
             "a worker needs the queue's Redis: --queue redis://HOST:PORT (or PLAN_QUEUE, or REDIS_URL)",
         ));
     };
-    let queue = toolbox.connect_queue(&url, &args.queue_name)?;
+    let queue = (toolbox.block_on(plan_queue::Queue::connect(&url, &args.queue_name)))
+        .map_err(|error| Failure::input(error.to_string()))?;
     // Every tool it has (built-ins, and the tools of the MCP configuration's servers), or
     // only those `--tools` names.
     let tools = match toolbox.block_on(toolbox.selected(&args.tools)) {

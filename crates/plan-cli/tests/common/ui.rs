@@ -27,6 +27,27 @@ impl Drop for Ui {
 }
 
 impl Ui {
+    /// Sends the server signal `name` (`TERM`, `INT`).
+    pub(crate) fn signal(&self, name: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    /// Whether the server ends by itself within `seconds`, and how.
+    pub(crate) fn ends_within(&mut self, seconds: u64) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// Stops the server: what it printed after its first line, on stdout then stderr.
     pub(crate) fn stop(&mut self) -> Vec<u8> {
         let _ = self.child.kill();
