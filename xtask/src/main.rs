@@ -472,6 +472,14 @@ fn bench(root: &Path, only: &[String]) -> Result<()> {
                 r["implementer_ms_per_task"].as_f64().unwrap_or(0.0),
             );
         }
+        if let Some(share) = r.get("server_cpu_share").and_then(Value::as_f64) {
+            println!(
+                "  the dashboard's server: {:.0} ms CPU over the run's {:.0} ms ({:.0}% of a core) while a page followed it",
+                r["cpu_ms"].as_f64().unwrap_or(0.0),
+                r["run_ms"].as_f64().unwrap_or(0.0),
+                share * 100.0
+            );
+        }
         if let Some(added) = r.get("added_wall_ms_per_task").and_then(Value::as_f64) {
             println!(
                 "  verify_after_merge adds per task: {added:.1} ms wall, git {:.1} ms, plan-cli itself {:.1} ms CPU",

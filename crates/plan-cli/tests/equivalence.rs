@@ -1,8 +1,9 @@
 //! One plan, the same records, whatever the way it runs: generated plans (steps, binds, map
 //! steps, blocks, `when`, `run_if`, failures with retries, steps that wait for an approval)
 //! run by the real binary in-process, under `--durability async`, through `--queue` workers on
-//! a real Redis, killed with `kill -9` and resumed until they end, and through `mcp serve`
-//! driven by the official MCP Python SDK client. Their records must be the same, durations
+//! a real Redis, killed with `kill -9` and resumed until they end (by `plan-cli resume`, and
+//! by the dashboard, the run going on in its process), and through `mcp serve` driven by the
+//! official MCP Python SDK client. Their records must be the same, durations
 //! aside. And a task plan (worktrees, a failed attempt, `verify_after_merge`) in-process,
 //! under `--durability async`, through `--queue` workers and killed and resumed: the same
 //! records, commit hashes and folders aside.
@@ -253,6 +254,52 @@ fn killed_and_resumed(lab: &Lab, plan: &str, delay: Duration) -> (Value, bool) {
     (json_of(lab, &["status", &run, "--json"]), half_done)
 }
 
+/// The plan run, killed with `kill -9` `delay` after its first call succeeded, then resumed
+/// through the dashboard (`POST /api/runs/RUN/resume`, the run going on in the dashboard's
+/// process) until it ends: its status then.
+fn killed_and_resumed_in_the_dashboard(lab: &Lab, plan: &str, delay: Duration) -> Value {
+    use common::ui::{bearer, post, serve};
+    let mut child = lab
+        .command()
+        .args(["run", plan, "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(delay);
+    let _ = child.kill();
+    let _ = child.wait();
+    let runs = json_of(lab, &["runs", "--json"]);
+    let Some(run) = runs[0]["run_id"].as_str().map(str::to_owned) else {
+        return json_of(lab, &["run", plan, "--json"]);
+    };
+    let (ui, _) = serve(lab);
+    let (name, value) = bearer();
+    let answer = post(
+        ui.port,
+        &format!("/api/runs/{run}/resume"),
+        &json!({}),
+        &[(name, &value)],
+    );
+    assert!(
+        [200, 202].contains(&answer.status),
+        "the dashboard's resume: {}",
+        answer.body
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = json_of(lab, &["status", &run, "--json"]);
+        if status["task_status"] != "RUNNING" {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the resumed run did not end: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A `plan-cli worker` on `redis`'s queue, in a lab of its own, once it has published its
 /// tools.
 fn worker(redis: &Redis, concurrency: u32) -> (KillOnDrop, Lab) {
@@ -381,6 +428,14 @@ fn every_way_a_plan_runs_gives_the_same_records() {
             resumed_half_done.set(resumed_half_done.get() + 1);
         }
         ways.push(("kill -9 and resume", comparable(&report)));
+        let dashboard = Lab::new();
+        let dashboard_file = dashboard.write("plan.json", &plan);
+        let report = killed_and_resumed_in_the_dashboard(
+            &dashboard,
+            path_str(&dashboard_file),
+            Duration::from_millis(kill_after_ms),
+        );
+        ways.push(("kill -9 and resume in the dashboard", comparable(&report)));
         for (way, got) in ways {
             if got != expected {
                 return Err(TestCaseError::fail(format!(

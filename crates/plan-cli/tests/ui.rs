@@ -84,6 +84,9 @@ fn every_api_call_needs_the_token_as_a_bearer_header_and_the_servers_own_host() 
     assert!(page.body.contains("<title>plan-cli runs</title>"));
     assert_eq!(page.header("cache-control"), Some("no-store"));
     assert_eq!(page.header("referrer-policy"), Some("no-referrer"));
+    // Only the server's own scripts run: no inline one, whatever a plan's text holds.
+    let policy = page.header("content-security-policy").unwrap_or("");
+    assert!(policy.contains("script-src 'self';"), "{policy}");
     assert!(
         !page.body.contains("http://") && !page.body.contains("https://"),
         "nothing is fetched from elsewhere"
@@ -250,8 +253,16 @@ fn a_runs_graph_has_each_step_once_with_its_status() {
     // The page holds no data: it reads the API with the token.
     let page = request(ui.port, "GET", &format!("/runs/{id}"), &[]);
     assert_eq!(page.status, 200);
-    assert!(page.body.contains("data-step-id") && page.body.contains("/graph"));
+    assert!(
+        page.body
+            .contains("<script src=\"/assets/run.js\"></script>")
+    );
     assert!(!page.body.contains(&id), "no run data in the page itself");
+    // Its script, served as a file of the binary's, draws the graph from the API.
+    let script = request(ui.port, "GET", "/assets/run.js", &[]);
+    assert_eq!(script.header("content-type"), Some("text/javascript"));
+    assert!(script.body.contains("/graph"), "{}", script.body);
+    assert_eq!(request(ui.port, "GET", "/assets/nope.js", &[]).status, 404);
 }
 
 /// Approve, reject and cancel through the API do what `approve`, `reject` and `cancel` do:

@@ -1,7 +1,8 @@
-//! The pages' scripts parse: each page's inline scripts, after `common.js` as the page loads
-//! it, checked by Node (`node --check`). A script that does not parse leaves a page blank, and
-//! only a browser would say so. Node must be installed (the MCP tests need it too): without it
-//! this fails.
+//! The pages' scripts parse: each page's own script after `common.js`, as the page loads them,
+//! checked by Node (`node --check`); and no page has an inline script (the content security
+//! policy allows only the server's own files). A script that does not parse leaves a page
+//! blank, and only a browser would say so. Node must be installed (the MCP tests need it too):
+//! without it this fails.
 
 use std::path::Path;
 
@@ -10,17 +11,22 @@ fn every_pages_scripts_parse() {
     let assets = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets");
     let common = std::fs::read_to_string(assets.join("common.js")).expect("common.js");
     let dir = tempfile_dir();
-    for page in ["index.html", "run.html", "plans.html"] {
+    for (page, own) in [
+        ("index.html", "index.js"),
+        ("run.html", "run.js"),
+        ("plans.html", "plans.js"),
+    ] {
         let html = std::fs::read_to_string(assets.join(page)).expect("the page");
-        let mut script = common.clone();
-        let mut rest = html.as_str();
-        while let Some(start) = rest.find("<script>") {
-            let body = &rest[start + "<script>".len()..];
-            let end = body.find("</script>").expect("a script ends");
-            script.push('\n');
-            script.push_str(&body[..end]);
-            rest = &body[end..];
+        assert!(!html.contains("<script>"), "{page} has an inline script");
+        for loaded in ["/assets/common.js", &format!("/assets/{own}")] {
+            assert!(
+                html.contains(&format!("<script src=\"{loaded}\"></script>")),
+                "{page} loads {loaded}"
+            );
         }
+        let mut script = common.clone();
+        script.push('\n');
+        script.push_str(&std::fs::read_to_string(assets.join(own)).expect("its script"));
         assert!(script.len() > common.len(), "{page} has a script");
         let file = dir.join(format!("{page}.js"));
         std::fs::write(&file, &script).expect("written");
