@@ -228,9 +228,10 @@ impl Server {
     /// Asks the desktop to open [`Server::url`] (`xdg-open`, `open` on macOS), through a
     /// page only this user can read that sends the browser on (Jupyter's way): the token never
     /// shows in a process's arguments, which other users can list. Nothing happens where
-    /// there is no desktop.
-    pub fn open_in_browser(&self) {
-        let Ok(page) = self.opening_page() else {
+    /// there is no desktop. The page goes in a folder of this process's own made in `temp`
+    /// (the front-end's temporary folder).
+    pub fn open_in_browser(&self, temp: &std::path::Path) {
+        let Ok(page) = self.opening_page(temp) else {
             return;
         };
         let opener = if cfg!(target_os = "macos") {
@@ -248,9 +249,9 @@ impl Server {
 
     /// `plan-ui-PORT.html`, readable by this user only, in a folder of this process's own,
     /// which sends the browser to the URL.
-    fn opening_page(&self) -> std::io::Result<std::path::PathBuf> {
+    fn opening_page(&self, temp: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
         use std::io::Write as _;
-        let dir = std::env::temp_dir().join(format!("plan-ui-{}", std::process::id()));
+        let dir = temp.join(format!("plan-ui-{}", std::process::id()));
         let mut builder = std::fs::DirBuilder::new();
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);

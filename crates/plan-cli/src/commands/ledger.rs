@@ -236,7 +236,7 @@ pub(crate) fn ui(
     }
     print(&format!("dashboard: {}\n", server.url()))?;
     if !args.no_open {
-        server.open_in_browser();
+        server.open_in_browser(&std::env::temp_dir());
     }
     // Each Ctrl+C or SIGTERM (`plan-cli cancel` of a run it goes on with sends one) is the
     // server's to handle.
