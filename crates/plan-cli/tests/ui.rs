@@ -109,6 +109,11 @@ fn the_api_says_what_the_cli_says() {
     let failed = request(port, "GET", "/api/runs?status=failed", &auth).json();
     assert_eq!(failed.as_array().unwrap().len(), 1);
     assert_eq!(failed[0]["plan_id"], "bad");
+    // Each run says how its steps ended, as of its end.
+    assert_eq!(
+        failed[0]["counts"],
+        json!({"ok": 0, "failed": 1, "skipped": 0})
+    );
     let by_plan = request(port, "GET", "/api/runs?plan=ok", &auth).json();
     assert_eq!(by_plan[0]["plan_id"], "ok");
     let bad_status = request(port, "GET", "/api/runs?status=nope", &auth);
@@ -647,6 +652,12 @@ fn a_finished_runs_page_shows_each_steps_status_its_timeline_and_its_output() {
         "return document.querySelectorAll('tbody tr').length;",
         |n| n == &json!(1),
     );
+    // How its steps ended, in words: fetch and the map ok, check failed, publish skipped.
+    let steps = browser.script(
+        "return document.querySelector('tbody td.steps').textContent;",
+        &[],
+    );
+    assert_eq!(steps, "2 ok · 1 failed · 1 skipped");
     screenshot(&browser, "runs");
 
     browser.open(&page(&ui, &run));

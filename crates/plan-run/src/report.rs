@@ -387,6 +387,10 @@ pub struct RunSummary {
     pub finished_at: Option<String>,
     /// How long it has taken ([`duration_of`]).
     pub duration_ms: u64,
+    /// How many of its steps ended ok, failed or skipped, as of its last end or halt (absent
+    /// while it first runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counts: Option<plan_store::StepCounts>,
 }
 
 /// The ledger's runs, newest first, that `filter` keeps, with how long each took as `status`
@@ -409,6 +413,7 @@ pub fn runs(store: &mut Store, filter: &RunFilter) -> Result<Vec<RunSummary>, Li
         }
         let took = duration_of(store, &row)?;
         listed.push(RunSummary {
+            counts: row.counts(),
             task_status,
             duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
             run_id: row.run_id,

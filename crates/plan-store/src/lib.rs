@@ -73,7 +73,7 @@ use rusqlite::Connection;
 pub use approvals::{ApprovalRow, Decision};
 pub use journal::{EventBuffer, RunJournal};
 pub use plans::StoredPlan;
-pub use runs::{AttemptRow, NewRun, RunRow, RunState};
+pub use runs::{AttemptRow, NewRun, RunRow, RunState, StepCounts};
 
 /// Where the ledger lives when neither `--db` nor `PLAN_DB` says.
 pub const DEFAULT_PATH: &str = ".plan/state.db";

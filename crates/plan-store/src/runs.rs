@@ -112,6 +112,25 @@ pub struct RunRow {
     pub finished_at: Option<String>,
 }
 
+impl RunRow {
+    /// How many of its steps' records said ok, failed or skipped when it last ended or halted
+    /// (none for a run that has not, or that ended before these were kept).
+    pub fn counts(&self) -> Option<StepCounts> {
+        serde_json::from_value(self.options.get("counts")?.clone()).ok()
+    }
+}
+
+/// How many steps of a run ended each way ([`RunRow::counts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StepCounts {
+    /// Succeeded.
+    pub ok: u64,
+    /// Failed (or were cut off: they run again on resume).
+    pub failed: u64,
+    /// Skipped: their condition, or what they depend on.
+    pub skipped: u64,
+}
+
 /// One attempt of one step (or map item).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AttemptRow {
@@ -400,7 +419,7 @@ impl Store {
             "UPDATE runs SET state = ?2, task_status = ?3, finished_at = ?4, updated_at = ?4 WHERE run_id = ?1",
             params![run_id, state.as_str(), task_status.map(TaskStatus::as_str), now],
         )?;
-        Ok(())
+        self.keep_counts(run_id)
     }
 
     /// The run with this id, or with this unique id prefix, or the newest run for
@@ -474,6 +493,29 @@ impl Store {
     }
 
     /// The integer key a run's rows carry.
+    /// Keeps with a run, as it ends (or halts), how many of its steps have a record that says
+    /// ok, failed or skipped ([`RunRow::counts`]): one query at the end, so that a list of runs
+    /// says it without reading their records. Map items and a block's or task's inner calls
+    /// are not steps.
+    pub(crate) fn keep_counts(&mut self, run_id: &str) -> Result<(), StoreError> {
+        let key = self.run_key(run_id)?;
+        // A record is stored compact: `ok` left out when true, `skipped` when false.
+        self.conn.execute(
+            "UPDATE runs SET options = json_set(options, '$.counts', json((
+                SELECT json_object(
+                    'ok', coalesce(sum(ok AND NOT skipped), 0),
+                    'failed', coalesce(sum(NOT ok AND NOT skipped), 0),
+                    'skipped', coalesce(sum(skipped), 0))
+                FROM (SELECT coalesce(json_extract(record, '$.ok'), 1) AS ok,
+                             coalesce(json_extract(record, '$.skipped'), 0) AS skipped
+                      FROM step_records
+                      WHERE run = ?2 AND item IS NULL AND instr(step_id, '/') = 0))))
+             WHERE run_id = ?1",
+            params![run_id, key],
+        )?;
+        Ok(())
+    }
+
     pub(crate) fn run_key(&self, run_id: &str) -> Result<i64, StoreError> {
         self.conn
             .query_row("SELECT key FROM runs WHERE run_id = ?1", [run_id], |row| {

@@ -5,6 +5,11 @@ function took(ms) {
   return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
 }
 let lastSeen = null;
+// How many steps ended each way, as of the run's last end or halt.
+function steps(counts) {
+  if (!counts) return "";
+  return [`${counts.ok} ok`, counts.failed ? `${counts.failed} failed` : "", counts.skipped ? `${counts.skipped} skipped` : ""].filter(Boolean).join(" · ");
+}
 async function load() {
   const query = new URLSearchParams();
   for (const [key, value] of new FormData(form)) if (value) query.set(key, value);
@@ -19,7 +24,7 @@ async function load() {
       const row = document.createElement("tr");
       row.dataset.runId = run.run_id;
       row.dataset.status = run.task_status;
-      for (const [text, cls] of [[run.run_id, "run"], [run.task_status, "status"], [run.plan_id], [run.started_at], [took(run.duration_ms)]]) {
+      for (const [text, cls] of [[run.run_id, "run"], [run.task_status, "status"], [run.plan_id], [run.started_at], [took(run.duration_ms)], [steps(run.counts), "steps"]]) {
         const cell = document.createElement("td");
         if (cls === "run") {
           const link = document.createElement("a");
