@@ -466,6 +466,11 @@ impl Program {
         gated
     }
 
+    /// Its steps' ids, in plan order.
+    pub fn step_ids(&self) -> impl Iterator<Item = &str> {
+        self.steps.iter().map(|step| &*step.id)
+    }
+
     /// How many steps the plan has (a map step counts once).
     pub fn len(&self) -> usize {
         self.steps.len()

@@ -1129,6 +1129,8 @@ async fn execute(
     // counts it later; the `run.finished` event says how long this attempt took).
     let started_at = humantime::parse_rfc3339(&from.started_at).ok();
     let ledger_events = Arc::new(EventBuffer::default());
+    // Where the run's counts are kept once it ends (the journal holds the ledger till then).
+    let ledger = store.path().to_path_buf();
     let journal = RunJournal::new(store, run_id, ledger_events.clone())?;
     let state_failed = Arc::new(std::sync::Mutex::new(None));
     let journal: Box<dyn plan_types::Journal> = match state_file {
@@ -1216,6 +1218,12 @@ async fn execute(
             )));
         }
     };
+    // How its steps ended, for a list of runs to say without reading their records (counted
+    // from the report in memory: nothing to read back). A ledger that cannot take it costs the
+    // list its counts, never the run.
+    if let Ok(mut store) = Store::open(&ledger) {
+        let _ = store.keep_counts(run_id, crate::report::counts(&report, &program));
+    }
     if let Some(message) = state_failed
         .lock()
         .unwrap_or_else(|e| e.into_inner())

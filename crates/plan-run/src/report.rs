@@ -498,6 +498,35 @@ impl EventFeed {
     }
 }
 
+/// How the steps of `program` ended in `report`, as `status` words each ([`StepState`]): map
+/// items and the calls inside a step are not steps, and a step still to run counts nowhere.
+pub(crate) fn counts(report: &RunReport, program: &plan_engine::Program) -> plan_store::StepCounts {
+    let index = plan_graph::StepIndex::new(program.step_ids());
+    let mut counts = plan_store::StepCounts {
+        ok: 0,
+        failed: 0,
+        skipped: 0,
+    };
+    for record in &report.records {
+        if !matches!(
+            index.call_of(&record.step_id),
+            Some(plan_graph::CallOf::Step(_))
+        ) {
+            continue;
+        }
+        match StepState::of(record, report.task_status) {
+            StepState::Ok => counts.ok += 1,
+            StepState::Failed => counts.failed += 1,
+            StepState::Skipped | StepState::Blocked => counts.skipped += 1,
+            StepState::Running
+            | StepState::Interrupted
+            | StepState::NotStarted
+            | StepState::Waiting => {}
+        }
+    }
+    counts
+}
+
 /// What a step's record says of it, as every front-end shows it (the summary's line, a node's
 /// colour): read from the record and the status of its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

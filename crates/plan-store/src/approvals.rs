@@ -105,7 +105,7 @@ impl Store {
             ],
         )?;
         transaction.commit()?;
-        self.keep_counts(run_id)
+        Ok(())
     }
 
     /// Decides an approval (`Approved` or `Rejected`). Deciding the same way again changes

@@ -113,8 +113,8 @@ pub struct RunRow {
 }
 
 impl RunRow {
-    /// How many of its steps' records said ok, failed or skipped when it last ended or halted
-    /// (none for a run that has not, or that ended before these were kept).
+    /// How many of its steps ended ok, failed or skipped, as of its last process's end (none
+    /// for a run that has not ended yet, or that ended before these were kept).
     pub fn counts(&self) -> Option<StepCounts> {
         serde_json::from_value(self.options.get("counts")?.clone()).ok()
     }
@@ -419,7 +419,7 @@ impl Store {
             "UPDATE runs SET state = ?2, task_status = ?3, finished_at = ?4, updated_at = ?4 WHERE run_id = ?1",
             params![run_id, state.as_str(), task_status.map(TaskStatus::as_str), now],
         )?;
-        self.keep_counts(run_id)
+        Ok(())
     }
 
     /// The run with this id, or with this unique id prefix, or the newest run for
@@ -493,27 +493,11 @@ impl Store {
     }
 
     /// The integer key a run's rows carry.
-    /// Keeps with a run, as it ends (or halts), how many of its steps have a record that says
-    /// ok, failed or skipped ([`RunRow::counts`]): one query at the end, so that a list of runs
-    /// says it without reading their records. Map items and a block's or task's inner calls
-    /// are not steps.
-    pub(crate) fn keep_counts(&mut self, run_id: &str) -> Result<(), StoreError> {
-        let key = self.run_key(run_id)?;
-        // A record is stored compact: `ok` left out when true, `skipped` when false.
-        self.conn.execute(
-            "UPDATE runs SET options = json_set(options, '$.counts', json((
-                SELECT json_object(
-                    'ok', coalesce(sum(ok AND NOT skipped), 0),
-                    'failed', coalesce(sum(NOT ok AND NOT skipped), 0),
-                    'skipped', coalesce(sum(skipped), 0))
-                FROM (SELECT coalesce(json_extract(record, '$.ok'), 1) AS ok,
-                             coalesce(json_extract(record, '$.skipped'), 0) AS skipped
-                      FROM step_records
-                      WHERE run = ?2 AND item IS NULL AND instr(step_id, '/') = 0))))
-             WHERE run_id = ?1",
-            params![run_id, key],
-        )?;
-        Ok(())
+    /// Keeps with run `run_id` how its steps ended ([`RunRow::counts`]), so that a list of
+    /// runs says it without reading their records.
+    pub fn keep_counts(&mut self, run_id: &str, counts: StepCounts) -> Result<(), StoreError> {
+        let counts = serde_json::to_value(counts).map_err(damaged("counts"))?;
+        self.set_option(run_id, "$.counts", &counts)
     }
 
     pub(crate) fn run_key(&self, run_id: &str) -> Result<i64, StoreError> {
