@@ -125,8 +125,14 @@ fn runs_are_listed_newest_first_and_filtered() {
             "task_status",
             "started_at",
             "finished_at",
-            "duration_ms"
+            "duration_ms",
+            "counts"
         ]
+    );
+    // How its steps ended, kept as it ended.
+    assert_eq!(
+        json["counts"],
+        serde_json::json!({"ok": 1, "failed": 0, "skipped": 0})
     );
 }
 
