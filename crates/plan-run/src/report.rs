@@ -501,19 +501,20 @@ impl EventFeed {
 /// How the steps of `program` ended in `report`, as `status` words each ([`StepState`]): map
 /// items and the calls inside a step are not steps, and a step still to run counts nowhere.
 pub(crate) fn counts(report: &RunReport, program: &plan_engine::Program) -> plan_store::StepCounts {
-    let index = plan_graph::StepIndex::new(program.step_ids());
     let mut counts = plan_store::StepCounts {
         ok: 0,
         failed: 0,
         skipped: 0,
     };
+    // The report has every step's own record in plan order (its items' and inner calls'
+    // around it): one pass beside the step ids, nothing built (a run's end is its peak of
+    // memory, with the whole report held).
+    let mut steps = program.step_ids().peekable();
     for record in &report.records {
-        if !matches!(
-            index.call_of(&record.step_id),
-            Some(plan_graph::CallOf::Step(_))
-        ) {
+        if steps.peek() != Some(&record.step_id.as_str()) {
             continue;
         }
+        steps.next();
         match StepState::of(record, report.task_status) {
             StepState::Ok => counts.ok += 1,
             StepState::Failed => counts.failed += 1,
