@@ -1200,10 +1200,16 @@ impl TaskRun {
                         let failure = self.failure_of(state, &worktree, failed).await?;
                         return self.fail(state, failure).await;
                     }
-                    Ok(()) => workspace
-                        .land(&commit)
-                        .await
-                        .map(|()| MergeOutcome::Merged(commit)),
+                    Ok(()) => {
+                        // The checks' records are made durable before the base moves: a
+                        // process killed once it has moved would find the task merged on
+                        // resume and not check it again, and its checks' records would be lost.
+                        self.report(state).await?;
+                        workspace
+                            .land(&commit)
+                            .await
+                            .map(|()| MergeOutcome::Merged(commit))
+                    }
                 },
                 Ok(Trial { outcome, .. }) => Ok(outcome),
                 Err(error) => Err(error),
