@@ -258,7 +258,7 @@ fn killed_and_resumed(lab: &Lab, plan: &str, delay: Duration) -> (Value, bool) {
 /// through the dashboard (`POST /api/runs/RUN/resume`, the run going on in the dashboard's
 /// process) until it ends: its status then.
 fn killed_and_resumed_in_the_dashboard(lab: &Lab, plan: &str, delay: Duration) -> Value {
-    use common::ui::{bearer, post, serve};
+    use common::ui::{bearer, post, serve, status_until};
     let mut child = lab
         .command()
         .args(["run", plan, "--json"])
@@ -286,18 +286,7 @@ fn killed_and_resumed_in_the_dashboard(lab: &Lab, plan: &str, delay: Duration) -
         "the dashboard's resume: {}",
         answer.body
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = json_of(lab, &["status", &run, "--json"]);
-        if status["task_status"] != "RUNNING" {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the resumed run did not end: {status}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    status_until(lab, &run, |status| status["task_status"] != "RUNNING")
 }
 
 /// A `plan-cli worker` on `redis`'s queue, in a lab of its own, once it has published its

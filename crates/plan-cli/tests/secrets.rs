@@ -248,7 +248,7 @@ fn record_result(report: &Value, id: &str) -> String {
 /// secret in any form; nor does what the dashboard prints.
 #[test]
 fn no_dashboard_answer_holds_a_secret() {
-    use common::ui::{bearer, post, request, start};
+    use common::ui::{bearer, post, request, start, status_until};
     let lab = Lab::new();
     let file = lab.write("secrets.json", &plan());
     let run = run_cli(&lab, &["run", path_str(&file), "--json"]);
@@ -289,14 +289,17 @@ fn no_dashboard_answer_holds_a_secret() {
             assert_clean(&format!("{when}: GET {path}"), answer.body.as_bytes());
         }
     };
+    let gated_step = || {
+        request(
+            ui.port,
+            "GET",
+            &format!("/api/runs/{run_id}/steps/gated"),
+            &auth,
+        )
+    };
     read_everything("waiting");
     // The waiting call's arguments, which hold the secret, are shown redacted.
-    let gated = request(
-        ui.port,
-        "GET",
-        &format!("/api/runs/{run_id}/steps/gated"),
-        &auth,
-    );
+    let gated = gated_step();
     assert_eq!(
         gated.json()["waiting"][0]["args"]["token"],
         json!("[redacted]")
@@ -316,26 +319,12 @@ fn no_dashboard_answer_holds_a_secret() {
         &auth,
     );
     assert_eq!(resumed.status, 202, "{}", resumed.body);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let status = request(ui.port, "GET", &format!("/api/runs/{run_id}"), &auth).json();
-        if status["task_status"] == json!("FAILED") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the resumed run did not end: {status}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    status_until(&lab, &run_id, |status| {
+        status["task_status"] == json!("FAILED")
+    });
     read_everything("resumed");
     // The gated call ran in the dashboard's process, with the secret, redacted on its way out.
-    let gated = request(
-        ui.port,
-        "GET",
-        &format!("/api/runs/{run_id}/steps/gated"),
-        &auth,
-    );
+    let gated = gated_step();
     assert_eq!(
         gated.json()["records"][0]["result"]["token"],
         json!("[redacted]"),

@@ -9,7 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::Lab;
-use common::ui::{TOKEN, Ui, bearer, post, request, serve, start};
+use common::ui::{
+    TOKEN, Ui, bearer, gated_plan, post, request, serve, start, status_until, waiting_run,
+};
 use serde_json::{Value, json};
 
 /// A lab with two finished runs (one failed), to read.
@@ -276,18 +278,8 @@ fn a_runs_graph_has_each_step_once_with_its_status() {
 #[test]
 fn waiting_calls_are_decided_through_the_api_as_the_cli_decides_them() {
     let lab = Lab::new();
-    let plan = lab.write(
-        "gated.json",
-        &json!({"id": "gated", "steps": [
-            {"id": "build", "tool": "echo", "args": {"text": "built"}},
-            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"text": "out"}, "depends_on": ["build"]}
-        ]}),
-    );
-    let waiting = |lab: &Lab| {
-        let (code, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
-        assert_eq!(code, 5, "{report}");
-        report["run_id"].as_str().unwrap().to_owned()
-    };
+    let plan = gated_plan(&lab, "out", None);
+    let waiting = |lab: &Lab| waiting_run(lab, &plan);
     let (ui, _) = serve(&lab);
     let (name, value) = bearer();
     let auth = [(name, value.as_str())];
@@ -354,18 +346,6 @@ fn waiting_calls_are_decided_through_the_api_as_the_cli_decides_them() {
     );
 }
 
-/// Polls `status RUN --json` until `done` says so (a minute at most): the last status.
-fn status_until(lab: &Lab, run: &str, done: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..600 {
-        let (_, status) = lab.json(&["status", run, "--json"]);
-        if done(&status) {
-            return status;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("run {run} did not get there")
-}
-
 /// What the binary prints on stdout; it must succeed.
 fn text(lab: &Lab, args: &[&str]) -> String {
     let output = lab.command().args(args).output().unwrap();
@@ -393,18 +373,9 @@ fn records_of(report: &Value) -> Value {
 #[test]
 fn runs_go_on_through_the_api_as_the_cli_goes_on_with_them() {
     let lab = Lab::new();
-    let plan = lab.write(
-        "gated.json",
-        &json!({"id": "gated", "steps": [
-            {"id": "build", "tool": "echo", "args": {"text": "built"}},
-            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"text": "out"}, "depends_on": ["build"]},
-            {"id": "after", "tool": "echo", "args": {"text": "after"}, "depends_on": ["deploy"]}
-        ]}),
-    );
+    let plan = gated_plan(&lab, "out", Some("after"));
     let waiting = |lab: &Lab| {
-        let (code, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
-        assert_eq!(code, 5, "{report}");
-        let run = report["run_id"].as_str().unwrap().to_owned();
+        let run = waiting_run(lab, &plan);
         text(lab, &["approve", &run, "deploy"]);
         run
     };
@@ -775,19 +746,8 @@ fn a_live_runs_nodes_change_without_reloading() {
 #[test]
 fn a_waiting_run_is_approved_and_resumed_by_clicks() {
     let lab = Lab::new();
-    let plan = lab.write(
-        "gated.json",
-        &json!({"id": "gated", "steps": [
-            {"id": "build", "tool": "echo", "args": {"text": "built"}},
-            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"text": "to production"}, "depends_on": ["build"]},
-            {"id": "notify", "tool": "echo", "args": {"text": "told"}, "depends_on": ["deploy"]}
-        ]}),
-    );
-    let waiting = |lab: &Lab| {
-        let (code, report) = lab.json(&["run", common::path_str(&plan), "--json"]);
-        assert_eq!(code, 5, "{report}");
-        report["run_id"].as_str().unwrap().to_owned()
-    };
+    let plan = gated_plan(&lab, "to production", Some("notify"));
+    let waiting = |lab: &Lab| waiting_run(lab, &plan);
     let (ui, _) = serve(&lab);
     let browser = Browser::start(1280, 900);
 

@@ -207,3 +207,38 @@ pub(crate) fn unchunk(mut body: &str) -> String {
 pub(crate) fn bearer() -> (&'static str, String) {
     ("Authorization", format!("Bearer {TOKEN}"))
 }
+
+/// Polls `status RUN --json` until `done` says so (a minute at most): the last status.
+pub(crate) fn status_until(lab: &Lab, run: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..600 {
+        let (_, status) = lab.json(&["status", run, "--json"]);
+        if done(&status) {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("run {run} did not get there")
+}
+
+/// A plan whose high-risk `deploy` (an `echo` of `deploy_text`) waits for an approval after
+/// `build`, with step `last` after it when given.
+pub(crate) fn gated_plan(lab: &Lab, deploy_text: &str, last: Option<&str>) -> std::path::PathBuf {
+    let mut steps = vec![
+        serde_json::json!({"id": "build", "tool": "echo", "args": {"text": "built"}}),
+        serde_json::json!({"id": "deploy", "tool": "echo", "risk": "high", "args": {"text": deploy_text}, "depends_on": ["build"]}),
+    ];
+    if let Some(last) = last {
+        steps.push(serde_json::json!({"id": last, "tool": "echo", "args": {"text": last}, "depends_on": ["deploy"]}));
+    }
+    lab.write(
+        "gated.json",
+        &serde_json::json!({"id": "gated", "steps": steps}),
+    )
+}
+
+/// Runs `plan` until it waits for an approval (exit 5): its run id.
+pub(crate) fn waiting_run(lab: &Lab, plan: &std::path::Path) -> String {
+    let (code, report) = lab.json(&["run", super::path_str(plan), "--json"]);
+    assert_eq!(code, 5, "{report}");
+    report["run_id"].as_str().unwrap().to_owned()
+}
