@@ -223,6 +223,9 @@ pub struct Start {
     /// Where the run's tools come from and its state file (kept with the run: see
     /// [`sources_of`](crate::sources_of)).
     pub sources: crate::RunSources,
+    /// What the front-end that started the run keeps with it, read back with
+    /// [`front_end_of`] (`mcp serve` keeps the MCP task the run is). Null: nothing.
+    pub front_end: Value,
 }
 
 impl Start {
@@ -238,8 +241,14 @@ impl Start {
             author: crate::Author::Operator,
             policy: None,
             sources: crate::RunSources::default(),
+            front_end: Value::Null,
         }
     }
+}
+
+/// What the front-end that started run `row` kept with it ([`Start::front_end`]).
+pub fn front_end_of(row: &RunRow) -> &Value {
+    row.options.get("front_end").unwrap_or(&Value::Null)
 }
 
 /// The run `id` names (an id, a unique prefix, or `last`) among the runs whose plan `author`
@@ -332,6 +341,7 @@ pub async fn start(
         author,
         policy,
         mut sources,
+        front_end,
     } = start;
     // Refused before anything is recorded: a preview runs nothing, so it leaves no run.
     if mode == Mode::Preview {
@@ -395,6 +405,7 @@ pub async fn start(
         "workspace_root": workspace_root,
         "policy": policy,
         "sources": sources,
+        "front_end": front_end,
     });
     let started_at = plan_store::timestamp(SystemTime::now());
     store.begin_run(&NewRun {

@@ -10,18 +10,24 @@
 //! stdin, and gets none of the operator's powers unless the policy gives them.
 #![deny(missing_docs)]
 
-use std::sync::Arc;
+mod protocol;
+mod session;
+mod tasks;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use plan_graph::{Format, Severity, Source};
 use plan_run::{Author, LifecycleError, Policy, PrepareError, Prepared};
 use plan_store::Store;
-use plan_tools::mcp::server::{Answer, Client, ServedTool, ServerInfo, Service};
 use plan_types::RunReport;
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 
-pub use plan_tools::mcp::server::ServeError;
+use protocol::{Peer, lock};
 
 pub use plan_run::Env;
+pub use session::{ServeError, serve_stdio};
 
 /// What the server serves with, as its operator set it up.
 pub struct Settings {
@@ -41,31 +47,38 @@ pub struct Settings {
     pub project_path: Option<String>,
 }
 
-/// Serves plans on stdin and stdout until the client leaves. Nothing else may write to
-/// stdout meanwhile: it is the protocol.
-pub async fn serve_stdio(settings: Settings) -> Result<(), ServeError> {
-    let server = Arc::new(PlanServer {
-        settings,
-        going_on: std::sync::Mutex::default(),
-    });
-    let info = ServerInfo {
-        name: "plan-cli",
-        version: env!("CARGO_PKG_VERSION"),
-        instructions: "Run plans (graphs of tool calls) with plan-cli: validate, run, then status, approve and resume.",
-    };
-    plan_tools::mcp::server::serve_stdio(info, server).await
-}
-
 /// The names of the tools the server offers, in the order it lists them.
 pub fn tool_names() -> Vec<&'static str> {
     Served::ALL.into_iter().map(Served::name).collect()
 }
 
+/// How a served call went: a JSON answer (sent as structured content and as its text), or a
+/// failure's text (sent as an error result, its text also as structured content).
+type Answer = Result<Value, Refusal>;
+
 struct PlanServer {
     settings: Settings,
-    /// Runs this server is going on with now. The ledger cannot tell: their owner is this
-    /// process, which is alive, so a second `plan_resume` of one would run its steps again.
-    going_on: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Runs this server is running or going on with now, each with what stops it. The
+    /// ledger cannot tell: their owner is this process, which is alive, so a second
+    /// `plan_resume` of one would run its steps again.
+    going_on: Mutex<HashMap<String, CancellationToken>>,
+    /// The tasks this process drives (started here, or waiting runs it follows), by id.
+    tasks: Mutex<HashMap<String, Driven>>,
+}
+
+/// A task this process drives.
+#[derive(Clone)]
+struct Driven {
+    /// What stops it.
+    cancel: CancellationToken,
+    /// Whether its driver has ended.
+    ended: bool,
+    /// Why it was refused before its run was recorded (then there is no run to read).
+    refused: Option<Refusal>,
+    /// When it was made (RFC 3339).
+    created_at: String,
+    /// The time to live the client asked for.
+    ttl: Option<u64>,
 }
 
 /// A run this server goes on with, until dropped.
@@ -76,12 +89,26 @@ struct GoingOn<'a> {
 
 impl Drop for GoingOn<'_> {
     fn drop(&mut self) {
-        self.server
-            .going_on
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&self.run_id);
+        lock(&self.server.going_on).remove(&self.run_id);
     }
+}
+
+/// Who a call came from, and the task it runs as, if it does.
+#[derive(Clone)]
+struct Call {
+    peer: Arc<Peer>,
+    task: Option<TaskRun>,
+    /// The client's `progressToken`, if it asked for progress.
+    progress: Option<Value>,
+}
+
+/// The task a call runs as: its run's id (the task's), and what stops it.
+#[derive(Clone)]
+struct TaskRun {
+    run_id: String,
+    ttl: Option<u64>,
+    cancel: CancellationToken,
+    tool: Served,
 }
 
 /// Why a call is refused or failed, as the client reads it.
@@ -153,7 +180,7 @@ fn created(plan_id: &str, plan: &Value) -> Value {
 /// The client's own model, through MCP sampling. Sampling has no response format, so the
 /// plan schema goes in the system prompt.
 struct Sampling {
-    client: Arc<dyn Client>,
+    peer: Arc<Peer>,
 }
 
 impl plan_llm::Model for Sampling {
@@ -169,27 +196,50 @@ impl plan_llm::Model for Sampling {
     ) -> plan_llm::Pending<'a, Result<plan_llm::Answer, plan_llm::LlmError>> {
         Box::pin(async move {
             let mut system = String::new();
-            let mut turns: Vec<(bool, String)> = Vec::new();
+            let mut turns: Vec<Value> = Vec::new();
             for message in messages {
                 let text = message["content"].as_str().unwrap_or("").to_owned();
-                match message["role"].as_str() {
-                    Some("system") => system.push_str(&text),
-                    Some("assistant") => turns.push((true, text)),
-                    _ => turns.push((false, text)),
-                }
+                let role = match message["role"].as_str() {
+                    Some("system") => {
+                        system.push_str(&text);
+                        continue;
+                    }
+                    Some("assistant") => "assistant",
+                    _ => "user",
+                };
+                turns.push(json!({"role": role, "content": {"type": "text", "text": text}}));
             }
             system.push_str(&format!(
                 "\nThe answer is one JSON object that follows this JSON Schema:\n{}\n",
                 schema.full
             ));
-            self.client
-                .sample(&system, &turns, max_tokens)
+            let params =
+                json!({"messages": turns, "systemPrompt": system, "maxTokens": max_tokens});
+            let failed = |message: String| plan_llm::LlmError::Endpoint {
+                url: "MCP sampling".to_owned(),
+                message,
+            };
+            let result = self
+                .peer
+                .request("sampling/createMessage", params)
                 .await
-                .map(plan_llm::Answer::text)
-                .map_err(|message| plan_llm::LlmError::Endpoint {
-                    url: "MCP sampling".to_owned(),
-                    message,
-                })
+                .map_err(|error| failed(format!("the client's model did not answer: {error}")))?;
+            // One content block, or (later revisions) a list of them.
+            let blocks = match &result["content"] {
+                Value::Array(blocks) => blocks.clone(),
+                block => vec![block.clone()],
+            };
+            let text: String = blocks
+                .iter()
+                .filter(|block| block["type"] == "text")
+                .filter_map(|block| block["text"].as_str())
+                .collect();
+            if text.is_empty() {
+                return Err(failed(
+                    "the client's model answered without text".to_owned(),
+                ));
+            }
+            Ok(plan_llm::Answer::text(text))
         })
     }
 }
@@ -306,24 +356,115 @@ impl Served {
     }
 }
 
-impl Service for PlanServer {
-    fn tools(&self) -> Vec<ServedTool> {
-        Served::ALL
-            .into_iter()
-            .map(|served| ServedTool {
-                name: served.name(),
-                description: served.description(),
-                input_schema: served.input_schema(),
-            })
-            .collect()
+impl Served {
+    /// Whether it may run as an MCP task (SPEC §13): the calls that run a plan.
+    fn runs_as_task(self) -> bool {
+        matches!(
+            self,
+            Served::Run | Served::Execute | Served::CreateAndExecute
+        )
     }
 
-    fn call(&self, name: &str, args: &Map<String, Value>, client: Arc<dyn Client>) -> Answer {
-        self.answer(name, args, client)
+    /// Its hints for the client (MCP `ToolAnnotations`): reading ones are marked read-only;
+    /// the ones that run tools may change anything those tools can.
+    fn annotations(self) -> Value {
+        let (read_only, destructive, idempotent, open_world) = match self {
+            Served::Validate | Served::Status => (true, false, true, false),
+            Served::Create => (false, false, false, true),
+            Served::Approve => (false, false, true, false),
+            Served::Run | Served::Execute | Served::CreateAndExecute | Served::Resume => {
+                (false, true, false, true)
+            }
+        };
+        json!({
+            "title": self.name().replace('_', " "),
+            "readOnlyHint": read_only,
+            "destructiveHint": destructive,
+            "idempotentHint": idempotent,
+            "openWorldHint": open_world,
+        })
     }
 
-    fn text(&self, value: &Value) -> String {
-        plan_types::json_out::to_string(value).unwrap_or_default()
+    /// The JSON Schema of its answer's structured content (as the command's `--json`). A
+    /// failed call's structured content is `{"error": TEXT}` instead.
+    fn output_schema(self) -> Value {
+        let string = json!({"type": "string"});
+        let report = json!({"type": "object", "properties": {
+            "run_id": string,
+            "plan_id": string,
+            "task_status": string,
+            "records": {"type": "array", "items": {"type": "object"}},
+            "variables": {"type": "object"},
+        }});
+        match self {
+            Served::Run | Served::Status | Served::Resume => report,
+            Served::Validate => json!({"type": "object", "properties": {
+                "valid": {"type": "boolean"},
+                "errors": {"type": "array", "items": {"type": "object"}},
+                "warnings": {"type": "array", "items": {"type": "object"}},
+            }}),
+            Served::Approve => json!({"type": "object", "properties": {
+                "run_id": string,
+                "decided": {"type": "array", "items": string},
+                "still_waiting": {"type": "array", "items": string},
+            }}),
+            Served::Create => json!({"type": "object", "properties": {
+                "success": {"type": "boolean"},
+                "plan_id": string,
+                "title": string,
+                "steps": {"type": "array", "items": {"type": "object"}},
+            }}),
+            Served::Execute | Served::CreateAndExecute => json!({"type": "object", "properties": {
+                "success": {"type": "boolean"},
+                "plan_id": string,
+                "run_id": string,
+                "task_status": string,
+                "steps_completed": {"type": "integer"},
+                "steps_total": {"type": "integer"},
+                "results": {"type": "object"},
+                "steps": {"type": "array", "items": {"type": "object"}},
+                "error": string,
+            }}),
+        }
+    }
+
+    /// As `tools/list` lists it.
+    fn listed(self) -> Value {
+        json!({
+            "name": self.name(),
+            "title": self.annotations()["title"],
+            "description": self.description(),
+            "inputSchema": self.input_schema(),
+            "outputSchema": self.output_schema(),
+            "annotations": self.annotations(),
+            "execution": {"taskSupport": if self.runs_as_task() { "optional" } else { "forbidden" }},
+        })
+    }
+}
+
+/// A tool's answer as MCP's `CallToolResult`: as structured content and as text; a failure
+/// as an error result, its text also as structured content (`{"error": TEXT}`).
+fn call_result(answer: &Answer) -> Value {
+    let text = text_of(answer);
+    match answer {
+        Ok(value) => json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": value,
+            "isError": false,
+        }),
+        Err(refusal) => json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": {"error": refusal},
+            "isError": true,
+        }),
+    }
+}
+
+/// An answer's text, for clients that read only text.
+fn text_of(answer: &Answer) -> String {
+    match answer {
+        Ok(value) => plan_types::json_out::to_string(value).unwrap_or_default(),
+        Err(refusal) => refusal.clone(),
     }
 }
 
@@ -351,17 +492,16 @@ impl PlanServer {
             })
     }
 
-    /// Marks run `run_id` as gone on with by this server, or refuses if it already is.
-    fn going_on(&self, run_id: &str) -> Result<GoingOn<'_>, Refusal> {
-        let mut going_on = self
-            .going_on
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !going_on.insert(run_id.to_owned()) {
+    /// Marks run `run_id` as run or gone on with by this server, stopped by `cancel`, or
+    /// refuses if it already is.
+    fn going_on(&self, run_id: &str, cancel: CancellationToken) -> Result<GoingOn<'_>, Refusal> {
+        let mut going_on = lock(&self.going_on);
+        if going_on.contains_key(run_id) {
             return Err(format!(
                 "run {run_id} is already going on in this server: ask plan_status for it"
             ));
         }
+        going_on.insert(run_id.to_owned(), cancel);
         Ok(GoingOn {
             server: self,
             run_id: run_id.to_owned(),
@@ -383,21 +523,41 @@ impl PlanServer {
 
     /// How a client's run goes: its state file is plan_run's (the run's own, or beside its
     /// breakdown), as are the policy's time limit and approvals.
-    fn execution(&self) -> plan_run::Execution {
+    fn execution(&self, call: &Call, prepared: &Prepared) -> plan_run::Execution {
         let mut execution = plan_run::Execution::new();
         execution.project_path = self.settings.project_path.clone();
+        if let Some(token) = &call.progress {
+            execution.events.push(Arc::new(session::Progress::new(
+                call.peer.clone(),
+                token.clone(),
+                call.task.as_ref().map(|task| task.run_id.clone()),
+                prepared.loaded.plan.steps.len(),
+            )));
+        }
         execution
     }
 
-    /// Records a new run of a prepared plan and runs it.
+    /// Records a new run of a prepared plan and runs it: as `call`'s task if it is one (the
+    /// run's id is the task's, and the run keeps which tool's task it is).
     fn start(
         &self,
         prepared: Prepared,
-        start: plan_run::Start,
+        mut start: plan_run::Start,
         max_concurrency: Option<u32>,
+        call: &Call,
     ) -> Result<RunReport, Refusal> {
+        let cancel = match &call.task {
+            Some(task) => {
+                start.run_id = task.run_id.clone();
+                start.front_end = tasks::front_end(task.tool.name(), task.ttl);
+                task.cancel.clone()
+            }
+            None => CancellationToken::new(),
+        };
+        let _going_on = self.going_on(&start.run_id, cancel.clone())?;
         let store = self.open()?;
-        let mut execution = self.execution();
+        let mut execution = self.execution(call, &prepared);
+        execution.cancel = cancel;
         execution.max_concurrency = max_concurrency;
         block(plan_run::start(store, prepared, start, execution))
             .map(|outcome| outcome.report)
@@ -407,8 +567,17 @@ impl PlanServer {
     /// Goes on with a stored run (a finished one, unless failures are to be retried, only
     /// gives its report), held to the policy it was started under and to this server's as it
     /// is now.
-    fn go_on(&self, run: &str, options: &plan_run::ResumeOptions) -> Result<RunReport, Refusal> {
-        let _going_on = self.going_on(run)?;
+    fn go_on(
+        &self,
+        run: &str,
+        options: &plan_run::ResumeOptions,
+        call: &Call,
+    ) -> Result<RunReport, Refusal> {
+        let cancel = call
+            .task
+            .as_ref()
+            .map_or_else(CancellationToken::new, |task| task.cancel.clone());
+        let _going_on = self.going_on(run, cancel.clone())?;
         let store = self.open_existing()?;
         let from =
             match plan_run::prepare_resume(&store, run, options).map_err(lifecycle_refusal)? {
@@ -417,13 +586,17 @@ impl PlanServer {
             };
         let env = self.settings.env.clone();
         let env = |name: &str| env(name);
-        let going_on = from.go_on(store, &self.settings.toolbox, &env, |_| self.execution());
+        let going_on = from.go_on(store, &self.settings.toolbox, &env, |prepared| {
+            let mut execution = self.execution(call, prepared);
+            execution.cancel = cancel;
+            execution
+        });
         block(going_on)
             .map(|outcome| outcome.report)
             .map_err(lifecycle_refusal)
     }
 
-    fn answer(&self, tool: &str, args: &Map<String, Value>, client: Arc<dyn Client>) -> Answer {
+    fn answer(&self, served: Served, args: &Map<String, Value>, call: &Call) -> Answer {
         let string = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
         let flag = |key: &str| args.get(key).and_then(Value::as_bool).unwrap_or(false);
         let strings = |key: &str| -> Vec<String> {
@@ -438,9 +611,6 @@ impl PlanServer {
                 .unwrap_or_default()
         };
         let run_id = || string("run_id").ok_or_else(|| "`run_id` is required".to_owned());
-        let Some(served) = Served::named(tool) else {
-            return Err(format!("no tool `{tool}`"));
-        };
         match served {
             Served::Validate => {
                 // Problems as data, as `validate --json` prints them: finding them is what the
@@ -477,7 +647,7 @@ impl PlanServer {
                     sources: self.sources(),
                     ..plan_run::Start::new()
                 };
-                to_json(&self.start(ready, start, max_concurrency)?)
+                to_json(&self.start(ready, start, max_concurrency, call)?)
             }
             Served::Status => {
                 let mut store = self.open_existing()?;
@@ -495,7 +665,7 @@ impl PlanServer {
                     also: Some(self.settings.policy.clone()),
                     ..plan_run::ResumeOptions::default()
                 };
-                to_json(&self.go_on(&run_id, &options)?)
+                to_json(&self.go_on(&run_id, &options, call)?)
             }
             Served::Approve => {
                 let steps = strings("steps");
@@ -530,7 +700,7 @@ impl PlanServer {
             }
             Served::Create => {
                 let goal = string("goal").ok_or_else(|| "`goal` is required".to_owned())?;
-                let plan_run::NewPlan { plan_id, plan } = self.create(&goal, client)?;
+                let plan_run::NewPlan { plan_id, plan } = self.create(&goal, &call.peer)?;
                 Ok(created(&plan_id, &plan))
             }
             Served::Execute => {
@@ -542,12 +712,16 @@ impl PlanServer {
                     .ok_or_else(|| {
                         format!("no plan `{plan_id}` among the plans this server's clients stored")
                     })?;
-                self.execute(&plan_id, Value::String(stored.source.text().to_owned()))
+                self.execute(
+                    &plan_id,
+                    Value::String(stored.source.text().to_owned()),
+                    call,
+                )
             }
             Served::CreateAndExecute => {
                 let goal = string("goal").ok_or_else(|| "`goal` is required".to_owned())?;
-                let plan_run::NewPlan { plan_id, plan } = self.create(&goal, client)?;
-                self.execute(&plan_id, plan)
+                let plan_run::NewPlan { plan_id, plan } = self.create(&goal, &call.peer)?;
+                self.execute(&plan_id, plan, call)
             }
         }
     }
@@ -555,9 +729,9 @@ impl PlanServer {
     /// A plan from a goal: written by the client's model when it offers sampling, else by the
     /// endpoint the operator configured (PLAN_LLM_URL, PLAN_LLM_MODEL); checked as `plan_run`
     /// would check it, this server's policy included; stored.
-    fn create(&self, goal: &str, client: Arc<dyn Client>) -> Result<plan_run::NewPlan, Refusal> {
-        let mut model: Box<dyn plan_llm::Model> = if client.offers_sampling() {
-            Box::new(Sampling { client })
+    fn create(&self, goal: &str, peer: &Arc<Peer>) -> Result<plan_run::NewPlan, Refusal> {
+        let mut model: Box<dyn plan_llm::Model> = if peer.offers("sampling") {
+            Box::new(Sampling { peer: peer.clone() })
         } else {
             match self.settings.model.clone() {
                 Some(endpoint) => {
@@ -589,24 +763,10 @@ impl PlanServer {
     }
 
     /// Runs a plan as `plan_run` does and answers as mcp-cli's `plan_execute` does.
-    fn execute(&self, plan_id: &str, plan: Value) -> Answer {
+    fn execute(&self, plan_id: &str, plan: Value, call: &Call) -> Answer {
         let mut args = Map::new();
         args.insert("plan".into(), plan);
         let ready = self.prepare(&args, Severity::Warning)?;
-        let title = ready.loaded.plan.title.clone();
-        let steps: Vec<(String, String, String)> = ready
-            .loaded
-            .plan
-            .steps
-            .iter()
-            .map(|s| {
-                (
-                    s.id.0.clone(),
-                    s.title.clone().unwrap_or_default(),
-                    s.kind().to_owned(),
-                )
-            })
-            .collect();
         let start = plan_run::Start {
             mode: ready.program.mode(),
             author: Author::McpClient,
@@ -615,42 +775,9 @@ impl PlanServer {
             sources: self.sources(),
             ..plan_run::Start::new()
         };
-        let report = self.start(ready, start, None)?;
-        let record = |id: &str| report.records.iter().find(|r| r.step_id == id);
-        let completed = steps
-            .iter()
-            .filter(|(id, _, _)| record(id).is_some_and(|r| r.ok))
-            .count();
-        let error = report.records.iter().find_map(|r| {
-            r.error
-                .as_ref()
-                .map(|e| format!("step `{}`: {}", r.step_id, e.message))
-        });
-        let mut answer = json!({
-            "success": report.task_status == plan_types::TaskStatus::Completed,
-            "plan_id": plan_id,
-            "title": title.unwrap_or_else(|| "Untitled".to_owned()),
-            "run_id": report.run_id,
-            "task_status": report.task_status,
-            "steps_completed": completed,
-            "steps_total": steps.len(),
-            "results": report.variables,
-            "steps": steps.iter().enumerate().map(|(k, (id, title, tool))| {
-                let r = record(id);
-                json!({
-                    "index": k + 1,
-                    "id": id,
-                    "title": title,
-                    "tool": tool,
-                    "success": r.is_some_and(|r| r.ok),
-                    "error": r.and_then(|r| r.error.as_ref()).map(|e| e.message.clone()),
-                })
-            }).collect::<Vec<_>>(),
-        });
-        if let Some(error) = error {
-            answer["error"] = Value::String(error);
-        }
-        Ok(answer)
+        let plan = ready.loaded.plan.clone();
+        let report = self.start(ready, start, None, call)?;
+        Ok(executed(plan_id, &plan, &report))
     }
 
     /// The plan of a call (an object, or JSON or YAML text), prepared and within the policy.
@@ -750,6 +877,47 @@ impl PlanServer {
         }
         Err("this server does not let clients approve high-risk steps: its operator approves with `plan-cli approve RUN STEP` (or starts it with `--allow-client-approval`); clients may reject".to_owned())
     }
+}
+
+/// mcp-cli's answer to `plan_execute`: how each of the plan's steps went, and the results.
+fn executed(plan_id: &str, plan: &plan_graph::Plan, report: &RunReport) -> Value {
+    let record = |id: &str| report.records.iter().find(|r| r.step_id == id);
+    let completed = (plan.steps.iter())
+        .filter(|step| record(&step.id.0).is_some_and(|r| r.ok))
+        .count();
+    let error = report.records.iter().find_map(|r| {
+        r.error
+            .as_ref()
+            .map(|e| format!("step `{}`: {}", r.step_id, e.message))
+    });
+    let steps: Vec<Value> = (plan.steps.iter().enumerate())
+        .map(|(k, step)| {
+            let r = record(&step.id.0);
+            json!({
+                "index": k + 1,
+                "id": step.id.0,
+                "title": step.title.clone().unwrap_or_default(),
+                "tool": step.kind(),
+                "success": r.is_some_and(|r| r.ok),
+                "error": r.and_then(|r| r.error.as_ref()).map(|e| e.message.clone()),
+            })
+        })
+        .collect();
+    let mut answer = json!({
+        "success": report.task_status == plan_types::TaskStatus::Completed,
+        "plan_id": plan_id,
+        "title": plan.title.clone().unwrap_or_else(|| "Untitled".to_owned()),
+        "run_id": report.run_id,
+        "task_status": report.task_status,
+        "steps_completed": completed,
+        "steps_total": plan.steps.len(),
+        "results": report.variables,
+        "steps": steps,
+    });
+    if let Some(error) = error {
+        answer["error"] = Value::String(error);
+    }
+    answer
 }
 
 fn to_json(value: &impl serde::Serialize) -> Answer {

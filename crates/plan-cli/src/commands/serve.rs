@@ -30,8 +30,15 @@ pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Resul
         env: Arc::new(|name| std::env::var(name).ok()),
         project_path: super::project_path(),
     };
+    // Each Ctrl+C or SIGTERM (`plan-cli cancel` of a client's run sends one) is the server's
+    // to handle: it stops that run alone, or all of them and ends.
+    let (heard, signals) = tokio::sync::mpsc::unbounded_channel();
+    toolbox.spawn(async move {
+        let mut watched = crate::signals::Signals::new();
+        while watched.next().await && heard.send(()).is_ok() {}
+    });
     toolbox
-        .block_on(plan_serve::serve_stdio(settings))
+        .block_on(plan_serve::serve_stdio(settings, signals))
         .map_err(|error| Failure::internal(error.to_string()))?;
     Ok(0)
 }

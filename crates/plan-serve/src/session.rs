@@ -1,0 +1,299 @@
+//! One client's session: its messages read, each request answered in a task of its own (so a
+//! long `tools/call` never holds up `tasks/get`), and the stdio transport.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+use crate::protocol::{self, Incoming, Peer, RELATED_TASK, RpcError, lock};
+use crate::{Call, PlanServer, Served, Settings};
+
+/// Why serving stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The client's messages could not be read.
+    #[error("cannot read the MCP client's messages: {0}")]
+    Read(String),
+}
+
+/// Serves plans on stdin and stdout until the client leaves (or a signal ends it): the
+/// client's runs still going then are stopped, resumably. Nothing else may write to stdout
+/// meanwhile: it is the protocol. Each message of `signals` is a Ctrl+C or SIGTERM: one that
+/// `plan-cli cancel` sent for a run of this server stops that run alone; any other ends the
+/// server.
+pub async fn serve_stdio(
+    settings: Settings,
+    mut signals: mpsc::UnboundedReceiver<()>,
+) -> Result<(), ServeError> {
+    let server = Arc::new(PlanServer::new(settings));
+    let (out, mut outgoing) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(message) = outgoing.recv().await {
+            let mut line = serde_json::to_vec(&message).unwrap_or_default();
+            line.push(b'\n');
+            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let peer = Arc::new(Peer::new(out, true));
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let ended = loop {
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) if line.trim().is_empty() => {}
+                Ok(Some(line)) => server.receive(&peer, &line),
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(ServeError::Read(error.to_string())),
+            },
+            Some(()) = signals.recv() => {
+                let server = server.clone();
+                let all = tokio::task::spawn_blocking(move || server.stop_asked())
+                    .await
+                    .unwrap_or(true);
+                if all {
+                    break Ok(());
+                }
+            }
+        }
+    };
+    server.stop_all().await;
+    drop(peer);
+    writer.abort();
+    ended
+}
+
+impl PlanServer {
+    fn new(settings: Settings) -> Self {
+        PlanServer {
+            settings,
+            going_on: std::sync::Mutex::default(),
+            tasks: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Takes one message of the client's.
+    pub(crate) fn receive(self: &Arc<Self>, peer: &Arc<Peer>, text: &str) {
+        match protocol::incoming(text) {
+            Incoming::Request { id, method, params } => {
+                let server = self.clone();
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    let outcome = server.request(&peer, &method, params).await;
+                    peer.send(protocol::answer(id, outcome));
+                });
+            }
+            // `notifications/initialized`, `notifications/cancelled` of a plain call (a run
+            // is stopped with `tasks/cancel`, or by the client leaving), and the rest.
+            Incoming::Notification => {}
+            Incoming::Response { id, outcome } => peer.answered(&id, outcome),
+            Incoming::Invalid { id, error } => peer.send(protocol::answer(id, Err(error))),
+        }
+    }
+
+    /// Answers one request.
+    async fn request(
+        self: &Arc<Self>,
+        peer: &Arc<Peer>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, RpcError> {
+        let task_id = || {
+            params["taskId"]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| RpcError::params("`taskId` is required"))
+        };
+        match method {
+            "initialize" => {
+                peer.set_capabilities(params["capabilities"].clone());
+                Ok(json!({
+                    "protocolVersion": protocol::negotiated(params["protocolVersion"].as_str()),
+                    "capabilities": {
+                        "tools": {"listChanged": false},
+                        "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
+                    },
+                    "serverInfo": {"name": "plan-cli", "version": env!("CARGO_PKG_VERSION")},
+                    "instructions": "Run plans (graphs of tool calls) with plan-cli: validate, run, then status, approve and resume. plan_run, plan_execute and plan_create_and_execute may run as tasks.",
+                }))
+            }
+            "ping" => Ok(json!({})),
+            "tools/list" => Ok(json!({
+                "tools": Served::ALL.into_iter().map(Served::listed).collect::<Vec<_>>(),
+            })),
+            "tools/call" => self.call_tool(peer, &params).await,
+            "tasks/get" => {
+                let id = task_id()?;
+                self.blocking(move |server| server.task(&id).map(|task| task.to_json()))
+                    .await
+            }
+            "tasks/result" => self.task_result(&task_id()?).await,
+            "tasks/cancel" => {
+                let id = task_id()?;
+                self.blocking(move |server| server.cancel_task(&id).map(|task| task.to_json()))
+                    .await
+            }
+            "tasks/list" => {
+                let cursor = params["cursor"].as_str().map(str::to_owned);
+                self.blocking(move |server| server.list_tasks(cursor.as_deref()))
+                    .await
+            }
+            other => Err(RpcError::no_method(format!(
+                "plan-cli's MCP server has no method `{other}`"
+            ))),
+        }
+    }
+
+    /// Runs `work` on a blocking thread (the ledger is read there).
+    async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Arc<Self>) -> Result<T, RpcError> + Send + 'static,
+    ) -> Result<T, RpcError> {
+        let server = self.clone();
+        tokio::task::spawn_blocking(move || work(&server))
+            .await
+            .map_err(|error| RpcError::internal(error.to_string()))?
+    }
+
+    /// `tools/call`: answered when the call ends, or at once with a task when the client
+    /// asks for one (`task` in its params).
+    async fn call_tool(
+        self: &Arc<Self>,
+        peer: &Arc<Peer>,
+        params: &Value,
+    ) -> Result<Value, RpcError> {
+        let name = params["name"].as_str().unwrap_or_default();
+        let served =
+            Served::named(name).ok_or_else(|| RpcError::params(format!("no tool `{name}`")))?;
+        let args: Map<String, Value> = match &params["arguments"] {
+            Value::Object(args) => args.clone(),
+            Value::Null => Map::new(),
+            _ => return Err(RpcError::params("`arguments` must be an object")),
+        };
+        let progress = params["_meta"]
+            .get("progressToken")
+            .filter(|token| token.is_string() || token.is_number())
+            .cloned();
+        if let Some(task) = params.get("task").filter(|task| !task.is_null()) {
+            if !served.runs_as_task() {
+                return Err(RpcError::no_method(format!(
+                    "`{name}` does not run as a task (its execution.taskSupport is \"forbidden\")"
+                )));
+            }
+            let ttl = task["ttl"].as_u64();
+            let task = self.create_task(served, args, peer.clone(), progress, ttl);
+            return Ok(json!({"task": task.to_json()}));
+        }
+        let call = Call {
+            peer: peer.clone(),
+            task: None,
+            progress,
+        };
+        let server = self.clone();
+        let answer = tokio::task::spawn_blocking(move || server.answer(served, &args, &call))
+            .await
+            .unwrap_or_else(|error| Err(format!("the call failed: {error}")));
+        Ok(crate::call_result(&answer))
+    }
+
+    /// On a signal: stops the runs `plan-cli cancel` asked to stop; true if none was asked
+    /// for (the signal is for the whole server).
+    fn stop_asked(&self) -> bool {
+        let going: Vec<(String, tokio_util::sync::CancellationToken)> = lock(&self.going_on)
+            .iter()
+            .map(|(id, cancel)| (id.clone(), cancel.clone()))
+            .collect();
+        let Ok(store) = self.settings.ledger.open_existing() else {
+            return true;
+        };
+        let asked: Vec<_> = going
+            .into_iter()
+            .filter(|(id, _)| store.run(id).is_ok_and(|row| plan_run::stop_asked(&row)))
+            .collect();
+        asked.iter().for_each(|(_, cancel)| cancel.cancel());
+        asked.is_empty()
+    }
+
+    /// Stops every run this server goes on with, resumably, and waits for them to be marked
+    /// stopped.
+    async fn stop_all(&self) {
+        for driven in lock(&self.tasks).values() {
+            driven.cancel.cancel();
+        }
+        for cancel in lock(&self.going_on).values() {
+            cancel.cancel();
+        }
+        // A run stops once its calls in flight end (each is cut off and recorded as such).
+        for _ in 0..600 {
+            let going = !lock(&self.going_on).is_empty()
+                || lock(&self.tasks).values().any(|driven| !driven.ended);
+            if !going {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// MCP progress notifications for a call whose client asked for them: one each time a step
+/// ends, out of the plan's steps, tied to the call's task if it runs as one.
+pub(crate) struct Progress {
+    peer: Arc<Peer>,
+    token: Value,
+    task: Option<String>,
+    total: usize,
+    done: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn new(peer: Arc<Peer>, token: Value, task: Option<String>, total: usize) -> Self {
+        Progress {
+            peer,
+            token,
+            task,
+            total,
+            done: AtomicU64::new(0),
+        }
+    }
+}
+
+impl plan_types::EventSink for Progress {
+    fn emit(&self, event: &plan_types::Event) {
+        use plan_types::EventKind;
+        let ended = match event.kind {
+            EventKind::StepExecuted | EventKind::StepSkipped => true,
+            EventKind::ApprovalAwaiting => false,
+            _ => return,
+        };
+        let done = if ended {
+            self.done.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.done.load(Ordering::Relaxed)
+        };
+        let step = event.step_id.as_deref().unwrap_or("");
+        let message = match event.kind {
+            EventKind::StepExecuted if event.ok == Some(false) => format!("{step} failed"),
+            EventKind::StepExecuted => format!("{step} done"),
+            EventKind::StepSkipped => format!("{step} skipped"),
+            _ => "waiting for approval".to_owned(),
+        };
+        let mut params = json!({
+            "progressToken": self.token,
+            "progress": done,
+            "message": message,
+        });
+        // Map items end as steps too: past the plan's steps, the total is not known.
+        if done <= self.total as u64 {
+            params["total"] = json!(self.total);
+        }
+        if let Some(task) = &self.task {
+            params["_meta"] = json!({RELATED_TASK: {"taskId": task}});
+        }
+        self.peer.notify("notifications/progress", params);
+    }
+}
