@@ -64,6 +64,9 @@ struct PlanServer {
     going_on: Mutex<HashMap<String, CancellationToken>>,
     /// The tasks this process drives (started here, or waiting runs it follows), by id.
     tasks: Mutex<HashMap<String, Driven>>,
+    /// Cancelled when the server ends: a waiting run is left waiting then (a later session
+    /// follows it), where a task's own cancel stops it.
+    closing: CancellationToken,
 }
 
 /// A task this process drives.
@@ -109,6 +112,8 @@ struct TaskRun {
     ttl: Option<u64>,
     cancel: CancellationToken,
     tool: Served,
+    /// Its progress notifications, if the client asked for them.
+    progress: Option<Arc<session::Progress>>,
 }
 
 /// Why a call is refused or failed, as the client reads it.
@@ -526,13 +531,15 @@ impl PlanServer {
     fn execution(&self, call: &Call, prepared: &Prepared) -> plan_run::Execution {
         let mut execution = plan_run::Execution::new();
         execution.project_path = self.settings.project_path.clone();
-        if let Some(token) = &call.progress {
-            execution.events.push(Arc::new(session::Progress::new(
-                call.peer.clone(),
-                token.clone(),
-                call.task.as_ref().map(|task| task.run_id.clone()),
-                prepared.loaded.plan.steps.len(),
-            )));
+        let progress = match &call.task {
+            Some(task) => task.progress.clone(),
+            None => (call.progress.clone())
+                .map(|token| Arc::new(session::Progress::new(call.peer.clone(), token, None))),
+        };
+        if let Some(progress) = progress {
+            execution
+                .events
+                .push(progress.of_steps(prepared.loaded.plan.steps.len()));
         }
         execution
     }

@@ -74,6 +74,7 @@ impl PlanServer {
             settings,
             going_on: std::sync::Mutex::default(),
             tasks: std::sync::Mutex::default(),
+            closing: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -219,12 +220,11 @@ impl PlanServer {
         asked.is_empty()
     }
 
-    /// Stops every run this server goes on with, resumably, and waits for them to be marked
-    /// stopped.
+    /// Stops every run this server runs, resumably, and waits for them to be marked stopped.
+    /// A run that waits for decisions is left waiting: nothing of it runs, and whoever asks
+    /// for its task next follows it.
     async fn stop_all(&self) {
-        for driven in lock(&self.tasks).values() {
-            driven.cancel.cancel();
-        }
+        self.closing.cancel();
         for cancel in lock(&self.going_on).values() {
             cancel.cancel();
         }
@@ -242,23 +242,32 @@ impl PlanServer {
 
 /// MCP progress notifications for a call whose client asked for them: one each time a step
 /// ends, out of the plan's steps, tied to the call's task if it runs as one.
+/// A task's is kept across its run's resumes, so its count goes on.
 pub(crate) struct Progress {
     peer: Arc<Peer>,
     token: Value,
     task: Option<String>,
-    total: usize,
+    /// The plan's steps (known once it is prepared).
+    total: AtomicU64,
     done: AtomicU64,
 }
 
 impl Progress {
-    pub(crate) fn new(peer: Arc<Peer>, token: Value, task: Option<String>, total: usize) -> Self {
+    pub(crate) fn new(peer: Arc<Peer>, token: Value, task: Option<String>) -> Self {
         Progress {
             peer,
             token,
             task,
-            total,
+            total: AtomicU64::new(0),
             done: AtomicU64::new(0),
         }
+    }
+
+    /// Sets the plan's number of steps.
+    pub(crate) fn of_steps(self: Arc<Self>, steps: usize) -> Arc<Self> {
+        self.total
+            .store(u64::try_from(steps).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self
     }
 }
 
@@ -288,8 +297,9 @@ impl plan_types::EventSink for Progress {
             "message": message,
         });
         // Map items end as steps too: past the plan's steps, the total is not known.
-        if done <= self.total as u64 {
-            params["total"] = json!(self.total);
+        let total = self.total.load(Ordering::Relaxed);
+        if done <= total {
+            params["total"] = json!(total);
         }
         if let Some(task) = &self.task {
             params["_meta"] = json!({RELATED_TASK: {"taskId": task}});

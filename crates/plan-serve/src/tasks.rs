@@ -199,8 +199,16 @@ impl PlanServer {
         ttl: Option<u64>,
     ) -> Task {
         let now = plan_store::timestamp(std::time::SystemTime::now());
+        let run_id = ulid::Ulid::new().to_string();
         let task = TaskRun {
-            run_id: ulid::Ulid::new().to_string(),
+            progress: (progress.clone()).map(|token| {
+                Arc::new(crate::session::Progress::new(
+                    peer.clone(),
+                    token,
+                    Some(run_id.clone()),
+                ))
+            }),
+            run_id,
             ttl,
             cancel: CancellationToken::new(),
             tool: served,
@@ -256,7 +264,7 @@ impl PlanServer {
             let Some(row) = self.row(&task.run_id) else {
                 return;
             };
-            if row.state != RunState::Waiting {
+            if row.state != RunState::Waiting || self.closing.is_cancelled() {
                 return;
             }
             if task.cancel.is_cancelled() {
@@ -282,11 +290,12 @@ impl PlanServer {
                 }
                 continue;
             }
-            let cancel = task.cancel.clone();
+            let (cancel, closing) = (task.cancel.clone(), self.closing.clone());
             crate::block(async move {
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(POLL_MS)) => {}
                     () = cancel.cancelled() => {}
+                    () = closing.cancelled() => {}
                 }
             });
         }
@@ -344,6 +353,7 @@ impl PlanServer {
             ttl: None,
             cancel: CancellationToken::new(),
             tool: Served::named(tool_of(row)).unwrap_or(Served::Run),
+            progress: None,
         };
         {
             let mut tasks = lock(&self.tasks);

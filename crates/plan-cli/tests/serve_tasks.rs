@@ -1,0 +1,373 @@
+//! `mcp serve` runs plans as MCP tasks (SPEC §13, protocol 2025-11-25), spoken as raw
+//! JSON-RPC by a Python client in which every message the server sends is checked against the
+//! official Python SDK's models of the 2025-11-25 schema (`mcp_types._v2025_11_25`): the
+//! response to each method by that method's result type, each notification by its own, each
+//! error by the error response.
+#![expect(clippy::unwrap_used, reason = "test helpers fail loudly on purpose")]
+
+use serde_json::{Value, json};
+
+mod common;
+
+use common::Lab;
+
+/// A raw JSON-RPC client of `plan-cli mcp serve`, checking each message it gets. The
+/// scenario after it has `serve()` (a new session), `rpc(server, method, params)`,
+/// `until(server, task, statuses)`, `cli(*args)` (the operator's terminal) and `out(value)`.
+const WIRE: &str = r#"
+import json, os, subprocess, sys, time
+from pydantic import TypeAdapter
+import mcp_types._v2025_11_25 as spec
+
+BIN = sys.argv[1]
+RESULTS = {
+    "initialize": spec.InitializeResult,
+    "ping": spec.Result,
+    "tools/list": spec.ListToolsResult,
+    "tasks/get": spec.GetTaskResult,
+    "tasks/result": spec.CallToolResult,
+    "tasks/cancel": spec.CancelTaskResult,
+    "tasks/list": spec.ListTasksResult,
+}
+NOTIFICATIONS = {"notifications/progress": spec.ProgressNotification}
+checked = {"results": 0, "notifications": 0, "errors": 0}
+
+def check(method, params, message):
+    assert message.get("jsonrpc") == "2.0", message
+    if "error" in message:
+        spec.JSONRPCErrorResponse.model_validate(message)
+        checked["errors"] += 1
+        return
+    spec.JSONRPCResultResponse.model_validate(message)
+    if method == "tools/call":
+        model = spec.CreateTaskResult if params.get("task") is not None else spec.CallToolResult
+    else:
+        model = RESULTS[method]
+    model.model_validate(message["result"])
+    checked["results"] += 1
+
+class Server:
+    def __init__(self, args=()):
+        self.p = subprocess.Popen([BIN, "mcp", "serve", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.n = 0
+        self.notes = []
+        init = rpc(self, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "wire", "version": "1"}})
+        self.init = init["result"]
+        self.p.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        self.p.stdin.flush()
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(timeout=60) == 0
+
+def serve(*args):
+    return Server(args)
+
+def rpc(server, method, params=None):
+    params = params or {}
+    server.n += 1
+    server.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": server.n, "method": method, "params": params}) + "\n")
+    server.p.stdin.flush()
+    while True:
+        line = server.p.stdout.readline()
+        assert line, "the server ended"
+        message = json.loads(line)
+        if "method" in message:
+            NOTIFICATIONS[message["method"]].model_validate(message)
+            checked["notifications"] += 1
+            server.notes.append(message)
+            continue
+        assert message["id"] == server.n, message
+        check(method, params, message)
+        return message
+
+def until(server, task, statuses, seconds=60):
+    deadline = time.time() + seconds
+    seen = []
+    while time.time() < deadline:
+        got = rpc(server, "tasks/get", {"taskId": task})["result"]
+        if not seen or seen[-1] != got["status"]:
+            seen.append(got["status"])
+        if got["status"] in statuses:
+            return got, seen
+        time.sleep(got["pollInterval"] / 1000)
+    raise AssertionError(f"task {task} never reached {statuses}: {seen}")
+
+def cli(*args):
+    done = subprocess.run([BIN, *args], capture_output=True, text=True)
+    return {"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+def out(value):
+    value["checked"] = checked
+    print(json.dumps(value))
+"#;
+
+/// Runs `scenario` after [`WIRE`] in `lab`: what it printed with `out`.
+fn scenario(lab: &Lab, scenario: &str) -> Value {
+    let script = lab.dir.path().join("scenario.py");
+    std::fs::write(&script, format!("{WIRE}\n{scenario}")).unwrap();
+    let output = std::process::Command::new(common::servers_dir().join("venv/bin/python"))
+        .current_dir(lab.dir.path())
+        .env("NO_COLOR", "1")
+        .env_remove("PLAN_DB")
+        .env_remove("PLAN_QUEUE")
+        .env_remove("REDIS_URL")
+        .env_remove("AGENT_APPROVALS_ENABLED")
+        .env_remove("PLAN_LLM_URL")
+        .env_remove("OPENAI_BASE_URL")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the scenario failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "{error}: {}",
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        )
+    })
+}
+
+fn gated_plan() -> Value {
+    json!({"id": "gated", "steps": [
+        {"id": "build", "tool": "echo", "args": {"text": "built"}},
+        {"id": "deploy", "tool": "echo", "risk": "high", "args": {"text": "shipped"}, "depends_on": ["build"], "result_variable": "deployed"},
+        {"id": "notify", "tool": "echo", "args": {"text": "${deployed.text}"}, "depends_on": ["deploy"], "result_variable": "told"}
+    ]})
+}
+
+#[test]
+fn a_task_waits_as_input_required_and_completes_once_the_operator_approves() {
+    let lab = Lab::new();
+    let answer = scenario(
+        &lab,
+        &format!(
+            r#"
+plan = {plan}
+server = serve()
+tools = {{t["name"]: t for t in rpc(server, "tools/list")["result"]["tools"]}}
+made = rpc(server, "tools/call", {{"name": "plan_run", "arguments": {{"plan": plan}}, "task": {{"ttl": 60000}}, "_meta": {{"progressToken": "p"}}}})["result"]["task"]
+task = made["taskId"]
+waiting, seen = until(server, task, ["input_required"])
+approved = cli("approve", task, "deploy")
+done, seen_after = until(server, task, ["completed", "failed", "cancelled"])
+result = rpc(server, "tasks/result", {{"taskId": task}})["result"]
+listed = rpc(server, "tasks/list")["result"]["tasks"]
+again = rpc(server, "tasks/cancel", {{"taskId": task}})
+server.close()
+out({{"capabilities": server.init["capabilities"], "tools": tools, "made": made, "waiting": waiting, "approved": approved,
+     "done": done, "seen": seen + seen_after, "result": result, "listed": listed, "cancel_again": again,
+     "progress": [n["params"] for n in server.notes]}})
+"#,
+            plan = gated_plan()
+        ),
+    );
+    assert_eq!(
+        answer["capabilities"]["tasks"]["requests"]["tools"]["call"],
+        json!({}),
+        "{answer}"
+    );
+    for tool in ["plan_run", "plan_execute", "plan_create_and_execute"] {
+        assert_eq!(
+            answer["tools"][tool]["execution"]["taskSupport"], "optional",
+            "{tool}"
+        );
+        assert_eq!(
+            answer["tools"][tool]["annotations"]["destructiveHint"],
+            true
+        );
+    }
+    for tool in ["plan_validate", "plan_status"] {
+        assert_eq!(answer["tools"][tool]["annotations"]["readOnlyHint"], true);
+        assert_eq!(
+            answer["tools"][tool]["execution"]["taskSupport"],
+            "forbidden"
+        );
+    }
+    let task = answer["made"]["taskId"].as_str().unwrap();
+    assert_eq!(answer["made"]["status"], "working");
+    assert_eq!(answer["made"]["ttl"], 60000);
+    // The task id is the run's.
+    let (_, status) = lab.json(&["status", task, "--json"]);
+    assert_eq!(status["run_id"], task);
+    let message = answer["waiting"]["statusMessage"].as_str().unwrap();
+    assert!(
+        message.contains("deploy (echo {\"text\":\"shipped\"})")
+            && message.contains(&format!("plan-cli approve {task}")),
+        "{message}"
+    );
+    assert_eq!(answer["approved"]["code"], 0, "{}", answer["approved"]);
+    // Nothing but the operator's approval moved it on: the client only polled.
+    assert_eq!(answer["done"]["status"], "completed");
+    let seen: Vec<&str> = answer["seen"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(
+        seen.first() == Some(&"input_required") || seen.first() == Some(&"working"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last(), Some(&"completed"));
+    // The result is the tool's, tied to the task, with the same report `status --json` gives.
+    let result = &answer["result"];
+    assert_eq!(result["isError"], false);
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        task
+    );
+    assert_eq!(result["structuredContent"], status, "{result}");
+    assert_eq!(
+        result["structuredContent"]["variables"]["told"]["text"],
+        "shipped"
+    );
+    assert_eq!(answer["listed"][0]["taskId"], task);
+    assert_eq!(answer["listed"][0]["status"], "completed");
+    assert_eq!(answer["cancel_again"]["error"]["code"], -32602);
+    // Progress came tied to the task: build, then the wait, then the rest.
+    let progress = answer["progress"].as_array().unwrap();
+    assert!(progress.len() >= 3, "{progress:?}");
+    for note in progress {
+        assert_eq!(note["progressToken"], "p");
+        assert_eq!(
+            note["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+            task
+        );
+    }
+    assert_eq!(progress.last().unwrap()["progress"], 3);
+    assert!(answer["checked"]["results"].as_u64().unwrap() >= 8);
+    assert!(answer["checked"]["notifications"].as_u64().unwrap() >= 3);
+}
+
+#[test]
+fn a_rejected_call_fails_the_task_and_a_cancelled_task_stops_its_run_resumably() {
+    let lab = Lab::new();
+    let slow = json!({"id": "slow", "steps": [
+        {"id": "first", "tool": "echo", "args": {"text": "1"}},
+        {"id": "nap", "tool": "sleep", "args": {"ms": 30000}, "depends_on": ["first"]},
+        {"id": "after", "tool": "echo", "args": {"text": "2"}, "depends_on": ["nap"]}
+    ]});
+    let answer = scenario(
+        &lab,
+        &format!(
+            r#"
+server = serve()
+rejected = rpc(server, "tools/call", {{"name": "plan_run", "arguments": {{"plan": {plan}}}, "task": {{}}}})["result"]["task"]["taskId"]
+until(server, rejected, ["input_required"])
+said = cli("reject", rejected, "deploy", "--reason", "not today")
+failed, _ = until(server, rejected, ["completed", "failed", "cancelled"])
+failed_result = rpc(server, "tasks/result", {{"taskId": rejected}})["result"]
+slow = rpc(server, "tools/call", {{"name": "plan_run", "arguments": {{"plan": {slow}}}, "task": {{}}}})["result"]["task"]["taskId"]
+until(server, slow, ["working"])
+time.sleep(1)
+cancelled = rpc(server, "tasks/cancel", {{"taskId": slow}})["result"]
+waiting = rpc(server, "tools/call", {{"name": "plan_run", "arguments": {{"plan": {plan}}}, "task": {{}}}})["result"]["task"]["taskId"]
+until(server, waiting, ["input_required"])
+cancelled_waiting = rpc(server, "tasks/cancel", {{"taskId": waiting}})["result"]
+refused = rpc(server, "tools/call", {{"name": "plan_run", "arguments": {{"plan": {{"steps": [{{"id": "x", "tool": "exec", "args": {{"program": "true"}}}}]}}}}, "task": {{}}}})["result"]["task"]["taskId"]
+refused_task, _ = until(server, refused, ["failed"])
+refused_result = rpc(server, "tasks/result", {{"taskId": refused}})["result"]
+unknown = rpc(server, "tasks/get", {{"taskId": "01NOTATASK"}})
+server.close()
+out({{"said": said, "failed": failed, "failed_result": failed_result, "slow": slow, "cancelled": cancelled,
+     "cancelled_waiting": cancelled_waiting, "refused_task": refused_task, "refused_result": refused_result, "unknown": unknown}})
+"#,
+            plan = gated_plan(),
+            slow = slow
+        ),
+    );
+    assert_eq!(answer["said"]["code"], 0, "{}", answer["said"]);
+    assert_eq!(answer["failed"]["status"], "failed");
+    let failed = &answer["failed_result"]["structuredContent"];
+    assert_eq!(failed["task_status"], "FAILED");
+    assert_eq!(
+        common::record(failed, "deploy")["error"]["code"],
+        "E_REJECTED"
+    );
+    // Cancelled: stopped as `cancel` stops a run, and `resume` goes on with it.
+    assert_eq!(answer["cancelled"]["status"], "cancelled");
+    assert!(
+        answer["cancelled"]["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("plan_resume"),
+        "{}",
+        answer["cancelled"]
+    );
+    let slow = answer["slow"].as_str().unwrap();
+    let (_, status) = lab.json(&["status", slow, "--json"]);
+    assert_eq!(status["task_status"], "STOPPED", "{status}");
+    assert_eq!(common::record(&status, "first")["ok"], true);
+    assert_eq!(answer["cancelled_waiting"]["status"], "cancelled");
+    // A plan the policy refuses is a failed task whose result says why.
+    assert_eq!(answer["refused_task"]["status"], "failed");
+    assert_eq!(answer["refused_result"]["isError"], true);
+    let why = answer["refused_result"]["structuredContent"]["error"]
+        .as_str()
+        .unwrap();
+    assert!(why.contains("`exec`"), "{why}");
+    assert_eq!(answer["unknown"]["error"]["code"], -32602);
+}
+
+#[test]
+fn a_task_outlives_its_session_and_a_waiting_one_goes_on_when_a_later_session_looks() {
+    let lab = Lab::new();
+    let answer = scenario(
+        &lab,
+        &format!(
+            r#"
+first = serve()
+task = rpc(first, "tools/call", {{"name": "plan_run", "arguments": {{"plan": {plan}}}, "task": {{}}}})["result"]["task"]["taskId"]
+until(first, task, ["input_required"])
+first.close()
+# The client left; the run waits in the ledger. The operator approves from a terminal.
+approved = cli("approve", task, "deploy")
+second = serve()
+done, seen = until(second, task, ["completed", "failed", "cancelled"])
+result = rpc(second, "tasks/result", {{"taskId": task}})["result"]
+second.close()
+third = serve()
+again = rpc(third, "tasks/get", {{"taskId": task}})["result"]
+listed = rpc(third, "tasks/list")["result"]["tasks"]
+third.close()
+out({{"task": task, "approved": approved, "done": done, "seen": seen, "result": result, "again": again, "listed": listed}})
+"#,
+            plan = gated_plan()
+        ),
+    );
+    assert_eq!(answer["approved"]["code"], 0, "{}", answer["approved"]);
+    assert_eq!(answer["done"]["status"], "completed", "{answer}");
+    assert_eq!(answer["again"]["status"], "completed");
+    assert_eq!(answer["listed"][0]["taskId"], answer["task"]);
+    let (_, status) = lab.json(&["status", answer["task"].as_str().unwrap(), "--json"]);
+    assert_eq!(answer["result"]["structuredContent"], status);
+    // An operator's own runs are no client's tasks.
+    let plan = lab.write(
+        "mine.json",
+        &json!({"steps": [{"id": "a", "tool": "echo"}]}),
+    );
+    lab.cli()
+        .args(["run", common::path_str(&plan)])
+        .assert()
+        .success();
+    let mine = lab.newest_run_id();
+    let answer = scenario(
+        &lab,
+        &format!(
+            r#"
+server = serve()
+got = rpc(server, "tasks/get", {{"taskId": "{mine}"}})
+listed = rpc(server, "tasks/list")["result"]["tasks"]
+server.close()
+out({{"got": got, "listed": [t["taskId"] for t in listed]}})
+"#
+        ),
+    );
+    assert_eq!(answer["got"]["error"]["code"], -32602, "{answer}");
+    assert!(!answer["listed"].as_array().unwrap().contains(&json!(mine)));
+}
