@@ -684,3 +684,41 @@ fn a_run_with_mcp_config_is_approved_and_resumed_without_the_flag() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(record(&report, "later")["result"]["timezone"], "Asia/Tokyo");
 }
+
+/// server-everything's `simulate-research-query` declares `taskSupport: "required"` (MCP
+/// 2025-11-25 tasks): plan-cli calls it as a task, polls it, reads its result, and reports its
+/// status messages as progress; a task that outlives the call's timeout fails the attempt with
+/// `E_TIMEOUT`, as any call does.
+#[test]
+fn a_task_only_tool_is_called_as_a_task() {
+    let lab = mcp_lab();
+    let plan = lab.write(
+        "research.json",
+        &json!({"steps": [
+            {"id": "research", "tool": "everything.simulate-research-query", "args": {"topic": "rust"}},
+            {"id": "again", "tool": "everything.simulate-research-query", "args": {"topic": "go"}, "depends_on": ["research"]},
+            {"id": "late", "tool": "everything.simulate-research-query", "args": {"topic": "zig"},
+             "timeout_ms": 1500, "retry": {"attempts": 1}}
+        ]}),
+    );
+    let (code, report, events) = run_with_events(&lab, &plan);
+    assert_eq!(code, 1, "{report}");
+    for step in ["research", "again"] {
+        let result = record(&report, step)["result"].as_str().unwrap_or_default();
+        assert!(
+            result.contains("# Research Report") && result.contains("Stage 4: Generating report"),
+            "{step}: {report}"
+        );
+    }
+    assert_eq!(record(&report, "late")["error"]["code"], "E_TIMEOUT");
+    let messages: Vec<String> = events
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "tool.progress" && e["step_id"] == "research")
+        .filter_map(|e| e["progress"]["message"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.contains("Gathering sources")),
+        "{messages:?}"
+    );
+}

@@ -14,8 +14,9 @@ use plan_ports::{Progress, Registry, Risk, Tool, ToolContext, ToolError, ToolInf
 use plan_types::ProgressReport;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientCapabilities, ClientRequest, ContentBlock, Implementation, InitializeRequestParams,
-    NumberOrString, ProgressNotificationParam, ProgressToken, ServerResult,
+    ClientCapabilities, ClientRequest, ContentBlock, ErrorCode, Implementation,
+    InitializeRequestParams, NumberOrString, ProgressNotificationParam, ProgressToken,
+    ServerResult,
 };
 use rmcp::service::{
     NotificationContext, PeerRequestOptions, RoleClient, RunningService, ServiceError,
@@ -83,6 +84,7 @@ impl McpServers {
                         state: tokio::sync::Mutex::new(State::default()),
                         progress: Arc::default(),
                         stderr: Arc::default(),
+                        task_only: Mutex::default(),
                     };
                     (name, Arc::new(server))
                 })
@@ -230,8 +232,11 @@ impl Tool for McpTool {
             let message = format!("MCP server `{}`: {message}", self.server.name);
             ToolError::retryable(codes::E_TRANSPORT, message)
         })?;
+        if self.server.needs_task(&self.remote) {
+            return self.call_as_task(&service, arguments, &ctx).await;
+        }
         let mut params = CallToolRequestParams::new(self.remote.clone());
-        params.arguments = Some(arguments);
+        params.arguments = Some(arguments.clone());
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let peer = service.peer().clone();
         let handle = match peer
@@ -260,6 +265,11 @@ impl Tool for McpTool {
         }
         drop(watching);
         match outcome {
+            // The TypeScript SDK's servers answer that refusal as the tool's error instead.
+            Ok(ServerResult::CallToolResult(result)) if refused_without_task(&result) => {
+                self.server.set_needs_task(&self.remote);
+                self.call_as_task(&service, arguments, &ctx).await
+            }
             Ok(ServerResult::CallToolResult(result)) => result_value(result),
             Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::new(
                 codes::E_TOOL,
@@ -275,7 +285,192 @@ impl Tool for McpTool {
                     self.server.name
                 ),
             )),
+            // MCP 2025-11-25's answer to a call made without the task a tool's
+            // `taskSupport: "required"` asks for (rmcp does not keep a tool's `execution`, so
+            // this is where it shows): the call did not run; it is made again as a task, and
+            // so are the tool's later calls.
+            Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
+                self.server.set_needs_task(&self.remote);
+                self.call_as_task(&service, arguments, &ctx).await
+            }
             Err(error) => Err(self.server.failed(&service, error).await),
+        }
+    }
+}
+
+impl McpTool {
+    /// Calls the tool as an MCP task (protocol 2025-11-25): the server answers a task at once;
+    /// it is polled with `tasks/get` at the server's `pollInterval` until it ends or needs
+    /// input (which the server asks for while `tasks/result` is awaited), then its result is
+    /// read with `tasks/result`. A call abandoned on the way (its timeout, the run stopped)
+    /// cancels the task (`tasks/cancel`).
+    async fn call_as_task(
+        &self,
+        service: &Arc<Service>,
+        arguments: rmcp::model::JsonObject,
+        ctx: &ToolContext,
+    ) -> Result<Value, ToolError> {
+        let mut task = serde_json::json!({});
+        if let Some(deadline) = ctx.deadline {
+            let left = deadline
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            task["ttl"] = Value::from(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+        }
+        let params = serde_json::json!({"name": self.remote, "arguments": arguments, "task": task});
+        let created = self.raw(service, "tools/call", params).await?;
+        let Some(id) = created["task"]["taskId"].as_str().map(str::to_owned) else {
+            return Err(ToolError::retryable(
+                codes::E_TRANSPORT,
+                format!(
+                    "MCP server `{}` answered a task-augmented call without a task: {created}",
+                    self.server.name
+                ),
+            ));
+        };
+        let mut abandoned = AbandonedTask {
+            peer: service.peer().clone(),
+            id: Some(id.clone()),
+        };
+        let mut poll = poll_interval(&created["task"]);
+        // Each new `statusMessage` is the call's progress (`tool.progress`).
+        let (mut said, mut changes) = (None::<String>, 0.0);
+        loop {
+            let task = self
+                .raw(service, "tasks/get", serde_json::json!({"taskId": id}))
+                .await?;
+            // 2025-11-25 answers the task's fields; some servers wrap them in `task`.
+            let task = if task.get("status").is_some() {
+                task
+            } else {
+                task["task"].clone()
+            };
+            let message = task["statusMessage"].as_str().map(str::to_owned);
+            if let (Some(progress), Some(text)) = (&ctx.progress, &message)
+                && said.as_ref() != Some(text)
+            {
+                changes += 1.0;
+                progress.report(plan_types::ProgressReport {
+                    progress: changes,
+                    total: None,
+                    message: Some(text.clone()),
+                });
+            }
+            said = message.or(said);
+            match task["status"].as_str() {
+                Some("working") | None => {}
+                Some("cancelled") => {
+                    abandoned.id = None;
+                    return Err(ToolError::new(
+                        codes::E_TOOL,
+                        format!(
+                            "MCP server `{}`: its task {id} was cancelled{}",
+                            self.server.name,
+                            task["statusMessage"]
+                                .as_str()
+                                .map(|m| format!(": {m}"))
+                                .unwrap_or_default()
+                        ),
+                    ));
+                }
+                // Ended, or needs input: `tasks/result` carries the server's questions, and
+                // then the result.
+                Some(_) => break,
+            }
+            poll = poll_interval(&task).max(poll.min(std::time::Duration::from_millis(100)));
+            tokio::time::sleep(poll).await;
+        }
+        let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
+            "tasks/result",
+            Some(serde_json::json!({"taskId": id})),
+        ));
+        let outcome = service.peer().send_request(request).await;
+        abandoned.id = None;
+        match outcome {
+            Ok(ServerResult::CallToolResult(result)) => result_value(result),
+            Ok(other) => {
+                let value = serde_json::to_value(other).unwrap_or_default();
+                serde_json::from_value::<CallToolResult>(value.clone())
+                    .map_err(|_| {
+                        ToolError::retryable(
+                            codes::E_TRANSPORT,
+                            format!(
+                                "MCP server `{}` answered task {id}'s result with something other than a tool's result: {value}",
+                                self.server.name
+                            ),
+                        )
+                    })
+                    .and_then(result_value)
+            }
+            Err(error) => Err(self.server.failed(service, error).await),
+        }
+    }
+
+    /// Sends a request rmcp has no type for (or whose type drops a field), and its answer as
+    /// JSON.
+    async fn raw(
+        &self,
+        service: &Arc<Service>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ToolError> {
+        let request =
+            ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(method, Some(params)));
+        match service.peer().send_request(request).await {
+            Ok(result) => serde_json::to_value(result).map_err(|error| {
+                ToolError::new(
+                    codes::E_TOOL,
+                    format!("unreadable answer to {method}: {error}"),
+                )
+            }),
+            Err(error) => Err(self.server.failed(service, error).await),
+        }
+    }
+}
+
+/// Whether a call's error result is the refusal of a `taskSupport: "required"` tool called
+/// without a task, as the TypeScript SDK's servers word it (`MCP error -32601: Tool X requires
+/// task augmentation (taskSupport: 'required')`).
+fn refused_without_task(result: &CallToolResult) -> bool {
+    result.is_error == Some(true)
+        && result.content.iter().any(|block| {
+            block
+                .as_text()
+                .is_some_and(|text| text.text.contains("-32601") && text.text.contains("task"))
+        })
+}
+
+/// A task's `pollInterval`, within reason (a server cannot make plan-cli spin or sleep an hour).
+fn poll_interval(task: &Value) -> std::time::Duration {
+    std::time::Duration::from_millis(
+        task["pollInterval"]
+            .as_u64()
+            .unwrap_or(1000)
+            .clamp(100, 10_000),
+    )
+}
+
+/// A task whose call is dropped (its timeout passed, the run was cancelled) is cancelled on the
+/// server too.
+struct AbandonedTask {
+    peer: rmcp::service::Peer<RoleClient>,
+    id: Option<String>,
+}
+
+impl Drop for AbandonedTask {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let peer = self.peer.clone();
+            runtime.spawn(async move {
+                let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
+                    "tasks/cancel",
+                    Some(serde_json::json!({"taskId": id})),
+                ));
+                let _ = peer.send_request(request).await;
+            });
         }
     }
 }
@@ -325,6 +520,8 @@ struct Server {
     progress: Arc<Mutex<HashMap<i64, Arc<Watch>>>>,
     /// The last lines the server wrote to stderr, for error messages.
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Its tools that are called as tasks (their `taskSupport` is `required`).
+    task_only: Mutex<std::collections::BTreeSet<String>>,
 }
 
 #[derive(Default)]
@@ -341,6 +538,21 @@ const MAX_STARTS: u32 = 2;
 const STDERR_LINES: usize = 20;
 
 impl Server {
+    /// Whether tool `remote` is called as a task.
+    fn needs_task(&self, remote: &str) -> bool {
+        self.task_only
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(remote)
+    }
+
+    fn set_needs_task(&self, remote: &str) {
+        self.task_only
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(remote.to_owned());
+    }
+
     /// The running connection, started (and initialised) if there is none.
     async fn connect(&self) -> Result<Arc<Service>, String> {
         let mut state = self.state.lock().await;
