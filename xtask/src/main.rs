@@ -135,6 +135,7 @@ struct Totals {
 const NPM_SERVERS: &[&str] = &[
     "@modelcontextprotocol/server-filesystem@2026.8.31",
     "@modelcontextprotocol/server-everything@2026.8.31",
+    "@modelcontextprotocol/server-memory@2026.8.31",
     "bullmq@6.7.0",
     "ioredis@5.11.1",
 ];

@@ -722,3 +722,48 @@ fn a_task_only_tool_is_called_as_a_task() {
         "{messages:?}"
     );
 }
+
+/// server-memory rewrites its whole file on each write, so parallel writes lose each other's
+/// (a map of six observations kept two or three of them). `max_concurrency` on the server's
+/// entry, or on one of its tools, makes the calls take turns, and every write is kept.
+#[test]
+fn max_concurrency_per_server_and_per_tool_keeps_every_write() {
+    let memory =
+        servers_dir().join("npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js");
+    let items = ["one", "two", "three", "four", "five", "six"];
+    for limit in [
+        json!({"max_concurrency": 1}),
+        json!({"tools": {"add_observations": {"max_concurrency": 1}}}),
+    ] {
+        let lab = Lab::new();
+        let file = lab.dir.path().join("memory.jsonl");
+        let mut entry = json!({"command": "node", "args": [path_str(&memory)],
+            "env": {"MEMORY_FILE_PATH": path_str(&file)}});
+        for (key, value) in limit.as_object().unwrap() {
+            entry[key] = value.clone();
+        }
+        std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+        lab.write(".plan/mcp.json", &json!({"mcpServers": {"memory": entry}}));
+        let plan = lab.write(
+            "observe.json",
+            &json!({"steps": [
+                {"id": "entity", "tool": "memory.create_entities", "args": {"entities": [{"name": "ada", "entityType": "person", "observations": []}]}},
+                {"id": "observe", "tool": "memory.add_observations", "expand_on": items, "expand_key": "$each",
+                 "args": {"observations": [{"entityName": "ada", "contents": ["$each"]}]}, "depends_on": ["entity"]},
+                {"id": "graph", "tool": "memory.read_graph", "depends_on": ["observe"], "result_variable": "graph"}
+            ]}),
+        );
+        let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+        assert_eq!(code, 0, "{report}");
+        let mut kept: Vec<&str> = report["variables"]["graph"]["entities"][0]["observations"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{report}"))
+            .iter()
+            .map(|o| o.as_str().unwrap())
+            .collect();
+        kept.sort_unstable();
+        let mut all = items.to_vec();
+        all.sort_unstable();
+        assert_eq!(kept, all, "{limit}: every write is kept");
+    }
+}

@@ -73,12 +73,20 @@ pub struct McpServers {
 impl McpServers {
     /// The servers of `config`, none started.
     pub fn new(config: McpConfig) -> Self {
+        let McpConfig { servers, limits } = config;
         McpServers {
-            servers: config
-                .servers
+            servers: servers
                 .into_iter()
                 .map(|(name, config)| {
+                    let limits = limits.get(&name).cloned().unwrap_or_default();
+                    let turns = |n: std::num::NonZeroU32| {
+                        Arc::new(tokio::sync::Semaphore::new(n.get() as usize))
+                    };
                     let server = Server {
+                        turns: limits.server.map(turns),
+                        tool_turns: (limits.tools.into_iter())
+                            .map(|(tool, n)| (tool, turns(n)))
+                            .collect(),
                         name: name.clone(),
                         config,
                         state: tokio::sync::Mutex::new(State::default()),
@@ -227,6 +235,17 @@ impl Tool for McpTool {
                     "MCP tools take an object of arguments, not {other}"
                 )));
             }
+        };
+        // The tool's turn, then the server's (always in that order: no two calls each hold
+        // one and wait for the other's). Held until the call ends; the semaphores are never
+        // closed, so acquiring cannot fail.
+        let _tool_turn = match self.server.tool_turns.get(&self.remote) {
+            Some(turns) => turns.clone().acquire_owned().await.ok(),
+            None => None,
+        };
+        let _server_turn = match &self.server.turns {
+            Some(turns) => turns.clone().acquire_owned().await.ok(),
+            None => None,
         };
         let service = self.server.connect().await.map_err(|message| {
             let message = format!("MCP server `{}`: {message}", self.server.name);
@@ -522,6 +541,10 @@ struct Server {
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// Its tools that are called as tasks (their `taskSupport` is `required`).
     task_only: Mutex<std::collections::BTreeSet<String>>,
+    /// The calls it takes at once (`max_concurrency`), if limited.
+    turns: Option<Arc<tokio::sync::Semaphore>>,
+    /// The calls each tool takes at once, for the tools limited.
+    tool_turns: HashMap<String, Arc<tokio::sync::Semaphore>>,
 }
 
 #[derive(Default)]

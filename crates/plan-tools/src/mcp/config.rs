@@ -1,6 +1,7 @@
 //! The configuration every MCP client reads: `{"mcpServers": {"NAME": {...}}}`.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -10,6 +11,21 @@ use serde::Deserialize;
 pub struct McpConfig {
     /// The servers, by the name plans use (`NAME.tool`).
     pub servers: BTreeMap<String, ServerConfig>,
+    /// How many calls each server (and each of its tools) takes at once, by server name
+    /// (servers without limits are not listed).
+    pub limits: BTreeMap<String, Limits>,
+}
+
+/// How many calls a server takes at once, across every step, map item and block of a run:
+/// `max_concurrency` in its `mcpServers` entry, and per tool in its `tools` (for a server
+/// that is not safe to call in parallel, or one tool of it that is not). A call waits for
+/// its turn within its own `timeout_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// For all of the server's tools together.
+    pub server: Option<NonZeroU32>,
+    /// For each tool named, by its name on the server.
+    pub tools: BTreeMap<String, NonZeroU32>,
 }
 
 /// One server.
@@ -72,11 +88,21 @@ struct RawServer {
     url: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
+    #[serde(default)]
+    max_concurrency: Option<NonZeroU32>,
+    #[serde(default)]
+    tools: BTreeMap<String, RawTool>,
     // Fields other clients write and plan-cli has no use for.
     #[serde(default, rename = "type")]
     _kind: Option<serde::de::IgnoredAny>,
     #[serde(default, rename = "disabled")]
     _disabled: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTool {
+    max_concurrency: NonZeroU32,
 }
 
 impl McpConfig {
@@ -92,11 +118,21 @@ impl McpConfig {
             ))
         })?;
         let mut servers = BTreeMap::new();
+        let mut limits = BTreeMap::new();
         for (name, server) in raw.mcp_servers {
             if name.is_empty() || name.contains('.') {
                 return Err(ConfigError::Invalid(format!(
                     "server name `{name}`: it must be non-empty and without `.` (tools are `NAME.tool`)"
                 )));
+            }
+            let limit = Limits {
+                server: server.max_concurrency,
+                tools: (server.tools.iter())
+                    .map(|(tool, raw)| (tool.clone(), raw.max_concurrency))
+                    .collect(),
+            };
+            if limit != Limits::default() {
+                limits.insert(name.clone(), limit);
             }
             let expand = |text: &str| expand_env(text, &name, lookup);
             let config = match (server.command, server.url) {
@@ -126,7 +162,7 @@ impl McpConfig {
             };
             servers.insert(name, config);
         }
-        Ok(McpConfig { servers })
+        Ok(McpConfig { servers, limits })
     }
 }
 
@@ -194,6 +230,29 @@ mod tests {
     }
 
     #[test]
+    fn reads_how_many_calls_a_server_and_its_tools_take_at_once() {
+        let config = McpConfig::parse(
+            r#"{"mcpServers": {
+                "memory": {"command": "m", "max_concurrency": 4, "tools": {"create_entities": {"max_concurrency": 1}}},
+                "free": {"command": "f"}
+            }}"#,
+            &env,
+        )
+        .expect("valid");
+        let one = NonZeroU32::new(1).expect("1");
+        assert_eq!(
+            config.limits,
+            BTreeMap::from([(
+                "memory".to_owned(),
+                Limits {
+                    server: NonZeroU32::new(4),
+                    tools: BTreeMap::from([("create_entities".to_owned(), one)]),
+                }
+            )])
+        );
+    }
+
+    #[test]
     fn refuses_what_it_cannot_use() {
         let bad = |text: &str| {
             McpConfig::parse(text, &env)
@@ -203,6 +262,14 @@ mod tests {
         assert!(bad(r#"{"servers": {}}"#).contains("not an MCP configuration"));
         assert!(bad(r#"{"mcpServers": {"a": {"args": []}}}"#).contains("needs either `command`"));
         assert!(bad(r#"{"mcpServers": {"a.b": {"command": "x"}}}"#).contains("without `.`"));
+        assert!(
+            bad(r#"{"mcpServers": {"a": {"command": "x", "max_concurrency": 0}}}"#)
+                .contains("nonzero")
+        );
+        assert!(
+            bad(r#"{"mcpServers": {"a": {"command": "x", "tools": {"t": {"max": 1}}}}}"#)
+                .contains("unknown field `max`")
+        );
         assert_eq!(
             bad(r#"{"mcpServers": {"a": {"command": "x", "env": {"K": "${env.NOPE}"}}}}"#),
             "server `a`: `${env.NOPE}` is not set in the environment"

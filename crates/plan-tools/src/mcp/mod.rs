@@ -6,4 +6,4 @@ mod client;
 mod config;
 
 pub use client::{McpError, McpServers, McpTool, SERVER_BASE_ENV};
-pub use config::{ConfigError, McpConfig, ServerConfig};
+pub use config::{ConfigError, Limits, McpConfig, ServerConfig};
