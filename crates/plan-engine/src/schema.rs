@@ -1,8 +1,6 @@
 //! Tools' argument schemas: compiled once per tool, checked before every call, and the
 //! violations a plan's own arguments already show, as issues at their place.
 
-use std::sync::Arc;
-
 use plan_graph::{Issue, PlanPath};
 use plan_types::StepError;
 use plan_vars::{Placeholder, Root, Scope, Segment, ValueTemplate};
@@ -134,38 +132,7 @@ fn field(name: &str) -> String {
     }
 }
 
-/// `E_ARGS_INVALID` listing each violation (JSON pointer, message) in order.
-pub(crate) fn invalid_args(tool_name: &str, violations: Vec<(String, String)>) -> StepError {
-    let violations: Vec<(String, String)> = violations
-        .into_iter()
-        .map(|(pointer, message)| {
-            let pointer = if pointer.is_empty() {
-                "/".to_owned()
-            } else {
-                pointer
-            };
-            (pointer, message)
-        })
-        .collect();
-    let listing: Vec<String> = violations
-        .iter()
-        .map(|(pointer, message)| format!("{pointer}: {message}"))
-        .collect();
-    StepError {
-        code: codes::E_ARGS_INVALID,
-        message: format!(
-            "arguments do not match the schema of `{}`: {}",
-            tool_name,
-            listing.join("; ")
-        ),
-        details: Some(Value::Array(
-            violations
-                .into_iter()
-                .map(|(pointer, message)| serde_json::json!({"pointer": pointer, "message": message}))
-                .collect(),
-        )),
-    }
-}
+pub(crate) use plan_ports::schema::{compile_schema, invalid_args};
 
 /// Stands in, when arguments are checked before a run, for a value only the run can give (a
 /// step's result, a map item, a block's input, the environment).
@@ -218,24 +185,6 @@ pub(crate) fn known_violations(
     violations.sort_by(|a, b| (&a.pointer, &a.message).cmp(&(&b.pointer, &b.message)));
     violations.dedup_by(|a, b| a.pointer == b.pointer && a.message == b.message);
     violations
-}
-
-/// A validator, or none for schemas that accept every object (no need to check).
-pub(crate) fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator>>, String> {
-    let accepts_any_object = match schema {
-        Value::Object(map) => {
-            map.is_empty()
-                || (map.len() == 1 && map.get("type") == Some(&Value::String("object".into())))
-        }
-        Value::Bool(true) => true,
-        _ => false,
-    };
-    if accepts_any_object {
-        return Ok(None);
-    }
-    jsonschema::validator_for(schema)
-        .map(|v| Some(Arc::new(v)))
-        .map_err(|e| e.to_string())
 }
 
 /// The schema violations of one call's arguments that hold whatever the run brings, as

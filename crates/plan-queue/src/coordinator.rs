@@ -101,6 +101,8 @@ struct Waiting {
     checked: Instant,
     /// A worker took it.
     active: bool,
+    /// Where the call's progress goes (`job.updateProgress` on the worker).
+    progress: Option<plan_ports::Progress>,
 }
 
 impl Dispatcher {
@@ -234,6 +236,17 @@ impl Dispatcher {
                 failed_reason,
                 ..
             } => self.deliver(&job_id, Err(failure(&failed_reason))),
+            // BullMQ's `job.updateProgress(value)`, from a worker in any language: a number is
+            // how far it got; an object may say `progress`, `total` and `message`; anything
+            // else is a message.
+            QueueEvent::Progress { job_id, data } => {
+                let progress = lock(&self.waiting)
+                    .get(&job_id)
+                    .and_then(|waiting| waiting.progress.clone());
+                if let Some(progress) = progress {
+                    progress.report(progress_of(&data));
+                }
+            }
             QueueEvent::Active { job_id, .. } => {
                 if let Some(waiting) = lock(&self.waiting).get_mut(&job_id) {
                     waiting.active = true;
@@ -509,6 +522,7 @@ impl Tool for RemoteTool {
                     added: now,
                     checked: now,
                     active: false,
+                    progress: ctx.progress.clone(),
                 },
             );
             receiver
@@ -584,6 +598,34 @@ impl RemoteTool {
                 }
             }
         }
+    }
+}
+
+/// A worker's `job.updateProgress` value as a progress report.
+fn progress_of(data: &Value) -> plan_types::ProgressReport {
+    let text = |value: &Value| match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    };
+    match data {
+        Value::Number(n) => plan_types::ProgressReport {
+            progress: n.as_f64().unwrap_or_default(),
+            total: None,
+            message: None,
+        },
+        Value::Object(fields) if fields.get("progress").is_some_and(Value::is_number) => {
+            plan_types::ProgressReport {
+                progress: fields["progress"].as_f64().unwrap_or_default(),
+                total: fields.get("total").and_then(Value::as_f64),
+                message: fields.get("message").and_then(text),
+            }
+        }
+        other => plan_types::ProgressReport {
+            progress: 0.0,
+            total: None,
+            message: text(other),
+        },
     }
 }
 
@@ -663,6 +705,24 @@ mod tests {
         );
         assert!(!other.retryable);
         assert!(failure("job stalled more than allowable limit").retryable);
+    }
+
+    #[test]
+    fn a_workers_progress_is_read_whatever_its_shape() {
+        let report = progress_of(&json!(40));
+        assert_eq!(
+            (report.progress, report.total, report.message),
+            (40.0, None, None)
+        );
+        let report = progress_of(&json!({"progress": 2, "total": 5, "message": "two of five"}));
+        assert_eq!(
+            (report.progress, report.total, report.message.as_deref()),
+            (2.0, Some(5.0), Some("two of five"))
+        );
+        let report = progress_of(&json!("halfway"));
+        assert_eq!(report.message.as_deref(), Some("halfway"));
+        let report = progress_of(&json!({"step": "copy"}));
+        assert_eq!(report.message.as_deref(), Some("{\"step\":\"copy\"}"));
     }
 
     #[test]

@@ -73,6 +73,20 @@ pub async fn work(
     options: WorkerOptions,
     stop: CancellationToken,
 ) -> Result<WorkerStats, QueueError> {
+    // Each tool's argument schema, compiled once: a job's arguments are checked as a run
+    // checks a call's.
+    let schemas: Arc<Schemas> = Arc::new(
+        tools
+            .names()
+            .into_iter()
+            .filter_map(|name| {
+                let schema =
+                    plan_ports::schema::compile_schema(&tools.get(&name)?.info().input_schema)
+                        .ok()??;
+                Some((name, schema))
+            })
+            .collect(),
+    );
     let tools = Arc::new(tools);
     let done = Arc::new(AtomicU64::new(0));
     let claimed = Arc::new(AtomicU64::new(0));
@@ -82,6 +96,7 @@ pub async fn work(
         let secret = options.secret.clone();
         move |job: Job, token: bullmq::worker::CancellationToken| {
             let (tools, done, claimed) = (tools.clone(), done.clone(), claimed.clone());
+            let schemas = schemas.clone();
             let (id, notices) = (id.clone(), notices.clone());
             let secret = secret.clone();
             async move {
@@ -106,7 +121,7 @@ pub async fn work(
                         },
                     );
                 }
-                let outcome = call(&tools, &id, &job, token).await;
+                let outcome = call(&tools, &schemas, &id, &job, token).await;
                 done.fetch_add(1, Ordering::Relaxed);
                 // An unrecoverable failure: BullMQ does not retry it, plan-cli's policy does.
                 outcome.map_err(|error| bullmq::Error::Unrecoverable(failure_text(&error)))
@@ -200,8 +215,12 @@ fn notify(to: Option<&tokio::sync::mpsc::UnboundedSender<WorkerNotice>>, notice:
 /// Makes the call a job asks for. Its data: `{"tool", "args", "run_id", "step_id",
 /// "attempt", "deadline", "working_dir", "confined_to"}`; the tool defaults to the job's name, so a job any
 /// BullMQ producer adds with `{"args": …}` runs too.
+/// The tools' compiled argument schemas, by name (tools that take any object have none).
+type Schemas = std::collections::HashMap<String, Arc<jsonschema::Validator>>;
+
 async fn call(
     tools: &Registry,
+    schemas: &Schemas,
     worker: &str,
     job: &Job,
     token: bullmq::worker::CancellationToken,
@@ -214,15 +233,33 @@ async fn call(
             format!("worker {worker} has no tool `{name}`"),
         ));
     };
-    let args = match &data["args"] {
-        Value::Null => Value::Object(Default::default()),
-        Value::Object(_) => data["args"].clone(),
-        _ => {
-            return Err(ToolError::invalid_args(
-                "the job's `args` must be an object",
-            ));
+    // A job without arguments is a producer's mistake, not a call with none: it is refused
+    // rather than run with `{}`.
+    let args = match data.get("args") {
+        Some(args @ Value::Object(_)) => args.clone(),
+        None | Some(Value::Null) => {
+            return Err(ToolError::invalid_args(format!(
+                "job {} has no `args`: a job's data is {{\"tool\": NAME, \"args\": {{...}}}} (`{{}}` for a call without arguments)",
+                job.id()
+            )));
+        }
+        Some(other) => {
+            return Err(ToolError::invalid_args(format!(
+                "the job's `args` must be an object, not {other}"
+            )));
         }
     };
+    if let Some(schema) = schemas.get(name) {
+        let violations = plan_ports::schema::violations(schema, &args);
+        if !violations.is_empty() {
+            let error = plan_ports::schema::invalid_args(name, violations);
+            let mut refused = ToolError::new(error.code, error.message);
+            if let Some(details) = error.details {
+                refused = refused.with_details(details);
+            }
+            return Err(refused);
+        }
+    }
     let deadline = data["deadline"]
         .as_u64()
         .filter(|&ms| ms > 0)

@@ -1,0 +1,103 @@
+//! Tools' argument schemas, compiled and checked the same way wherever a call is made: by the
+//! engine before every call, and by a queue worker before it runs a job (a producer written
+//! in another language gets the same JSON pointers a run gives).
+
+use std::sync::Arc;
+
+use plan_types::StepError;
+use serde_json::Value;
+
+use crate::codes;
+
+/// A compiled argument schema; `None` for schemas that accept every object (nothing to check).
+pub fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator>>, String> {
+    let accepts_any_object = match schema {
+        Value::Object(map) => {
+            map.is_empty()
+                || (map.len() == 1 && map.get("type") == Some(&Value::String("object".into())))
+        }
+        Value::Bool(true) => true,
+        _ => false,
+    };
+    if accepts_any_object {
+        return Ok(None);
+    }
+    jsonschema::validator_for(schema)
+        .map(|v| Some(Arc::new(v)))
+        .map_err(|e| e.to_string())
+}
+
+/// How `args` break `schema`: each violation's JSON pointer and message, sorted.
+pub fn violations(schema: &jsonschema::Validator, args: &Value) -> Vec<(String, String)> {
+    let mut violations: Vec<(String, String)> = schema
+        .iter_errors(args)
+        .map(|error| (error.instance_path().to_string(), error.to_string()))
+        .collect();
+    violations.sort();
+    violations
+}
+
+/// `E_ARGS_INVALID` listing each violation (JSON pointer, message) in order, in its message
+/// and as `details`.
+pub fn invalid_args(tool_name: &str, violations: Vec<(String, String)>) -> StepError {
+    let violations: Vec<(String, String)> = violations
+        .into_iter()
+        .map(|(pointer, message)| {
+            let pointer = if pointer.is_empty() {
+                "/".to_owned()
+            } else {
+                pointer
+            };
+            (pointer, message)
+        })
+        .collect();
+    let listing: Vec<String> = violations
+        .iter()
+        .map(|(pointer, message)| format!("{pointer}: {message}"))
+        .collect();
+    StepError {
+        code: codes::E_ARGS_INVALID,
+        message: format!(
+            "arguments do not match the schema of `{}`: {}",
+            tool_name,
+            listing.join("; ")
+        ),
+        details: Some(Value::Array(
+            violations
+                .into_iter()
+                .map(|(pointer, message)| serde_json::json!({"pointer": pointer, "message": message}))
+                .collect(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_violation_is_named_by_its_pointer() {
+        let schema = serde_json::json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]});
+        let schema = compile_schema(&schema).expect("compiles").expect("checks");
+        let error = invalid_args(
+            "sleep",
+            violations(&schema, &serde_json::json!({"ms": "soon"})),
+        );
+        assert_eq!(error.code, codes::E_ARGS_INVALID);
+        assert_eq!(
+            error.message,
+            "arguments do not match the schema of `sleep`: /ms: \"soon\" is not of type \"integer\""
+        );
+        assert_eq!(
+            error.details,
+            Some(
+                serde_json::json!([{"pointer": "/ms", "message": "\"soon\" is not of type \"integer\""}])
+            )
+        );
+        assert!(
+            compile_schema(&serde_json::json!({"type": "object"}))
+                .expect("ok")
+                .is_none()
+        );
+    }
+}
