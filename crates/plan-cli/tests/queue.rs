@@ -852,3 +852,167 @@ fn a_run_on_a_queue_whose_address_holds_a_password_goes_on_once_it_is_given_agai
         "the worker made the call: {log}"
     );
 }
+
+/// The worker contract for workers written from BullMQ's documentation alone
+/// (examples/queue/plain-worker.mjs and plain_worker.py publish nothing): the plan declares
+/// their tools with the queues they take jobs from; each call is a job there, its result the
+/// worker's return value, its `job.updateProgress` the call's `tool.progress`; arguments that
+/// break a declared schema never become a job.
+#[test]
+fn workers_written_from_bullmqs_docs_serve_the_tools_a_plan_declares() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let url = redis.url();
+    let mut node_worker = node(&lab, "plain-worker.mjs", &url);
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/queue");
+    let mut python = Command::new(servers_dir().join("venv/bin/python"))
+        .arg(examples.join("plain_worker.py"))
+        .env("REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python");
+    assert!(stderr_until(&mut node_worker, "ready").contains("ready"));
+    assert!(stderr_until(&mut python, "ready").contains("ready"));
+    // With a queue every call is a job: plan-cli's own worker runs `echo`.
+    let ours = worker(&lab, &url, &[]);
+    published(&redis, 1);
+    // The example as it is, and one call whose arguments break the declared schema (steps
+    // are its last key).
+    let mut text = std::fs::read_to_string(examples.join("declared.yaml")).unwrap();
+    text.push_str("  - id: wrong\n    tool: resize\n    args: {path: x.png, width: wide}\n");
+    let plan = lab.dir.path().join("declared.yaml");
+    std::fs::write(&plan, text).unwrap();
+    let events = lab.dir.path().join("events.ndjson");
+    let (code, report) = lab.json(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--queue",
+        &url,
+        "--events",
+        path_str(&events),
+    ]);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(
+        record(&report, "thumbnail")["result"],
+        json!({"path": "photo-320.png", "width": 320, "by": "node"})
+    );
+    assert_eq!(
+        record(&report, "caption")["result"],
+        json!({"words": 5, "by": "python"})
+    );
+    assert_eq!(
+        record(&report, "summary")["result"],
+        json!({"image": "photo-320.png", "words": 5})
+    );
+    let wrong = &record(&report, "wrong")["error"];
+    assert_eq!(wrong["code"], "E_ARGS_INVALID", "{wrong}");
+    assert!(
+        wrong["message"].as_str().unwrap().contains("/width"),
+        "{wrong}"
+    );
+    let run = report["run_id"].as_str().unwrap();
+    assert_eq!(
+        redis_cli(&redis, &["EXISTS", &format!("bull:images:{run}/wrong#1")]),
+        "0",
+        "no job for arguments that break the schema"
+    );
+    let progress: Vec<Value> = std::fs::read_to_string(&events)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|event| event["type"] == "tool.progress")
+        .collect();
+    let of = |step: &str| -> Vec<Value> {
+        progress
+            .iter()
+            .filter(|e| e["step_id"] == step)
+            .map(|e| e["progress"].clone())
+            .collect()
+    };
+    assert_eq!(
+        of("thumbnail"),
+        [
+            json!({"progress": 1.0, "total": 2.0, "message": "reading photo.png"}),
+            json!({"progress": 2.0, "total": 2.0, "message": "resized to 320"})
+        ]
+    );
+    assert_eq!(of("caption"), [json!({"progress": 50.0})]);
+    for child in [node_worker, python, ours] {
+        let (code, log) = stop(child, "TERM");
+        assert_eq!(code, Some(0), "{log}");
+    }
+}
+
+/// A plan-cli worker refuses a job without `args` (it never runs a call with `{}`), and
+/// words a job's argument errors as a run does: JSON pointers into the arguments.
+#[test]
+fn a_plan_cli_worker_refuses_jobs_without_args_and_names_bad_arguments_by_pointer() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let url = redis.url();
+    let ours = worker(&lab, &url, &[]);
+    published(&redis, 1);
+    let dir = lab.dir.path().join("node");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(
+        servers_dir().join("npm/node_modules"),
+        dir.join("node_modules"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("bad-jobs.mjs"),
+        r#"
+import { Queue, QueueEvents } from 'bullmq';
+const url = new URL(process.env.REDIS_URL);
+const connection = { host: url.hostname, port: Number(url.port) };
+const queue = new Queue('steps', { connection });
+const events = new QueueEvents('steps', { connection, lastEventId: '0-0' });
+await events.waitUntilReady();
+const answers = {};
+for (const [name, data] of [
+  ['no-args', { tool: 'echo' }],
+  ['bad-args', { tool: 'sleep', args: { ms: 'soon' } }],
+]) {
+  const job = await queue.add(data.tool, data, { jobId: name });
+  try {
+    answers[name] = { result: await job.waitUntilFinished(events, 30000) };
+  } catch (error) {
+    answers[name] = { failed: error.message };
+  }
+}
+console.log(JSON.stringify(answers));
+await events.close();
+await queue.close();
+"#,
+    )
+    .unwrap();
+    let producer = Command::new("node")
+        .arg(dir.join("bad-jobs.mjs"))
+        .env("REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = finish_within(producer, Duration::from_secs(60));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answers: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let failed = |name: &str| {
+        answers[name]["failed"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(failed("no-args").contains("has no `args`"), "{answers}");
+    assert!(
+        failed("bad-args").contains("/ms") && failed("bad-args").contains("E_ARGS_INVALID"),
+        "{answers}"
+    );
+    let (_, log) = stop(ours, "TERM");
+    assert_eq!(calls_made(&log), (2, 0), "{log}");
+}

@@ -863,3 +863,41 @@ fn plan_validate_answers_what_validate_json_prints_for_the_same_plan() {
     }
     assert_eq!(answered, printed);
 }
+
+/// A plan's declared tools (`tools:`) carry their author's word for their risk and reach the
+/// operator's workers: a client's plan may not declare any, even a low-risk one; and no plan
+/// redefines a tool plan-cli has.
+#[test]
+fn a_client_cannot_declare_tools_and_no_plan_redefines_one() {
+    let lab = Lab::new();
+    let declaring = json!({
+        "tools": [{"name": "wipe", "queue": "ops", "risk": "low"}],
+        "steps": [{"id": "a", "tool": "wipe", "args": {}}]
+    });
+    let answers = serve(
+        &lab,
+        &[],
+        &json!([["plan_run", {"plan": declaring}], ["plan_validate", {"plan": declaring}]]),
+    );
+    refused(
+        &answers[0],
+        "tools[0]: declaring tools (`wipe` on queue `ops`) is the operator's",
+    );
+    assert!(
+        answers[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("declaring tools"),
+        "{}",
+        answers[1]
+    );
+    let redefining = lab.write(
+        "redefine.json",
+        &json!({"tools": [{"name": "echo", "queue": "ops"}], "steps": [{"id": "a", "tool": "echo"}]}),
+    );
+    let said = lab.fails(&["validate", common::path_str(&redefining)], 2);
+    assert!(
+        said.contains("the plan declares the tool `echo`, which plan-cli already has"),
+        "{said}"
+    );
+}

@@ -418,7 +418,12 @@ fn unknown_tools_are_issues_with_suggestions() {
         messages,
         [
             ("unknown tool `wrok`", Some("did you mean `work`?")),
-            ("unknown tool `nothing_like_it`", None),
+            (
+                "unknown tool `nothing_like_it`",
+                Some(
+                    "a tool of BullMQ workers is known once a `plan-cli worker` publishes it, or when the plan declares it under `tools:` (name, queue, input_schema, risk)"
+                )
+            ),
         ]
     );
 }

@@ -61,9 +61,9 @@ pub use load::{
     Format, InvalidPlan, LoadOptions, LoadedPlan, MAX_PLAN_BYTES, closest, load, load_variables,
 };
 pub use model::{
-    Block, Branch, Check, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS, Expand, Guards, Jitter,
-    Mode, Node, OnConflict, OnFailure, Plan, RetryPolicy, Risk, RunIf, Step, StepId, TaskCall,
-    TaskSpec, Transition, Workspace,
+    Block, Branch, Check, DEFAULT_CHECK_TIMEOUT_MS, DEFAULT_MAX_ATTEMPTS, DeclaredTool, Expand,
+    Guards, Jitter, Mode, Node, OnConflict, OnFailure, Plan, RetryPolicy, Risk, RunIf, Step,
+    StepId, TaskCall, TaskSpec, Transition, Workspace,
 };
 pub use normalize::{META_STEP_ID, PLAN_APPROVAL_ID};
 pub use plan_types::{MAX_TASK_ID_BYTES, task_id_problem};

@@ -188,6 +188,41 @@ pub(crate) struct RawPlan {
     pub(crate) approvals: Option<bool>,
     #[serde(default)]
     pub(crate) workspace: Option<Workspace>,
+    #[serde(default)]
+    pub(crate) tools: Vec<DeclaredTool>,
+}
+
+/// A tool the plan declares because plan-cli does not know it: its calls are BullMQ jobs on
+/// `queue` (job name: the tool's name; data: `{tool, args, run_id, step_id, attempt,
+/// deadline}`), for workers written with nothing but BullMQ. Only the operator's plans may
+/// declare tools (a tool's risk would be its author's word).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredTool {
+    /// The name steps call it by (letters, digits, `_` and `-`; no `.`, which names MCP
+    /// servers' tools).
+    pub name: String,
+    /// What it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The BullMQ queue its workers take jobs from.
+    pub queue: String,
+    /// How dangerous a call is (default `medium`); `high` calls wait for an approval.
+    #[serde(default = "medium")]
+    #[schemars(with = "RiskSchema")]
+    pub risk: Risk,
+    /// Its arguments' JSON Schema (default: any object), checked before each call as any
+    /// tool's is.
+    #[serde(default = "any_object")]
+    pub input_schema: Value,
+}
+
+fn medium() -> Risk {
+    Risk::Medium
+}
+
+fn any_object() -> Value {
+    serde_json::json!({"type": "object"})
 }
 
 /// One tool call in a plan, normalised: aliases resolved, `tool_calls` unwrapped,
@@ -693,6 +728,9 @@ pub struct Plan {
     /// The git repository task steps work in, and how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace: Option<Workspace>,
+    /// The tools the plan declares (see [`DeclaredTool`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<DeclaredTool>,
     /// The steps, in plan order.
     pub steps: Vec<Step>,
 }

@@ -67,6 +67,7 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         steps.push(normalize_step(index, step, &mut issues));
     }
     check_workspace(raw.workspace.as_ref(), &steps, &root, &mut issues);
+    check_declared_tools(&raw.tools, &root, &mut issues);
     if raw
         .id
         .as_deref()
@@ -97,9 +98,61 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
         fail_fast: raw.fail_fast,
         approvals: raw.approvals,
         workspace: raw.workspace,
+        tools: raw.tools,
         steps,
     };
     (plan, issues)
+}
+
+/// Each declared tool has a name steps can call, once, a queue, and a schema that compiles.
+fn check_declared_tools(
+    tools: &[crate::model::DeclaredTool],
+    root: &PlanPath,
+    issues: &mut Vec<Issue>,
+) {
+    for (i, tool) in tools.iter().enumerate() {
+        let at = root.clone().key("tools").index(i);
+        let valid = !tool.name.is_empty()
+            && tool
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            issues.push(
+                Issue::error(
+                    "plan::declared_tool",
+                    at.clone().key("name"),
+                    format!("`{}` is not a name a declared tool can have", tool.name),
+                )
+                .help(
+                    "use letters, digits, `_` and `-` (`SERVER.tool` names are MCP servers' tools)",
+                ),
+            );
+        } else if tools[..i].iter().any(|earlier| earlier.name == tool.name) {
+            issues.push(Issue::error(
+                "plan::declared_tool",
+                at.clone().key("name"),
+                format!("the tool `{}` is declared twice", tool.name),
+            ));
+        }
+        if tool.queue.trim().is_empty() || tool.queue.contains(':') {
+            issues.push(
+                Issue::error(
+                    "plan::declared_tool",
+                    at.clone().key("queue"),
+                    format!("`{}` is not a BullMQ queue name", tool.queue),
+                )
+                .help("name the queue its workers take jobs from (without `:`)"),
+            );
+        }
+        if let Err(error) = jsonschema::validator_for(&tool.input_schema) {
+            issues.push(Issue::error(
+                "plan::declared_tool",
+                at.key("input_schema"),
+                format!("the tool's `input_schema` is not a JSON Schema: {error}"),
+            ));
+        }
+    }
 }
 
 /// Task steps need a workspace, with sane limits; each check needs a program.

@@ -11,6 +11,20 @@ use crate::model::Plan;
 use crate::source::PlanPath;
 
 pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
+    // The tools the plan declares are known as the given ones are.
+    let with_declared;
+    let options = match &options.known_tools {
+        Some(known) if !plan.tools.is_empty() => {
+            let mut known = known.clone();
+            known.extend(plan.tools.iter().map(|tool| tool.name.clone()));
+            with_declared = LoadOptions {
+                known_tools: Some(known),
+                ..options.clone()
+            };
+            &with_declared
+        }
+        _ => options,
+    };
     let mut issues = Vec::new();
     let mut first_at: HashMap<&str, usize> = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
@@ -861,6 +875,10 @@ fn unknown_tool_at(path: PlanPath, tool: &str, known: &[String]) -> Issue {
         .label("no tool has this name");
     match crate::load::closest(tool, known) {
         Some(name) => issue.help(format!("did you mean `{name}`?")),
+        // A worker's tool: known once a plan-cli worker publishes it, or declared by the plan.
+        None if !tool.contains('.') => issue.help(
+            "a tool of BullMQ workers is known once a `plan-cli worker` publishes it, or when the plan declares it under `tools:` (name, queue, input_schema, risk)",
+        ),
         None => issue,
     }
 }

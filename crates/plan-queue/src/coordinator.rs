@@ -159,10 +159,22 @@ impl Dispatcher {
                 dispatcher: self.clone(),
                 name: name.clone(),
                 info,
+                queue: None,
             };
             remote.register_as(name, Arc::new(tool));
         }
         remote
+    }
+
+    /// A tool a plan declares (`tools:`), whose calls are jobs on `queue` for workers that
+    /// publish nothing: the job's name is the tool's, its data as every call's.
+    pub fn declared(self: &Arc<Self>, info: ToolInfo, queue: &str) -> Arc<dyn Tool> {
+        Arc::new(RemoteTool {
+            dispatcher: self.clone(),
+            name: info.name.clone(),
+            info,
+            queue: Some(queue.to_owned()),
+        })
     }
 
     /// The producer of queue `name`, made (with its event listener) on first use.
@@ -463,6 +475,9 @@ pub struct RemoteTool {
     /// The name workers know the tool by (the job's name).
     name: String,
     info: ToolInfo,
+    /// The queue its jobs go to, when the plan declares it there (else the queue of the
+    /// workers that publish it).
+    queue: Option<String>,
 }
 
 #[async_trait]
@@ -479,7 +494,10 @@ impl Tool for RemoteTool {
         // One job per attempt: a retry is a new job, a resumed coordinator's add of the same
         // attempt is not. BullMQ refuses `:` in ids.
         let job_id = format!("{}#{}", ctx.idempotency_key(), ctx.attempt).replace(':', "_");
-        let queue = self.wait_for_worker(&ctx).await?;
+        let queue = match &self.queue {
+            Some(queue) => queue.clone(),
+            None => self.wait_for_worker(&ctx).await?,
+        };
         // Milliseconds since the epoch, null for none: a worker does not start a call whose
         // deadline has passed, and bounds the call by it.
         let deadline = ctx.deadline.map(|at| {

@@ -119,7 +119,7 @@ pub async fn gated_steps_in(
 ) -> Result<Vec<String>, LifecycleError> {
     let plan = plan_of(row)?;
     let tools = toolbox
-        .for_plan(plan.tool_names())
+        .for_plan_of(&plan)
         .await
         .map_err(|error| LifecycleError::Prepare(Box::new(error.into())))?;
     gated_steps(row, &tools.registry)

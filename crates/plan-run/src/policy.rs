@@ -434,6 +434,17 @@ impl Policy {
         for site in program.call_sites() {
             self.check_site(&site, &mut violations);
         }
+        // A declared tool's risk and schema are its author's word, and its jobs reach the
+        // operator's workers: only the operator declares tools.
+        for (k, tool) in plan.tools.iter().enumerate() {
+            violations.push(Violation {
+                path: PlanPath::root().key("tools").index(k),
+                message: format!(
+                    "declaring tools (`{}` on queue `{}`) is the operator's: the plan may call the tools it is given",
+                    tool.name, tool.queue
+                ),
+            });
+        }
         if let Some(workspace) = &plan.workspace {
             let at = PlanPath::root().key("workspace");
             if !self.workspace {

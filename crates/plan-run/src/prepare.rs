@@ -207,9 +207,14 @@ pub async fn prepare(
         };
         load(source.clone(), format, &options).ok()
     });
-    let (tools, check_tools) = match &first {
+    let (mut tools, check_tools) = match &first {
         None => (toolbox.for_plan([]).await?, true),
-        Some(Some(loaded)) => (toolbox.for_plan(loaded.plan.tool_names()).await?, true),
+        Some(Some(loaded)) => (
+            toolbox
+                .for_plan(crate::toolbox::undeclared(&loaded.plan))
+                .await?,
+            true,
+        ),
         Some(None) => (toolbox.for_plan([]).await?, false),
     };
     let registry = &tools.registry;
@@ -229,7 +234,9 @@ pub async fn prepare(
             if let Some(plan) = &invalid.plan {
                 let id = plan.id.clone().unwrap_or_else(|| fallback_id.to_owned());
                 let inputs = inputs.resolve(plan).unwrap_or_default();
-                let fresh = Program::problems(plan, &id, registry, &inputs, &issues);
+                // Its declared tools count (a name it cannot declare is an issue already).
+                let _ = toolbox.declare(&mut tools, plan);
+                let fresh = Program::problems(plan, &id, &tools.registry, &inputs, &issues);
                 issues.extend(fresh);
             }
             return Err(PrepareError::Invalid(Box::new(Problems {
@@ -238,6 +245,8 @@ pub async fn prepare(
             })));
         }
     };
+    toolbox.declare(&mut tools, &loaded.plan)?;
+    let registry = &tools.registry;
     let unused_inputs = inputs.unused(&loaded.plan);
     let inputs = inputs.resolve(&loaded.plan)?;
     let id = loaded
@@ -302,7 +311,7 @@ pub async fn select(
         return Ok(prepared);
     }
     let tools = toolbox
-        .for_plan(prepared.loaded.plan.tool_names())
+        .for_plan_of(&prepared.loaded.plan)
         .await
         .map_err(|error| crate::LifecycleError::Prepare(Box::new(error.into())))?;
     prepared.select(layer, task, &tools.registry)

@@ -39,6 +39,11 @@ pub enum ToolsError {
     /// Tools were named that there are none of.
     #[error("there is no tool `{0}`")]
     Unknown(String),
+    /// A plan declares a tool plan-cli already has.
+    #[error(
+        "the plan declares the tool `{0}`, which plan-cli already has (built in, of an MCP server, or published by a worker): a plan cannot redefine a tool; give the declared one another name"
+    )]
+    Declared(String),
     /// The queue's Redis could not be asked for its workers' tools. (Feature `queue`.)
     #[cfg(feature = "queue")]
     #[error(transparent)]
@@ -253,6 +258,46 @@ impl Toolbox {
         self.with_servers(&needed).await
     }
 
+    /// The tools plan `plan` can use: [`Toolbox::for_plan`] of the tools it names, with the
+    /// tools it declares ([`Toolbox::declare`]).
+    pub async fn for_plan_of(&self, plan: &plan_graph::Plan) -> Result<PlanTools, ToolsError> {
+        let mut tools = self.for_plan(undeclared(plan)).await?;
+        self.declare(&mut tools, plan)?;
+        Ok(tools)
+    }
+
+    /// Adds the tools plan `plan` declares (`tools:`) to `tools`: each a BullMQ job on its
+    /// queue when the run has a queue, else a tool whose calls fail saying so. A declared tool
+    /// plan-cli already has is an error: a plan cannot redefine a tool.
+    pub fn declare(
+        &self,
+        tools: &mut PlanTools,
+        plan: &plan_graph::Plan,
+    ) -> Result<(), ToolsError> {
+        for tool in &plan.tools {
+            if tools.registry.get(&tool.name).is_some() {
+                return Err(ToolsError::Declared(tool.name.clone()));
+            }
+            let info = plan_engine::ToolInfo {
+                name: tool.name.clone(),
+                description: tool.description.clone().unwrap_or_default(),
+                source: format!("queue {}", tool.queue),
+                risk: tool.risk,
+                input_schema: tool.input_schema.clone(),
+            };
+            #[cfg(feature = "queue")]
+            let declared: std::sync::Arc<dyn plan_engine::Tool> = match self.queue.get() {
+                Some(dispatcher) => dispatcher.declared(info, &tool.queue),
+                None => std::sync::Arc::new(Undelivered(info)),
+            };
+            #[cfg(not(feature = "queue"))]
+            let declared: std::sync::Arc<dyn plan_engine::Tool> =
+                std::sync::Arc::new(Undelivered(info));
+            tools.registry.register_as(tool.name.clone(), declared);
+        }
+        Ok(())
+    }
+
     /// Every tool: the tools of server `only`, or of every server.
     pub async fn all(&self, only: Option<&str>) -> Result<PlanTools, ToolsError> {
         let names = match (&self.servers, only) {
@@ -399,5 +444,37 @@ impl Toolbox {
         if let Some(servers) = &self.servers {
             servers.shutdown().await;
         }
+    }
+}
+
+/// The tools plan `plan` names that it does not declare.
+pub(crate) fn undeclared(plan: &plan_graph::Plan) -> Vec<&str> {
+    let declared: BTreeSet<&str> = plan.tools.iter().map(|t| t.name.as_str()).collect();
+    (plan.tool_names().into_iter())
+        .filter(|name| !declared.contains(name))
+        .collect()
+}
+
+/// A tool a plan declares, in a run without a queue: its calls cannot be delivered.
+struct Undelivered(plan_engine::ToolInfo);
+
+#[async_trait::async_trait]
+impl plan_engine::Tool for Undelivered {
+    fn info(&self) -> plan_engine::ToolInfo {
+        self.0.clone()
+    }
+
+    async fn call(
+        &self,
+        _args: serde_json::Value,
+        _ctx: plan_engine::ToolContext,
+    ) -> Result<serde_json::Value, plan_engine::ToolError> {
+        Err(plan_engine::ToolError::new(
+            plan_engine::codes::E_QUEUE_UNAVAILABLE,
+            format!(
+                "`{}` is declared by the plan on BullMQ {}, and this run has no queue: run it with `--queue URL` (or PLAN_QUEUE, REDIS_URL)",
+                self.0.name, self.0.source
+            ),
+        ))
     }
 }
