@@ -324,6 +324,10 @@ pub(crate) struct ServeArgs {
     /// [default: 10m]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub(crate) max_run_time: Option<std::time::Duration>,
+    /// Serve MCP's Streamable HTTP at this address (`127.0.0.1:8808`; port 0 picks one) instead
+    /// of stdio; prints the URL and the token clients send (PLAN_MCP_TOKEN fixes it)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }

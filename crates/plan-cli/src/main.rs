@@ -121,10 +121,10 @@ fn main() {
         Command::State(StateCommand::Export { run, format }) => {
             commands::state_export(run, *format, &ledger)
         }
-        Command::Mcp(McpCommand::Serve(_)) => policy
+        Command::Mcp(McpCommand::Serve(args)) => policy
             .take()
             .ok_or_else(|| exit::Failure::internal("the policy of `mcp serve` was not read"))
-            .and_then(|policy| commands::serve(policy, &toolbox, &ledger)),
+            .and_then(|policy| commands::serve(policy, args.http, &toolbox, &ledger)),
         Command::Worker(args) => commands::worker(args, &toolbox),
         Command::Schema(args) => commands::generation_schema(args, &toolbox),
         Command::Init(_) | Command::Import(_) | Command::Completions { .. } => Err(

@@ -44,6 +44,19 @@ impl Signals {
     }
 }
 
+/// Each Ctrl+C or SIGTERM from now on, as a message: for a server that decides what each one
+/// stops (`plan-cli cancel` of one of its runs sends one).
+pub(crate) fn forwarded(
+    toolbox: &crate::toolbox::Toolbox,
+) -> tokio::sync::mpsc::UnboundedReceiver<()> {
+    let (heard, signals) = tokio::sync::mpsc::unbounded_channel();
+    toolbox.spawn(async move {
+        let mut watched = Signals::new();
+        while watched.next().await && heard.send(()).is_ok() {}
+    });
+    signals
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     #[tokio::test]

@@ -1091,3 +1091,19 @@ fn a_closed_stderr_does_not_stop_the_run() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "the run completes");
 }
+
+/// `mcp serve --help` names every tool the server offers (the list the server's tool list and
+/// dispatch come from).
+#[test]
+fn the_serve_help_names_every_served_tool() {
+    let output = plan_cli()
+        .args(["mcp", "serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    let names = plan_serve::tool_names();
+    assert_eq!(names.len(), 8);
+    for name in names {
+        assert!(help.contains(name), "{name} is not in:\n{help}");
+    }
+}

@@ -371,3 +371,124 @@ out({{"got": got, "listed": [t["taskId"] for t in listed]}})
     assert_eq!(answer["got"]["error"]["code"], -32602, "{answer}");
     assert!(!answer["listed"].as_array().unwrap().contains(&json!(mine)));
 }
+
+/// `mcp serve --http`: the official Python SDK's Streamable HTTP client lists and calls the
+/// tools; raw HTTP runs a task to `input_required`, the operator approves from a terminal, and
+/// the task completes; a request without the token, for another Host or from a page of another
+/// origin is refused, and the server stops on SIGTERM.
+#[test]
+fn over_streamable_http_the_sdk_calls_tools_and_a_task_completes_after_approval() {
+    let lab = Lab::new();
+    let token = "a-token-of-the-tests-0123456789";
+    let mut server = lab
+        .command()
+        .args(["mcp", "serve", "--http", "127.0.0.1:0"])
+        .env("PLAN_MCP_TOKEN", token)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    let url = first.trim().strip_prefix("mcp: ").unwrap().to_owned();
+    let answer = scenario(
+        &lab,
+        &format!(
+            r#"
+import asyncio, urllib.request, urllib.error
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+URL, TOKEN = "{url}", "{token}"
+
+async def sdk():
+    client = create_mcp_http_client(headers={{"Authorization": f"Bearer {{TOKEN}}"}})
+    async with streamable_http_client(URL, http_client=client) as streams:
+        async with ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            tools = [t.name for t in (await session.list_tools()).tools]
+            result = await session.call_tool("plan_run", {{"plan": {{"steps": [{{"id": "a", "tool": "echo", "args": {{"x": 1}}}}]}}}})
+            return tools, result.structured_content
+
+def post(message, session=None, headers=None):
+    request = urllib.request.Request(URL, data=json.dumps(message).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Accept", "application/json, text/event-stream")
+    request.add_header("Authorization", f"Bearer {{TOKEN}}")
+    if session:
+        request.add_header("Mcp-Session-Id", session)
+    for name, value in (headers or {{}}).items():
+        request.add_header(name, value)
+    try:
+        with urllib.request.urlopen(request) as response:
+            body = response.read()
+            return response.status, response.headers.get("Mcp-Session-Id"), json.loads(body) if body else None
+    except urllib.error.HTTPError as error:
+        return error.code, None, json.loads(error.read() or b"null")
+
+class Http:
+    n = 0
+    def rpc(self, method, params=None):
+        self.n += 1
+        params = params or {{}}
+        status, _, message = post({{"jsonrpc": "2.0", "id": self.n, "method": method, "params": params}}, self.session)
+        assert status == 200, (status, message)
+        check(method, params, message)
+        return message
+
+tools, structured = asyncio.run(sdk())
+http = Http()
+status, http.session, init = post({{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {{"protocolVersion": "2025-11-25", "capabilities": {{}}, "clientInfo": {{"name": "raw", "version": "1"}}}}}})
+check("initialize", {{}}, init)
+made = http.rpc("tools/call", {{"name": "plan_run", "arguments": {{"plan": {plan}}}, "task": {{"ttl": 1000}}}})["result"]["task"]
+task = made["taskId"]
+import time
+deadline = time.time() + 60
+while http.rpc("tasks/get", {{"taskId": task}})["result"]["status"] != "input_required":
+    assert time.time() < deadline
+    time.sleep(0.2)
+approved = cli("approve", task, "deploy")
+while True:
+    got = http.rpc("tasks/get", {{"taskId": task}})["result"]
+    if got["status"] in ("completed", "failed", "cancelled"):
+        break
+    assert time.time() < deadline
+    time.sleep(0.2)
+result = http.rpc("tasks/result", {{"taskId": task}})["result"]
+no_token = urllib.request.Request(URL, data=b"{{}}", method="POST")
+try:
+    urllib.request.urlopen(no_token); unauthorized = 200
+except urllib.error.HTTPError as error:
+    unauthorized = error.code
+other_origin = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}}, http.session, {{"Origin": "http://evil.example"}})[0]
+other_host = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}}, http.session, {{"Host": "evil.example"}})[0]
+no_session = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}})[0]
+out({{"tools": tools, "structured": structured, "task": task, "done": got, "result": result, "approved": approved,
+     "unauthorized": unauthorized, "other_origin": other_origin, "other_host": other_host, "no_session": no_session}})
+"#,
+            plan = gated_plan()
+        ),
+    );
+    assert_eq!(answer["tools"].as_array().unwrap().len(), 8, "{answer}");
+    assert_eq!(answer["structured"]["task_status"], "COMPLETED");
+    assert_eq!(answer["approved"]["code"], 0);
+    assert_eq!(answer["done"]["status"], "completed", "{answer}");
+    let task = answer["task"].as_str().unwrap();
+    let (_, status) = lab.json(&["status", task, "--json"]);
+    assert_eq!(answer["result"]["structuredContent"], status);
+    assert_eq!(answer["unauthorized"], 401);
+    assert_eq!(answer["other_origin"], 403);
+    assert_eq!(answer["other_host"], 403);
+    assert_eq!(answer["no_session"], 400);
+    std::process::Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    let status = server.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -10,6 +10,7 @@
 //! stdin, and gets none of the operator's powers unless the policy gives them.
 #![deny(missing_docs)]
 
+mod http;
 mod protocol;
 mod session;
 mod tasks;
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use protocol::{Peer, lock};
 
+pub use http::HttpServer;
 pub use plan_run::Env;
 pub use session::{ServeError, serve_stdio};
 

@@ -18,6 +18,17 @@ pub enum ServeError {
     /// The client's messages could not be read.
     #[error("cannot read the MCP client's messages: {0}")]
     Read(String),
+    /// `--http`'s address cannot be listened on.
+    #[error("cannot listen on {address}: {message}")]
+    Bind {
+        /// The address.
+        address: std::net::SocketAddr,
+        /// Why not.
+        message: String,
+    },
+    /// The token given is unusable, or none could be made.
+    #[error("the server's token: {0}")]
+    Token(String),
 }
 
 /// Serves plans on stdin and stdout until the client leaves (or a signal ends it): the
@@ -69,7 +80,7 @@ pub async fn serve_stdio(
 }
 
 impl PlanServer {
-    fn new(settings: Settings) -> Self {
+    pub(crate) fn new(settings: Settings) -> Self {
         PlanServer {
             settings,
             going_on: std::sync::Mutex::default(),
@@ -98,7 +109,7 @@ impl PlanServer {
     }
 
     /// Answers one request.
-    async fn request(
+    pub(crate) async fn request(
         self: &Arc<Self>,
         peer: &Arc<Peer>,
         method: &str,
@@ -204,7 +215,7 @@ impl PlanServer {
 
     /// On a signal: stops the runs `plan-cli cancel` asked to stop; true if none was asked
     /// for (the signal is for the whole server).
-    fn stop_asked(&self) -> bool {
+    pub(crate) fn stop_asked(&self) -> bool {
         let going: Vec<(String, tokio_util::sync::CancellationToken)> = lock(&self.going_on)
             .iter()
             .map(|(id, cancel)| (id.clone(), cancel.clone()))
@@ -223,7 +234,7 @@ impl PlanServer {
     /// Stops every run this server runs, resumably, and waits for them to be marked stopped.
     /// A run that waits for decisions is left waiting: nothing of it runs, and whoever asks
     /// for its task next follows it.
-    async fn stop_all(&self) {
+    pub(crate) async fn stop_all(&self) {
         self.closing.cancel();
         for cancel in lock(&self.going_on).values() {
             cancel.cancel();

@@ -238,15 +238,8 @@ pub(crate) fn ui(
     if !args.no_open {
         server.open_in_browser(&std::env::temp_dir());
     }
-    // Each Ctrl+C or SIGTERM (`plan-cli cancel` of a run it goes on with sends one) is the
-    // server's to handle.
-    let (heard, signals) = tokio::sync::mpsc::unbounded_channel();
-    toolbox.spawn(async move {
-        let mut watched = crate::signals::Signals::new();
-        while watched.next().await && heard.send(()).is_ok() {}
-    });
     server
-        .serve(signals)
+        .serve(crate::signals::forwarded(toolbox))
         .map_err(|e| Failure::internal(e.to_string()))?;
     Ok(0)
 }

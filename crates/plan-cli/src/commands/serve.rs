@@ -1,27 +1,24 @@
-//! `plan-cli mcp serve`: plan-cli as an MCP server on stdio (the `plan-serve` crate), set up
-//! from the command's flags and the environment. stdout is the protocol, so nothing else is
-//! printed there.
+//! `plan-cli mcp serve`: plan-cli as an MCP server on stdio, or Streamable HTTP with `--http`
+//! (the `plan-serve` crate), set up from the command's flags and the environment. On stdio,
+//! stdout is the protocol, so nothing else is printed there.
 
-use std::sync::Arc;
+use std::{net::SocketAddr, sync::Arc};
 
-use plan_run::Policy;
+use super::print;
+use crate::{cli::ServeArgs, exit::Failure, toolbox::Toolbox};
+use plan_run::{Ledger, Policy};
 
-use crate::cli::ServeArgs;
-use crate::exit::Failure;
-use crate::toolbox::Toolbox;
-use plan_run::Ledger;
-
-pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Result<i32, Failure> {
+pub(crate) fn serve(
+    policy: Policy,
+    http: Option<SocketAddr>,
+    toolbox: &Toolbox,
+    ledger: &Ledger,
+) -> Result<i32, Failure> {
     // A client without sampling gets the operator's model, if one is configured whole.
-    let model = match super::plans::endpoint(None) {
-        Ok(model) => model,
-        Err(_) => {
-            say!(
-                "warning: PLAN_LLM_URL is set but PLAN_LLM_MODEL is not: plans are written from goals only for clients that offer sampling"
-            );
-            None
-        }
-    };
+    let model = super::plans::endpoint(None).unwrap_or_else(|_| {
+        say!("warning: PLAN_LLM_URL is set but PLAN_LLM_MODEL is not: plans are written from goals only for clients that offer sampling");
+        None
+    });
     let settings = plan_serve::Settings {
         toolbox: toolbox.shared(),
         ledger: ledger.clone(),
@@ -30,16 +27,19 @@ pub(crate) fn serve(policy: Policy, toolbox: &Toolbox, ledger: &Ledger) -> Resul
         env: Arc::new(|name| std::env::var(name).ok()),
         project_path: super::project_path(),
     };
-    // Each Ctrl+C or SIGTERM (`plan-cli cancel` of a client's run sends one) is the server's
-    // to handle: it stops that run alone, or all of them and ends.
-    let (heard, signals) = tokio::sync::mpsc::unbounded_channel();
-    toolbox.spawn(async move {
-        let mut watched = crate::signals::Signals::new();
-        while watched.next().await && heard.send(()).is_ok() {}
-    });
-    toolbox
-        .block_on(plan_serve::serve_stdio(settings, signals))
-        .map_err(|error| Failure::internal(error.to_string()))?;
+    let signals = crate::signals::forwarded(toolbox);
+    let served = match http {
+        None => toolbox.block_on(plan_serve::serve_stdio(settings, signals)),
+        Some(address) => {
+            let token = std::env::var("PLAN_MCP_TOKEN").ok();
+            let server = plan_serve::HttpServer::bind(address, token)
+                .map_err(|e| Failure::input(e.to_string()))?;
+            let (url, token) = (server.url(), server.token());
+            print(&format!("mcp: {url}\ntoken: {token}\n"))?;
+            toolbox.block_on(server.serve(settings, signals))
+        }
+    };
+    served.map_err(|error| Failure::internal(error.to_string()))?;
     Ok(0)
 }
 
@@ -60,23 +60,4 @@ pub(crate) fn policy_of(args: &ServeArgs) -> Result<Policy, Failure> {
     policy.workdir = plan_run::resolve_folder(&policy.workdir)
         .map_err(|error| Failure::input(format!("--workdir {error}")))?;
     Ok(policy)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_help_names_every_served_tool() {
-        use clap::CommandFactory;
-        let mut cli = crate::cli::Cli::command();
-        let serve = cli
-            .find_subcommand_mut("mcp")
-            .and_then(|mcp| mcp.find_subcommand_mut("serve"))
-            .map(|serve| serve.render_long_help().to_string())
-            .unwrap_or_default();
-        let names = plan_serve::tool_names();
-        assert_eq!(names.len(), 8);
-        for name in names {
-            assert!(serve.contains(name), "{name} is not in:\n{serve}");
-        }
-    }
 }

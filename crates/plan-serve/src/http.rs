@@ -1,0 +1,273 @@
+//! `mcp serve --http`: the same server over MCP's Streamable HTTP transport, for agents that
+//! connect over HTTP. One endpoint, `/mcp`: a POST carries one JSON-RPC message, a request is
+//! answered with its JSON response, a notification or a response with 202. There is no
+//! stream back (GET is 405), so the server never asks such a client anything (no sampling)
+//! and sends no progress. Guarded as the dashboard is: loopback by default, every request's
+//! `Host` must name the server, an `Origin` must be its own, and every request carries the
+//! bearer token.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::protocol::{self, Incoming, Peer, lock};
+use crate::session::ServeError;
+use crate::{PlanServer, Settings};
+
+/// The header that names a client's session.
+const SESSION: &str = "mcp-session-id";
+
+/// `mcp serve --http`, bound and not yet serving.
+pub struct HttpServer {
+    listener: std::net::TcpListener,
+    token: String,
+    hosts: Vec<String>,
+    any_host: bool,
+    url: String,
+}
+
+impl HttpServer {
+    /// Binds `address`; the token is `token` (at least 16 characters) or 32 random bytes in
+    /// hex.
+    pub fn bind(address: SocketAddr, token: Option<String>) -> Result<Self, ServeError> {
+        let bind = |error: std::io::Error| ServeError::Bind {
+            address,
+            message: error.to_string(),
+        };
+        let listener = std::net::TcpListener::bind(address).map_err(bind)?;
+        let port = listener.local_addr().map_err(bind)?.port();
+        let token = match token.filter(|token| !token.is_empty()) {
+            Some(token) if token.len() < 16 || token.bytes().any(|b| !b.is_ascii_graphic()) => {
+                return Err(ServeError::Token(
+                    "a token must be at least 16 printable characters".to_owned(),
+                ));
+            }
+            Some(token) => token,
+            None => {
+                let mut bytes = [0u8; 32];
+                getrandom::fill(&mut bytes).map_err(|e| ServeError::Token(e.to_string()))?;
+                bytes.iter().map(|b| format!("{b:02x}")).collect()
+            }
+        };
+        let any_host = address.ip().is_unspecified();
+        let shown = match address.ip() {
+            IpAddr::V6(ip) => format!("[{ip}]"),
+            IpAddr::V4(ip) => ip.to_string(),
+        };
+        let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")];
+        if !hosts.contains(&format!("{shown}:{port}")) {
+            hosts.push(format!("{shown}:{port}"));
+        }
+        let reachable = if any_host {
+            "127.0.0.1".to_owned()
+        } else {
+            shown
+        };
+        Ok(HttpServer {
+            listener,
+            token,
+            hosts,
+            any_host,
+            url: format!("http://{reachable}:{port}/mcp"),
+        })
+    }
+
+    /// The endpoint's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The token clients send as `Authorization: Bearer TOKEN`.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Serves until a signal ends it (as [`crate::serve_stdio`]: one that `plan-cli cancel`
+    /// sent for a run of this server stops that run alone); the runs still going then are
+    /// stopped, resumably.
+    pub async fn serve(
+        self,
+        settings: Settings,
+        mut signals: mpsc::UnboundedReceiver<()>,
+    ) -> Result<(), ServeError> {
+        let server = Arc::new(PlanServer::new(settings));
+        let shared = Arc::new(Shared {
+            server: server.clone(),
+            token: self.token,
+            hosts: self.hosts,
+            any_host: self.any_host,
+            sessions: Mutex::default(),
+        });
+        let app = axum::Router::new()
+            .route(
+                "/mcp",
+                axum::routing::post(post).get(no_stream).delete(end_session),
+            )
+            .with_state(shared);
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| ServeError::Read(e.to_string()))?;
+        let listener = tokio::net::TcpListener::from_std(self.listener)
+            .map_err(|e| ServeError::Read(e.to_string()))?;
+        let stopper = server.clone();
+        let ended = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                while signals.recv().await.is_some() {
+                    let server = stopper.clone();
+                    let all = tokio::task::spawn_blocking(move || server.stop_asked())
+                        .await
+                        .unwrap_or(true);
+                    if all {
+                        return;
+                    }
+                }
+            })
+            .await
+            .map_err(|e| ServeError::Read(e.to_string()));
+        server.stop_all().await;
+        ended
+    }
+}
+
+struct Shared {
+    server: Arc<PlanServer>,
+    token: String,
+    hosts: Vec<String>,
+    any_host: bool,
+    /// Each session's peer, by its id.
+    sessions: Mutex<HashMap<String, Arc<Peer>>>,
+}
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    (status, axum::Json(json!({"error": message}))).into_response()
+}
+
+/// Why a request is not for this server, if it is not: its `Host`, its `Origin` (a page of
+/// another site, through the browser of someone on this machine), its token.
+fn guard(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|h: &HeaderValue| h.to_str().ok())
+    };
+    let host = text(header::HOST).unwrap_or("");
+    if !shared.any_host && !shared.hosts.iter().any(|allowed| allowed == host) {
+        return Some(refuse(
+            StatusCode::FORBIDDEN,
+            "this server answers only requests for itself (the Host header)",
+        ));
+    }
+    if let Some(origin) = text(header::ORIGIN)
+        && !shared
+            .hosts
+            .iter()
+            .any(|allowed| origin == format!("http://{allowed}"))
+    {
+        return Some(refuse(
+            StatusCode::FORBIDDEN,
+            "requests from web pages of other origins are refused",
+        ));
+    }
+    let given = text(header::AUTHORIZATION)
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let same = given.len() == shared.token.len()
+        && (given.bytes().zip(shared.token.bytes())).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
+    if !same {
+        let mut response = refuse(
+            StatusCode::UNAUTHORIZED,
+            "send the server's token as `Authorization: Bearer TOKEN`",
+        );
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return Some(response);
+    }
+    None
+}
+
+async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refused) = guard(&shared, &headers) {
+        return refused;
+    }
+    let text = String::from_utf8_lossy(&body);
+    let session = headers.get(SESSION).and_then(|h| h.to_str().ok());
+    match protocol::incoming(&text) {
+        Incoming::Request { id, method, params } if method == "initialize" => {
+            let mut bytes = [0u8; 16];
+            if getrandom::fill(&mut bytes).is_err() {
+                return refuse(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "no randomness for a session id",
+                );
+            }
+            let session: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            // No stream back: what the server would send on its own is dropped.
+            let peer = Arc::new(Peer::new(mpsc::unbounded_channel().0, false));
+            lock(&shared.sessions).insert(session.clone(), peer.clone());
+            let answer = shared.server.request(&peer, &method, params).await;
+            let mut response = axum::Json(protocol::answer(id, answer)).into_response();
+            if let Ok(value) = HeaderValue::from_str(&session) {
+                response.headers_mut().insert(SESSION, value);
+            }
+            response
+        }
+        incoming => {
+            let Some(peer) = session.and_then(|id| lock(&shared.sessions).get(id).cloned()) else {
+                return match session {
+                    Some(_) => refuse(StatusCode::NOT_FOUND, "no such session: initialize again"),
+                    None => refuse(
+                        StatusCode::BAD_REQUEST,
+                        "a request after `initialize` carries its `Mcp-Session-Id`",
+                    ),
+                };
+            };
+            match incoming {
+                Incoming::Request { id, method, params } => {
+                    let answer = shared.server.request(&peer, &method, params).await;
+                    axum::Json(protocol::answer(id, answer)).into_response()
+                }
+                Incoming::Invalid { id, error } => (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(protocol::answer(id, Err(error))),
+                )
+                    .into_response(),
+                Incoming::Notification | Incoming::Response { .. } => {
+                    StatusCode::ACCEPTED.into_response()
+                }
+            }
+        }
+    }
+}
+
+async fn no_stream(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = guard(&shared, &headers) {
+        return refused;
+    }
+    let mut response = refuse(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "this server opens no stream: each POST is answered with its JSON response",
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+    response
+}
+
+async fn end_session(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = guard(&shared, &headers) {
+        return refused;
+    }
+    let session = headers.get(SESSION).and_then(|h| h.to_str().ok());
+    match session.and_then(|id| lock(&shared.sessions).remove(id)) {
+        Some(_) => StatusCode::NO_CONTENT.into_response(),
+        None => refuse(StatusCode::NOT_FOUND, "no such session"),
+    }
+}
