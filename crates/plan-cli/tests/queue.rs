@@ -914,6 +914,14 @@ fn workers_written_from_bullmqs_docs_serve_the_tools_a_plan_declares() {
     );
     let run = report["run_id"].as_str().unwrap();
     assert_eq!(
+        redis_cli(
+            &redis,
+            &["EXISTS", &format!("bull:images:{run}/thumbnail#1")]
+        ),
+        "1",
+        "a job on the declared queue, named by the call"
+    );
+    assert_eq!(
         redis_cli(&redis, &["EXISTS", &format!("bull:images:{run}/wrong#1")]),
         "0",
         "no job for arguments that break the schema"

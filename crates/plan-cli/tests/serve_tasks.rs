@@ -106,19 +106,7 @@ def out(value):
 fn scenario(lab: &Lab, scenario: &str) -> Value {
     let script = lab.dir.path().join("scenario.py");
     std::fs::write(&script, format!("{WIRE}\n{scenario}")).unwrap();
-    let output = std::process::Command::new(common::servers_dir().join("venv/bin/python"))
-        .current_dir(lab.dir.path())
-        .env("NO_COLOR", "1")
-        .env_remove("PLAN_DB")
-        .env_remove("PLAN_QUEUE")
-        .env_remove("REDIS_URL")
-        .env_remove("AGENT_APPROVALS_ENABLED")
-        .env_remove("PLAN_LLM_URL")
-        .env_remove("OPENAI_BASE_URL")
-        .arg(&script)
-        .arg(env!("CARGO_BIN_EXE_plan-cli"))
-        .output()
-        .unwrap();
+    let output = finish_within(python(lab, &script), std::time::Duration::from_secs(180));
     assert!(
         output.status.success(),
         "the scenario failed:\n{}",
@@ -130,6 +118,43 @@ fn scenario(lab: &Lab, scenario: &str) -> Value {
             String::from_utf8_lossy(&output.stdout).into_owned()
         )
     })
+}
+
+/// The scenario's Python, started in the lab, deaf to what would change a test's meaning.
+fn python(lab: &Lab, script: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(common::servers_dir().join("venv/bin/python"))
+        .current_dir(lab.dir.path())
+        .env("NO_COLOR", "1")
+        .env_remove("PLAN_DB")
+        .env_remove("PLAN_QUEUE")
+        .env_remove("REDIS_URL")
+        .env_remove("AGENT_APPROVALS_ENABLED")
+        .env_remove("PLAN_LLM_URL")
+        .env_remove("OPENAI_BASE_URL")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a process, killing it (and failing) past `limit`: a hang fails the test.
+fn finish_within(child: std::process::Child, limit: std::time::Duration) -> std::process::Output {
+    let pid = child.id();
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(child.wait_with_output());
+    });
+    match receive.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            panic!("the process did not finish within {limit:?}");
+        }
+    }
 }
 
 fn gated_plan() -> Value {
@@ -485,10 +510,59 @@ out({{"tools": tools, "structured": structured, "task": task, "done": got, "resu
     assert_eq!(answer["other_origin"], 403);
     assert_eq!(answer["other_host"], 403);
     assert_eq!(answer["no_session"], 400);
+    // A SIGTERM while a client waits on a task's result (its run waits for an approval):
+    // the waiting request is answered, and the server ends.
+    let script = lab.dir.path().join("waiting.py");
+    std::fs::write(
+        &script,
+        format!(
+            r#"{WIRE}
+import threading, urllib.request
+URL, TOKEN = "{url}", "{token}"
+def post(message, session=None):
+    request = urllib.request.Request(URL, data=json.dumps(message).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Authorization", f"Bearer {{TOKEN}}")
+    if session:
+        request.add_header("Mcp-Session-Id", session)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.headers.get("Mcp-Session-Id"), json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return None, {{"http": error.code}}
+session, _ = post({{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {{"protocolVersion": "2025-11-25", "capabilities": {{}}, "clientInfo": {{"name": "raw", "version": "1"}}}}}})
+_, made = post({{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {{"name": "plan_run", "arguments": {{"plan": {plan}}}, "task": {{}}}}}}, session)
+task = made["result"]["task"]["taskId"]
+while post({{"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {{"taskId": task}}}}, session)[1]["result"]["status"] != "input_required":
+    time.sleep(0.2)
+print("waiting", flush=True)
+_, answer = post({{"jsonrpc": "2.0", "id": 3, "method": "tasks/result", "params": {{"taskId": task}}}}, session)
+print(json.dumps(answer), flush=True)
+"#,
+            plan = gated_plan()
+        ),
+    )
+    .unwrap();
+    let mut client = python(&lab, &script);
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "waiting");
+    std::thread::sleep(std::time::Duration::from_millis(300));
     std::process::Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
         .status()
         .unwrap();
-    let status = server.wait().unwrap();
-    assert!(status.success(), "{status:?}");
+    let ended = finish_within(server, std::time::Duration::from_secs(30));
+    assert!(ended.status.success(), "{:?}", ended.status);
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut out, &mut answer).unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("closing")),
+        "{answer}"
+    );
+    let _ = client.wait();
 }

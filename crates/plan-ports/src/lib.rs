@@ -4,6 +4,7 @@
 //! task steps work in (`plan-workspace` implements it with the `git` program).
 #![deny(missing_docs)]
 
+#[cfg(feature = "schema")]
 pub mod schema;
 mod tool;
 

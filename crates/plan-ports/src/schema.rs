@@ -9,6 +9,8 @@ use serde_json::Value;
 
 use crate::codes;
 
+pub use jsonschema::Validator;
+
 /// A compiled argument schema; `None` for schemas that accept every object (nothing to check).
 pub fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator>>, String> {
     let accepts_any_object = match schema {

@@ -74,19 +74,29 @@ pub async fn work(
     stop: CancellationToken,
 ) -> Result<WorkerStats, QueueError> {
     // Each tool's argument schema, compiled once: a job's arguments are checked as a run
-    // checks a call's.
-    let schemas: Arc<Schemas> = Arc::new(
-        tools
-            .names()
-            .into_iter()
-            .filter_map(|name| {
-                let schema =
-                    plan_ports::schema::compile_schema(&tools.get(&name)?.info().input_schema)
-                        .ok()??;
-                Some((name, schema))
-            })
-            .collect(),
-    );
+    // checks a call's. A schema that does not compile checks nothing, and is said.
+    let mut schemas = Schemas::new();
+    for name in tools.names() {
+        let Some(tool) = tools.get(&name) else {
+            continue;
+        };
+        match plan_ports::schema::compile_schema(&tool.info().input_schema) {
+            Ok(Some(schema)) => {
+                schemas.insert(name, schema);
+            }
+            Ok(None) => {}
+            Err(error) => notify(
+                options.notices.as_ref(),
+                WorkerNotice::Trouble {
+                    worker: options.id.clone(),
+                    message: format!(
+                        "the schema of `{name}` does not compile, so its jobs' arguments are not checked: {error}"
+                    ),
+                },
+            ),
+        }
+    }
+    let schemas = Arc::new(schemas);
     let tools = Arc::new(tools);
     let done = Arc::new(AtomicU64::new(0));
     let claimed = Arc::new(AtomicU64::new(0));
@@ -212,12 +222,12 @@ fn notify(to: Option<&tokio::sync::mpsc::UnboundedSender<WorkerNotice>>, notice:
     }
 }
 
+/// The tools' compiled argument schemas, by name (tools that take any object have none).
+type Schemas = std::collections::HashMap<String, Arc<plan_ports::schema::Validator>>;
+
 /// Makes the call a job asks for. Its data: `{"tool", "args", "run_id", "step_id",
 /// "attempt", "deadline", "working_dir", "confined_to"}`; the tool defaults to the job's name, so a job any
-/// BullMQ producer adds with `{"args": …}` runs too.
-/// The tools' compiled argument schemas, by name (tools that take any object have none).
-type Schemas = std::collections::HashMap<String, Arc<jsonschema::Validator>>;
-
+/// BullMQ producer adds with `{"args": …}` runs too; `args` is required.
 async fn call(
     tools: &Registry,
     schemas: &Schemas,

@@ -269,7 +269,7 @@ impl Toolbox {
     /// Adds the tools plan `plan` declares (`tools:`) to `tools`: each a BullMQ job on its
     /// queue when the run has a queue, else a tool whose calls fail saying so. A declared tool
     /// plan-cli already has is an error: a plan cannot redefine a tool.
-    pub fn declare(
+    pub(crate) fn declare(
         &self,
         tools: &mut PlanTools,
         plan: &plan_graph::Plan,

@@ -110,7 +110,10 @@ impl HttpServer {
                 "/mcp",
                 axum::routing::post(post).get(no_stream).delete(end_session),
             )
-            .with_state(shared);
+            .with_state(shared)
+            .layer(axum::extract::DefaultBodyLimit::max(
+                crate::session::message_limit(&server.settings.policy),
+            ));
         self.listener
             .set_nonblocking(true)
             .map_err(|e| ServeError::Read(e.to_string()))?;
@@ -125,6 +128,8 @@ impl HttpServer {
                         .await
                         .unwrap_or(true);
                     if all {
+                        // Open requests end before the server does: runs stop, waits answer.
+                        stopper.begin_stop();
                         return;
                     }
                 }

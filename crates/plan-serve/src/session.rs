@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::protocol::{self, Incoming, Peer, RELATED_TASK, RpcError, lock};
@@ -53,14 +53,33 @@ pub async fn serve_stdio(
         }
     });
     let peer = Arc::new(Peer::new(out, true));
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    // Read on a task of its own, so that waiting for a signal never cuts a message in two.
+    let limit = message_limit(&server.settings.policy);
+    let (read, mut lines) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut stdin = BufReader::new(tokio::io::stdin());
+        loop {
+            let message = next_message(&mut stdin, limit).await;
+            let end = !matches!(message, Ok(Some(_)));
+            if read.send(message).await.is_err() || end {
+                break;
+            }
+        }
+    });
     let ended = loop {
         tokio::select! {
-            line = lines.next_line() => match line {
-                Ok(Some(line)) if line.trim().is_empty() => {}
-                Ok(Some(line)) => server.receive(&peer, &line),
-                Ok(None) => break Ok(()),
-                Err(error) => break Err(ServeError::Read(error.to_string())),
+            line = lines.recv() => match line {
+                Some(Ok(Some(Ok(line)))) if line.trim().is_empty() => {}
+                Some(Ok(Some(Ok(line)))) => server.receive(&peer, &line),
+                Some(Ok(Some(Err(limit)))) => peer.send(protocol::answer(
+                    Value::Null,
+                    Err(RpcError {
+                        code: -32600,
+                        message: format!("a message may be at most {limit} bytes (a line of JSON)"),
+                    }),
+                )),
+                Some(Ok(None)) | None => break Ok(()),
+                Some(Err(error)) => break Err(ServeError::Read(error.to_string())),
             },
             Some(()) = signals.recv() => {
                 let server = server.clone();
@@ -77,6 +96,49 @@ pub async fn serve_stdio(
     drop(peer);
     writer.abort();
     ended
+}
+
+/// The longest message a client may send: room for the largest plan the policy takes, in a
+/// JSON string (escaped), with its variables. Every input is bounded.
+pub(crate) fn message_limit(policy: &plan_run::Policy) -> usize {
+    policy.max_plan_bytes.saturating_mul(4).max(16 << 20)
+}
+
+/// One message: a line of at most `limit` bytes (`Err(limit)` for a longer one, read to its
+/// end and dropped), or `None` at the end of the input.
+async fn next_message<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    limit: usize,
+) -> std::io::Result<Option<Result<String, usize>>> {
+    let mut line = Vec::new();
+    let mut too_long = false;
+    loop {
+        let buffer = reader.fill_buf().await?;
+        if buffer.is_empty() {
+            return Ok(match (too_long, line.is_empty()) {
+                (true, _) => Some(Err(limit)),
+                (false, true) => None,
+                (false, false) => Some(Ok(String::from_utf8_lossy(&line).into_owned())),
+            });
+        }
+        let newline = buffer.iter().position(|&b| b == b'\n');
+        let chunk = &buffer[..newline.unwrap_or(buffer.len())];
+        if !too_long && line.len() + chunk.len() > limit {
+            too_long = true;
+            line = Vec::new();
+        } else if !too_long {
+            line.extend_from_slice(chunk);
+        }
+        let used = newline.map_or(buffer.len(), |at| at + 1);
+        reader.consume(used);
+        if newline.is_some() {
+            return Ok(Some(if too_long {
+                Err(limit)
+            } else {
+                Ok(String::from_utf8_lossy(&line).into_owned())
+            }));
+        }
+    }
 }
 
 impl PlanServer {
@@ -231,14 +293,20 @@ impl PlanServer {
         asked.is_empty()
     }
 
-    /// Stops every run this server runs, resumably, and waits for them to be marked stopped.
-    /// A run that waits for decisions is left waiting: nothing of it runs, and whoever asks
-    /// for its task next follows it.
-    pub(crate) async fn stop_all(&self) {
+    /// Asks every run this server runs to stop, resumably, and every call waiting on a task to
+    /// answer: what a closing server does first (an HTTP server's open requests end then).
+    pub(crate) fn begin_stop(&self) {
         self.closing.cancel();
         for cancel in lock(&self.going_on).values() {
             cancel.cancel();
         }
+    }
+
+    /// Stops every run this server runs, resumably, and waits for them to be marked stopped.
+    /// A run that waits for decisions is left waiting: nothing of it runs, and whoever asks
+    /// for its task next follows it.
+    pub(crate) async fn stop_all(&self) {
+        self.begin_stop();
         // A run stops once its calls in flight end (each is cut off and recorded as such).
         for _ in 0..600 {
             let going = !lock(&self.going_on).is_empty()
@@ -285,22 +353,16 @@ impl Progress {
 impl plan_types::EventSink for Progress {
     fn emit(&self, event: &plan_types::Event) {
         use plan_types::EventKind;
-        let ended = match event.kind {
-            EventKind::StepExecuted | EventKind::StepSkipped => true,
-            EventKind::ApprovalAwaiting => false,
-            _ => return,
-        };
-        let done = if ended {
-            self.done.fetch_add(1, Ordering::Relaxed) + 1
-        } else {
-            self.done.load(Ordering::Relaxed)
-        };
+        // Only a step's end: MCP's progress must grow with each notification.
+        if !matches!(event.kind, EventKind::StepExecuted | EventKind::StepSkipped) {
+            return;
+        }
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
         let step = event.step_id.as_deref().unwrap_or("");
         let message = match event.kind {
             EventKind::StepExecuted if event.ok == Some(false) => format!("{step} failed"),
             EventKind::StepExecuted => format!("{step} done"),
-            EventKind::StepSkipped => format!("{step} skipped"),
-            _ => "waiting for approval".to_owned(),
+            _ => format!("{step} skipped"),
         };
         let mut params = json!({
             "progressToken": self.token,
@@ -316,5 +378,26 @@ impl plan_types::EventSink for Progress {
             params["_meta"] = json!({RELATED_TASK: {"taskId": task}});
         }
         self.peer.notify("notifications/progress", params);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_message_over_the_limit_is_dropped_whole_and_the_next_one_read() {
+        let input = format!("{}\n{{\"a\":1}}\nlast", "x".repeat(100));
+        let mut reader = BufReader::with_capacity(8, input.as_bytes());
+        assert_eq!(next_message(&mut reader, 50).await.unwrap(), Some(Err(50)));
+        assert_eq!(
+            next_message(&mut reader, 50).await.unwrap(),
+            Some(Ok("{\"a\":1}".to_owned()))
+        );
+        assert_eq!(
+            next_message(&mut reader, 50).await.unwrap(),
+            Some(Ok("last".to_owned()))
+        );
+        assert_eq!(next_message(&mut reader, 50).await.unwrap(), None);
     }
 }

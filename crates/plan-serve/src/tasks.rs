@@ -180,6 +180,21 @@ pub(crate) fn result_of(task_id: &str, answer: &Result<Value, String>) -> Value 
     result
 }
 
+/// Marks a driven task ended when its driver returns, or panics: it is not left `working`,
+/// and a closing server does not wait for it.
+struct Ended<'a> {
+    server: &'a PlanServer,
+    id: &'a str,
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        if let Some(driven) = lock(&self.server.tasks).get_mut(self.id) {
+            driven.ended = true;
+        }
+    }
+}
+
 /// Why no task answers to an id.
 fn unknown(id: &str) -> RpcError {
     RpcError::params(format!(
@@ -246,15 +261,19 @@ impl PlanServer {
     /// is stopped, or another process takes it.
     fn drive(&self, served: Served, args: &Map<String, Value>, call: &Call) {
         let Some(task) = &call.task else { return };
+        let ended = Ended {
+            server: self,
+            id: &task.run_id,
+        };
         let answer = self.answer(served, args, call);
         let refused = answer.err().filter(|_| self.row(&task.run_id).is_none());
         if refused.is_none() {
             self.follow_decisions(task, call);
         }
         if let Some(driven) = lock(&self.tasks).get_mut(&task.run_id) {
-            driven.ended = true;
             driven.refused = refused;
         }
+        drop(ended);
     }
 
     /// Waits while run `task` waits, and goes on with it once everything it waits for is
@@ -302,11 +321,13 @@ impl PlanServer {
     }
 
     /// The client run `id` is exactly (no prefix, no `last`: a task id is whole).
+    /// One row read by its key: this is what polling asks, several times a second per task.
     fn row(&self, id: &str) -> Option<RunRow> {
-        let mut store = self.settings.ledger.open_existing().ok()?;
-        plan_run::run_by(&mut store, id, Author::McpClient)
+        let store = self.settings.ledger.open_existing().ok()?;
+        store
+            .run(id)
             .ok()
-            .filter(|row| row.run_id == id)
+            .filter(|row| row.run_id == id && plan_run::author_of(row) == Author::McpClient)
     }
 
     /// Where task `id` stands. A waiting run no process follows is followed from now on, so
@@ -336,7 +357,10 @@ impl PlanServer {
             .open_existing()
             .map_err(|e| RpcError::internal(e.to_string()))?;
         let following = driven.as_ref().is_some_and(|driven| !driven.ended);
-        let mut task = task_of(&store, &row, following);
+        // A run this process is running (a plain `plan_run`, a `plan_resume`) is going on,
+        // though its owner's pid is this process's own.
+        let running_here = lock(&self.going_on).contains_key(id);
+        let mut task = task_of(&store, &row, following || running_here);
         if let Some(driven) = driven {
             task.ttl = task.ttl.or(driven.ttl);
         }
@@ -379,10 +403,11 @@ impl PlanServer {
         };
         tokio::task::spawn_blocking(move || {
             let Some(task) = &call.task else { return };
+            let _ended = Ended {
+                server: &server,
+                id: &task.run_id,
+            };
             server.follow_decisions(task, &call);
-            if let Some(driven) = lock(&server.tasks).get_mut(&task.run_id) {
-                driven.ended = true;
-            }
         });
     }
 
@@ -396,6 +421,13 @@ impl PlanServer {
                 .map_err(|e| RpcError::internal(e.to_string()))??;
             if task.status.is_terminal() {
                 break;
+            }
+            // A closing server answers what it has rather than keep the client (and its own
+            // end) waiting.
+            if self.closing.is_cancelled() {
+                return Err(RpcError::internal(format!(
+                    "the server is closing before task {id} ended: ask a later session for its result"
+                )));
             }
             tokio::time::sleep(Duration::from_millis(POLL_MS / 2)).await;
         }
@@ -411,7 +443,10 @@ impl PlanServer {
     fn answer_of(&self, id: &str) -> Result<Value, RpcError> {
         let answer = match self.row(id) {
             Some(row) => {
-                let store = self.open_existing().map_err(RpcError::internal)?;
+                // Read as `plan_status` reads it: a dead process's log folded in first.
+                let mut store = self.open_existing().map_err(RpcError::internal)?;
+                let row = plan_run::run_by(&mut store, &row.run_id, Author::McpClient)
+                    .map_err(|e| RpcError::internal(e.to_string()))?;
                 let report = plan_run::report(&store, &row)
                     .map_err(|e| RpcError::internal(e.to_string()))?;
                 match Served::named(tool_of(&row)) {

@@ -24,7 +24,12 @@ pub(crate) fn serve(
         ledger: ledger.clone(),
         policy,
         model,
-        env: Arc::new(|name| std::env::var(name).ok()),
+        // The server's own token is no plan's to read.
+        env: Arc::new(|name| {
+            std::env::var(name)
+                .ok()
+                .filter(|_| name != "PLAN_MCP_TOKEN")
+        }),
         project_path: super::project_path(),
     };
     let signals = crate::signals::forwarded(toolbox);

@@ -286,7 +286,6 @@ impl Tool for McpTool {
         match outcome {
             // The TypeScript SDK's servers answer that refusal as the tool's error instead.
             Ok(ServerResult::CallToolResult(result)) if refused_without_task(&result) => {
-                self.server.set_needs_task(&self.remote);
                 self.call_as_task(&service, arguments, &ctx).await
             }
             Ok(ServerResult::CallToolResult(result)) => result_value(result),
@@ -309,7 +308,6 @@ impl Tool for McpTool {
             // this is where it shows): the call did not run; it is made again as a task, and
             // so are the tool's later calls.
             Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
-                self.server.set_needs_task(&self.remote);
                 self.call_as_task(&service, arguments, &ctx).await
             }
             Err(error) => Err(self.server.failed(&service, error).await),
@@ -338,6 +336,13 @@ impl McpTool {
         }
         let params = serde_json::json!({"name": self.remote, "arguments": arguments, "task": task});
         let created = self.raw(service, "tools/call", params).await?;
+        // A server that runs the call at once, task or not, answered its result: the tool ran,
+        // and must not run again.
+        if created.get("task").is_none()
+            && let Ok(result) = serde_json::from_value::<CallToolResult>(created.clone())
+        {
+            return result_value(result);
+        }
         let Some(id) = created["task"]["taskId"].as_str().map(str::to_owned) else {
             return Err(ToolError::retryable(
                 codes::E_TRANSPORT,
@@ -347,6 +352,8 @@ impl McpTool {
                 ),
             ));
         };
+        // A task exists: the tool's later calls are tasks from the start.
+        self.server.set_needs_task(&self.remote);
         let mut abandoned = AbandonedTask {
             peer: service.peer().clone(),
             id: Some(id.clone()),
@@ -396,7 +403,10 @@ impl McpTool {
                 // then the result.
                 Some(_) => break,
             }
-            poll = poll_interval(&task).max(poll.min(std::time::Duration::from_millis(100)));
+            // The server may change its interval as the task goes.
+            if task.get("pollInterval").is_some() {
+                poll = poll_interval(&task);
+            }
             tokio::time::sleep(poll).await;
         }
         let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
@@ -453,9 +463,9 @@ impl McpTool {
 fn refused_without_task(result: &CallToolResult) -> bool {
     result.is_error == Some(true)
         && result.content.iter().any(|block| {
-            block
-                .as_text()
-                .is_some_and(|text| text.text.contains("-32601") && text.text.contains("task"))
+            block.as_text().is_some_and(|text| {
+                text.text.contains("-32601") && text.text.contains("requires task augmentation")
+            })
         })
 }
 
