@@ -1602,6 +1602,7 @@ impl Scheduler<'_> {
             self.emit(|| {
                 let mut event = Event::new(EventKind::ApprovalAwaiting, &self.run_id);
                 event.pending = Some(pending_approvals.clone());
+                event.reason = Some(reasons::HALT_AWAITING_APPROVAL.to_owned());
                 event
             });
         }

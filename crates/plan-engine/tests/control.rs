@@ -46,7 +46,12 @@ async fn a_high_risk_step_waits_while_independent_steps_run() {
     assert_eq!(
         summary(&report)[1..3],
         [
-            row("deploy", false, true, Some("awaiting approval")),
+            row(
+                "deploy",
+                false,
+                true,
+                Some("GRAPH_HALT_AWAITING_APPROVAL: awaiting approval")
+            ),
             row(
                 "notify",
                 false,

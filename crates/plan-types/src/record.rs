@@ -102,8 +102,11 @@ impl Record {
 pub mod reasons {
     /// `when` was false, or every unsatisfied dependency was skipped by its own condition.
     pub const CONDITION_FALSE: &str = "condition false";
-    /// A `risk: high` call without a decision yet.
-    pub const AWAITING_APPROVAL: &str = "awaiting approval";
+    /// A `risk: high` call without a decision yet: the halt named as the map-style executor
+    /// names it (`GRAPH_HALT_AWAITING_APPROVAL`), then in words.
+    pub const AWAITING_APPROVAL: &str = "GRAPH_HALT_AWAITING_APPROVAL: awaiting approval";
+    /// The halt's name alone, as the `approval.awaiting` event's `reason`.
+    pub const HALT_AWAITING_APPROVAL: &str = "GRAPH_HALT_AWAITING_APPROVAL";
     /// Not started because the run halted for approvals.
     pub const WAITING_FOR_APPROVAL: &str = "not started: the run is waiting for an approval";
     /// Not started because the run was stopped.
