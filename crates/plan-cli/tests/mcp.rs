@@ -767,3 +767,20 @@ fn max_concurrency_per_server_and_per_tool_keeps_every_write() {
         assert_eq!(kept, all, "{limit}: every write is kept");
     }
 }
+
+/// A plan cannot declare a tool an MCP server of the configuration has by the same bare name,
+/// whichever servers its other calls need.
+#[test]
+fn a_declared_tool_cannot_take_an_mcp_tools_bare_name() {
+    let lab = mcp_lab();
+    let plan = lab.write(
+        "declares.json",
+        &json!({"tools": [{"name": "get-sum", "queue": "q", "risk": "low"}],
+                "steps": [{"id": "a", "tool": "get-sum", "args": {"a": 1, "b": 2}}]}),
+    );
+    let said = lab.fails(&["validate", path_str(&plan)], 2);
+    assert!(
+        said.contains("the plan declares the tool `get-sum`, which plan-cli already has"),
+        "{said}"
+    );
+}

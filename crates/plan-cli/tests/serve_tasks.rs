@@ -566,3 +566,56 @@ print(json.dumps(answer), flush=True)
     );
     let _ = client.wait();
 }
+
+/// A client that makes hundreds of tasks whose runs wait for approval takes no thread of the
+/// server: a waiting run is a timer. Past `MAX_RUNS` running at once a call is refused, and the
+/// server answers `ping` throughout and ends as soon as its client leaves.
+#[test]
+fn hundreds_of_waiting_tasks_leave_the_server_answering() {
+    let lab = Lab::new();
+    let answer = scenario(
+        &lab,
+        r#"
+plan = {"steps": [{"id": "b", "tool": "echo", "risk": "high", "args": {"message": "x"}}]}
+server = serve()
+for n in range(600):
+    server.n += 1
+    server.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 100000 + n, "method": "tools/call",
+        "params": {"name": "plan_run", "arguments": {"plan": plan}, "task": {}}}) + "\n")
+server.p.stdin.flush()
+made, refused = [], 0
+while len(made) < 600:
+    message = json.loads(server.p.stdout.readline())
+    if "method" in message:
+        continue
+    check("tools/call", {"task": {}}, message)
+    made.append(message["result"]["task"]["taskId"])
+started = time.time()
+pong = rpc(server, "ping")
+ping_seconds = time.time() - started
+statuses = {}
+for task in made:
+    got, _ = until(server, task, ["input_required", "failed"], 120)
+    statuses[got["status"]] = statuses.get(got["status"], 0) + 1
+    if got["status"] == "failed":
+        refused += "at most 64 plans at once" in (got.get("statusMessage") or "")
+listed = rpc(server, "tasks/list")["result"]
+started = time.time()
+server.close()
+out({"pong": pong, "ping_seconds": ping_seconds, "statuses": statuses, "refused": refused,
+     "page": len(listed["tasks"]), "next": listed.get("nextCursor"), "close_seconds": time.time() - started})
+"#,
+    );
+    assert_eq!(answer["pong"]["result"], json!({}), "{answer}");
+    assert!(answer["ping_seconds"].as_f64().unwrap() < 30.0, "{answer}");
+    let statuses = &answer["statuses"];
+    let waiting = statuses["input_required"].as_u64().unwrap_or(0);
+    let failed = statuses["failed"].as_u64().unwrap_or(0);
+    assert_eq!(waiting + failed, 600, "{answer}");
+    // Every failed one was refused for the cap, and none else failed.
+    assert_eq!(answer["refused"].as_u64().unwrap(), failed, "{answer}");
+    assert!(waiting >= 64, "{answer}");
+    assert_eq!(answer["page"], 100);
+    assert_eq!(answer["next"], "100");
+    assert!(answer["close_seconds"].as_f64().unwrap() < 30.0, "{answer}");
+}

@@ -245,6 +245,7 @@ pub async fn prepare(
             })));
         }
     };
+    toolbox.check_declared(&loaded.plan).await?;
     toolbox.declare(&mut tools, &loaded.plan)?;
     let registry = &tools.registry;
     let unused_inputs = inputs.unused(&loaded.plan);

@@ -262,8 +262,32 @@ impl Toolbox {
     /// tools it declares ([`Toolbox::declare`]).
     pub async fn for_plan_of(&self, plan: &plan_graph::Plan) -> Result<PlanTools, ToolsError> {
         let mut tools = self.for_plan(undeclared(plan)).await?;
+        self.check_declared(plan).await?;
         self.declare(&mut tools, plan)?;
         Ok(tools)
+    }
+
+    /// Refuses a plan that declares a tool an MCP server of the configuration has by the same
+    /// bare name: the servers a plan's other calls need may not include that one, so each
+    /// server is asked (only for a plan that declares tools). A server that cannot start
+    /// cannot be asked, and is left out.
+    pub(crate) async fn check_declared(&self, plan: &plan_graph::Plan) -> Result<(), ToolsError> {
+        if plan.tools.is_empty() || self.servers.is_none() {
+            return Ok(());
+        }
+        let (every, _) = self.listable().await;
+        for infos in every.registry.infos() {
+            if let Some(tool) = plan.tools.iter().find(|tool| {
+                infos.name == tool.name
+                    || infos
+                        .name
+                        .split_once('.')
+                        .is_some_and(|(_, bare)| bare == tool.name)
+            }) {
+                return Err(ToolsError::Declared(tool.name.clone()));
+            }
+        }
+        Ok(())
     }
 
     /// Adds the tools plan `plan` declares (`tools:`) to `tools`: each a BullMQ job on its

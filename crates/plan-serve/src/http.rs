@@ -24,6 +24,9 @@ use crate::{PlanServer, Settings};
 /// The header that names a client's session.
 const SESSION: &str = "mcp-session-id";
 
+/// The most sessions kept at once.
+const MAX_SESSIONS: usize = 1024;
+
 /// `mcp serve --http`, bound and not yet serving.
 pub struct HttpServer {
     listener: std::net::TcpListener,
@@ -146,8 +149,8 @@ struct Shared {
     token: String,
     hosts: Vec<String>,
     any_host: bool,
-    /// Each session's peer, by its id.
-    sessions: Mutex<HashMap<String, Arc<Peer>>>,
+    /// Each session's peer and when it began, by its id.
+    sessions: Mutex<HashMap<String, (Arc<Peer>, std::time::Instant)>>,
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
@@ -216,7 +219,18 @@ async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
             let session: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
             // No stream back: what the server would send on its own is dropped.
             let peer = Arc::new(Peer::new(mpsc::unbounded_channel().0, false));
-            lock(&shared.sessions).insert(session.clone(), peer.clone());
+            {
+                // Bounded: past the cap, the oldest session ends (its client initializes again).
+                let mut sessions = lock(&shared.sessions);
+                if sessions.len() >= MAX_SESSIONS
+                    && let Some(oldest) = (sessions.iter())
+                        .min_by_key(|(_, (_, at))| *at)
+                        .map(|(id, _)| id.clone())
+                {
+                    sessions.remove(&oldest);
+                }
+                sessions.insert(session.clone(), (peer.clone(), std::time::Instant::now()));
+            }
             let answer = shared.server.request(&peer, &method, params).await;
             let mut response = axum::Json(protocol::answer(id, answer)).into_response();
             if let Ok(value) = HeaderValue::from_str(&session) {
@@ -225,7 +239,9 @@ async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
             response
         }
         incoming => {
-            let Some(peer) = session.and_then(|id| lock(&shared.sessions).get(id).cloned()) else {
+            let peer =
+                session.and_then(|id| lock(&shared.sessions).get(id).map(|(p, _)| p.clone()));
+            let Some(peer) = peer else {
                 return match session {
                     Some(_) => refuse(StatusCode::NOT_FOUND, "no such session: initialize again"),
                     None => refuse(

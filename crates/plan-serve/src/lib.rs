@@ -54,6 +54,14 @@ pub fn tool_names() -> Vec<&'static str> {
     Served::ALL.into_iter().map(Served::name).collect()
 }
 
+/// The most runs one server runs at once (each holds a thread while it runs): past it, a call
+/// that would run a plan is refused, so no client can take every thread of the server.
+pub(crate) const MAX_RUNS: usize = 64;
+
+/// The most waiting runs one server follows at once (each a timer and a look at the ledger
+/// every half second); past it a waiting run is followed once it is asked for again.
+pub(crate) const MAX_FOLLOWED: usize = 1024;
+
 /// How a served call went: a JSON answer (sent as structured content and as its text), or a
 /// failure's text (sent as an error result, its text also as structured content).
 type Answer = Result<Value, Refusal>;
@@ -506,6 +514,11 @@ impl PlanServer {
         if going_on.contains_key(run_id) {
             return Err(format!(
                 "run {run_id} is already going on in this server: ask plan_status for it"
+            ));
+        }
+        if going_on.len() >= MAX_RUNS {
+            return Err(format!(
+                "this server runs at most {MAX_RUNS} plans at once: try again when one has ended"
             ));
         }
         going_on.insert(run_id.to_owned(), cancel);

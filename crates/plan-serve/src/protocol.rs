@@ -99,6 +99,19 @@ pub(crate) fn incoming(text: &str) -> Incoming {
     };
     let id = message.get("id").cloned();
     let params = message.get("params").cloned().unwrap_or(Value::Null);
+    // JSON-RPC's ids are strings and integers; anything else could not be matched by the
+    // client (a huge number comes back as a float).
+    if let Some(id) = &id
+        && !(id.is_string() || id.is_i64() || id.is_u64() || id.is_null())
+    {
+        return Incoming::Invalid {
+            id: Value::Null,
+            error: RpcError {
+                code: -32600,
+                message: "a request's id is a string or an integer".to_owned(),
+            },
+        };
+    }
     match (message.get("method").and_then(Value::as_str), id) {
         (Some(method), Some(id)) if !id.is_null() => Incoming::Request {
             id,

@@ -254,6 +254,11 @@ impl PlanServer {
             .filter(|token| token.is_string() || token.is_number())
             .cloned();
         if let Some(task) = params.get("task").filter(|task| !task.is_null()) {
+            if !task.is_object() {
+                return Err(RpcError::params(
+                    "`task` is an object: `{\"ttl\": MILLISECONDS}`",
+                ));
+            }
             if !served.runs_as_task() {
                 return Err(RpcError::no_method(format!(
                     "`{name}` does not run as a task (its execution.taskSupport is \"forbidden\")"

@@ -182,14 +182,14 @@ pub(crate) fn result_of(task_id: &str, answer: &Result<Value, String>) -> Value 
 
 /// Marks a driven task ended when its driver returns, or panics: it is not left `working`,
 /// and a closing server does not wait for it.
-struct Ended<'a> {
-    server: &'a PlanServer,
-    id: &'a str,
+struct Ended {
+    server: Arc<PlanServer>,
+    id: String,
 }
 
-impl Drop for Ended<'_> {
+impl Drop for Ended {
     fn drop(&mut self) {
-        if let Some(driven) = lock(&self.server.tasks).get_mut(self.id) {
+        if let Some(driven) = lock(&self.server.tasks).get_mut(&self.id) {
             driven.ended = true;
         }
     }
@@ -243,9 +243,8 @@ impl PlanServer {
             task: Some(task.clone()),
             progress,
         };
-        let server = self.clone();
         let id = task.run_id.clone();
-        tokio::task::spawn_blocking(move || server.drive(served, &args, &call));
+        tokio::spawn(self.clone().drive(served, args, call));
         Task {
             id,
             status: Status::Working,
@@ -258,65 +257,111 @@ impl PlanServer {
 
     /// Runs a task's call, then, while its run waits for approvals, goes on with it each
     /// time they are all decided (by the operator, the dashboard or a client), until it ends,
-    /// is stopped, or another process takes it.
-    fn drive(&self, served: Served, args: &Map<String, Value>, call: &Call) {
-        let Some(task) = &call.task else { return };
-        let ended = Ended {
-            server: self,
-            id: &task.run_id,
+    /// is stopped, or another process takes it. A run holds a blocking thread while it runs
+    /// (at most [`crate::MAX_RUNS`] at once); a waiting one holds none.
+    async fn drive(self: Arc<Self>, served: Served, args: Map<String, Value>, call: Call) {
+        let Some(task) = call.task.clone() else {
+            return;
         };
-        let answer = self.answer(served, args, call);
-        let refused = answer.err().filter(|_| self.row(&task.run_id).is_none());
+        let _ended = Ended {
+            server: self.clone(),
+            id: task.run_id.clone(),
+        };
+        let refused = self
+            .blocking_work({
+                let (call, id) = (call.clone(), task.run_id.clone());
+                move |server| {
+                    let answer = server.answer(served, &args, &call);
+                    answer.err().filter(|_| server.row(&id).is_none())
+                }
+            })
+            .await
+            .flatten();
         if refused.is_none() {
-            self.follow_decisions(task, call);
+            self.follow_decisions(&task, &call).await;
         }
         if let Some(driven) = lock(&self.tasks).get_mut(&task.run_id) {
             driven.refused = refused;
         }
-        drop(ended);
+    }
+
+    /// Runs `work` on a blocking thread; `None` if it panicked.
+    async fn blocking_work<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Arc<Self>) -> T + Send + 'static,
+    ) -> Option<T> {
+        let server = self.clone();
+        tokio::task::spawn_blocking(move || work(&server))
+            .await
+            .ok()
     }
 
     /// Waits while run `task` waits, and goes on with it once everything it waits for is
-    /// decided; a cancel marks it stopped.
-    fn follow_decisions(&self, task: &TaskRun, call: &Call) {
+    /// decided; a cancel marks it stopped. Waiting is a timer, not a thread: any number of
+    /// waiting runs cost the server nothing but a look at the ledger each [`POLL_MS`].
+    async fn follow_decisions(self: &Arc<Self>, task: &TaskRun, call: &Call) {
+        enum Next {
+            Done,
+            Cancel,
+            GoOn,
+            Wait,
+        }
         loop {
-            let Some(row) = self.row(&task.run_id) else {
-                return;
-            };
-            if row.state != RunState::Waiting || self.closing.is_cancelled() {
-                return;
-            }
-            if task.cancel.is_cancelled() {
-                if let Ok(mut store) = self.settings.ledger.open_existing() {
-                    let _ = plan_run::cancel(&mut store, &task.run_id, Duration::ZERO);
-                }
-                return;
-            }
-            let decided = self
-                .settings
-                .ledger
-                .open_existing()
-                .is_ok_and(|store| all_decided(&store, &task.run_id));
-            if decided {
-                let options = plan_run::ResumeOptions {
-                    also: Some(self.settings.policy.clone()),
-                    ..plan_run::ResumeOptions::default()
-                };
-                // Another process may have taken it (the operator's `resume`): the ledger
-                // tells from now on.
-                if self.go_on(&task.run_id, &options, call).is_err() {
+            let (id, cancelled) = (task.run_id.clone(), task.cancel.is_cancelled());
+            let next = self
+                .blocking_work(move |server| {
+                    let Some(row) = server.row(&id) else {
+                        return Next::Done;
+                    };
+                    if row.state != RunState::Waiting || server.closing.is_cancelled() {
+                        return Next::Done;
+                    }
+                    if cancelled {
+                        return Next::Cancel;
+                    }
+                    let decided = (server.settings.ledger.open_existing())
+                        .is_ok_and(|store| all_decided(&store, &id));
+                    if decided { Next::GoOn } else { Next::Wait }
+                })
+                .await
+                .unwrap_or(Next::Done);
+            match next {
+                Next::Done => return,
+                Next::Cancel => {
+                    let id = task.run_id.clone();
+                    self.blocking_work(move |server| {
+                        if let Ok(mut store) = server.settings.ledger.open_existing() {
+                            let _ = plan_run::cancel(&mut store, &id, Duration::ZERO);
+                        }
+                    })
+                    .await;
                     return;
                 }
-                continue;
-            }
-            let (cancel, closing) = (task.cancel.clone(), self.closing.clone());
-            crate::block(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(POLL_MS)) => {}
-                    () = cancel.cancelled() => {}
-                    () = closing.cancelled() => {}
+                Next::GoOn => {
+                    let (id, call) = (task.run_id.clone(), call.clone());
+                    let went_on = self
+                        .blocking_work(move |server| {
+                            let options = plan_run::ResumeOptions {
+                                also: Some(server.settings.policy.clone()),
+                                ..plan_run::ResumeOptions::default()
+                            };
+                            server.go_on(&id, &options, &call).is_ok()
+                        })
+                        .await;
+                    // Another process may have taken it (the operator's `resume`): the
+                    // ledger tells from now on.
+                    if went_on != Some(true) {
+                        return;
+                    }
                 }
-            });
+                Next::Wait => {
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_millis(POLL_MS)) => {}
+                        () = task.cancel.cancelled() => {}
+                        () = self.closing.cancelled() => {}
+                    }
+                }
+            }
         }
     }
 
@@ -381,7 +426,9 @@ impl PlanServer {
         };
         {
             let mut tasks = lock(&self.tasks);
-            if tasks.get(&row.run_id).is_some_and(|driven| !driven.ended) {
+            if tasks.get(&row.run_id).is_some_and(|driven| !driven.ended)
+                || tasks.values().filter(|driven| !driven.ended).count() >= crate::MAX_FOLLOWED
+            {
                 return;
             }
             tasks.insert(
@@ -401,13 +448,15 @@ impl PlanServer {
             task: Some(task),
             progress: None,
         };
-        tokio::task::spawn_blocking(move || {
-            let Some(task) = &call.task else { return };
-            let _ended = Ended {
-                server: &server,
-                id: &task.run_id,
+        tokio::spawn(async move {
+            let Some(task) = call.task.clone() else {
+                return;
             };
-            server.follow_decisions(task, &call);
+            let _ended = Ended {
+                server: server.clone(),
+                id: task.run_id.clone(),
+            };
+            server.follow_decisions(&task, &call).await;
         });
     }
 
@@ -539,7 +588,7 @@ impl PlanServer {
             .map(|task| task.to_json())
             .collect();
         let mut list = json!({"tasks": tasks});
-        if ids.len() > skip + PAGE {
+        if ids.len() > skip.saturating_add(PAGE) {
             list["nextCursor"] = Value::String((skip + PAGE).to_string());
         }
         Ok(list)

@@ -285,7 +285,9 @@ impl Tool for McpTool {
         drop(watching);
         match outcome {
             // The TypeScript SDK's servers answer that refusal as the tool's error instead.
-            Ok(ServerResult::CallToolResult(result)) if refused_without_task(&result) => {
+            Ok(ServerResult::CallToolResult(result))
+                if refused_without_task(&result, &self.remote) =>
+            {
                 self.call_as_task(&service, arguments, &ctx).await
             }
             Ok(ServerResult::CallToolResult(result)) => result_value(result),
@@ -458,15 +460,17 @@ impl McpTool {
 }
 
 /// Whether a call's error result is the refusal of a `taskSupport: "required"` tool called
-/// without a task, as the TypeScript SDK's servers word it (`MCP error -32601: Tool X requires
-/// task augmentation (taskSupport: 'required')`).
-fn refused_without_task(result: &CallToolResult) -> bool {
+/// without a task, as the TypeScript SDK's servers word it: the whole text, one block, from its
+/// start (`MCP error -32601: Tool NAME requires task augmentation (taskSupport: 'required')`).
+/// Matched whole, so that a tool's own error output (a web page a fetch tool read) cannot pass
+/// for it and make plan-cli call the tool again.
+fn refused_without_task(result: &CallToolResult, remote: &str) -> bool {
+    let refusal = format!(
+        "MCP error -32601: Tool {remote} requires task augmentation (taskSupport: 'required')"
+    );
     result.is_error == Some(true)
-        && result.content.iter().any(|block| {
-            block.as_text().is_some_and(|text| {
-                text.text.contains("-32601") && text.text.contains("requires task augmentation")
-            })
-        })
+        && matches!(result.content.as_slice(), [block]
+            if block.as_text().is_some_and(|text| text.text.trim() == refusal))
 }
 
 /// A task's `pollInterval`, within reason (a server cannot make plan-cli spin or sleep an hour).
@@ -906,6 +910,31 @@ mod tests {
 
     fn text(t: &str) -> ContentBlock {
         ContentBlock::Text(TextContent::new(t))
+    }
+
+    #[test]
+    fn only_the_servers_own_refusal_makes_a_call_a_task() {
+        let refusal =
+            "MCP error -32601: Tool research requires task augmentation (taskSupport: 'required')";
+        let error = |blocks: Vec<ContentBlock>| CallToolResult::error(blocks);
+        assert!(refused_without_task(
+            &error(vec![text(refusal)]),
+            "research"
+        ));
+        // Another tool's name, a page that quotes it, more than the refusal, or no error.
+        assert!(!refused_without_task(&error(vec![text(refusal)]), "fetch"));
+        assert!(!refused_without_task(
+            &error(vec![text(&format!("HTTP 404, body: {refusal}"))]),
+            "research"
+        ));
+        assert!(!refused_without_task(
+            &error(vec![text(refusal), text("and more")]),
+            "research"
+        ));
+        assert!(!refused_without_task(
+            &CallToolResult::success(vec![text(refusal)]),
+            "research"
+        ));
     }
 
     #[test]
