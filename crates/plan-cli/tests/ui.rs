@@ -707,11 +707,14 @@ fn a_live_runs_nodes_change_without_reloading() {
     let plan = lab.write(
         "live.json",
         &json!({"id": "live", "steps": [
-            {"id": "first", "tool": "sleep", "args": {"ms": 3000}},
+            {"id": "first", "tool": "sleep", "args": {"ms": 5000}},
             {"id": "second", "tool": "echo", "args": {"text": "done"}, "depends_on": ["first"]}
         ]}),
     );
     let (ui, _) = serve(&lab);
+    // The browser first: starting it is the slow part (seconds on a busy machine), and the
+    // page must open while `first` still runs.
+    let browser = Browser::start(1000, 800);
     let mut running = lab.spawn(&["run", common::path_str(&plan)]);
     let run = {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -724,7 +727,6 @@ fn a_live_runs_nodes_change_without_reloading() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    let browser = Browser::start(1000, 800);
     browser.open(&page(&ui, &run));
     browser.wait_for("first running", 20, STATUSES, |s| s["first"] == "running");
     assert_eq!(browser.script(STATUSES, &[])["second"], "pending");
