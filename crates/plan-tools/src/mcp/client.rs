@@ -275,7 +275,7 @@ impl Tool for McpTool {
             .and_then(|progress| self.server.watch_progress(&token, progress));
         let mut abandoned = Abandoned {
             peer: peer.clone(),
-            id: Some(handle.id.clone()),
+            id: Some(InFlight::Request(handle.id.clone())),
         };
         let outcome = handle.await_response().await;
         abandoned.id = None;
@@ -356,9 +356,9 @@ impl McpTool {
         };
         // A task exists: the tool's later calls are tasks from the start.
         self.server.set_needs_task(&self.remote);
-        let mut abandoned = AbandonedTask {
+        let mut abandoned = Abandoned {
             peer: service.peer().clone(),
-            id: Some(id.clone()),
+            id: Some(InFlight::Task(id.clone())),
         };
         let mut poll = poll_interval(&created["task"]);
         // Each new `statusMessage` is the call's progress (`tool.progress`).
@@ -481,31 +481,6 @@ fn poll_interval(task: &Value) -> std::time::Duration {
             .unwrap_or(1000)
             .clamp(100, 10_000),
     )
-}
-
-/// A task whose call is dropped (its timeout passed, the run was cancelled) is cancelled on the
-/// server too.
-struct AbandonedTask {
-    peer: rmcp::service::Peer<RoleClient>,
-    id: Option<String>,
-}
-
-impl Drop for AbandonedTask {
-    fn drop(&mut self) {
-        let Some(id) = self.id.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let peer = self.peer.clone();
-            runtime.spawn(async move {
-                let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
-                    "tasks/cancel",
-                    Some(serde_json::json!({"taskId": id})),
-                ));
-                let _ = peer.send_request(request).await;
-            });
-        }
-    }
 }
 
 /// mcp-cli's reading of a result: `structuredContent`, else a single text item (parsed when
@@ -747,10 +722,17 @@ impl Server {
 }
 
 /// A call whose future is dropped (its timeout passed, the run was cancelled) is cancelled on
-/// the server too, as rmcp's own `call_tool` does.
+/// the server too: a plain call as rmcp's own `call_tool` does, a task with `tasks/cancel`.
+/// Settled (`id` taken) once its answer came.
 struct Abandoned {
     peer: rmcp::service::Peer<RoleClient>,
-    id: Option<rmcp::model::RequestId>,
+    id: Option<InFlight>,
+}
+
+/// What a call in flight is on the server.
+enum InFlight {
+    Request(rmcp::model::RequestId),
+    Task(String),
 }
 
 impl Drop for Abandoned {
@@ -761,12 +743,20 @@ impl Drop for Abandoned {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let peer = self.peer.clone();
             runtime.spawn(async move {
-                let _ = peer
-                    .notify_cancelled(CancelledNotificationParam::new(
-                        Some(id),
-                        Some("the call was abandoned by plan-cli".to_owned()),
-                    ))
-                    .await;
+                let _ = match id {
+                    InFlight::Request(id) => {
+                        let why = "the call was abandoned by plan-cli".to_owned();
+                        peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(why)))
+                            .await
+                    }
+                    InFlight::Task(id) => {
+                        let params = serde_json::json!({"taskId": id});
+                        let cancel = rmcp::model::CustomRequest::new("tasks/cancel", Some(params));
+                        peer.send_request(ClientRequest::CustomRequest(cancel))
+                            .await
+                            .map(|_| ())
+                    }
+                };
             });
         }
     }
