@@ -74,6 +74,7 @@
 //! file the caller gives, cancellation comes through the caller's token.
 #![deny(missing_docs)]
 
+mod access;
 mod cancel;
 mod decide;
 mod error;
@@ -94,6 +95,7 @@ mod toolbox;
 mod validation;
 pub mod words;
 
+pub use access::{Access, AccessError};
 pub use cancel::{Cancelled, cancel, stop_asked};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};
 pub use error::LifecycleError;

@@ -7,7 +7,7 @@
 //! bearer token.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -30,15 +30,14 @@ const MAX_SESSIONS: usize = 1024;
 /// `mcp serve --http`, bound and not yet serving.
 pub struct HttpServer {
     listener: std::net::TcpListener,
-    token: String,
-    hosts: Vec<String>,
-    any_host: bool,
+    /// Its token and the `Host` names a request may use (the dashboard's guard).
+    access: plan_run::Access,
     url: String,
 }
 
 impl HttpServer {
-    /// Binds `address`; the token is `token` (at least 16 characters) or 32 random bytes in
-    /// hex.
+    /// Binds `address`; the token is `token` (as the dashboard's: at least 16 characters of
+    /// letters, digits, `-`, `_`, `.` or `~`) or 32 random bytes in hex.
     pub fn bind(address: SocketAddr, token: Option<String>) -> Result<Self, ServeError> {
         let bind = |error: std::io::Error| ServeError::Bind {
             address,
@@ -46,39 +45,13 @@ impl HttpServer {
         };
         let listener = std::net::TcpListener::bind(address).map_err(bind)?;
         let port = listener.local_addr().map_err(bind)?.port();
-        let token = match token.filter(|token| !token.is_empty()) {
-            Some(token) if token.len() < 16 || token.bytes().any(|b| !b.is_ascii_graphic()) => {
-                return Err(ServeError::Token(
-                    "a token must be at least 16 printable characters".to_owned(),
-                ));
-            }
-            Some(token) => token,
-            None => {
-                let mut bytes = [0u8; 32];
-                getrandom::fill(&mut bytes).map_err(|e| ServeError::Token(e.to_string()))?;
-                bytes.iter().map(|b| format!("{b:02x}")).collect()
-            }
-        };
-        let any_host = address.ip().is_unspecified();
-        let shown = match address.ip() {
-            IpAddr::V6(ip) => format!("[{ip}]"),
-            IpAddr::V4(ip) => ip.to_string(),
-        };
-        let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")];
-        if !hosts.contains(&format!("{shown}:{port}")) {
-            hosts.push(format!("{shown}:{port}"));
-        }
-        let reachable = if any_host {
-            "127.0.0.1".to_owned()
-        } else {
-            shown
-        };
+        let access = plan_run::Access::new(SocketAddr::new(address.ip(), port), token)
+            .map_err(|e| ServeError::Token(e.to_string()))?;
+        let url = format!("http://{}/mcp", access.reachable());
         Ok(HttpServer {
             listener,
-            token,
-            hosts,
-            any_host,
-            url: format!("http://{reachable}:{port}/mcp"),
+            access,
+            url,
         })
     }
 
@@ -89,7 +62,7 @@ impl HttpServer {
 
     /// The token clients send as `Authorization: Bearer TOKEN`.
     pub fn token(&self) -> &str {
-        &self.token
+        self.access.token()
     }
 
     /// Serves until a signal ends it (as [`crate::serve_stdio`]: one that `plan-cli cancel`
@@ -103,9 +76,7 @@ impl HttpServer {
         let server = Arc::new(PlanServer::new(settings));
         let shared = Arc::new(Shared {
             server: server.clone(),
-            token: self.token,
-            hosts: self.hosts,
-            any_host: self.any_host,
+            access: self.access,
             sessions: Mutex::default(),
         });
         let app = axum::Router::new()
@@ -146,9 +117,7 @@ impl HttpServer {
 
 struct Shared {
     server: Arc<PlanServer>,
-    token: String,
-    hosts: Vec<String>,
-    any_host: bool,
+    access: plan_run::Access,
     /// Each session's peer and when it began, by its id.
     sessions: Mutex<HashMap<String, (Arc<Peer>, std::time::Instant)>>,
 }
@@ -165,30 +134,19 @@ fn guard(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
             .get(name)
             .and_then(|h: &HeaderValue| h.to_str().ok())
     };
-    let host = text(header::HOST).unwrap_or("");
-    if !shared.any_host && !shared.hosts.iter().any(|allowed| allowed == host) {
+    if !shared.access.allows_host(text(header::HOST).unwrap_or("")) {
         return Some(refuse(
             StatusCode::FORBIDDEN,
             "this server answers only requests for itself (the Host header)",
         ));
     }
-    if let Some(origin) = text(header::ORIGIN)
-        && !shared
-            .hosts
-            .iter()
-            .any(|allowed| origin == format!("http://{allowed}"))
-    {
+    if text(header::ORIGIN).is_some_and(|origin| !shared.access.allows_origin(origin)) {
         return Some(refuse(
             StatusCode::FORBIDDEN,
             "requests from web pages of other origins are refused",
         ));
     }
-    let given = text(header::AUTHORIZATION)
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .unwrap_or("");
-    let same = given.len() == shared.token.len()
-        && (given.bytes().zip(shared.token.bytes())).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
-    if !same {
+    if !shared.access.allows_bearer(text(header::AUTHORIZATION)) {
         let mut response = refuse(
             StatusCode::UNAUTHORIZED,
             "send the server's token as `Authorization: Bearer TOKEN`",

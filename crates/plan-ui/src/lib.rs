@@ -142,11 +142,8 @@ struct Shared {
     /// a cancel of one of them stops it here (`plan_run::cancel` takes a run whose owner is
     /// this very process for one whose owner died, and would mark it stopped while it runs).
     going: std::sync::Mutex<std::collections::HashMap<String, tokio_util::sync::CancellationToken>>,
-    token: String,
-    /// The `Host` values requests may carry.
-    hosts: Vec<String>,
-    /// Bound to every address: any `Host` is taken.
-    any_host: bool,
+    /// Its token and the `Host` names a request may use (shared with `mcp serve --http`).
+    access: plan_run::Access,
     url: String,
 }
 
@@ -160,44 +157,13 @@ impl Server {
             .local_addr()
             .map_err(|source| UiError::Bind { address, source })?
             .port();
-        let token = match settings.token.filter(|token| !token.is_empty()) {
-            // Given: it goes in a URL as it is, and it is the only guard, so it is long and
-            // plain.
-            Some(token)
-                if token.len() < 16
-                    || !token
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b)) =>
-            {
-                return Err(UiError::Token(
-                    "a token must be at least 16 characters of letters, digits, `-`, `_`, `.` or `~`".to_owned(),
-                ));
-            }
-            Some(token) => token,
-            None => {
-                let mut bytes = [0u8; 32];
-                getrandom::fill(&mut bytes).map_err(|e| UiError::Token(e.to_string()))?;
-                bytes.iter().map(|b| format!("{b:02x}")).collect()
-            }
-        };
         // The names a request may use for this server: its loopback names, and the address
         // it was bound to. Bound to every address (0.0.0.0, ::), the machine's other names
         // are not known: any Host is taken then, and the token is the guard (`--host` warns).
-        let any_host = settings.host.is_unspecified();
-        let shown = match settings.host {
-            IpAddr::V6(ip) => format!("[{ip}]"),
-            IpAddr::V4(ip) => ip.to_string(),
-        };
-        let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}")];
-        if !any_host && !hosts.contains(&format!("{shown}:{port}")) {
-            hosts.push(format!("{shown}:{port}"));
-        }
-        let reachable = if any_host || shown == "127.0.0.1" {
-            "127.0.0.1".to_owned()
-        } else {
-            shown
-        };
-        let url = format!("http://{reachable}:{port}/?token={token}");
+        let access = plan_run::Access::new(SocketAddr::new(settings.host, port), settings.token)
+            .map_err(|e| UiError::Token(e.to_string()))?;
+        let token = access.token().to_owned();
+        let url = format!("http://{}/?token={token}", access.reachable());
         Ok(Server {
             listener,
             shared: Arc::new(Shared {
@@ -212,9 +178,7 @@ impl Server {
                 },
                 notices: settings.notices,
                 going: std::sync::Mutex::default(),
-                token,
-                hosts,
-                any_host,
+                access,
                 url,
             }),
         })
@@ -456,7 +420,7 @@ async fn host_and_headers(
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    if !shared.any_host && !shared.hosts.iter().any(|allowed| allowed == host) {
+    if !shared.access.allows_host(host) {
         return refuse(
             StatusCode::FORBIDDEN,
             "this server answers only requests for itself (the Host header)",
@@ -486,10 +450,8 @@ async fn bearer(State(shared): State<Arc<Shared>>, request: Request, next: Next)
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !same(given.as_bytes(), shared.token.as_bytes()) {
+        .and_then(|h| h.to_str().ok());
+    if !shared.access.allows_bearer(given) {
         let mut response = refuse(
             StatusCode::UNAUTHORIZED,
             "send the token of the dashboard's URL as `Authorization: Bearer TOKEN`",
@@ -500,11 +462,6 @@ async fn bearer(State(shared): State<Arc<Shared>>, request: Request, next: Next)
         return response;
     }
     next.run(request).await
-}
-
-/// Whether `a` and `b` are equal, in a time that does not depend on where they differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
@@ -1191,18 +1148,5 @@ async fn follow(
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(same(b"abc", b"abc"));
-        assert!(!same(b"abc", b"abd"));
-        assert!(!same(b"abc", b"abcd"));
-        assert!(!same(b"", b"a"));
     }
 }
