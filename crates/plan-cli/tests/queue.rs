@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Lab, Redis, free_port, outcomes, path_str, published, record, redis_cli, servers_dir,
-    wait_until,
+    Lab, Redis, finish_within, free_port, outcomes, path_str, published, record, redis_cli,
+    servers_dir, wait_until,
 };
 use predicates::prelude::*;
 use serde_json::{Value, json};
@@ -48,23 +48,6 @@ fn stderr_until(child: &mut Child, needle: &str) -> String {
     text
 }
 
-/// Waits for a process, killing it (and failing) if it takes longer than `limit`: a lost call
-/// must fail a test, not hang it.
-fn finish_within(child: Child, limit: Duration) -> std::process::Output {
-    let pid = child.id();
-    let (send, receive) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = send.send(child.wait_with_output());
-    });
-    match receive.recv_timeout(limit) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("the process did not finish within {limit:?}");
-        }
-    }
-}
-
 /// Runs one of the examples of `examples/queue` with Node, from a folder of the lab where the
 /// npm packages the tests installed are found (Node looks for them beside the script).
 fn node(lab: &Lab, script: &str, url: &str) -> Child {
@@ -73,15 +56,7 @@ fn node(lab: &Lab, script: &str, url: &str) -> Child {
 
 /// [`node`], with environment variables.
 fn node_with(lab: &Lab, script: &str, url: &str, env: &[(&str, &str)]) -> Child {
-    let dir = lab.dir.path().join("node");
-    if !dir.exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::os::unix::fs::symlink(
-            servers_dir().join("npm/node_modules"),
-            dir.join("node_modules"),
-        )
-        .unwrap();
-    }
+    let dir = node_dir(lab);
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/queue");
     std::fs::copy(examples.join(script), dir.join(script)).unwrap();
     Command::new("node")
@@ -92,6 +67,20 @@ fn node_with(lab: &Lab, script: &str, url: &str, env: &[(&str, &str)]) -> Child 
         .stderr(Stdio::piped())
         .spawn()
         .expect("node")
+}
+
+/// A folder of the lab where Node finds the npm packages the tests installed (beside a script).
+fn node_dir(lab: &Lab) -> std::path::PathBuf {
+    let dir = lab.dir.path().join("node");
+    if !dir.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(
+            servers_dir().join("npm/node_modules"),
+            dir.join("node_modules"),
+        )
+        .unwrap();
+    }
+    dir
 }
 
 /// The Python worker of `examples/queue`, with the PyPI `bullmq` the tests installed.
@@ -962,13 +951,7 @@ fn a_plan_cli_worker_refuses_jobs_without_args_and_names_bad_arguments_by_pointe
     let url = redis.url();
     let ours = worker(&lab, &url, &[]);
     published(&redis, 1);
-    let dir = lab.dir.path().join("node");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::os::unix::fs::symlink(
-        servers_dir().join("npm/node_modules"),
-        dir.join("node_modules"),
-    )
-    .unwrap();
+    let dir = node_dir(&lab);
     std::fs::write(
         dir.join("bad-jobs.mjs"),
         r#"

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::Lab;
+use common::{Lab, finish_within};
 
 /// A raw JSON-RPC client of `plan-cli mcp serve`, checking each message it gets. The
 /// scenario after it has `serve()` (a new session), `rpc(server, method, params)`,
@@ -137,24 +137,6 @@ fn python(lab: &Lab, script: &std::path::Path) -> std::process::Child {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// Waits for a process, killing it (and failing) past `limit`: a hang fails the test.
-fn finish_within(child: std::process::Child, limit: std::time::Duration) -> std::process::Output {
-    let pid = child.id();
-    let (send, receive) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = send.send(child.wait_with_output());
-    });
-    match receive.recv_timeout(limit) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            let _ = std::process::Command::new("kill")
-                .args(["-9", &pid.to_string()])
-                .status();
-            panic!("the process did not finish within {limit:?}");
-        }
-    }
 }
 
 fn gated_plan() -> Value {

@@ -409,3 +409,25 @@ pub(crate) fn published(redis: &Redis, n: usize) {
             >= n
     });
 }
+
+/// Waits for a process, killing it (and failing) if it takes longer than `limit`: a lost call
+/// or a hung server must fail a test, not hang it.
+pub(crate) fn finish_within(
+    child: std::process::Child,
+    limit: std::time::Duration,
+) -> std::process::Output {
+    let pid = child.id();
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(child.wait_with_output());
+    });
+    match receive.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            panic!("the process did not finish within {limit:?}");
+        }
+    }
+}
