@@ -554,7 +554,7 @@ impl PlanServer {
         if let Some(progress) = progress {
             execution
                 .events
-                .push(progress.of_steps(prepared.loaded.plan.steps.len()));
+                .push(progress.of_plan(&prepared.loaded.plan));
         }
         execution
     }

@@ -2,7 +2,6 @@
 //! long `tools/call` never holds up `tasks/get`), and the stdio transport.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -324,16 +323,16 @@ impl PlanServer {
     }
 }
 
-/// MCP progress notifications for a call whose client asked for them: one each time a step
-/// ends, out of the plan's steps, tied to the call's task if it runs as one.
-/// A task's is kept across its run's resumes, so its count goes on.
+/// MCP progress notifications for a call whose client asked for them: one each time a
+/// top-level step ends, out of the plan's steps, with the line a live view shows for it
+/// (`plan_run::Progress`, as the CLI's lines and the dashboard say a run), tied to the call's
+/// task if it runs as one. A task's is kept across its run's resumes, so its count goes on.
 pub(crate) struct Progress {
     peer: Arc<Peer>,
     token: Value,
     task: Option<String>,
-    /// The plan's steps (known once it is prepared).
-    total: AtomicU64,
-    done: AtomicU64,
+    /// What has been seen of the run (set once its plan is prepared).
+    seen: std::sync::Mutex<Option<plan_run::Progress>>,
 }
 
 impl Progress {
@@ -342,43 +341,38 @@ impl Progress {
             peer,
             token,
             task,
-            total: AtomicU64::new(0),
-            done: AtomicU64::new(0),
+            seen: std::sync::Mutex::default(),
         }
     }
 
-    /// Sets the plan's number of steps.
-    pub(crate) fn of_steps(self: Arc<Self>, steps: usize) -> Arc<Self> {
-        self.total
-            .store(u64::try_from(steps).unwrap_or(u64::MAX), Ordering::Relaxed);
+    /// Follows a run of `plan` (the first plan given: a resume goes on counting).
+    pub(crate) fn of_plan(self: Arc<Self>, plan: &plan_graph::Plan) -> Arc<Self> {
+        lock(&self.seen).get_or_insert_with(|| {
+            plan_run::Progress::new(Arc::new(plan_run::Steps::of(plan)))
+        });
         self
     }
 }
 
 impl plan_types::EventSink for Progress {
     fn emit(&self, event: &plan_types::Event) {
-        use plan_types::EventKind;
+        let mut seen = lock(&self.seen);
+        let Some(progress) = seen.as_mut() else {
+            return;
+        };
+        let before = progress.settled();
+        let line = progress.say(event);
         // Only a step's end: MCP's progress must grow with each notification.
-        if !matches!(event.kind, EventKind::StepExecuted | EventKind::StepSkipped) {
+        let done = progress.settled();
+        if done == before {
             return;
         }
-        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
-        let step = event.step_id.as_deref().unwrap_or("");
-        let message = match event.kind {
-            EventKind::StepExecuted if event.ok == Some(false) => format!("{step} failed"),
-            EventKind::StepExecuted => format!("{step} done"),
-            _ => format!("{step} skipped"),
-        };
         let mut params = json!({
             "progressToken": self.token,
             "progress": done,
-            "message": message,
+            "total": progress.steps().len(),
+            "message": line.unwrap_or_default(),
         });
-        // Map items end as steps too: past the plan's steps, the total is not known.
-        let total = self.total.load(Ordering::Relaxed);
-        if done <= total {
-            params["total"] = json!(total);
-        }
         if let Some(task) = &self.task {
             params["_meta"] = json!({RELATED_TASK: {"taskId": task}});
         }
