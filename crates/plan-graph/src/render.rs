@@ -31,6 +31,18 @@ impl Mark {
     }
 }
 
+/// [`ascii`] of a plan not yet run, under its id and title (`show`, `plan show`, `plan create`);
+/// a plan without steps says so.
+pub fn titled(plan: &Plan, plan_id: &str) -> String {
+    let title = (plan.title.as_deref()).map_or(String::new(), |t| format!(" — {}", one_line(t)));
+    let picture = if plan.steps.is_empty() {
+        "no steps: a run of this plan calls nothing and completes at once\n".to_owned()
+    } else {
+        ascii(plan, &|_| Mark::Pending)
+    };
+    format!("{plan_id}{title}\n\n{picture}")
+}
+
 /// mcp-cli's picture: one block per topological level, `∥` on steps that run beside an
 /// earlier one of their level, `← after:` naming dependencies.
 pub fn ascii(plan: &Plan, mark: &dyn Fn(usize) -> Mark) -> String {

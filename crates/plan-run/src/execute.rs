@@ -251,6 +251,23 @@ pub fn front_end_of(row: &RunRow) -> &Value {
     row.options.get("front_end").unwrap_or(&Value::Null)
 }
 
+/// Goes on with stored run `run` as `options` say ([`prepare_resume`], then
+/// [`ResumeFrom::go_on`]): a finished run with nothing to run again only gives its report.
+/// The one way a front-end that needs nothing between the two (`mcp serve`, a re-plan) goes on.
+pub async fn continue_run(
+    store: Store,
+    run: &str,
+    options: &ResumeOptions,
+    toolbox: &crate::Toolbox,
+    env: &dyn Fn(&str) -> Option<String>,
+    execution: impl FnOnce(&Prepared) -> Execution,
+) -> Result<Outcome, LifecycleError> {
+    match prepare_resume(&store, run, options)? {
+        Resumable::Finished(outcome) => Ok(outcome),
+        Resumable::Continue(from) => from.go_on(store, toolbox, env, execution).await,
+    }
+}
+
 /// The run `id` names (an id, a unique prefix, or `last`) among the runs whose plan `author`
 /// wrote, its log folded in if its process died: an MCP client's `last` is the newest run
 /// clients started, and a prefix never finds (or lists) a run another author started.

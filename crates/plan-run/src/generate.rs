@@ -419,12 +419,9 @@ impl<'a> Replanner<'a> {
                 replanned: true,
                 ..crate::ResumeOptions::default()
             };
-            outcome = match crate::prepare_resume(&store, &outcome.report.run_id, &options)? {
-                crate::Resumable::Finished(outcome) => outcome,
-                crate::Resumable::Continue(from) => {
-                    from.go_on(store, toolbox, env, &mut *execution).await?
-                }
-            };
+            let run = outcome.report.run_id.clone();
+            outcome =
+                crate::continue_run(store, &run, &options, toolbox, env, &mut *execution).await?;
         }
         outcome.report = self.finish(&ledger.open_existing()?, outcome.report)?;
         Ok(outcome)

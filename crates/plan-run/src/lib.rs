@@ -101,9 +101,9 @@ pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps
 pub use error::LifecycleError;
 pub use execute::{
     ApprovalsKeptOn, DryRun, Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions,
-    Start, approvals_kept_on, author_of, check_state_file, filters_of, front_end_of, owner_alive,
-    plan_drift, policy_of, prepare_resume, read_run, recover_interrupted, resume, run_by, start,
-    working_dir_of,
+    Start, approvals_kept_on, author_of, check_state_file, continue_run, filters_of, front_end_of,
+    owner_alive, plan_drift, policy_of, prepare_resume, read_run, recover_interrupted, resume,
+    run_by, start, working_dir_of,
 };
 pub use gc::{Collected, gc};
 pub use generate::{

@@ -1,7 +1,8 @@
 //! The summary a run ends with, as a person reads it: a line per step (its id and tool, then
 //! what happened), map items, block nodes and task calls shown and counted apart, then the
 //! outcome. Every front-end that words a run's end says it so (the CLI's `run`, `status`); and
-//! what a plan would call, before it runs (`preview`, `calls_of`).
+//! what a plan would call, before it runs (`preview`, `calls_of`), and a plan's verdict
+//! (`verdict`).
 
 use plan_engine::PlannedCall;
 use plan_types::{Record, RunReport};
@@ -358,4 +359,24 @@ mod tests {
         let bare = summary(&report, &Steps::default(), false);
         assert!(bare.contains("✓ build "), "{bare}");
     }
+}
+
+/// A valid plan's verdict in a line: its file, id and steps, its warnings, and the calls that
+/// will wait for an approval (`validate`).
+pub fn verdict(ready: &crate::Prepared) -> String {
+    let mut line = format!(
+        "✓ {} is a valid plan: `{}`, {}",
+        ready.loaded.source.name(),
+        ready.program.plan_id(),
+        count(ready.program.len(), "step", "steps")
+    );
+    let warnings = ready.loaded.warnings.len();
+    if warnings > 0 {
+        line.push_str(&format!(", {}", count(warnings, "warning", "warnings")));
+    }
+    let gated = ready.program.gated_steps();
+    if !gated.is_empty() {
+        line.push_str(&format!("; waits for approval of: {}", gated.join(", ")));
+    }
+    line
 }

@@ -601,14 +601,10 @@ impl PlanServer {
             .map_or_else(CancellationToken::new, |task| task.cancel.clone());
         let _going_on = self.going_on(run, cancel.clone())?;
         let store = self.open_existing()?;
-        let from =
-            match plan_run::prepare_resume(&store, run, options).map_err(lifecycle_refusal)? {
-                plan_run::Resumable::Finished(outcome) => return Ok(outcome.report),
-                plan_run::Resumable::Continue(from) => from,
-            };
         let env = self.settings.env.clone();
         let env = |name: &str| env(name);
-        let going_on = from.go_on(store, &self.settings.toolbox, &env, |prepared| {
+        let toolbox = &self.settings.toolbox;
+        let going_on = plan_run::continue_run(store, run, options, toolbox, &env, |prepared| {
             let mut execution = self.execution(call, prepared);
             execution.cancel = cancel;
             execution

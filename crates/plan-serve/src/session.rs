@@ -347,9 +347,8 @@ impl Progress {
 
     /// Follows a run of `plan` (the first plan given: a resume goes on counting).
     pub(crate) fn of_plan(self: Arc<Self>, plan: &plan_graph::Plan) -> Arc<Self> {
-        lock(&self.seen).get_or_insert_with(|| {
-            plan_run::Progress::new(Arc::new(plan_run::Steps::of(plan)))
-        });
+        lock(&self.seen)
+            .get_or_insert_with(|| plan_run::Progress::new(Arc::new(plan_run::Steps::of(plan))));
         self
     }
 }

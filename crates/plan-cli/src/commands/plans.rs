@@ -55,22 +55,7 @@ pub(crate) fn validate(
             &refused.issues(),
         ));
     }
-    let warnings = ready.loaded.warnings.len();
-    let steps = ready.program.len();
-    let mut line = format!(
-        "✓ {} is a valid plan: `{}`, {}",
-        ready.loaded.source.name(),
-        ready.program.plan_id(),
-        count(steps, "step", "steps")
-    );
-    if warnings > 0 {
-        line.push_str(&format!(", {}", count(warnings, "warning", "warnings")));
-    }
-    let gated = ready.program.gated_steps();
-    if !gated.is_empty() {
-        line.push_str(&format!("; waits for approval of: {}", gated.join(", ")));
-    }
-    print(&format!("{line}\n"))?;
+    print(&format!("{}\n", plan_run::summary::verdict(&ready)))?;
     Ok(0)
 }
 
@@ -86,17 +71,7 @@ pub(crate) fn show(args: &ShowArgs, toolbox: &Toolbox, ledger: &Ledger) -> Resul
 
 fn draw(plan: &Plan, plan_id: &str, format: GraphFormat) -> String {
     match format {
-        GraphFormat::Ascii => {
-            let title = plan.title.as_deref().map_or(String::new(), |t| {
-                format!(" — {}", crate::output::one_line(t))
-            });
-            let picture = if plan.steps.is_empty() {
-                "no steps: a run of this plan calls nothing and completes at once\n".to_owned()
-            } else {
-                plan_graph::render::ascii(plan, &|_| plan_graph::render::Mark::Pending)
-            };
-            format!("{plan_id}{title}\n\n{picture}")
-        }
+        GraphFormat::Ascii => plan_graph::render::titled(plan, plan_id),
         GraphFormat::Mermaid => plan_graph::render::mermaid(plan),
         GraphFormat::Dot => plan_graph::render::dot(plan),
     }
