@@ -281,6 +281,26 @@ pub fn calls_of(program: &plan_engine::Program) -> String {
     text
 }
 
+/// A valid plan's verdict in a line: its file, id and steps, its warnings, and the calls that
+/// will wait for an approval (`validate`).
+pub fn verdict(ready: &crate::Prepared) -> String {
+    let mut line = format!(
+        "✓ {} is a valid plan: `{}`, {}",
+        ready.loaded.source.name(),
+        ready.program.plan_id(),
+        count(ready.program.len(), "step", "steps")
+    );
+    let warnings = ready.loaded.warnings.len();
+    if warnings > 0 {
+        line.push_str(&format!(", {}", count(warnings, "warning", "warnings")));
+    }
+    let gated = ready.program.gated_steps();
+    if !gated.is_empty() {
+        line.push_str(&format!("; waits for approval of: {}", gated.join(", ")));
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,24 +379,4 @@ mod tests {
         let bare = summary(&report, &Steps::default(), false);
         assert!(bare.contains("✓ build "), "{bare}");
     }
-}
-
-/// A valid plan's verdict in a line: its file, id and steps, its warnings, and the calls that
-/// will wait for an approval (`validate`).
-pub fn verdict(ready: &crate::Prepared) -> String {
-    let mut line = format!(
-        "✓ {} is a valid plan: `{}`, {}",
-        ready.loaded.source.name(),
-        ready.program.plan_id(),
-        count(ready.program.len(), "step", "steps")
-    );
-    let warnings = ready.loaded.warnings.len();
-    if warnings > 0 {
-        line.push_str(&format!(", {}", count(warnings, "warning", "warnings")));
-    }
-    let gated = ready.program.gated_steps();
-    if !gated.is_empty() {
-        line.push_str(&format!("; waits for approval of: {}", gated.join(", ")));
-    }
-    line
 }
