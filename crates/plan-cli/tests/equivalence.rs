@@ -366,6 +366,72 @@ fn through_mcp_serve(lab: &Lab, plans: &[Value]) -> Vec<Value> {
         .clone()
 }
 
+/// Runs each plan as an MCP task of one `mcp serve` session (raw JSON-RPC: `tools/call` with
+/// `task`, `tasks/get` until it ends or waits for an approval), and answers its report: the
+/// task's result (`tasks/result`), or for a task that waits, `plan_status` of its run.
+const TASKS: &str = r#"
+import json, subprocess, sys, time
+server = subprocess.Popen([sys.argv[1], "mcp", "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+n = 0
+def rpc(method, params):
+    global n
+    n += 1
+    server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}) + "\n")
+    server.stdin.flush()
+    while True:
+        message = json.loads(server.stdout.readline())
+        if message.get("id") == n and "method" not in message:
+            return message
+rpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "harness", "version": "1"}})
+answers = []
+for plan in json.loads(open(sys.argv[2]).read()):
+    task = rpc("tools/call", {"name": "plan_run", "arguments": {"plan": plan}, "task": {}})["result"]["task"]["taskId"]
+    deadline = time.time() + 60
+    while True:
+        status = rpc("tasks/get", {"taskId": task})["result"]["status"]
+        if status != "working":
+            break
+        assert time.time() < deadline, f"task {task} still working"
+        time.sleep(0.05)
+    if status == "input_required":
+        answer = rpc("tools/call", {"name": "plan_status", "arguments": {"run_id": task}})["result"]
+    else:
+        answer = rpc("tasks/result", {"taskId": task})["result"]
+    answers.append(answer["structuredContent"])
+server.stdin.close()
+server.wait(timeout=60)
+print(json.dumps(answers))
+"#;
+
+/// [`TASKS`]'s answers for `plans`.
+fn as_mcp_tasks(lab: &Lab, plans: &[Value]) -> Vec<Value> {
+    let script = lab.dir.path().join("tasks.py");
+    std::fs::write(&script, TASKS).unwrap();
+    let list = lab.dir.path().join("task-plans.json");
+    std::fs::write(&list, Value::Array(plans.to_vec()).to_string()).unwrap();
+    let output = Command::new(common::servers_dir().join("venv/bin/python"))
+        .current_dir(lab.dir.path())
+        .env_remove("PLAN_DB")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_plan-cli"))
+        .arg(&list)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = common::finish_within(output, Duration::from_secs(600));
+    assert!(
+        output.status.success(),
+        "the MCP task client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice::<Value>(&output.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
 fn cases() -> u32 {
     std::env::var("PLAN_EQUIVALENCE_CASES")
         .ok()
@@ -452,6 +518,15 @@ fn every_way_a_plan_runs_gives_the_same_records() {
     let lab = Lab::new();
     let plans: Vec<Value> = served.iter().map(|(plan, _, _)| plan.clone()).collect();
     let answers = through_mcp_serve(&lab, &plans);
+    let tasks = as_mcp_tasks(&Lab::new(), &plans);
+    assert_eq!(tasks.len(), served.len());
+    for ((plan, expected, _), report) in served.iter().zip(&tasks) {
+        assert_eq!(
+            &comparable(report),
+            expected,
+            "mcp serve's task differs for plan {plan:#}: {report:#}"
+        );
+    }
     for ((plan, expected, validated), answer) in served.iter().zip(&answers) {
         assert_eq!(
             &comparable(&answer["plan_run"]),
