@@ -1107,3 +1107,27 @@ fn the_serve_help_names_every_served_tool() {
         assert!(help.contains(name), "{name} is not in:\n{help}");
     }
 }
+
+/// A declared tool's schema is compiled with the program, as every tool's is, and one that is
+/// no JSON Schema is an error where the plan declares it.
+#[test]
+fn a_declared_tools_schema_that_does_not_compile_is_placed_at_its_declaration() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("p.json");
+    std::fs::write(
+        &plan,
+        r#"{"tools":[{"name":"x","queue":"q","input_schema":{"type":"nope"}}],"steps":[{"id":"a","tool":"x"}]}"#,
+    )
+    .unwrap();
+    let output = plan_cli()
+        .current_dir(dir.path())
+        .args(["validate", "p.json", "--json"])
+        .output()
+        .unwrap();
+    let verdict: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(verdict["valid"], false, "{verdict}");
+    let error = &verdict["errors"][0];
+    assert_eq!(error["code"], "plan::tool_schema", "{verdict}");
+    assert_eq!(error["line"], 1);
+    assert_eq!(error["column"], 50, "{verdict}");
+}

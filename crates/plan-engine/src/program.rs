@@ -236,12 +236,20 @@ impl Program {
                             let schema = match compile_schema(&info.input_schema) {
                                 Ok(schema) => schema,
                                 Err(message) => {
-                                    // Said once, at the first step that calls the tool.
-                                    issues.push(Issue::error(
-                                        "plan::tool_schema",
-                                        PlanPath::step(i).key("tool"),
-                                        format!("tool `{}` publishes an input schema that does not compile: {message}", step.tool),
-                                    ));
+                                    // Said once: where the plan declares the tool, else at
+                                    // the first step that calls it.
+                                    let declared = plan.tools.iter().position(|t| t.name == step.tool);
+                                    let (path, message) = match declared {
+                                        Some(k) => (
+                                            PlanPath::root().key("tools").index(k).key("input_schema"),
+                                            format!("the declared tool's `input_schema` is not a JSON Schema: {message}"),
+                                        ),
+                                        None => (
+                                            PlanPath::step(i).key("tool"),
+                                            format!("tool `{}` publishes an input schema that does not compile: {message}", step.tool),
+                                        ),
+                                    };
+                                    issues.push(Issue::error("plan::tool_schema", path, message));
                                     None
                                 }
                             };

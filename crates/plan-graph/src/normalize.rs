@@ -104,7 +104,8 @@ pub(crate) fn normalize(raw: RawPlan) -> (Plan, Vec<Issue>) {
     (plan, issues)
 }
 
-/// Each declared tool has a name steps can call, once, a queue, and a schema that compiles.
+/// Each declared tool has a name steps can call, once, and a queue (its schema is compiled
+/// with the program, as every tool's is: `plan::tool_schema`).
 fn check_declared_tools(
     tools: &[crate::model::DeclaredTool],
     root: &PlanPath,
@@ -144,13 +145,6 @@ fn check_declared_tools(
                 )
                 .help("name the queue its workers take jobs from (without `:`)"),
             );
-        }
-        if let Err(error) = jsonschema::validator_for(&tool.input_schema) {
-            issues.push(Issue::error(
-                "plan::declared_tool",
-                at.key("input_schema"),
-                format!("the tool's `input_schema` is not a JSON Schema: {error}"),
-            ));
         }
     }
 }
