@@ -784,3 +784,40 @@ fn a_declared_tool_cannot_take_an_mcp_tools_bare_name() {
         "{said}"
     );
 }
+
+/// The turns are real: with `max_concurrency: 1` on one tool, three one-second calls of it
+/// from a map take three seconds at least (a lower bound, which a slow machine only raises),
+/// while another tool of the same server is not held up by them.
+#[test]
+fn a_tools_max_concurrency_makes_its_calls_take_turns() {
+    let lab = Lab::new();
+    let npm = servers_dir().join("npm/node_modules/@modelcontextprotocol");
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {"everything": {"command": "node", "args": [
+            path_str(&npm.join("server-everything/dist/index.js")), "stdio"],
+            "tools": {"trigger-long-running-operation": {"max_concurrency": 1}}}}}),
+    );
+    let plan = lab.write(
+        "turns.json",
+        &json!({"steps": [
+            {"id": "slow", "tool": "everything.trigger-long-running-operation",
+             "expand_on": [1, 2, 3], "expand_key": "$each", "args": {"duration": 1, "steps": 1}},
+            {"id": "sum", "tool": "everything.get-sum", "args": {"a": 1, "b": 2}}
+        ]}),
+    );
+    let started = std::time::Instant::now();
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    let took = started.elapsed();
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        took >= std::time::Duration::from_millis(2900),
+        "three one-second calls taking turns took {took:?}"
+    );
+    // The other tool's call did not wait for the three.
+    assert!(
+        record(&report, "sum")["duration_ms"].as_u64().unwrap() < 1000,
+        "{report}"
+    );
+}
