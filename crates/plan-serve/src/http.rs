@@ -84,6 +84,11 @@ impl HttpServer {
                 "/mcp",
                 axum::routing::post(post).get(no_stream).delete(end_session),
             )
+            // Every route, present and future, behind the guard.
+            .layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                guarded,
+            ))
             .with_state(shared)
             .layer(axum::extract::DefaultBodyLimit::max(
                 crate::session::message_limit(&server.settings.policy),
@@ -126,6 +131,18 @@ fn refuse(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(json!({"error": message}))).into_response()
 }
 
+/// Every request, whatever its route: refused unless [`guard`] lets it through.
+async fn guarded(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match guard(&shared, request.headers()) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
+}
+
 /// Why a request is not for this server, if it is not: its `Host`, its `Origin` (a page of
 /// another site, through the browser of someone on this machine), its token.
 fn guard(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
@@ -160,9 +177,6 @@ fn guard(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
 }
 
 async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(refused) = guard(&shared, &headers) {
-        return refused;
-    }
     let text = String::from_utf8_lossy(&body);
     let session = headers.get(SESSION).and_then(|h| h.to_str().ok());
     match protocol::incoming(&text) {
@@ -226,10 +240,7 @@ async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
     }
 }
 
-async fn no_stream(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = guard(&shared, &headers) {
-        return refused;
-    }
+async fn no_stream() -> Response {
     let mut response = refuse(
         StatusCode::METHOD_NOT_ALLOWED,
         "this server opens no stream: each POST is answered with its JSON response",
@@ -241,9 +252,6 @@ async fn no_stream(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Res
 }
 
 async fn end_session(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = guard(&shared, &headers) {
-        return refused;
-    }
     let session = headers.get(SESSION).and_then(|h| h.to_str().ok());
     match session.and_then(|id| lock(&shared.sessions).remove(id)) {
         Some(_) => StatusCode::NO_CONTENT.into_response(),
