@@ -342,18 +342,27 @@ asyncio.run(main())
 "#;
 
 fn through_mcp_serve(lab: &Lab, plans: &[Value]) -> Vec<Value> {
+    python_client(lab, CLIENT, plans)
+}
+
+/// Runs `client` (a Python script given the binary and a file of `plans`) with the Python the
+/// tests installed: the JSON list it prints, an answer per plan. A hang fails the test.
+fn python_client(lab: &Lab, client: &str, plans: &[Value]) -> Vec<Value> {
     let script = lab.dir.path().join("client.py");
-    std::fs::write(&script, CLIENT).unwrap();
+    std::fs::write(&script, client).unwrap();
     let list = lab.dir.path().join("plans.json");
     std::fs::write(&list, Value::Array(plans.to_vec()).to_string()).unwrap();
-    let output = Command::new(common::servers_dir().join("venv/bin/python"))
+    let client = Command::new(common::servers_dir().join("venv/bin/python"))
         .current_dir(lab.dir.path())
         .env_remove("PLAN_DB")
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_plan-cli"))
         .arg(&list)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let output = common::finish_within(client, Duration::from_secs(600));
     assert!(
         output.status.success(),
         "the MCP client failed: {}",
@@ -405,31 +414,7 @@ print(json.dumps(answers))
 
 /// [`TASKS`]'s answers for `plans`.
 fn as_mcp_tasks(lab: &Lab, plans: &[Value]) -> Vec<Value> {
-    let script = lab.dir.path().join("tasks.py");
-    std::fs::write(&script, TASKS).unwrap();
-    let list = lab.dir.path().join("task-plans.json");
-    std::fs::write(&list, Value::Array(plans.to_vec()).to_string()).unwrap();
-    let output = Command::new(common::servers_dir().join("venv/bin/python"))
-        .current_dir(lab.dir.path())
-        .env_remove("PLAN_DB")
-        .arg(&script)
-        .arg(env!("CARGO_BIN_EXE_plan-cli"))
-        .arg(&list)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let output = common::finish_within(output, Duration::from_secs(600));
-    assert!(
-        output.status.success(),
-        "the MCP task client failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice::<Value>(&output.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
+    python_client(lab, TASKS, plans)
 }
 
 fn cases() -> u32 {
