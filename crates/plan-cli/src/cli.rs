@@ -539,6 +539,10 @@ pub(crate) struct ApproveArgs {
     /// Approve the plan itself (a run started with `--mode approval`)
     #[arg(long)]
     pub(crate) plan: bool,
+    /// An answer for the one waiting call named: a JSON object whose fields replace the
+    /// call's arguments of the same names (checked against its tool's schema again)
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["all", "plan"])]
+    pub(crate) input: Option<String>,
     #[command(flatten)]
     pub(crate) tool_options: ToolOptions,
 }

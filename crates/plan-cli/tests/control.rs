@@ -818,3 +818,112 @@ fn a_step_run_again_by_retry_is_shown_starting() {
         .stderr(predicate::str::contains("▶ b [echo]"))
         .stderr(predicate::str::contains("✓ b [echo]"));
 }
+
+#[test]
+fn an_answer_given_with_an_approval_is_overlaid_on_the_calls_arguments() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "answer.json",
+        &json!({"steps": [
+            {"id": "build", "tool": "echo", "args": {"artifact": "app.tar"}, "result_variable": "build"},
+            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"artifact": "${build.artifact}", "to": "staging"}, "depends_on": ["build"]},
+            {"id": "wait", "tool": "sleep", "risk": "high", "args": {"ms": 1}},
+            {"id": "lint", "tool": "echo", "args": {}}
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5, "{report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+
+    // What is no answer, or no answer to a waiting call, is refused, and decides nothing.
+    let refused = |args: &[&str], says: &str| {
+        let mut all = vec!["approve", run.as_str()];
+        all.extend_from_slice(args);
+        lab.cli()
+            .args(&all)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+    };
+    refused(
+        &["deploy", "--input", "{to: prod}"],
+        "`--input` is not JSON",
+    );
+    refused(
+        &["deploy", "--input", "[1]"],
+        "must be a JSON object of arguments",
+    );
+    refused(&["lint", "--input", "{}"], "`lint` is no call run");
+    refused(&["deploy", "wait", "--input", "{}"], "name exactly one");
+    refused(&["--all", "--input", "{}"], "cannot be used with");
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(
+        status["pending_approvals"].as_array().unwrap().len(),
+        2,
+        "{status}"
+    );
+
+    // The answer's fields replace the arguments of their names; the others stay resolved.
+    lab.cli()
+        .args([
+            "approve",
+            &run,
+            "deploy",
+            "--input",
+            r#"{"to": "prod", "note": "ok"}"#,
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("approved deploy in run"));
+    // The same answer again changes nothing; another one, or none, is a second decision.
+    lab.cli()
+        .args([
+            "approve",
+            &run,
+            "deploy",
+            "--input",
+            r#"{"to": "prod", "note": "ok"}"#,
+        ])
+        .assert()
+        .success();
+    refused(
+        &["deploy", "--input", r#"{"to": "dev"}"#],
+        "already approved with another answer",
+    );
+    // An answer the tool's schema refuses fails the call with the schema's pointer.
+    lab.cli()
+        .args(["approve", &run, "wait", "--input", r#"{"ms": "soon"}"#])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 1, "{report}");
+    let record = |id: &str| {
+        report["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["step_id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        record("deploy")["result"],
+        json!({"artifact": "app.tar", "to": "prod", "note": "ok"})
+    );
+    let wait = record("wait");
+    assert_eq!(wait["error"]["code"], "E_ARGS_INVALID", "{wait}");
+    let message = wait["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("with the answer given at the approval"),
+        "{message}"
+    );
+    assert!(message.contains("/ms"), "{message}");
+    assert_eq!(
+        calls_of(&lab, &run, "wait"),
+        0,
+        "a refused answer calls nothing"
+    );
+    // Read from the ledger again, the answered call's record is the same.
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(status["records"], report["records"]);
+}

@@ -901,3 +901,44 @@ fn a_client_cannot_declare_tools_and_no_plan_redefines_one() {
         "{said}"
     );
 }
+
+/// A client that may approve can answer a waiting call as `approve --input` does; a client
+/// that may not approve cannot answer either.
+#[test]
+fn a_client_that_may_approve_answers_a_waiting_call_with_input() {
+    let lab = Lab::new();
+    let plan =
+        json!({"steps": [{"id": "h", "tool": "echo", "risk": "high", "args": {"to": "dev"}}]});
+    let first = serve(
+        &lab,
+        &["--allow-client-approval"],
+        &json!([["plan_run", {"plan": plan}]]),
+    );
+    let run_id = first[0]["content"]["run_id"].as_str().unwrap();
+    let answer = json!({"run_id": run_id, "steps": ["h"], "input": {"to": "prod"}});
+    let denied = serve(&lab, &[], &json!([["plan_approve", answer]]));
+    refused(&denied[0], "approve");
+    let answers = serve(
+        &lab,
+        &["--allow-client-approval"],
+        &json!([
+            ["plan_approve", {"run_id": run_id, "steps": ["h"], "input": [1]}],
+            ["plan_approve", answer],
+            ["plan_resume", {"run_id": run_id}]
+        ]),
+    );
+    refused(&answers[0], "must be a JSON object of arguments");
+    assert_eq!(
+        answers[1]["content"]["decided"],
+        json!(["h"]),
+        "{}",
+        answers[1]
+    );
+    let resumed = &answers[2]["content"];
+    assert_eq!(resumed["task_status"], json!("COMPLETED"), "{resumed}");
+    assert_eq!(
+        resumed["records"][0]["result"],
+        json!({"to": "prod"}),
+        "{resumed}"
+    );
+}

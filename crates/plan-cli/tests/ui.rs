@@ -308,6 +308,22 @@ fn waiting_calls_are_decided_through_the_api_as_the_cli_decides_them() {
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["task_status"], "COMPLETED");
 
+    // An answer given with the approval is overlaid on the call's arguments.
+    let answered = waiting(&lab);
+    let path = format!("/api/runs/{answered}/approve");
+    let answer = post(
+        ui.port,
+        &path,
+        &json!({"steps": ["deploy"], "input": {"text": "answered"}}),
+        &auth,
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let (code, report) = lab.json(&["resume", &answered, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let deploy = &report["records"][1];
+    assert_eq!(deploy["step_id"], "deploy");
+    assert_eq!(deploy["result"], json!({"text": "answered"}), "{report}");
+
     let rejected = waiting(&lab);
     let path = format!("/api/runs/{rejected}/reject");
     let answer = post(

@@ -32,6 +32,10 @@ pub(crate) struct Gate<'a> {
     pub(crate) approval: Option<(&'a str, Option<&'a str>)>,
     /// The id a pending approval is listed under.
     pub(crate) waits_as: &'a str,
+    /// The tool's argument schema: arguments a person's answer changed are checked again.
+    pub(crate) schema: Option<&'a jsonschema::Validator>,
+    /// Whether a person's answer may change its arguments (not a task check's program).
+    pub(crate) answerable: bool,
 }
 
 /// Admits a call whose arguments resolved to `resolved`.
@@ -42,7 +46,7 @@ pub(crate) fn admit(
     guard: Option<&Guard>,
     redactor: &Redactor,
 ) -> Admission {
-    let args = match resolved {
+    let mut args = match resolved {
         Ok(args) => args,
         Err(error) => return Admission::Fail(error),
     };
@@ -52,7 +56,12 @@ pub(crate) fn admit(
         let mut shown = args.clone();
         redactor.value(&mut shown);
         match approvals.decision_on(key, item, Some(&shown)) {
-            Verdict::Approved => {}
+            Verdict::Approved(None) => {}
+            Verdict::Approved(Some(input)) => {
+                if let Err(error) = overlay(&mut args, input, gate) {
+                    return Admission::Fail(error);
+                }
+            }
             Verdict::Off => approvals_off = true,
             Verdict::Rejected(reason) => {
                 return Admission::Fail(StepError::new(
@@ -79,6 +88,39 @@ pub(crate) fn admit(
     Admission::Call {
         args,
         approvals_off,
+    }
+}
+
+/// Overlays the answer a person gave at the approval on a call's arguments, as the map-style
+/// executor's confirm answers are: each of its fields replaces the argument of that name (or
+/// adds it). What comes of it is checked against the tool's schema again.
+fn overlay(args: &mut Value, input: &Value, gate: &Gate<'_>) -> Result<(), StepError> {
+    let tool = gate.tool.unwrap_or("");
+    if !gate.answerable {
+        return Err(StepError::new(
+            codes::E_ARGS_INVALID,
+            "an answer was given at the approval of a check, whose program is the plan's own and takes none",
+        ));
+    }
+    let (Value::Object(args), Value::Object(input)) = (&mut *args, input) else {
+        return Err(StepError::new(
+            codes::E_ARGS_INVALID,
+            "the answer given at the approval is not an object of arguments, or the call's arguments are not an object",
+        ));
+    };
+    for (name, value) in input {
+        args.insert(name.clone(), value.clone());
+    }
+    let Some(schema) = gate.schema else {
+        return Ok(());
+    };
+    let violations = plan_ports::schema::violations(schema, &Value::Object(args.clone()));
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        let mut error = plan_ports::schema::invalid_args(tool, violations);
+        error.message = format!("with the answer given at the approval, {}", error.message);
+        Err(error)
     }
 }
 

@@ -620,7 +620,7 @@ impl BlockRun {
                 earlier = attempts;
                 let key = recovery_key(&node_path, recoveries);
                 match self.approvals.decision(&key, None) {
-                    Verdict::Approved => recoveries += 1,
+                    Verdict::Approved(_) => recoveries += 1,
                     Verdict::Rejected(why) => {
                         return Err(StepError {
                             code: codes::E_REJECTED,
@@ -883,6 +883,8 @@ impl BlockRun {
                     tool: Some(tool_name),
                     approval: gated.then_some((key.as_str(), None)),
                     waits_as: &key,
+                    schema: schema.as_deref(),
+                    answerable: true,
                 };
                 let id = path.to_string();
                 let call = Inner {

@@ -869,6 +869,8 @@ impl Scheduler<'_> {
             tool: step.action.tool().is_some().then_some(&*step.tool_name),
             approval: step.gated.then_some((&*step.id, item_id)),
             waits_as: &step_id,
+            schema: step.schema.as_deref(),
+            answerable: true,
         };
         let (args, approvals_off) = match admit(
             resolved,

@@ -110,6 +110,8 @@ pub(crate) async fn run_context_update(
         tool: Some(&call.tool_name),
         approval: None,
         waits_as: CONTEXT_UPDATE,
+        schema: None,
+        answerable: true,
     };
     let inner = Inner {
         // An id no step can take (`plan::invalid_id`): `workspace/context_update` was a step's
@@ -971,6 +973,9 @@ impl TaskRun {
                 tool: Some("exec"),
                 approval: gated.then_some((key.as_str(), None)),
                 waits_as: &key,
+                schema: None,
+                // A check's program is the plan's own: no answer changes it.
+                answerable: false,
             };
             let exec_name: Arc<str> = Arc::from("exec");
             let inner = Inner {
@@ -1451,6 +1456,8 @@ impl TaskRun {
             tool: Some(&call.tool_name),
             approval: call.gated.then_some((key.as_str(), None)),
             waits_as: &key,
+            schema: call.schema.as_deref(),
+            answerable: true,
         };
         let id = path.to_string();
         let inner = Inner {

@@ -16,6 +16,9 @@ pub struct Decisions {
     pub all: bool,
     /// The plan itself (a run in approval mode).
     pub plan: bool,
+    /// An answer to overlay on the one call named (`approve RUN STEP --input JSON`): an
+    /// object whose fields replace the call's arguments of the same names when it is made.
+    pub input: Option<serde_json::Value>,
 }
 
 /// What a decision did: the ids decided, and what the run still waits for.
@@ -44,6 +47,11 @@ pub fn approve(
 ) -> Result<Decided, LifecycleError> {
     let row = open_run(store, run)?;
     let rows = store.approvals(&row.run_id)?;
+    if let Some(input) = &request.input {
+        let id = answered(request, &row, &rows, input)?;
+        store.approve_with_input(&row.run_id, id, input)?;
+        return decided(store, &row, vec![id.to_owned()]);
+    }
     let mut ids: Vec<String> = if request.all {
         let pending: Vec<String> = pending(&rows).map(|r| r.step_id.clone()).collect();
         if pending.is_empty() && !request.plan {
@@ -63,6 +71,45 @@ pub fn approve(
     // One transaction: an approval of several calls is never half made.
     store.decide_all(&row.run_id, &ids, Decision::Approved, None)?;
     decided(store, &row, ids)
+}
+
+/// The one call an answer is for: a call that waits in run `row`, named alone.
+fn answered<'a>(
+    request: &'a Decisions,
+    row: &RunRow,
+    rows: &[ApprovalRow],
+    input: &serde_json::Value,
+) -> Result<&'a str, LifecycleError> {
+    let refused = |why: String| Err(LifecycleError::Refused(why));
+    let [id] = request.steps.as_slice() else {
+        return refused("an answer is for one waiting call: name exactly one".to_owned());
+    };
+    if request.all || request.plan {
+        return refused(
+            "an answer is for one waiting call, not for everything or the plan".to_owned(),
+        );
+    }
+    if !input.is_object() {
+        return refused(format!(
+            "the answer for `{id}` must be a JSON object of arguments (their names and values), not `{input}`"
+        ));
+    }
+    // Decided already: the ledger says whether this is the same decision.
+    let waiting = rows
+        .iter()
+        .find(|r| r.step_id == *id)
+        .and_then(|r| r.request.as_ref());
+    match waiting {
+        Some(request) if request.tool.is_some() && request.reason.is_none() => Ok(id),
+        Some(_) => refused(format!(
+            "`{id}` in run {} waits for a decision, not for a call's arguments: approve it without an answer",
+            row.run_id
+        )),
+        None => refused(format!(
+            "`{id}` is no call run {} waits for: an answer is given to a waiting call",
+            row.run_id
+        )),
+    }
 }
 
 /// Rejects `steps` of run `run`: they fail with `E_REJECTED` and `reason`, and what depends on

@@ -365,7 +365,8 @@ impl Served {
                 "all": {"type": "boolean", "description": "Everything the run waits for"},
                 "plan": {"type": "boolean", "description": "The plan itself (a run in approval mode)"},
                 "reject": {"type": "boolean"},
-                "reason": {"type": "string"}
+                "reason": {"type": "string"},
+                "input": {"type": "object", "description": "An answer for the one waiting call named in `steps`: its fields replace the call's arguments of the same names"}
             }, "required": ["run_id"]}),
         }
     }
@@ -711,6 +712,7 @@ impl PlanServer {
                         steps,
                         all: flag("all"),
                         plan: flag("plan"),
+                        input: args.get("input").cloned(),
                     };
                     plan_run::approve(&mut store, &run_id, &decisions, gated)
                 };

@@ -56,6 +56,9 @@ pub struct ApprovalRow {
     pub reason: Option<String>,
     /// What the run asked to call, when it asked.
     pub request: Option<PendingApproval>,
+    /// The answer given with the approval (`approve --input`): fields that replace the call's
+    /// arguments of the same names.
+    pub input: Option<Value>,
     /// When it was asked for or decided (RFC 3339).
     pub at: String,
 }
@@ -81,7 +84,7 @@ impl Store {
                  VALUES (?1, ?2, 'pending', ?3, ?4)
                  ON CONFLICT (run_id, step_id) DO UPDATE SET request = excluded.request,
                    decided_at = CASE decision WHEN 'approved' THEN excluded.decided_at ELSE decided_at END,
-                   decision = 'pending', reason = NULL
+                   decision = 'pending', reason = NULL, input = NULL
                  WHERE decision IN ('pending', 'approved')",
             )?;
             for request in pending {
@@ -120,6 +123,67 @@ impl Store {
         self.decide_all(run_id, &[step_id.to_owned()], decision, reason)
     }
 
+    /// Approves one call with the answer `input` a person gave (`approve --input`). Approving
+    /// it again with the same answer changes nothing; with another, or after it was decided
+    /// without one, is refused.
+    pub fn approve_with_input(
+        &mut self,
+        run_id: &str,
+        step_id: &str,
+        input: &Value,
+    ) -> Result<(), StoreError> {
+        let now = crate::timestamp(std::time::SystemTime::now());
+        let text = input.to_string();
+        let transaction = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let existing: Option<(String, Option<String>)> = transaction
+            .query_row(
+                "SELECT decision, input FROM approvals WHERE run_id = ?1 AND step_id = ?2",
+                params![run_id, step_id],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?;
+        match existing {
+            None => {
+                transaction.execute(
+                    "INSERT INTO approvals (run_id, step_id, decision, input, decided_at)
+                     VALUES (?1, ?2, 'approved', ?3, ?4)",
+                    params![run_id, step_id, text, now],
+                )?;
+            }
+            Some((decision, _)) if Decision::parse(&decision)? == Decision::Pending => {
+                transaction.execute(
+                    "UPDATE approvals SET decision = 'approved', reason = NULL, input = ?3, decided_at = ?4
+                     WHERE run_id = ?1 AND step_id = ?2",
+                    params![run_id, step_id, text, now],
+                )?;
+            }
+            Some((decision, earlier)) => {
+                let earlier_given = earlier.is_some();
+                let same = Decision::parse(&decision)? == Decision::Approved
+                    && earlier
+                        .map(|earlier| plan_types::json::from_str::<Value>(&earlier))
+                        .transpose()
+                        .map_err(damaged("approval"))?
+                        .as_ref()
+                        == Some(input);
+                if !same {
+                    return Err(StoreError::Decided {
+                        step_id: step_id.to_owned(),
+                        decision: match (decision.as_str(), earlier_given) {
+                            ("approved", true) => "approved with another answer",
+                            ("approved", false) => "approved without an answer",
+                            _ => "rejected",
+                        },
+                    });
+                }
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
     /// Decides several approvals in one transaction: all of them, or (when one was decided
     /// the other way) none.
     pub fn decide_all(
@@ -147,7 +211,8 @@ impl Store {
                         "INSERT INTO approvals (run_id, step_id, decision, reason, decided_at)
                          VALUES (?1, ?2, ?3, ?4, ?5)
                          ON CONFLICT (run_id, step_id) DO UPDATE
-                         SET decision = excluded.decision, reason = excluded.reason, decided_at = excluded.decided_at",
+                         SET decision = excluded.decision, reason = excluded.reason, input = NULL,
+                           decided_at = excluded.decided_at",
                         params![run_id, step_id, decision.as_str(), reason, now],
                     )?;
                 }
@@ -168,7 +233,7 @@ impl Store {
     /// A run's approvals: pending ones in the order they were asked for, then by id.
     pub fn approvals(&self, run_id: &str) -> Result<Vec<ApprovalRow>, StoreError> {
         let mut statement = self.conn.prepare(
-            "SELECT step_id, decision, reason, request, decided_at FROM approvals
+            "SELECT step_id, decision, reason, request, decided_at, input FROM approvals
              WHERE run_id = ?1 ORDER BY decided_at, step_id",
         )?;
         let rows = statement.query_map([run_id], |row| {
@@ -178,12 +243,17 @@ impl Store {
                 row.get::<_, Option<String>>(2)?,
                 row.get::<_, Option<String>>(3)?,
                 row.get::<_, String>(4)?,
+                row.get::<_, Option<String>>(5)?,
             ))
         })?;
         let mut approvals = Vec::new();
         for row in rows {
-            let (step_id, decision, reason, request, at) = row?;
+            let (step_id, decision, reason, request, at, input) = row?;
             let request = request
+                .map(|text| plan_types::json::from_str(&text))
+                .transpose()
+                .map_err(damaged("approval"))?;
+            let input = input
                 .map(|text| plan_types::json::from_str(&text))
                 .transpose()
                 .map_err(damaged("approval"))?;
@@ -192,6 +262,7 @@ impl Store {
                 decision: Decision::parse(&decision)?,
                 reason,
                 request,
+                input,
                 at,
             });
         }
@@ -205,10 +276,11 @@ impl Store {
             match row.decision {
                 Decision::Pending => {}
                 // Approved as it asked to be called: with those arguments.
-                Decision::Approved => match row.request.and_then(|request| request.args) {
-                    Some(args) => approvals.approve_args(row.step_id, args),
-                    None => approvals.approve(row.step_id),
-                },
+                Decision::Approved => approvals.approve_with(
+                    row.step_id,
+                    row.request.and_then(|request| request.args),
+                    row.input,
+                ),
                 Decision::Rejected => approvals.reject(
                     row.step_id,
                     row.reason.unwrap_or_else(|| "rejected".to_owned()),

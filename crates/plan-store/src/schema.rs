@@ -205,6 +205,9 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (base_url, model)
     ) WITHOUT ROWID;
     ",
+    // 10: the answer a person gave with an approval (`approve --input`), overlaid on the
+    // call's arguments when it is made.
+    "ALTER TABLE approvals ADD COLUMN input TEXT;",
 ];
 
 /// The numbers event kinds are stored as (migration 4 spells the same table out in SQL).

@@ -104,7 +104,7 @@ fn a_ledger_from_a_newer_plan_cli_is_refused() {
             error,
             StoreError::TooNew {
                 found: 99,
-                supported: 9,
+                supported: 10,
                 ..
             }
         ),

@@ -33,19 +33,30 @@ pub struct PendingApproval {
 /// step's decision covers its items; an item's own decision wins over its step's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Approvals {
-    /// Approved ids, each with the arguments (redacted) it was approved with when a person
-    /// saw them (`None`: approved whatever its arguments, as `run --approve` does).
-    approved: HashMap<String, Option<Value>>,
+    /// Approved ids, each with what it was approved for.
+    approved: HashMap<String, Approval>,
     rejected: HashMap<String, String>,
     /// High-risk calls nobody decided on run without waiting.
     off: bool,
 }
 
+/// One approval.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Approval {
+    /// The arguments (redacted) it was approved with when a person saw them (`None`: whatever
+    /// its arguments, as `run --approve` does).
+    args: Option<Value>,
+    /// The answer the person gave with it (`approve --input`): an object whose fields replace
+    /// the call's arguments of the same names.
+    input: Option<Value>,
+}
+
 /// What was decided about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict<'a> {
-    /// It may run.
-    Approved,
+    /// It may run; with the answer given at the approval, if one was (overlaid on its
+    /// arguments).
+    Approved(Option<&'a Value>),
     /// Refused, with the reason given.
     Rejected(&'a str),
     /// Nobody decided yet: it waits.
@@ -64,16 +75,28 @@ impl Approvals {
     pub fn approve(&mut self, id: impl Into<String>) {
         let id = id.into();
         self.rejected.remove(&id);
-        self.approved.insert(id, None);
+        self.approved.insert(id, Approval::default());
     }
 
     /// Approves a call as it asked to be called: with `args` (redacted, as its
     /// [`PendingApproval`] showed them). Called with other arguments (a retry after what they
     /// come from changed, a plan given again with `--force`), it waits for a new decision.
     pub fn approve_args(&mut self, id: impl Into<String>, args: Value) {
+        self.approve_with(id, Some(args), None);
+    }
+
+    /// Approves a call as [`Approvals::approve_args`] does (or whatever its arguments, with
+    /// `args` `None`), with the answer `input` a person gave: an object whose fields replace
+    /// the call's arguments of the same names when it is made.
+    pub fn approve_with(
+        &mut self,
+        id: impl Into<String>,
+        args: Option<Value>,
+        input: Option<Value>,
+    ) {
         let id = id.into();
         self.rejected.remove(&id);
-        self.approved.insert(id, Some(args));
+        self.approved.insert(id, Approval { args, input });
     }
 
     /// Rejects a step or map item: it fails with `E_REJECTED` and `reason`.
@@ -110,8 +133,14 @@ impl Approvals {
     pub fn decision_on(&self, step: &str, item: Option<&str>, args: Option<&Value>) -> Verdict<'_> {
         for id in item.into_iter().chain([step]) {
             match (self.approved.get(id), args) {
-                (Some(Some(approved)), Some(args)) if approved != args => {}
-                (Some(_), _) => return Verdict::Approved,
+                (
+                    Some(Approval {
+                        args: Some(approved),
+                        ..
+                    }),
+                    Some(args),
+                ) if approved != args => {}
+                (Some(approval), _) => return Verdict::Approved(approval.input.as_ref()),
                 (None, _) => {}
             }
             if let Some(reason) = self.rejected.get(id) {
@@ -137,7 +166,7 @@ mod tests {
         approvals.reject("deploy[prod]", "not on a Friday");
         assert_eq!(
             approvals.decision("deploy", Some("deploy[dev]")),
-            Verdict::Approved
+            Verdict::Approved(None)
         );
         assert_eq!(
             approvals.decision("deploy", Some("deploy[prod]")),
@@ -160,7 +189,7 @@ mod tests {
         approvals.approve_args("deploy", dev.clone());
         assert_eq!(
             approvals.decision_on("deploy", None, Some(&dev)),
-            Verdict::Approved
+            Verdict::Approved(None)
         );
         assert_eq!(
             approvals.decision_on("deploy", None, Some(&prod)),
@@ -175,7 +204,7 @@ mod tests {
         approvals.approve("each");
         assert_eq!(
             approvals.decision_on("each", Some("each[0]"), Some(&prod)),
-            Verdict::Approved
+            Verdict::Approved(None)
         );
         approvals.turn_off();
         assert_eq!(
@@ -189,9 +218,26 @@ mod tests {
         let mut approvals = Approvals::new();
         approvals.reject("a", "no");
         approvals.approve("a");
-        assert_eq!(approvals.decision("a", None), Verdict::Approved);
+        assert_eq!(approvals.decision("a", None), Verdict::Approved(None));
         assert!(!approvals.plan_approved());
         approvals.approve(PLAN_APPROVAL);
         assert!(approvals.plan_approved());
+    }
+
+    #[test]
+    fn an_approval_carries_the_answer_given_with_it() {
+        let mut approvals = Approvals::new();
+        let args = serde_json::json!({"to": "dev"});
+        let input = serde_json::json!({"to": "prod"});
+        approvals.approve_with("deploy", Some(args.clone()), Some(input.clone()));
+        assert_eq!(
+            approvals.decision_on("deploy", None, Some(&args)),
+            Verdict::Approved(Some(&input))
+        );
+        // Asked with other arguments, the answer is no longer for it either.
+        assert_eq!(
+            approvals.decision_on("deploy", None, Some(&input)),
+            Verdict::Undecided
+        );
     }
 }

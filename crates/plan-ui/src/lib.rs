@@ -779,6 +779,9 @@ struct Decision {
     steps: Vec<String>,
     #[serde(default)]
     reason: Option<String>,
+    /// An answer for the one waiting call approved (as `approve RUN STEP --input JSON`).
+    #[serde(default)]
+    input: Option<serde_json::Value>,
 }
 
 /// `POST /api/runs/RUN/approve {"steps": [ID, …]}` (as `plan-cli approve RUN ID…`) and
@@ -803,6 +806,7 @@ async fn decide(
         let decided = if approve {
             let request = plan_run::Decisions {
                 steps: decision.steps,
+                input: decision.input,
                 ..plan_run::Decisions::default()
             };
             plan_run::approve(&mut store, &run, &request, gated)?

@@ -16,10 +16,17 @@ pub(crate) fn approve(
     toolbox: &Toolbox,
     ledger: &Ledger,
 ) -> Result<i32, Failure> {
+    let input = args
+        .input
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .map_err(|error| Failure::input(format!("`--input` is not JSON: {error}")))?;
     let decisions = Decisions {
         steps: args.steps.clone(),
         all: args.all,
         plan: args.plan,
+        input,
     };
     let mut store = ledger.open_existing()?;
     let decided = plan_run::approve(&mut store, &args.run, &decisions, |row| gated(row, toolbox))?;
