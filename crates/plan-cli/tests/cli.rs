@@ -437,8 +437,11 @@ fn tools_lists_the_builtins() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["echo", "exec", "fail", "http", "sleep"]);
-    assert_eq!(tools[1]["input_schema"]["required"], json!(["argv"]));
+    assert_eq!(
+        names,
+        ["chat.respond", "echo", "exec", "fail", "http", "sleep"]
+    );
+    assert_eq!(tools[2]["input_schema"]["required"], json!(["argv"]));
 }
 
 #[test]

@@ -927,3 +927,126 @@ fn an_answer_given_with_an_approval_is_overlaid_on_the_calls_arguments() {
     let (_, status) = lab.json(&["status", &run, "--json"]);
     assert_eq!(status["records"], report["records"]);
 }
+
+/// The map-style executor's chat surface: `respond` / `chat.respond` read leniently, their
+/// texts the run's answer (printed last, `answer` in `--json` and `status`), and the
+/// `assistant.delta` / `assistant.final` events, secrets kept out.
+#[test]
+fn a_plans_answer_is_printed_last_kept_as_answer_and_streamed_as_assistant_events() {
+    let lab = Lab::new();
+    let plan = lab.write(
+        "chat.json",
+        &json!({"env": ["CHAT_SECRET"], "steps": [
+            {"id": "look", "tool": "echo", "args": {"city": "Paris", "key": "${env.CHAT_SECRET}"}, "result_variable": "look"},
+            {"id": "reply", "tool": "respond", "depends_on": ["look"], "args": {"text": "Sunny in ${look.city}.", "extra": [1]}},
+            {"id": "each", "tool": "chat.respond", "depends_on": ["reply"], "expand_on": ["a", "b"], "args": {"message": "$each"}},
+            {"id": "talk", "depends_on": ["each"], "args": {}, "block": {"entry_point": "say", "nodes": {"say": {"tool": "respond", "args": {"text": 7}}}}},
+            {"id": "quiet", "tool": "respond", "depends_on": ["talk"], "args": {}}
+        ]}),
+    );
+    let answer = "Sunny in Paris.\n\na\n\nb\n\n7";
+    // Lenient: an extra field, a number for `text`, no field at all are no errors.
+    lab.cli()
+        .env("CHAT_SECRET", "hunter2-chat")
+        .args(["validate", path_str(&plan)])
+        .assert()
+        .success();
+    let output = lab
+        .cli()
+        .env("CHAT_SECRET", "hunter2-chat")
+        .args(["run", path_str(&plan)])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.ends_with(&format!("· run {}\n\n{answer}\n", lab.newest_run_id())),
+        "the answer comes last:\n{stdout}"
+    );
+    let run = lab.newest_run_id();
+    let (code, report) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(report["answer"], json!(answer), "{report}");
+    let (code, json_run) = {
+        let output = lab
+            .cli()
+            .env("CHAT_SECRET", "hunter2-chat")
+            .args(["run", path_str(&plan), "--json"])
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            serde_json::from_slice::<Value>(&output.stdout).unwrap(),
+        )
+    };
+    assert_eq!(code, Some(0));
+    assert_eq!(json_run["answer"], json!(answer));
+    let status = lab.cli().args(["status", &run]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&status.stdout).ends_with(&format!("{answer}\n")),
+        "status prints it last too"
+    );
+
+    // Each call's input as a table, before the call; each answer as it is given.
+    let events = lab.cli().args(["events", &run]).output().unwrap();
+    let events: Vec<Value> = String::from_utf8_lossy(&events.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let of = |kind: &str| -> Vec<&Value> { events.iter().filter(|e| e["type"] == kind).collect() };
+    let deltas = of("assistant.delta");
+    let ids: Vec<&str> = deltas
+        .iter()
+        .map(|e| e["step_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["look", "reply", "each-0", "each-1", "talk/say#1", "quiet"]
+    );
+    let look = deltas[0]["text"].as_str().unwrap();
+    assert!(
+        look.starts_with("| argument | value |\n|---|---|\n"),
+        "{look}"
+    );
+    assert!(look.contains("| city | Paris |"), "{look}");
+    assert!(
+        look.contains("[redacted]") && !look.contains("hunter2"),
+        "{look}"
+    );
+    for delta in &deltas {
+        let at = |kind: &str| {
+            events
+                .iter()
+                .position(|e| e["type"] == kind && e["step_id"] == delta["step_id"])
+                .unwrap()
+        };
+        assert!(at("assistant.delta") < at("tool.called"), "{delta}");
+    }
+    let finals: Vec<&Value> = of("assistant.final")
+        .into_iter()
+        .map(|e| &e["text"])
+        .collect();
+    assert_eq!(
+        finals,
+        [
+            &json!("Sunny in Paris."),
+            &json!("a"),
+            &json!("b"),
+            &json!("7"),
+            &json!("")
+        ]
+    );
+    // A plan that does not answer has no answer, and streams no inputs.
+    let plain = lab.write(
+        "plain.json",
+        &json!({"steps": [{"id": "e", "tool": "echo", "args": {}}]}),
+    );
+    let (_, without) = lab.json(&["run", path_str(&plain), "--json"]);
+    assert!(without.get("answer").is_none(), "{without}");
+    let events = lab.cli().args(["events", "last"]).output().unwrap();
+    let events = String::from_utf8_lossy(&events.stdout);
+    assert!(
+        events.contains("tool.called") && !events.contains("assistant."),
+        "{events}"
+    );
+}

@@ -36,6 +36,8 @@ enum Kind {
     Sleep { ms: u64 },
     /// A high-risk `echo`: the run waits for its approval.
     Approval,
+    /// `respond` (`chat.respond`), read leniently: the run's answer, never a queue's job.
+    Respond,
 }
 
 #[derive(Debug, Clone)]
@@ -57,6 +59,7 @@ fn kind() -> impl Strategy<Value = Kind> {
         2 => Just(Kind::Block),
         2 => (0u64..25).prop_map(|ms| Kind::Sleep { ms }),
         1 => Just(Kind::Approval),
+        1 => Just(Kind::Respond),
     ]
 }
 
@@ -138,6 +141,13 @@ fn render(steps: &[Generated], flag: bool) -> Value {
             }}),
             Kind::Sleep { ms } => json!({"tool": "sleep", "args": {"ms": ms}}),
             Kind::Approval => json!({"tool": "echo", "risk": "high", "args": {"deploy": i}}),
+            Kind::Respond => {
+                let mut args = json!({"message": format!("answer {i}"), "extra": true});
+                if let Some(read) = &read {
+                    args["seen"] = json!(read);
+                }
+                json!({"tool": "respond", "args": args})
+            }
         };
         binds.push(matches!(generated.kind, Kind::Echo));
         step["id"] = json!(id);
@@ -152,11 +162,16 @@ fn render(steps: &[Generated], flag: bool) -> Value {
         }
         out.push(step);
     }
+    if flag {
+        // Half the plans end with an answer (`chat.respond`) after everything else.
+        let all: Vec<String> = (0..steps.len()).map(|i| format!("s{i}")).collect();
+        out.push(json!({"id": "answer", "tool": "chat.respond", "depends_on": all, "run_if": "all_done", "args": {"text": "done"}}));
+    }
     json!({"id": "generated", "variables": {"flag": flag}, "steps": out})
 }
 
-/// What must be the same: each record without its duration, the status, the variables and
-/// what waits for an approval.
+/// What must be the same: each record without its duration, the status, the variables, what
+/// waits for an approval and the run's answer.
 fn comparable(report: &Value) -> Value {
     let records: Vec<Value> = report["records"]
         .as_array()
@@ -185,6 +200,7 @@ fn comparable(report: &Value) -> Value {
         "records": records,
         "variables": report["variables"],
         "waiting": waiting,
+        "answer": report["answer"],
     })
 }
 
@@ -439,11 +455,16 @@ fn every_way_a_plan_runs_gives_the_same_records() {
     let served = std::cell::RefCell::new(Vec::new());
     // Cases a kill left half done, so that their resume restored records.
     let resumed_half_done = std::cell::Cell::new(0u32);
+    // Cases whose run gave an answer (`chat.respond`).
+    let answered = std::cell::Cell::new(0u32);
     let result = runner.run(&(plan(), 0u64..15), |(plan, kill_after_ms)| {
         let lab = Lab::new();
         let file = lab.write("plan.json", &plan);
         let file = path_str(&file);
         let expected = comparable(&json_of(&lab, &["run", file, "--json"]));
+        if expected["answer"].is_string() {
+            answered.set(answered.get() + 1);
+        }
         let mut ways = vec![
             (
                 "--durability async",
@@ -493,6 +514,10 @@ fn every_way_a_plan_runs_gives_the_same_records() {
     eprintln!(
         "{} of the cases were killed half done and resumed",
         resumed_half_done.get()
+    );
+    assert!(
+        answered.get() > 0,
+        "no case gave an answer: it was never compared"
     );
     // The kills are worth something only if some landed mid-run.
     assert!(

@@ -544,7 +544,31 @@ fn a_tool_no_worker_serves_is_named_and_the_wait_is_bounded() {
     assert_eq!(record(&report, "e")["ok"], true);
     assert_eq!(record(&report, "x")["error"]["code"], "E_QUEUE_TIMEOUT");
     assert!(started.elapsed() < Duration::from_secs(30));
-    let _ = stop(echoes, "TERM");
+
+    // The answer is the run's own, never a job: no worker serves `chat.respond` here, and
+    // the run answers at once (the map-style executor enqueues every tool but its chat one).
+    let answer = lab.write(
+        "answer.json",
+        &json!({"steps": [
+            {"id": "e", "tool": "echo", "args": {"city": "Oslo"}, "result_variable": "e"},
+            {"id": "say", "tool": "respond", "depends_on": ["e"], "args": {"text": "Hello ${e.city}"}}
+        ]}),
+    );
+    let coordinator = lab.spawn(&[
+        "run",
+        path_str(&answer),
+        "--json",
+        "--queue",
+        &url,
+        "--queue-timeout",
+        "3s",
+    ]);
+    let output = finish_within(coordinator, Duration::from_secs(60));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    assert_eq!(report["answer"], "Hello Oslo");
+    let (_, log) = stop(echoes, "TERM");
+    assert_eq!(calls_made(&log).0, 2, "only the echoes were jobs: {log}");
 }
 
 /// A coordinator killed while a worker runs a call, then resumed: the call's job id is its

@@ -34,6 +34,10 @@ pub(crate) struct CallContext {
     /// Every variable name the plan can define: what a missing variable's message suggests
     /// (`Scope::names`), the same whatever the timing.
     pub(crate) variable_names: Arc<[String]>,
+    /// The plan answers (`chat.respond`): it talks to a chat, so each call is shown to it
+    /// first (`assistant.delta`). A plan that does not answer pays nothing for it (it cost
+    /// 20% of a 100,000-step run: see docs/benchmarks.md).
+    pub(crate) chat: bool,
 }
 
 impl CallContext {
@@ -244,6 +248,14 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         }
     };
     let first = earlier.saturating_add(1);
+    if context.chat && context.events.is_some() {
+        // What is about to be called, as a chat shows it: the input as a table, its secrets
+        // taken out before it is laid out (an escaped `|` would hide one from the redactor).
+        let table = crate::chat::input_table(&args, &|text| context.redactor.string(text));
+        emit(EventKind::AssistantDelta, first, &|event| {
+            event.text = Some(table.clone());
+        });
+    }
     // The last attempt the retry policy allows in this run of the call.
     let last = earlier.saturating_add(retry.attempts.max(1));
     let mut attempt = first;
@@ -320,6 +332,13 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
                 emit(EventKind::ToolSucceeded, attempt, &|event| {
                     event.duration_ms = Some(attempt_ms)
                 });
+                if plan_types::is_answer_tool(&tool_name)
+                    && let Some(text) = value.get("text").and_then(Value::as_str)
+                {
+                    emit(EventKind::AssistantFinal, attempt, &|event| {
+                        event.text = Some(text.to_owned());
+                    });
+                }
                 return ToolFinished {
                     result: Ok(value),
                     attempts: attempt,

@@ -65,6 +65,7 @@
 mod admit;
 mod block;
 mod call;
+mod chat;
 mod condition;
 mod expression;
 mod guard;

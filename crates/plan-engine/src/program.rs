@@ -116,6 +116,8 @@ pub struct Program {
     pub(crate) context_update: Option<Arc<crate::task::ContextUpdate>>,
     /// The workspace's `verify_after_merge` checks (each task holds them too).
     pub(crate) merge_checks: Option<Arc<crate::task::MergeChecks>>,
+    /// The calls whose text is the run's answer (`chat.respond`), if it makes any.
+    pub(crate) answers: Option<Arc<plan_graph::Answers>>,
 }
 
 /// One call a preview shows: what would be called, with what.
@@ -416,6 +418,7 @@ impl Program {
             }),
             env: plan.env.clone(),
             guards: plan.guards.clone(),
+            answers: plan_graph::Answers::of(plan).map(Arc::new),
             mode: plan.mode.unwrap_or_default(),
             fail_fast: plan.fail_fast,
             variable_names: {

@@ -282,6 +282,9 @@ impl Redactor {
         if let Some(reason) = &mut event.reason {
             self.string(reason);
         }
+        if let Some(text) = &mut event.text {
+            self.string(text);
+        }
         if let Some(message) = event.progress.as_mut().and_then(|p| p.message.as_mut()) {
             self.string(message);
         }

@@ -1501,6 +1501,7 @@ impl Scheduler<'_> {
             confined_to: self.confined_to.clone(),
             earlier: self.earlier_attempts.clone(),
             variable_names: self.program.variable_names.clone(),
+            chat: self.program.answers.is_some(),
         }
     }
 
@@ -1699,6 +1700,11 @@ impl Scheduler<'_> {
                 .for_each(|value| self.redactor.value(Arc::make_mut(value)));
         }
         let blocks = self.program.block_states(&records, &waiting_at);
+        let answer = self
+            .program
+            .answers
+            .as_ref()
+            .and_then(|a| a.answer(&records));
         Ok(RunReport {
             run_id: run_id.to_owned(),
             plan_id: self.program.plan_id.to_string(),
@@ -1709,6 +1715,7 @@ impl Scheduler<'_> {
             blocks,
             replanned: false,
             revisions: 0,
+            answer,
         })
     }
 }

@@ -35,6 +35,7 @@
 //! to report a condition that does not compile at load time.
 #![deny(missing_docs)]
 
+mod answer;
 mod condition;
 mod dag;
 mod generation;
@@ -48,6 +49,7 @@ mod source;
 mod step_index;
 mod validate;
 
+pub use answer::Answers;
 pub use condition::{
     ConditionError, MAX_CONDITION_BYTES, MAX_CONDITION_NESTING, MAX_CONDITION_OPERATORS,
     compile_condition, on_condition_stack,

@@ -155,6 +155,14 @@ impl Dispatcher {
         }
         let mut remote = Registry::new();
         for (name, info) in infos {
+            // The answer is the run's own, never a job (the map-style executor enqueues every
+            // tool but its chat one).
+            if plan_types::is_answer_tool(&name)
+                && let Some(local) = registry.get(&name)
+            {
+                remote.register_as(name, local.clone());
+                continue;
+            }
             let tool = RemoteTool {
                 dispatcher: self.clone(),
                 name: name.clone(),

@@ -110,9 +110,7 @@ pub async fn generate_checked(
     let fallback_id = id.map_or_else(|| slug(goal), str::to_owned);
     // A weak model answers any goal with steps that only echo it. Said once: a goal that
     // asks only for a text gets the same plan again, and it stands.
-    let can_work = tools
-        .iter()
-        .any(|tool| !DO_NOTHING.contains(&tool.name.as_str()));
+    let can_work = tools.iter().any(|tool| !does_no_work(&tool.name));
     let mut told_it_does_nothing = false;
     generate(
         model,
@@ -165,19 +163,22 @@ pub fn remember_format(
 }
 
 /// What a model hears of a plan that [`does_nothing`].
-const DOES_NOTHING: &str = "- every step calls `echo`, `sleep` or `fail`, which do no work (`echo` gives back its arguments): if the goal needs work done, call the tools that do it; if giving back a text is all it asks, answer with the same plan again";
+const DOES_NOTHING: &str = "- every step calls `echo`, `sleep`, `fail` or `chat.respond`, which do no work (`echo` gives back its arguments, `chat.respond` only answers): if the goal needs work done, call the tools that do it; if giving back a text is all it asks, answer with the same plan again";
 
 /// The built-in tools that do no work (`fail` is for trying plans out).
 const DO_NOTHING: [&str; 3] = ["echo", "sleep", "fail"];
 
+/// Whether a tool does no work: one of [`DO_NOTHING`], or the answer (`chat.respond`).
+fn does_no_work(tool: &str) -> bool {
+    DO_NOTHING.contains(&tool) || plan_types::is_answer_tool(tool)
+}
+
 /// Whether every step of `plan` calls a tool that does no work.
 fn does_nothing(plan: &Value) -> bool {
     plan["steps"].as_array().is_some_and(|steps| {
-        steps.iter().all(|step| {
-            step["tool"]
-                .as_str()
-                .is_some_and(|tool| DO_NOTHING.contains(&tool))
-        })
+        steps
+            .iter()
+            .all(|step| step["tool"].as_str().is_some_and(does_no_work))
     })
 }
 

@@ -177,6 +177,7 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
         busy_blocks(store, row, &plan, &mut blocks)?;
     }
     let revisions = store.revisions(&row.run_id)?;
+    let answer = plan_graph::Answers::of(&plan).and_then(|answers| answers.answer(&records));
     Ok(RunReport {
         run_id: row.run_id.clone(),
         plan_id: row.plan_id.clone(),
@@ -187,6 +188,7 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
         blocks,
         replanned: revisions > 0,
         revisions,
+        answer,
     })
 }
 

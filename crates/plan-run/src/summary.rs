@@ -152,6 +152,14 @@ pub fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> String {
         duration(total),
         report.run_id
     ));
+    // The run's answer (`chat.respond`) comes last, as a chat's reply does.
+    if let Some(answer) = &report.answer {
+        out.push('\n');
+        out.push_str(answer);
+        if !answer.ends_with('\n') {
+            out.push('\n');
+        }
+    }
     out
 }
 

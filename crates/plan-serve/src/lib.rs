@@ -411,6 +411,7 @@ impl Served {
             "task_status": string,
             "records": {"type": "array", "items": {"type": "object"}},
             "variables": {"type": "object"},
+            "answer": {"type": "string", "description": "The run's answer: its `chat.respond` calls' texts"},
         }});
         match self {
             Served::Run | Served::Status | Served::Resume => report,

@@ -107,6 +107,8 @@ struct Rest<'a> {
     pending: Option<&'a Vec<plan_types::PendingApproval>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     progress: Option<&'a plan_types::ProgressReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
 }
 
 impl<'a> Rest<'a> {
@@ -122,6 +124,7 @@ impl<'a> Rest<'a> {
             condition: event.condition.as_deref(),
             pending: event.pending.as_ref(),
             progress: event.progress.as_ref(),
+            text: event.text.as_deref(),
         }
     }
 
@@ -136,6 +139,7 @@ impl<'a> Rest<'a> {
             && self.condition.is_none()
             && self.pending.is_none()
             && self.progress.is_none()
+            && self.text.is_none()
     }
 }
 
@@ -241,7 +245,9 @@ mod tests {
             | EventKind::ToolProgress
             | EventKind::ApprovalAwaiting
             | EventKind::PlanReplanned
-            | EventKind::TaskChanged => kind,
+            | EventKind::TaskChanged
+            | EventKind::AssistantDelta
+            | EventKind::AssistantFinal => kind,
         };
         let all = [
             EventKind::RunStarted,
@@ -258,6 +264,8 @@ mod tests {
             EventKind::ApprovalAwaiting,
             EventKind::PlanReplanned,
             EventKind::TaskChanged,
+            EventKind::AssistantDelta,
+            EventKind::AssistantFinal,
         ];
         let mut numbers: Vec<i64> = all
             .into_iter()
@@ -280,13 +288,13 @@ mod tests {
             "duration_ms": 5, "error": {"code": "E_IO", "message": "m"}, "delay_ms": 7,
             "reason": "why", "task_status": "FAILED", "from": "a", "to": "b",
             "condition": "passed", "pending": [{"step_id": "d", "tool": "exec"}],
-            "progress": {"progress": 1.0, "total": 2.0, "message": "half"}
+            "progress": {"progress": 1.0, "total": 2.0, "message": "half"}, "text": "said"
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         let all = serde_json::to_value(&event).unwrap_or_default();
         assert_eq!(
             all.as_object().map(serde_json::Map::len),
-            Some(18),
+            Some(19),
             "every field is set"
         );
         // Through SQLite, as the journal writes it and `events_after` reads it.

@@ -227,6 +227,8 @@ pub(crate) const EVENT_KINDS: &[(i64, &str)] = &[
     (11, "approval.awaiting"),
     (12, "plan.replanned"),
     (13, "task.changed"),
+    (14, "assistant.delta"),
+    (15, "assistant.final"),
 ];
 
 /// The schema version this build writes.

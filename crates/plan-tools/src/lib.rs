@@ -7,6 +7,7 @@
 //! | `fail` | `{"message", "retryable", "times", "code"}` | fails (the first `times` attempts only, when given; then `{"attempt": k}`) |
 //! | `exec` | `{"argv", "cwd", "env", "stdin", "timeout_ms", "check"}` | `{"exit_code", "stdout", "stderr"}` |
 //! | `http` | `{"method", "url", "headers", "json" \| "body", "timeout_ms", "check"}` | `{"status", "headers", "json" \| "body"}` |
+//! | `chat.respond` (`respond`) | `{"text"}`, read leniently | `{"text"}`: the run's answer |
 //!
 //! `exec` never goes through a shell: `argv[0]` is the program and each other item is one
 //! argument, so no value can become a second command. Its programs get only the environment
@@ -21,10 +22,12 @@ mod exec;
 mod http;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+mod respond;
 
 pub use basic::{Echo, Fail, Sleep};
 pub use exec::Exec;
 pub use http::Http;
+pub use respond::ChatRespond;
 
 /// A registry with every built-in tool.
 pub fn builtin_registry() -> plan_ports::Registry {
@@ -34,6 +37,8 @@ pub fn builtin_registry() -> plan_ports::Registry {
         .register(Sleep)
         .register(Fail)
         .register(Exec::default())
-        .register(Http::default());
+        .register(Http::default())
+        .register(ChatRespond)
+        .register_as(plan_types::RESPOND, std::sync::Arc::new(ChatRespond));
     registry
 }

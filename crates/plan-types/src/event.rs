@@ -57,6 +57,13 @@ pub enum EventKind {
     /// `verified`, `merging`, `completed`, `failed`, `abandoned`); `attempt` is its attempt.
     #[serde(rename = "task.changed")]
     TaskChanged,
+    /// A call is about to be made: `text` shows its input as a table (`| argument | value |`),
+    /// once per call, before its first attempt (the map-style executor's chat stream).
+    #[serde(rename = "assistant.delta")]
+    AssistantDelta,
+    /// A `chat.respond` call gave the run's answer: `text` is it.
+    #[serde(rename = "assistant.final")]
+    AssistantFinal,
 }
 
 /// One event. Fields that do not apply to its kind are left out of the JSON.
@@ -113,6 +120,10 @@ pub struct Event {
     /// How far a tool got, on `tool.progress`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressReport>,
+    /// What the assistant says, on `assistant.delta` (a call's input as a table) and
+    /// `assistant.final` (the answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 impl Event {
@@ -137,6 +148,7 @@ impl Event {
             condition: None,
             pending: None,
             progress: None,
+            text: None,
         }
     }
 

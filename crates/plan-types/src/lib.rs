@@ -43,7 +43,9 @@ pub use record::{
     CONTEXT_UPDATE_ID, META_STEP_ID, Record, StepError, is_reserved_id, is_unprintable, one_line,
     reasons, terminal_safe,
 };
-pub use report::{BlockPhase, BlockState, RunReport, TaskStatus};
+pub use report::{
+    BlockPhase, BlockState, CHAT_RESPOND, RESPOND, RunReport, TaskStatus, is_answer_tool,
+};
 pub use risk::Risk;
 pub use task::{
     MERGE, QueueEntry, QueueStatus, RetryFeedback, TaskCommit, TaskError, TaskErrorKind, TaskPhase,

@@ -164,8 +164,24 @@ pub struct RunReport {
     /// How many revisions of its plan the run has had after the first.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub revisions: u32,
+    /// The run's answer: the text of its `chat.respond` calls that succeeded, in record
+    /// order, a blank line between two (absent when the plan gives none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// The built-in tool whose text is the run's answer (the map-style executor's chat surface):
+/// its calls' texts become [`RunReport::answer`] and `assistant.final` events.
+pub const CHAT_RESPOND: &str = "chat.respond";
+
+/// The other name [`CHAT_RESPOND`] goes by in plans.
+pub const RESPOND: &str = "respond";
+
+/// Whether a tool name is the answer tool's ([`CHAT_RESPOND`] or [`RESPOND`]).
+pub fn is_answer_tool(tool: &str) -> bool {
+    tool == CHAT_RESPOND || tool == RESPOND
 }
