@@ -172,6 +172,15 @@ pub(crate) fn waiting(report: &RunReport) -> String {
         out.push_str(&format!(
             "approve with `plan-cli approve {run} --plan`, then `plan-cli resume {run}`\n"
         ));
+    } else if let Some(asked) = report
+        .pending_approvals
+        .iter()
+        .find(|p| p.input_schema.is_some())
+    {
+        out.push_str(&format!(
+            "answer with `plan-cli approve {run} {} --input JSON` (an object of the fields asked), or refuse with `plan-cli reject {run} ID`; see `status {run} --json` for the fields; then `plan-cli resume {run}`\n",
+            one_line(&asked.step_id)
+        ));
     } else {
         out.push_str(&format!(
             "approve with `plan-cli approve {run} STEP...` (or --all), or refuse with `plan-cli reject {run} STEP --reason TEXT`; then `plan-cli resume {run}`\n"

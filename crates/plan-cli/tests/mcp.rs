@@ -821,3 +821,94 @@ fn a_tools_max_concurrency_makes_its_calls_take_turns() {
         "{report}"
     );
 }
+
+/// A server's question (elicitation: server-everything's `trigger-elicitation-request`, which
+/// it offers only to clients that declare they answer forms) makes the call wait as an
+/// approval does, with what it asks and the schema of the answer; a person answers with
+/// `approve RUN ask/input#1 --input JSON`, and the call, made again, is given the answer when
+/// the server asks again. A refusal fails the call.
+#[test]
+fn a_servers_question_waits_for_a_person_and_is_answered_when_asked_again() {
+    let lab = mcp_lab();
+    let plan = lab.write(
+        "ask.json",
+        &json!({"steps": [
+            {"id": "ask", "tool": "everything.trigger-elicitation-request", "args": {}, "result_variable": "ask"},
+            {"id": "after", "tool": "respond", "depends_on": ["ask"], "args": {"text": "${ask}"}}
+        ]}),
+    );
+    let (code, report, events) = run_with_events(&lab, &plan);
+    assert_eq!(code, 5, "{report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    let pending = &report["pending_approvals"];
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
+    assert_eq!(pending[0]["step_id"], "ask/input#1");
+    assert_eq!(pending[0]["tool"], "everything.trigger-elicitation-request");
+    assert_eq!(
+        pending[0]["reason"],
+        "input required: Please provide inputs for the following fields:"
+    );
+    assert_eq!(
+        pending[0]["input_schema"]["properties"]["name"]["type"],
+        "string"
+    );
+    assert_eq!(
+        record(&report, "ask")["reason"],
+        "GRAPH_HALT_AWAITING_APPROVAL: awaiting input"
+    );
+    assert!(events.contains("\"code\":\"E_INPUT_REQUIRED\""), "{events}");
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert_eq!(status["pending_approvals"], report["pending_approvals"]);
+    assert_eq!(
+        record(&status, "ask")["reason"],
+        record(&report, "ask")["reason"]
+    );
+
+    // A question is answered, not approved.
+    for args in [
+        vec!["approve", &run, "ask/input#1"],
+        vec!["approve", &run, "--all"],
+    ] {
+        lab.cli()
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(
+                "asks for input, not for an approval",
+            ));
+    }
+    lab.cli()
+        .args([
+            "approve",
+            &run,
+            "ask/input#1",
+            "--input",
+            r#"{"name": "Ada Lovelace", "check": true}"#,
+        ])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    let said = record(&report, "ask")["result"].to_string();
+    assert!(said.contains("- Name: Ada Lovelace"), "{said}");
+    assert!(said.contains("\\\"action\\\": \\\"accept\\\""), "{said}");
+    assert!(report["answer"].as_str().unwrap().contains("Ada Lovelace"));
+
+    // Refused: the call fails, and what depends on it is skipped.
+    let (code, report, _) = run_with_events(&lab, &plan);
+    assert_eq!(code, 5, "{report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli()
+        .args(["reject", &run, "ask/input#1", "--reason", "not today"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 1, "{report}");
+    let ask = record(&report, "ask");
+    assert_eq!(ask["error"]["code"], "E_REJECTED", "{ask}");
+    assert_eq!(
+        ask["error"]["message"],
+        "the input the call asked for was refused: not today"
+    );
+    assert_eq!(record(&report, "after")["skipped"], true);
+}

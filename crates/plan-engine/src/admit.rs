@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use plan_types::{Approvals, PendingApproval, Record, StepError, Verdict};
+use plan_types::{Approvals, Inputs, PendingApproval, Record, StepError, Verdict};
 use serde_json::Value;
 
 use crate::guard::Guard;
@@ -15,8 +15,13 @@ use plan_ports::codes;
 /// What admission decided about a call.
 pub(crate) enum Admission {
     /// Make the call with these arguments. `approvals_off`: it is a high-risk call that
-    /// runs only because approvals are off (its `tool.called` event says so).
-    Call { args: Value, approvals_off: bool },
+    /// runs only because approvals are off (its `tool.called` event says so). `answers`: what
+    /// a person answered to the questions it asked before (`ToolContext::answers`).
+    Call {
+        args: Value,
+        approvals_off: bool,
+        answers: Arc<[Value]>,
+    },
     /// Do not make it: it fails with this error (its arguments, a rejection, a guard).
     Fail(StepError),
     /// Do not make it yet: it waits for a decision.
@@ -76,7 +81,24 @@ pub(crate) fn admit(
                     tool: gate.tool.filter(|t| !t.is_empty()).map(str::to_owned),
                     args: Some(shown),
                     reason: None,
+                    input_schema: None,
                 });
+            }
+        }
+    }
+    // Questions the call asked a person before (an MCP server's elicitation): it is made
+    // again only once each is answered, and given the answers.
+    let mut answers = no_answers();
+    if approvals.has_inputs() {
+        match approvals.inputs_for(gate.waits_as) {
+            Inputs::Answered(given) if given.is_empty() => {}
+            Inputs::Answered(given) => answers = given.into_iter().cloned().collect(),
+            Inputs::Waiting(request) => return Admission::Wait(request.clone()),
+            Inputs::Refused(reason) => {
+                return Admission::Fail(StepError::new(
+                    codes::E_REJECTED,
+                    format!("the input the call asked for was refused: {reason}"),
+                ));
             }
         }
     }
@@ -88,7 +110,45 @@ pub(crate) fn admit(
     Admission::Call {
         args,
         approvals_off,
+        answers,
     }
+}
+
+/// No answers: one shared empty list, so that the calls of a run without questions allocate
+/// nothing for them.
+pub(crate) fn no_answers() -> Arc<[Value]> {
+    static NONE: std::sync::LazyLock<Arc<[Value]>> = std::sync::LazyLock::new(|| Arc::from([]));
+    NONE.clone()
+}
+
+/// The request a call that asked a person for input (`E_INPUT_REQUIRED`) waits on: its
+/// `answered + 1`th question, kept as `ID/input#N`, with what it asked and the schema of the
+/// answer (the error's `details`: `message`, `requested_schema`).
+pub(crate) fn input_request(
+    id: &str,
+    answered: usize,
+    tool: &str,
+    error: &StepError,
+) -> Option<PendingApproval> {
+    if error.code != codes::E_INPUT_REQUIRED {
+        return None;
+    }
+    let details = error.details.as_ref();
+    let message = details
+        .and_then(|d| d.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or(&error.message);
+    let schema = details
+        .and_then(|d| d.get("requested_schema"))
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+    Some(PendingApproval {
+        step_id: plan_types::input_key(id, answered + 1),
+        tool: Some(tool.to_owned()),
+        args: None,
+        reason: Some(format!("input required: {message}")),
+        input_schema: Some(schema),
+    })
 }
 
 /// Overlays the answer a person gave at the approval on a call's arguments, as the map-style

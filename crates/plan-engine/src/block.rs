@@ -804,6 +804,7 @@ impl BlockRun {
             tool: None,
             args: None,
             reason: Some(reason),
+            input_schema: None,
         }
     }
 
@@ -1018,6 +1019,7 @@ impl BlockCall {
             elapsed: started.elapsed(),
             nested: run.records,
             waiting,
+            asking: None,
         }
     }
 }

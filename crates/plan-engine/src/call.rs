@@ -92,6 +92,25 @@ pub(crate) enum Made {
 }
 
 impl CallContext {
+    /// The question call `id` waits on when it failed asking a person for input (see
+    /// [`crate::admit::input_request`]), with the run's secrets taken out of what it shows.
+    pub(crate) fn input_request(
+        &self,
+        id: &str,
+        answered: usize,
+        tool: &str,
+        error: &plan_types::StepError,
+    ) -> Option<plan_types::PendingApproval> {
+        let mut request = crate::admit::input_request(id, answered, tool, error)?;
+        if let Some(reason) = &mut request.reason {
+            self.redactor.string(reason);
+        }
+        if let Some(schema) = &mut request.input_schema {
+            self.redactor.value(schema);
+        }
+        Some(request)
+    }
+
     /// Makes an inner call the one way every call is made: admitted (its approval, the run's
     /// guards), called with its retries and timeout, its outcome what the tool said. The
     /// scheduler makes a step's own call the same way, in two halves (it admits in its loop
@@ -103,11 +122,12 @@ impl CallContext {
         gate: &crate::admit::Gate<'_>,
         approvals: &plan_types::Approvals,
     ) -> Made {
-        let (args, approvals_off) = match self.admit(resolved, gate, approvals) {
+        let (args, approvals_off, answers) = match self.admit(resolved, gate, approvals) {
             crate::admit::Admission::Call {
                 args,
                 approvals_off,
-            } => (args, approvals_off),
+                answers,
+            } => (args, approvals_off, answers),
             crate::admit::Admission::Fail(error) => {
                 return Made::Done {
                     outcome: Err(error),
@@ -129,12 +149,21 @@ impl CallContext {
                 timeout: call.timeout,
                 working_dir: call.working_dir,
                 approvals_off,
+                answers: answers.clone(),
                 earlier: call.earlier,
             },
         )
         .await;
+        let outcome = finished.result.map_err(plan_types::StepError::from);
+        // A call that asked a person for input waits for the answer, as an approval does.
+        if let Err(error) = &outcome
+            && let Some(request) =
+                self.input_request(gate.waits_as, answers.len(), call.tool_name, error)
+        {
+            return Made::Waiting(request);
+        }
         Made::Done {
-            outcome: finished.result.map_err(plan_types::StepError::from),
+            outcome,
             attempts: finished.attempts,
             took: started.elapsed(),
         }
@@ -169,6 +198,8 @@ pub(crate) struct Finished {
     pub(crate) nested: Vec<plan_types::Record>,
     /// A block or task that stopped to wait: where it stands, and for what.
     pub(crate) waiting: Option<(Value, plan_types::PendingApproval)>,
+    /// A step's or map item's call that asked a person for input: the question it waits on.
+    pub(crate) asking: Option<plan_types::PendingApproval>,
 }
 
 /// A step's or map item's own call, with where its outcome goes.
@@ -183,15 +214,26 @@ impl StepCall {
     /// Calls the step's (or item's) tool.
     pub(crate) async fn execute(self) -> Finished {
         let started = Instant::now();
+        let (id, tool_name, answered) = (
+            self.call.step_id.clone(),
+            self.call.tool_name.clone(),
+            self.call.answers.len(),
+        );
         let done = call_tool(&self.context, self.call).await;
+        let result = done.result.map_err(plan_types::StepError::from);
+        let asking = result
+            .as_ref()
+            .err()
+            .and_then(|error| self.context.input_request(&id, answered, &tool_name, error));
         Finished {
             step: self.step,
             item: self.item,
-            result: done.result.map_err(plan_types::StepError::from),
+            result,
             attempts: done.attempts,
             elapsed: started.elapsed(),
             nested: Vec::new(),
             waiting: None,
+            asking,
         }
     }
 }
@@ -218,6 +260,8 @@ pub(crate) struct ToolCall {
     pub(crate) working_dir: Option<Arc<std::path::Path>>,
     /// A high-risk call made only because approvals are off: its `tool.called` events say so.
     pub(crate) approvals_off: bool,
+    /// Answers to the questions the call asked before (`ToolContext::answers`).
+    pub(crate) answers: Arc<[Value]>,
     /// Attempts the call made before (an earlier run of it, since run again): its attempts
     /// go on counting from there, so each has an identity of its own (a queue job id). The
     /// retry policy's budget is for this run's attempts.
@@ -236,6 +280,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         timeout,
         working_dir,
         approvals_off,
+        answers,
         earlier,
     } = call;
     let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {
@@ -302,6 +347,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
             }),
             working_dir: working_dir.clone(),
             confined_to: context.confined_to.clone(),
+            answers: answers.clone(),
         };
         // The last attempt the policy allows gets the arguments themselves; an earlier one a
         // copy (compact: a tool such as `echo` keeps it in its result).

@@ -131,6 +131,8 @@ pub(crate) struct StepStart {
     pub(crate) args: Value,
     /// A high-risk call made only because approvals are off.
     pub(crate) approvals_off: bool,
+    /// Answers to the questions the call asked before.
+    pub(crate) answers: Arc<[Value]>,
     pub(crate) context: CallContext,
 }
 
@@ -171,6 +173,7 @@ impl Action {
             id,
             args,
             approvals_off,
+            answers,
             context,
         } = start;
         match self {
@@ -186,6 +189,7 @@ impl Action {
                     timeout: step.timeout,
                     working_dir: None,
                     approvals_off,
+                    answers,
                     earlier: run.earlier_attempts(&id),
                     step_id: id,
                 },

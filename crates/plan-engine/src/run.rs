@@ -406,6 +406,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
             tool: None,
             args: None,
             reason: None,
+            input_schema: None,
         });
         return scheduler
             .finalize(&options.run_id, started, options.started_at)
@@ -560,6 +561,7 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                             elapsed: Duration::ZERO,
                             nested: Vec::new(),
                             waiting: None,
+                            asking: None,
                         });
                     }
                 }
@@ -872,7 +874,7 @@ impl Scheduler<'_> {
             schema: step.schema.as_deref(),
             answerable: true,
         };
-        let (args, approvals_off) = match admit(
+        let (args, approvals_off, answers) = match admit(
             resolved,
             &gate,
             &self.approvals,
@@ -882,7 +884,8 @@ impl Scheduler<'_> {
             Admission::Call {
                 args,
                 approvals_off,
-            } => (args, approvals_off),
+                answers,
+            } => (args, approvals_off, answers),
             Admission::Fail(error) => {
                 self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
                 return None;
@@ -900,6 +903,7 @@ impl Scheduler<'_> {
             id: step_id,
             args,
             approvals_off,
+            answers,
             context: self.call_context(halt),
         };
         Some(step.action.start(&step.view(), start, self))
@@ -1057,6 +1061,7 @@ impl Scheduler<'_> {
             elapsed,
             nested,
             waiting,
+            asking,
         } = finished;
         // A block's node records come before the block's own, like a map's items; they follow
         // those it reported while it ran (and those of an earlier attempt).
@@ -1075,6 +1080,12 @@ impl Scheduler<'_> {
                 }
                 list.push(record);
             }
+        }
+        if let Some(pending) = asking {
+            // The call asked a person for input: it waits, unsettled (a map item too: its
+            // step does not end), and is made again once the question is answered.
+            self.awaiting.push(pending);
+            return;
         }
         if let Some((value, pending)) = waiting {
             // The block or task waits, unsettled: its dependents wait with it, and the run
@@ -1532,9 +1543,18 @@ impl Scheduler<'_> {
         };
         let awaiting: std::collections::HashSet<&str> =
             self.awaiting.iter().map(|p| p.step_id.as_str()).collect();
+        // Calls that asked a person for input (`ID/input#N`).
+        let asking: std::collections::HashSet<&str> = self
+            .awaiting
+            .iter()
+            .filter(|p| p.input_schema.is_some())
+            .filter_map(|p| p.step_id.rsplit_once('/').map(|(id, _)| id))
+            .collect();
         let reason_for = |id: &str| {
             if awaiting.contains(id) {
                 reasons::AWAITING_APPROVAL.to_owned()
+            } else if asking.contains(id) {
+                reasons::AWAITING_INPUT.to_owned()
             } else {
                 reason.clone()
             }

@@ -584,6 +584,7 @@ impl TaskRun {
             elapsed: started.elapsed(),
             nested,
             waiting,
+            asking: None,
         }
     }
 
@@ -1363,6 +1364,7 @@ impl TaskRun {
         let key = self.path().then(MERGE, state.conflict_waits).to_string();
         let pending = PendingApproval {
             reason: Some(reason(&key)),
+            input_schema: None,
             step_id: key,
             tool: None,
             args: Some(args),

@@ -66,6 +66,9 @@ pub mod codes {
     pub const E_WORKER_LOST: ErrorCode = ErrorCode::WorkerLost;
     /// A task step used its last attempt without passing its checks.
     pub const E_TASK_ABANDONED: ErrorCode = ErrorCode::TaskAbandoned;
+    /// The tool asked a person for input it was not given (`details`: `message` and
+    /// `requested_schema`): the call waits for the answer (`approve RUN ID/input#N --input`).
+    pub const E_INPUT_REQUIRED: ErrorCode = ErrorCode::InputRequired;
 }
 
 /// How a tool call failed.
@@ -154,6 +157,10 @@ pub struct ToolContext {
     /// (an MCP client's, a model's): a tool that runs programs runs them inside it and refuses
     /// a `cwd` outside it. It holds wherever the run goes on (`resume` from the CLI too).
     pub confined_to: Option<Arc<std::path::Path>>,
+    /// The answers a person gave to the questions this call asked before (an MCP server's
+    /// elicitations), in the order asked: the tool gives the `n`th to the `n`th question it
+    /// is asked, and fails with [`codes::E_INPUT_REQUIRED`] for one it has no answer to.
+    pub answers: Arc<[serde_json::Value]>,
 }
 
 /// Where a run's output lines go as tools print them: `(step_id, stream, line)`, with

@@ -528,6 +528,11 @@ impl Tool for RemoteTool {
         if let Some(dir) = &ctx.working_dir {
             data["working_dir"] = Value::from(dir.display().to_string());
         }
+        // Answers a person gave to the questions the call asked before (an MCP server's
+        // elicitations): the worker's tool gives them when it is asked again.
+        if !ctx.answers.is_empty() {
+            data["answers"] = Value::from(ctx.answers.to_vec());
+        }
         if let Some(secret) = &dispatcher.options.secret {
             secret.sign(&self.name, &job_id, &mut data);
         }

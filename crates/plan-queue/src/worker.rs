@@ -226,7 +226,7 @@ fn notify(to: Option<&tokio::sync::mpsc::UnboundedSender<WorkerNotice>>, notice:
 type Schemas = std::collections::HashMap<String, Arc<plan_ports::schema::Validator>>;
 
 /// Makes the call a job asks for. Its data: `{"tool", "args", "run_id", "step_id",
-/// "attempt", "deadline", "working_dir", "confined_to"}`; the tool defaults to the job's name, so a job any
+/// "attempt", "deadline", "working_dir", "confined_to", "answers"}`; the tool defaults to the job's name, so a job any
 /// BullMQ producer adds with `{"args": …}` runs too; `args` is required.
 async fn call(
     tools: &Registry,
@@ -314,6 +314,9 @@ async fn call(
         output: None,
         working_dir,
         confined_to,
+        answers: data["answers"]
+            .as_array()
+            .map_or_else(|| Arc::from([]), |answers| Arc::from(answers.as_slice())),
     };
     let call = async {
         match left {

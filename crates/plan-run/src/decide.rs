@@ -68,6 +68,26 @@ pub fn approve(
     if request.plan && !ids.iter().any(|id| id == PLAN_APPROVAL) {
         ids.insert(0, PLAN_APPROVAL.to_owned());
     }
+    // A question a call asked is answered, not approved.
+    let questions: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.decision == Decision::Pending && ids.contains(&r.step_id))
+        .filter(|r| r.request.as_ref().is_some_and(|q| q.input_schema.is_some()))
+        .map(|r| r.step_id.as_str())
+        .collect();
+    if let Some(first) = questions.first() {
+        return Err(LifecycleError::Refused(format!(
+            "{} in run {} {} for input, not for an approval: answer with `approve {} {first} --input JSON` (an object of the asked fields), or refuse with `reject`",
+            questions
+                .iter()
+                .map(|q| format!("`{q}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            row.run_id,
+            if questions.len() == 1 { "asks" } else { "ask" },
+            row.run_id,
+        )));
+    }
     // One transaction: an approval of several calls is never half made.
     store.decide_all(&row.run_id, &ids, Decision::Approved, None)?;
     decided(store, &row, ids)
@@ -100,6 +120,7 @@ fn answered<'a>(
         .find(|r| r.step_id == *id)
         .and_then(|r| r.request.as_ref());
     match waiting {
+        Some(request) if request.input_schema.is_some() => Ok(id),
         Some(request) if request.tool.is_some() && request.reason.is_none() => Ok(id),
         Some(_) => refused(format!(
             "`{id}` in run {} waits for a decision, not for a call's arguments: approve it without an answer",

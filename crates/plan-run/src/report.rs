@@ -156,6 +156,7 @@ pub fn report(store: &Store, row: &RunRow) -> Result<RunReport, LifecycleError> 
                     tool: None,
                     args: None,
                     reason: None,
+                    input_schema: None,
                 })
             })
             .collect();
@@ -314,8 +315,11 @@ fn with_unsettled(
             }
         }
         if !found {
+            let asked = format!("{}/{}#", step.id.0, plan_types::INPUT);
             let reason = if pending.contains(&step.id.0.as_str()) {
                 plan_types::reasons::AWAITING_APPROVAL
+            } else if pending.iter().any(|id| id.starts_with(&asked)) {
+                plan_types::reasons::AWAITING_INPUT
             } else if started.contains(&step.id.0) {
                 started_reason
             } else {

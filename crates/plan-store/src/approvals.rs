@@ -273,6 +273,23 @@ impl Store {
     pub fn decisions(&self, run_id: &str) -> Result<Approvals, StoreError> {
         let mut approvals = Approvals::new();
         for row in self.approvals(run_id)? {
+            // A question a call asked a person (`ID/input#N`): answered, or still open.
+            if let Some(request) = row.request.as_ref().filter(|r| r.input_schema.is_some()) {
+                match (row.decision, row.input) {
+                    (Decision::Pending, _) => approvals.await_input(request.clone()),
+                    (Decision::Approved, Some(answer)) => {
+                        approvals.answer_input(row.step_id, answer);
+                    }
+                    // Approved without an answer (not something `approve` does): it is asked
+                    // again.
+                    (Decision::Approved, None) => {}
+                    (Decision::Rejected, _) => approvals.refuse_input(
+                        row.step_id,
+                        row.reason.unwrap_or_else(|| "rejected".to_owned()),
+                    ),
+                }
+                continue;
+            }
             match row.decision {
                 Decision::Pending => {}
                 // Approved as it asked to be called: with those arguments.

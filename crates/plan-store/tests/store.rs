@@ -774,6 +774,7 @@ fn deciding_several_approvals_is_all_or_nothing() {
         tool: Some("echo".to_owned()),
         args: None,
         reason: None,
+        input_schema: None,
     };
     store
         .halt_for_approvals(

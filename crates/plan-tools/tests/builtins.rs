@@ -21,6 +21,7 @@ fn ctx(attempt: u32) -> ToolContext {
         output: None,
         working_dir: None,
         confined_to: None,
+        answers: Arc::from([]),
     }
 }
 
@@ -32,7 +33,15 @@ async fn call(tool: &dyn Tool, args: Value) -> Result<Value, ToolError> {
 fn the_registry_has_every_builtin() {
     assert_eq!(
         builtin_registry().names(),
-        ["echo", "exec", "fail", "http", "sleep"]
+        [
+            "chat.respond",
+            "echo",
+            "exec",
+            "fail",
+            "http",
+            "respond",
+            "sleep"
+        ]
     );
 }
 

@@ -24,9 +24,35 @@ pub struct PendingApproval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Value>,
     /// Why it waits, when not for a `risk: high` call: a block node that failed under
-    /// `on_failure: wait` (approve to run it again, reject to fail the block).
+    /// `on_failure: wait` (approve to run it again, reject to fail the block), or a tool that
+    /// asked for input (`input required: MESSAGE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When a tool asked a person for input (an MCP server's elicitation): the JSON Schema of
+    /// the answer it asked for. The person answers with `approve RUN ID --input JSON`, or
+    /// refuses with `reject`; the call is then made again and given the answer when it asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+}
+
+/// The id under which the `n`th question (from 1) call `id` asked a person is kept:
+/// `ID/input#N`.
+pub fn input_key(id: &str, n: usize) -> String {
+    format!("{id}/{INPUT}#{n}")
+}
+
+/// The name of the segment of an input request's id ([`input_key`]).
+pub const INPUT: &str = "input";
+
+/// What the questions a call asked stand at ([`Approvals::inputs_for`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inputs<'a> {
+    /// Every question asked so far is answered: the answers, in the order asked.
+    Answered(Vec<&'a Value>),
+    /// A question waits for its answer: the request, as it was asked.
+    Waiting(&'a PendingApproval),
+    /// A question was refused, with the reason given.
+    Refused(&'a str),
 }
 
 /// Decisions on approvals, keyed by step id or map item id (`deploy`, `deploy[prod]`). A
@@ -36,9 +62,21 @@ pub struct Approvals {
     /// Approved ids, each with what it was approved for.
     approved: HashMap<String, Approval>,
     rejected: HashMap<String, String>,
+    /// Questions calls asked a person (`ID/input#N`): the answer given, the refusal, or the
+    /// request while it waits for either.
+    inputs: HashMap<String, Input>,
     /// High-risk calls nobody decided on run without waiting.
     off: bool,
 }
+
+#[derive(Debug, Clone, PartialEq)]
+enum Input {
+    Waiting(PendingApproval),
+    Answered(Value),
+    Refused(String),
+}
+
+impl Eq for Input {}
 
 /// One approval.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -104,6 +142,44 @@ impl Approvals {
         let id = id.into();
         self.approved.remove(&id);
         self.rejected.insert(id, reason.into());
+    }
+
+    /// Keeps a question a call asked (`ID/input#N`, see [`input_key`]) as still waiting for
+    /// its answer: the call waits again, without being made, until it is answered.
+    pub fn await_input(&mut self, request: PendingApproval) {
+        self.inputs
+            .insert(request.step_id.clone(), Input::Waiting(request));
+    }
+
+    /// Answers the question kept under `id` (`ID/input#N`).
+    pub fn answer_input(&mut self, id: impl Into<String>, answer: Value) {
+        self.inputs.insert(id.into(), Input::Answered(answer));
+    }
+
+    /// Refuses the question kept under `id` (`ID/input#N`): the call fails with
+    /// `E_REJECTED` and `reason`.
+    pub fn refuse_input(&mut self, id: impl Into<String>, reason: impl Into<String>) {
+        self.inputs.insert(id.into(), Input::Refused(reason.into()));
+    }
+
+    /// Whether any call asked a question (most runs: none, and calls look nothing up).
+    pub fn has_inputs(&self) -> bool {
+        !self.inputs.is_empty()
+    }
+
+    /// Where the questions call `id` asked stand: the answers given to `ID/input#1`, `#2`, …
+    /// up to the first that waits, was refused, or was never asked.
+    pub fn inputs_for(&self, id: &str) -> Inputs<'_> {
+        let mut answers = Vec::new();
+        for n in 1.. {
+            match self.inputs.get(&input_key(id, n)) {
+                Some(Input::Answered(answer)) => answers.push(answer),
+                Some(Input::Waiting(request)) => return Inputs::Waiting(request),
+                Some(Input::Refused(reason)) => return Inputs::Refused(reason),
+                None => break,
+            }
+        }
+        Inputs::Answered(answers)
     }
 
     /// Turns approvals off: a high-risk call nobody decided on runs at once (a rejection still
@@ -239,5 +315,34 @@ mod tests {
             approvals.decision_on("deploy", None, Some(&input)),
             Verdict::Undecided
         );
+    }
+
+    #[test]
+    fn a_calls_questions_are_answered_in_order_until_one_waits_or_is_refused() {
+        let mut approvals = Approvals::new();
+        assert!(!approvals.has_inputs());
+        assert_eq!(approvals.inputs_for("ask"), Inputs::Answered(vec![]));
+        let request = |n: usize| PendingApproval {
+            step_id: input_key("ask", n),
+            tool: Some("srv.ask".to_owned()),
+            args: None,
+            reason: Some("input required: name?".to_owned()),
+            input_schema: Some(serde_json::json!({"type": "object"})),
+        };
+        approvals.answer_input(input_key("ask", 1), serde_json::json!({"name": "Ada"}));
+        approvals.await_input(request(2));
+        assert!(approvals.has_inputs());
+        assert_eq!(approvals.inputs_for("ask"), Inputs::Waiting(&request(2)));
+        approvals.answer_input(input_key("ask", 2), serde_json::json!({"ok": true}));
+        assert_eq!(
+            approvals.inputs_for("ask"),
+            Inputs::Answered(vec![
+                &serde_json::json!({"name": "Ada"}),
+                &serde_json::json!({"ok": true})
+            ])
+        );
+        approvals.refuse_input(input_key("ask", 1), "no");
+        assert_eq!(approvals.inputs_for("ask"), Inputs::Refused("no"));
+        assert_eq!(input_key("deploy[prod]", 3), "deploy[prod]/input#3");
     }
 }

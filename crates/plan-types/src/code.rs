@@ -58,6 +58,9 @@ pub enum ErrorCode {
     WorkerLost,
     /// `E_TASK_ABANDONED`: a task step used its last attempt without passing its checks.
     TaskAbandoned,
+    /// `E_INPUT_REQUIRED`: the tool asked a person for input (an MCP server's elicitation)
+    /// that the call was not given; the engine makes the call wait for the answer.
+    InputRequired,
     /// Any other code, as a tool gave it.
     Other(String),
 }
@@ -91,6 +94,7 @@ const NAMED: &[(ErrorCode, &str)] = &[
     (ErrorCode::QueueTimeout, "E_QUEUE_TIMEOUT"),
     (ErrorCode::WorkerLost, "E_WORKER_LOST"),
     (ErrorCode::TaskAbandoned, "E_TASK_ABANDONED"),
+    (ErrorCode::InputRequired, "E_INPUT_REQUIRED"),
 ];
 
 impl ErrorCode {

@@ -34,7 +34,7 @@ mod risk;
 mod task;
 mod task_id;
 
-pub use approval::{Approvals, PLAN_APPROVAL, PendingApproval, Verdict};
+pub use approval::{Approvals, INPUT, Inputs, PLAN_APPROVAL, PendingApproval, Verdict, input_key};
 pub use call_id::{CallPath, MapItem, Segment};
 pub use code::ErrorCode;
 pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};

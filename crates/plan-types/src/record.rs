@@ -105,6 +105,9 @@ pub mod reasons {
     /// A `risk: high` call without a decision yet: the halt named as the map-style executor
     /// names it (`GRAPH_HALT_AWAITING_APPROVAL`), then in words.
     pub const AWAITING_APPROVAL: &str = "GRAPH_HALT_AWAITING_APPROVAL: awaiting approval";
+    /// A call that asked a person for input (an MCP server's elicitation) and waits for the
+    /// answer: the same halt, in other words.
+    pub const AWAITING_INPUT: &str = "GRAPH_HALT_AWAITING_APPROVAL: awaiting input";
     /// The halt's name alone, as the `approval.awaiting` event's `reason`.
     pub const HALT_AWAITING_APPROVAL: &str = "GRAPH_HALT_AWAITING_APPROVAL";
     /// Not started because the run halted for approvals.

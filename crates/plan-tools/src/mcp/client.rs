@@ -91,6 +91,7 @@ impl McpServers {
                         config,
                         state: tokio::sync::Mutex::new(State::default()),
                         progress: Arc::default(),
+                        asking: Arc::default(),
                         stderr: Arc::default(),
                         task_only: Mutex::default(),
                     };
@@ -251,8 +252,26 @@ impl Tool for McpTool {
             let message = format!("MCP server `{}`: {message}", self.server.name);
             ToolError::retryable(codes::E_TRANSPORT, message)
         })?;
+        // In flight from here: a question the server asks meanwhile is this call's.
+        let in_call = self.server.asking.enter(ctx.answers.clone());
+        let outcome = self.call_in_flight(&service, arguments, &ctx).await;
+        match in_call.outcome(&self.server.name) {
+            Some(error) => Err(error),
+            None => outcome,
+        }
+    }
+}
+
+impl McpTool {
+    /// The call, its server connected: plain, or as a task.
+    async fn call_in_flight(
+        &self,
+        service: &Arc<Service>,
+        arguments: rmcp::model::JsonObject,
+        ctx: &ToolContext,
+    ) -> Result<Value, ToolError> {
         if self.server.needs_task(&self.remote) {
-            return self.call_as_task(&service, arguments, &ctx).await;
+            return self.call_as_task(service, arguments, ctx).await;
         }
         let mut params = CallToolRequestParams::new(self.remote.clone());
         params.arguments = Some(arguments.clone());
@@ -263,7 +282,7 @@ impl Tool for McpTool {
             .await
         {
             Ok(handle) => handle,
-            Err(error) => return Err(self.server.failed(&service, error).await),
+            Err(error) => return Err(self.server.failed(service, error).await),
         };
         // rmcp puts a progress token of its own on every request (replacing any the caller
         // set), so progress for this call comes back with the handle's token: watched from
@@ -288,7 +307,7 @@ impl Tool for McpTool {
             Ok(ServerResult::CallToolResult(result))
                 if refused_without_task(&result, &self.remote) =>
             {
-                self.call_as_task(&service, arguments, &ctx).await
+                self.call_as_task(service, arguments, ctx).await
             }
             Ok(ServerResult::CallToolResult(result)) => result_value(result),
             Ok(ServerResult::InputRequiredResult(_)) => Err(ToolError::new(
@@ -310,9 +329,9 @@ impl Tool for McpTool {
             // this is where it shows): the call did not run; it is made again as a task, and
             // so are the tool's later calls.
             Err(ServiceError::McpError(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
-                self.call_as_task(&service, arguments, &ctx).await
+                self.call_as_task(service, arguments, ctx).await
             }
-            Err(error) => Err(self.server.failed(&service, error).await),
+            Err(error) => Err(self.server.failed(service, error).await),
         }
     }
 }
@@ -526,6 +545,8 @@ struct Server {
     state: tokio::sync::Mutex<State>,
     /// Progress reporters of calls in flight, by progress token.
     progress: Arc<Mutex<HashMap<i64, Arc<Watch>>>>,
+    /// The calls in flight, for the questions the server asks (elicitation).
+    asking: Arc<super::ask::Asking>,
     /// The last lines the server wrote to stderr, for error messages.
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// Its tools that are called as tasks (their `taskSupport` is `required`).
@@ -589,6 +610,7 @@ impl Server {
     async fn start(&self) -> Result<Service, String> {
         let handler = Handler {
             progress: self.progress.clone(),
+            asking: self.asking.clone(),
         };
         match &self.config {
             ServerConfig::Stdio {
@@ -854,17 +876,53 @@ impl Watch {
     }
 }
 
-/// What plan-cli does with what a server sends unasked: progress becomes events.
+/// What plan-cli does with what a server sends unasked: progress becomes events, and a
+/// question (elicitation) is answered from a person's answers or makes the call wait for one.
 struct Handler {
     progress: Arc<Mutex<HashMap<i64, Arc<Watch>>>>,
+    asking: Arc<super::ask::Asking>,
 }
 
 impl ClientHandler for Handler {
+    /// plan-cli answers form elicitations (through approvals); it has no model to sample
+    /// with and no roots to offer, so it declares neither.
     fn get_info(&self) -> InitializeRequestParams {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            rmcp::model::ElicitationCapability::default()
+                .with_form(rmcp::model::FormElicitationCapability::new()),
+        );
         InitializeRequestParams::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("plan-cli", env!("CARGO_PKG_VERSION")),
         )
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+        let reply = match request {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => {
+                let schema = serde_json::to_value(&requested_schema)
+                    .unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+                self.asking.reply(&message, schema)
+            }
+            // plan-cli declares forms only: a page to open is nothing a plan can do.
+            _ => return Ok(ElicitResult::new(ElicitationAction::Decline)),
+        };
+        Ok(match reply {
+            super::ask::Reply::Accept(answer) => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(answer)
+            }
+            super::ask::Reply::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
     }
 
     async fn on_progress(

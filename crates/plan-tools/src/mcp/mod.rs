@@ -2,6 +2,7 @@
 //! ([`McpServers`]), and each remote tool as a [`plan_ports::Tool`] ([`McpTool`]). Serving
 //! plans to MCP clients is `plan-serve`'s.
 
+mod ask;
 mod client;
 mod config;
 
