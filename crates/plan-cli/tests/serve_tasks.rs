@@ -391,6 +391,9 @@ fn over_streamable_http_the_sdk_calls_tools_and_a_task_completes_after_approval(
         .command()
         .args(["mcp", "serve", "--http", "127.0.0.1:0"])
         .env("PLAN_MCP_TOKEN", token)
+        // Plans from goals come from the client's own model (sampling), not the operator's.
+        .env_remove("PLAN_LLM_URL")
+        .env_remove("OPENAI_BASE_URL")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -407,7 +410,7 @@ fn over_streamable_http_the_sdk_calls_tools_and_a_task_completes_after_approval(
         &format!(
             r#"
 import asyncio, urllib.request, urllib.error
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -415,12 +418,26 @@ URL, TOKEN = "{url}", "{token}"
 
 async def sdk():
     client = create_mcp_http_client(headers={{"Authorization": f"Bearer {{TOKEN}}"}})
+    sampled = []
+    async def sampling(context, params):
+        sampled.append(params.messages[0].content.text)
+        plan = {{"id": "greeting", "steps": [{{"id": "hi", "tool": "respond", "args": {{"text": "hello over http"}}}}]}}
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=json.dumps(plan)), model="scripted", stop_reason="endTurn")
     async with streamable_http_client(URL, http_client=client) as streams:
-        async with ClientSession(streams[0], streams[1]) as session:
+        async with ClientSession(streams[0], streams[1], sampling_callback=sampling) as session:
             await session.initialize()
             tools = [t.name for t in (await session.list_tools()).tools]
             result = await session.call_tool("plan_run", {{"plan": {{"steps": [{{"id": "a", "tool": "echo", "args": {{"x": 1}}}}]}}}})
-            return tools, result.structured_content
+            # Progress comes on the call's event stream, each step's end as it happens.
+            seen = []
+            async def progress(done, total, message):
+                seen.append([done, total, message])
+            chain = [{{"id": f"s{{k}}", "tool": "sleep", "args": {{"ms": 50}}, "depends_on": [f"s{{k-1}}"] if k else []}} for k in range(3)]
+            chained = await session.call_tool("plan_run", {{"plan": {{"steps": chain}}}}, progress_callback=progress)
+            # The server asks the client's model on the call's stream; the answer comes back in
+            # a POST of its own.
+            created = await session.call_tool("plan_create_and_execute", {{"goal": "say hello"}})
+            return tools, result.structured_content, seen, chained.structured_content["task_status"], [len(sampled), created.structured_content]
 
 def post(message, session=None, headers=None):
     request = urllib.request.Request(URL, data=json.dumps(message).encode(), method="POST")
@@ -448,7 +465,7 @@ class Http:
         check(method, params, message)
         return message
 
-tools, structured = asyncio.run(sdk())
+tools, structured, progress, chained, sampling = asyncio.run(sdk())
 http = Http()
 status, http.session, init = post({{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {{"protocolVersion": "2025-11-25", "capabilities": {{}}, "clientInfo": {{"name": "raw", "version": "1"}}}}}})
 check("initialize", {{}}, init)
@@ -475,7 +492,7 @@ except urllib.error.HTTPError as error:
 other_origin = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}}, http.session, {{"Origin": "http://evil.example"}})[0]
 other_host = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}}, http.session, {{"Host": "evil.example"}})[0]
 no_session = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}})[0]
-out({{"tools": tools, "structured": structured, "task": task, "done": got, "result": result, "approved": approved,
+out({{"tools": tools, "structured": structured, "progress": progress, "chained": chained, "sampling": sampling, "task": task, "done": got, "result": result, "approved": approved,
      "unauthorized": unauthorized, "other_origin": other_origin, "other_host": other_host, "no_session": no_session}})
 "#,
             plan = gated_plan()
@@ -483,6 +500,28 @@ out({{"tools": tools, "structured": structured, "task": task, "done": got, "resu
     );
     assert_eq!(answer["tools"].as_array().unwrap().len(), 8, "{answer}");
     assert_eq!(answer["structured"]["task_status"], "COMPLETED");
+    // Over HTTP too, a call's progress reaches the client: one notification per step's end.
+    assert_eq!(answer["chained"], "COMPLETED", "{answer}");
+    let progress: Vec<f64> = answer["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_f64().unwrap())
+        .collect();
+    assert_eq!(progress, [1.0, 2.0, 3.0], "{answer}");
+    assert!(
+        answer["progress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p[1] == 3.0),
+        "{answer}"
+    );
+    // And the server's own requests: a plan from the client's model, asked over HTTP.
+    assert_eq!(answer["sampling"][0], 1, "{answer}");
+    let created = &answer["sampling"][1];
+    assert_eq!(created["success"], true, "{answer}");
+    assert_eq!(created["plan_id"], "greeting", "{answer}");
     assert_eq!(answer["approved"]["code"], 0);
     assert_eq!(answer["done"]["status"], "completed", "{answer}");
     let task = answer["task"].as_str().unwrap();

@@ -1,10 +1,13 @@
 //! `mcp serve --http`: the same server over MCP's Streamable HTTP transport, for agents that
 //! connect over HTTP. One endpoint, `/mcp`: a POST carries one JSON-RPC message, a request is
-//! answered with its JSON response, a notification or a response with 202. There is no
-//! stream back (GET is 405), so the server never asks such a client anything (no sampling)
-//! and sends no progress. Guarded as the dashboard is: loopback by default, every request's
-//! `Host` must name the server, an `Origin` must be its own, and every request carries the
-//! bearer token.
+//! answered with its JSON response, a notification or a response with 202. A `tools/call`
+//! from a client that accepts `text/event-stream` is answered with an event stream instead:
+//! the call's progress notifications and the server's requests to the client (sampling, for
+//! `plan_create`) as they come, then its response, and the stream ends; the client answers a
+//! request in a later POST. There is no standing stream (GET is 405), so a task's progress
+//! after its `CreateTaskResult` is not sent. Guarded as the dashboard is: loopback by default,
+//! every request's `Host` must name the server, an `Origin` must be its own, and every request
+//! carries the bearer token.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -223,6 +226,13 @@ async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
                 };
             };
             match incoming {
+                Incoming::Request { id, method, params }
+                    if method == "tools/call"
+                        && params.get("task").is_none_or(serde_json::Value::is_null)
+                        && accepts_events(&headers) =>
+                {
+                    streamed(shared.clone(), &peer, id, method, params)
+                }
                 Incoming::Request { id, method, params } => {
                     let answer = shared.server.request(&peer, &method, params).await;
                     axum::Json(protocol::answer(id, answer)).into_response()
@@ -232,12 +242,62 @@ async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
                     axum::Json(protocol::answer(id, Err(error))),
                 )
                     .into_response(),
-                Incoming::Notification | Incoming::Response { .. } => {
+                // The client's answer to what the server asked on a request's stream.
+                Incoming::Response { id, outcome } => {
+                    peer.answered(&id, outcome);
                     StatusCode::ACCEPTED.into_response()
                 }
+                Incoming::Notification => StatusCode::ACCEPTED.into_response(),
             }
         }
     }
+}
+
+/// Whether the client takes an event stream as a request's answer (its `Accept`).
+fn accepts_events(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("text/event-stream"))
+}
+
+/// Answers a request with an event stream: what the server sends the client while it answers
+/// (progress, its own requests), then the response, which ends the stream.
+fn streamed(
+    shared: Arc<Shared>,
+    peer: &Arc<Peer>,
+    id: serde_json::Value,
+    method: String,
+    params: serde_json::Value,
+) -> Response {
+    let (out, messages) = mpsc::unbounded_channel();
+    let stream_peer = Arc::new(peer.streaming(out));
+    let answer_id = id.clone();
+    tokio::spawn(async move {
+        let answer = shared.server.request(&stream_peer, &method, params).await;
+        stream_peer.send(protocol::answer(id, answer));
+    });
+    let events = futures_util::stream::unfold(Some(messages), move |messages| {
+        let answer_id = answer_id.clone();
+        async move {
+            let mut messages = messages?;
+            let message = messages.recv().await?;
+            let last = message.get("id") == Some(&answer_id)
+                && (message.get("result").is_some() || message.get("error").is_some());
+            let event = format!("event: message\ndata: {message}\n\n");
+            let chunk = Ok::<_, std::convert::Infallible>(Bytes::from(event));
+            Some((chunk, (!last).then_some(messages)))
+        }
+    });
+    let mut response = axum::body::Body::from_stream(events).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
 }
 
 async fn no_stream() -> Response {

@@ -7,8 +7,8 @@
 //! only carry these messages.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -154,10 +154,11 @@ pub(crate) fn answer(id: Value, outcome: Result<Value, RpcError>) -> Value {
 pub(crate) struct Peer {
     out: mpsc::UnboundedSender<Value>,
     /// The `capabilities` of its `initialize`.
-    capabilities: Mutex<Value>,
-    /// The server's requests it has not answered yet, by id.
-    waiting: Mutex<HashMap<i64, oneshot::Sender<Result<Value, Value>>>>,
-    next_id: AtomicI64,
+    capabilities: Arc<Mutex<Value>>,
+    /// The server's requests it has not answered yet, by id (shared with the streams of its
+    /// HTTP requests, [`Peer::streaming`], whose answers come in later POSTs).
+    waiting: Arc<Mutex<HashMap<i64, oneshot::Sender<Result<Value, Value>>>>>,
+    next_id: Arc<AtomicI64>,
     /// Whether the server may send it requests (not over HTTP, where each POST is answered
     /// once and there is no stream back).
     can_be_asked: bool,
@@ -168,10 +169,23 @@ impl Peer {
     pub(crate) fn new(out: mpsc::UnboundedSender<Value>, can_be_asked: bool) -> Self {
         Peer {
             out,
-            capabilities: Mutex::new(Value::Null),
-            waiting: Mutex::default(),
-            next_id: AtomicI64::new(1),
+            capabilities: Arc::new(Mutex::new(Value::Null)),
+            waiting: Arc::default(),
+            next_id: Arc::new(AtomicI64::new(1)),
             can_be_asked,
+        }
+    }
+
+    /// The same client, reached through the event stream of one of its HTTP requests
+    /// (`out`) while that request is answered: its progress goes there, and the server may ask
+    /// it something there (its answer comes in a later POST, read by the session's peer).
+    pub(crate) fn streaming(&self, out: mpsc::UnboundedSender<Value>) -> Self {
+        Peer {
+            out,
+            capabilities: self.capabilities.clone(),
+            waiting: self.waiting.clone(),
+            next_id: self.next_id.clone(),
+            can_be_asked: true,
         }
     }
 
