@@ -150,6 +150,9 @@ pub(crate) fn answer(id: Value, outcome: Result<Value, RpcError>) -> Value {
     }
 }
 
+/// The server's requests a client has not answered yet, by id.
+type Waiting = HashMap<i64, oneshot::Sender<Result<Value, Value>>>;
+
 /// The connected client: what it said it can do, and the way back to it.
 pub(crate) struct Peer {
     out: mpsc::UnboundedSender<Value>,
@@ -157,7 +160,7 @@ pub(crate) struct Peer {
     capabilities: Arc<Mutex<Value>>,
     /// The server's requests it has not answered yet, by id (shared with the streams of its
     /// HTTP requests, [`Peer::streaming`], whose answers come in later POSTs).
-    waiting: Arc<Mutex<HashMap<i64, oneshot::Sender<Result<Value, Value>>>>>,
+    waiting: Arc<Mutex<Waiting>>,
     next_id: Arc<AtomicI64>,
     /// Whether the server may send it requests (not over HTTP, where each POST is answered
     /// once and there is no stream back).
