@@ -172,11 +172,7 @@ pub(crate) fn waiting(report: &RunReport) -> String {
         out.push_str(&format!(
             "approve with `plan-cli approve {run} --plan`, then `plan-cli resume {run}`\n"
         ));
-    } else if let Some(asked) = report
-        .pending_approvals
-        .iter()
-        .find(|p| p.input_schema.is_some())
-    {
+    } else if let Some(asked) = report.pending_approvals.iter().find(|p| p.is_question()) {
         out.push_str(&format!(
             "answer with `plan-cli approve {run} {} --input JSON` (an object of the fields asked), or refuse with `plan-cli reject {run} ID`; see `status {run} --json` for the fields; then `plan-cli resume {run}`\n",
             one_line(&asked.step_id)

@@ -825,7 +825,7 @@ fn a_tools_max_concurrency_makes_its_calls_take_turns() {
 /// A server's question (elicitation: server-everything's `trigger-elicitation-request`, which
 /// it offers only to clients that declare they answer forms) makes the call wait as an
 /// approval does, with what it asks and the schema of the answer; a person answers with
-/// `approve RUN ask/input#1 --input JSON`, and the call, made again, is given the answer when
+/// `approve RUN ask@input#1 --input JSON`, and the call, made again, is given the answer when
 /// the server asks again. A refusal fails the call.
 #[test]
 fn a_servers_question_waits_for_a_person_and_is_answered_when_asked_again() {
@@ -842,7 +842,7 @@ fn a_servers_question_waits_for_a_person_and_is_answered_when_asked_again() {
     let run = report["run_id"].as_str().unwrap().to_owned();
     let pending = &report["pending_approvals"];
     assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
-    assert_eq!(pending[0]["step_id"], "ask/input#1");
+    assert_eq!(pending[0]["step_id"], "ask@input#1");
     assert_eq!(pending[0]["tool"], "everything.trigger-elicitation-request");
     assert_eq!(
         pending[0]["reason"],
@@ -866,7 +866,7 @@ fn a_servers_question_waits_for_a_person_and_is_answered_when_asked_again() {
 
     // A question is answered, not approved.
     for args in [
-        vec!["approve", &run, "ask/input#1"],
+        vec!["approve", &run, "ask@input#1"],
         vec!["approve", &run, "--all"],
     ] {
         lab.cli()
@@ -877,11 +877,18 @@ fn a_servers_question_waits_for_a_person_and_is_answered_when_asked_again() {
                 "asks for input, not for an approval",
             ));
     }
+    // An answer that does not fit the schema asked with is refused before any server sees it.
+    lab.cli()
+        .args(["approve", &run, "ask@input#1", "--input", r#"{"name": 5}"#])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("does not fit what was asked"))
+        .stderr(predicate::str::contains("/name"));
     lab.cli()
         .args([
             "approve",
             &run,
-            "ask/input#1",
+            "ask@input#1",
             "--input",
             r#"{"name": "Ada Lovelace", "check": true}"#,
         ])
@@ -899,7 +906,7 @@ fn a_servers_question_waits_for_a_person_and_is_answered_when_asked_again() {
     assert_eq!(code, 5, "{report}");
     let run = report["run_id"].as_str().unwrap().to_owned();
     lab.cli()
-        .args(["reject", &run, "ask/input#1", "--reason", "not today"])
+        .args(["reject", &run, "ask@input#1", "--reason", "not today"])
         .assert()
         .success();
     let (code, report) = lab.json(&["resume", &run, "--json"]);

@@ -618,7 +618,9 @@ fn a_finished_runs_page_shows_each_steps_status_its_timeline_and_its_output() {
     let plan = lab.write(
         "mixed.json",
         &json!({"id": "mixed", "steps": [
-            {"id": "fetch", "tool": "exec", "args": {"argv": ["sh", "-c", "echo fetched 3 rows"]}},
+            // Slow enough that `fetch` → `check` is the critical path whatever the machine's
+            // load (the map's items are echoes; CI once saw them outlast a quick `fetch`).
+            {"id": "fetch", "tool": "exec", "args": {"argv": ["sh", "-c", "sleep 0.3; echo fetched 3 rows"]}},
             {"id": "rows", "tool": "echo", "expand_on": [1, 2, 3], "args": {"text": "$each"}},
             {"id": "check", "tool": "fail", "args": {"message": "schema drift"}, "depends_on": ["fetch"]},
             {"id": "publish", "tool": "echo", "args": {"text": "out"}, "depends_on": ["check", "rows"]}
@@ -1108,4 +1110,52 @@ fn a_blocks_panel_draws_its_nodes_transitions_and_the_path_taken() {
     );
     assert_eq!(said, format!("path taken: {}", path.join(" → ")));
     screenshot(&browser, "run-block");
+}
+
+/// A question an MCP server asked (elicitation: server-everything's
+/// `trigger-elicitation-request`) is shown with what it asks and the schema of the answer, and
+/// answered in the page; resumed from there, the call is given the answer.
+#[test]
+fn a_servers_question_is_answered_in_the_page() {
+    let lab = Lab::new();
+    let everything = common::servers_dir()
+        .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {"everything": {"command": "node", "args": [common::path_str(&everything), "stdio"]}}}),
+    );
+    let plan = lab.write(
+        "ask.json",
+        &json!({"steps": [{"id": "ask", "tool": "everything.trigger-elicitation-request", "args": {}}]}),
+    );
+    let run = waiting_run(&lab, &plan);
+    let (ui, _) = serve(&lab);
+    let browser = Browser::start(1280, 900);
+    browser.open(&page(&ui, &run));
+    browser.wait_for("ask waiting", 20, STATUSES, |s| s["ask"] == "waiting");
+    let question = browser.script(
+        "return document.querySelector('.waiting-call[data-step-id=\"ask@input#1\"]').textContent;",
+        &[],
+    );
+    let question = question.as_str().unwrap();
+    assert!(question.contains("Please provide inputs"), "{question}");
+    assert!(
+        question.contains("Your full, legal name"),
+        "the schema is shown: {question}"
+    );
+    browser.type_into(
+        "textarea[aria-label=\"answer to ask@input#1\"]",
+        r#"{"name": "Grace Hopper"}"#,
+    );
+    browser.click("[data-action=\"answer\"][data-step-id=\"ask@input#1\"]");
+    browser.click("#toolbar [data-action=\"resume\"]");
+    browser.wait_for("COMPLETED", 60, STATUS, |s| s == "COMPLETED");
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    assert!(
+        status["records"][0]["result"]
+            .to_string()
+            .contains("Grace Hopper"),
+        "{status}"
+    );
 }

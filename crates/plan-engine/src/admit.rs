@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use plan_types::{Approvals, Inputs, PendingApproval, Record, StepError, Verdict};
+use plan_types::{Approvals, PendingApproval, Questions, Record, StepError, Verdict};
 use serde_json::Value;
 
 use crate::guard::Guard;
@@ -20,7 +20,7 @@ pub(crate) enum Admission {
     Call {
         args: Value,
         approvals_off: bool,
-        answers: Arc<[Value]>,
+        answers: Option<Arc<[plan_ports::Answer]>>,
     },
     /// Do not make it: it fails with this error (its arguments, a rejection, a guard).
     Fail(StepError),
@@ -63,8 +63,21 @@ pub(crate) fn admit(
         match approvals.decision_on(key, item, Some(&shown)) {
             Verdict::Approved(None) => {}
             Verdict::Approved(Some(input)) => {
+                // An answer that does not fit is asked again, not a failure: the person gives
+                // another (or approves without one), and nothing was called.
                 if let Err(error) = overlay(&mut args, input, gate) {
-                    return Admission::Fail(error);
+                    let mut reason = format!(
+                        "the answer given with the approval does not fit: {}; approve again with another `--input`, or without one",
+                        error.message
+                    );
+                    redactor.string(&mut reason);
+                    return Admission::Wait(PendingApproval {
+                        step_id: gate.waits_as.to_owned(),
+                        tool: gate.tool.filter(|t| !t.is_empty()).map(str::to_owned),
+                        args: Some(shown),
+                        reason: Some(reason),
+                        input_schema: None,
+                    });
                 }
             }
             Verdict::Off => approvals_off = true,
@@ -87,19 +100,33 @@ pub(crate) fn admit(
         }
     }
     // Questions the call asked a person before (an MCP server's elicitation): it is made
-    // again only once each is answered, and given the answers.
-    let mut answers = no_answers();
-    if approvals.has_inputs() {
-        match approvals.inputs_for(gate.waits_as) {
-            Inputs::Answered(given) if given.is_empty() => {}
-            Inputs::Answered(given) => answers = given.into_iter().cloned().collect(),
-            Inputs::Waiting(request) => return Admission::Wait(request.clone()),
-            Inputs::Refused(reason) => {
+    // again only once each is answered, and given the answers. A question asked of another
+    // tool (the plan changed since: `resume --plan`) is not this call's: it asks anew.
+    let mut answers = None;
+    if approvals.has_questions() {
+        let ours = |question: &PendingApproval| question.tool.as_deref() == gate.tool;
+        match approvals.questions_of(gate.waits_as) {
+            Questions::Answered(given) => {
+                let given: Vec<plan_ports::Answer> = given
+                    .into_iter()
+                    .filter(|(question, _)| ours(question))
+                    .map(|(question, answer)| plan_ports::Answer {
+                        question: question.question_text().unwrap_or_default().to_owned(),
+                        answer: answer.clone(),
+                    })
+                    .collect();
+                answers = (!given.is_empty()).then(|| Arc::from(given));
+            }
+            Questions::Waiting(question) if ours(question) => {
+                return Admission::Wait(question.clone());
+            }
+            Questions::Refused(question, reason) if ours(question) => {
                 return Admission::Fail(StepError::new(
                     codes::E_REJECTED,
                     format!("the input the call asked for was refused: {reason}"),
                 ));
             }
+            Questions::Waiting(_) | Questions::Refused(..) => {}
         }
     }
     if let (Some(guard), Some(tool)) = (guard, gate.tool)
@@ -114,16 +141,10 @@ pub(crate) fn admit(
     }
 }
 
-/// No answers: one shared empty list, so that the calls of a run without questions allocate
-/// nothing for them.
-pub(crate) fn no_answers() -> Arc<[Value]> {
-    static NONE: std::sync::LazyLock<Arc<[Value]>> = std::sync::LazyLock::new(|| Arc::from([]));
-    NONE.clone()
-}
-
-/// The request a call that asked a person for input (`E_INPUT_REQUIRED`) waits on: its
-/// `answered + 1`th question, kept as `ID/input#N`, with what it asked and the schema of the
-/// answer (the error's `details`: `message`, `requested_schema`).
+/// The question a call that asked a person for input waits on: its `answered + 1`th, kept as
+/// `ID@input#N`, with what it asked and the schema of the answer. Only a tool's own question
+/// (`E_INPUT_REQUIRED` whose `details` give `message` and `requested_schema`, as the MCP
+/// client's do) is one: the code alone, which any tool can give (`fail`), is a failure.
 pub(crate) fn input_request(
     id: &str,
     answered: usize,
@@ -133,22 +154,16 @@ pub(crate) fn input_request(
     if error.code != codes::E_INPUT_REQUIRED {
         return None;
     }
-    let details = error.details.as_ref();
-    let message = details
-        .and_then(|d| d.get("message"))
-        .and_then(Value::as_str)
-        .unwrap_or(&error.message);
-    let schema = details
-        .and_then(|d| d.get("requested_schema"))
-        .cloned()
-        .unwrap_or_else(|| serde_json::json!({"type": "object"}));
-    Some(PendingApproval {
-        step_id: plan_types::input_key(id, answered + 1),
-        tool: Some(tool.to_owned()),
-        args: None,
-        reason: Some(format!("input required: {message}")),
-        input_schema: Some(schema),
-    })
+    let details = error.details.as_ref()?;
+    let message = details.get("message")?.as_str()?;
+    let schema = details.get("requested_schema").filter(|s| s.is_object())?;
+    Some(PendingApproval::question(
+        id,
+        answered,
+        tool,
+        message,
+        schema.clone(),
+    ))
 }
 
 /// Overlays the answer a person gave at the approval on a call's arguments, as the map-style
@@ -178,9 +193,7 @@ fn overlay(args: &mut Value, input: &Value, gate: &Gate<'_>) -> Result<(), StepE
     if violations.is_empty() {
         Ok(())
     } else {
-        let mut error = plan_ports::schema::invalid_args(tool, violations);
-        error.message = format!("with the answer given at the approval, {}", error.message);
-        Err(error)
+        Err(plan_ports::schema::invalid_args(tool, violations))
     }
 }
 

@@ -157,8 +157,12 @@ impl CallContext {
         let outcome = finished.result.map_err(plan_types::StepError::from);
         // A call that asked a person for input waits for the answer, as an approval does.
         if let Err(error) = &outcome
-            && let Some(request) =
-                self.input_request(gate.waits_as, answers.len(), call.tool_name, error)
+            && let Some(request) = self.input_request(
+                gate.waits_as,
+                answers.as_deref().map_or(0, <[_]>::len),
+                call.tool_name,
+                error,
+            )
         {
             return Made::Waiting(request);
         }
@@ -217,7 +221,7 @@ impl StepCall {
         let (id, tool_name, answered) = (
             self.call.step_id.clone(),
             self.call.tool_name.clone(),
-            self.call.answers.len(),
+            self.call.answers.as_deref().map_or(0, <[_]>::len),
         );
         let done = call_tool(&self.context, self.call).await;
         let result = done.result.map_err(plan_types::StepError::from);
@@ -261,7 +265,7 @@ pub(crate) struct ToolCall {
     /// A high-risk call made only because approvals are off: its `tool.called` events say so.
     pub(crate) approvals_off: bool,
     /// Answers to the questions the call asked before (`ToolContext::answers`).
-    pub(crate) answers: Arc<[Value]>,
+    pub(crate) answers: Option<Arc<[plan_ports::Answer]>>,
     /// Attempts the call made before (an earlier run of it, since run again): its attempts
     /// go on counting from there, so each has an identity of its own (a queue job id). The
     /// retry policy's budget is for this run's attempts.
@@ -380,6 +384,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
                 });
                 if plan_types::is_answer_tool(&tool_name)
                     && let Some(text) = value.get("text").and_then(Value::as_str)
+                    && !text.is_empty()
                 {
                     emit(EventKind::AssistantFinal, attempt, &|event| {
                         event.text = Some(text.to_owned());

@@ -132,7 +132,7 @@ pub(crate) struct StepStart {
     /// A high-risk call made only because approvals are off.
     pub(crate) approvals_off: bool,
     /// Answers to the questions the call asked before.
-    pub(crate) answers: Arc<[Value]>,
+    pub(crate) answers: Option<Arc<[plan_ports::Answer]>>,
     pub(crate) context: CallContext,
 }
 

@@ -1543,12 +1543,11 @@ impl Scheduler<'_> {
         };
         let awaiting: std::collections::HashSet<&str> =
             self.awaiting.iter().map(|p| p.step_id.as_str()).collect();
-        // Calls that asked a person for input (`ID/input#N`).
+        // Calls that asked a person for input (`ID@input#N`).
         let asking: std::collections::HashSet<&str> = self
             .awaiting
             .iter()
-            .filter(|p| p.input_schema.is_some())
-            .filter_map(|p| p.step_id.rsplit_once('/').map(|(id, _)| id))
+            .filter_map(|p| plan_types::question_of(&p.step_id).map(|(call, _)| call))
             .collect();
         let reason_for = |id: &str| {
             if awaiting.contains(id) {

@@ -67,9 +67,15 @@ impl StepIndex {
     /// A step's id may hold `/`, `-` and `[` itself, and one step's id may begin another's
     /// (`build` and `build/each`): the call belongs to the longest step id it begins with, as
     /// a call inside that step (`STEP/…`) or one of its map items (`STEP-N`, `STEP[KEY]`).
+    ///
+    /// A question a call asked a person (`CALL@input#N`, [`plan_types::question_key`]) is
+    /// read as the call that asked it.
     pub fn call_of<'a>(&self, id: &'a str) -> Option<CallOf<'a>> {
         if let Some(&i) = self.positions.get(id) {
             return Some(CallOf::Step(i));
+        }
+        if let Some((call, _)) = plan_types::question_of(id) {
+            return self.call_of(call);
         }
         let mut longest = None;
         for (at, mark) in id.match_indices(['/', '-', '[']) {
@@ -138,6 +144,14 @@ mod tests {
             Some(CallOf::Inside(3, "inner#1/draft#2"))
         );
         assert_eq!(index.call_of("gone"), None);
+        // A question is read as the call that asked it.
+        assert_eq!(index.call_of("build@input#1"), Some(CallOf::Step(0)));
+        assert_eq!(index.call_of("each-3@input#2"), Some(CallOf::Item(1)));
+        assert_eq!(index.call_of("each[x@input#1]"), Some(CallOf::Item(1)));
+        assert_eq!(
+            index.call_of("review/draft#2@input#1"),
+            Some(CallOf::Inside(3, "draft#2"))
+        );
         assert_eq!(index.call_of("builder-1"), None);
         assert_eq!(index.step_of("each-0"), Some(1));
         // One step's id the start of another's (hostile review): the longer one's calls.

@@ -898,6 +898,21 @@ fn check_call_ids(plan: &Plan, at: &HashMap<&str, usize>) -> Vec<Issue> {
     let mut issues = Vec::new();
     for (i, step) in plan.steps.iter().enumerate() {
         let id = step.id.0.as_str();
+        // `CALL@input#N` names the questions calls ask a person (kept beside approvals).
+        if id.contains(plan_types::QUESTION_MARK) {
+            issues.push(
+                Issue::error(
+                    "plan::call_id",
+                    PlanPath::step(i).key("id"),
+                    format!(
+                        "the id `{id}` holds `{}`, which names the questions calls ask a person",
+                        plan_types::QUESTION_MARK
+                    ),
+                )
+                .help("rename the step"),
+            );
+            continue;
+        }
         let makes_calls = |j: usize| plan.steps[j].block.is_some() || plan.steps[j].task.is_some();
         let clash = id
             .match_indices('/')

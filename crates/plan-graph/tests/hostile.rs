@@ -145,6 +145,13 @@ fn a_step_id_that_a_call_inside_another_step_has_is_refused() {
     assert!(
         refused(r#"[{"id": "a", "tool": "echo"}, {"id": "a/n#1", "tool": "echo"}]"#).is_empty()
     );
+    // The id of a question another step's call asks (kept beside its approvals) is no step's.
+    assert_eq!(
+        refused(
+            r#"[{"id": "ask", "tool": "echo"}, {"id": "ask@input#1", "tool": "echo", "risk": "high"}]"#
+        ),
+        ["the id `ask@input#1` holds `@input#`, which names the questions calls ask a person"]
+    );
 }
 
 #[test]

@@ -10,7 +10,7 @@ mod tool;
 
 pub use plan_types::Risk;
 pub use tool::{
-    Output, OutputSink, Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes,
+    Answer, Output, OutputSink, Progress, Registry, Tool, ToolContext, ToolError, ToolInfo, codes,
 };
 
 use std::path::PathBuf;

@@ -67,7 +67,7 @@ pub mod codes {
     /// A task step used its last attempt without passing its checks.
     pub const E_TASK_ABANDONED: ErrorCode = ErrorCode::TaskAbandoned;
     /// The tool asked a person for input it was not given (`details`: `message` and
-    /// `requested_schema`): the call waits for the answer (`approve RUN ID/input#N --input`).
+    /// `requested_schema`): the call waits for the answer (`approve RUN ID@input#N --input`).
     pub const E_INPUT_REQUIRED: ErrorCode = ErrorCode::InputRequired;
 }
 
@@ -158,9 +158,19 @@ pub struct ToolContext {
     /// a `cwd` outside it. It holds wherever the run goes on (`resume` from the CLI too).
     pub confined_to: Option<Arc<std::path::Path>>,
     /// The answers a person gave to the questions this call asked before (an MCP server's
-    /// elicitations), in the order asked: the tool gives the `n`th to the `n`th question it
-    /// is asked, and fails with [`codes::E_INPUT_REQUIRED`] for one it has no answer to.
-    pub answers: Arc<[serde_json::Value]>,
+    /// elicitations), in the order asked (none for most calls): the tool gives the `n`th to
+    /// the `n`th question it is asked when that is the same question, and fails with
+    /// [`codes::E_INPUT_REQUIRED`] for one it has no answer to.
+    pub answers: Option<Arc<[Answer]>>,
+}
+
+/// An answer a person gave to a question a call asked (`approve RUN ID@input#N --input`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Answer {
+    /// What was asked (the server's message, as kept): another question is not given it.
+    pub question: String,
+    /// The answer: an object of the fields asked.
+    pub answer: serde_json::Value,
 }
 
 /// Where a run's output lines go as tools print them: `(step_id, stream, line)`, with

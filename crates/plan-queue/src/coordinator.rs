@@ -530,8 +530,8 @@ impl Tool for RemoteTool {
         }
         // Answers a person gave to the questions the call asked before (an MCP server's
         // elicitations): the worker's tool gives them when it is asked again.
-        if !ctx.answers.is_empty() {
-            data["answers"] = Value::from(ctx.answers.to_vec());
+        if let Some(answers) = &ctx.answers {
+            data["answers"] = serde_json::to_value(answers).unwrap_or_default();
         }
         if let Some(secret) = &dispatcher.options.secret {
             secret.sign(&self.name, &job_id, &mut data);

@@ -314,9 +314,10 @@ async fn call(
         output: None,
         working_dir,
         confined_to,
-        answers: data["answers"]
-            .as_array()
-            .map_or_else(|| Arc::from([]), |answers| Arc::from(answers.as_slice())),
+        answers: serde_json::from_value::<Vec<plan_ports::Answer>>(data["answers"].clone())
+            .ok()
+            .filter(|answers| !answers.is_empty())
+            .map(Arc::from),
     };
     let call = async {
         match left {

@@ -52,9 +52,20 @@ pub fn approve(
         store.approve_with_input(&row.run_id, id, input)?;
         return decided(store, &row, vec![id.to_owned()]);
     }
+    let is_question = |r: &&ApprovalRow| {
+        r.request
+            .as_ref()
+            .is_some_and(plan_types::PendingApproval::is_question)
+    };
     let mut ids: Vec<String> = if request.all {
-        let pending: Vec<String> = pending(&rows).map(|r| r.step_id.clone()).collect();
-        if pending.is_empty() && !request.plan {
+        // Everything that waits for an approval; questions wait for their answers (they stay
+        // waiting, listed in `still_waiting`).
+        let asked = pending(&rows).any(|r| is_question(&r));
+        let pending: Vec<String> = pending(&rows)
+            .filter(|r| !is_question(r))
+            .map(|r| r.step_id.clone())
+            .collect();
+        if pending.is_empty() && !request.plan && !asked {
             return Err(LifecycleError::Refused(format!(
                 "nothing in run {} waits for an approval",
                 row.run_id
@@ -69,10 +80,8 @@ pub fn approve(
         ids.insert(0, PLAN_APPROVAL.to_owned());
     }
     // A question a call asked is answered, not approved.
-    let questions: Vec<&str> = rows
-        .iter()
-        .filter(|r| r.decision == Decision::Pending && ids.contains(&r.step_id))
-        .filter(|r| r.request.as_ref().is_some_and(|q| q.input_schema.is_some()))
+    let questions: Vec<&str> = pending(&rows)
+        .filter(|r| is_question(r) && (ids.contains(&r.step_id) || ids.is_empty()))
         .map(|r| r.step_id.as_str())
         .collect();
     if let Some(first) = questions.first() {
@@ -120,8 +129,36 @@ fn answered<'a>(
         .find(|r| r.step_id == *id)
         .and_then(|r| r.request.as_ref());
     match waiting {
-        Some(request) if request.input_schema.is_some() => Ok(id),
-        Some(request) if request.tool.is_some() && request.reason.is_none() => Ok(id),
+        Some(question) if question.is_question() => {
+            // Checked against the schema the server asked with before the server sees it.
+            let schema = question
+                .input_schema
+                .as_ref()
+                .unwrap_or(&serde_json::Value::Null);
+            let violations = match plan_ports::schema::compile_schema(schema) {
+                Ok(Some(schema)) => plan_ports::schema::violations(&schema, input),
+                Ok(None) | Err(_) => Vec::new(),
+            };
+            if violations.is_empty() {
+                return Ok(id);
+            }
+            let listed: Vec<String> = violations
+                .iter()
+                .map(|(pointer, message)| {
+                    format!(
+                        "{}: {message}",
+                        if pointer.is_empty() { "/" } else { pointer }
+                    )
+                })
+                .collect();
+            refused(format!(
+                "the answer for `{id}` does not fit what was asked ({}): {}",
+                question.question_text().unwrap_or_default(),
+                listed.join("; ")
+            ))
+        }
+        // A call (a block node's re-run, a task's merge and the plan have no tool).
+        Some(request) if request.tool.is_some() => Ok(id),
         Some(_) => refused(format!(
             "`{id}` in run {} waits for a decision, not for a call's arguments: approve it without an answer",
             row.run_id

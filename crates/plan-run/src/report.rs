@@ -315,10 +315,11 @@ fn with_unsettled(
             }
         }
         if !found {
-            let asked = format!("{}/{}#", step.id.0, plan_types::INPUT);
+            let asked =
+                |id: &&str| plan_types::question_of(id).is_some_and(|(call, _)| call == step.id.0);
             let reason = if pending.contains(&step.id.0.as_str()) {
                 plan_types::reasons::AWAITING_APPROVAL
-            } else if pending.iter().any(|id| id.starts_with(&asked)) {
+            } else if pending.iter().any(asked) {
                 plan_types::reasons::AWAITING_INPUT
             } else if started.contains(&step.id.0) {
                 started_reason

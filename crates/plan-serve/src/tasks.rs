@@ -141,6 +141,14 @@ fn waiting_message(store: &Store, row: &RunRow) -> String {
         .into_iter()
         .filter(|approval| approval.decision == Decision::Pending)
         .map(|approval| match &approval.request {
+            // A question a tool asked: what it asked, and how it is answered.
+            Some(question) if question.is_question() => format!(
+                "{} asks \"{}\" (answer with `plan-cli approve {} {} --input JSON`, an object of the fields of its input_schema)",
+                approval.step_id,
+                question.question_text().unwrap_or_default(),
+                row.run_id,
+                approval.step_id
+            ),
             Some(request) => {
                 let mut call = approval.step_id.clone();
                 if let Some(tool) = &request.tool {

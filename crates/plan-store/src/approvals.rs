@@ -273,18 +273,18 @@ impl Store {
     pub fn decisions(&self, run_id: &str) -> Result<Approvals, StoreError> {
         let mut approvals = Approvals::new();
         for row in self.approvals(run_id)? {
-            // A question a call asked a person (`ID/input#N`): answered, or still open.
-            if let Some(request) = row.request.as_ref().filter(|r| r.input_schema.is_some()) {
+            // A question a call asked a person (`ID@input#N`): answered, or still open.
+            if let Some(request) = row.request.as_ref().filter(|r| r.is_question()) {
                 match (row.decision, row.input) {
-                    (Decision::Pending, _) => approvals.await_input(request.clone()),
+                    (Decision::Pending, _) => approvals.await_answer(request.clone()),
                     (Decision::Approved, Some(answer)) => {
-                        approvals.answer_input(row.step_id, answer);
+                        approvals.answer_question(request.clone(), answer);
                     }
                     // Approved without an answer (not something `approve` does): it is asked
                     // again.
                     (Decision::Approved, None) => {}
-                    (Decision::Rejected, _) => approvals.refuse_input(
-                        row.step_id,
+                    (Decision::Rejected, _) => approvals.refuse_question(
+                        request.clone(),
                         row.reason.unwrap_or_else(|| "rejected".to_owned()),
                     ),
                 }

@@ -21,7 +21,7 @@ fn ctx(attempt: u32) -> ToolContext {
         output: None,
         working_dir: None,
         confined_to: None,
-        answers: Arc::from([]),
+        answers: None,
     }
 }
 

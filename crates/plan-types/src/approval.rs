@@ -36,23 +36,60 @@ pub struct PendingApproval {
 }
 
 /// The id under which the `n`th question (from 1) call `id` asked a person is kept:
-/// `ID/input#N`.
-pub fn input_key(id: &str, n: usize) -> String {
-    format!("{id}/{INPUT}#{n}")
+/// `ID@input#N` (`deploy@input#1`, `each-0@input#1`, `review/draft#1@input#2`). `@` is in no
+/// node name, and validation refuses a step id holding `@input#`, so no call has such an id.
+pub fn question_key(id: &str, n: usize) -> String {
+    format!("{id}{QUESTION_MARK}{n}")
 }
 
-/// The name of the segment of an input request's id ([`input_key`]).
-pub const INPUT: &str = "input";
+/// Reads a question's id ([`question_key`]): the call that asked, and the question's number.
+pub fn question_of(id: &str) -> Option<(&str, usize)> {
+    let (call, n) = id.rsplit_once(QUESTION_MARK)?;
+    let n = n.parse().ok().filter(|n| *n > 0 && !call.is_empty())?;
+    Some((call, n))
+}
 
-/// What the questions a call asked stand at ([`Approvals::inputs_for`]).
+/// What separates a question's number from the call that asked it ([`question_key`]).
+pub const QUESTION_MARK: &str = "@input#";
+
+impl PendingApproval {
+    /// A question call `id` asked a person (its `answered + 1`th), with tool `tool`: what it
+    /// asked (`message`) and the schema of the answer.
+    pub fn question(id: &str, answered: usize, tool: &str, message: &str, schema: Value) -> Self {
+        PendingApproval {
+            step_id: question_key(id, answered + 1),
+            tool: Some(tool.to_owned()),
+            args: None,
+            reason: Some(format!("{QUESTION_REASON}{message}")),
+            input_schema: Some(schema),
+        }
+    }
+
+    /// Whether it is a question a call asked a person (answered with `approve --input`,
+    /// never approved), rather than a call, a block node's re-run or the plan waiting.
+    pub fn is_question(&self) -> bool {
+        self.input_schema.is_some()
+    }
+
+    /// What a question asked (its `reason` after [`QUESTION_REASON`]), redacted as it is kept.
+    pub fn question_text(&self) -> Option<&str> {
+        self.reason.as_deref()?.strip_prefix(QUESTION_REASON)
+    }
+}
+
+/// How a question's `reason` starts, before what it asked.
+pub const QUESTION_REASON: &str = "input required: ";
+
+/// What the questions a call asked stand at ([`Approvals::questions_of`]).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Inputs<'a> {
-    /// Every question asked so far is answered: the answers, in the order asked.
-    Answered(Vec<&'a Value>),
+pub enum Questions<'a> {
+    /// Every question asked so far is answered: each as it was asked, with its answer, in the
+    /// order asked.
+    Answered(Vec<(&'a PendingApproval, &'a Value)>),
     /// A question waits for its answer: the request, as it was asked.
     Waiting(&'a PendingApproval),
-    /// A question was refused, with the reason given.
-    Refused(&'a str),
+    /// A question was refused: as it was asked, and the reason given.
+    Refused(&'a PendingApproval, &'a str),
 }
 
 /// Decisions on approvals, keyed by step id or map item id (`deploy`, `deploy[prod]`). A
@@ -62,7 +99,7 @@ pub struct Approvals {
     /// Approved ids, each with what it was approved for.
     approved: HashMap<String, Approval>,
     rejected: HashMap<String, String>,
-    /// Questions calls asked a person (`ID/input#N`): the answer given, the refusal, or the
+    /// Questions calls asked a person (`ID@input#N`): the answer given, the refusal, or the
     /// request while it waits for either.
     inputs: HashMap<String, Input>,
     /// High-risk calls nobody decided on run without waiting.
@@ -72,10 +109,11 @@ pub struct Approvals {
 #[derive(Debug, Clone, PartialEq)]
 enum Input {
     Waiting(PendingApproval),
-    Answered(Value),
-    Refused(String),
+    Answered(PendingApproval, Value),
+    Refused(PendingApproval, String),
 }
 
+// `Value` is `Eq`; `PendingApproval` derives only `PartialEq` (its fields are all `Eq` too).
 impl Eq for Input {}
 
 /// One approval.
@@ -144,42 +182,47 @@ impl Approvals {
         self.rejected.insert(id, reason.into());
     }
 
-    /// Keeps a question a call asked (`ID/input#N`, see [`input_key`]) as still waiting for
+    /// Keeps a question a call asked (`ID@input#N`, see [`input_key`]) as still waiting for
     /// its answer: the call waits again, without being made, until it is answered.
-    pub fn await_input(&mut self, request: PendingApproval) {
+    pub fn await_answer(&mut self, request: PendingApproval) {
         self.inputs
             .insert(request.step_id.clone(), Input::Waiting(request));
     }
 
-    /// Answers the question kept under `id` (`ID/input#N`).
-    pub fn answer_input(&mut self, id: impl Into<String>, answer: Value) {
-        self.inputs.insert(id.into(), Input::Answered(answer));
+    /// Answers `question` (as it was asked, kept under its `ID@input#N`).
+    pub fn answer_question(&mut self, question: PendingApproval, answer: Value) {
+        self.inputs
+            .insert(question.step_id.clone(), Input::Answered(question, answer));
     }
 
-    /// Refuses the question kept under `id` (`ID/input#N`): the call fails with
-    /// `E_REJECTED` and `reason`.
-    pub fn refuse_input(&mut self, id: impl Into<String>, reason: impl Into<String>) {
-        self.inputs.insert(id.into(), Input::Refused(reason.into()));
+    /// Refuses `question`: the call that asked it fails with `E_REJECTED` and `reason`.
+    pub fn refuse_question(&mut self, question: PendingApproval, reason: impl Into<String>) {
+        self.inputs.insert(
+            question.step_id.clone(),
+            Input::Refused(question, reason.into()),
+        );
     }
 
     /// Whether any call asked a question (most runs: none, and calls look nothing up).
-    pub fn has_inputs(&self) -> bool {
+    pub fn has_questions(&self) -> bool {
         !self.inputs.is_empty()
     }
 
-    /// Where the questions call `id` asked stand: the answers given to `ID/input#1`, `#2`, …
+    /// Where the questions call `id` asked stand: the answers given to `ID@input#1`, `#2`, …
     /// up to the first that waits, was refused, or was never asked.
-    pub fn inputs_for(&self, id: &str) -> Inputs<'_> {
+    pub fn questions_of(&self, id: &str) -> Questions<'_> {
         let mut answers = Vec::new();
         for n in 1.. {
-            match self.inputs.get(&input_key(id, n)) {
-                Some(Input::Answered(answer)) => answers.push(answer),
-                Some(Input::Waiting(request)) => return Inputs::Waiting(request),
-                Some(Input::Refused(reason)) => return Inputs::Refused(reason),
+            match self.inputs.get(&question_key(id, n)) {
+                Some(Input::Answered(question, answer)) => answers.push((question, answer)),
+                Some(Input::Waiting(request)) => return Questions::Waiting(request),
+                Some(Input::Refused(question, reason)) => {
+                    return Questions::Refused(question, reason);
+                }
                 None => break,
             }
         }
-        Inputs::Answered(answers)
+        Questions::Answered(answers)
     }
 
     /// Turns approvals off: a high-risk call nobody decided on runs at once (a rejection still
@@ -320,29 +363,42 @@ mod tests {
     #[test]
     fn a_calls_questions_are_answered_in_order_until_one_waits_or_is_refused() {
         let mut approvals = Approvals::new();
-        assert!(!approvals.has_inputs());
-        assert_eq!(approvals.inputs_for("ask"), Inputs::Answered(vec![]));
-        let request = |n: usize| PendingApproval {
-            step_id: input_key("ask", n),
-            tool: Some("srv.ask".to_owned()),
-            args: None,
-            reason: Some("input required: name?".to_owned()),
-            input_schema: Some(serde_json::json!({"type": "object"})),
+        assert!(!approvals.has_questions());
+        assert_eq!(approvals.questions_of("ask"), Questions::Answered(vec![]));
+        let request = |n: usize| {
+            let schema = serde_json::json!({"type": "object"});
+            PendingApproval::question("ask", n - 1, "srv.ask", "name?", schema)
         };
-        approvals.answer_input(input_key("ask", 1), serde_json::json!({"name": "Ada"}));
-        approvals.await_input(request(2));
-        assert!(approvals.has_inputs());
-        assert_eq!(approvals.inputs_for("ask"), Inputs::Waiting(&request(2)));
-        approvals.answer_input(input_key("ask", 2), serde_json::json!({"ok": true}));
+        assert_eq!(request(2).step_id, "ask@input#2");
+        assert_eq!(request(2).question_text(), Some("name?"));
+        let ada = serde_json::json!({"name": "Ada"});
+        let ok = serde_json::json!({"ok": true});
+        approvals.answer_question(request(1), ada.clone());
+        approvals.await_answer(request(2));
+        assert!(approvals.has_questions());
         assert_eq!(
-            approvals.inputs_for("ask"),
-            Inputs::Answered(vec![
-                &serde_json::json!({"name": "Ada"}),
-                &serde_json::json!({"ok": true})
-            ])
+            approvals.questions_of("ask"),
+            Questions::Waiting(&request(2))
         );
-        approvals.refuse_input(input_key("ask", 1), "no");
-        assert_eq!(approvals.inputs_for("ask"), Inputs::Refused("no"));
-        assert_eq!(input_key("deploy[prod]", 3), "deploy[prod]/input#3");
+        approvals.answer_question(request(2), ok.clone());
+        assert_eq!(
+            approvals.questions_of("ask"),
+            Questions::Answered(vec![(&request(1), &ada), (&request(2), &ok)])
+        );
+        approvals.refuse_question(request(1), "no");
+        assert_eq!(
+            approvals.questions_of("ask"),
+            Questions::Refused(&request(1), "no")
+        );
+        assert_eq!(question_key("deploy[prod]", 3), "deploy[prod]@input#3");
+        assert_eq!(
+            question_of("deploy[prod]@input#3"),
+            Some(("deploy[prod]", 3))
+        );
+        assert_eq!(question_of("r/draft#1@input#2"), Some(("r/draft#1", 2)));
+        // An item whose key holds the mark is no question; nor is a number that is none.
+        assert_eq!(question_of("m[a@input#1]"), None);
+        assert_eq!(question_of("a@input#0"), None);
+        assert_eq!(question_of("@input#1"), None);
     }
 }

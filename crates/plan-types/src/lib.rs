@@ -34,7 +34,10 @@ mod risk;
 mod task;
 mod task_id;
 
-pub use approval::{Approvals, INPUT, Inputs, PLAN_APPROVAL, PendingApproval, Verdict, input_key};
+pub use approval::{
+    Approvals, PLAN_APPROVAL, PendingApproval, QUESTION_MARK, QUESTION_REASON, Questions, Verdict,
+    question_key, question_of,
+};
 pub use call_id::{CallPath, MapItem, Segment};
 pub use code::ErrorCode;
 pub use event::{Event, EventKind, EventSink, Fanout, ProgressReport};

@@ -39,9 +39,21 @@ function approvals(report) {
     html("strong", call.step_id, box);
     html("span", call.tool ? " calls " + call.tool : "", box);
     if (call.reason) html("p", call.reason, box);
-    html("pre", JSON.stringify(call.args ?? {}, null, 2), box);
-    const approve = html("button", "Approve", box, { type: "button", "data-action": "approve", "data-step-id": call.step_id });
-    approve.onclick = () => act("/approve", { steps: [call.step_id] });
+    if (call.input_schema) {
+      // A question a tool asked a person: answered with a JSON object of the fields asked.
+      html("pre", JSON.stringify(call.input_schema, null, 2), box);
+      const answer = html("textarea", null, box, { rows: "4", placeholder: "{\"field\": \"value\"}", "aria-label": "answer to " + call.step_id });
+      const give = html("button", "Answer", box, { type: "button", "data-action": "answer", "data-step-id": call.step_id });
+      give.onclick = () => {
+        let input;
+        try { input = JSON.parse(answer.value || "{}"); } catch (e) { say("the answer is not JSON: " + e.message); return; }
+        act("/approve", { steps: [call.step_id], input });
+      };
+    } else {
+      html("pre", JSON.stringify(call.args ?? {}, null, 2), box);
+      const approve = html("button", "Approve", box, { type: "button", "data-action": "approve", "data-step-id": call.step_id });
+      approve.onclick = () => act("/approve", { steps: [call.step_id] });
+    }
     const reason = html("input", null, box, { type: "text", placeholder: "why (for a rejection)", "aria-label": "reason for rejecting " + call.step_id });
     const reject = html("button", "Reject", box, { type: "button", "data-action": "reject", "data-step-id": call.step_id });
     reject.onclick = () => act("/reject", { steps: [call.step_id], reason: reason.value || null });

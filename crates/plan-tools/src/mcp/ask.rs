@@ -1,7 +1,8 @@
 //! Questions an MCP server asks a person while a call of it runs (elicitation): plan-cli
-//! answers with what a person answered at the call's approval (`approve RUN ID/input#N
+//! answers with what a person answered to the same question before (`approve RUN ID@input#N
 //! --input JSON`), and otherwise makes the call wait for an answer (`E_INPUT_REQUIRED`),
-//! as an approval waits, instead of letting the server go on without one.
+//! as an approval waits, instead of letting the server go on without one. What a server asks
+//! is cut to a size a person can read and a ledger should keep.
 //!
 //! A request names no call over stdio, so a question is the call's only when it is the one
 //! call to the server in flight; with several, none can be told, and each is refused (give
@@ -11,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use plan_ports::{ToolError, codes};
+use plan_ports::{Answer, ToolError, codes};
 use serde_json::{Value, json};
 
 /// The calls in flight to one server, and what each was asked.
@@ -21,11 +22,18 @@ pub(super) struct Asking {
     next: AtomicU64,
 }
 
+/// The most bytes of a question's message kept; the rest is cut, with `…`.
+const MOST_MESSAGE: usize = 4096;
+
+/// The most bytes of a question's schema (as JSON) kept; a larger one is kept as `{"type":
+/// "object"}` (the server checks the answer anyway).
+const MOST_SCHEMA: usize = 65_536;
+
 /// What one call was asked, and the answers it has.
 struct Asked {
-    answers: Arc<[Value]>,
-    /// How many of `answers` were given.
-    used: Mutex<usize>,
+    answers: Option<Arc<[Answer]>>,
+    /// Which of `answers` were given.
+    used: Mutex<Vec<bool>>,
     /// The first question it had no answer to.
     question: Mutex<Option<(String, Value)>>,
     /// A question came while other calls were in flight too.
@@ -50,11 +58,12 @@ pub(super) struct InCall {
 
 impl Asking {
     /// A call starts, with the answers a person gave to the questions it asked before.
-    pub(super) fn enter(self: &Arc<Self>, answers: Arc<[Value]>) -> InCall {
+    pub(super) fn enter(self: &Arc<Self>, answers: Option<Arc<[Answer]>>) -> InCall {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let given = answers.as_deref().map_or(0, <[Answer]>::len);
         let asked = Arc::new(Asked {
             answers,
-            used: Mutex::new(0),
+            used: Mutex::new(vec![false; given]),
             question: Mutex::new(None),
             ambiguous: AtomicBool::new(false),
         });
@@ -66,9 +75,10 @@ impl Asking {
         }
     }
 
-    /// The server asks `message`, wanting an answer of `schema`: the next answer of the one
-    /// call in flight, or none.
+    /// The server asks `message`, wanting an answer of `schema`: the one call in flight's
+    /// first answer not given yet to this same question, or none.
     pub(super) fn reply(&self, message: &str, schema: Value) -> Reply {
+        let message = cut(message);
         let calls = lock(&self.calls);
         let mut each = calls.values();
         let (Some(asked), None) = (each.next(), each.next()) else {
@@ -78,11 +88,19 @@ impl Asking {
             return Reply::Cancel;
         };
         let mut used = lock(&asked.used);
-        if let Some(answer) = asked.answers.get(*used) {
-            *used += 1;
-            return Reply::Accept(answer.clone());
+        let answers = asked.answers.as_deref().unwrap_or_default();
+        let next = (answers.iter().zip(used.iter()))
+            .position(|(answer, used)| !used && answer.question == message);
+        if let Some(k) = next {
+            used[k] = true;
+            return Reply::Accept(answers[k].answer.clone());
         }
-        lock(&asked.question).get_or_insert_with(|| (message.to_owned(), schema));
+        let schema = if schema.to_string().len() > MOST_SCHEMA {
+            json!({"type": "object"})
+        } else {
+            schema
+        };
+        lock(&asked.question).get_or_insert((message, schema));
         Reply::Cancel
     }
 }
@@ -116,6 +134,18 @@ impl Drop for InCall {
     }
 }
 
+/// `message`, cut at [`MOST_MESSAGE`] bytes (on a character's boundary).
+fn cut(message: &str) -> String {
+    if message.len() <= MOST_MESSAGE {
+        return message.to_owned();
+    }
+    let mut end = MOST_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -126,10 +156,22 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    fn answers(given: &[(&str, Value)]) -> Option<Arc<[Answer]>> {
+        Some(
+            given
+                .iter()
+                .map(|(question, answer)| Answer {
+                    question: (*question).to_owned(),
+                    answer: answer.clone(),
+                })
+                .collect(),
+        )
+    }
+
     #[test]
     fn a_call_is_given_its_answers_in_order_then_waits_for_the_next() {
         let asking = Arc::new(Asking::default());
-        let call = asking.enter(Arc::from([json!({"name": "Ada"})]));
+        let call = asking.enter(answers(&[("name?", json!({"name": "Ada"}))]));
         let schema = json!({"type": "object"});
         assert_eq!(
             asking.reply("name?", schema.clone()),
@@ -158,8 +200,8 @@ mod tests {
     #[test]
     fn a_question_no_call_can_be_told_by_is_refused_for_all_in_flight() {
         let asking = Arc::new(Asking::default());
-        let one = asking.enter(Arc::from([json!({})]));
-        let two = asking.enter(Arc::from([]));
+        let one = asking.enter(answers(&[("name?", json!({}))]));
+        let two = asking.enter(None);
         assert_eq!(asking.reply("name?", json!({})), Reply::Cancel);
         for call in [&one, &two] {
             let error = call.outcome("s").unwrap();
@@ -171,9 +213,32 @@ mod tests {
             );
         }
         drop(two);
-        let three = asking.enter(Arc::from([]));
+        let three = asking.enter(None);
         drop(one);
         assert_eq!(asking.reply("name?", json!({})), Reply::Cancel);
         assert_eq!(three.outcome("s").unwrap().code, codes::E_INPUT_REQUIRED);
+    }
+
+    #[test]
+    fn an_answer_goes_only_to_the_question_it_answered_and_what_is_asked_is_bounded() {
+        let asking = Arc::new(Asking::default());
+        let call = asking.enter(answers(&[("colour?", json!({"colour": "blue"}))]));
+        // Asked something else, the call is not given the colour: it waits for a person.
+        assert_eq!(asking.reply("your PIN?", json!({})), Reply::Cancel);
+        assert_eq!(
+            asking.reply("colour?", json!({})),
+            Reply::Accept(json!({"colour": "blue"}))
+        );
+        let error = call.outcome("s").unwrap();
+        assert_eq!(error.details.unwrap()["message"], "your PIN?");
+        drop(call);
+        let call = asking.enter(None);
+        let huge = "é".repeat(10_000);
+        let schema = json!({"type": "object", "description": "x".repeat(MOST_SCHEMA)});
+        assert_eq!(asking.reply(&huge, schema), Reply::Cancel);
+        let details = call.outcome("s").unwrap().details.unwrap();
+        let message = details["message"].as_str().unwrap();
+        assert!(message.len() <= MOST_MESSAGE + '…'.len_utf8() && message.ends_with('…'));
+        assert_eq!(details["requested_schema"], json!({"type": "object"}));
     }
 }
