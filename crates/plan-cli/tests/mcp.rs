@@ -919,3 +919,90 @@ fn a_servers_question_waits_for_a_person_and_is_answered_when_asked_again() {
     );
     assert_eq!(record(&report, "after")["skipped"], true);
 }
+
+/// Questions of map items and block nodes wait under their calls' ids, in plan order, and are
+/// answered one by one; `approve --all` approves what waits for an approval and leaves the
+/// questions waiting. (`max_concurrency: 1`: one call at a time, so each question is its call's.)
+#[test]
+fn questions_of_map_items_and_block_nodes_are_answered_each_under_its_call() {
+    let lab = Lab::new();
+    let npm = servers_dir().join("npm/node_modules/@modelcontextprotocol");
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {"everything": {"command": "node", "max_concurrency": 1, "args": [
+            path_str(&npm.join("server-everything/dist/index.js")), "stdio"
+        ]}}}),
+    );
+    let ask = "everything.trigger-elicitation-request";
+    let plan = lab.write(
+        "asks.json",
+        &json!({"steps": [
+            {"id": "each", "tool": ask, "expand_on": ["a", "b"], "args": {}},
+            {"id": "talk", "args": {}, "block": {"entry_point": "ask", "nodes": {"ask": {"tool": ask, "args": {}}}}},
+            {"id": "deploy", "tool": "echo", "risk": "high", "args": {"to": "prod"}}
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5, "{report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    let waiting: Vec<&str> = report["pending_approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["step_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        waiting,
+        [
+            "each-0@input#1",
+            "each-1@input#1",
+            "talk/ask@input#1",
+            "deploy"
+        ]
+    );
+    lab.cli()
+        .args(["approve", &run, "--all"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("approved deploy in run"));
+    let (_, status) = lab.json(&["status", &run, "--json"]);
+    let still: Vec<&str> = status["pending_approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["step_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        still,
+        ["each-0@input#1", "each-1@input#1", "talk/ask@input#1"],
+        "questions wait for their answers"
+    );
+    for (id, name) in [
+        ("each-0@input#1", "Ada"),
+        ("each-1@input#1", "Grace"),
+        ("talk/ask@input#1", "Barbara"),
+    ] {
+        lab.cli()
+            .args([
+                "approve",
+                &run,
+                id,
+                "--input",
+                &json!({"name": name}).to_string(),
+            ])
+            .assert()
+            .success();
+    }
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    for (id, name) in [
+        ("each-0", "Ada"),
+        ("each-1", "Grace"),
+        ("talk/ask#1", "Barbara"),
+    ] {
+        let said = record(&report, id)["result"].to_string();
+        assert!(said.contains(&format!("- Name: {name}")), "{id}: {said}");
+    }
+    assert_eq!(record(&report, "deploy")["result"], json!({"to": "prod"}));
+}
