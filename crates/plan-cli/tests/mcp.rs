@@ -1006,3 +1006,63 @@ fn questions_of_map_items_and_block_nodes_are_answered_each_under_its_call() {
     }
     assert_eq!(record(&report, "deploy")["result"], json!({"to": "prod"}));
 }
+
+/// A long call (`timeout_ms` of a minute or more) is made as a task where its tool takes one
+/// (`taskSupport: "optional"`: `mcp serve`'s `plan_run`), a tool that refuses a task
+/// (`plan_validate`, `forbidden`: -32601) is then called plainly, and a short call is plain.
+/// Seen from the serving side: its ledger keeps which runs were tasks.
+#[test]
+fn long_calls_are_tasks_where_the_tool_takes_one() {
+    let lab = Lab::new();
+    let inner = lab.dir.path().join("inner.db");
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {"planner": {"command": env!("CARGO_BIN_EXE_plan-cli"), "args": ["mcp", "serve"], "env": {"PLAN_DB": path_str(&inner)}}}}),
+    );
+    let plan = lab.write(
+        "p.json",
+        &json!({"steps": [
+            {"id": "long", "tool": "planner.plan_run", "timeout_ms": 120_000, "args": {"plan": {"id": "long", "steps": [{"id": "a", "tool": "sleep", "args": {"ms": 200}}]}}},
+            {"id": "check", "tool": "planner.plan_validate", "timeout_ms": 120_000, "args": {"plan": {"steps": [{"id": "a", "tool": "echo", "args": {}}]}}},
+            {"id": "short", "tool": "planner.plan_run", "args": {"plan": {"id": "short", "steps": [{"id": "b", "tool": "echo", "args": {}}]}}}
+        ]}),
+    );
+    let (code, report) = lab.json(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--approve",
+        "long",
+        "--approve",
+        "short",
+    ]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(
+        record(&report, "long")["result"]["task_status"],
+        "COMPLETED"
+    );
+    assert_eq!(record(&report, "check")["result"]["valid"], true);
+    assert_eq!(
+        record(&report, "short")["result"]["task_status"],
+        "COMPLETED"
+    );
+    // Which runs the server ran as tasks: the long one alone.
+    let output = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3, sys, json; c = sqlite3.connect(sys.argv[1]); print(json.dumps({p: json.loads(o).get('front_end') for p, o in c.execute('select plan_id, options from runs')}))")
+        .arg(&inner)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let front_ends: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        front_ends["long"]["mcp_task"]["tool"], "plan_run",
+        "{front_ends}"
+    );
+    assert_eq!(front_ends["short"], Value::Null, "{front_ends}");
+}

@@ -94,6 +94,7 @@ impl McpServers {
                         asking: Arc::default(),
                         stderr: Arc::default(),
                         task_only: Mutex::default(),
+                        plain_only: Mutex::default(),
                     };
                     (name, Arc::new(server))
                 })
@@ -273,6 +274,21 @@ impl McpTool {
         if self.server.needs_task(&self.remote) {
             return self.call_as_task(service, arguments, ctx).await;
         }
+        // A long call (a `timeout_ms` of a minute or more) is made as a task where the tool
+        // takes one (`taskSupport: "optional"`; rmcp keeps no tool's `execution`, so it is
+        // tried): a server that knows no tasks answers it at once, and one that refuses a task
+        // for the tool (-32601) is called plainly, now and from then on.
+        let long = ctx.deadline.is_some_and(|deadline| {
+            deadline
+                .duration_since(std::time::SystemTime::now())
+                .is_ok_and(|left| left >= LONG_CALL)
+        });
+        if long && !self.server.is_plain_only(&self.remote) {
+            match self.try_as_task(service, arguments.clone(), ctx).await {
+                Some(outcome) => return outcome,
+                None => self.server.set_plain_only(&self.remote),
+            }
+        }
         let mut params = CallToolRequestParams::new(self.remote.clone());
         params.arguments = Some(arguments.clone());
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -348,6 +364,41 @@ impl McpTool {
         arguments: rmcp::model::JsonObject,
         ctx: &ToolContext,
     ) -> Result<Value, ToolError> {
+        match self.task_call(service, arguments, ctx, false).await {
+            Ok(value) => Ok(value),
+            Err(TaskError::Failed(error)) => Err(error),
+            Err(TaskError::Refused) => Err(ToolError::new(
+                codes::E_TOOL,
+                format!(
+                    "MCP server `{}` refused a task for `{}`, which needs one",
+                    self.server.name, self.remote
+                ),
+            )),
+        }
+    }
+
+    /// [`McpTool::call_as_task`] for a tool that may take no task: `None` when the server
+    /// refuses a task for it (-32601; nothing ran).
+    async fn try_as_task(
+        &self,
+        service: &Arc<Service>,
+        arguments: rmcp::model::JsonObject,
+        ctx: &ToolContext,
+    ) -> Option<Result<Value, ToolError>> {
+        match self.task_call(service, arguments, ctx, true).await {
+            Ok(value) => Some(Ok(value)),
+            Err(TaskError::Failed(error)) => Some(Err(error)),
+            Err(TaskError::Refused) => None,
+        }
+    }
+
+    async fn task_call(
+        &self,
+        service: &Arc<Service>,
+        arguments: rmcp::model::JsonObject,
+        ctx: &ToolContext,
+        may_refuse: bool,
+    ) -> Result<Value, TaskError> {
         let mut task = serde_json::json!({});
         if let Some(deadline) = ctx.deadline {
             let left = deadline
@@ -356,7 +407,37 @@ impl McpTool {
             task["ttl"] = Value::from(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
         }
         let params = serde_json::json!({"name": self.remote, "arguments": arguments, "task": task});
-        let created = self.raw(service, "tools/call", params).await?;
+        let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
+            "tools/call",
+            Some(params),
+        ));
+        let created = match service.peer().send_request(request).await {
+            Ok(result) => serde_json::to_value(result).map_err(|error| {
+                ToolError::new(
+                    codes::E_TOOL,
+                    format!("unreadable answer to tools/call: {error}"),
+                )
+            })?,
+            // MCP 2025-11-25: a tool whose `taskSupport` is `forbidden` refuses a task; the
+            // call did not run.
+            Err(ServiceError::McpError(error))
+                if may_refuse && error.code == ErrorCode::METHOD_NOT_FOUND =>
+            {
+                return Err(TaskError::Refused);
+            }
+            Err(error) => return Err(self.server.failed(service, error).await.into()),
+        };
+        Ok(self.follow_task(service, created, ctx).await?)
+    }
+
+    /// A task-augmented call's answer followed to the call's result: the result itself (the
+    /// server ran the call at once), or its task polled to its end.
+    async fn follow_task(
+        &self,
+        service: &Arc<Service>,
+        created: Value,
+        ctx: &ToolContext,
+    ) -> Result<Value, ToolError> {
         // A server that runs the call at once, task or not, answered its result: the tool ran,
         // and must not run again.
         if created.get("task").is_none()
@@ -478,6 +559,23 @@ impl McpTool {
     }
 }
 
+/// Calls whose limit is at least this long are made as tasks where their tools take them.
+const LONG_CALL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Why a call made as a task did not give a result.
+enum TaskError {
+    /// The server refuses a task for the tool (nothing ran).
+    Refused,
+    /// The call failed.
+    Failed(ToolError),
+}
+
+impl From<ToolError> for TaskError {
+    fn from(error: ToolError) -> Self {
+        TaskError::Failed(error)
+    }
+}
+
 /// Whether a call's error result is the refusal of a `taskSupport: "required"` tool called
 /// without a task, as the TypeScript SDK's servers word it: the whole text, one block, from its
 /// start (`MCP error -32601: Tool NAME requires task augmentation (taskSupport: 'required')`).
@@ -551,6 +649,8 @@ struct Server {
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// Its tools that are called as tasks (their `taskSupport` is `required`).
     task_only: Mutex<std::collections::BTreeSet<String>>,
+    /// Its tools that refused a task (`taskSupport: "forbidden"`): long calls of them are plain.
+    plain_only: Mutex<std::collections::BTreeSet<String>>,
     /// The calls it takes at once (`max_concurrency`), if limited.
     turns: Option<Arc<tokio::sync::Semaphore>>,
     /// The calls each tool takes at once, for the tools limited.
@@ -577,6 +677,21 @@ impl Server {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains(remote)
+    }
+
+    /// Whether tool `remote` refused a task (its `taskSupport` is `forbidden`).
+    fn is_plain_only(&self, remote: &str) -> bool {
+        self.plain_only
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(remote)
+    }
+
+    fn set_plain_only(&self, remote: &str) {
+        self.plain_only
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(remote.to_owned());
     }
 
     fn set_needs_task(&self, remote: &str) {
