@@ -1031,3 +1031,53 @@ await queue.close();
     let (_, log) = stop(ours, "TERM");
     assert_eq!(calls_made(&log), (2, 0), "{log}");
 }
+
+/// A question an MCP server asks a worker's call (elicitation) waits as it does in-process;
+/// answered, the call is made again on a worker, which gives the server the answer (it goes
+/// with the job, `answers`).
+#[test]
+fn a_question_asked_on_a_worker_is_answered_through_the_job() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let url = redis.url();
+    let everything = common::servers_dir()
+        .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &json!({"mcpServers": {"everything": {"command": "node", "args": [path_str(&everything), "stdio"]}}}),
+    );
+    let workers = worker(
+        &lab,
+        &url,
+        &["--tools", "everything.trigger-elicitation-request"],
+    );
+    published(&redis, 1);
+    let plan = lab.write(
+        "ask.json",
+        &json!({"steps": [{"id": "ask", "tool": "everything.trigger-elicitation-request", "args": {}}]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json", "--queue", &url]);
+    assert_eq!(code, 5, "{report}");
+    assert_eq!(
+        report["pending_approvals"][0]["step_id"], "ask@input#1",
+        "{report}"
+    );
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    lab.cli()
+        .args([
+            "approve",
+            &run,
+            "ask@input#1",
+            "--input",
+            r#"{"name": "Katherine Johnson"}"#,
+        ])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json", "--queue", &url]);
+    assert_eq!(code, 0, "{report}");
+    let said = record(&report, "ask")["result"].to_string();
+    assert!(said.contains("- Name: Katherine Johnson"), "{said}");
+    let (_, log) = stop(workers, "TERM");
+    assert_eq!(calls_made(&log).0, 2, "asked once, answered once: {log}");
+}

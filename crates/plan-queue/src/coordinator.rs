@@ -500,8 +500,15 @@ impl Tool for RemoteTool {
             return Err(unavailable("the queue was lost".to_owned()));
         }
         // One job per attempt: a retry is a new job, a resumed coordinator's add of the same
-        // attempt is not. BullMQ refuses `:` in ids.
-        let job_id = format!("{}#{}", ctx.idempotency_key(), ctx.attempt).replace(':', "_");
+        // attempt is not. A call made again with answers to the questions it asked is a new
+        // job too (`@N`, the answers it carries): the job that asked has ended asking. BullMQ
+        // refuses `:` in ids.
+        let answered = ctx
+            .answers
+            .as_deref()
+            .map_or(String::new(), |answers| format!("@{}", answers.len()));
+        let job_id =
+            format!("{}#{}{answered}", ctx.idempotency_key(), ctx.attempt).replace(':', "_");
         let queue = match &self.queue {
             Some(queue) => queue.clone(),
             None => self.wait_for_worker(&ctx).await?,
