@@ -1066,3 +1066,48 @@ fn long_calls_are_tasks_where_the_tool_takes_one() {
     );
     assert_eq!(front_ends["short"], Value::Null, "{front_ends}");
 }
+
+/// An answer is for the call as it asked, with its arguments (as an approval is): run again
+/// with other arguments (`retry` of what they come from), the call asks anew instead of being
+/// given the old answer.
+#[test]
+fn an_answer_is_not_given_to_the_call_with_other_arguments() {
+    let lab = mcp_lab();
+    std::fs::write(lab.dir.path().join("target.txt"), "staging").unwrap();
+    let plan = lab.write(
+        "ask.json",
+        &json!({"steps": [
+            {"id": "pick", "tool": "exec", "args": {"argv": ["cat", "target.txt"]}, "result_variable": "pick"},
+            {"id": "ask", "tool": "everything.trigger-elicitation-request", "depends_on": ["pick"], "args": {"about": "${pick.stdout}"}}
+        ]}),
+    );
+    let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
+    assert_eq!(code, 5, "{report}");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        report["pending_approvals"][0]["args"],
+        json!({"about": "staging"})
+    );
+    lab.cli()
+        .args([
+            "approve",
+            &run,
+            "ask@input#1",
+            "--input",
+            r#"{"name": "Ada"}"#,
+        ])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    std::fs::write(lab.dir.path().join("target.txt"), "prod").unwrap();
+    let (code, report) = lab.json(&["retry", &run, "pick", "--json"]);
+    assert_eq!(
+        code, 5,
+        "asked again, not answered with the answer for staging: {report}"
+    );
+    assert_eq!(
+        report["pending_approvals"][0]["args"],
+        json!({"about": "prod"})
+    );
+}

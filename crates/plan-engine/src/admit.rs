@@ -104,7 +104,14 @@ pub(crate) fn admit(
     // tool (the plan changed since: `resume --plan`) is not this call's: it asks anew.
     let mut answers = None;
     if approvals.has_questions() {
-        let ours = |question: &PendingApproval| question.tool.as_deref() == gate.tool;
+        // As the call is now, as a question keeps it: an answer is for the same tool called
+        // with the same arguments (as an approval is), else the call asks anew.
+        let mut shown = args.clone();
+        redactor.value(&mut shown);
+        let ours = |question: &PendingApproval| {
+            question.tool.as_deref() == gate.tool
+                && question.args.as_ref().is_none_or(|asked| *asked == shown)
+        };
         match approvals.questions_of(gate.waits_as) {
             Questions::Answered(given) => {
                 let given: Vec<plan_ports::Answer> = given
@@ -161,9 +168,41 @@ pub(crate) fn input_request(
         id,
         answered,
         tool,
+        details.get("arguments").cloned(),
         message,
         schema.clone(),
     ))
+}
+
+/// The most bytes of a question's schema (as JSON) kept; a larger one is kept as
+/// `{"type": "object"}` (the server checks the answer anyway).
+const MOST_SCHEMA: usize = 65_536;
+
+/// A question as it is kept and shown: its secrets taken out first, then its message cut at
+/// [`plan_types::MOST_QUESTION`] bytes and its schema bounded (a server may ask anything).
+pub(crate) fn kept_question(mut question: PendingApproval, redactor: &Redactor) -> PendingApproval {
+    if let Some(reason) = &mut question.reason {
+        redactor.string(reason);
+        let most = plan_types::QUESTION_REASON.len() + plan_types::MOST_QUESTION;
+        if reason.len() > most {
+            let mut end = most;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
+            reason.push('…');
+        }
+    }
+    if let Some(args) = &mut question.args {
+        redactor.value(args);
+    }
+    if let Some(schema) = &mut question.input_schema {
+        redactor.value(schema);
+        if schema.to_string().len() > MOST_SCHEMA {
+            *schema = serde_json::json!({"type": "object"});
+        }
+    }
+    question
 }
 
 /// Overlays the answer a person gave at the approval on a call's arguments, as the map-style
@@ -222,4 +261,40 @@ pub(crate) fn executed_record(
     };
     redactor.record(&mut record);
     record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_question_is_redacted_before_it_is_cut() {
+        let redactor = Redactor::new(["s3cr3tValueXYZ"]);
+        // The secret straddles the cut: cut first, its first bytes would be kept.
+        let message = format!("{}s3cr3tValueXYZ confirm?", "A".repeat(4086));
+        let question = PendingApproval::question(
+            "ask",
+            0,
+            "srv.ask",
+            Some(serde_json::json!({"name": "s3cr3tValueXYZ"})),
+            &message,
+            serde_json::json!({"type": "object", "description": "x".repeat(70_000)}),
+        );
+        let kept = kept_question(question, &redactor);
+        let reason = kept.reason.unwrap();
+        assert!(
+            !reason.contains("s3cr3"),
+            "{}",
+            &reason[reason.len() - 40..]
+        );
+        assert!(reason.ends_with('…') || reason.ends_with("confirm?"));
+        assert!(reason.len() <= plan_types::QUESTION_REASON.len() + plan_types::MOST_QUESTION + 3);
+        assert_eq!(kept.args, Some(serde_json::json!({"name": REDACTED_TEXT})));
+        assert_eq!(
+            kept.input_schema,
+            Some(serde_json::json!({"type": "object"}))
+        );
+    }
+
+    const REDACTED_TEXT: &str = plan_types::REDACTED;
 }

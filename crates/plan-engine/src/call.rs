@@ -101,14 +101,8 @@ impl CallContext {
         tool: &str,
         error: &plan_types::StepError,
     ) -> Option<plan_types::PendingApproval> {
-        let mut request = crate::admit::input_request(id, answered, tool, error)?;
-        if let Some(reason) = &mut request.reason {
-            self.redactor.string(reason);
-        }
-        if let Some(schema) = &mut request.input_schema {
-            self.redactor.value(schema);
-        }
-        Some(request)
+        let request = crate::admit::input_request(id, answered, tool, error)?;
+        Some(crate::admit::kept_question(request, &self.redactor))
     }
 
     /// Makes an inner call the one way every call is made: admitted (its approval, the run's

@@ -8,7 +8,7 @@ use serde_json::Value;
 use plan_types::{Event, Record};
 
 /// What replaces a secret.
-pub const REDACTED: &str = "[redacted]";
+pub use plan_types::REDACTED;
 
 /// Finds every secret in text, in the forms it takes on the way out of a tool.
 ///

@@ -196,6 +196,8 @@ fn created(plan_id: &str, plan: &Value) -> Value {
 /// plan schema goes in the system prompt.
 struct Sampling {
     peer: Arc<Peer>,
+    /// The server closing: a question to the client is given up.
+    closing: tokio_util::sync::CancellationToken,
 }
 
 impl plan_llm::Model for Sampling {
@@ -236,7 +238,7 @@ impl plan_llm::Model for Sampling {
             };
             let result = self
                 .peer
-                .request("sampling/createMessage", params)
+                .request("sampling/createMessage", params, &self.closing)
                 .await
                 .map_err(|error| failed(format!("the client's model did not answer: {error}")))?;
             // One content block, or (later revisions) a list of them.
@@ -752,7 +754,10 @@ impl PlanServer {
     /// would check it, this server's policy included; stored.
     fn create(&self, goal: &str, peer: &Arc<Peer>) -> Result<plan_run::NewPlan, Refusal> {
         let mut model: Box<dyn plan_llm::Model> = if peer.offers("sampling") {
-            Box::new(Sampling { peer: peer.clone() })
+            Box::new(Sampling {
+                peer: peer.clone(),
+                closing: self.closing.clone(),
+            })
         } else {
             match self.settings.model.clone() {
                 Some(endpoint) => {

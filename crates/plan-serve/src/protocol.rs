@@ -150,6 +150,9 @@ pub(crate) fn answer(id: Value, outcome: Result<Value, RpcError>) -> Value {
     }
 }
 
+/// How long the server waits for a client to answer its request (its model, through sampling).
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The server's requests a client has not answered yet, by id.
 type Waiting = HashMap<i64, oneshot::Sender<Result<Value, Value>>>;
 
@@ -221,8 +224,15 @@ impl Peer {
                 .is_some_and(|value| !value.is_null())
     }
 
-    /// Asks the client (`sampling/createMessage`) and waits for its answer.
-    pub(crate) async fn request(&self, method: &str, params: Value) -> Result<Value, String> {
+    /// Asks the client (`sampling/createMessage`) and waits for its answer: at most
+    /// [`ASK_TIMEOUT`], and not past the connection's end (an HTTP request's stream the client
+    /// closed) or `stop` (the server closing). A request given up is forgotten.
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> Result<Value, String> {
         if !self.can_be_asked {
             return Err("this connection cannot carry the server's requests".to_owned());
         }
@@ -230,7 +240,19 @@ impl Peer {
         let (answered, answer) = oneshot::channel();
         lock(&self.waiting).insert(id, answered);
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        match answer.await {
+        let given_up = |why: &str| {
+            lock(&self.waiting).remove(&id);
+            Err(why.to_owned())
+        };
+        let answer = tokio::select! {
+            answer = answer => answer,
+            () = self.out.closed() => return given_up("the client left before it answered"),
+            () = stop.cancelled() => return given_up("the server is closing"),
+            () = tokio::time::sleep(ASK_TIMEOUT) => {
+                return given_up("the client did not answer within 10 minutes");
+            }
+        };
+        match answer {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(error)) => Err(error["message"]
                 .as_str()

@@ -53,13 +53,21 @@ pub fn question_of(id: &str) -> Option<(&str, usize)> {
 pub const QUESTION_MARK: &str = "@input#";
 
 impl PendingApproval {
-    /// A question call `id` asked a person (its `answered + 1`th), with tool `tool`: what it
-    /// asked (`message`) and the schema of the answer.
-    pub fn question(id: &str, answered: usize, tool: &str, message: &str, schema: Value) -> Self {
+    /// A question call `id` asked a person (its `answered + 1`th), with tool `tool` and the
+    /// arguments `args` it was called with: what it asked (`message`) and the schema of the
+    /// answer.
+    pub fn question(
+        id: &str,
+        answered: usize,
+        tool: &str,
+        args: Option<Value>,
+        message: &str,
+        schema: Value,
+    ) -> Self {
         PendingApproval {
             step_id: question_key(id, answered + 1),
             tool: Some(tool.to_owned()),
-            args: None,
+            args,
             reason: Some(format!("{QUESTION_REASON}{message}")),
             input_schema: Some(schema),
         }
@@ -79,6 +87,41 @@ impl PendingApproval {
 
 /// How a question's `reason` starts, before what it asked.
 pub const QUESTION_REASON: &str = "input required: ";
+
+/// What replaces a secret, wherever a run shows or keeps something.
+pub const REDACTED: &str = "[redacted]";
+
+/// The most bytes of a question's message kept; the rest is cut, with `…`.
+pub const MOST_QUESTION: usize = 4096;
+
+/// Whether a server's question `message` is the one kept as `kept` (redacted, then cut at
+/// [`MOST_QUESTION`] bytes): each [`REDACTED`] in `kept` stands for any text, and a cut one
+/// for the rest of `message` too. A question whose text held a secret is still the same.
+pub fn same_question(kept: &str, message: &str) -> bool {
+    let (kept, cut) = match kept.strip_suffix('…') {
+        Some(start) if message.len() > MOST_QUESTION => (start, true),
+        _ => (kept, false),
+    };
+    let mut parts = kept.split(REDACTED);
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = message.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    for (k, part) in parts.iter().enumerate() {
+        let last = k + 1 == parts.len();
+        if last && !cut {
+            // The secret is at least a character; what follows it ends the message.
+            return rest.len() > part.len() && rest.ends_with(part);
+        }
+        // A secret of one character at least, then the part.
+        let Some(at) = rest.get(1..).and_then(|after| after.find(part)) else {
+            return false;
+        };
+        rest = &rest[1 + at + part.len()..];
+    }
+    parts.is_empty() && (cut || rest.is_empty())
+}
 
 /// What the questions a call asked stand at ([`Approvals::questions_of`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -367,7 +410,7 @@ mod tests {
         assert_eq!(approvals.questions_of("ask"), Questions::Answered(vec![]));
         let request = |n: usize| {
             let schema = serde_json::json!({"type": "object"});
-            PendingApproval::question("ask", n - 1, "srv.ask", "name?", schema)
+            PendingApproval::question("ask", n - 1, "srv.ask", None, "name?", schema)
         };
         assert_eq!(request(2).step_id, "ask@input#2");
         assert_eq!(request(2).question_text(), Some("name?"));
@@ -400,5 +443,20 @@ mod tests {
         assert_eq!(question_of("m[a@input#1]"), None);
         assert_eq!(question_of("a@input#0"), None);
         assert_eq!(question_of("@input#1"), None);
+    }
+
+    #[test]
+    fn a_question_is_the_same_whatever_secret_its_kept_text_took_out() {
+        assert!(same_question("name?", "name?"));
+        assert!(!same_question("name?", "your PIN?"));
+        assert!(same_question("token for [redacted]?", "token for s3cr3t?"));
+        assert!(same_question("[redacted] and [redacted]", "a and b"));
+        assert!(!same_question("token for [redacted]?", "token for ?"));
+        assert!(!same_question("token for [redacted]?", "token for s3cr3t!"));
+        assert!(!same_question("name?", "name? and more"));
+        let long = format!("{}tail", "a".repeat(MOST_QUESTION));
+        let kept = format!("{}…", "a".repeat(MOST_QUESTION));
+        assert!(same_question(&kept, &long));
+        assert!(!same_question(&kept, "short"));
     }
 }

@@ -35,8 +35,8 @@ mod task;
 mod task_id;
 
 pub use approval::{
-    Approvals, PLAN_APPROVAL, PendingApproval, QUESTION_MARK, QUESTION_REASON, Questions, Verdict,
-    question_key, question_of,
+    Approvals, MOST_QUESTION, PLAN_APPROVAL, PendingApproval, QUESTION_MARK, QUESTION_REASON,
+    Questions, REDACTED, Verdict, question_key, question_of, same_question,
 };
 pub use call_id::{CallPath, MapItem, Segment};
 pub use code::ErrorCode;

@@ -40,7 +40,9 @@ function approvals(report) {
     html("span", call.tool ? " calls " + call.tool : "", box);
     if (call.reason) html("p", call.reason, box);
     if (call.input_schema) {
-      // A question a tool asked a person: answered with a JSON object of the fields asked.
+      // A question a tool asked a person, of the call with these arguments: answered with a
+      // JSON object of the fields asked.
+      if (call.args) html("pre", JSON.stringify(call.args, null, 2), box, { class: "asked-with" });
       html("pre", JSON.stringify(call.input_schema, null, 2), box);
       const answer = html("textarea", null, box, { rows: "4", placeholder: "{\"field\": \"value\"}", "aria-label": "answer to " + call.step_id });
       const give = html("button", "Answer", box, { type: "button", "data-action": "answer", "data-step-id": call.step_id });

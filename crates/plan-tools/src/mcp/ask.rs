@@ -1,8 +1,8 @@
 //! Questions an MCP server asks a person while a call of it runs (elicitation): plan-cli
 //! answers with what a person answered to the same question before (`approve RUN ID@input#N
 //! --input JSON`), and otherwise makes the call wait for an answer (`E_INPUT_REQUIRED`),
-//! as an approval waits, instead of letting the server go on without one. What a server asks
-//! is cut to a size a person can read and a ledger should keep.
+//! as an approval waits, instead of letting the server go on without one. (The engine redacts
+//! what was asked, then cuts it to a size a person can read and a ledger should keep.)
 //!
 //! A request names no call over stdio, so a question is the call's only when it is the one
 //! call to the server in flight; with several, none can be told, and each is refused (give
@@ -21,13 +21,6 @@ pub(super) struct Asking {
     calls: Mutex<BTreeMap<u64, Arc<Asked>>>,
     next: AtomicU64,
 }
-
-/// The most bytes of a question's message kept; the rest is cut, with `…`.
-const MOST_MESSAGE: usize = 4096;
-
-/// The most bytes of a question's schema (as JSON) kept; a larger one is kept as `{"type":
-/// "object"}` (the server checks the answer anyway).
-const MOST_SCHEMA: usize = 65_536;
 
 /// What one call was asked, and the answers it has.
 struct Asked {
@@ -78,7 +71,6 @@ impl Asking {
     /// The server asks `message`, wanting an answer of `schema`: the one call in flight's
     /// first answer not given yet to this same question, or none.
     pub(super) fn reply(&self, message: &str, schema: Value) -> Reply {
-        let message = cut(message);
         let calls = lock(&self.calls);
         let mut each = calls.values();
         let (Some(asked), None) = (each.next(), each.next()) else {
@@ -89,26 +81,23 @@ impl Asking {
         };
         let mut used = lock(&asked.used);
         let answers = asked.answers.as_deref().unwrap_or_default();
-        let next = (answers.iter().zip(used.iter()))
-            .position(|(answer, used)| !used && answer.question == message);
+        let next = (answers.iter().zip(used.iter())).position(|(answer, used)| {
+            !used && plan_types::same_question(&answer.question, message)
+        });
         if let Some(k) = next {
             used[k] = true;
             return Reply::Accept(answers[k].answer.clone());
         }
-        let schema = if schema.to_string().len() > MOST_SCHEMA {
-            json!({"type": "object"})
-        } else {
-            schema
-        };
-        lock(&asked.question).get_or_insert((message, schema));
+        lock(&asked.question).get_or_insert((message.to_owned(), schema));
         Reply::Cancel
     }
 }
 
 impl InCall {
     /// Once the call's answer came: the error it ends with instead, when it was asked
-    /// something plan-cli could not answer (whatever the server then answered).
-    pub(super) fn outcome(&self, server: &str) -> Option<ToolError> {
+    /// something plan-cli could not answer (whatever the server then answered). Its details
+    /// carry what was asked and the call's `arguments`: an answer is for this call, with these.
+    pub(super) fn outcome(&self, server: &str, arguments: &Value) -> Option<ToolError> {
         if self.asked.ambiguous.load(Ordering::Relaxed) {
             return Some(ToolError::new(
                 codes::E_TOOL,
@@ -123,7 +112,9 @@ impl InCall {
                 codes::E_INPUT_REQUIRED,
                 format!("MCP server `{server}` asks: {message}"),
             )
-            .with_details(json!({"message": message, "requested_schema": schema})),
+            .with_details(
+                json!({"message": message, "requested_schema": schema, "arguments": arguments}),
+            ),
         )
     }
 }
@@ -132,18 +123,6 @@ impl Drop for InCall {
     fn drop(&mut self) {
         lock(&self.asking.calls).remove(&self.id);
     }
-}
-
-/// `message`, cut at [`MOST_MESSAGE`] bytes (on a character's boundary).
-fn cut(message: &str) -> String {
-    if message.len() <= MOST_MESSAGE {
-        return message.to_owned();
-    }
-    let mut end = MOST_MESSAGE;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -178,18 +157,18 @@ mod tests {
             Reply::Accept(json!({"name": "Ada"}))
         );
         assert!(
-            call.outcome("s").is_none(),
+            call.outcome("s", &json!({})).is_none(),
             "answered: it ends as the server says"
         );
         assert_eq!(asking.reply("age?", schema.clone()), Reply::Cancel);
         assert_eq!(asking.reply("and?", schema.clone()), Reply::Cancel);
-        let error = call.outcome("s").unwrap();
+        let error = call.outcome("s", &json!({})).unwrap();
         assert_eq!(error.code, codes::E_INPUT_REQUIRED);
         assert_eq!(error.message, "MCP server `s` asks: age?");
         assert_eq!(
             error.details,
             Some(Box::new(
-                json!({"message": "age?", "requested_schema": schema})
+                json!({"message": "age?", "requested_schema": schema, "arguments": {}})
             ))
         );
         drop(call);
@@ -204,7 +183,7 @@ mod tests {
         let two = asking.enter(None);
         assert_eq!(asking.reply("name?", json!({})), Reply::Cancel);
         for call in [&one, &two] {
-            let error = call.outcome("s").unwrap();
+            let error = call.outcome("s", &json!({})).unwrap();
             assert_eq!(error.code, codes::E_TOOL);
             assert!(
                 error.message.contains("max_concurrency"),
@@ -216,11 +195,14 @@ mod tests {
         let three = asking.enter(None);
         drop(one);
         assert_eq!(asking.reply("name?", json!({})), Reply::Cancel);
-        assert_eq!(three.outcome("s").unwrap().code, codes::E_INPUT_REQUIRED);
+        assert_eq!(
+            three.outcome("s", &json!({})).unwrap().code,
+            codes::E_INPUT_REQUIRED
+        );
     }
 
     #[test]
-    fn an_answer_goes_only_to_the_question_it_answered_and_what_is_asked_is_bounded() {
+    fn an_answer_goes_only_to_the_question_it_answered() {
         let asking = Arc::new(Asking::default());
         let call = asking.enter(answers(&[("colour?", json!({"colour": "blue"}))]));
         // Asked something else, the call is not given the colour: it waits for a person.
@@ -229,16 +211,7 @@ mod tests {
             asking.reply("colour?", json!({})),
             Reply::Accept(json!({"colour": "blue"}))
         );
-        let error = call.outcome("s").unwrap();
+        let error = call.outcome("s", &json!({})).unwrap();
         assert_eq!(error.details.unwrap()["message"], "your PIN?");
-        drop(call);
-        let call = asking.enter(None);
-        let huge = "é".repeat(10_000);
-        let schema = json!({"type": "object", "description": "x".repeat(MOST_SCHEMA)});
-        assert_eq!(asking.reply(&huge, schema), Reply::Cancel);
-        let details = call.outcome("s").unwrap().details.unwrap();
-        let message = details["message"].as_str().unwrap();
-        assert!(message.len() <= MOST_MESSAGE + '…'.len_utf8() && message.ends_with('…'));
-        assert_eq!(details["requested_schema"], json!({"type": "object"}));
     }
 }

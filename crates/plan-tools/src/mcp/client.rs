@@ -255,8 +255,11 @@ impl Tool for McpTool {
         })?;
         // In flight from here: a question the server asks meanwhile is this call's.
         let in_call = self.server.asking.enter(ctx.answers.clone());
+        // Kept for a question's details (an answer is for a call with these arguments); an
+        // MCP call costs a round trip, beside which the copy is nothing.
+        let asked_with = Value::Object(arguments.clone());
         let outcome = self.call_in_flight(&service, arguments, &ctx).await;
-        match in_call.outcome(&self.server.name) {
+        match in_call.outcome(&self.server.name, &asked_with) {
             Some(error) => Err(error),
             None => outcome,
         }
