@@ -492,7 +492,24 @@ except urllib.error.HTTPError as error:
 other_origin = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}}, http.session, {{"Origin": "http://evil.example"}})[0]
 other_host = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}}, http.session, {{"Host": "evil.example"}})[0]
 no_session = post({{"jsonrpc": "2.0", "id": 9, "method": "ping"}})[0]
-out({{"tools": tools, "structured": structured, "progress": progress, "chained": chained, "sampling": sampling, "task": task, "done": got, "result": result, "approved": approved,
+# A client that reads the server's sampling request on a call's stream, then leaves without
+# answering; the server serves on and ends on SIGTERM below. (That it gives the request up at
+# once, rather than after ASK_TIMEOUT, no client can see: protocol.rs's `request` says so.)
+import http.client, urllib.parse
+_, gone, _ = post({{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {{"protocolVersion": "2025-11-25", "capabilities": {{"sampling": {{}}}}, "clientInfo": {{"name": "gone", "version": "1"}}}}}})
+where = urllib.parse.urlparse(URL)
+asked = []
+for _ in range(3):
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    connection.request("POST", where.path, json.dumps({{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {{"name": "plan_create", "arguments": {{"goal": "anything"}}}}}}),
+        {{"Content-Type": "application/json", "Accept": "application/json, text/event-stream", "Authorization": f"Bearer {{TOKEN}}", "Mcp-Session-Id": gone}})
+    response = connection.getresponse()
+    line = b""
+    while not line.startswith(b"data:"):
+        line = response.fp.readline()
+    asked.append(json.loads(line[5:])["method"])
+    connection.close()
+out({{"asked": asked, "tools": tools, "structured": structured, "progress": progress, "chained": chained, "sampling": sampling, "task": task, "done": got, "result": result, "approved": approved,
      "unauthorized": unauthorized, "other_origin": other_origin, "other_host": other_host, "no_session": no_session}})
 "#,
             plan = gated_plan()
@@ -531,6 +548,10 @@ out({{"tools": tools, "structured": structured, "progress": progress, "chained":
     assert_eq!(answer["other_origin"], 403);
     assert_eq!(answer["other_host"], 403);
     assert_eq!(answer["no_session"], 400);
+    assert_eq!(
+        answer["asked"],
+        json!(["sampling/createMessage", "sampling/createMessage", "sampling/createMessage"])
+    );
     // A SIGTERM while a client waits on a task's result (its run waits for an approval):
     // the waiting request is answered, and the server ends.
     let script = lab.dir.path().join("waiting.py");
