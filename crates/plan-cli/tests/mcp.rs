@@ -1106,8 +1106,38 @@ fn an_answer_is_not_given_to_the_call_with_other_arguments() {
         code, 5,
         "asked again, not answered with the answer for staging: {report}"
     );
+    let asked = &report["pending_approvals"][0];
+    assert_eq!(asked["step_id"], "ask@input#2", "{report}");
+    assert_eq!(asked["args"], json!({"about": "prod"}));
+    // Refused, then asked of other arguments again: a new question, which can be answered.
+    lab.cli()
+        .args(["reject", &run, "ask@input#2", "--reason", "not prod"])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 1, "{report}");
+    std::fs::write(lab.dir.path().join("target.txt"), "dev").unwrap();
+    let (code, report) = lab.json(&["retry", &run, "pick", "--json"]);
+    assert_eq!(code, 5, "{report}");
     assert_eq!(
-        report["pending_approvals"][0]["args"],
-        json!({"about": "prod"})
+        report["pending_approvals"][0]["step_id"], "ask@input#3",
+        "{report}"
+    );
+    lab.cli()
+        .args([
+            "approve",
+            &run,
+            "ask@input#3",
+            "--input",
+            r#"{"name": "Dev"}"#,
+        ])
+        .assert()
+        .success();
+    let (code, report) = lab.json(&["resume", &run, "--json"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(
+        record(&report, "ask")["result"]
+            .to_string()
+            .contains("- Name: Dev")
     );
 }

@@ -550,7 +550,11 @@ out({{"asked": asked, "tools": tools, "structured": structured, "progress": prog
     assert_eq!(answer["no_session"], 400);
     assert_eq!(
         answer["asked"],
-        json!(["sampling/createMessage", "sampling/createMessage", "sampling/createMessage"])
+        json!([
+            "sampling/createMessage",
+            "sampling/createMessage",
+            "sampling/createMessage"
+        ])
     );
     // A SIGTERM while a client waits on a task's result (its run waits for an approval):
     // the waiting request is answered, and the server ends.

@@ -15,17 +15,37 @@ use plan_ports::codes;
 /// What admission decided about a call.
 pub(crate) enum Admission {
     /// Make the call with these arguments. `approvals_off`: it is a high-risk call that
-    /// runs only because approvals are off (its `tool.called` event says so). `answers`: what
-    /// a person answered to the questions it asked before (`ToolContext::answers`).
+    /// runs only because approvals are off (its `tool.called` event says so). `asked`: the
+    /// questions it asked a person before.
     Call {
         args: Value,
         approvals_off: bool,
-        answers: Option<Arc<[plan_ports::Answer]>>,
+        asked: Asked,
     },
     /// Do not make it: it fails with this error (its arguments, a rejection, a guard).
     Fail(StepError),
     /// Do not make it yet: it waits for a decision.
     Wait(PendingApproval),
+}
+
+/// What a call carries of the questions it asked a person before.
+#[derive(Clone)]
+pub(crate) struct Asked {
+    /// The answers given (`ToolContext::answers`), none for most calls.
+    pub(crate) answers: Option<Arc<[plan_ports::Answer]>>,
+    /// The number its next question takes (`ID@input#N`): one after every question of it kept,
+    /// so a refused or outdated one is never asked over.
+    pub(crate) next: usize,
+}
+
+impl Asked {
+    /// A call that asked nothing before.
+    pub(crate) fn nothing() -> Self {
+        Asked {
+            answers: None,
+            next: 1,
+        }
+    }
 }
 
 /// What admission needs to know of a call besides its arguments.
@@ -102,8 +122,9 @@ pub(crate) fn admit(
     // Questions the call asked a person before (an MCP server's elicitation): it is made
     // again only once each is answered, and given the answers. A question asked of another
     // tool (the plan changed since: `resume --plan`) is not this call's: it asks anew.
-    let mut answers = None;
+    let mut asked = Asked::nothing();
     if approvals.has_questions() {
+        asked.next = approvals.next_question(gate.waits_as);
         // As the call is now, as a question keeps it: an answer is for the same tool called
         // with the same arguments (as an approval is), else the call asks anew.
         let mut shown = args.clone();
@@ -112,29 +133,26 @@ pub(crate) fn admit(
             question.tool.as_deref() == gate.tool
                 && question.args.as_ref().is_none_or(|asked| *asked == shown)
         };
-        match approvals.questions_of(gate.waits_as) {
-            Questions::Answered(given) => {
-                let given: Vec<plan_ports::Answer> = given
-                    .into_iter()
-                    .filter(|(question, _)| ours(question))
-                    .map(|(question, answer)| plan_ports::Answer {
-                        question: question.question_text().unwrap_or_default().to_owned(),
-                        answer: answer.clone(),
-                    })
-                    .collect();
-                answers = (!given.is_empty()).then(|| Arc::from(given));
+        let mut given = Vec::new();
+        for (question, stands) in approvals.questions_of(gate.waits_as) {
+            if !ours(question) {
+                continue;
             }
-            Questions::Waiting(question) if ours(question) => {
-                return Admission::Wait(question.clone());
+            match stands {
+                Questions::Answered(answer) => given.push(plan_ports::Answer {
+                    question: question.question_text().unwrap_or_default().to_owned(),
+                    answer: answer.clone(),
+                }),
+                Questions::Waiting => return Admission::Wait(question.clone()),
+                Questions::Refused(reason) => {
+                    return Admission::Fail(StepError::new(
+                        codes::E_REJECTED,
+                        format!("the input the call asked for was refused: {reason}"),
+                    ));
+                }
             }
-            Questions::Refused(question, reason) if ours(question) => {
-                return Admission::Fail(StepError::new(
-                    codes::E_REJECTED,
-                    format!("the input the call asked for was refused: {reason}"),
-                ));
-            }
-            Questions::Waiting(_) | Questions::Refused(..) => {}
         }
+        asked.answers = (!given.is_empty()).then(|| Arc::from(given));
     }
     if let (Some(guard), Some(tool)) = (guard, gate.tool)
         && let Err(error) = guard.admit(tool, &args)
@@ -144,17 +162,17 @@ pub(crate) fn admit(
     Admission::Call {
         args,
         approvals_off,
-        answers,
+        asked,
     }
 }
 
-/// The question a call that asked a person for input waits on: its `answered + 1`th, kept as
+/// The question a call that asked a person for input waits on: its `n`th, kept as
 /// `ID@input#N`, with what it asked and the schema of the answer. Only a tool's own question
 /// (`E_INPUT_REQUIRED` whose `details` give `message` and `requested_schema`, as the MCP
 /// client's do) is one: the code alone, which any tool can give (`fail`), is a failure.
 pub(crate) fn input_request(
     id: &str,
-    answered: usize,
+    n: usize,
     tool: &str,
     error: &StepError,
 ) -> Option<PendingApproval> {
@@ -166,7 +184,7 @@ pub(crate) fn input_request(
     let schema = details.get("requested_schema").filter(|s| s.is_object())?;
     Some(PendingApproval::question(
         id,
-        answered,
+        n,
         tool,
         details.get("arguments").cloned(),
         message,
@@ -183,14 +201,12 @@ const MOST_SCHEMA: usize = 65_536;
 pub(crate) fn kept_question(mut question: PendingApproval, redactor: &Redactor) -> PendingApproval {
     if let Some(reason) = &mut question.reason {
         redactor.string(reason);
-        let most = plan_types::QUESTION_REASON.len() + plan_types::MOST_QUESTION;
-        if reason.len() > most {
-            let mut end = most;
-            while !reason.is_char_boundary(end) {
-                end -= 1;
-            }
-            reason.truncate(end);
-            reason.push('…');
+        if let Some(text) = reason.strip_prefix(plan_types::QUESTION_REASON) {
+            *reason = format!(
+                "{}{}",
+                plan_types::QUESTION_REASON,
+                plan_types::kept_question_text(text)
+            );
         }
     }
     if let Some(args) = &mut question.args {
@@ -274,7 +290,7 @@ mod tests {
         let message = format!("{}s3cr3tValueXYZ confirm?", "A".repeat(4086));
         let question = PendingApproval::question(
             "ask",
-            0,
+            1,
             "srv.ask",
             Some(serde_json::json!({"name": "s3cr3tValueXYZ"})),
             &message,

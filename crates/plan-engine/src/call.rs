@@ -97,11 +97,11 @@ impl CallContext {
     pub(crate) fn input_request(
         &self,
         id: &str,
-        answered: usize,
+        n: usize,
         tool: &str,
         error: &plan_types::StepError,
     ) -> Option<plan_types::PendingApproval> {
-        let request = crate::admit::input_request(id, answered, tool, error)?;
+        let request = crate::admit::input_request(id, n, tool, error)?;
         Some(crate::admit::kept_question(request, &self.redactor))
     }
 
@@ -116,12 +116,12 @@ impl CallContext {
         gate: &crate::admit::Gate<'_>,
         approvals: &plan_types::Approvals,
     ) -> Made {
-        let (args, approvals_off, answers) = match self.admit(resolved, gate, approvals) {
+        let (args, approvals_off, asked) = match self.admit(resolved, gate, approvals) {
             crate::admit::Admission::Call {
                 args,
                 approvals_off,
-                answers,
-            } => (args, approvals_off, answers),
+                asked,
+            } => (args, approvals_off, asked),
             crate::admit::Admission::Fail(error) => {
                 return Made::Done {
                     outcome: Err(error),
@@ -143,7 +143,8 @@ impl CallContext {
                 timeout: call.timeout,
                 working_dir: call.working_dir,
                 approvals_off,
-                answers: answers.clone(),
+                next_question: asked.next,
+                answers: asked.answers,
                 earlier: call.earlier,
             },
         )
@@ -151,12 +152,8 @@ impl CallContext {
         let outcome = finished.result.map_err(plan_types::StepError::from);
         // A call that asked a person for input waits for the answer, as an approval does.
         if let Err(error) = &outcome
-            && let Some(request) = self.input_request(
-                gate.waits_as,
-                answers.as_deref().map_or(0, <[_]>::len),
-                call.tool_name,
-                error,
-            )
+            && let Some(request) =
+                self.input_request(gate.waits_as, asked.next, call.tool_name, error)
         {
             return Made::Waiting(request);
         }
@@ -212,17 +209,17 @@ impl StepCall {
     /// Calls the step's (or item's) tool.
     pub(crate) async fn execute(self) -> Finished {
         let started = Instant::now();
-        let (id, tool_name, answered) = (
+        let (id, tool_name, next_question) = (
             self.call.step_id.clone(),
             self.call.tool_name.clone(),
-            self.call.answers.as_deref().map_or(0, <[_]>::len),
+            self.call.next_question,
         );
         let done = call_tool(&self.context, self.call).await;
         let result = done.result.map_err(plan_types::StepError::from);
         let asking = result
             .as_ref()
             .err()
-            .and_then(|error| self.context.input_request(&id, answered, &tool_name, error));
+            .and_then(|error| (self.context).input_request(&id, next_question, &tool_name, error));
         Finished {
             step: self.step,
             item: self.item,
@@ -260,6 +257,8 @@ pub(crate) struct ToolCall {
     pub(crate) approvals_off: bool,
     /// Answers to the questions the call asked before (`ToolContext::answers`).
     pub(crate) answers: Option<Arc<[plan_ports::Answer]>>,
+    /// The number the call's next question takes (`admit::Asked::next`).
+    pub(crate) next_question: usize,
     /// Attempts the call made before (an earlier run of it, since run again): its attempts
     /// go on counting from there, so each has an identity of its own (a queue job id). The
     /// retry policy's budget is for this run's attempts.
@@ -279,6 +278,7 @@ pub(crate) async fn call_tool(context: &CallContext, call: ToolCall) -> ToolFini
         working_dir,
         approvals_off,
         answers,
+        next_question: _,
         earlier,
     } = call;
     let emit = |kind: EventKind, attempt: u32, fill: &dyn Fn(&mut Event)| {

@@ -131,8 +131,8 @@ pub(crate) struct StepStart {
     pub(crate) args: Value,
     /// A high-risk call made only because approvals are off.
     pub(crate) approvals_off: bool,
-    /// Answers to the questions the call asked before.
-    pub(crate) answers: Option<Arc<[plan_ports::Answer]>>,
+    /// The questions the call asked a person before.
+    pub(crate) asked: crate::admit::Asked,
     pub(crate) context: CallContext,
 }
 
@@ -173,7 +173,7 @@ impl Action {
             id,
             args,
             approvals_off,
-            answers,
+            asked,
             context,
         } = start;
         match self {
@@ -189,7 +189,8 @@ impl Action {
                     timeout: step.timeout,
                     working_dir: None,
                     approvals_off,
-                    answers,
+                    answers: asked.answers,
+                    next_question: asked.next,
                     earlier: run.earlier_attempts(&id),
                     step_id: id,
                 },

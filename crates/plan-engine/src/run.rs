@@ -874,7 +874,7 @@ impl Scheduler<'_> {
             schema: step.schema.as_deref(),
             answerable: true,
         };
-        let (args, approvals_off, answers) = match admit(
+        let (args, approvals_off, asked) = match admit(
             resolved,
             &gate,
             &self.approvals,
@@ -884,8 +884,8 @@ impl Scheduler<'_> {
             Admission::Call {
                 args,
                 approvals_off,
-                answers,
-            } => (args, approvals_off, answers),
+                asked,
+            } => (args, approvals_off, asked),
             Admission::Fail(error) => {
                 self.finish_work(step_index, item, Err(error), 0, Duration::ZERO);
                 return None;
@@ -903,7 +903,7 @@ impl Scheduler<'_> {
             id: step_id,
             args,
             approvals_off,
-            answers,
+            asked,
             context: self.call_context(halt),
         };
         Some(step.action.start(&step.view(), start, self))

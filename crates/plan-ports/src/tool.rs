@@ -158,9 +158,10 @@ pub struct ToolContext {
     /// a `cwd` outside it. It holds wherever the run goes on (`resume` from the CLI too).
     pub confined_to: Option<Arc<std::path::Path>>,
     /// The answers a person gave to the questions this call asked before (an MCP server's
-    /// elicitations), in the order asked (none for most calls): the tool gives the `n`th to
-    /// the `n`th question it is asked when that is the same question, and fails with
-    /// [`codes::E_INPUT_REQUIRED`] for one it has no answer to.
+    /// elicitations), in the order asked (none for most calls): asked a question, the tool
+    /// gives the first answer not given yet to that same question
+    /// (`plan_types::same_question`), and fails with [`codes::E_INPUT_REQUIRED`] when there is
+    /// none.
     pub answers: Option<Arc<[Answer]>>,
 }
 

@@ -302,6 +302,21 @@ async fn call(
         .as_str()
         .filter(|dir| !dir.is_empty())
         .map(|dir| Arc::from(std::path::Path::new(dir)));
+    // Answers a person gave the call's earlier questions: a job whose `answers` do not read
+    // is refused, not run as if it had none (its server would ask the person again).
+    let answers = match data.get("answers") {
+        None | Some(Value::Null) => None,
+        Some(answers) => {
+            let answers: Vec<plan_ports::Answer> = serde_json::from_value(answers.clone())
+                .map_err(|error| {
+                    ToolError::invalid_args(format!(
+                        "job {}'s `answers` are not [{{\"question\": TEXT, \"answer\": {{...}}}}]: {error}",
+                        job.id()
+                    ))
+                })?;
+            (!answers.is_empty()).then(|| Arc::from(answers))
+        }
+    };
     let cancel = CancellationToken::new();
     let ctx = ToolContext {
         run_id: Arc::from(data["run_id"].as_str().unwrap_or_default()),
@@ -314,10 +329,7 @@ async fn call(
         output: None,
         working_dir,
         confined_to,
-        answers: serde_json::from_value::<Vec<plan_ports::Answer>>(data["answers"].clone())
-            .ok()
-            .filter(|answers| !answers.is_empty())
-            .map(Arc::from),
+        answers,
     };
     let call = async {
         match left {

@@ -81,6 +81,7 @@ pub fn approve(
     }
     // A question a call asked is answered, not approved.
     let questions: Vec<&str> = pending(&rows)
+        // Named, or (`--all` with nothing but questions waiting) all of them: said how to answer.
         .filter(|r| is_question(r) && (ids.contains(&r.step_id) || ids.is_empty()))
         .map(|r| r.step_id.as_str())
         .collect();

@@ -303,7 +303,7 @@ fn streamed(
 async fn no_stream() -> Response {
     let mut response = refuse(
         StatusCode::METHOD_NOT_ALLOWED,
-        "this server opens no stream: each POST is answered with its JSON response",
+        "this server opens no standing stream: a POST is answered with its JSON response, or a tools/call with an event stream of its own",
     );
     response
         .headers_mut()

@@ -165,8 +165,8 @@ pub(crate) struct Peer {
     /// HTTP requests, [`Peer::streaming`], whose answers come in later POSTs).
     waiting: Arc<Mutex<Waiting>>,
     next_id: Arc<AtomicI64>,
-    /// Whether the server may send it requests (not over HTTP, where each POST is answered
-    /// once and there is no stream back).
+    /// Whether the server may send it requests: over stdio, and on an HTTP request's event
+    /// stream ([`Peer::streaming`]); not on an HTTP session itself, which has no stream back.
     can_be_asked: bool,
 }
 

@@ -53,19 +53,18 @@ pub fn question_of(id: &str) -> Option<(&str, usize)> {
 pub const QUESTION_MARK: &str = "@input#";
 
 impl PendingApproval {
-    /// A question call `id` asked a person (its `answered + 1`th), with tool `tool` and the
-    /// arguments `args` it was called with: what it asked (`message`) and the schema of the
-    /// answer.
+    /// A question call `id` asked a person (its `n`th), with tool `tool` and the arguments
+    /// `args` it was called with: what it asked (`message`) and the schema of the answer.
     pub fn question(
         id: &str,
-        answered: usize,
+        n: usize,
         tool: &str,
         args: Option<Value>,
         message: &str,
         schema: Value,
     ) -> Self {
         PendingApproval {
-            step_id: question_key(id, answered + 1),
+            step_id: question_key(id, n),
             tool: Some(tool.to_owned()),
             args,
             reason: Some(format!("{QUESTION_REASON}{message}")),
@@ -94,12 +93,35 @@ pub const REDACTED: &str = "[redacted]";
 /// The most bytes of a question's message kept; the rest is cut, with `…`.
 pub const MOST_QUESTION: usize = 4096;
 
-/// Whether a server's question `message` is the one kept as `kept` (redacted, then cut at
-/// [`MOST_QUESTION`] bytes): each [`REDACTED`] in `kept` stands for any text, and a cut one
-/// for the rest of `message` too. A question whose text held a secret is still the same.
+/// A question's message as it is kept, its secrets already taken out: cut at
+/// [`MOST_QUESTION`] bytes (on a character's boundary, and never inside a [`REDACTED`]), with
+/// `…`.
+pub fn kept_question_text(redacted: &str) -> String {
+    if redacted.len() <= MOST_QUESTION {
+        return redacted.to_owned();
+    }
+    let mut end = MOST_QUESTION;
+    while !redacted.is_char_boundary(end) {
+        end -= 1;
+    }
+    // A cut inside a `[redacted]` keeps all of it: what is kept still reads as redacted.
+    if let Some(at) = redacted[..end].rfind('[')
+        && redacted[at..].starts_with(REDACTED)
+        && at + REDACTED.len() > end
+    {
+        end = at + REDACTED.len();
+    }
+    format!("{}…", &redacted[..end])
+}
+
+/// Whether a server's question `message` is the one kept as `kept` (by
+/// [`kept_question_text`], after redaction): each [`REDACTED`] in `kept` stands for any text,
+/// and a cut one (its kept start as long as a cut leaves it) for the rest of `message` too. A
+/// question whose text held a secret is still the same.
 pub fn same_question(kept: &str, message: &str) -> bool {
     let (kept, cut) = match kept.strip_suffix('…') {
-        Some(start) if message.len() > MOST_QUESTION => (start, true),
+        // A character is at most 4 bytes: a cut start is within 3 of the most kept.
+        Some(start) if start.len() + 3 >= MOST_QUESTION => (start, true),
         _ => (kept, false),
     };
     let mut parts = kept.split(REDACTED);
@@ -109,30 +131,31 @@ pub fn same_question(kept: &str, message: &str) -> bool {
     };
     let parts: Vec<&str> = parts.collect();
     for (k, part) in parts.iter().enumerate() {
-        let last = k + 1 == parts.len();
-        if last && !cut {
+        if k + 1 == parts.len() && !cut {
             // The secret is at least a character; what follows it ends the message.
             return rest.len() > part.len() && rest.ends_with(part);
         }
         // A secret of one character at least, then the part.
-        let Some(at) = rest.get(1..).and_then(|after| after.find(part)) else {
+        let Some(skip) = rest.chars().next().map(char::len_utf8) else {
             return false;
         };
-        rest = &rest[1 + at + part.len()..];
+        let Some(at) = rest[skip..].find(part) else {
+            return false;
+        };
+        rest = &rest[skip + at + part.len()..];
     }
-    parts.is_empty() && (cut || rest.is_empty())
+    cut || rest.is_empty()
 }
 
-/// What the questions a call asked stand at ([`Approvals::questions_of`]).
+/// Where one question a call asked stands ([`Approvals::questions_of`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Questions<'a> {
-    /// Every question asked so far is answered: each as it was asked, with its answer, in the
-    /// order asked.
-    Answered(Vec<(&'a PendingApproval, &'a Value)>),
-    /// A question waits for its answer: the request, as it was asked.
-    Waiting(&'a PendingApproval),
-    /// A question was refused: as it was asked, and the reason given.
-    Refused(&'a PendingApproval, &'a str),
+    /// Answered, with this answer.
+    Answered(&'a Value),
+    /// Waiting for its answer.
+    Waiting,
+    /// Refused, with the reason given.
+    Refused(&'a str),
 }
 
 /// Decisions on approvals, keyed by step id or map item id (`deploy`, `deploy[prod]`). A
@@ -225,7 +248,7 @@ impl Approvals {
         self.rejected.insert(id, reason.into());
     }
 
-    /// Keeps a question a call asked (`ID@input#N`, see [`input_key`]) as still waiting for
+    /// Keeps a question a call asked (`ID@input#N`, see [`question_key`]) as still waiting for
     /// its answer: the call waits again, without being made, until it is answered.
     pub fn await_answer(&mut self, request: PendingApproval) {
         self.inputs
@@ -251,21 +274,25 @@ impl Approvals {
         !self.inputs.is_empty()
     }
 
-    /// Where the questions call `id` asked stand: the answers given to `ID@input#1`, `#2`, …
-    /// up to the first that waits, was refused, or was never asked.
-    pub fn questions_of(&self, id: &str) -> Questions<'_> {
-        let mut answers = Vec::new();
-        for n in 1.. {
-            match self.inputs.get(&question_key(id, n)) {
-                Some(Input::Answered(question, answer)) => answers.push((question, answer)),
-                Some(Input::Waiting(request)) => return Questions::Waiting(request),
-                Some(Input::Refused(question, reason)) => {
-                    return Questions::Refused(question, reason);
-                }
-                None => break,
-            }
-        }
-        Questions::Answered(answers)
+    /// The number the next question call `id` asks takes: one after every question of it
+    /// kept, answered, refused or asked of other arguments alike (a key is never used twice).
+    pub fn next_question(&self, id: &str) -> usize {
+        (1..)
+            .find(|n| !self.inputs.contains_key(&question_key(id, *n)))
+            .unwrap_or(1)
+    }
+
+    /// Every question call `id` asked (`ID@input#1`, `#2`, …), as it was asked, and where
+    /// each stands, in the order asked.
+    pub fn questions_of(&self, id: &str) -> Vec<(&PendingApproval, Questions<'_>)> {
+        (1..)
+            .map_while(|n| self.inputs.get(&question_key(id, n)))
+            .map(|input| match input {
+                Input::Answered(question, answer) => (question, Questions::Answered(answer)),
+                Input::Waiting(question) => (question, Questions::Waiting),
+                Input::Refused(question, reason) => (question, Questions::Refused(reason)),
+            })
+            .collect()
     }
 
     /// Turns approvals off: a high-risk call nobody decided on runs at once (a rejection still
@@ -404,13 +431,13 @@ mod tests {
     }
 
     #[test]
-    fn a_calls_questions_are_answered_in_order_until_one_waits_or_is_refused() {
+    fn a_calls_questions_are_kept_in_the_order_asked() {
         let mut approvals = Approvals::new();
         assert!(!approvals.has_questions());
-        assert_eq!(approvals.questions_of("ask"), Questions::Answered(vec![]));
+        assert_eq!(approvals.questions_of("ask"), vec![]);
         let request = |n: usize| {
             let schema = serde_json::json!({"type": "object"});
-            PendingApproval::question("ask", n - 1, "srv.ask", None, "name?", schema)
+            PendingApproval::question("ask", n, "srv.ask", None, "name?", schema)
         };
         assert_eq!(request(2).step_id, "ask@input#2");
         assert_eq!(request(2).question_text(), Some("name?"));
@@ -421,18 +448,26 @@ mod tests {
         assert!(approvals.has_questions());
         assert_eq!(
             approvals.questions_of("ask"),
-            Questions::Waiting(&request(2))
+            vec![
+                (&request(1), Questions::Answered(&ada)),
+                (&request(2), Questions::Waiting)
+            ]
         );
         approvals.answer_question(request(2), ok.clone());
         assert_eq!(
             approvals.questions_of("ask"),
-            Questions::Answered(vec![(&request(1), &ada), (&request(2), &ok)])
+            vec![
+                (&request(1), Questions::Answered(&ada)),
+                (&request(2), Questions::Answered(&ok))
+            ]
         );
         approvals.refuse_question(request(1), "no");
         assert_eq!(
-            approvals.questions_of("ask"),
-            Questions::Refused(&request(1), "no")
+            approvals.questions_of("ask")[0],
+            (&request(1), Questions::Refused("no"))
         );
+        assert_eq!(approvals.next_question("ask"), 3);
+        assert_eq!(approvals.next_question("other"), 1);
         assert_eq!(question_key("deploy[prod]", 3), "deploy[prod]@input#3");
         assert_eq!(
             question_of("deploy[prod]@input#3"),
@@ -455,8 +490,17 @@ mod tests {
         assert!(!same_question("token for [redacted]?", "token for s3cr3t!"));
         assert!(!same_question("name?", "name? and more"));
         let long = format!("{}tail", "a".repeat(MOST_QUESTION));
-        let kept = format!("{}…", "a".repeat(MOST_QUESTION));
+        let kept = kept_question_text(&long);
+        assert!(kept.ends_with('…'));
         assert!(same_question(&kept, &long));
         assert!(!same_question(&kept, "short"));
+        // Redaction can lengthen a message past the cut (a 3-byte secret): kept and matched.
+        let near = format!("{}abc end", "a".repeat(MOST_QUESTION - 8));
+        let kept = kept_question_text(&near.replace("abc", REDACTED));
+        assert!(kept.ends_with('…'), "{}", kept.len());
+        assert!(same_question(&kept, &near));
+        // A message that ends so by itself is not read as cut.
+        assert!(same_question("wait…", "wait…"));
+        assert!(!same_question("wait…", "wait… and more"));
     }
 }

@@ -36,7 +36,7 @@ mod task_id;
 
 pub use approval::{
     Approvals, MOST_QUESTION, PLAN_APPROVAL, PendingApproval, QUESTION_MARK, QUESTION_REASON,
-    Questions, REDACTED, Verdict, question_key, question_of, same_question,
+    Questions, REDACTED, Verdict, kept_question_text, question_key, question_of, same_question,
 };
 pub use call_id::{CallPath, MapItem, Segment};
 pub use code::ErrorCode;

@@ -367,7 +367,7 @@ impl McpTool {
         arguments: rmcp::model::JsonObject,
         ctx: &ToolContext,
     ) -> Result<Value, ToolError> {
-        match self.task_call(service, arguments, ctx, false).await {
+        match self.task_call(service, arguments, ctx).await {
             Ok(value) => Ok(value),
             Err(TaskError::Failed(error)) => Err(error),
             Err(TaskError::Refused) => Err(ToolError::new(
@@ -388,7 +388,7 @@ impl McpTool {
         arguments: rmcp::model::JsonObject,
         ctx: &ToolContext,
     ) -> Option<Result<Value, ToolError>> {
-        match self.task_call(service, arguments, ctx, true).await {
+        match self.task_call(service, arguments, ctx).await {
             Ok(value) => Some(Ok(value)),
             Err(TaskError::Failed(error)) => Some(Err(error)),
             Err(TaskError::Refused) => None,
@@ -400,7 +400,6 @@ impl McpTool {
         service: &Arc<Service>,
         arguments: rmcp::model::JsonObject,
         ctx: &ToolContext,
-        may_refuse: bool,
     ) -> Result<Value, TaskError> {
         let mut task = serde_json::json!({});
         if let Some(deadline) = ctx.deadline {
@@ -410,25 +409,16 @@ impl McpTool {
             task["ttl"] = Value::from(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
         }
         let params = serde_json::json!({"name": self.remote, "arguments": arguments, "task": task});
-        let request = ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(
-            "tools/call",
-            Some(params),
-        ));
-        let created = match service.peer().send_request(request).await {
-            Ok(result) => serde_json::to_value(result).map_err(|error| {
-                ToolError::new(
-                    codes::E_TOOL,
-                    format!("unreadable answer to tools/call: {error}"),
-                )
-            })?,
+        let created = match send_raw(service, "tools/call", params).await {
+            Ok(created) => created,
             // MCP 2025-11-25: a tool whose `taskSupport` is `forbidden` refuses a task; the
             // call did not run.
-            Err(ServiceError::McpError(error))
-                if may_refuse && error.code == ErrorCode::METHOD_NOT_FOUND =>
+            Err(RawError::Service(ServiceError::McpError(error)))
+                if error.code == ErrorCode::METHOD_NOT_FOUND =>
             {
                 return Err(TaskError::Refused);
             }
-            Err(error) => return Err(self.server.failed(service, error).await.into()),
+            Err(error) => return Err(self.raw_failed(service, error).await.into()),
         };
         Ok(self.follow_task(service, created, ctx).await?)
     }
@@ -548,18 +538,42 @@ impl McpTool {
         method: &str,
         params: Value,
     ) -> Result<Value, ToolError> {
-        let request =
-            ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(method, Some(params)));
-        match service.peer().send_request(request).await {
-            Ok(result) => serde_json::to_value(result).map_err(|error| {
-                ToolError::new(
-                    codes::E_TOOL,
-                    format!("unreadable answer to {method}: {error}"),
-                )
-            }),
-            Err(error) => Err(self.server.failed(service, error).await),
+        match send_raw(service, method, params).await {
+            Ok(answer) => Ok(answer),
+            Err(error) => Err(self.raw_failed(service, error).await),
         }
     }
+
+    /// A raw request's failure as the call's error (a dead transport is dropped).
+    async fn raw_failed(&self, service: &Arc<Service>, error: RawError) -> ToolError {
+        match error {
+            RawError::Service(error) => self.server.failed(service, error).await,
+            RawError::Unreadable(method, error) => ToolError::new(
+                codes::E_TOOL,
+                format!("unreadable answer to {method}: {error}"),
+            ),
+        }
+    }
+}
+
+/// Why a raw request gave no answer.
+enum RawError {
+    /// The request failed (the server's error, or the transport's).
+    Service(ServiceError),
+    /// Its answer could not be read as JSON.
+    Unreadable(String, serde_json::Error),
+}
+
+/// Sends `method` with `params` as rmcp's `CustomRequest`: the answer as JSON.
+async fn send_raw(service: &Arc<Service>, method: &str, params: Value) -> Result<Value, RawError> {
+    let request =
+        ClientRequest::CustomRequest(rmcp::model::CustomRequest::new(method, Some(params)));
+    let answer = service
+        .peer()
+        .send_request(request)
+        .await
+        .map_err(RawError::Service)?;
+    serde_json::to_value(answer).map_err(|error| RawError::Unreadable(method.to_owned(), error))
 }
 
 /// Calls whose limit is at least this long are made as tasks where their tools take them.
