@@ -785,6 +785,11 @@ fn a_waiting_run_is_approved_and_resumed_by_clicks() {
     );
     assert!(call.as_str().unwrap().contains("to production"), "{call}");
     screenshot(&browser, "run-waiting");
+    // Approved with an answer (`approve --input`): it replaces the argument of its name.
+    browser.type_into(
+        "textarea[aria-label=\"answer for deploy\"]",
+        r#"{"text": "to staging"}"#,
+    );
     browser.click("[data-action=\"approve\"][data-step-id=\"deploy\"]");
     browser.click("#toolbar [data-action=\"resume\"]");
     browser.wait_for("COMPLETED", 60, STATUS, |s| s == "COMPLETED");
@@ -793,6 +798,13 @@ fn a_waiting_run_is_approved_and_resumed_by_clicks() {
     });
     let (_, status) = lab.json(&["status", &run, "--json"]);
     assert_eq!(status["task_status"], "COMPLETED", "{status}");
+    let deploy = status["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == "deploy")
+        .unwrap();
+    assert_eq!(deploy["result"], json!({"text": "to staging"}), "{status}");
 
     let run = waiting(&lab);
     let reason = "input[aria-label=\"reason for rejecting deploy\"]";

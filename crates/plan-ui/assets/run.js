@@ -53,8 +53,17 @@ function approvals(report) {
       };
     } else {
       html("pre", JSON.stringify(call.args ?? {}, null, 2), box);
+      // A call's arguments a person may answer when approving (`approve --input`): a JSON
+      // object whose fields replace the arguments of their names. Empty: approved as shown.
+      const answer = call.tool ? html("textarea", null, box, { rows: "2", placeholder: "answer (optional): {\"field\": \"value\"}", "aria-label": "answer for " + call.step_id }) : null;
       const approve = html("button", "Approve", box, { type: "button", "data-action": "approve", "data-step-id": call.step_id });
-      approve.onclick = () => act("/approve", { steps: [call.step_id] });
+      approve.onclick = () => {
+        const body = { steps: [call.step_id] };
+        if (answer && answer.value.trim()) {
+          try { body.input = JSON.parse(answer.value); } catch (e) { say("the answer is not JSON: " + e.message); return; }
+        }
+        act("/approve", body);
+      };
     }
     const reason = html("input", null, box, { type: "text", placeholder: "why (for a rejection)", "aria-label": "reason for rejecting " + call.step_id });
     const reject = html("button", "Reject", box, { type: "button", "data-action": "reject", "data-step-id": call.step_id });
