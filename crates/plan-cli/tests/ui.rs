@@ -1160,7 +1160,7 @@ fn a_servers_question_is_answered_in_the_page() {
         "textarea[aria-label=\"answer to ask@input#1\"]",
         r#"{"name": "Grace Hopper"}"#,
     );
-    browser.click("[data-action=\"answer\"][data-step-id=\"ask@input#1\"]");
+    browser.click("[data-action=\"approve\"][data-step-id=\"ask@input#1\"]");
     browser.click("#toolbar [data-action=\"resume\"]");
     browser.wait_for("COMPLETED", 60, STATUS, |s| s == "COMPLETED");
     let (_, status) = lab.json(&["status", &run, "--json"]);

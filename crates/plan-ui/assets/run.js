@@ -45,7 +45,8 @@ function approvals(report) {
       if (call.args) html("pre", JSON.stringify(call.args, null, 2), box, { class: "asked-with" });
       html("pre", JSON.stringify(call.input_schema, null, 2), box);
       const answer = html("textarea", null, box, { rows: "4", placeholder: "{\"field\": \"value\"}", "aria-label": "answer to " + call.step_id });
-      const give = html("button", "Answer", box, { type: "button", "data-action": "answer", "data-step-id": call.step_id });
+      // `approve` as every waiting call's button is (it approves with the answer), worded so.
+      const give = html("button", "Answer", box, { type: "button", "data-action": "approve", "data-step-id": call.step_id });
       give.onclick = () => {
         let input;
         try { input = JSON.parse(answer.value || "{}"); } catch (e) { say("the answer is not JSON: " + e.message); return; }
