@@ -9,7 +9,7 @@ pub(crate) use plan_run::summary::{calls_of, preview, step_output, summary};
 pub(crate) use plan_run::words::{count, duration, one_line};
 use plan_run::{Progress, Steps};
 pub(crate) use plan_types::terminal_safe;
-use plan_types::{Event, EventSink, RunReport};
+use plan_types::{Event, EventSink};
 
 /// What a run shows while it runs, on stderr, fed by events: the run id first, then a line
 /// when a step starts and when it ends (block nodes too; map items only when they fail),
@@ -132,57 +132,6 @@ impl EventSink for Live {
         }
         self.show(&progress);
     }
-}
-
-/// What a `WAITING` run waits for, and how to go on.
-pub(crate) fn waiting(report: &RunReport) -> String {
-    let run = &report.run_id;
-    let mut out = String::from("waiting for approval:\n");
-    let mut plan = false;
-    // The ids in one column, whatever their lengths.
-    let width = report
-        .pending_approvals
-        .iter()
-        .map(|pending| one_line(&pending.step_id).chars().count())
-        .max()
-        .unwrap_or(0)
-        .min(plan_run::summary::ID_WIDTH);
-    for pending in &report.pending_approvals {
-        if pending.step_id == plan_types::PLAN_APPROVAL {
-            plan = true;
-            out.push_str("  the plan (it runs in approval mode)\n");
-            continue;
-        }
-        let what = match (&pending.reason, &pending.tool) {
-            (Some(reason), _) => one_line(reason).into_owned(),
-            (None, tool) => {
-                let args = pending
-                    .args
-                    .as_ref()
-                    .map_or(String::new(), |args| format!(" {args}"));
-                format!("{}{args}", one_line(tool.as_deref().unwrap_or("block")))
-            }
-        };
-        out.push_str(&format!(
-            "  {:<width$}  {what}\n",
-            one_line(&pending.step_id)
-        ));
-    }
-    if plan {
-        out.push_str(&format!(
-            "approve with `plan-cli approve {run} --plan`, then `plan-cli resume {run}`\n"
-        ));
-    } else if let Some(asked) = report.pending_approvals.iter().find(|p| p.is_question()) {
-        out.push_str(&format!(
-            "answer with `plan-cli approve {run} {} --input JSON` (an object of the fields asked), or refuse with `plan-cli reject {run} ID`; see `status {run} --json` for the fields; then `plan-cli resume {run}`\n",
-            one_line(&asked.step_id)
-        ));
-    } else {
-        out.push_str(&format!(
-            "approve with `plan-cli approve {run} STEP...` (or --all), or refuse with `plan-cli reject {run} STEP --reason TEXT`; then `plan-cli resume {run}`\n"
-        ));
-    }
-    out
 }
 
 /// How many running steps the bar names.

@@ -163,6 +163,63 @@ pub fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> String {
     out
 }
 
+/// What a `WAITING` run waits for, and how to go on, as `run` and `resume` print it.
+pub fn waiting(report: &RunReport) -> String {
+    let run = &report.run_id;
+    let mut out = String::from("waiting for approval:\n");
+    let mut plan = false;
+    // The ids in one column, whatever their lengths.
+    let width = report
+        .pending_approvals
+        .iter()
+        .map(|pending| one_line(&pending.step_id).chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(ID_WIDTH);
+    for pending in &report.pending_approvals {
+        if pending.step_id == plan_types::PLAN_APPROVAL {
+            plan = true;
+            out.push_str("  the plan (it runs in approval mode)\n");
+            continue;
+        }
+        out.push_str(&format!(
+            "  {:<width$}  {}\n",
+            one_line(&pending.step_id),
+            waiting_call(pending)
+        ));
+    }
+    if plan {
+        out.push_str(&format!(
+            "approve with `plan-cli approve {run} --plan`, then `plan-cli resume {run}`\n"
+        ));
+    } else if let Some(asked) = report.pending_approvals.iter().find(|p| p.is_question()) {
+        out.push_str(&format!(
+            "answer with `plan-cli approve {run} {} --input JSON` (an object of the fields asked), or refuse with `plan-cli reject {run} ID`; see `status {run} --json` for the fields; then `plan-cli resume {run}`\n",
+            one_line(&asked.step_id)
+        ));
+    } else {
+        out.push_str(&format!(
+            "approve with `plan-cli approve {run} STEP...` (or --all), or refuse with `plan-cli reject {run} STEP --reason TEXT`; then `plan-cli resume {run}`\n"
+        ));
+    }
+    out
+}
+
+/// One waiting call in words, on one line: why it waits (a question, a block node's failure),
+/// or the tool it would call and with what (`echo {"text":"shipped"}`).
+pub fn waiting_call(pending: &plan_types::PendingApproval) -> String {
+    match (&pending.reason, &pending.tool) {
+        (Some(reason), _) => one_line(reason).into_owned(),
+        (None, tool) => {
+            let args = pending
+                .args
+                .as_ref()
+                .map_or(String::new(), |args| format!(" {args}"));
+            format!("{}{args}", one_line(tool.as_deref().unwrap_or("block")))
+        }
+    }
+}
+
 /// The line of a map item or a block node in the summary.
 fn part_line(record: &Record, id: &str, width: usize) -> String {
     let line = if record.ok && !record.skipped {

@@ -141,33 +141,18 @@ fn waiting_message(store: &Store, row: &RunRow) -> String {
         .into_iter()
         .filter(|approval| approval.decision == Decision::Pending)
         .map(|approval| match &approval.request {
-            // A question a tool asked: what it asked, and how it is answered.
-            Some(question) if question.is_question() => format!(
-                "{} asks \"{}\" (answer with `plan-cli approve {} {} --input JSON`, an object of the fields of its input_schema)",
+            Some(request) => format!(
+                "{} ({})",
                 approval.step_id,
-                question.question_text().unwrap_or_default(),
-                row.run_id,
-                approval.step_id
+                plan_run::summary::waiting_call(request)
             ),
-            Some(request) => {
-                let mut call = approval.step_id.clone();
-                if let Some(tool) = &request.tool {
-                    call.push_str(&format!(" ({tool}"));
-                    if let Some(args) = &request.args {
-                        call.push(' ');
-                        call.push_str(&serde_json::to_string(args).unwrap_or_default());
-                    }
-                    call.push(')');
-                }
-                call
-            }
             None => approval.step_id,
         })
         .collect();
     format!(
-        "waiting for approval: {}. The operator decides with `plan-cli approve {} STEP` (or reject); the run then goes on by itself",
+        "waiting for approval: {}. The operator decides with `plan-cli approve {run} STEP` (a question: `plan-cli approve {run} ID --input JSON`, an object of the fields of its input_schema), or reject; the run then goes on by itself",
         waiting.join(", "),
-        row.run_id
+        run = row.run_id
     )
 }
 

@@ -293,7 +293,7 @@ pub(crate) fn print_outcome(
         say!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
     }
     if report.task_status == plan_types::TaskStatus::Waiting && !json {
-        print(&output::waiting(report))?;
+        print(&plan_run::summary::waiting(report))?;
     }
     Ok(report.task_status.exit_code())
 }
