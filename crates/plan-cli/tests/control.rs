@@ -898,15 +898,6 @@ fn an_answer_given_with_an_approval_is_overlaid_on_the_calls_arguments() {
         .success();
     let (code, report) = lab.json(&["resume", &run, "--json"]);
     assert_eq!(code, 5, "{report}");
-    let record = |report: &Value, id: &str| {
-        report["records"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["step_id"] == id)
-            .unwrap()
-            .clone()
-    };
     assert_eq!(
         record(&report, "deploy")["result"],
         json!({"artifact": "app.tar", "to": "prod", "note": "ok"})

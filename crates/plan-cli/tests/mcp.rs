@@ -19,18 +19,17 @@ fn mcp_lab() -> Lab {
     let lab = Lab::new();
     let servers = servers_dir();
     let npm = servers.join("npm/node_modules/@modelcontextprotocol");
-    let config = json!({"mcpServers": {
-        "fs": {"command": "node", "args": [
-            path_str(&npm.join("server-filesystem/dist/index.js")),
-            path_str(lab.dir.path())
-        ]},
-        "everything": {"command": "node", "args": [
-            path_str(&npm.join("server-everything/dist/index.js")), "stdio"
-        ]},
-        "time": {"command": path_str(&servers.join("venv/bin/mcp-server-time")), "args": ["--local-timezone", "UTC"]}
-    }});
-    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
-    lab.write(".plan/mcp.json", &config);
+    common::use_mcp_servers(
+        &lab,
+        json!({
+            "fs": {"command": "node", "args": [
+                path_str(&npm.join("server-filesystem/dist/index.js")),
+                path_str(lab.dir.path())
+            ]},
+            "everything": common::everything_server(),
+            "time": {"command": path_str(&servers.join("venv/bin/mcp-server-time")), "args": ["--local-timezone", "UTC"]}
+        }),
+    );
     lab
 }
 
@@ -926,14 +925,9 @@ fn a_servers_question_waits_for_a_person_and_is_answered_when_asked_again() {
 #[test]
 fn questions_of_map_items_and_block_nodes_are_answered_each_under_its_call() {
     let lab = Lab::new();
-    let npm = servers_dir().join("npm/node_modules/@modelcontextprotocol");
-    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
-    lab.write(
-        ".plan/mcp.json",
-        &json!({"mcpServers": {"everything": {"command": "node", "max_concurrency": 1, "args": [
-            path_str(&npm.join("server-everything/dist/index.js")), "stdio"
-        ]}}}),
-    );
+    let mut everything = common::everything_server();
+    everything["max_concurrency"] = json!(1);
+    common::use_mcp_servers(&lab, json!({ "everything": everything }));
     let ask = "everything.trigger-elicitation-request";
     let plan = lab.write(
         "asks.json",
@@ -1015,10 +1009,9 @@ fn questions_of_map_items_and_block_nodes_are_answered_each_under_its_call() {
 fn long_calls_are_tasks_where_the_tool_takes_one() {
     let lab = Lab::new();
     let inner = lab.dir.path().join("inner.db");
-    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
-    lab.write(
-        ".plan/mcp.json",
-        &json!({"mcpServers": {"planner": {"command": env!("CARGO_BIN_EXE_plan-cli"), "args": ["mcp", "serve"], "env": {"PLAN_DB": path_str(&inner)}}}}),
+    common::use_mcp_servers(
+        &lab,
+        json!({"planner": {"command": env!("CARGO_BIN_EXE_plan-cli"), "args": ["mcp", "serve"], "env": {"PLAN_DB": path_str(&inner)}}}),
     );
     let plan = lab.write(
         "p.json",

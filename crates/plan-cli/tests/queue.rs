@@ -1040,13 +1040,7 @@ fn a_question_asked_on_a_worker_is_answered_through_the_job() {
     let redis = Redis::start();
     let lab = Lab::new();
     let url = redis.url();
-    let everything = common::servers_dir()
-        .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
-    lab.write(
-        ".plan/mcp.json",
-        &json!({"mcpServers": {"everything": {"command": "node", "args": [path_str(&everything), "stdio"]}}}),
-    );
+    common::use_mcp_servers(&lab, json!({"everything": common::everything_server()}));
     let workers = worker(
         &lab,
         &url,

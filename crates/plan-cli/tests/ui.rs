@@ -798,12 +798,7 @@ fn a_waiting_run_is_approved_and_resumed_by_clicks() {
     });
     let (_, status) = lab.json(&["status", &run, "--json"]);
     assert_eq!(status["task_status"], "COMPLETED", "{status}");
-    let deploy = status["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["step_id"] == "deploy")
-        .unwrap();
+    let deploy = common::record(&status, "deploy");
     assert_eq!(deploy["result"], json!({"text": "to staging"}), "{status}");
 
     let run = waiting(&lab);
@@ -1130,13 +1125,7 @@ fn a_blocks_panel_draws_its_nodes_transitions_and_the_path_taken() {
 #[test]
 fn a_servers_question_is_answered_in_the_page() {
     let lab = Lab::new();
-    let everything = common::servers_dir()
-        .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
-    lab.write(
-        ".plan/mcp.json",
-        &json!({"mcpServers": {"everything": {"command": "node", "args": [common::path_str(&everything), "stdio"]}}}),
-    );
+    common::use_mcp_servers(&lab, json!({"everything": common::everything_server()}));
     let plan = lab.write(
         "ask.json",
         &json!({"steps": [{"id": "ask", "tool": "everything.trigger-elicitation-request", "args": {}}]}),

@@ -137,6 +137,24 @@ pub(crate) fn servers_dir() -> PathBuf {
     dir
 }
 
+/// server-everything's entry in an `mcpServers` configuration (over stdio).
+#[allow(dead_code, reason = "each test binary uses what it needs")]
+pub(crate) fn everything_server() -> serde_json::Value {
+    let index = servers_dir()
+        .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    serde_json::json!({"command": "node", "args": [path_str(&index), "stdio"]})
+}
+
+/// Gives `lab` the MCP servers `servers` (`{NAME: ENTRY}`), in its `.plan/mcp.json`.
+#[allow(dead_code, reason = "each test binary uses what it needs")]
+pub(crate) fn use_mcp_servers(lab: &Lab, servers: serde_json::Value) {
+    std::fs::create_dir_all(lab.dir.path().join(".plan")).unwrap();
+    lab.write(
+        ".plan/mcp.json",
+        &serde_json::json!({"mcpServers": servers}),
+    );
+}
+
 /// The pid a test's program writes to `file`, once it has (within 30 s).
 pub(crate) fn wait_for_pid(file: &Path) -> u32 {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
