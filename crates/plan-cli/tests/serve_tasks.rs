@@ -646,9 +646,25 @@ for task in made:
     if got["status"] == "failed":
         refused += "at most 64 plans at once" in (got.get("statusMessage") or "")
 listed = rpc(server, "tasks/list")["result"]
+# Waiting runs hold no place; running ones do: 70 runs that sleep, asked at once, are 64
+# running and 6 refused for the cap.
+sleepy = {"steps": [{"id": "s", "tool": "sleep", "args": {"ms": 20000}}]}
+for n in range(70):
+    server.p.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 200000 + n, "method": "tools/call",
+        "params": {"name": "plan_run", "arguments": {"plan": sleepy}, "task": {}}}) + "\n")
+server.p.stdin.flush()
+running = []
+while len(running) < 70:
+    message = json.loads(server.p.stdout.readline())
+    if "method" not in message:
+        running.append(message["result"]["task"]["taskId"])
+capped = 0
+for task in running:
+    got, _ = until(server, task, ["working", "failed"], 60)
+    capped += got["status"] == "failed" and "at most 64 plans at once" in (got.get("statusMessage") or "")
 started = time.time()
 server.close()
-out({"pong": pong, "ping_seconds": ping_seconds, "statuses": statuses, "refused": refused,
+out({"pong": pong, "ping_seconds": ping_seconds, "statuses": statuses, "refused": refused, "capped": capped,
      "page": len(listed["tasks"]), "next": listed.get("nextCursor"), "close_seconds": time.time() - started})
 "#,
     );
@@ -661,6 +677,8 @@ out({"pong": pong, "ping_seconds": ping_seconds, "statuses": statuses, "refused"
     // Every failed one was refused for the cap, and none else failed.
     assert_eq!(answer["refused"].as_u64().unwrap(), failed, "{answer}");
     assert!(waiting >= 64, "{answer}");
+    // The cap itself, where it must hold: 70 runs running at once.
+    assert_eq!(answer["capped"], 6, "{answer}");
     assert_eq!(answer["page"], 100);
     assert_eq!(answer["next"], "100");
     assert!(answer["close_seconds"].as_f64().unwrap() < 30.0, "{answer}");
