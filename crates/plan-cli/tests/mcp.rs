@@ -33,6 +33,16 @@ fn mcp_lab() -> Lab {
     lab
 }
 
+/// The ids a report's run waits for, in its order.
+fn waiting_ids(report: &Value) -> Vec<&str> {
+    report["pending_approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["step_id"].as_str().unwrap())
+        .collect()
+}
+
 /// Runs `plan` with `--json` and `--events`: the exit code, the report and the events' text.
 fn run_with_events(lab: &Lab, plan: &Path) -> (i32, Value, String) {
     let events = lab.dir.path().join("events.ndjson");
@@ -940,12 +950,7 @@ fn questions_of_map_items_and_block_nodes_are_answered_each_under_its_call() {
     let (code, report) = lab.json(&["run", path_str(&plan), "--json"]);
     assert_eq!(code, 5, "{report}");
     let run = report["run_id"].as_str().unwrap().to_owned();
-    let waiting: Vec<&str> = report["pending_approvals"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["step_id"].as_str().unwrap())
-        .collect();
+    let waiting = waiting_ids(&report);
     assert_eq!(
         waiting,
         [
@@ -961,12 +966,7 @@ fn questions_of_map_items_and_block_nodes_are_answered_each_under_its_call() {
         .success()
         .stdout(predicate::str::contains("approved deploy in run"));
     let (_, status) = lab.json(&["status", &run, "--json"]);
-    let still: Vec<&str> = status["pending_approvals"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["step_id"].as_str().unwrap())
-        .collect();
+    let still = waiting_ids(&status);
     assert_eq!(
         still,
         ["each-0@input#1", "each-1@input#1", "talk/ask@input#1"],

@@ -39,6 +39,18 @@ pub fn violations(schema: &jsonschema::Validator, args: &Value) -> Vec<(String, 
     violations
 }
 
+/// Violations in words, `POINTER: MESSAGE; …` (the root's pointer written `/`).
+pub fn listing(violations: &[(String, String)]) -> String {
+    let each: Vec<String> = violations
+        .iter()
+        .map(|(pointer, message)| {
+            let pointer = if pointer.is_empty() { "/" } else { pointer };
+            format!("{pointer}: {message}")
+        })
+        .collect();
+    each.join("; ")
+}
+
 /// `E_ARGS_INVALID` listing each violation (JSON pointer, message) in order, in its message
 /// and as `details`.
 pub fn invalid_args(tool_name: &str, violations: Vec<(String, String)>) -> StepError {
@@ -53,16 +65,12 @@ pub fn invalid_args(tool_name: &str, violations: Vec<(String, String)>) -> StepE
             (pointer, message)
         })
         .collect();
-    let listing: Vec<String> = violations
-        .iter()
-        .map(|(pointer, message)| format!("{pointer}: {message}"))
-        .collect();
     StepError {
         code: codes::E_ARGS_INVALID,
         message: format!(
             "arguments do not match the schema of `{}`: {}",
             tool_name,
-            listing.join("; ")
+            listing(&violations)
         ),
         details: Some(Value::Array(
             violations

@@ -37,11 +37,7 @@ impl Access {
                 ));
             }
             Some(token) => token,
-            None => {
-                let mut bytes = [0u8; 32];
-                getrandom::fill(&mut bytes).map_err(|e| AccessError(e.to_string()))?;
-                bytes.iter().map(|b| format!("{b:02x}")).collect()
-            }
+            None => random_hex(32).map_err(AccessError)?,
         };
         let port = address.port();
         let any_host = address.ip().is_unspecified();
@@ -103,6 +99,13 @@ impl Access {
 /// Equal, in a time that depends on the lengths only.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `bytes` random bytes as lowercase hex: a token, a session id.
+pub fn random_hex(bytes: usize) -> Result<String, String> {
+    let mut random = vec![0u8; bytes];
+    getrandom::fill(&mut random).map_err(|e| e.to_string())?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]

@@ -143,19 +143,10 @@ fn answered<'a>(
             if violations.is_empty() {
                 return Ok(id);
             }
-            let listed: Vec<String> = violations
-                .iter()
-                .map(|(pointer, message)| {
-                    format!(
-                        "{}: {message}",
-                        if pointer.is_empty() { "/" } else { pointer }
-                    )
-                })
-                .collect();
             refused(format!(
                 "the answer for `{id}` does not fit what was asked ({}): {}",
                 question.question_text().unwrap_or_default(),
-                listed.join("; ")
+                plan_ports::schema::listing(&violations)
             ))
         }
         // A call (a block node's re-run, a task's merge and the plan have no tool).

@@ -95,7 +95,7 @@ mod toolbox;
 mod validation;
 pub mod words;
 
-pub use access::{Access, AccessError};
+pub use access::{Access, AccessError, random_hex};
 pub use cancel::{Cancelled, cancel, stop_asked};
 pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};
 pub use error::LifecycleError;

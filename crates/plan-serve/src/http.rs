@@ -184,14 +184,12 @@ async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
     let session = headers.get(SESSION).and_then(|h| h.to_str().ok());
     match protocol::incoming(&text) {
         Incoming::Request { id, method, params } if method == "initialize" => {
-            let mut bytes = [0u8; 16];
-            if getrandom::fill(&mut bytes).is_err() {
+            let Ok(session) = plan_run::random_hex(16) else {
                 return refuse(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "no randomness for a session id",
                 );
-            }
-            let session: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            };
             // No stream back: what the server would send on its own is dropped.
             let peer = Arc::new(Peer::new(mpsc::unbounded_channel().0, false));
             {

@@ -277,9 +277,11 @@ impl Approvals {
     /// The number the next question call `id` asks takes: one after every question of it
     /// kept, answered, refused or asked of other arguments alike (a key is never used twice).
     pub fn next_question(&self, id: &str) -> usize {
-        (1..)
-            .find(|n| !self.inputs.contains_key(&question_key(id, *n)))
-            .unwrap_or(1)
+        let mut n = 1;
+        while self.inputs.contains_key(&question_key(id, n)) {
+            n += 1;
+        }
+        n
     }
 
     /// Every question call `id` asked (`ID@input#1`, `#2`, …), as it was asked, and where
