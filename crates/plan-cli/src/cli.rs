@@ -530,17 +530,19 @@ impl From<RunMode> for plan_graph::Mode {
 pub(crate) struct ApproveArgs {
     /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
-    /// The steps or map items to approve (`deploy`, `deploy[prod]`); a step covers its items
+    /// The steps or map items to approve (`deploy`, `deploy[prod]`); a step covers its items.
+    /// A server's question (`ask@input#1`) is answered with `--input`
     #[arg(value_name = "STEP", required_unless_present_any = ["all", "plan"])]
     pub(crate) steps: Vec<String>,
-    /// Approve everything the run waits for (the plan too)
+    /// Approve everything the run waits for (the plan too); questions stay waiting for answers
     #[arg(long, conflicts_with = "steps")]
     pub(crate) all: bool,
     /// Approve the plan itself (a run started with `--mode approval`)
     #[arg(long)]
     pub(crate) plan: bool,
     /// An answer for the one waiting call named: a JSON object whose fields replace the
-    /// call's arguments of the same names (checked against its tool's schema again)
+    /// call's arguments of the same names (checked against its tool's schema when it is
+    /// made); for a question (`ID@input#N`), the answer itself, checked against its schema now
     #[arg(long, value_name = "JSON", conflicts_with_all = ["all", "plan"])]
     pub(crate) input: Option<String>,
     #[command(flatten)]
@@ -551,7 +553,8 @@ pub(crate) struct ApproveArgs {
 pub(crate) struct RejectArgs {
     /// The run: its id, a unique prefix of it, or `last` for the newest run
     pub(crate) run: String,
-    /// The steps or map items to refuse, or a task's waiting merge (`T1/merge#1`)
+    /// The steps or map items to refuse, a task's waiting merge (`T1/merge#1`), or a server's
+    /// question (`ask@input#1`: the call fails)
     #[arg(value_name = "STEP", required = true)]
     pub(crate) steps: Vec<String>,
     /// Why; it becomes the step's error message

@@ -364,11 +364,11 @@ impl Served {
             Served::Approve => json!({"type": "object", "properties": {
                 "run_id": run_id,
                 "steps": {"type": "array", "items": {"type": "string"}},
-                "all": {"type": "boolean", "description": "Everything the run waits for"},
+                "all": {"type": "boolean", "description": "Everything the run waits for; questions (`ID@input#N`) stay waiting for answers"},
                 "plan": {"type": "boolean", "description": "The plan itself (a run in approval mode)"},
                 "reject": {"type": "boolean"},
                 "reason": {"type": "string"},
-                "input": {"type": "object", "description": "An answer for the one waiting call named in `steps`: its fields replace the call's arguments of the same names"}
+                "input": {"type": "object", "description": "An answer for the one waiting call named in `steps`: its fields replace the call's arguments of the same names; for a question (`ID@input#N`) it is the answer itself, checked against the question's input_schema"}
             }, "required": ["run_id"]}),
         }
     }
