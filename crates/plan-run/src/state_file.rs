@@ -187,8 +187,10 @@ fn document(inputs: Inputs<'_>) -> Value {
         }
         task_docs.insert(task.id.to_owned(), doc);
     }
-    // The merge queue in the order tasks joined it.
-    queue.sort();
+    // The merge queue: what merged first, then the rest in the order they joined it. Merges
+    // take turns as they come, so a task that joined first may still wait (its merge
+    // conflicted with one that went before it).
+    queue.sort_by(|a, b| ((a.2 != "merged"), &a.0, a.1).cmp(&((b.2 != "merged"), &b.0, b.1)));
     let merge_queue: Vec<Value> = queue
         .iter()
         .enumerate()
