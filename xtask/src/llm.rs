@@ -245,18 +245,28 @@ fn build_llama_server(dir: &Path, python: &Path) -> Result<PathBuf> {
     }
     let tarball = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"));
     if !tarball.exists() {
-        // The source distribution's address, from PyPI's JSON API.
-        // (The project's JSON, whose addresses may be relative to it.)
-        let fetch = format!(
-            "import json, urllib.parse, urllib.request\n\
-             page = 'https://pypi.org/pypi/llama-cpp-python/json'\n\
-             info = json.load(urllib.request.urlopen(page))\n\
-             files = info.get('releases', {{}}).get('{LLAMA_CPP_PYTHON}') or (info['urls'] if info['info']['version'] == '{LLAMA_CPP_PYTHON}' else [])\n\
-             url = next(u['url'] for u in files if u['packagetype'] == 'sdist')\n\
-             urllib.request.urlretrieve(urllib.parse.urljoin(page, url), {:?})",
-            tarball.display().to_string()
-        );
-        crate::run_described(Command::new(python).args(["-c", &fetch]))?;
+        // The source distribution, through the package client (no registry address here).
+        crate::run_described(
+            Command::new(python)
+                .args([
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                ])
+                .arg(format!("llama-cpp-python=={LLAMA_CPP_PYTHON}"))
+                .arg("-d")
+                .arg(dir),
+        )?;
+        if !tarball.exists() {
+            bail!(
+                "pip download left no {} (names the source distribution otherwise?)",
+                tarball.display()
+            );
+        }
     }
     let unpacked = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}"));
     if !unpacked.exists() {

@@ -25,6 +25,7 @@ use anyhow::{Context, Result, bail};
 
 mod llm;
 mod peer;
+mod prereqs;
 mod tasks;
 mod ui;
 #[allow(dead_code, reason = "the CLI's browser tests use the rest of it")]
@@ -38,7 +39,9 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("test-fixtures") => cargo(&root, &["test", "-p", "plan-cli", "--test", "fixtures"]),
         Some("bench") => bench(&root, &args[1..]),
-        Some("prepare-mcp") => prepare_mcp_servers(&root).map(|_| ()),
+        Some("prepare-mcp") => prereqs::ensure(&root)
+            .and_then(|()| prepare_mcp_servers(&root))
+            .map(|_| ()),
         Some("test-llm") => llm::test_llm(&root),
         Some("fuzz") => fuzz(&root, &args[1..]),
         // Internal: see `time_runs`.
@@ -86,10 +89,12 @@ pub(crate) fn cargo(root: &Path, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// The one test command: README and `.ci/run` call it. Later capabilities that need outside
-/// programs (MCP servers, redis-server) install them here before the tests run.
+/// The one test command: README and `.ci/run` call it. It first makes sure the machine has
+/// the programs the tests drive (`prereqs`: installed with apt-get as root, else the commands
+/// to run), then installs the MCP servers, then runs every test.
 /// Ends with one line totalling every test binary: `tests: N passed, M failed, K skipped`.
 fn test(root: &Path, extra: &[String]) -> Result<()> {
+    prereqs::ensure(root)?;
     // The MCP tests drive real servers, installed in target/mcp-servers.
     prepare_mcp_servers(root)?;
     // Every test binary runs even after one fails, so one run shows every failure.
