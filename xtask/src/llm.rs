@@ -246,24 +246,19 @@ fn build_llama_server(dir: &Path, python: &Path) -> Result<PathBuf> {
     let tarball = dir.join(format!("llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"));
     if !tarball.exists() {
         // The source distribution, through the package client (no registry address here).
+        // `--no-binary` names the package alone: `:all:` would build its build dependencies
+        // (cmake among them) from source too, for the metadata pip reads of it.
         crate::run_described(
             Command::new(python)
-                .args([
-                    "-m",
-                    "pip",
-                    "download",
-                    "-q",
-                    "--no-deps",
-                    "--no-binary",
-                    ":all:",
-                ])
+                .args(["-m", "pip", "download", "-q", "--no-deps"])
+                .args(["--no-binary", "llama-cpp-python"])
                 .arg(format!("llama-cpp-python=={LLAMA_CPP_PYTHON}"))
                 .arg("-d")
                 .arg(dir),
         )?;
         if !tarball.exists() {
             bail!(
-                "pip download left no {} (names the source distribution otherwise?)",
+                "`pip download` left no {} (does the source distribution have another name?)",
                 tarball.display()
             );
         }
