@@ -593,6 +593,71 @@ fn a_block_killed_mid_run_goes_on_from_its_last_finished_node() {
     );
 }
 
+/// A block whose nodes are running is a task `in_progress` in the state file (it is `BUSY` in
+/// `status --json`), from its first node's call to its end; then `completed`, one attempt.
+#[test]
+fn a_running_block_is_in_progress_in_the_state_file() {
+    let lab = Lab::new();
+    let node = |ms: u32| json!({"tool": "sleep", "args": {"ms": ms}});
+    let last = json!({"tool": "exec", "args": {"argv": ["sh", "-c", "touch c.started; sleep 2"]}});
+    let plan = lab.write(
+        "block.json",
+        &json!({"steps": [{"id": "review", "block": {
+            "entry_point": "a",
+            "nodes": {"a": node(300), "b": node(300), "c": last},
+            "transitions": {"a": "b", "b": "c"}
+        }}]}),
+    );
+    let state_file = lab.dir.path().join("execute-state.json");
+    let mut child = lab.spawn(&[
+        "run",
+        path_str(&plan),
+        "--json",
+        "--state-file",
+        path_str(&state_file),
+    ]);
+    let read = || -> Value {
+        std::fs::read_to_string(&state_file)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or(Value::Null)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !lab.dir.path().join("c.started").exists() {
+        assert!(Instant::now() < deadline, "the block never reached c");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // `c` runs for 2 s: the document written after `a` or `b` ended says what the block does.
+    let (_, status) = lab.json(&["status", "last", "--json"]);
+    assert_eq!(status["blocks"][0]["state"], "BUSY", "{status}");
+    let mut state = read();
+    while state["tasks"]["review"]["status"] != "in_progress" {
+        assert!(Instant::now() < deadline, "never in progress: {state}");
+        std::thread::sleep(Duration::from_millis(20));
+        state = read();
+    }
+    common::assert_execute_state(&state);
+    assert_eq!(state["status"], "in_progress", "{state}");
+    assert_eq!(
+        state["layers"]["0-level"]["status"], "in_progress",
+        "{state}"
+    );
+    assert_eq!(state["tasks"]["review"]["attempts"], 1, "{state}");
+    assert!(
+        state["tasks"]["review"]["started_at"].is_string(),
+        "{state}"
+    );
+    assert!(child.wait().unwrap().success());
+    let state = read();
+    common::assert_execute_state(&state);
+    assert_eq!(state["tasks"]["review"]["status"], "completed", "{state}");
+    assert_eq!(state["tasks"]["review"]["attempts"], 1, "{state}");
+    assert!(
+        state["tasks"]["review"]["completed_at"].is_string(),
+        "{state}"
+    );
+}
+
 #[test]
 fn ctrl_c_on_a_terminal_stops_exec_children_and_resume_runs_the_step_again() {
     use std::os::unix::process::CommandExt;

@@ -7,7 +7,8 @@
 //! step maps onto the task statuses: a success is `completed`, a failure (its retries spent) is
 //! `abandoned`, a step skipped because its condition was false is `completed` (nothing was left
 //! to do), a step skipped because something it needs failed is `pending` (and its layer
-//! `blocked`), a step whose call has started is `in_progress`.
+//! `blocked`), a step whose call has started is `in_progress`. A block's calls are its nodes':
+//! a block whose first node has been called is `in_progress` until it ends (`BUSY` in `status`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -46,6 +47,8 @@ struct Task<'a> {
     tool: &'a str,
     /// A task step's state.
     state: Option<TaskState>,
+    /// Whether it is a block step (its calls are its nodes').
+    block: bool,
 }
 
 /// The state document.
@@ -69,7 +72,24 @@ fn document(inputs: Inputs<'_>) -> Value {
     let records_by_id: HashMap<&str, &Record> =
         records.iter().map(|r| (r.step_id.as_str(), r)).collect();
     let mut attempts_by_id: HashMap<&str, Vec<&AttemptRow>> = HashMap::new();
+    // A block's node calls (`review/draft#1`, nested ones too), by the block's id.
+    let mut node_attempts: HashMap<&str, Vec<&AttemptRow>> = HashMap::new();
+    let index = plan
+        .steps
+        .iter()
+        .any(|s| s.block.is_some())
+        .then(|| plan_graph::StepIndex::new(plan.steps.iter().map(|s| s.id.0.as_str())));
     for attempt in attempts {
+        if let Some(plan_graph::CallOf::Inside(i, _)) =
+            index.as_ref().and_then(|x| x.call_of(&attempt.step_id))
+            && plan.steps[i].block.is_some()
+        {
+            node_attempts
+                .entry(plan.steps[i].id.0.as_str())
+                .or_default()
+                .push(attempt);
+            continue;
+        }
         attempts_by_id
             .entry(attempt.step_id.as_str())
             .or_default()
@@ -95,6 +115,7 @@ fn document(inputs: Inputs<'_>) -> Value {
                         layer: layer_of_step[i],
                         tool: &step.tool,
                         state: None,
+                        block: false,
                     });
                 }
             }
@@ -109,6 +130,7 @@ fn document(inputs: Inputs<'_>) -> Value {
             layer: layer_of_step[i],
             tool: step.kind(),
             state,
+            block: step.block.is_some(),
         });
     }
 
@@ -134,6 +156,13 @@ fn document(inputs: Inputs<'_>) -> Value {
                     state.status = TaskPhase::Completed;
                 }
                 task_doc(&state)
+            }
+            None if task.block => {
+                let nodes = node_attempts
+                    .get(task.id)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                block_doc(record, nodes, run.state)
             }
             None => plain_doc(task, record, tries, run.state),
         };
@@ -344,6 +373,19 @@ fn task_doc(state: &TaskState) -> Value {
     })
 }
 
+/// The status of a step that is not a task step, from its record, and whether its call (a
+/// block's: one of its nodes') has been made in a run that is going.
+fn status_of(record: Option<&Record>, called: bool, run: RunState) -> &'static str {
+    match record {
+        Some(r) if r.ok => "completed",
+        Some(r) if r.error.is_some() => "abandoned",
+        Some(r) if r.reason.as_deref() == Some(reasons::CONDITION_FALSE) => "completed",
+        Some(_) => "pending",
+        None if called && run == RunState::Running => "in_progress",
+        None => "pending",
+    }
+}
+
 /// Any other step's (or map item's) entry, from its record and attempts.
 fn plain_doc(
     task: &Task<'_>,
@@ -351,14 +393,7 @@ fn plain_doc(
     tries: &[&AttemptRow],
     run: RunState,
 ) -> Value {
-    let status = match record {
-        Some(r) if r.ok => "completed",
-        Some(r) if r.error.is_some() => "abandoned",
-        Some(r) if r.reason.as_deref() == Some(reasons::CONDITION_FALSE) => "completed",
-        Some(_) => "pending",
-        None if !tries.is_empty() && run == RunState::Running => "in_progress",
-        None => "pending",
-    };
+    let status = status_of(record, !tries.is_empty(), run);
     let started_at = tries.first().map(|a| a.started_at.clone());
     // Completed only: a step that failed for good is abandoned, not completed.
     let completed_at = record.filter(|r| r.ok).and(tries.last()).map(|a| end_of(a));
@@ -386,6 +421,26 @@ fn plain_doc(
         "merged_at": null,
         "commits": [],
         "errors": errors,
+        "retry_feedback": [],
+    })
+}
+
+/// A block step's entry, from its record and its nodes' calls: it has started once a node
+/// has been called (the block runs as one attempt), and has gone on until its last node's
+/// call ended.
+fn block_doc(record: Option<&Record>, nodes: &[&AttemptRow], run: RunState) -> Value {
+    let status = status_of(record, !nodes.is_empty(), run);
+    let started = !nodes.is_empty() && !record.is_some_and(|r| r.skipped);
+    json!({
+        "status": status,
+        "attempts": usize::from(started),
+        "worktree_path": null,
+        "branch": null,
+        "started_at": nodes.first().filter(|_| started).map(|a| a.started_at.clone()),
+        "completed_at": record.filter(|r| r.ok && started).and(nodes.last()).map(|a| end_of(a)),
+        "merged_at": null,
+        "commits": [],
+        "errors": [],
         "retry_feedback": [],
     })
 }
