@@ -462,6 +462,62 @@ fn a_plan_with_tasks_but_no_repository_is_refused_before_it_runs() {
     assert_eq!(runs, json!([]), "no run is recorded");
 }
 
+/// A task whose worktree cannot be made (a branch of its name that plan-cli did not make is
+/// in the way) has failed its attempt: `failed` in the state file with the error, not
+/// `pending` with an attempt counted; no worktree is listed for it.
+#[test]
+fn a_task_whose_worktree_cannot_be_made_is_failed_with_the_error() {
+    let lab = Lab::new();
+    let repo = repo(&lab, &[("agent.sh", AGENT)]);
+    git(&repo, &["branch", "worktree-T1"]);
+    let plan = json!({"id": "blocked", "workspace": {"repo": "."}, "steps": [calc_task("T1", &[], "1-core")]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 1, "{report}");
+    let error = &common::record(&report, "T1")["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot make the worktree of task `T1`"),
+        "{error}"
+    );
+    let task = &state["tasks"]["T1"];
+    assert_eq!(task["status"], "failed", "{state}");
+    assert_eq!(task["attempts"], 1, "{state}");
+    assert_eq!(task["errors"][0]["attempt"], 1, "{state}");
+    assert_eq!(task["errors"][0]["type"], "implementation_error", "{state}");
+    assert_eq!(task["errors"][0]["step"], "git worktree add", "{state}");
+    assert!(
+        task["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the branch `worktree-T1` exists and plan-cli did not make it"),
+        "{state}"
+    );
+    assert_eq!(state["failed"], json!(["T1"]), "{state}");
+    assert_eq!(state["worktrees"], json!({}), "{state}");
+    assert_eq!(state["metrics"]["total_attempts"], 1, "{state}");
+    // With the branch out of the way, `resume --retry-failed` runs the task (its attempts
+    // started over, as for an abandoned task).
+    git(&repo, &["branch", "-D", "worktree-T1"]);
+    let run_id = report["run_id"].as_str().unwrap();
+    let state_path = lab.dir.path().join("execute-state.json");
+    let (code, report) = lab.json(&[
+        "resume",
+        run_id,
+        "--json",
+        "--retry-failed",
+        "--state-file",
+        path_str(&state_path),
+    ]);
+    assert_eq!(code, 0, "{report}");
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    common::assert_execute_state(&state);
+    assert_eq!(state["tasks"]["T1"]["status"], "completed", "{state}");
+    assert_eq!(state["worktrees"]["T1"]["status"], "cleaned", "{state}");
+}
+
 #[test]
 fn task_steps_are_checked_when_the_plan_is_read() {
     let lab = Lab::new();

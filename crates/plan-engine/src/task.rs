@@ -683,9 +683,25 @@ impl TaskRun {
                             let worktree = match workspace.create(&id).await {
                                 Ok(worktree) => worktree,
                                 Err(error) => {
+                                    // The attempt counted and failed: the task is `failed`
+                                    // with the error (no worktree), and the step ends (no
+                                    // later attempt of this run would fare better; a
+                                    // resume with `--retry-failed` tries the next one).
+                                    let message =
+                                        format!("cannot make the worktree of task `{id}`: {error}");
+                                    state.errors.push(TaskError {
+                                        attempt: state.attempts,
+                                        kind: TaskErrorKind::ImplementationError,
+                                        step: "git worktree add".into(),
+                                        message: message.clone(),
+                                        timestamp: now(),
+                                    });
+                                    state.status = TaskPhase::Failed;
+                                    state.worktree_status = None;
+                                    self.report(state).await?;
                                     return Ok(TaskEnd::Done(Err(StepError::new(
                                         codes::E_TOOL,
-                                        format!("cannot make the worktree of task `{id}`: {error}"),
+                                        message,
                                     ))));
                                 }
                             };
