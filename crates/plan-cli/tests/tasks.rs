@@ -997,6 +997,60 @@ fn a_high_risk_implementer_waits_for_its_approval() {
     );
 }
 
+/// A task left `in_progress` (here waiting for its implementer's approval) whose worktree is
+/// removed before the run is resumed goes back to `pending` without counting an attempt: the
+/// same attempt runs, in a worktree made anew, and no error is recorded.
+#[test]
+fn a_worktree_gone_on_resume_starts_the_attempt_over_without_counting_it() {
+    let lab = Lab::new();
+    let writer = "#!/bin/sh\necho done > out.txt\n";
+    let repo = repo(&lab, &[("writer.sh", writer)]);
+    let plan = json!({"id": "gone", "workspace": {"repo": "."}, "steps": [
+        {"id": "T1", "task": {"implement": {"tool": "exec", "risk": "high",
+            "args": {"argv": ["${task.worktree}/writer.sh"]}}}}
+    ]});
+    let (code, report, state) = run(&lab, &repo, &plan, &[]);
+    assert_eq!(code, 5, "WAITING: {report}");
+    assert_eq!(state["tasks"]["T1"]["status"], "in_progress");
+    assert_eq!(state["tasks"]["T1"]["attempts"], 1);
+    let worktree = worktrees(&lab).join("T1");
+    git(
+        &repo,
+        &["worktree", "remove", "--force", path_str(&worktree)],
+    );
+    assert!(!worktree.exists());
+    let run_id = report["run_id"].as_str().unwrap();
+    lab.cli()
+        .args(["approve", run_id, "T1/implement"])
+        .assert()
+        .success();
+    let state_path = lab.dir.path().join("execute-state.json");
+    let (code, report) = lab.json(&[
+        "resume",
+        run_id,
+        "--json",
+        "--state-file",
+        path_str(&state_path),
+    ]);
+    assert_eq!(
+        code, 0,
+        "the approved attempt ran, not a new one waiting: {report}"
+    );
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    assert_execute_state(&state);
+    let task = &state["tasks"]["T1"];
+    assert_eq!(task["status"], "completed", "{state}");
+    assert_eq!(task["attempts"], 1, "{state}");
+    assert_eq!(task["errors"], json!([]), "{state}");
+    assert_eq!(task["commits"][0]["attempt"], 1, "{state}");
+    assert_eq!(state["metrics"]["total_attempts"], 1, "{state}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("out.txt")).unwrap(),
+        "done\n"
+    );
+}
+
 #[test]
 fn the_context_update_runs_after_the_last_task_when_the_project_has_a_project_md() {
     let lab = Lab::new();

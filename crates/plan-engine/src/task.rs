@@ -640,12 +640,18 @@ impl TaskRun {
                 TaskPhase::Pending | TaskPhase::Failed | TaskPhase::InProgress => {
                     let existing = workspace.worktree(&id);
                     if state.status == TaskPhase::InProgress && existing.is_none() {
-                        // Its worktree is gone (or broken: its `.git` removed) during the
-                        // attempt: the attempt fails and counts, so `max_attempts` always ends
-                        // the task, however often an implementer breaks its worktree.
-                        if let Some(end) = self.fail(state, worktree_gone(&id)).await? {
-                            return Ok(end);
-                        }
+                        // Only a resumed task is `in_progress` here (a live attempt goes on to
+                        // `verifying` or `failed`), and its worktree is gone (removed while the
+                        // run was stopped, or broken: its `.git` removed). As a task
+                        // executor's resume does, it goes back to `pending` without counting
+                        // the attempt: that attempt runs again in a worktree made anew (of the
+                        // task's branch, which keeps its commits). A worktree that goes during
+                        // an attempt fails that attempt, which counts, when it is verified.
+                        state.attempts = state.attempts.saturating_sub(1);
+                        state.status = TaskPhase::Pending;
+                        state.worktree_status = None;
+                        state.worktree_path = None;
+                        self.report(state).await?;
                         continue;
                     }
                     // An attempt counted and interrupted while its worktree was being made

@@ -33,6 +33,8 @@ struct Repo {
     /// Calls of `merge`, whatever they found.
     merge_calls: usize,
     commits: usize,
+    /// The implementer removes its worktree each time.
+    vanish: bool,
 }
 
 #[derive(Clone, Default)]
@@ -151,7 +153,11 @@ impl Tool for Agent {
         );
         let feedback = args["feedback"].as_str().unwrap_or("").to_owned();
         self.log.lock().unwrap().push((task.clone(), feedback));
-        self.repo.0.lock().unwrap().dirty.insert(task, true);
+        let mut repo = self.repo.0.lock().unwrap();
+        if repo.vanish {
+            repo.worktrees.retain(|t| *t != task);
+        }
+        repo.dirty.insert(task, true);
         Ok(json!({}))
     }
 }
@@ -315,8 +321,11 @@ async fn a_task_resumed_while_verifying_checks_again_without_implementing_again(
     assert_eq!(of(&report, "T1").result.as_ref().unwrap()["attempts"], 1);
 }
 
+/// A task resumed `in_progress` whose worktree is gone goes back to `pending` without counting
+/// the attempt (as the execute-state document's resume does): that attempt runs again, in a
+/// worktree made anew, with the feedback it was to get.
 #[tokio::test]
-async fn an_in_progress_task_whose_worktree_is_gone_loses_that_attempt() {
+async fn an_in_progress_task_whose_worktree_is_gone_on_resume_runs_that_attempt_again() {
     let lab = lab(json!({"workspace": {"repo": "."}, "steps": [task("T1", &[], "pass")]}));
     lab.repo
         .0
@@ -324,13 +333,41 @@ async fn an_in_progress_task_whose_worktree_is_gone_loses_that_attempt() {
         .unwrap()
         .branches
         .insert("T1".into(), Vec::new());
-    let checkpoint = serde_json::to_value(state(TaskPhase::InProgress, 2)).unwrap();
+    let interrupted = TaskState {
+        retry_feedback: vec![plan_types::RetryFeedback {
+            attempt: 2,
+            feedback: "fix the sum".into(),
+        }],
+        ..state(TaskPhase::InProgress, 2)
+    };
+    let checkpoint = serde_json::to_value(interrupted).unwrap();
     let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
     assert!(of(&report, "T1").ok);
-    // Attempt 2 is lost and counts (an implementer that deletes its worktree's `.git` every
-    // time must not run forever at one attempt); attempt 3 runs in a worktree made anew.
-    assert_eq!(of(&report, "T1").result.as_ref().unwrap()["attempts"], 3);
-    assert_eq!(lab.log.lock().unwrap().len(), 1);
+    assert_eq!(of(&report, "T1").result.as_ref().unwrap()["attempts"], 2);
+    assert_eq!(
+        *lab.log.lock().unwrap(),
+        [("T1".to_owned(), "fix the sum".to_owned())],
+        "attempt 2 runs once more, with its feedback"
+    );
+    assert_eq!(lab.repo.0.lock().unwrap().worktrees, Vec::<String>::new());
+}
+
+/// A worktree that goes during an attempt (an implementer that deletes it) fails that
+/// attempt, and the attempt counts: such an implementer cannot run forever at one attempt.
+#[tokio::test]
+async fn a_worktree_that_goes_during_an_attempt_fails_it_and_it_counts() {
+    let lab = lab(json!({"workspace": {"repo": ".", "max_attempts": 2},
+                         "steps": [task("T1", &[], "pass")]}));
+    lab.repo.0.lock().unwrap().vanish = true;
+    let report = go(&lab, BTreeMap::new()).await;
+    let error = of(&report, "T1").error.as_ref().unwrap();
+    assert_eq!(error.code.to_string(), "E_TASK_ABANDONED", "{error:?}");
+    assert!(error.message.contains("is gone"), "{error:?}");
+    assert_eq!(
+        lab.log.lock().unwrap().len(),
+        2,
+        "two attempts, each counted"
+    );
 }
 
 #[tokio::test]
