@@ -432,6 +432,46 @@ fn a_breakdown_whose_files_disagree_is_refused_naming_the_file() {
     );
 }
 
+/// A task id names a branch and a worktree folder: an id that is a path (or that git refuses
+/// in a branch name) is refused at import, naming the id, its file and its line, and no plan
+/// is written.
+#[test]
+fn a_task_id_that_is_a_path_is_refused_at_import() {
+    let lab = Lab::new();
+    let repo = repo(&lab);
+    let plan_path = lab.dir.path().join("out.json");
+    for (bad, why) in [
+        (
+            "/etc/passwd",
+            "it contains `/`: a task id is one folder name, never a path",
+        ),
+        (
+            "../../x",
+            "it contains `/`: a task id is one folder name, never a path",
+        ),
+        ("..", "it starts with `.`"),
+    ] {
+        let dir = breakdown(&repo);
+        let file = dir.join("1-foundation/L1-002-cli.xml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(
+            &file,
+            text.replace("<id>L1-002</id>", &format!("<id>{bad}</id>")),
+        )
+        .unwrap();
+        let output = import(&lab, &dir, &["-o", path_str(&plan_path)]);
+        assert_eq!(output.status.code(), Some(2), "{bad}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let wanted = format!(
+            "{}:4: <meta><id> `{bad}` cannot be a task id: {why}",
+            file.display()
+        );
+        assert!(stderr.contains(&wanted), "{wanted:?} in {stderr}");
+        assert!(!plan_path.exists(), "{bad}: no plan is written");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 /// The layer plan as `breakdown-plan-layers` writes it (layers as a list, each task with its
 /// `depends_on`), and `--no-layer-barrier`: the dependencies alone order the tasks.
 #[test]

@@ -17,12 +17,15 @@ use serde_json::{Map, Value, json};
 /// Task id → the ids it depends on.
 type Dependencies = BTreeMap<String, BTreeSet<String>>;
 
-/// Why a breakdown folder cannot be read: the file, and what is wrong there.
+/// Why a breakdown folder cannot be read: the file (and the line, where it is known), and
+/// what is wrong there.
 #[derive(Debug, thiserror::Error)]
-#[error("{file}: {message}")]
+#[error("{}{}: {message}", .file.display(), .line.map(|line| format!(":{line}")).unwrap_or_default())]
 pub struct BreakdownError {
     /// The file (or folder).
     pub file: PathBuf,
+    /// The line of the file, 1 for the first, where it is known.
+    pub line: Option<u32>,
     /// What is wrong, naming the element or field.
     pub message: String,
 }
@@ -30,7 +33,20 @@ pub struct BreakdownError {
 fn fail(file: &Path, message: impl Into<String>) -> BreakdownError {
     BreakdownError {
         file: file.to_path_buf(),
+        line: None,
         message: message.into(),
+    }
+}
+
+/// [`fail`] at the line of the file where `node` starts.
+fn fail_at(
+    file: &Path,
+    node: roxmltree::Node<'_, '_>,
+    message: impl Into<String>,
+) -> BreakdownError {
+    BreakdownError {
+        line: Some(node.document().text_pos_at(node.range().start).row),
+        ..fail(file, message)
     }
 }
 
@@ -660,6 +676,16 @@ fn read_task(path: &Path) -> Result<Task, BreakdownError> {
             .ok_or_else(|| fail(path, format!("<meta> has no <{name}>")))
     };
     let id = field("id")?;
+    // The id names the task's branch and its worktree's folder: never a path.
+    if let Some(problem) = plan_types::task_id_problem(&id)
+        && let Some(node) = child(meta, "id")
+    {
+        return Err(fail_at(
+            path,
+            node,
+            format!("<meta><id> `{id}` cannot be a task id: {problem}"),
+        ));
+    }
     let name = field("name")?;
     let layer = field("layer")?;
     let priority = match child(meta, "priority").map(text_of) {
