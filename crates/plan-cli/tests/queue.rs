@@ -1075,3 +1075,100 @@ fn a_question_asked_on_a_worker_is_answered_through_the_job() {
     let (_, log) = stop(workers, "TERM");
     assert_eq!(calls_made(&log).0, 2, "asked once, answered once: {log}");
 }
+
+/// A job whose data is past the queue's bound (16 MiB), written straight into Redis by any
+/// producer, is refused without the worker ever reading it: the worker's peak memory stays
+/// far below the job's size, and it goes on serving. A plan's call that large is refused by
+/// its coordinator before it is added.
+#[test]
+fn a_job_past_the_bound_is_refused_unread_and_a_call_that_large_is_not_added() {
+    let redis = Redis::start();
+    let lab = Lab::new();
+    let url = redis.url();
+    let ours = worker(&lab, &url, &[]);
+    published(&redis, 1);
+    let dir = node_dir(&lab);
+    std::fs::write(
+        dir.join("big-job.mjs"),
+        r#"
+import { Queue, QueueEvents } from 'bullmq';
+const url = new URL(process.env.REDIS_URL);
+const connection = { host: url.hostname, port: Number(url.port) };
+const queue = new Queue('steps', { connection });
+const events = new QueueEvents('steps', { connection, lastEventId: '0-0' });
+await events.waitUntilReady();
+const answers = {};
+for (const [name, data] of [
+  ['big', { tool: 'echo', args: { text: 'x'.repeat(48 * 1024 * 1024) } }],
+  ['small', { tool: 'echo', args: { text: 'after' } }],
+]) {
+  const job = await queue.add(data.tool, data, { jobId: name });
+  try {
+    answers[name] = { result: await job.waitUntilFinished(events, 60000) };
+  } catch (error) {
+    answers[name] = { failed: error.message };
+  }
+}
+console.log(JSON.stringify(answers));
+await events.close();
+await queue.close();
+"#,
+    )
+    .unwrap();
+    let producer = Command::new("node")
+        .arg(dir.join("big-job.mjs"))
+        .env("REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = finish_within(producer, Duration::from_secs(120));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let answers: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let failed = answers["big"]["failed"].as_str().unwrap_or_default();
+    assert!(
+        failed.contains("past the bound of 16777216 bytes") && failed.contains("E_ARGS_INVALID"),
+        "{answers}"
+    );
+    assert_eq!(
+        answers["small"]["result"],
+        json!({"text": "after"}),
+        "{answers}"
+    );
+    // The worker's peak resident memory: a worker that read the 48 MiB job would be past it.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", ours.id())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(
+        peak_kib < 40 * 1024,
+        "the worker's peak memory was {peak_kib} KiB"
+    );
+    // A plan's call of 17 MiB: its coordinator refuses to add it, naming the bound.
+    let plan = lab.write(
+        "big.json",
+        &json!({"steps": [{"id": "a", "tool": "echo", "args": {"text": "y".repeat(17 << 20)}}]}),
+    );
+    let output = lab
+        .command()
+        .args(["run", path_str(&plan), "--json", "--queue", &url])
+        .output()
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let error = &report["records"][0]["error"];
+    assert_eq!(report["task_status"], "FAILED", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("past the queue's bound"), "{message}");
+    let (_, log) = stop(ours, "TERM");
+    assert_eq!(
+        calls_made(&log),
+        (1, 0),
+        "only the small job was called: {log}"
+    );
+}

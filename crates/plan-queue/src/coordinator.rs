@@ -543,6 +543,17 @@ impl Tool for RemoteTool {
         if let Some(secret) = &dispatcher.options.secret {
             secret.sign(&self.name, &job_id, &mut data);
         }
+        // No worker would be handed it (`MAX_JOB_DATA_BYTES`): said here, not waited for.
+        let length = json_length(&data);
+        if length > crate::MAX_JOB_DATA_BYTES {
+            return Err(ToolError::new(
+                codes::E_ARGS_INVALID,
+                format!(
+                    "the call's job would hold {length} bytes, past the queue's bound of {} bytes: a tool on a worker takes smaller arguments",
+                    crate::MAX_JOB_DATA_BYTES
+                ),
+            ));
+        }
         let producer = dispatcher
             .producer(&queue)
             .await
@@ -581,6 +592,24 @@ impl Tool for RemoteTool {
             }
         }
     }
+}
+
+/// The length of `value`'s JSON text, counted without writing it anywhere.
+fn json_length(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 impl RemoteTool {

@@ -31,6 +31,12 @@ pub use worker::{WorkerNotice, WorkerOptions, WorkerStats, work};
 /// The queue tool calls go to when none is named.
 pub const DEFAULT_QUEUE: &str = "steps";
 
+/// The most a job's data may hold (its JSON text): 16 MiB. A coordinator adds no larger job
+/// (the call fails with `E_ARGS_INVALID`), and a worker is never handed a larger one: the
+/// patched scripts of the vendored BullMQ (vendor/README.md) give it the job's length instead,
+/// so that a job written straight into Redis cannot make a worker read it all before refusing.
+pub const MAX_JOB_DATA_BYTES: usize = 16 << 20;
+
 /// BullMQ's default key prefix: a queue `steps` lives in the keys `bull:steps:*`.
 pub const PREFIX: &str = "bull";
 
@@ -153,5 +159,28 @@ mod tests {
             "redis://u:***@h:6379/0"
         );
         assert_eq!(super::redact_url("redis://h:6379"), "redis://h:6379");
+    }
+
+    /// The bound the patched fetch scripts hold jobs to is this crate's.
+    #[test]
+    fn the_fetch_scripts_bound_job_data_as_the_crate_says() {
+        let commands = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../vendor/bullmq-official/src/commands"
+        );
+        for script in ["moveToActive-11", "moveToFinished-14", "moveToDelayed-11"] {
+            let text = std::fs::read_to_string(format!("{commands}/{script}.lua")).unwrap();
+            assert!(
+                text.contains(&format!(
+                    "if dataLength <= {} then",
+                    super::MAX_JOB_DATA_BYTES
+                )),
+                "{script}"
+            );
+            assert!(
+                text.contains("return {jobFieldsBounded(jobKey), jobId, 0, 0}"),
+                "{script}"
+            );
+        }
     }
 }

@@ -110,6 +110,19 @@ pub async fn work(
             let (id, notices) = (id.clone(), notices.clone());
             let secret = secret.clone();
             async move {
+                // A job past the bound comes without its data (the patched fetch scripts):
+                // refused uncalled, whoever wrote it.
+                if let Some(length) = oversized(job.data()) {
+                    let error = ToolError::new(
+                        codes::E_ARGS_INVALID,
+                        format!(
+                            "worker {id} refused job {}: its data holds {length} bytes, past the bound of {} bytes",
+                            job.id(),
+                            crate::MAX_JOB_DATA_BYTES
+                        ),
+                    );
+                    return Err(bullmq::Error::Unrecoverable(failure_text(&error)));
+                }
                 // With a secret, a job not signed with it (added by whoever can write to the
                 // Redis, or altered there) fails uncalled.
                 if let Some(secret) = &secret
@@ -213,6 +226,16 @@ pub async fn work(
         done: done.load(Ordering::Relaxed),
         claimed: claimed.load(Ordering::Relaxed),
     })
+}
+
+/// The length of a job's data that the fetch scripts withheld for its size (their marker
+/// `{"__oversized__": LENGTH}`); a job whose data is that marker and nothing else.
+fn oversized(data: &Value) -> Option<u64> {
+    let fields = data.as_object()?;
+    match (fields.len(), fields.get("__oversized__")) {
+        (1, Some(length)) => length.as_u64(),
+        _ => None,
+    }
 }
 
 fn notify(to: Option<&tokio::sync::mpsc::UnboundedSender<WorkerNotice>>, notice: WorkerNotice) {

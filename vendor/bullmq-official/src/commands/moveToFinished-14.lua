@@ -201,6 +201,25 @@ local function addBaseMarkerIfNeeded(markerKey, isPausedOrMaxed)
     rcall("ZADD", markerKey, 0, "0")
   end  
 end
+-- plan-cli's patch (vendor/README.md): a job's data past 16 MiB (plan_queue::MAX_JOB_DATA_BYTES)
+-- is not handed to a worker, which would read all of it before it could refuse it; the
+-- worker gets its other fields and a data field that says how long the data was.
+local function jobFieldsBounded(jobKey)
+  local dataLength = rcall("HSTRLEN", jobKey, "data")
+  if dataLength <= 16777216 then
+    return rcall("HGETALL", jobKey)
+  end
+  local fields = {}
+  for _, field in ipairs(rcall("HKEYS", jobKey)) do
+    if field ~= "data" then
+      table.insert(fields, field)
+      table.insert(fields, rcall("HGET", jobKey, field))
+    end
+  end
+  table.insert(fields, "data")
+  table.insert(fields, '{"__oversized__":' .. dataLength .. '}')
+  return fields
+end
 local function prepareJobForProcessing(keyPrefix, rateLimiterKey, eventStreamKey,
     jobId, processedOn, maxJobs, limiterDuration, markerKey, opts)
   local jobKey = keyPrefix .. jobId
@@ -232,7 +251,7 @@ local function prepareJobForProcessing(keyPrefix, rateLimiterKey, eventStreamKey
   addBaseMarkerIfNeeded(markerKey, false)
   -- rate limit delay must be 0 in this case to prevent adding more delay
   -- when job that is moved to active needs to be processed
-  return {rcall("HGETALL", jobKey), jobId, 0, 0} -- get job data
+  return {jobFieldsBounded(jobKey), jobId, 0, 0} -- get job data (bounded)
 end
 --[[
   Updates the delay set, by moving delayed jobs that should
