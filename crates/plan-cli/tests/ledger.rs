@@ -467,6 +467,31 @@ fn bad_ledger_files_are_clear_errors() {
         .stderr(predicate::str::contains(
             "there is no ledger at .plan/state.db",
         ));
+    // A FIFO (or any other file that is not a regular one) is refused, not read for good.
+    let fifo = lab.dir.path().join("fifo.db");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for args in [
+        vec!["runs"],
+        vec!["status", "last"],
+        vec!["run", path_str(&plan)],
+    ] {
+        lab.cli()
+            .args(["--db", path_str(&fifo)])
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(30))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(format!(
+                "cannot open the ledger {}: it is a FIFO, not a ledger file",
+                fifo.display()
+            )));
+    }
     // A dry run records nothing.
     lab.cli()
         .args(["run", path_str(&plan), "--dry-run"])

@@ -234,6 +234,11 @@ impl Ledger {
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
+        // Anything but a regular file is refused by the store; opening a FIFO to try it would
+        // block for good.
+        if !std::fs::metadata(&self.path).is_ok_and(|file| file.is_file()) {
+            return self.open();
+        }
         // SQLite writes beside the file (its log), so the folder must be writable too.
         let writable = std::fs::OpenOptions::new()
             .append(true)

@@ -188,10 +188,39 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// A ledger is a regular file (or none yet): SQLite would block for good reading a FIFO, and
+/// a directory or a device is no ledger either.
+fn refuse_other_than_a_file(path: &Path) -> Result<(), StoreError> {
+    let Ok(metadata) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    if metadata.is_file() {
+        return Ok(());
+    }
+    use std::os::unix::fs::FileTypeExt as _;
+    let kind = metadata.file_type();
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "something other than a regular file"
+    };
+    Err(StoreError::Open {
+        path: path.to_path_buf(),
+        message: format!("it is {what}, not a ledger file"),
+    })
+}
+
 impl Store {
     /// Opens the ledger at `path`, creating it (and its directory) if needed, and brings its
     /// schema up to date.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        refuse_other_than_a_file(path)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|error| StoreError::Open {
                 path: path.to_path_buf(),
@@ -209,6 +238,7 @@ impl Store {
     /// process may not write. Nothing is created or migrated, so the ledger must already be
     /// of this version.
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        refuse_other_than_a_file(path)?;
         let open = |uri: String| -> Result<Store, StoreError> {
             let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
                 | rusqlite::OpenFlags::SQLITE_OPEN_URI

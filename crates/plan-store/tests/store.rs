@@ -122,6 +122,51 @@ fn an_unwritable_directory_is_a_clear_error() {
 }
 
 #[test]
+fn a_fifo_or_a_directory_is_refused_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.db");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Opened on a thread of its own: a ledger that reads the FIFO blocks for good, and the
+    // test fails after a while instead of waiting with it.
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let errors = [
+            Store::open(&path).map(drop).unwrap_err().to_string(),
+            Store::open_read_only(&path)
+                .map(drop)
+                .unwrap_err()
+                .to_string(),
+        ];
+        let _ = sender.send(errors);
+    });
+    let errors = receiver
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("opening a FIFO as the ledger blocked");
+    for error in errors {
+        assert!(
+            error
+                .to_string()
+                .ends_with("it is a FIFO, not a ledger file"),
+            "{error}"
+        );
+    }
+    let error = Store::open(dir.path()).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .ends_with("it is a directory, not a ledger file"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_journal_writes_batches_that_read_back_in_plan_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
