@@ -25,6 +25,7 @@ fn plan() -> Value {
             {"id": "echoed", "tool": "echo", "args": {"auth": "Bearer ${env.PLAN_TEST_S}"}, "result_variable": "sent"},
             {"id": "printed", "tool": "exec", "args": {"argv": ["printf", "%s", "${env.PLAN_TEST_S}"]}},
             {"id": "encoded", "tool": "exec", "args": {"argv": ["sh", "-c", "echo \"$1\" | base64 -w0", "sh", "${env.PLAN_TEST_S}"]}},
+            {"id": "json_escaped", "tool": "exec", "args": {"argv": ["python3", "-c", "import sys; print('{\"k\":\"' + ''.join('\\\\u%04x' % ord(c) for c in sys.argv[1]) + '\"}')", "${env.PLAN_TEST_S}"]}},
             {"id": "in_stderr", "tool": "exec", "args": {"argv": ["ls", "/nonexistent/${env.PLAN_TEST_S}"]}},
             {"id": "in_cwd", "tool": "exec", "args": {"argv": ["true"], "cwd": "/nonexistent/${env.PLAN_TEST_S}"}},
             {"id": "failed", "tool": "fail", "args": {"message": "cannot log in with ${env.PLAN_TEST_S}"}},
@@ -48,6 +49,9 @@ fn leak(text: &str) -> Option<String> {
         "w%c3%b6rt",
         "xn--",
         "dgvymiaiuxvvdgvk",
+        // The secret printed as JSON escapes (`{"k":"\u0048\u0075…"}`), escaped again or not
+        // where it is shown as JSON.
+        "u0048",
     ] {
         if let Some(at) = lower.find(needle) {
             let start = lower[..at]

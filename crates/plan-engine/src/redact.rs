@@ -24,8 +24,9 @@ pub struct Redactor {
     /// The forms no list of literal strings covers: every secret percent-encoded with any
     /// choice of safe characters (each byte as itself or as `%XX`, a space also as `+`: an
     /// encoder's safe set is the caller's to choose, Python's `quote` keeps `/`, `quote_plus`
-    /// does not), and its base64 forms wrapped across lines (`base64` wraps at 76 columns).
-    /// Run only on text that holds a `%` or a line break.
+    /// does not) or JSON-escaped with any choice of characters (`\u0068`), and its base64
+    /// forms wrapped across lines (`base64` wraps at 76 columns).
+    /// Run only on text that holds a `%`, a backslash or a line break.
     spread: Vec<regex::Regex>,
 }
 
@@ -43,11 +44,13 @@ fn wrapped_pattern(form: &str) -> String {
 
 /// Whether a text may hold a form only `Redactor::spread` finds.
 fn spreads(text: &str) -> bool {
-    text.contains('%') || text.contains('\n')
+    text.contains('%') || text.contains('\n') || text.contains('\\')
 }
 
-/// A pattern for `secret` with each byte either itself or percent-encoded.
-fn percent_pattern(secret: &str) -> String {
+/// A pattern for `secret` with each character as itself, percent-encoded (byte by byte) or
+/// JSON-escaped as `\uXXXX` (UTF-16 units, as a JSON writer that escapes every character
+/// gives it, `{"k":"\u0068\u0075…"}`; `\/` for a slash).
+fn escaped_pattern(secret: &str) -> String {
     let mut pattern = String::new();
     for c in secret.chars() {
         let mut bytes = [0_u8; 4];
@@ -56,12 +59,24 @@ fn percent_pattern(secret: &str) -> String {
             .bytes()
             .map(|b| format!("%{b:02X}"))
             .collect();
+        let escaped: String = c
+            .encode_utf16(&mut [0_u16; 2])
+            .iter()
+            .map(|unit| format!("\\\\u{unit:04x}"))
+            .collect();
         let literal = regex::escape(c.encode_utf8(&mut [0_u8; 4]));
-        if c == ' ' {
-            pattern.push_str(&format!("(?: |\\+|{encoded})"));
-        } else {
-            pattern.push_str(&format!("(?:{literal}|{encoded})"));
-        }
+        // JSON's short escapes, and `+` for a space in a form's encoding.
+        let short = match c {
+            ' ' => "|\\+",
+            '/' => "|\\\\/",
+            '"' => "|\\\\\"",
+            '\\' => "|\\\\\\\\",
+            '\n' => "|\\\\n",
+            '\t' => "|\\\\t",
+            '\r' => "|\\\\r",
+            _ => "",
+        };
+        pattern.push_str(&format!("(?:{literal}|{encoded}|{escaped}{short})"));
     }
     pattern
 }
@@ -157,7 +172,7 @@ impl Redactor {
         let spread = sorted
             .iter()
             .filter_map(|secret| {
-                let percent = percent_pattern(secret);
+                let percent = escaped_pattern(secret);
                 let wrapped: Vec<String> = base64_forms(secret)
                     .iter()
                     .map(|form| wrapped_pattern(form))
@@ -341,6 +356,9 @@ mod tests {
             "%48%75%6E%74%65%72%32%20%22%C3%A9%22%2F%78",
             "Hunter2 %22é%22/x",
             "hUnTeR2%20\"%c3%A9\"%2fX",
+            // A JSON writer may escape any character as `\uXXXX` (UTF-16), a slash as `\/`.
+            "\\u0048\\u0075\\u006e\\u0074\\u0065\\u0072\\u0032\\u0020\\u0022\\u00e9\\u0022\\u002f\\u0078",
+            "Hunter2 \\\"\\u00E9\\\"\\/x",
         ] {
             let mut text = format!("before {form} after");
             redactor.string(&mut text);
