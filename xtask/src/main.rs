@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+mod architecture;
 mod llm;
 mod peer;
 mod prereqs;

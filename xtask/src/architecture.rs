@@ -1,0 +1,247 @@
+//! The invariants of docs/ARCHITECTURE.md that a test can check, checked on the workspace as
+//! it is: which crate may use which (from `cargo metadata`), and where printing, SQL and
+//! environment reads may happen (from the sources).
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::{Path, PathBuf};
+
+    use serde_json::Value;
+
+    fn root() -> PathBuf {
+        crate::project_root()
+    }
+
+    /// Each workspace crate's normal (not dev, not build) dependencies on workspace crates.
+    fn workspace_dependencies() -> BTreeMap<String, BTreeSet<String>> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = std::process::Command::new(cargo)
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--no-deps",
+                "--offline",
+            ])
+            .current_dir(root())
+            .output()
+            .expect("cargo metadata runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let metadata: Value = serde_json::from_slice(&output.stdout).expect("metadata is JSON");
+        let packages = metadata["packages"].as_array().expect("packages");
+        let names: BTreeSet<String> = packages
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect();
+        packages
+            .iter()
+            .map(|package| {
+                let uses = package["dependencies"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| d["kind"].is_null())
+                    .filter_map(|d| d["name"].as_str())
+                    .filter(|name| names.contains(*name))
+                    .map(str::to_owned)
+                    .collect();
+                (
+                    package["name"].as_str().unwrap_or_default().to_owned(),
+                    uses,
+                )
+            })
+            .collect()
+    }
+
+    /// Every crate's dependencies on the workspace stay within what ARCHITECTURE.md's code
+    /// map allows it (a crate may use fewer).
+    #[test]
+    fn each_crate_uses_only_the_crates_the_code_map_allows() {
+        let allowed: &[(&str, &[&str])] = &[
+            ("plan-types", &[]),
+            ("plan-vars", &[]),
+            ("plan-ports", &["plan-types"]),
+            ("plan-store", &["plan-types"]),
+            ("plan-llm", &["plan-types"]),
+            ("plan-graph", &["plan-types", "plan-vars"]),
+            ("plan-tools", &["plan-ports", "plan-types"]),
+            ("plan-queue", &["plan-ports", "plan-types"]),
+            ("plan-workspace", &["plan-ports", "plan-types"]),
+            (
+                "plan-engine",
+                &["plan-graph", "plan-ports", "plan-types", "plan-vars"],
+            ),
+            (
+                "plan-run",
+                &[
+                    "plan-engine",
+                    "plan-graph",
+                    "plan-llm",
+                    "plan-ports",
+                    "plan-queue",
+                    "plan-store",
+                    "plan-tools",
+                    "plan-types",
+                    "plan-vars",
+                    "plan-workspace",
+                ],
+            ),
+            (
+                "plan-serve",
+                &[
+                    "plan-engine",
+                    "plan-graph",
+                    "plan-llm",
+                    "plan-run",
+                    "plan-store",
+                    "plan-types",
+                ],
+            ),
+            (
+                "plan-ui",
+                &["plan-graph", "plan-run", "plan-store", "plan-types"],
+            ),
+            (
+                "plan-cli",
+                &[
+                    "plan-engine",
+                    "plan-graph",
+                    "plan-llm",
+                    "plan-queue",
+                    "plan-run",
+                    "plan-serve",
+                    "plan-store",
+                    "plan-tools",
+                    "plan-types",
+                    "plan-ui",
+                    "plan-workspace",
+                ],
+            ),
+            ("plan-fuzz", &["plan-engine", "plan-graph", "plan-tools"]),
+            ("xtask", &[]),
+        ];
+        let actual = workspace_dependencies();
+        let allowed: BTreeMap<&str, BTreeSet<&str>> = allowed
+            .iter()
+            .map(|(name, uses)| (*name, uses.iter().copied().collect()))
+            .collect();
+        for (name, uses) in &actual {
+            let Some(may) = allowed.get(name.as_str()) else {
+                panic!("{name} is a workspace crate the code map does not name");
+            };
+            let extra: Vec<&String> = uses.iter().filter(|u| !may.contains(u.as_str())).collect();
+            assert!(
+                extra.is_empty(),
+                "{name} uses {extra:?}, which the code map does not allow it"
+            );
+        }
+        // Nothing depends on a front-end: plan-cli, plan-serve and plan-ui are leaves but for
+        // plan-cli's use of the other two.
+        for (name, uses) in &actual {
+            assert!(!uses.contains("plan-cli"), "{name} uses plan-cli");
+            if name != "plan-cli" {
+                assert!(!uses.contains("plan-serve"), "{name} uses plan-serve");
+                assert!(!uses.contains("plan-ui"), "{name} uses plan-ui");
+            }
+        }
+    }
+
+    /// The Rust sources of a crate's library and binaries (`src/`).
+    fn sources(krate: &str) -> Vec<(PathBuf, String)> {
+        fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap_or_default();
+                    out.push((path, text));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&root().join("crates").join(krate).join("src"), &mut out);
+        out
+    }
+
+    const LIBRARIES: &[&str] = &[
+        "plan-types",
+        "plan-vars",
+        "plan-ports",
+        "plan-store",
+        "plan-llm",
+        "plan-graph",
+        "plan-tools",
+        "plan-queue",
+        "plan-workspace",
+        "plan-engine",
+        "plan-run",
+        "plan-serve",
+        "plan-ui",
+    ];
+
+    /// Where `needle` occurs in the library crates' sources, as `crate/path:line`, leaving out
+    /// comment lines.
+    fn occurrences(needles: &[&str]) -> Vec<String> {
+        let mut found = Vec::new();
+        for krate in LIBRARIES {
+            for (path, text) in sources(krate) {
+                for (n, line) in text.lines().enumerate() {
+                    let code = line.trim_start();
+                    if code.starts_with("//") {
+                        continue;
+                    }
+                    if needles.iter().any(|needle| code.contains(needle)) {
+                        let shown = path.strip_prefix(root().join("crates")).unwrap_or(&path);
+                        found.push(format!("{}:{}", shown.display(), n + 1));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// Only plan-cli prints: libraries hand back values and events, front-ends show them.
+    #[test]
+    fn no_library_prints() {
+        let found = occurrences(&["println!", "eprintln!", "print!(", "eprint!(", "dbg!("]);
+        assert!(found.is_empty(), "libraries print at {found:?}");
+    }
+
+    /// SQL is plan-store's: no other crate uses SQLite or writes a statement.
+    #[test]
+    fn sql_stays_in_plan_store() {
+        let found: Vec<String> =
+            occurrences(&["rusqlite", "SELECT ", "INSERT INTO", "CREATE TABLE"])
+                .into_iter()
+                .filter(|at| !at.starts_with("plan-store/"))
+                .collect();
+        assert!(found.is_empty(), "SQL outside plan-store at {found:?}");
+    }
+
+    /// Libraries do not read the environment to decide anything: plan-cli reads it and passes
+    /// settings down. The one exception is plan-tools, which passes variables an operator named
+    /// to the programs it starts (exec's passthrough, an MCP server's `env`) and finds programs
+    /// on PATH as a shell would.
+    #[test]
+    fn only_the_cli_reads_the_environment() {
+        let found: Vec<String> = occurrences(&["env::var(", "env::var_os(", "env::vars("])
+            .into_iter()
+            .filter(|at| {
+                !(at.starts_with("plan-tools/src/exec.rs:")
+                    || at.starts_with("plan-tools/src/mcp/client.rs:"))
+            })
+            // A test that rewrites the committed schema when asked to.
+            .filter(|at| !at.starts_with("plan-graph/src/schema.rs:"))
+            .collect();
+        assert!(found.is_empty(), "environment read at {found:?}");
+    }
+}
