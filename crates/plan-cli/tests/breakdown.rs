@@ -472,6 +472,73 @@ fn a_task_id_that_is_a_path_is_refused_at_import() {
     }
 }
 
+/// The checks an import makes into `sh -c` commands are listed on stderr, each with its task,
+/// file and line (and the `--verify-after-merge` ones), before anyone runs the plan; control
+/// characters are shown escaped. An import with none says nothing of it.
+#[test]
+fn the_checks_that_run_through_a_shell_are_listed_at_import() {
+    let lab = Lab::new();
+    let repo = repo(&lab);
+    let dir = breakdown(&repo);
+    let output = import(&lab, &dir, &[]);
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("sh -c"), "{stderr}");
+
+    let file = dir.join("1-foundation/L1-002-cli.xml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let steps = "<step>Run: python3 -B cli.py 2 3 - prints 5</step>\n    \
+                 <step>Run: test -f cli.py &amp;&amp; echo \"OK\"</step>\n    \
+                 <step>Run: `echo \"$HOME\" | grep -q /` - finds it</step>\n    \
+                 <step>Run: `printf 'x\u{202e}y' > /dev/null; true`</step>";
+    std::fs::write(
+        &file,
+        text.replace("<step>Run: python3 -B cli.py 2 3 - prints 5</step>", steps),
+    )
+    .unwrap();
+    let line_of = |needle: &str| {
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .position(|l| l.contains(needle))
+            .unwrap()
+            + 1
+    };
+    let plan_path = lab.dir.path().join("plan.json");
+    let output = import(
+        &lab,
+        &dir,
+        &[
+            "--verify-after-merge",
+            "python3 -m pytest -q | tail -1",
+            "-o",
+            path_str(&plan_path),
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: Value = serde_json::from_str(&std::fs::read_to_string(&plan_path).unwrap()).unwrap();
+    assert_eq!(
+        plan["steps"][1]["task"]["verify"][1],
+        json!({"argv": ["sh", "-c", "test -f cli.py && echo \"OK\""]})
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let at = |needle: &str| format!("  L1-002 ({}:{}): ", file.display(), line_of(needle));
+    let wanted = [
+        "4 checks run with `sh -c` (a shell reads them: look before you run the plan):".to_owned(),
+        format!("{}test -f cli.py && echo \"OK\"", at("test -f cli.py")),
+        format!("{}echo \"$HOME\" | grep -q /", at("grep -q")),
+        format!("{}printf 'x\\u{{202e}}y' > /dev/null; true", at("printf")),
+        "  --verify-after-merge: python3 -m pytest -q | tail -1".to_owned(),
+    ];
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines[..wanted.len()], wanted, "{stderr}");
+    assert!(lines[wanted.len()].starts_with("wrote "), "{stderr}");
+}
+
 /// The layer plan as `breakdown-plan-layers` writes it (layers as a list, each task with its
 /// `depends_on`), and `--no-layer-barrier`: the dependencies alone order the tasks.
 #[test]

@@ -77,7 +77,24 @@ struct Task {
     layer: String,
     priority: u32,
     checks: Vec<Value>,
+    /// Its checks that run through `sh -c`: the line of their `<step>`, and the command.
+    shell_checks: Vec<(u32, String)>,
+    /// Its file.
+    file: PathBuf,
     spec: String,
+}
+
+/// A check of the imported plan that runs through `sh -c` (a shell reads it: operators,
+/// expansions, redirections), which whoever runs the plan should see first: a breakdown's
+/// verification step, or a `verify_after_merge` command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellCheck {
+    /// The task it checks; `None` for a `verify_after_merge` check (every task's).
+    pub task: Option<String>,
+    /// The task file it comes from, and the line of its `<verification><step>`.
+    pub source: Option<(PathBuf, u32)>,
+    /// The command, as `sh -c` gets it.
+    pub command: String,
 }
 
 /// A breakdown folder, read and checked.
@@ -292,6 +309,26 @@ impl Breakdown {
         plan.insert("workspace".into(), workspace);
         plan.insert("steps".into(), json!(steps));
         Ok(Value::Object(plan))
+    }
+
+    /// The checks the plan made with `options` ([`Breakdown::plan`]) runs through `sh -c`, in
+    /// the plan's order: each task's, then the `verify_after_merge` commands'.
+    pub fn shell_checks(&self, options: &ImportOptions) -> Vec<ShellCheck> {
+        let tasks = self.tasks.iter().flat_map(|task| {
+            task.shell_checks.iter().map(|(line, command)| ShellCheck {
+                task: Some(task.id.clone()),
+                source: Some((task.file.clone(), *line)),
+                command: command.clone(),
+            })
+        });
+        let after_merge = (options.verify_after_merge.iter())
+            .filter_map(|command| shell_command(&command_check(command)?))
+            .map(|command| ShellCheck {
+                task: None,
+                source: None,
+                command,
+            });
+        tasks.chain(after_merge).collect()
     }
 
     /// The project's folder the manifest names (a relative one is relative to the folder the
@@ -695,6 +732,7 @@ fn read_task(path: &Path) -> Result<Task, BreakdownError> {
             .map_err(|_| fail(path, format!("<meta><priority> `{text}` is not a number")))?,
     };
     let mut checks = Vec::new();
+    let mut shell_checks = Vec::new();
     let mut run = Vec::new();
     let mut by_hand = Vec::new();
     for step in child(root, "verification")
@@ -707,6 +745,12 @@ fn read_task(path: &Path) -> Result<Task, BreakdownError> {
         if read.checks.is_empty() {
             by_hand.push(line);
         } else {
+            let at = document.text_pos_at(step.range().start).row;
+            shell_checks.extend(
+                (read.checks.iter())
+                    .filter_map(shell_command)
+                    .map(|command| (at, command)),
+            );
             checks.extend(read.checks);
             run.push(line.clone());
             if let Some(rest) = read.by_hand {
@@ -767,6 +811,8 @@ fn read_task(path: &Path) -> Result<Task, BreakdownError> {
         layer,
         priority,
         checks,
+        shell_checks,
+        file: path.to_path_buf(),
         spec,
     })
 }
@@ -1154,6 +1200,15 @@ fn command_check(command: &str) -> Option<Value> {
     Some(json!({"argv": ["sh", "-c", escaped(command)]}))
 }
 
+/// The command a check gives `sh -c` ([`command_check`]'s), as the shell gets it (its `$$`
+/// are the plan's escapes of `$`); `None` for a check that runs without a shell.
+fn shell_command(check: &Value) -> Option<String> {
+    match check["argv"].as_array()?.as_slice() {
+        [sh, c, command] if sh == "sh" && c == "-c" => Some(command.as_str()?.replace("$$", "$")),
+        _ => None,
+    }
+}
+
 /// Commands that are a shell's, not programs: a check that starts with one runs in `sh -c`.
 const SHELL_BUILTINS: [&str; 16] = [
     "cd", "command", "source", ".", "export", "type", "exec", "set", "unset", "ulimit", "umask",
@@ -1367,6 +1422,16 @@ mod tests {
             let read = checks_of(line);
             assert!(read.checks.is_empty() && read.by_hand.is_some(), "{line}");
         }
+    }
+
+    #[test]
+    fn the_shell_command_of_a_check_is_what_sh_gets() {
+        let shelled = checks(r#"Run: echo "$HOME" | grep x"#);
+        assert_eq!(
+            shell_command(&shelled[0]).as_deref(),
+            Some(r#"echo "$HOME" | grep x"#)
+        );
+        assert_eq!(shell_command(&checks("Run: pytest -q")[0]), None);
     }
 
     #[test]

@@ -355,6 +355,27 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
     let plan = breakdown
         .plan(&options)
         .map_err(|error| Failure::input(error.to_string()))?;
+    // What a shell will read, shown before anything runs it (one line each, control
+    // characters shown escaped: a command cannot hide itself or another on the terminal).
+    let shelled = breakdown.shell_checks(&options);
+    if !shelled.is_empty() {
+        say!(
+            "{} with `sh -c` (a shell reads {}: look before you run the plan):",
+            count(shelled.len(), "check runs", "checks run"),
+            if shelled.len() == 1 { "it" } else { "them" }
+        );
+        for check in &shelled {
+            let whose = match (&check.task, &check.source) {
+                (Some(task), Some((file, line))) => {
+                    format!("{task} ({}:{line})", file.display())
+                }
+                (Some(task), None) => task.clone(),
+                (None, _) => "--verify-after-merge".to_owned(),
+            };
+            let command = crate::output::terminal_safe(&check.command).replace('\n', "\\n");
+            say!("  {}: {command}", crate::output::terminal_safe(&whose));
+        }
+    }
     let text = format!("{:#}\n", plan);
     match output {
         None => print(&text)?,
