@@ -891,15 +891,31 @@ fn a_client_cannot_declare_tools_and_no_plan_redefines_one() {
         "{}",
         answers[1]
     );
-    let redefining = lab.write(
-        "redefine.json",
-        &json!({"tools": [{"name": "echo", "queue": "ops"}], "steps": [{"id": "a", "tool": "echo"}]}),
-    );
-    let said = lab.fails(&["validate", common::path_str(&redefining)], 2);
+    let redefining = json!({"tools": [{"name": "echo", "queue": "ops"}], "steps": [{"id": "a", "tool": "echo"}]});
+    let path = lab.write("redefine.json", &redefining);
+    let said = lab.fails(&["validate", common::path_str(&path)], 2);
     assert!(
-        said.contains("the plan declares the tool `echo`, which plan-cli already has"),
+        said.contains(
+            "the plan declares the tool `echo`, which plan-cli already has (it is built in)"
+        ),
         "{said}"
     );
+    // A client hears the same reason, not something of the server's MCP configuration.
+    let answers = serve(
+        &lab,
+        &[],
+        &json!([["plan_run", {"plan": redefining}], ["plan_validate", {"plan": redefining}]]),
+    );
+    for answer in &answers {
+        let text = answer.to_string();
+        assert!(
+            text.contains(
+                "the plan declares the tool `echo`, which plan-cli already has (it is built in)"
+            ),
+            "{answer}"
+        );
+        assert!(!text.contains("MCP configuration"), "{answer}");
+    }
 }
 
 /// A client that may approve can answer a waiting call as `approve --input` does; a client

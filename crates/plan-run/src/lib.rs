@@ -126,7 +126,7 @@ pub use report::{
 };
 pub use sources::{Kept, QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};
-pub use toolbox::{Catalog, PlanTools, ToolSettings, Toolbox, ToolsError};
+pub use toolbox::{Catalog, PlanTools, ToolOwner, ToolSettings, Toolbox, ToolsError};
 
 /// Where the values of environment variables come from, for a front-end that outlives a
 /// borrow (`mcp serve`, the dashboard): the operator's environment, as the CLI reads it (the

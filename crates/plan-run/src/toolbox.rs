@@ -41,13 +41,39 @@ pub enum ToolsError {
     Unknown(String),
     /// A plan declares a tool plan-cli already has.
     #[error(
-        "the plan declares the tool `{0}`, which plan-cli already has (built in, of an MCP server, or published by a worker): a plan cannot redefine a tool; give the declared one another name"
+        "the plan declares the tool `{name}`, which plan-cli already has ({owner}): a plan cannot redefine a tool; give the declared one another name"
     )]
-    Declared(String),
+    Declared {
+        /// The tool.
+        name: String,
+        /// Whose it is.
+        owner: ToolOwner,
+    },
     /// The queue's Redis could not be asked for its workers' tools. (Feature `queue`.)
     #[cfg(feature = "queue")]
     #[error(transparent)]
     Queue(#[from] plan_queue::QueueError),
+}
+
+/// Whose a tool is that a plan declares again ([`ToolsError::Declared`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolOwner {
+    /// One of plan-cli's built-in tools (`echo`, `exec`, …).
+    BuiltIn,
+    /// A tool of this MCP server of the configuration.
+    Server(String),
+    /// A tool a worker of the queue publishes.
+    Worker,
+}
+
+impl std::fmt::Display for ToolOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolOwner::BuiltIn => f.write_str("it is built in"),
+            ToolOwner::Server(server) => write!(f, "a tool of the MCP server `{server}`"),
+            ToolOwner::Worker => f.write_str("published by a worker"),
+        }
+    }
 }
 
 /// Every tool a front-end lists (`plan-cli tools`), and the servers that could not be asked.
@@ -284,7 +310,10 @@ impl Toolbox {
                         .split_once('.')
                         .is_some_and(|(_, bare)| bare == tool.name)
             }) {
-                return Err(ToolsError::Declared(tool.name.clone()));
+                return Err(ToolsError::Declared {
+                    name: tool.name.clone(),
+                    owner: ToolOwner::Server(infos.source.clone()),
+                });
             }
         }
         Ok(())
@@ -299,8 +328,19 @@ impl Toolbox {
         plan: &plan_graph::Plan,
     ) -> Result<(), ToolsError> {
         for tool in &plan.tools {
-            if tools.registry.get(&tool.name).is_some() {
-                return Err(ToolsError::Declared(tool.name.clone()));
+            if let Some(had) = tools.registry.get(&tool.name) {
+                let source = had.info().source;
+                let owner = if self.builtins.get(&tool.name).is_some() {
+                    ToolOwner::BuiltIn
+                } else if source.starts_with("worker ") {
+                    ToolOwner::Worker
+                } else {
+                    ToolOwner::Server(source)
+                };
+                return Err(ToolsError::Declared {
+                    name: tool.name.clone(),
+                    owner,
+                });
             }
             let info = plan_engine::ToolInfo {
                 name: tool.name.clone(),

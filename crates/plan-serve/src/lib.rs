@@ -146,6 +146,11 @@ fn prepare_refusal(error: PrepareError) -> Refusal {
             "the MCP server `{}` of this server's configuration cannot be used now",
             error.server
         ),
+        // What is wrong with the plan itself is the client's to hear (a name it redeclares,
+        // a tool there is none of): nothing of the configuration is in it.
+        PrepareError::Tools(
+            error @ (plan_run::ToolsError::Declared { .. } | plan_run::ToolsError::Unknown(_)),
+        ) => error.to_string(),
         PrepareError::Tools(_) => "this server's MCP configuration cannot be used now".to_owned(),
         PrepareError::Invalid(problems) => {
             let mut text = rendered(&problems.source, &problems.issues);
