@@ -268,9 +268,10 @@ impl Program {
             let args = match ValueTemplate::compile_shared(&step.args) {
                 Ok(args) => args,
                 Err(error) => {
+                    // At its string, where validation reports it too (and so said once).
                     issues.push(Issue::error(
                         "plan::placeholder",
-                        PlanPath::step(i).key("args"),
+                        PlanPath::step(i).key("args").pointer(&error.pointer),
                         format!("malformed placeholder: {error}"),
                     ));
                     continue;
@@ -933,14 +934,25 @@ pub(crate) fn item_ids(
 }
 
 /// Whether validation already reported what compiling found as `issue`: the same issue, or
-/// an error at the very same place (a `when` that does not parse is reported by both), or the
+/// an error at the very same place (a `when` that does not parse is reported by both), or
+/// one inside the place that says what it says (a block's or a task's problem, which
+/// compiling names at the block or the task: `node `n`: unknown tool `x``), or the
 /// "unknown tool ``" of a step whose tool validation found missing.
 fn already_reported(reported: &[Issue], issue: &Issue) -> bool {
+    use plan_graph::Location;
     let same_place = |known: &Issue| known.is_error() && known.location == issue.location;
+    let inside = |known: &Issue| match (&known.location, &issue.location) {
+        (Location::Path { path: inner, .. }, Location::Path { path: outer, .. }) => {
+            known.is_error()
+                && inner.0.starts_with(&outer.0)
+                && issue.message.ends_with(&format!(": {}", known.message))
+        }
+        _ => false,
+    };
     let no_tool = issue.code == "plan::unknown_tool" && issue.message == "unknown tool ``";
     reported
         .iter()
-        .any(|known| known == issue || same_place(known))
+        .any(|known| known == issue || same_place(known) || inside(known))
         || no_tool
 }
 

@@ -43,6 +43,7 @@ mod issue;
 mod load;
 mod model;
 mod normalize;
+mod removed;
 pub mod render;
 mod schema;
 mod source;

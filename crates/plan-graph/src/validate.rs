@@ -181,6 +181,7 @@ pub(crate) fn validate(plan: &Plan, options: &LoadOptions) -> Vec<Issue> {
         check_tool_known(&call.tool, at, options, &mut issues);
     }
     check_variables(plan, &deps, cycles.is_empty(), options, &mut issues);
+    crate::removed::check(plan, &mut issues);
     issues
 }
 

@@ -96,7 +96,8 @@ pub fn kind(value: &Value) -> &'static str {
 /// Parses the path segments that follow a root: `.name`, `[N]`, `["key"]`.
 /// `braced` allows `-` in names and quoted keys; unbraced paths (in running text) stop at the
 /// first character that cannot continue them, so `$each.name.` keeps its final period as text.
-/// Returns the segments and the byte length consumed.
+/// Returns the segments and the byte length consumed; the removed `[*]` ends a path, and the
+/// caller refuses it (`all_items_removed`).
 pub(crate) fn parse_segments(
     text: &str,
     braced: bool,
@@ -145,6 +146,9 @@ pub(crate) fn parse_segments(
                     }
                     segments.push(Segment::Field(key));
                     pos += quoted_len + 2;
+                } else if rest.starts_with("*]") {
+                    // The removed `[*]`: the caller says what replaced it, naming the list.
+                    break;
                 } else if braced {
                     return Err(crate::ParseError::new(
                         base_offset + pos,

@@ -4,6 +4,7 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use crate::path::{self, Segment, name_len, parse_segments};
+use crate::template::{List, Written, all_items_removed};
 use crate::{ParseError, ResolveError, Variables};
 
 /// A bind selector: which part of a step's result (or of the variables) a bind stores.
@@ -90,6 +91,19 @@ impl FromStr for Selector {
             (None, after, 1)
         };
         let (path, consumed) = parse_segments(rest, true, offset)?;
+        if rest[consumed..].starts_with("[*]") {
+            let list = match &from_var {
+                Some(name) => List::Var(name),
+                None => List::Result,
+            };
+            return Err(all_items_removed(
+                offset + consumed,
+                &list,
+                &path,
+                &rest[consumed..],
+                Written::Bind,
+            ));
+        }
         if consumed != rest.len() {
             return Err(ParseError::new(
                 offset + consumed,

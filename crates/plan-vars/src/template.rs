@@ -133,14 +133,10 @@ impl Placeholder {
             let len = 2 + close + 1;
             return Ok(Some((placeholder.with_text(&text[..len]), len)));
         }
+        // A word that is none of these is text (`$HOME`, `$5`); whether it names a step of the
+        // plan (the removed `$step-01.v`) only the plan knows (plan-graph checks it).
         let word_len = name_len(after, false);
         let word = &after[..word_len];
-        if word == "step" && is_removed_step_reference(&after[word_len..]) {
-            return Err(ParseError::new(
-                offset,
-                "`$step-XX.…` was removed: give the step `binds: {NAME: $.field}` (or `result_variable: NAME`) and read `$var.NAME` (write `$$step` for the text)",
-            ));
-        }
         let (root, path_allowed) = match word {
             "var" => {
                 let Some(rest) = after[word_len..].strip_prefix('.') else {
@@ -160,7 +156,16 @@ impl Placeholder {
                 let consumed = 1 + word_len + 1 + name_len;
                 let (path, path_len) = parse_segments(&text[consumed..], false, offset + consumed)?;
                 let len = consumed + path_len;
-                refuse_all_items(&text[len..], offset)?;
+                if text[len..].starts_with("[*]") {
+                    let list = List::Var(name);
+                    return Err(all_items_removed(
+                        offset,
+                        &list,
+                        &path,
+                        &text[len..],
+                        Written::Text,
+                    ));
+                }
                 let placeholder = Placeholder {
                     root: Root::Var(name.to_owned()),
                     path,
@@ -180,7 +185,16 @@ impl Placeholder {
             (Vec::new(), 0)
         };
         let len = consumed + path_len;
-        refuse_all_items(&text[len..], offset)?;
+        if text[len..].starts_with("[*]") {
+            let list = List::of(&root);
+            return Err(all_items_removed(
+                offset,
+                &list,
+                &path,
+                &text[len..],
+                Written::Text,
+            ));
+        }
         let placeholder = Placeholder {
             root,
             path,
@@ -211,8 +225,39 @@ fn parse_braced(inner: &str, offset: usize) -> Result<Placeholder, ParseError> {
         ));
     }
     let (mut path, path_len) = parse_segments(&inner[root_len..], true, offset + root_len)?;
-    debug_assert_eq!(root_len + path_len, inner.len());
     let word = &inner[..root_len];
+    let rest = &inner[root_len + path_len..];
+    if rest.starts_with("[*]") {
+        let list = match word {
+            "each" => List::Each,
+            "var" => match path.split_first() {
+                Some((Segment::Field(name), before)) => {
+                    let list = List::Var(name);
+                    return Err(all_items_removed(
+                        offset,
+                        &list,
+                        before,
+                        rest,
+                        Written::Braced,
+                    ));
+                }
+                _ => List::Other,
+            },
+            "index" | "key" | "env" => List::Other,
+            name => List::Var(name),
+        };
+        return Err(all_items_removed(
+            offset,
+            &list,
+            &path,
+            rest,
+            Written::Braced,
+        ));
+    }
+    debug_assert!(
+        rest.is_empty(),
+        "a braced path ends at its brace or at `[*]`"
+    );
     let root = match word {
         "each" => Root::Each,
         "index" => Root::Index,
@@ -338,30 +383,112 @@ enum Part {
     Value(Placeholder),
 }
 
-/// Whether what follows `$step` is the removed `$step-XX.field` form (`$step-01.v`: two
-/// digits or more, then a field's name), not text that merely starts so (`$step-by-step`,
-/// `cp $step-1.tar`, `$step-2.50`).
-fn is_removed_step_reference(rest: &str) -> bool {
-    let Some(rest) = rest.strip_prefix('-') else {
-        return false;
-    };
-    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-    digits >= 2
-        && rest[digits..]
-            .strip_prefix('.')
-            .and_then(|field| field.chars().next())
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+/// What `[*]` was written after, for its replacement to name.
+pub(crate) enum List<'a> {
+    /// A variable: `${items[*].id}`, `$var.items[*].id`.
+    Var(&'a str),
+    /// The current map item: `$each.tags[*]`.
+    Each,
+    /// A bind selector's result: `$.items[*].id`.
+    Result,
+    /// Something without items to map over (`$index`, `${env.X}`).
+    Other,
 }
 
-/// `[*]` right after a placeholder (`$var.items[*].id`) is the removed form for every item.
-fn refuse_all_items(rest: &str, offset: usize) -> Result<(), ParseError> {
-    if rest.starts_with("[*]") {
-        return Err(ParseError::new(
-            offset,
-            "`[*]` was removed: run a step once per item with `expand_on` and read `$each`, or take a field of every item with a data expression (`${{ vars.items.map(i, i.id) }}`); for the text after a value, write `${name}[*]`",
-        ));
+impl List<'_> {
+    fn of(root: &Root) -> List<'_> {
+        match root {
+            Root::Var(name) => List::Var(name),
+            Root::Each => List::Each,
+            _ => List::Other,
+        }
     }
-    Ok(())
+}
+
+/// Where `[*]` was written: in running text (`$var.items[*]`), inside `${…}`, or in a bind
+/// selector.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    Text,
+    Braced,
+    Bind,
+}
+
+/// `[*]` (every item of a list) was removed: the error says what replaced it, with the list
+/// and the path written after it (`${items[*].id}`: `expand_on: "${items}"` and `${each.id}`,
+/// or `${{ vars.items.map(i, i.id) }}`). `before` is the path to the list, `rest` the text
+/// from `[*]` on.
+pub(crate) fn all_items_removed(
+    offset: usize,
+    list: &List<'_>,
+    before: &[Segment],
+    rest: &str,
+    written: Written,
+) -> ParseError {
+    let after_text = &rest[3..];
+    // The path after `[*]`, when it can be said: all of it inside braces (up to another
+    // `[*]`, which no replacement names), the part that continues the placeholder in text.
+    let after = parse_segments(after_text, written != Written::Text, 0)
+        .ok()
+        .filter(|(_, len)| {
+            written == Written::Text && !after_text[*len..].starts_with("[*]")
+                || *len == after_text.len()
+        })
+        .map(|(segments, _)| segments);
+    let path = |segments: &[Segment]| segments.iter().map(ToString::to_string).collect::<String>();
+    let message = match (list, after) {
+        (List::Var(name), Some(after)) => {
+            let placeholder = format!("${{{name}{}}}", path(before));
+            let expression = format!("vars{}{}", cel_path(&[Segment::Field((*name).to_owned())]), cel_path(before));
+            match (after.is_empty(), written) {
+                (true, Written::Bind) => format!("`[*]` was removed: `$var.{name}{}` is the whole list", path(before)),
+                (true, _) => format!("`[*]` was removed: `{placeholder}` is the whole list; to run a step once per item, give it `expand_on: \"{placeholder}\"` and read `$each`"),
+                (false, Written::Bind) => format!("`[*]` was removed: bind every item's `{}` with `${{{{ {expression}.map(i, i{}) }}}}`", path(&after), cel_path(&after)),
+                (false, _) => format!("`[*]` was removed: run a step once per item with `expand_on: \"{placeholder}\"` and read `${{each{}}}`, or take every item's `{}` with `${{{{ {expression}.map(i, i{}) }}}}`", path(&after), path(&after), cel_path(&after)),
+            }
+        }
+        (List::Each, Some(after)) if after.is_empty() => format!("`[*]` was removed: `${{each{}}}` is the whole list", path(before)),
+        (List::Each, Some(after)) => format!("`[*]` was removed: take every item's `{}` with `${{{{ each{}.map(i, i{}) }}}}`", path(&after), cel_path(before), cel_path(&after)),
+        (List::Result, Some(after)) if after.is_empty() => format!("`[*]` was removed: `${}` is the whole list", path(before)),
+        (List::Result, Some(after)) => format!("`[*]` was removed: bind every item's `{}` with `${{{{ result{}.map(i, i{}) }}}}` (a map step's binds collect one value per item)", path(&after), cel_path(before), cel_path(&after)),
+        _ => "`[*]` was removed: run a step once per item with `expand_on` and read `$each`, or take a field of every item with a data expression (`${{ vars.items.map(i, i.id) }}`)".to_owned(),
+    };
+    let message = match (written, list) {
+        (Written::Text, List::Var(name)) => {
+            format!(
+                "{message}; for the text `[*]` after the value, write `${{{name}{}}}[*]`",
+                path(before)
+            )
+        }
+        (Written::Text, List::Each) => {
+            format!(
+                "{message}; for the text `[*]` after the value, write `${{each{}}}[*]`",
+                path(before)
+            )
+        }
+        (Written::Text, _) => {
+            format!("{message}; for the text `[*]` after a value, write `${{name}}[*]`")
+        }
+        _ => message,
+    };
+    ParseError::new(offset, message)
+}
+
+/// A path as CEL writes it: `.name` for a name CEL has, `["key"]` otherwise, `[N]`.
+fn cel_path(segments: &[Segment]) -> String {
+    segments
+        .iter()
+        .map(|segment| match segment {
+            Segment::Field(name)
+                if name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                format!(".{name}")
+            }
+            Segment::Field(name) => format!("[{}]", Value::String(name.clone())),
+            Segment::Index(i) => format!("[{i}]"),
+        })
+        .collect()
 }
 
 /// A parsed string: literal text, exactly one placeholder, or text with placeholders in it.
@@ -373,6 +500,23 @@ pub struct Template {
 impl Template {
     /// Parses a string. `$` that starts none of the forms is literal text (`$HOME`, `$5`).
     pub fn parse(text: &str) -> Result<Template, ParseError> {
+        Template::parse_noting(text, None)
+    }
+
+    /// The byte offsets of the `$`s that [`Template::parse`] keeps as text because they start
+    /// no placeholder (`$HOME`, `$5`, `$step-01`); an escaped `$$` is none, nor is a `$` inside
+    /// a placeholder or a data expression. For telling text from what its writer may have
+    /// meant as a reference (a plan's checks for removed forms).
+    pub fn literal_dollars(text: &str) -> Result<Vec<usize>, ParseError> {
+        let mut found = Vec::new();
+        Template::parse_noting(text, Some(&mut found))?;
+        Ok(found)
+    }
+
+    fn parse_noting(
+        text: &str,
+        mut literal_dollars: Option<&mut Vec<usize>>,
+    ) -> Result<Template, ParseError> {
         let mut parts = Vec::new();
         let mut literal = String::new();
         let mut pos = 0;
@@ -394,6 +538,9 @@ impl Template {
                     pos = at + len;
                 }
                 None => {
+                    if let Some(found) = literal_dollars.as_deref_mut() {
+                        found.push(at);
+                    }
                     literal.push('$');
                     pos = at + 1;
                 }
@@ -455,4 +602,147 @@ impl Template {
 
 fn stand_in(scope: &Scope<'_>, placeholder: &Placeholder) -> Option<String> {
     scope.stand_in.and_then(|make| make(placeholder))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::Selector;
+
+    fn refused(text: &str) -> String {
+        Template::parse(text).unwrap_err().message
+    }
+
+    /// `[*]` is refused in every form it can be written in, each time naming what replaced
+    /// it for the very list and path written, not with the generic message about list indexes.
+    #[test]
+    fn all_items_is_refused_with_its_replacement_for_the_list_written() {
+        assert_eq!(
+            refused("${items[*].id}"),
+            "`[*]` was removed: run a step once per item with `expand_on: \"${items}\"` and read `${each.id}`, or take every item's `.id` with `${{ vars.items.map(i, i.id) }}`"
+        );
+        assert_eq!(
+            refused("ids: ${var.items[*].id}"),
+            refused("ids: ${items[*].id}")
+        );
+        assert_eq!(
+            refused("${items[*]}"),
+            "`[*]` was removed: `${items}` is the whole list; to run a step once per item, give it `expand_on: \"${items}\"` and read `$each`"
+        );
+        assert_eq!(
+            refused("${r.list[*].user[\"first name\"]}"),
+            "`[*]` was removed: run a step once per item with `expand_on: \"${r.list}\"` and read `${each.user[\"first name\"]}`, or take every item's `.user[\"first name\"]` with `${{ vars.r.list.map(i, i.user[\"first name\"]) }}`"
+        );
+        // A name CEL cannot write after a `.` is written as a key.
+        assert!(
+            refused("${my-list[*].first-name}")
+                .ends_with("`${{ vars[\"my-list\"].map(i, i[\"first-name\"]) }}`"),
+            "{}",
+            refused("${my-list[*].first-name}")
+        );
+        assert_eq!(
+            refused("${each.tags[*].name}"),
+            "`[*]` was removed: take every item's `.name` with `${{ each.tags.map(i, i.name) }}`"
+        );
+        // In running text the path after `[*]` is what continues the placeholder, and the
+        // text `[*]` after a value has its own way to be written.
+        assert_eq!(
+            refused("ids: $var.items[*].id, done."),
+            "`[*]` was removed: run a step once per item with `expand_on: \"${items}\"` and read `${each.id}`, or take every item's `.id` with `${{ vars.items.map(i, i.id) }}`; for the text `[*]` after the value, write `${items}[*]`"
+        );
+        assert!(refused("$each.tags[*]").starts_with("`[*]` was removed: `${each.tags}` is the whole list; for the text `[*]` after the value, write `${each.tags}[*]`"));
+        // What no replacement names gets the general one.
+        for text in ["${a[*].b[*].c}", "${env.X[*]}", "$index[*]", "${key[*]}"] {
+            assert!(
+                refused(text).starts_with(
+                    "`[*]` was removed: run a step once per item with `expand_on` and read `$each`"
+                ),
+                "{text}: {}",
+                refused(text)
+            );
+        }
+        // Never the list-index message.
+        assert!(!refused("${items[*].id}").contains("list index"));
+        // Text that merely holds `[*]`.
+        for text in [
+            "${items}[*]",
+            "${items[\"[*]\"]}",
+            "$$var.items[*]",
+            "a [*] b",
+            "${items[0].id}",
+        ] {
+            assert!(Template::parse(text).is_ok(), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_bind_selector_with_all_items_names_the_expression_that_replaced_it() {
+        let refused = |text: &str| text.parse::<Selector>().unwrap_err().message;
+        assert_eq!(
+            refused("$.items[*].id"),
+            "`[*]` was removed: bind every item's `.id` with `${{ result.items.map(i, i.id) }}` (a map step's binds collect one value per item)"
+        );
+        assert_eq!(
+            refused("$var.items[*].id"),
+            "`[*]` was removed: bind every item's `.id` with `${{ vars.items.map(i, i.id) }}`"
+        );
+        assert_eq!(refused("$[*]"), "`[*]` was removed: `$` is the whole list");
+    }
+
+    /// The `$step-01` forms are text to the parser (only the plan knows its steps), and are
+    /// found among the literal dollars, as `$HOME` and `$5` are; `$$`, placeholders and
+    /// expressions hold none.
+    #[test]
+    fn literal_dollars_are_those_that_start_no_placeholder() {
+        let text = "$step-01.v $HOME $$x ${a} $var.b $each $5 ${{ '$c' }} see $step-01[0] $";
+        let found: Vec<&str> = Template::literal_dollars(text)
+            .unwrap()
+            .into_iter()
+            .map(|at| &text[at..])
+            .map(|rest| rest.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(found, ["$step-01.v", "$HOME", "$5", "$step-01[0]", "$"]);
+        for text in ["$step-01.v", "$step-01", "see $step-01 now", "$step-01[0]"] {
+            assert!(Template::parse(text).unwrap().is_literal(), "{text}");
+        }
+        assert!(Template::literal_dollars("${").is_err());
+    }
+
+    proptest! {
+        /// A literal dollar is text: doubling it (the escape) changes no placeholder, and
+        /// `literal_dollars` agrees with `parse` on what is malformed.
+        #[test]
+        fn literal_dollars_are_text(text in "[$${}\\[\\].*a-z0-9\\-\" ]{0,40}") {
+            let parsed = Template::parse(&text);
+            let dollars = Template::literal_dollars(&text);
+            prop_assert_eq!(parsed.is_ok(), dollars.is_ok());
+            let (Ok(parsed), Ok(dollars)) = (parsed, dollars) else { return Ok(()) };
+            let placeholders: Vec<String> = parsed.placeholders().map(|p| p.text().to_owned()).collect();
+            for at in dollars {
+                prop_assert_eq!(&text[at..=at], "$");
+                let escaped = format!("{}${}", &text[..at], &text[at..]);
+                let again = Template::parse(&escaped).unwrap();
+                let again: Vec<String> = again.placeholders().map(|p| p.text().to_owned()).collect();
+                prop_assert_eq!(&again, &placeholders);
+            }
+        }
+
+        /// `[*]` after any variable's path is refused, never taken as text nor as a bad index.
+        #[test]
+        fn all_items_after_any_path_is_refused(
+            name in "[a-z_][a-z0-9_]{0,8}",
+            path in "(\\.[a-z]{1,4}|\\[[0-9]\\]){0,3}",
+            after in "(\\.[a-z]{1,4}|\\[[0-9]\\]){0,3}",
+        ) {
+            prop_assume!(!["each", "index", "key", "var", "env"].contains(&name.as_str()));
+            for text in [format!("${{{name}{path}[*]{after}}}"), format!("$var.{name}{path}[*]{after}")] {
+                let message = refused(&text);
+                prop_assert!(message.starts_with("`[*]` was removed: "), "{}: {}", text, message);
+                let expression = format!("vars.{name}{path}.map(i, i{after})");
+                prop_assert!(after.is_empty() || message.contains(&expression), "{}: {}", text, message);
+            }
+        }
+    }
 }

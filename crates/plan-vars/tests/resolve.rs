@@ -327,15 +327,19 @@ fn expressions_are_scanned_outside_their_strings_and_found_whole() {
     assert_eq!(plan_vars::whole_expression("x ${{ 1 }}"), None);
 }
 
-/// The forms the source documents removed are refused with what to write instead, never
-/// taken as text: `$step-XX.…` and `[*]`. Text that merely looks alike stays text.
+/// `[*]`, which the source documents removed, is refused with what to write instead, never
+/// taken as text. `$step-XX.…`, the other removed form, is text here: whether `step-XX` is a
+/// step only the plan knows (plan-graph refuses it there, finding it among the literal
+/// dollars). Text that merely looks alike stays text.
 #[test]
 fn removed_forms_are_refused_with_their_replacement() {
     let refused = |text: &str| Template::parse(text).unwrap_err().message;
-    assert!(refused("$step-01.v").starts_with("`$step-XX.…` was removed: give the step `binds"));
     assert!(refused("ids: $var.items[*].id").starts_with("`[*]` was removed"));
     assert!(refused("$each.tags[*]").starts_with("`[*]` was removed"));
+    assert!(refused("${items[*].id}").starts_with("`[*]` was removed"));
+    assert_eq!(Template::literal_dollars("$step-01.v").unwrap(), [0]);
     for text in [
+        "$step-01.v",
         "$step-by-step",
         "$steps",
         "a $step",
