@@ -30,6 +30,12 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run a plan (a file, or the id of a stored plan) and print its records
+    ///
+    /// The plan is checked as `validate` checks it before any step runs, arguments that break
+    /// their tool's schema included. Exit codes: 0 COMPLETED (steps skipped by a condition
+    /// included), 1 FAILED, 2 invalid plan or flags (nothing ran), 3 PARTIAL (nothing failed,
+    /// but a step was skipped that could have run: part of what it needs ran), 4 BLOCKED, 5
+    /// WAITING, 130 STOPPED.
     Run(RunArgs),
     /// Continue a run that was stopped, interrupted, killed or waiting for approvals
     Resume(ResumeArgs),

@@ -30,8 +30,8 @@ fn read(args: &PlanArgs, ledger: &Ledger) -> Result<(PlanText, Inputs), Failure>
 
 /// Loads, validates and compiles plan text (`plan_run::prepare`) and prints its warnings.
 /// Arguments that break their tool's schema before the run (see `Program::check_arguments`)
-/// are `arguments`: errors for `validate`, warnings where the run is to go on (each such call
-/// then fails with E_ARGS_INVALID).
+/// are `arguments`: errors for `validate` and `run`, warnings where nothing is to run (`show`,
+/// `plan add`).
 pub(crate) fn prepare_text(
     text: PlanText,
     inputs: Inputs,

@@ -107,6 +107,207 @@ fn exit_codes_follow_the_task_status() {
         ])
         .assert()
         .code(4);
+    plan_cli()
+        .args(["run", fixture("40-when-conditions.yaml").to_str().unwrap()])
+        .assert()
+        .code(3);
+}
+
+/// The record of `id` in a report.
+fn record_of<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["step_id"] == id)
+        .unwrap_or_else(|| panic!("no record of `{id}` in {report}"))
+}
+
+/// `status RUN --json` of the run `report` is of: the same object.
+fn status_of(report: &Value) -> Value {
+    let output = plan_cli()
+        .args(["status", report["run_id"].as_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Durations aside, as the ledger keeps them.
+fn without_durations(mut report: Value) -> Value {
+    for record in report["records"].as_array_mut().unwrap() {
+        record.as_object_mut().unwrap().remove("duration_ms");
+    }
+    report
+}
+
+#[test]
+fn a_run_that_skipped_a_step_it_could_have_run_is_partial() {
+    let dir = tempfile::tempdir().unwrap();
+    // `publish` needs `tests`, which ran, and `lint`, which its condition turned off: it could
+    // have run and did not, and neither did `announce` after it.
+    let plan = write_plan(
+        dir.path(),
+        "partial.json",
+        &json!({"steps": [
+            {"id": "tests", "tool": "echo", "args": {"passed": true}},
+            {"id": "lint", "tool": "echo", "when": "false"},
+            {"id": "publish", "tool": "echo", "depends_on": ["tests", "lint"], "run_if": "all_success"},
+            {"id": "announce", "tool": "echo", "depends_on": ["publish"]}
+        ]}),
+    );
+    let (code, report) = run_json(&[plan.to_str().unwrap()]);
+    assert_eq!(code, 3, "{report}");
+    assert_eq!(report["task_status"], "PARTIAL");
+    assert_eq!(record_of(&report, "lint")["ok"], true);
+    assert_eq!(record_of(&report, "lint")["reason"], "condition false");
+    let publish = record_of(&report, "publish");
+    assert_eq!(
+        (&publish["ok"], &publish["skipped"]),
+        (&json!(false), &json!(true))
+    );
+    assert_eq!(publish["reason"], "dependency not satisfied: [\"lint\"]");
+    assert_eq!(publish["upstream"], json!({"lint": "condition false"}));
+    assert_eq!(
+        record_of(&report, "announce")["upstream"],
+        json!({"publish": "skipped"})
+    );
+    let meta = record_of(&report, "__meta__");
+    assert_eq!(meta["ok"], false);
+    assert_eq!(
+        meta["reason"],
+        "some steps were skipped; task_status=PARTIAL"
+    );
+    // The ledger says the same afterwards.
+    assert_eq!(
+        without_durations(status_of(&report)),
+        without_durations(report.clone())
+    );
+    let output = plan_cli()
+        .args(["run", plan.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+    insta::assert_snapshot!(
+        "summary_partial",
+        redact(&String::from_utf8_lossy(&output.stdout))
+    );
+}
+
+#[test]
+fn condition_skips_and_runs_of_a_part_stay_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Everything `off` and `after` need is off: they are off with it, whatever their trigger
+    // rule.
+    let plan = write_plan(
+        dir.path(),
+        "completed.json",
+        &json!({"steps": [
+            {"id": "build", "tool": "echo", "layer": "one"},
+            {"id": "off", "tool": "echo", "when": "false", "depends_on": ["build"], "layer": "one"},
+            {"id": "after", "tool": "echo", "depends_on": ["off"], "run_if": "all_success", "layer": "two"},
+            {"id": "either", "tool": "echo", "depends_on": ["off", "after"], "run_if": "any_success", "layer": "two"}
+        ]}),
+    );
+    let plan = plan.to_str().unwrap();
+    let (code, report) = run_json(&[plan]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["task_status"], "COMPLETED");
+    for id in ["off", "after", "either"] {
+        assert_eq!(record_of(&report, id)["ok"], true, "{id}: {report}");
+        assert_eq!(record_of(&report, id)["reason"], "condition false", "{id}");
+    }
+    assert_eq!(record_of(&report, "__meta__")["ok"], true);
+    assert_eq!(status_of(&report)["task_status"], "COMPLETED");
+    // Steps a run of a part leaves out are not part of it: they get no record and do not
+    // make it PARTIAL.
+    for part in [&["--layer", "one"][..], &["--task", "build"]] {
+        let mut args = vec![plan];
+        args.extend(part);
+        let (code, report) = run_json(&args);
+        assert_eq!(code, 0, "{part:?}: {report}");
+        assert_eq!(report["task_status"], "COMPLETED", "{part:?}");
+        assert!(
+            report["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["step_id"] != "after"),
+            "{part:?}: {report}"
+        );
+        assert_eq!(status_of(&report)["task_status"], "COMPLETED", "{part:?}");
+    }
+    // And a run whose every step succeeds is COMPLETED.
+    plan_cli()
+        .args(["run", fixture("02-mcp-cli-refactor.json").to_str().unwrap()])
+        .assert()
+        .code(0);
+}
+
+#[test]
+fn run_refuses_arguments_known_to_break_their_schema_before_any_step_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = dir.path().join("written.txt");
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        format!(
+            "steps:\n  - id: write\n    tool: exec\n    args: {{argv: [touch, \"{}\"]}}\n  - id: nap\n    tool: sleep\n    args: {{ms: soon}}\n",
+            written.display()
+        ),
+    )
+    .unwrap();
+    let ledger = dir.path().join("state.db");
+    let cli = || {
+        let mut command = plan_cli();
+        command.env("PLAN_DB", &ledger).current_dir(dir.path());
+        command
+    };
+    let validated = cli().args(["validate", "bad.yaml"]).output().unwrap();
+    assert_eq!(validated.status.code(), Some(2));
+    let run = cli().args(["run", "bad.yaml"]).output().unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(!written.exists(), "no step ran");
+    assert!(run.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(stderr, String::from_utf8_lossy(&validated.stderr));
+    for expected in [
+        "× the arguments do not match the schema of `sleep`: /ms: \"soon\" is not of type \"integer\"",
+        "bad.yaml:7:16]",
+        "Error: bad.yaml is not a valid plan (1 error)",
+    ] {
+        assert!(stderr.contains(expected), "{expected}\n{stderr}");
+    }
+    // Nothing was recorded either.
+    let runs = cli().args(["runs", "--json"]).output().unwrap();
+    assert_eq!(runs.status.code(), Some(0), "{runs:?}");
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs, json!([]));
+
+    // Arguments that only the run gives are checked as each call is made: the other steps run.
+    let later = write_plan(
+        dir.path(),
+        "later.json",
+        &json!({"steps": [
+            {"id": "write", "tool": "exec", "args": {"argv": ["touch", written.display().to_string()]}},
+            {"id": "a", "tool": "echo", "args": {"ms": "soon"}, "result_variable": "a"},
+            {"id": "nap", "tool": "sleep", "args": {"ms": "${a.ms}"}, "depends_on": ["a"]}
+        ]}),
+    );
+    cli()
+        .args(["validate", later.to_str().unwrap()])
+        .assert()
+        .success();
+    let (code, report) = run_json(&[later.to_str().unwrap()]);
+    assert_eq!(code, 1, "{report}");
+    assert!(written.exists());
+    let error = &record_of(&report, "nap")["error"];
+    assert_eq!(error["code"], "E_ARGS_INVALID");
+    assert_eq!(error["details"][0]["pointer"], "/ms");
+    assert_eq!(
+        record_of(&report, "nap")["attempts"],
+        0,
+        "the tool was not called"
+    );
 }
 
 #[test]
@@ -666,28 +867,20 @@ fn validate_checks_arguments_against_the_tools_schemas() {
         "{stderr}"
     );
 
-    // `run` warns of the same and goes on: each call fails with E_ARGS_INVALID, as before.
-    let output = plan_cli().args(["run", plan, "--json"]).output().unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("⚠ `exec` needs the argument `argv`"),
-        "{stderr}"
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(report["records"][0]["error"]["code"], "E_ARGS_INVALID");
+    // `run`, and its dry run, refuse the same before anything runs, with the same words.
+    for run in [&["run", plan, "--json"][..], &["run", plan, "--dry-run"]] {
+        let output = plan_cli().args(run).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{run:?}");
+        assert!(output.stdout.is_empty(), "{run:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("× `exec` needs the argument `argv`")
+                && stderr.contains("is not a valid plan (5 errors)"),
+            "{stderr}"
+        );
+    }
 
-    // A dry run that finds a call that would fail exits 1; one that does not, 0.
-    let output = plan_cli()
-        .args(["run", plan, "--dry-run"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        stdout.starts_with("dry run of `p`: 3 calls, none made; 3 would fail\n"),
-        "{stdout}"
-    );
+    // A value only the run gives is not blamed before it (the call checks it).
     let fine = write_plan(
         dir.path(),
         "fine.json",

@@ -80,7 +80,8 @@ fn a_plan_writes_lists_and_reads_files_through_the_filesystem_server() {
             {"id": "list", "tool": "fs.list_directory", "args": {"path": "${dir}"}, "depends_on": ["write"]},
             // The bare name works: only one server has `read_text_file`, and no built-in.
             {"id": "read", "tool": "read_text_file", "args": {"path": "${dir}/notes.txt"}, "depends_on": ["write"], "result_variable": "text"},
-            {"id": "bad-args", "tool": "fs.read_text_file", "args": {"file": "notes.txt"}},
+            // Its argument is a step's result, an object: only the call can tell it is wrong.
+            {"id": "bad-args", "tool": "fs.read_text_file", "args": {"path": "${text}"}, "depends_on": ["read"]},
             {"id": "missing", "tool": "fs.read_text_file", "args": {"path": "${dir}/nope.txt"}}
         ]}),
     );
@@ -117,7 +118,7 @@ fn a_plan_writes_lists_and_reads_files_through_the_filesystem_server() {
         bad["message"]
             .as_str()
             .unwrap()
-            .contains("\"path\" is a required property"),
+            .contains("/path: {\"content\":\"hello from a plan\"} is not of type \"string\""),
         "{bad}"
     );
     let missing = &record(&report, "missing")["error"];
@@ -130,6 +131,23 @@ fn a_plan_writes_lists_and_reads_files_through_the_filesystem_server() {
         processes_mentioning(&dir).is_empty(),
         "the servers stop with the run"
     );
+    // Arguments known before the run are checked against the server's schema before
+    // anything runs, as `validate` checks them.
+    let plan = lab.write(
+        "bad-args.json",
+        &json!({"steps": [
+            {"id": "write", "tool": "fs.write_file", "args": {"path": "${dir}/never.txt", "content": "x"}, "risk": "low"},
+            {"id": "bad-args", "tool": "fs.read_text_file", "args": {"file": "notes.txt"}}
+        ], "variables": {"dir": dir}}),
+    );
+    lab.cli()
+        .args(["run", path_str(&plan)])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "`fs.read_text_file` needs the argument `path`",
+        ));
+    assert!(!lab.dir.path().join("never.txt").exists());
 }
 
 #[test]

@@ -392,11 +392,11 @@ fn node_and_python_workers_serve_tools_a_plan_uses() {
         "p.json",
         &json!({"steps": [
             {"id": "hi", "tool": "greet", "args": {"name": "Ada"}, "binds": {"greeting": "$.greeting"}},
-            {"id": "count", "tool": "word_count", "args": {"text": "${greeting}"}, "depends_on": ["hi"]},
+            {"id": "count", "tool": "word_count", "args": {"text": "${greeting}"}, "depends_on": ["hi"], "binds": {"words": "$.words"}},
             {"id": "both", "tool": "echo", "args": {"said": "${greeting}"}, "depends_on": ["hi"]},
-            // The schema the Node worker published says `name` is required: the call is never
-            // made.
-            {"id": "unnamed", "tool": "greet", "args": {"nom": "x"}}
+            // The schema the Node worker published says `name` is a string: given a number that
+            // only the run knows, the call is never made.
+            {"id": "unnamed", "tool": "greet", "args": {"name": "${words}"}, "depends_on": ["count"]}
         ]}),
     );
     let (code, report) = lab.json(&["run", path_str(&plan), "--json", "--queue", &url]);
@@ -890,10 +890,10 @@ fn workers_written_from_bullmqs_docs_serve_the_tools_a_plan_declares() {
     // With a queue every call is a job: plan-cli's own worker runs `echo`.
     let ours = worker(&lab, &url, &[]);
     published(&redis, 1);
-    // The example as it is, and one call whose arguments break the declared schema (steps
-    // are its last key).
+    // The example as it is, and one call whose arguments break the declared schema once the
+    // run gives them (steps are its last key).
     let mut text = std::fs::read_to_string(examples.join("declared.yaml")).unwrap();
-    text.push_str("  - id: wrong\n    tool: resize\n    args: {path: x.png, width: wide}\n");
+    text.push_str("  - id: wrong\n    tool: resize\n    depends_on: [thumbnail]\n    args: {path: x.png, width: \"${thumbnail.path}\"}\n");
     let plan = lab.dir.path().join("declared.yaml");
     std::fs::write(&plan, text).unwrap();
     let events = lab.dir.path().join("events.ndjson");

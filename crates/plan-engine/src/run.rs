@@ -131,8 +131,8 @@ enum Outcome {
     Failed,
     Skipped,
     Blocked,
-    /// `when` was false (or every unsatisfied dependency's was): not a failure, the run can
-    /// still be COMPLETED.
+    /// `when` was false (or every dependency is off so): not a failure, the run can still be
+    /// COMPLETED.
     ConditionFalse,
 }
 
@@ -1391,40 +1391,32 @@ impl Scheduler<'_> {
                 }
                 let deps = &program.deps.deps[d];
                 let succeeded = |dep: &usize| self.steps[*dep].outcome == Some(Outcome::Succeeded);
-                let runs = match program.steps[d].run_if {
-                    RunIf::AllSuccess => deps.iter().all(succeeded),
-                    RunIf::AllDone => true,
-                    RunIf::AnySuccess => deps.iter().any(succeeded),
-                };
-                let only_conditions = deps.iter().all(|&dep| {
-                    matches!(
-                        self.steps[dep].outcome,
-                        Some(Outcome::Succeeded | Outcome::ConditionFalse)
-                    )
-                });
-                if runs {
-                    self.enqueue(d);
-                } else if only_conditions {
-                    // Skipped by a condition upstream: skipped by condition too, not a failure.
-                    self.record_not_run(d, true, true, reasons::CONDITION_FALSE.to_owned());
-                    self.steps[d].outcome = Some(Outcome::ConditionFalse);
-                    done.push(d);
-                } else {
-                    let unsatisfied: Vec<usize> =
-                        deps.iter().copied().filter(|dep| !succeeded(dep)).collect();
-                    let ids: Vec<&str> =
-                        unsatisfied.iter().map(|&u| &*program.steps[u].id).collect();
-                    let reason = format!("dependency not satisfied: {}", json_list(&ids));
-                    let upstream = unsatisfied
-                        .iter()
-                        .map(|&u| (program.steps[u].id.to_string(), self.ended(u).to_owned()))
-                        .collect();
-                    self.record_not_run(d, false, true, reason);
-                    if let Some(record) = &mut self.steps[d].record {
-                        record.upstream = Some(Box::new(upstream));
+                let ended = deps.iter().map(|&dep| self.steps[dep].outcome);
+                match release(program.steps[d].run_if, ended) {
+                    Release::Run => self.enqueue(d),
+                    Release::ConditionFalse => {
+                        // Off with the conditions upstream: skipped by condition too.
+                        self.record_not_run(d, true, true, reasons::CONDITION_FALSE.to_owned());
+                        self.steps[d].outcome = Some(Outcome::ConditionFalse);
+                        done.push(d);
                     }
-                    self.steps[d].outcome = Some(Outcome::Skipped);
-                    done.push(d);
+                    Release::NotSatisfied => {
+                        let unsatisfied: Vec<usize> =
+                            deps.iter().copied().filter(|dep| !succeeded(dep)).collect();
+                        let ids: Vec<&str> =
+                            unsatisfied.iter().map(|&u| &*program.steps[u].id).collect();
+                        let reason = format!("dependency not satisfied: {}", json_list(&ids));
+                        let upstream = unsatisfied
+                            .iter()
+                            .map(|&u| (program.steps[u].id.to_string(), self.ended(u).to_owned()))
+                            .collect();
+                        self.record_not_run(d, false, true, reason);
+                        if let Some(record) = &mut self.steps[d].record {
+                            record.upstream = Some(Box::new(upstream));
+                        }
+                        self.steps[d].outcome = Some(Outcome::Skipped);
+                        done.push(d);
+                    }
                 }
             }
         }
@@ -1597,19 +1589,17 @@ impl Scheduler<'_> {
             }
         }
         drop(awaiting);
-        let has = |wanted: Outcome| self.steps.iter().any(|s| s.outcome == Some(wanted));
         let status = if stopped {
             TaskStatus::Stopped
         } else if waiting {
             TaskStatus::Waiting
-        } else if has(Outcome::Blocked) {
-            TaskStatus::Blocked
-        } else if has(Outcome::Failed) || self.context_update_failed.is_some() {
-            TaskStatus::Failed
-        } else if has(Outcome::Skipped) {
-            TaskStatus::Partial
         } else {
-            TaskStatus::Completed
+            let settled = settled_status(self.steps.iter().map(|s| s.outcome));
+            if self.context_update_failed.is_some() {
+                settled.max(TaskStatus::Failed)
+            } else {
+                settled
+            }
         };
         let elapsed = started.elapsed();
         let pending_approvals = if waiting {
@@ -1844,6 +1834,54 @@ fn unreachable_record() -> Record {
     )
 }
 
+/// What becomes of a step once every one of its dependencies has ended, by its `run_if` and
+/// how they ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// Its trigger rule holds: it runs.
+    Run,
+    /// It does not run, and every dependency was skipped by a condition (or is off with
+    /// one): the step is off with them, `condition false`, and the run can be COMPLETED.
+    ConditionFalse,
+    /// It does not run although not everything it depends on is off: a dependency failed,
+    /// was blocked or skipped, or ran while another was off. `dependency not satisfied`; the
+    /// run is PARTIAL at best.
+    NotSatisfied,
+}
+
+fn release(run_if: RunIf, mut ended: impl Iterator<Item = Option<Outcome>> + Clone) -> Release {
+    let succeeded = |outcome: Option<Outcome>| outcome == Some(Outcome::Succeeded);
+    let runs = match run_if {
+        RunIf::AllSuccess => ended.clone().all(succeeded),
+        RunIf::AllDone => true,
+        RunIf::AnySuccess => ended.clone().any(succeeded),
+    };
+    if runs {
+        Release::Run
+    } else if ended.all(|outcome| outcome == Some(Outcome::ConditionFalse)) {
+        Release::ConditionFalse
+    } else {
+        Release::NotSatisfied
+    }
+}
+
+/// How a run whose steps have all settled ended, by how they did: BLOCKED > FAILED > PARTIAL >
+/// COMPLETED. Steps skipped by a condition (and those off with them) leave it COMPLETED; a
+/// step skipped with nothing failed or blocked upstream (part of what it needs ran, part was
+/// off) makes it PARTIAL.
+fn settled_status(outcomes: impl Iterator<Item = Option<Outcome>>) -> TaskStatus {
+    outcomes
+        .map(|outcome| match outcome {
+            Some(Outcome::Blocked) => TaskStatus::Blocked,
+            Some(Outcome::Failed) => TaskStatus::Failed,
+            Some(Outcome::Skipped) => TaskStatus::Partial,
+            Some(Outcome::Succeeded | Outcome::ConditionFalse) | None => TaskStatus::Completed,
+        })
+        // `TaskStatus` is ordered by that precedence.
+        .max()
+        .unwrap_or(TaskStatus::Completed)
+}
+
 /// `["a","b"]`: execute_plan's form of a list of ids inside a reason.
 fn json_list(ids: &[&str]) -> String {
     serde_json::to_string(ids).unwrap_or_default()
@@ -1851,6 +1889,52 @@ fn json_list(ids: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::{Outcome, Release, RunIf, TaskStatus, release, settled_status};
+
+    fn released(run_if: RunIf, ended: &[Outcome]) -> Release {
+        release(run_if, ended.iter().copied().map(Some))
+    }
+
+    #[test]
+    fn a_step_is_off_with_its_conditions_only_when_all_of_what_it_needs_is_off() {
+        use Outcome::{ConditionFalse as Off, Failed, Skipped, Succeeded as Ok};
+        for (run_if, ended, expected) in [
+            (RunIf::AllSuccess, &[Ok, Ok][..], Release::Run),
+            (RunIf::AllSuccess, &[Off], Release::ConditionFalse),
+            (RunIf::AllSuccess, &[Off, Off], Release::ConditionFalse),
+            (RunIf::AnySuccess, &[Off, Off], Release::ConditionFalse),
+            // Part of what it needs ran: the step could have run, and did not.
+            (RunIf::AllSuccess, &[Ok, Off], Release::NotSatisfied),
+            (RunIf::AllSuccess, &[Off, Skipped], Release::NotSatisfied),
+            (RunIf::AllSuccess, &[Off, Failed], Release::NotSatisfied),
+            (RunIf::AnySuccess, &[Off, Failed], Release::NotSatisfied),
+            (RunIf::AnySuccess, &[Off, Ok], Release::Run),
+            (RunIf::AllDone, &[Failed, Off], Release::Run),
+        ] {
+            assert_eq!(
+                released(run_if, ended),
+                expected,
+                "{run_if:?} over {ended:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_status_of_a_settled_run_takes_its_worst_step() {
+        use Outcome::{Blocked, ConditionFalse as Off, Failed, Skipped, Succeeded as Ok};
+        for (outcomes, expected) in [
+            (&[][..], TaskStatus::Completed),
+            (&[Ok, Ok], TaskStatus::Completed),
+            (&[Ok, Off, Off], TaskStatus::Completed),
+            (&[Ok, Off, Skipped], TaskStatus::Partial),
+            (&[Skipped, Failed], TaskStatus::Failed),
+            (&[Failed, Blocked, Skipped], TaskStatus::Blocked),
+        ] {
+            let status = settled_status(outcomes.iter().copied().map(Some));
+            assert_eq!(status, expected, "{outcomes:?}");
+        }
+    }
+
     /// The end of a run turns the steps' states into records in place, which needs a record
     /// to be no larger than a state (and room for one more record).
     #[test]

@@ -1243,7 +1243,7 @@ async fn false_conditions_skip_their_step_and_what_depends_only_on_it() {
             {"id": "prod", "tool": "work", "when": "vars.env == 'production'", "depends_on": ["a"]},
             {"id": "after-prod", "tool": "work", "depends_on": ["prod"]},
             {"id": "big", "tool": "work", "when": "vars.n + 1 > 3 && vars.a_out.args.v == 1", "depends_on": ["a"]},
-            {"id": "both", "tool": "work", "depends_on": ["big", "after-prod"]},
+            {"id": "off-too", "tool": "work", "depends_on": ["prod", "after-prod"], "run_if": "any_success"},
             {"id": "m", "tool": "work", "when": "false", "expand_on": [1, 2]},
         ]}))
         .await;
@@ -1265,8 +1265,8 @@ async fn false_conditions_skip_their_step_and_what_depends_only_on_it() {
     assert_eq!((rows[3].1, rows[3].2), (true, false), "big ran");
     assert_eq!(
         rows[4],
-        skipped("both"),
-        "its other dependency succeeded, the unsatisfied one was skipped by condition"
+        skipped("off-too"),
+        "every dependency is off, whatever its trigger rule"
     );
     assert_eq!(
         rows[5],
@@ -1280,6 +1280,44 @@ async fn false_conditions_skip_their_step_and_what_depends_only_on_it() {
     );
     let called: Vec<String> = h.starts().into_iter().map(|(id, _)| id).collect();
     assert_eq!(called, ["a", "big"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_that_needs_a_step_that_ran_and_one_that_is_off_makes_the_run_partial() {
+    let h = Harness::new();
+    let report = h
+        .run(json!({"steps": [
+            {"id": "tests", "tool": "work"},
+            {"id": "lint", "tool": "work", "when": "false"},
+            {"id": "publish", "tool": "work", "depends_on": ["tests", "lint"]},
+            {"id": "announce", "tool": "work", "depends_on": ["publish"]},
+        ]}))
+        .await;
+    let publish = &report.records[2];
+    assert_eq!((publish.ok, publish.skipped), (false, true));
+    assert_eq!(
+        publish.reason.as_deref(),
+        Some("dependency not satisfied: [\"lint\"]")
+    );
+    assert_eq!(
+        publish.upstream.as_deref(),
+        Some(&std::collections::BTreeMap::from([(
+            "lint".to_owned(),
+            "condition false".to_owned()
+        )]))
+    );
+    let announce = &report.records[3];
+    assert_eq!((announce.ok, announce.skipped), (false, true));
+    assert_eq!(report.task_status, TaskStatus::Partial);
+    let meta = report.records.last().unwrap();
+    assert_eq!(meta.step_id, "__meta__");
+    assert!(!meta.ok);
+    assert_eq!(
+        meta.reason.as_deref(),
+        Some("some steps were skipped; task_status=PARTIAL")
+    );
+    let called: Vec<String> = h.starts().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(called, ["tests"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -141,17 +141,18 @@ impl Inputs {
 #[derive(Debug, Clone, Copy)]
 pub struct Strictness {
     /// What arguments that break their tool's schema before the run are (see
-    /// `Program::check_arguments`): errors to validate a plan, warnings where the run is to
-    /// go on (each such call then fails with `E_ARGS_INVALID`).
+    /// `Program::check_arguments`): errors to validate a plan or start a run of it, warnings
+    /// where a run is to go on (each such call then fails with `E_ARGS_INVALID`).
     pub arguments: Severity,
 }
 
 impl Strictness {
-    /// A plan that is to run: arguments that break their schemas are warnings.
+    /// A plan whose run goes on (`resume` of a stored run, whose tools may have changed since
+    /// it started): arguments that break their schemas are warnings.
     pub const RUN: Strictness = Strictness {
         arguments: Severity::Warning,
     };
-    /// A plan that is validated: every problem is an error.
+    /// A plan that is validated, or whose run starts: every problem is an error.
     pub const VALIDATE: Strictness = Strictness {
         arguments: Severity::Error,
     };

@@ -50,7 +50,10 @@ pub(crate) fn run_as(
     if let Some(queue) = queue.as_ref().filter(|_| !args.dry_run) {
         toolbox.use_queue(queue)?;
     }
-    let ready = prepare(&args.plan, toolbox, ledger, Severity::Warning)?;
+    // Judged as `validate` judges it: arguments known before the run that break their tool's
+    // schema refuse the run before any step runs (what only the run gives is checked as each
+    // call is made).
+    let ready = prepare(&args.plan, toolbox, ledger, Severity::Error)?;
     let (layer, task) = (args.layer.as_deref(), args.task.as_deref());
     let ready = toolbox.block_on(plan_run::select(ready, layer, task, toolbox))?;
     let mode = args.mode.map_or(ready.program.mode(), Mode::from);
@@ -224,10 +227,8 @@ fn go_on(
     }
     let (report, steps) = continue_run(run, options, queue.as_ref(), execution, toolbox, ledger)?;
     let code = print_outcome(&report, steps.as_deref(), execution)?;
-    let failed = matches!(
-        report.task_status,
-        plan_types::TaskStatus::Failed | plan_types::TaskStatus::Partial
-    );
+    // A PARTIAL run has no failed step to run again: what it skipped follows from its plan.
+    let failed = report.task_status == plan_types::TaskStatus::Failed;
     if failed && !options.retry_failed && !execution.json {
         say!(
             "run {0} ended {1}; run its failed steps (and what follows them) again with `plan-cli resume {0} --retry-failed`",
