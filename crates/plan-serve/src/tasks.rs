@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use plan_run::Author;
-use plan_store::{Decision, RunRow, RunState, Store};
+use plan_run::ledger::{Decision, RunRow, RunState, Store};
 use plan_types::TaskStatus;
 
 use crate::protocol::{Peer, RpcError, lock};
@@ -189,6 +189,14 @@ impl Drop for Ended {
 }
 
 /// Why no task answers to an id.
+/// The run `id` names exactly in `store`, when a client started it.
+fn client_row(store: &Store, id: &str) -> Option<RunRow> {
+    store
+        .run(id)
+        .ok()
+        .filter(|row| row.run_id == id && plan_run::author_of(row) == Author::McpClient)
+}
+
 fn unknown(id: &str) -> RpcError {
     RpcError::params(format!(
         "no task `{id}` among the tasks of this server's clients"
@@ -206,7 +214,7 @@ impl PlanServer {
         progress: Option<Value>,
         ttl: Option<u64>,
     ) -> Task {
-        let now = plan_store::timestamp(std::time::SystemTime::now());
+        let now = plan_run::ledger::timestamp(std::time::SystemTime::now());
         let run_id = ulid::Ulid::new().to_string();
         let task = TaskRun {
             progress: (progress.clone()).map(|token| {
@@ -362,17 +370,17 @@ impl PlanServer {
     /// One row read by its key: this is what polling asks, several times a second per task.
     fn row(&self, id: &str) -> Option<RunRow> {
         let store = self.settings.ledger.open_existing().ok()?;
-        store
-            .run(id)
-            .ok()
-            .filter(|row| row.run_id == id && plan_run::author_of(row) == Author::McpClient)
+        client_row(&store, id)
     }
 
     /// Where task `id` stands. A waiting run no process follows is followed from now on, so
     /// that it goes on once decided (after a restart too).
     pub(crate) fn task(self: &Arc<Self>, id: &str) -> Result<Task, RpcError> {
         let driven = lock(&self.tasks).get(id).cloned();
-        let Some(row) = self.row(id) else {
+        // One opening for the row and the task: polling asks this several times a second.
+        let found = (self.settings.ledger.open_existing().ok())
+            .and_then(|store| client_row(&store, id).map(|row| (store, row)));
+        let Some((store, row)) = found else {
             return match driven {
                 Some(driven) => Ok(Task {
                     id: id.to_owned(),
@@ -389,11 +397,6 @@ impl PlanServer {
                 None => Err(unknown(id)),
             };
         };
-        let store = self
-            .settings
-            .ledger
-            .open_existing()
-            .map_err(|e| RpcError::internal(e.to_string()))?;
         let following = driven.as_ref().is_some_and(|driven| !driven.ended);
         // A run this process is running (a plain `plan_run`, a `plan_resume`) is going on,
         // though its owner's pid is this process's own.
