@@ -91,35 +91,17 @@ mod tests {
                     "plan-workspace",
                 ],
             ),
-            (
-                "plan-serve",
-                &[
-                    "plan-engine",
-                    "plan-graph",
-                    "plan-llm",
-                    "plan-run",
-                    "plan-store",
-                    "plan-types",
-                ],
-            ),
-            (
-                "plan-ui",
-                &["plan-graph", "plan-run", "plan-store", "plan-types"],
-            ),
+            // The front-ends reach everything below through plan-run, the one session API.
+            ("plan-serve", &["plan-graph", "plan-run", "plan-types"]),
+            ("plan-ui", &["plan-graph", "plan-run", "plan-types"]),
             (
                 "plan-cli",
                 &[
-                    "plan-engine",
                     "plan-graph",
-                    "plan-llm",
-                    "plan-queue",
                     "plan-run",
                     "plan-serve",
-                    "plan-store",
-                    "plan-tools",
                     "plan-types",
                     "plan-ui",
-                    "plan-workspace",
                 ],
             ),
             ("plan-fuzz", &["plan-engine", "plan-graph", "plan-tools"]),

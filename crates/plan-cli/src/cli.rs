@@ -278,7 +278,7 @@ pub(crate) struct WorkerArgs {
     pub(crate) queue: Option<String>,
     /// The BullMQ queue jobs come from; workers that serve fewer tools than others need a
     /// queue of their own
-    #[arg(long, value_name = "NAME", default_value = plan_queue::DEFAULT_QUEUE)]
+    #[arg(long, value_name = "NAME", default_value = plan_run::queue::DEFAULT_QUEUE)]
     pub(crate) queue_name: String,
     /// Most calls at once
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
@@ -768,9 +768,9 @@ pub(crate) struct ModelArgs {
     /// server takes, found by stepping down from json_schema_strict on a refusal, and kept in
     /// the ledger for the next time)
     #[arg(long, value_name = "FORMAT", value_parser = response_format())]
-    pub(crate) response_format: Option<plan_llm::ResponseFormat>,
+    pub(crate) response_format: Option<plan_run::model::ResponseFormat>,
     /// The most tokens an answer may have (at most half the model's context)
-    #[arg(long, value_name = "N", default_value_t = plan_llm::DEFAULT_MAX_TOKENS,
+    #[arg(long, value_name = "N", default_value_t = plan_run::model::DEFAULT_MAX_TOKENS,
           value_parser = clap::value_parser!(u32).range(16..))]
     pub(crate) max_tokens: u32,
     /// The model's context, in tokens (default: what the server says, where it says it:
@@ -800,24 +800,27 @@ fn some_time(text: &str) -> Result<std::time::Duration, String> {
     Ok(duration)
 }
 
-/// The response formats by name, strictest first (`plan_llm::ResponseFormat::ALL`).
-fn response_format() -> impl clap::builder::TypedValueParser<Value = plan_llm::ResponseFormat> {
+/// The response formats by name, strictest first (`plan_run::model::ResponseFormat::ALL`).
+fn response_format() -> impl clap::builder::TypedValueParser<Value = plan_run::model::ResponseFormat>
+{
     use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(plan_llm::ResponseFormat::ALL.map(|f| f.name()))
-        .try_map(|name| plan_llm::ResponseFormat::named(&name).ok_or("not a response format"))
+    clap::builder::PossibleValuesParser::new(plan_run::model::ResponseFormat::ALL.map(|f| f.name()))
+        .try_map(|name| {
+            plan_run::model::ResponseFormat::named(&name).ok_or("not a response format")
+        })
 }
 
 impl ModelArgs {
     /// The settings these flags give.
-    pub(crate) fn settings(&self) -> plan_llm::Settings {
-        plan_llm::Settings {
-            timeout: self.timeout.unwrap_or(plan_llm::DEFAULT_TIMEOUT),
+    pub(crate) fn settings(&self) -> plan_run::model::Settings {
+        plan_run::model::Settings {
+            timeout: self.timeout.unwrap_or(plan_run::model::DEFAULT_TIMEOUT),
             max_tokens: self.max_tokens,
             format: self.response_format,
             context_tokens: self.context_tokens,
             system: self.no_system.then_some(false),
             transcript: self.transcript.is_some(),
-            ..plan_llm::Settings::default()
+            ..plan_run::model::Settings::default()
         }
     }
 }

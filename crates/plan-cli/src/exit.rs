@@ -1,6 +1,6 @@
 //! Exit codes and the errors that end a command early.
 
-use plan_store::StoreError;
+use plan_run::ledger::StoreError;
 
 /// Exit code for invalid input: a bad plan, bad flags, an unreadable file, an unknown run.
 pub(crate) const INVALID_INPUT: i32 = 2;
@@ -114,13 +114,13 @@ impl Failure {
 
     /// A model's conversation that gave no plan (`what` says which, before the reason): the
     /// problems with its last answer and the answer itself, shortened; how to see more.
-    pub(crate) fn model(error: &plan_llm::LlmError, what: &str) -> Self {
-        use plan_llm::LlmError;
+    pub(crate) fn model(error: &plan_run::model::LlmError, what: &str) -> Self {
+        use plan_run::model::LlmError;
         match error {
             LlmError::Invalid { last_answer, .. } => {
                 // Each line marked as the answer's: what the model wrote cannot pass for
                 // plan-cli's own lines.
-                let shown: Vec<String> = (plan_llm::shortened(last_answer, 2000).lines())
+                let shown: Vec<String> = (plan_run::model::shortened(last_answer, 2000).lines())
                     .map(|line| format!("  │ {}", crate::output::one_line(line)))
                     .collect();
                 let shown = shown.join("\n");

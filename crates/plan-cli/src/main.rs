@@ -97,7 +97,7 @@ fn main() {
         mcp_config: (after.and_then(|tools| tools.mcp_config.clone()))
             .or_else(|| cli.tool_options.mcp_config.clone()),
         project_config: project.as_ref().and_then(Project::mcp_config),
-        exec: plan_tools::Exec::default().passing(passthrough),
+        exec: plan_run::Exec::default().passing(passthrough),
     };
     let toolbox = toolbox::Toolbox::new(&tools, &kept, working_dir)
         .unwrap_or_else(|failure| exit_with(Err(failure)));

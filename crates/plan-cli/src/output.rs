@@ -244,6 +244,23 @@ pub(crate) fn in_colour(summary: &str) -> String {
     out
 }
 
+/// What can be done next with waiting run `run`, in the CLI's commands, on one line.
+pub(crate) fn next(run: &str, next: &plan_run::summary::Next) -> String {
+    use plan_run::summary::Next;
+    match next {
+        Next::ApprovePlan => {
+            format!("approve with `plan-cli approve {run} --plan`, then `plan-cli resume {run}`\n")
+        }
+        Next::Answer { id } => format!(
+            "answer with `plan-cli approve {run} {} --input JSON` (an object of the fields asked), or refuse with `plan-cli reject {run} ID`; see `status {run} --json` for the fields; then `plan-cli resume {run}`\n",
+            plan_run::words::one_line(id)
+        ),
+        Next::Decide => format!(
+            "approve with `plan-cli approve {run} STEP...` (or --all), or refuse with `plan-cli reject {run} STEP --reason TEXT`; then `plan-cli resume {run}`\n"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,7 +52,7 @@ impl Toolbox {
             return Ok(());
         }
         let (notices, mut heard) = tokio::sync::mpsc::unbounded_channel();
-        let options = plan_queue::DispatchOptions {
+        let options = plan_run::queue::DispatchOptions {
             outage: settings.outage,
             queue_timeout: settings.timeout,
             notices: Some(notices),
@@ -100,7 +100,7 @@ impl Toolbox {
 
 /// `PLAN_QUEUE_SECRET`: coordinators sign their jobs with it, and workers run only jobs signed
 /// with it (docs/security.md).
-pub(crate) fn queue_secret() -> Option<plan_queue::QueueSecret> {
+pub(crate) fn queue_secret() -> Option<plan_run::queue::QueueSecret> {
     std::env::var_os("PLAN_QUEUE_SECRET")
-        .and_then(|secret| plan_queue::QueueSecret::new(secret.into_encoded_bytes()))
+        .and_then(|secret| plan_run::queue::QueueSecret::new(secret.into_encoded_bytes()))
 }

@@ -87,7 +87,7 @@ pub(crate) fn admit(
                 // another (or approves without one), and nothing was called.
                 if let Err(error) = overlay(&mut args, input, gate) {
                     let mut reason = format!(
-                        "the answer given with the approval does not fit: {}; approve again with another `--input`, or without one",
+                        "the answer given with the approval does not fit: {}; approve it again with another answer, or without one",
                         error.message
                     );
                     redactor.string(&mut reason);

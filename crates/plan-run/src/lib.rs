@@ -82,6 +82,8 @@ mod events_file;
 mod execute;
 mod gc;
 mod generate;
+#[cfg(feature = "import")]
+mod import;
 mod input;
 mod policy;
 mod prepare;
@@ -111,6 +113,8 @@ pub use generate::{
     plan_from_goal, remember_format, schema_for, slug, store_generated, store_prepared,
     stored_plan,
 };
+#[cfg(feature = "import")]
+pub use import::{BreakdownError, ImportTasks, Imported, ShellCheck, import_tasks};
 pub use input::{InputError, PlanInput, Variables, resolve_folder};
 pub use policy::{Author, Policy, PolicyError, PolicyFile, PolicyFileError, Violation};
 pub use prepare::{
@@ -133,3 +137,31 @@ pub use toolbox::{Catalog, PlanTools, ToolOwner, ToolSettings, Toolbox, ToolsErr
 /// libraries read none).
 pub type Env = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 pub use validation::{IssueReport, Validation};
+
+/// The front-ends' one door: the types of the crates below that a front-end (the CLI, the
+/// dashboard, `mcp serve`) must name reach it through here, so that its manifest lists what
+/// it may call and the crates below stay this crate's to use. By choice the only re-exports.
+pub use plan_engine::Mode;
+pub use plan_tools::Exec;
+
+/// The ledger's handle and read models, as this crate's functions take and give them.
+pub mod ledger {
+    pub use plan_store::{Decision, LAST_RUN, RunRow, RunState, Store, StoreError, timestamp};
+}
+
+/// Talking to a model (`plan create`, `--replan`): its endpoint, settings and errors.
+pub mod model {
+    pub use plan_llm::{
+        Answer, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT, Endpoint, Http, LlmError, Model, Pending,
+        ResponseFormat, Schema, Settings, shortened,
+    };
+}
+
+/// The BullMQ queue: a coordinator's options, and a worker's.
+#[cfg(feature = "queue")]
+pub mod queue {
+    pub use plan_queue::{
+        DEFAULT_QUEUE, DispatchOptions, Queue, QueueError, QueueSecret, WorkerOptions, WorkerStats,
+        work,
+    };
+}

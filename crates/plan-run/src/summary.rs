@@ -163,11 +163,10 @@ pub fn summary(report: &RunReport, plan: &Steps, show_results: bool) -> String {
     out
 }
 
-/// What a `WAITING` run waits for, and how to go on, as `run` and `resume` print it.
+/// What a `WAITING` run waits for, one line each, as `run` and `resume` print it; what can be
+/// done about it is [`next_of`], which each front-end words its own way.
 pub fn waiting(report: &RunReport) -> String {
-    let run = &report.run_id;
     let mut out = String::from("waiting for approval:\n");
-    let mut plan = false;
     // The ids in one column, whatever their lengths.
     let width = report
         .pending_approvals
@@ -178,7 +177,6 @@ pub fn waiting(report: &RunReport) -> String {
         .min(ID_WIDTH);
     for pending in &report.pending_approvals {
         if pending.step_id == plan_types::PLAN_APPROVAL {
-            plan = true;
             out.push_str("  the plan (it runs in approval mode)\n");
             continue;
         }
@@ -188,21 +186,44 @@ pub fn waiting(report: &RunReport) -> String {
             waiting_call(pending)
         ));
     }
-    if plan {
-        out.push_str(&format!(
-            "approve with `plan-cli approve {run} --plan`, then `plan-cli resume {run}`\n"
-        ));
-    } else if let Some(asked) = report.pending_approvals.iter().find(|p| p.is_question()) {
-        out.push_str(&format!(
-            "answer with `plan-cli approve {run} {} --input JSON` (an object of the fields asked), or refuse with `plan-cli reject {run} ID`; see `status {run} --json` for the fields; then `plan-cli resume {run}`\n",
-            one_line(&asked.step_id)
-        ));
-    } else {
-        out.push_str(&format!(
-            "approve with `plan-cli approve {run} STEP...` (or --all), or refuse with `plan-cli reject {run} STEP --reason TEXT`; then `plan-cli resume {run}`\n"
-        ));
-    }
     out
+}
+
+/// What a person can do next with a waiting run: a value, so that each front-end words it
+/// (the CLI with its commands, `mcp serve` with its tools, the dashboard with its buttons)
+/// and none reads another's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Approve the plan itself (the run is in approval mode), then go on.
+    ApprovePlan,
+    /// Answer the question `id` (an object of the fields its input schema asks) or refuse it,
+    /// then go on.
+    Answer {
+        /// The question's id, as the run's pending approvals name it (`ID@input#N`).
+        id: String,
+    },
+    /// Approve or refuse the waiting calls, then go on.
+    Decide,
+}
+
+/// What can be done next with `report`'s run: `None` unless it waits for a person.
+pub fn next_of(report: &RunReport) -> Option<Next> {
+    let pending = &report.pending_approvals;
+    if pending.is_empty() {
+        return None;
+    }
+    if pending
+        .iter()
+        .any(|p| p.step_id == plan_types::PLAN_APPROVAL)
+    {
+        return Some(Next::ApprovePlan);
+    }
+    Some(match pending.iter().find(|p| p.is_question()) {
+        Some(asked) => Next::Answer {
+            id: asked.step_id.clone(),
+        },
+        None => Next::Decide,
+    })
 }
 
 /// One waiting call in words, on one line: why it waits (a question, a block node's failure),
@@ -369,6 +390,36 @@ pub fn verdict(ready: &crate::Prepared) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What can be done next follows from what the run waits for, whatever words say it.
+    #[test]
+    fn next_is_what_the_waiting_calls_ask_for() {
+        let waiting = |pending: serde_json::Value| -> RunReport {
+            serde_json::from_value(serde_json::json!({
+                "run_id": "r", "plan_id": "p", "task_status": "WAITING", "records": [],
+                "variables": {}, "pending_approvals": pending,
+            }))
+            .expect("a report")
+        };
+        assert_eq!(next_of(&waiting(serde_json::json!([]))), None);
+        let call = serde_json::json!({"step_id": "deploy", "tool": "exec"});
+        let question = serde_json::json!({"step_id": "ask@input#1", "input_schema": {}});
+        let plan = serde_json::json!({"step_id": plan_types::PLAN_APPROVAL});
+        assert_eq!(
+            next_of(&waiting(serde_json::json!([call]))),
+            Some(Next::Decide)
+        );
+        assert_eq!(
+            next_of(&waiting(serde_json::json!([call, question]))),
+            Some(Next::Answer {
+                id: "ask@input#1".to_owned()
+            })
+        );
+        assert_eq!(
+            next_of(&waiting(serde_json::json!([question, plan]))),
+            Some(Next::ApprovePlan)
+        );
+    }
 
     fn labels_of(yaml: &str) -> Steps {
         let source = plan_graph::Source::new("plan.yaml", yaml);

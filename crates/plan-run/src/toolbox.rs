@@ -536,7 +536,7 @@ impl plan_engine::Tool for Undelivered {
         Err(plan_engine::ToolError::new(
             plan_engine::codes::E_QUEUE_UNAVAILABLE,
             format!(
-                "`{}` is declared by the plan on BullMQ {}, and this run has no queue: run it with `--queue URL` (or PLAN_QUEUE, REDIS_URL)",
+                "`{}` is declared by the plan on BullMQ {}, and this run has no queue: it runs only in a run given that queue's Redis",
                 self.0.name, self.0.source
             ),
         ))

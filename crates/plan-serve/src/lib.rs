@@ -19,8 +19,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use plan_graph::{Format, Severity, Source};
+use plan_run::ledger::Store;
 use plan_run::{Author, LifecycleError, Policy, PrepareError, Prepared};
-use plan_store::Store;
 use plan_types::RunReport;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -41,7 +41,7 @@ pub struct Settings {
     pub policy: Policy,
     /// The model that writes plans for clients that offer no sampling, if the operator
     /// configured one.
-    pub model: Option<plan_llm::Endpoint>,
+    pub model: Option<plan_run::model::Endpoint>,
     /// The values of the environment variables a plan's `env:` names (and the policy lets a
     /// client read).
     pub env: Env,
@@ -173,7 +173,7 @@ fn lifecycle_refusal(error: LifecycleError) -> Refusal {
     }
 }
 
-fn ledger_refusal(error: plan_store::StoreError) -> Refusal {
+fn ledger_refusal(error: plan_run::ledger::StoreError) -> Refusal {
     error.to_string()
 }
 
@@ -205,7 +205,7 @@ struct Sampling {
     closing: tokio_util::sync::CancellationToken,
 }
 
-impl plan_llm::Model for Sampling {
+impl plan_run::model::Model for Sampling {
     fn name(&self) -> String {
         "the client's model".to_owned()
     }
@@ -213,9 +213,10 @@ impl plan_llm::Model for Sampling {
     fn answer<'a>(
         &'a mut self,
         messages: &'a [Value],
-        schema: &'a plan_llm::Schema,
+        schema: &'a plan_run::model::Schema,
         max_tokens: u32,
-    ) -> plan_llm::Pending<'a, Result<plan_llm::Answer, plan_llm::LlmError>> {
+    ) -> plan_run::model::Pending<'a, Result<plan_run::model::Answer, plan_run::model::LlmError>>
+    {
         Box::pin(async move {
             let mut system = String::new();
             let mut turns: Vec<Value> = Vec::new();
@@ -237,7 +238,7 @@ impl plan_llm::Model for Sampling {
             ));
             let params =
                 json!({"messages": turns, "systemPrompt": system, "maxTokens": max_tokens});
-            let failed = |message: String| plan_llm::LlmError::Endpoint {
+            let failed = |message: String| plan_run::model::LlmError::Endpoint {
                 url: "MCP sampling".to_owned(),
                 message,
             };
@@ -261,7 +262,7 @@ impl plan_llm::Model for Sampling {
                     "the client's model answered without text".to_owned(),
                 ));
             }
-            Ok(plan_llm::Answer::text(text))
+            Ok(plan_run::model::Answer::text(text))
         })
     }
 }
@@ -509,7 +510,7 @@ impl PlanServer {
             .ledger
             .open_existing()
             .map_err(|error| match error {
-                plan_store::StoreError::Missing { .. } => {
+                plan_run::ledger::StoreError::Missing { .. } => {
                     format!("{error}: no run has been recorded there yet")
                 }
                 error => ledger_refusal(error),
@@ -703,7 +704,7 @@ impl PlanServer {
                 // server is asked (hostile review: a looser second server approved).
                 let run_allows = plan_run::policy_of(&row).is_none_or(|run| run.self_approval);
                 let run_id = row.run_id;
-                let gated = |row: &plan_store::RunRow| {
+                let gated = |row: &plan_run::ledger::RunRow| {
                     block(plan_run::gated_steps_in(row, &self.settings.toolbox))
                 };
                 let decided = if flag("reject") {
@@ -758,7 +759,7 @@ impl PlanServer {
     /// endpoint the operator configured (PLAN_LLM_URL, PLAN_LLM_MODEL); checked as `plan_run`
     /// would check it, this server's policy included; stored.
     fn create(&self, goal: &str, peer: &Arc<Peer>) -> Result<plan_run::NewPlan, Refusal> {
-        let mut model: Box<dyn plan_llm::Model> = if peer.offers("sampling") {
+        let mut model: Box<dyn plan_run::model::Model> = if peer.offers("sampling") {
             Box::new(Sampling {
                 peer: peer.clone(),
                 closing: self.closing.clone(),
@@ -766,7 +767,7 @@ impl PlanServer {
         } else {
             match self.settings.model.clone() {
                 Some(endpoint) => {
-                    Box::new(plan_llm::Http::new(endpoint).map_err(|e| e.to_string())?)
+                    Box::new(plan_run::model::Http::new(endpoint).map_err(|e| e.to_string())?)
                 }
                 None => {
                     return Err(
@@ -895,9 +896,9 @@ impl PlanServer {
     /// runs are neither shown nor decided nor resumed.
     fn client_run(
         &self,
-        store: &mut plan_store::Store,
+        store: &mut plan_run::ledger::Store,
         id: &str,
-    ) -> Result<plan_store::RunRow, Refusal> {
+    ) -> Result<plan_run::ledger::RunRow, Refusal> {
         plan_run::run_by(store, id, Author::McpClient).map_err(lifecycle_refusal)
     }
 

@@ -275,7 +275,7 @@ impl Server {
 
 impl Shared {
     /// The ledger to read.
-    fn reader(&self) -> Result<plan_store::Store, plan_run::LifecycleError> {
+    fn reader(&self) -> Result<plan_run::ledger::Store, plan_run::LifecycleError> {
         Ok(self.ledger.open_reader()?)
     }
 
@@ -335,7 +335,7 @@ impl Shared {
     }
 
     /// The ledger to decide in: it must be there.
-    fn writer(&self) -> Result<plan_store::Store, plan_run::LifecycleError> {
+    fn writer(&self) -> Result<plan_run::ledger::Store, plan_run::LifecycleError> {
         Ok(self.ledger.open_existing()?)
     }
 }
@@ -471,7 +471,7 @@ fn refuse(status: StatusCode, message: &str) -> Response {
 /// A lifecycle error as an answer: a run that is not there is 404, a prefix of several 400.
 fn failed(error: &plan_run::LifecycleError) -> Response {
     use plan_run::LifecycleError as E;
-    use plan_store::StoreError::{Ambiguous, Decided, NotFound};
+    use plan_run::ledger::StoreError::{Ambiguous, Decided, NotFound};
     let status = match error {
         E::Ledger(NotFound { .. }) => StatusCode::NOT_FOUND,
         // Decided already, run by another process, or not the run's plan: the run's state
@@ -739,7 +739,7 @@ const STEP_EVENTS: usize = 500;
 
 /// Every event of a run the ledger holds now (as `plan-cli events RUN` reads them).
 fn events_of(
-    store: &mut plan_store::Store,
+    store: &mut plan_run::ledger::Store,
     run_id: &str,
 ) -> Result<Vec<plan_types::Event>, plan_run::LifecycleError> {
     let mut feed = plan_run::EventFeed::new(run_id);
@@ -759,8 +759,8 @@ async fn with_run(
     shared: Arc<Shared>,
     run: String,
     answer: impl FnOnce(
-        &mut plan_store::Store,
-        &plan_store::RunRow,
+        &mut plan_run::ledger::Store,
+        &plan_run::ledger::RunRow,
     ) -> Result<Value, plan_run::LifecycleError>
     + Send
     + 'static,
@@ -799,7 +799,7 @@ async fn decide(
     }
     blocking(move || {
         let mut store = shared.writer()?;
-        let gated = |row: &plan_store::RunRow| {
+        let gated = |row: &plan_run::ledger::RunRow| {
             tokio::runtime::Handle::current()
                 .block_on(plan_run::gated_steps_in(row, &shared.toolbox))
         };
@@ -832,7 +832,7 @@ async fn cancel(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> R
             let deadline = std::time::Instant::now() + Duration::from_secs(30);
             let how = loop {
                 let now = store.run(&row.run_id)?;
-                if now.state != plan_store::RunState::Running {
+                if now.state != plan_run::ledger::RunState::Running {
                     break "stopped";
                 }
                 if std::time::Instant::now() > deadline {
@@ -951,7 +951,7 @@ async fn go_on(shared: Arc<Shared>, run: String, options: plan_run::ResumeOption
 /// the run's id once it goes on, or the answer that refuses it.
 async fn go_on_here(
     shared: Arc<Shared>,
-    store: plan_store::Store,
+    store: plan_run::ledger::Store,
     from: Box<plan_run::ResumeFrom>,
     kept: plan_run::Kept,
     started: tokio::sync::oneshot::Sender<Result<String, Response>>,
@@ -1114,7 +1114,7 @@ async fn events(
 /// read of the ledger takes a blocking thread only while it reads; between reads, and while a
 /// slow client is waited for, none is held.
 async fn follow(
-    store: plan_store::Store,
+    store: plan_run::ledger::Store,
     feed: plan_run::EventFeed,
     sender: tokio::sync::mpsc::Sender<Result<Event, Infallible>>,
 ) {

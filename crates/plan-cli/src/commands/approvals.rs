@@ -1,9 +1,9 @@
 //! `approve` and `reject`: decisions on a run's high-risk calls, kept in the ledger and read by
 //! `resume` (the logic is `plan_run::approve` and `plan_run::reject`).
 
+use plan_run::ledger::RunRow;
 use plan_run::words::approval;
 use plan_run::{Decided, Decisions};
-use plan_store::RunRow;
 
 use super::print;
 use crate::cli::{ApproveArgs, RejectArgs};

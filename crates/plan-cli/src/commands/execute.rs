@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use plan_engine::Mode;
 use plan_graph::Severity;
+use plan_run::Mode;
 use plan_types::RunReport;
 use tokio_util::sync::CancellationToken;
 
@@ -294,7 +294,11 @@ pub(crate) fn print_outcome(
         say!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
     }
     if report.task_status == plan_types::TaskStatus::Waiting && !json {
-        print(&plan_run::summary::waiting(report))?;
+        let mut text = plan_run::summary::waiting(report);
+        if let Some(next) = plan_run::summary::next_of(report) {
+            text.push_str(&output::next(run_id, &next));
+        }
+        print(&text)?;
     }
     Ok(report.task_status.exit_code())
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use plan_graph::Plan;
-use plan_store::{RunRow, Store};
+use plan_run::ledger::{RunRow, Store};
 use serde_json::Value;
 
 use super::{pretty, print};

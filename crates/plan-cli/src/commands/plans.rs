@@ -241,15 +241,15 @@ pub(crate) fn plan(
     }
 }
 
-/// The model endpoint the environment names (`plan_llm::Endpoint::from_env`), with `model`.
-pub(crate) fn endpoint(model: Option<&str>) -> Result<Option<plan_llm::Endpoint>, Failure> {
-    plan_llm::Endpoint::from_env(model, &|name| std::env::var(name).ok())
+/// The model endpoint the environment names (`plan_run::model::Endpoint::from_env`), with `model`.
+pub(crate) fn endpoint(model: Option<&str>) -> Result<Option<plan_run::model::Endpoint>, Failure> {
+    plan_run::model::Endpoint::from_env(model, &|name| std::env::var(name).ok())
         .map_err(|_| Failure::input("no model: give --model NAME or set PLAN_LLM_MODEL"))
 }
 
 /// The model `--replan` asks; checked before the run, so a missing one is said at once.
-pub(crate) fn replan_model(ledger: &Ledger) -> Result<plan_llm::Http, Failure> {
-    let endpoint = plan_llm::Endpoint::from_env(None, &|name| std::env::var(name).ok())
+pub(crate) fn replan_model(ledger: &Ledger) -> Result<plan_run::model::Http, Failure> {
+    let endpoint = plan_run::model::Endpoint::from_env(None, &|name| std::env::var(name).ok())
         .ok()
         .flatten()
         .ok_or_else(|| {
@@ -257,7 +257,7 @@ pub(crate) fn replan_model(ledger: &Ledger) -> Result<plan_llm::Http, Failure> {
                 "--replan needs a model: set PLAN_LLM_URL (an OpenAI-compatible API's base URL ending in /v1) and PLAN_LLM_MODEL",
             )
         })?;
-    let mut model = plan_run::http_model(ledger, endpoint, plan_llm::Settings::default())?;
+    let mut model = plan_run::http_model(ledger, endpoint, plan_run::model::Settings::default())?;
     model.on_notice(|text| say!("{}", crate::output::one_line(text)));
     Ok(model)
 }
@@ -341,23 +341,18 @@ pub(crate) fn import(command: &crate::cli::ImportCommand) -> Result<i32, Failure
         verify_after_merge,
         output,
     } = command;
-    let breakdown = plan_workspace::breakdown::Breakdown::read(dir)
-        .map_err(|error| Failure::input(error.to_string()))?;
-    let (repo, tasks) = (breakdown.places(dir, repo.as_deref()))
-        .map_err(|error| Failure::input(error.to_string()))?;
-    let options = plan_workspace::breakdown::ImportOptions {
+    let options = plan_run::ImportTasks {
         implement: implement.clone(),
-        repo,
-        tasks,
+        repo: repo.clone(),
         layer_barrier: !no_layer_barrier,
         verify_after_merge: verify_after_merge.clone(),
     };
-    let plan = breakdown
-        .plan(&options)
-        .map_err(|error| Failure::input(error.to_string()))?;
+    let plan_run::Imported {
+        plan,
+        shell_checks: shelled,
+    } = plan_run::import_tasks(dir, &options).map_err(|error| Failure::input(error.to_string()))?;
     // What a shell will read, shown before anything runs it (one line each, control
     // characters shown escaped: a command cannot hide itself or another on the terminal).
-    let shelled = breakdown.shell_checks(&options);
     if !shelled.is_empty() {
         say!(
             "{} with `sh -c` (a shell reads {}: look before you run the plan):",

@@ -1,7 +1,7 @@
 //! `plan-cli worker`: a BullMQ worker that runs tool calls for `run --queue` coordinators
 //! (or any producer of jobs of that shape).
 
-use plan_queue::WorkerOptions;
+use plan_run::queue::WorkerOptions;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::WorkerArgs;
@@ -14,7 +14,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
             "a worker needs the queue's Redis: --queue redis://HOST:PORT (or PLAN_QUEUE, or REDIS_URL)",
         ));
     };
-    let queue = (toolbox.block_on(plan_queue::Queue::connect(&url, &args.queue_name)))
+    let queue = (toolbox.block_on(plan_run::queue::Queue::connect(&url, &args.queue_name)))
         .map_err(|error| Failure::input(error.to_string()))?;
     // Every tool it has (built-ins, and the tools of the MCP configuration's servers), or
     // only those `--tools` names.
@@ -71,7 +71,7 @@ pub(crate) fn worker(args: &WorkerArgs, toolbox: &Toolbox) -> Result<i32, Failur
                 crate::output::say(&notice.to_string());
             }
         });
-        plan_queue::work(queue, tools, options, stop).await
+        plan_run::queue::work(queue, tools, options, stop).await
     });
     let stats = stats.map_err(|error| Failure::input(error.to_string()))?;
     crate::output::say(&format!(
