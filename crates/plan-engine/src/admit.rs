@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use plan_types::{Approvals, PendingApproval, Questions, Record, StepError, Verdict};
+use plan_types::{Approvals, PendingApproval, Questions, StepError, Verdict};
 use serde_json::Value;
 
 use crate::guard::Guard;
@@ -244,39 +244,7 @@ fn overlay(args: &mut Value, input: &Value, gate: &Gate<'_>) -> Result<(), StepE
     let Some(schema) = gate.schema else {
         return Ok(());
     };
-    let violations = plan_ports::schema::violations(schema, &Value::Object(args.clone()));
-    if violations.is_empty() {
-        Ok(())
-    } else {
-        Err(plan_ports::schema::invalid_args(tool, violations))
-    }
-}
-
-/// The record of a call that ran (or was refused before it ran, with 0 attempts), redacted.
-pub(crate) fn executed_record(
-    step_id: String,
-    outcome: Result<Arc<Value>, StepError>,
-    attempts: u32,
-    duration_ms: u64,
-    redactor: &Redactor,
-) -> Record {
-    let (ok, result, error) = match outcome {
-        Ok(value) => (true, Some(value), None),
-        Err(error) => (false, None, Some(Box::new(error))),
-    };
-    let mut record = Record {
-        step_id,
-        ok,
-        skipped: false,
-        result,
-        reason: None,
-        error,
-        attempts,
-        duration_ms,
-        upstream: None,
-    };
-    redactor.record(&mut record);
-    record
+    plan_ports::schema::check(schema, tool, &Value::Object(args.clone()))
 }
 
 #[cfg(test)]

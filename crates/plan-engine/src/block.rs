@@ -24,8 +24,8 @@ use plan_vars::{Scope, ValueTemplate};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::admit::{Gate, executed_record};
-use crate::call::{CallContext, Inner, Made, millis};
+use crate::admit::Gate;
+use crate::call::{CallContext, Inner, Made};
 use crate::condition::{NodeScope, evaluate};
 use crate::overlay::Overlay;
 use crate::schema::{argument_issues, compile_schema, resolve_checked};
@@ -701,12 +701,11 @@ impl BlockRun {
             }
             recoveries = 0;
             visits[current] += 1;
-            let record = executed_record(
-                node_path.to_string(),
+            let record = self.context.record(
+                &node_path.to_string(),
                 outcome.clone().map(Arc::new),
                 attempts,
-                millis(started.elapsed()),
-                &self.context.redactor,
+                started.elapsed(),
             );
             self.records.push(record);
             let result = match outcome {

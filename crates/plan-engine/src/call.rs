@@ -92,23 +92,10 @@ pub(crate) enum Made {
 }
 
 impl CallContext {
-    /// The question call `id` waits on when it failed asking a person for input (see
-    /// [`crate::admit::input_request`]), with the run's secrets taken out of what it shows.
-    pub(crate) fn input_request(
-        &self,
-        id: &str,
-        n: usize,
-        tool: &str,
-        error: &plan_types::StepError,
-    ) -> Option<plan_types::PendingApproval> {
-        let request = crate::admit::input_request(id, n, tool, error)?;
-        Some(crate::admit::kept_question(request, &self.redactor))
-    }
-
     /// Makes an inner call the one way every call is made: admitted (its approval, the run's
-    /// guards), called with its retries and timeout, its outcome what the tool said. The
-    /// scheduler makes a step's own call the same way, in two halves (it admits in its loop
-    /// and spawns the call).
+    /// guards), then [`CallContext::call_admitted`]. The scheduler makes a step's own call the
+    /// same way, in two halves: it admits in its loop and spawns the second half
+    /// ([`StepCall::execute`]).
     pub(crate) async fn make(
         &self,
         call: Inner<'_>,
@@ -131,31 +118,35 @@ impl CallContext {
             }
             crate::admit::Admission::Wait(pending) => return Made::Waiting(pending),
         };
+        let call = ToolCall {
+            step_id: Arc::from(call.id),
+            tool_name: call.tool_name.clone(),
+            tool: call.tool.clone(),
+            args,
+            retry: call.retry,
+            timeout: call.timeout,
+            working_dir: call.working_dir,
+            approvals_off,
+            next_question: asked.next,
+            answers: asked.answers,
+            earlier: call.earlier,
+        };
+        self.call_admitted(call, gate.waits_as).await
+    }
+
+    /// The second half of every call, admitted already: called with its retries and timeout,
+    /// its outcome what the tool said; a call that failed asking a person for input waits, as
+    /// `waits_as`, for the answer, as an approval does. The one place a call's asking is read.
+    pub(crate) async fn call_admitted(&self, call: ToolCall, waits_as: &str) -> Made {
+        let (tool_name, next_question) = (call.tool_name.clone(), call.next_question);
         let started = Instant::now();
-        let finished = call_tool(
-            self,
-            ToolCall {
-                step_id: Arc::from(call.id),
-                tool_name: call.tool_name.clone(),
-                tool: call.tool.clone(),
-                args,
-                retry: call.retry,
-                timeout: call.timeout,
-                working_dir: call.working_dir,
-                approvals_off,
-                next_question: asked.next,
-                answers: asked.answers,
-                earlier: call.earlier,
-            },
-        )
-        .await;
+        let finished = call_tool(self, call).await;
         let outcome = finished.result.map_err(plan_types::StepError::from);
-        // A call that asked a person for input waits for the answer, as an approval does.
         if let Err(error) = &outcome
             && let Some(request) =
-                self.input_request(gate.waits_as, asked.next, call.tool_name, error)
+                crate::admit::input_request(waits_as, next_question, &tool_name, error)
         {
-            return Made::Waiting(request);
+            return Made::Waiting(crate::admit::kept_question(request, &self.redactor));
         }
         Made::Done {
             outcome,
@@ -164,22 +155,46 @@ impl CallContext {
         }
     }
 
-    /// The record of call `id` that ended so (redacted as every record is).
+    /// The record of call `id` that ended so, redacted as every record is: the one place a
+    /// record of a call that ran (or was refused before it ran, with 0 attempts) is made, for
+    /// steps, map items, block nodes and task calls alike.
     pub(crate) fn record(
         &self,
         id: &str,
-        outcome: &Result<Value, plan_types::StepError>,
+        outcome: Result<Arc<Value>, plan_types::StepError>,
         attempts: u32,
         took: Duration,
     ) -> plan_types::Record {
-        crate::admit::executed_record(
-            id.to_owned(),
-            outcome.clone().map(Arc::new),
-            attempts,
-            millis(took),
-            &self.redactor,
-        )
+        executed_record(id, outcome, attempts, took, &self.redactor)
     }
+}
+
+/// [`CallContext::record`], for the scheduler, which holds the run's redactor but makes a
+/// context per call.
+pub(crate) fn executed_record(
+    id: &str,
+    outcome: Result<Arc<Value>, plan_types::StepError>,
+    attempts: u32,
+    took: Duration,
+    redactor: &Redactor,
+) -> plan_types::Record {
+    let (ok, result, error) = match outcome {
+        Ok(value) => (true, Some(value), None),
+        Err(error) => (false, None, Some(Box::new(error))),
+    };
+    let mut record = plan_types::Record {
+        step_id: id.to_owned(),
+        ok,
+        skipped: false,
+        result,
+        reason: None,
+        error,
+        attempts,
+        duration_ms: millis(took),
+        upstream: None,
+    };
+    redactor.record(&mut record);
+    record
 }
 
 /// How a step's work ended, for the scheduler to settle.
@@ -206,26 +221,26 @@ pub(crate) struct StepCall {
 }
 
 impl StepCall {
-    /// Calls the step's (or item's) tool.
+    /// Calls the step's (or item's) tool: the second half of [`CallContext::make`].
     pub(crate) async fn execute(self) -> Finished {
-        let started = Instant::now();
-        let (id, tool_name, next_question) = (
-            self.call.step_id.clone(),
-            self.call.tool_name.clone(),
-            self.call.next_question,
-        );
-        let done = call_tool(&self.context, self.call).await;
-        let result = done.result.map_err(plan_types::StepError::from);
-        let asking = result
-            .as_ref()
-            .err()
-            .and_then(|error| (self.context).input_request(&id, next_question, &tool_name, error));
+        let id = self.call.step_id.clone();
+        let (result, attempts, elapsed, asking) =
+            match self.context.call_admitted(self.call, &id).await {
+                Made::Done {
+                    outcome,
+                    attempts,
+                    took,
+                } => (outcome, attempts, took, None),
+                // It asked a person for input: it waits, unsettled, and its outcome is not
+                // read (`Scheduler::finish`); the answer makes it again.
+                Made::Waiting(question) => (Ok(Value::Null), 0, Duration::ZERO, Some(question)),
+            };
         Finished {
             step: self.step,
             item: self.item,
             result,
-            attempts: done.attempts,
-            elapsed: started.elapsed(),
+            attempts,
+            elapsed,
             nested: Vec::new(),
             waiting: None,
             asking,

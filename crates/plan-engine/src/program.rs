@@ -94,6 +94,9 @@ pub(crate) enum ExpandSource {
 pub struct Program {
     pub(crate) plan_id: Arc<str>,
     pub(crate) steps: Vec<CompiledStep>,
+    /// The steps' ids, which ids read back from the ledger are read through: one per plan,
+    /// made when first needed (a run that restores nothing and waits for nothing needs none).
+    index: std::sync::OnceLock<plan_graph::StepIndex>,
     pub(crate) deps: Dependencies,
     /// The plan's variables, shared with every run (a run copies none of them).
     pub(crate) variables: BTreeMap<String, Arc<Value>>,
@@ -156,6 +159,12 @@ pub(crate) struct ItemValues<'a> {
 }
 
 impl Program {
+    /// The plan's steps' ids (see the `index` field).
+    pub(crate) fn index(&self) -> &plan_graph::StepIndex {
+        self.index
+            .get_or_init(|| plan_graph::StepIndex::new(self.steps.iter().map(|s| &*s.id)))
+    }
+
     /// Binds a loaded plan to the registry's tools. Every unknown tool is an [`Issue`] at the
     /// step's `tool`, with the closest known name as help; a tool whose published schema does
     /// not compile is an issue too.
@@ -404,6 +413,7 @@ impl Program {
         }
         Ok(Program {
             plan_id: Arc::from(plan_id),
+            index: std::sync::OnceLock::new(),
             steps,
             deps: Dependencies::new(plan),
             variables: plan

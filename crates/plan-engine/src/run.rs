@@ -31,9 +31,9 @@ use serde_json::{Map, Value};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admit::{Admission, Gate, admit, executed_record};
+use crate::admit::{Admission, Gate, admit};
 use crate::block::NodeDone;
-use crate::call::{CallContext, Finished, millis};
+use crate::call::{CallContext, Finished, executed_record, millis};
 use crate::guard::Guard;
 use crate::kind::{Started, StepStart};
 use crate::program::{
@@ -630,7 +630,7 @@ impl Scheduler<'_> {
     fn restore(&mut self, restored: Restored) {
         let program = self.program;
         self.vars.extend(restored.variables);
-        let index = plan_graph::StepIndex::new(program.steps.iter().map(|s| &*s.id));
+        let index = program.index();
         for (id, checkpoint) in restored.checkpoints {
             if id == crate::task::CONTEXT_UPDATE {
                 self.context_update_done = checkpoint["status"] == "completed";
@@ -1216,14 +1216,13 @@ impl Scheduler<'_> {
             Some(error) => Err(error),
             None => Ok(result.unwrap_or_default()),
         };
-        let record = executed_record(
-            item_id.to_string(),
+        map.records[k] = Some(executed_record(
+            &item_id,
             outcome,
             attempts,
-            millis(elapsed),
+            elapsed,
             &self.redactor,
-        );
-        map.records[k] = Some(record);
+        ));
         self.keep(Position {
             step,
             item: Some(k),
@@ -1318,13 +1317,7 @@ impl Scheduler<'_> {
                 &error.code,
             );
         }
-        let record = executed_record(
-            step_id.to_string(),
-            outcome,
-            attempts,
-            millis(elapsed),
-            &self.redactor,
-        );
+        let record = executed_record(step_id, outcome, attempts, elapsed, &self.redactor);
         self.steps[index].record = Some(record);
         self.keep(Position {
             step: index,
@@ -1516,6 +1509,104 @@ impl Scheduler<'_> {
     ) -> Result<RunReport, RunError> {
         let stopped = self.stopping.is_cancelled();
         let waiting = !stopped && !self.awaiting.is_empty();
+        self.record_what_never_started(stopped, waiting);
+        let status = self.final_status(stopped, waiting);
+        let elapsed = started.elapsed();
+        let pending_approvals = if waiting {
+            let mut pending = std::mem::take(&mut self.awaiting);
+            self.program.index().sort_pending(&mut pending);
+            pending
+        } else {
+            Vec::new()
+        };
+        if waiting {
+            self.emit(|| {
+                let mut event = Event::new(EventKind::ApprovalAwaiting, &self.run_id);
+                event.pending = Some(pending_approvals.clone());
+                event.reason = Some(reasons::HALT_AWAITING_APPROVAL.to_owned());
+                event
+            });
+        }
+        self.emit(|| {
+            let mut event = Event::new(EventKind::RunFinished, &self.run_id);
+            event.task_status = Some(status);
+            event.duration_ms = Some(millis(elapsed));
+            event
+        });
+        self.flush();
+        // Where the blocks that wait stand: kept by the ledger for `resume`, and their states
+        // in the report.
+        let waiting_at: BTreeMap<String, Value> = self
+            .steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, state)| {
+                let (_, checkpoint) = state.inner.as_deref()?.waiting.as_ref()?;
+                Some((self.program.steps[i].id.to_string(), checkpoint.clone()))
+            })
+            .collect();
+        let ended = if let Some(writer) = self.writer.take() {
+            let end = if stopped {
+                RunEnd::Stopped
+            } else if waiting {
+                RunEnd::Waiting {
+                    pending: pending_approvals.clone(),
+                    checkpoints: waiting_at
+                        .iter()
+                        .map(|(id, at)| (id.clone(), at.clone()))
+                        .collect(),
+                }
+            } else {
+                RunEnd::Finished(status)
+            };
+            writer.finish(end).map_err(|e| RunError::Journal(e.0))?
+        } else {
+            crate::writer::whole_millis(SystemTime::now())
+        };
+        let took = first_started.map_or(elapsed, |first| {
+            ended.duration_since(first).unwrap_or(Duration::ZERO)
+        });
+        let mut meta = Record::meta(status, millis(took));
+        if let Some(error) = self.context_update_failed.take() {
+            meta.reason = Some(format!(
+                "the context update after the last task failed: {}; task_status={status}",
+                error.message
+            ));
+            meta.error = Some(Box::new(error));
+        }
+        let mut records = records_of(self.steps);
+        records.push(meta);
+        // Records were redacted as they were made, and so were variables bound from results;
+        // the inputs are redacted here.
+        let mut variables = self.vars;
+        if !self.redactor.is_empty() {
+            variables
+                .values_mut()
+                .for_each(|value| self.redactor.value(Arc::make_mut(value)));
+        }
+        let blocks = self.program.block_states(&records, &waiting_at);
+        let answer = self
+            .program
+            .answers
+            .as_ref()
+            .and_then(|a| a.answer(&records));
+        Ok(RunReport {
+            run_id: run_id.to_owned(),
+            plan_id: self.program.plan_id.to_string(),
+            task_status: status,
+            records,
+            variables,
+            pending_approvals,
+            blocks,
+            replanned: false,
+            revisions: 0,
+            answer,
+        })
+    }
+
+    /// Records what never started, and why: a stopped or waiting run starts it when it is
+    /// resumed; only a `fail_fast` skip is final, and committed.
+    fn record_what_never_started(&mut self, stopped: bool, waiting: bool) {
         // Why what never started did not. Only a `fail_fast` skip is final, and committed: a
         // stopped or waiting run starts the rest when it is resumed.
         let (reason, committed) = if stopped {
@@ -1588,8 +1679,12 @@ impl Scheduler<'_> {
                 }
             }
         }
-        drop(awaiting);
-        let status = if stopped {
+    }
+
+    /// How the run ended: stopped, waiting, or as its steps settled (failed, if the context
+    /// update after its last task failed).
+    fn final_status(&self, stopped: bool, waiting: bool) -> TaskStatus {
+        if stopped {
             TaskStatus::Stopped
         } else if waiting {
             TaskStatus::Waiting
@@ -1600,132 +1695,45 @@ impl Scheduler<'_> {
             } else {
                 settled
             }
-        };
-        let elapsed = started.elapsed();
-        let pending_approvals = if waiting {
-            let mut pending = std::mem::take(&mut self.awaiting);
-            plan_graph::StepIndex::new(self.program.steps.iter().map(|step| &*step.id))
-                .sort_pending(&mut pending);
-            pending
-        } else {
-            Vec::new()
-        };
-        if waiting {
-            self.emit(|| {
-                let mut event = Event::new(EventKind::ApprovalAwaiting, &self.run_id);
-                event.pending = Some(pending_approvals.clone());
-                event.reason = Some(reasons::HALT_AWAITING_APPROVAL.to_owned());
-                event
-            });
         }
-        self.emit(|| {
-            let mut event = Event::new(EventKind::RunFinished, &self.run_id);
-            event.task_status = Some(status);
-            event.duration_ms = Some(millis(elapsed));
-            event
-        });
-        self.flush();
-        // Where the blocks that wait stand: kept by the ledger for `resume`, and their states
-        // in the report.
-        let waiting_at: BTreeMap<String, Value> = self
-            .steps
+    }
+}
+
+/// The run's records in plan order, each map step's items and each block's or task's calls
+/// right before the step's own, taken from the steps' states.
+fn records_of(steps: Vec<StepState>) -> Vec<Record> {
+    if steps.iter().all(|s| s.inner.is_none()) {
+        // Collected in place: the records take the steps' list (a record is smaller than
+        // a step's state; std reuses the allocation), so a large run does not hold two
+        // lists at its end, when it holds the most. The list then has room for more
+        // records than steps, `__meta__` among them, for any run of four steps or more.
+        steps
+            .into_iter()
+            .map(|step| step.record.unwrap_or_else(unreachable_record))
+            .collect()
+    } else {
+        // A map step's items come right before the step's own record.
+        let items: usize = steps
             .iter()
-            .enumerate()
-            .filter_map(|(i, state)| {
-                let (_, checkpoint) = state.inner.as_deref()?.waiting.as_ref()?;
-                Some((self.program.steps[i].id.to_string(), checkpoint.clone()))
-            })
-            .collect();
-        let ended = if let Some(writer) = self.writer.take() {
-            let end = if stopped {
-                RunEnd::Stopped
-            } else if waiting {
-                RunEnd::Waiting {
-                    pending: pending_approvals.clone(),
-                    checkpoints: waiting_at
-                        .iter()
-                        .map(|(id, at)| (id.clone(), at.clone()))
-                        .collect(),
+            .filter_map(|s| s.inner.as_deref())
+            .map(|inner| inner.map.as_ref().map_or(0, |m| m.records.len()) + inner.calls.len())
+            .sum();
+        let mut records = Vec::with_capacity(steps.len() + items + 1);
+        for state in steps {
+            if let Some(inner) = state.inner {
+                let Inner { map, calls, .. } = *inner;
+                if let Some(map) = map {
+                    records.extend(
+                        map.records
+                            .into_iter()
+                            .map(|r| r.unwrap_or_else(unreachable_record)),
+                    );
                 }
-            } else {
-                RunEnd::Finished(status)
-            };
-            writer.finish(end).map_err(|e| RunError::Journal(e.0))?
-        } else {
-            crate::writer::whole_millis(SystemTime::now())
-        };
-        let took = first_started.map_or(elapsed, |first| {
-            ended.duration_since(first).unwrap_or(Duration::ZERO)
-        });
-        let mut meta = Record::meta(status, millis(took));
-        if let Some(error) = self.context_update_failed.take() {
-            meta.reason = Some(format!(
-                "the context update after the last task failed: {}; task_status={status}",
-                error.message
-            ));
-            meta.error = Some(Box::new(error));
-        }
-        let mut records: Vec<Record> = if self.steps.iter().all(|s| s.inner.is_none()) {
-            // Collected in place: the records take the steps' list (a record is smaller than
-            // a step's state; std reuses the allocation), so a large run does not hold two
-            // lists at its end, when it holds the most. The list then has room for more
-            // records than steps, `__meta__` among them, for any run of four steps or more.
-            self.steps
-                .into_iter()
-                .map(|step| step.record.unwrap_or_else(unreachable_record))
-                .collect()
-        } else {
-            // A map step's items come right before the step's own record.
-            let items: usize = self
-                .steps
-                .iter()
-                .filter_map(|s| s.inner.as_deref())
-                .map(|inner| inner.map.as_ref().map_or(0, |m| m.records.len()) + inner.calls.len())
-                .sum();
-            let mut records = Vec::with_capacity(self.steps.len() + items + 1);
-            for state in self.steps {
-                if let Some(inner) = state.inner {
-                    let Inner { map, calls, .. } = *inner;
-                    if let Some(map) = map {
-                        records.extend(
-                            map.records
-                                .into_iter()
-                                .map(|r| r.unwrap_or_else(unreachable_record)),
-                        );
-                    }
-                    records.extend(calls);
-                }
-                records.push(state.record.unwrap_or_else(unreachable_record));
+                records.extend(calls);
             }
-            records
-        };
-        records.push(meta);
-        // Records were redacted as they were made, and so were variables bound from results;
-        // the inputs are redacted here.
-        let mut variables = self.vars;
-        if !self.redactor.is_empty() {
-            variables
-                .values_mut()
-                .for_each(|value| self.redactor.value(Arc::make_mut(value)));
+            records.push(state.record.unwrap_or_else(unreachable_record));
         }
-        let blocks = self.program.block_states(&records, &waiting_at);
-        let answer = self
-            .program
-            .answers
-            .as_ref()
-            .and_then(|a| a.answer(&records));
-        Ok(RunReport {
-            run_id: run_id.to_owned(),
-            plan_id: self.program.plan_id.to_string(),
-            task_status: status,
-            records,
-            variables,
-            pending_approvals,
-            blocks,
-            replanned: false,
-            revisions: 0,
-            answer,
-        })
+        records
     }
 }
 
@@ -1734,7 +1742,7 @@ impl Scheduler<'_> {
 /// a call in flight when the run stopped runs again and counts then), and every failed step
 /// or item (not the guards' own stops, not a map step failed by its items).
 fn restore_guard(program: &Program, guard: &Guard, records: &[Record]) {
-    let index = plan_graph::StepIndex::new(program.steps.iter().map(|s| &*s.id));
+    let index = program.index();
     let failed = |record: &Record| {
         record.error.as_ref().is_some_and(|error| {
             error.code != codes::E_GUARD && error.code != codes::E_MAP_ITEMS_FAILED

@@ -20,15 +20,10 @@ pub(crate) fn resolve_checked(
     let resolved = args
         .resolve(scope)
         .map_err(|error| StepError::new(codes::E_ARGS_UNRESOLVED, error.to_string()))?;
-    if let Some(schema) = schema
-        && !schema.is_valid(&resolved)
-    {
-        let mut violations: Vec<(String, String)> = schema
-            .iter_errors(&resolved)
-            .map(|error| (error.instance_path().to_string(), message_of(&error, args)))
-            .collect();
-        violations.sort();
-        return Err(invalid_args(tool_name, violations));
+    if let Some(schema) = schema {
+        plan_ports::schema::check_worded(schema, tool_name, &resolved, |error| {
+            message_of(error, args)
+        })?;
     }
     Ok(resolved)
 }

@@ -1529,7 +1529,9 @@ impl TaskRun {
                 self.step_id
             )));
         }
-        let record = self.context.record(&id, &outcome, attempts, took);
+        let record = self
+            .context
+            .record(&id, outcome.clone().map(Arc::new), attempts, took);
         self.records.push(record);
         Ok((outcome, attempts))
     }

@@ -29,6 +29,37 @@ pub fn compile_schema(schema: &Value) -> Result<Option<Arc<jsonschema::Validator
         .map_err(|e| e.to_string())
 }
 
+/// Checks a call's arguments against its tool's schema, the one way every caller does (the
+/// engine before a call and after an answer changed the arguments, a queue worker before it
+/// runs a job): `E_ARGS_INVALID` listing each violation, sorted by pointer ([`invalid_args`]).
+pub fn check(
+    schema: &jsonschema::Validator,
+    tool_name: &str,
+    args: &Value,
+) -> Result<(), StepError> {
+    check_worded(schema, tool_name, args, |error| error.to_string())
+}
+
+/// [`check`], each violation's message as `word` says it (the engine adds why a placeholder
+/// gave a value of another type).
+pub fn check_worded(
+    schema: &jsonschema::Validator,
+    tool_name: &str,
+    args: &Value,
+    word: impl Fn(&jsonschema::ValidationError<'_>) -> String,
+) -> Result<(), StepError> {
+    // Valid arguments, by far the most common, cost no list of errors.
+    if schema.is_valid(args) {
+        return Ok(());
+    }
+    let mut violations: Vec<(String, String)> = schema
+        .iter_errors(args)
+        .map(|error| (error.instance_path().to_string(), word(&error)))
+        .collect();
+    violations.sort();
+    Err(invalid_args(tool_name, violations))
+}
+
 /// How `args` break `schema`: each violation's JSON pointer and message, sorted.
 pub fn violations(schema: &jsonschema::Validator, args: &Value) -> Vec<(String, String)> {
     let mut violations: Vec<(String, String)> = schema
@@ -103,6 +134,14 @@ mod tests {
             Some(
                 serde_json::json!([{"pointer": "/ms", "message": "\"soon\" is not of type \"integer\""}])
             )
+        );
+        assert_eq!(
+            check(&schema, "sleep", &serde_json::json!({"ms": "soon"})),
+            Err(error)
+        );
+        assert_eq!(
+            check(&schema, "sleep", &serde_json::json!({"ms": 5})),
+            Ok(())
         );
         assert!(
             compile_schema(&serde_json::json!({"type": "object"}))

@@ -282,16 +282,14 @@ async fn call(
             )));
         }
     };
-    if let Some(schema) = schemas.get(name) {
-        let violations = plan_ports::schema::violations(schema, &args);
-        if !violations.is_empty() {
-            let error = plan_ports::schema::invalid_args(name, violations);
-            let mut refused = ToolError::new(error.code, error.message);
-            if let Some(details) = error.details {
-                refused = refused.with_details(details);
-            }
-            return Err(refused);
+    if let Some(schema) = schemas.get(name)
+        && let Err(error) = plan_ports::schema::check(schema, name, &args)
+    {
+        let mut refused = ToolError::new(error.code, error.message);
+        if let Some(details) = error.details {
+            refused = refused.with_details(details);
         }
+        return Err(refused);
     }
     let deadline = data["deadline"]
         .as_u64()
