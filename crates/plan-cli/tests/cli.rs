@@ -156,9 +156,28 @@ fn a_run_that_skipped_a_step_it_could_have_run_is_partial() {
             {"id": "announce", "tool": "echo", "depends_on": ["publish"]}
         ]}),
     );
-    let (code, report) = run_json(&[plan.to_str().unwrap()]);
+    let state = dir.path().join("state.json");
+    let (code, report) = run_json(&[
+        plan.to_str().unwrap(),
+        "--state-file",
+        state.to_str().unwrap(),
+    ]);
     assert_eq!(code, 3, "{report}");
     assert_eq!(report["task_status"], "PARTIAL");
+    // The execute-state document: the run ended and nothing failed, so it is `completed`
+    // (not `abandoned`, which says a task's retries ran out); what did not run is pending.
+    let document: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(document["status"], "completed", "{document}");
+    assert!(document["completed_at"].is_string(), "{document}");
+    assert_eq!(document["abandoned"], json!([]), "{document}");
+    assert_eq!(
+        document["tasks"]["publish"]["status"], "pending",
+        "{document}"
+    );
+    assert_eq!(
+        document["tasks"]["tests"]["status"], "completed",
+        "{document}"
+    );
     assert_eq!(record_of(&report, "lint")["ok"], true);
     assert_eq!(record_of(&report, "lint")["reason"], "condition false");
     let publish = record_of(&report, "publish");
@@ -191,6 +210,44 @@ fn a_run_that_skipped_a_step_it_could_have_run_is_partial() {
     insta::assert_snapshot!(
         "summary_partial",
         redact(&String::from_utf8_lossy(&output.stdout))
+    );
+}
+
+/// A tool the plan declares on a queue, run without one: the step fails with the library's
+/// words (which name no flag), and the CLI adds how to give the run its queue.
+#[test]
+fn a_queue_tool_run_without_a_queue_says_how_to_give_it_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "queued.json",
+        &json!({
+            "tools": [{"name": "resize", "queue": "images", "input_schema": {"type": "object"}}],
+            "steps": [{"id": "shrink", "tool": "resize", "args": {"path": "a.png"}}]
+        }),
+    );
+    let output = plan_cli()
+        .args(["run", plan.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(stdout.contains("E_QUEUE_UNAVAILABLE"), "{stdout}");
+    assert!(
+        stderr.contains("hint: a tool of this plan runs on a BullMQ queue: give the run its Redis with `--queue redis://HOST:PORT`"),
+        "{stderr}"
+    );
+    // `--json` prints the report alone: its error is the library's, naming no flag.
+    let (code, report) = run_json(&[plan.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let error = &record_of(&report, "shrink")["error"];
+    assert_eq!(error["code"], "E_QUEUE_UNAVAILABLE", "{report}");
+    assert!(
+        !error["message"].as_str().unwrap().contains("--"),
+        "{error}"
     );
 }
 

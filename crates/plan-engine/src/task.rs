@@ -633,13 +633,18 @@ impl TaskRun {
     ) -> Result<TaskEnd, Stopped> {
         let id = self.step_id.clone();
         let max = self.task.settings.max_attempts;
+        // The first pass reads the state the task was resumed at (or a new task's `pending`);
+        // later passes, states this run made.
+        let mut resumed = true;
         loop {
+            let first_pass = std::mem::replace(&mut resumed, false);
             match state.status {
                 TaskPhase::Completed => return Ok(TaskEnd::Done(Ok(self.result(state)))),
                 TaskPhase::Abandoned => return Ok(TaskEnd::Done(Err(self.abandoned(state)))),
                 TaskPhase::Pending | TaskPhase::Failed | TaskPhase::InProgress => {
                     let existing = workspace.worktree(&id);
                     if state.status == TaskPhase::InProgress && existing.is_none() {
+                        // (`first_pass` holds: see `lost_on_resume`.)
                         // Only a resumed task is `in_progress` here (a live attempt goes on to
                         // `verifying` or `failed`), and its worktree is gone (removed while the
                         // run was stopped, or broken: its `.git` removed). As a task
@@ -647,10 +652,7 @@ impl TaskRun {
                         // the attempt: that attempt runs again in a worktree made anew (of the
                         // task's branch, which keeps its commits). A worktree that goes during
                         // an attempt fails that attempt, which counts, when it is verified.
-                        state.attempts = state.attempts.saturating_sub(1);
-                        state.status = TaskPhase::Pending;
-                        state.worktree_status = None;
-                        state.worktree_path = None;
+                        lost_on_resume(state);
                         self.report(state).await?;
                         continue;
                     }
@@ -735,7 +737,15 @@ impl TaskRun {
                 }
                 TaskPhase::Verifying => {
                     let Some(worktree) = workspace.worktree(&id) else {
-                        // Gone while verifying: the attempt fails, and counts.
+                        if first_pass {
+                            // Resumed `verifying` with its worktree gone (removed while the
+                            // run was stopped): nothing the attempt did failed, so it does
+                            // not count, as for a task resumed `in_progress`.
+                            lost_on_resume(state);
+                            self.report(state).await?;
+                            continue;
+                        }
+                        // Gone while this run verified it: the attempt fails, and counts.
                         if let Some(end) = self.fail(state, worktree_gone(&id)).await? {
                             return Ok(end);
                         }
@@ -1591,6 +1601,16 @@ fn git_failure(message: String) -> Failure {
         feedback: message.clone(),
         message,
     }
+}
+
+/// A task resumed mid-attempt (`in_progress`, `verifying`) whose worktree is gone: back to
+/// `pending` without counting the attempt, as a task executor's resume does; the attempt
+/// runs again in a worktree made anew (of the task's branch, which keeps its commits).
+fn lost_on_resume(state: &mut TaskState) {
+    state.attempts = state.attempts.saturating_sub(1);
+    state.status = TaskPhase::Pending;
+    state.worktree_status = None;
+    state.worktree_path = None;
 }
 
 /// An attempt whose worktree went away under it (removed, or its `.git` deleted).

@@ -352,6 +352,26 @@ async fn an_in_progress_task_whose_worktree_is_gone_on_resume_runs_that_attempt_
     assert_eq!(lab.repo.0.lock().unwrap().worktrees, Vec::<String>::new());
 }
 
+/// So does a task resumed `verifying` whose worktree is gone: its attempt was not verified,
+/// and nothing it did failed, so the attempt runs again, not the next one.
+#[tokio::test]
+async fn a_verifying_task_whose_worktree_is_gone_on_resume_runs_that_attempt_again() {
+    let lab = lab(json!({"workspace": {"repo": ".", "max_attempts": 2},
+                         "steps": [task("T1", &[], "pass")]}));
+    lab.repo
+        .0
+        .lock()
+        .unwrap()
+        .branches
+        .insert("T1".into(), vec!["c1".into()]);
+    let checkpoint = serde_json::to_value(state(TaskPhase::Verifying, 2)).unwrap();
+    let report = go(&lab, BTreeMap::from([("T1".to_owned(), checkpoint)])).await;
+    assert!(of(&report, "T1").ok, "{:?}", of(&report, "T1"));
+    assert_eq!(of(&report, "T1").result.as_ref().unwrap()["attempts"], 2);
+    assert_eq!(lab.log.lock().unwrap().len(), 1, "attempt 2 runs once more");
+    assert_eq!(lab.repo.0.lock().unwrap().merged, ["T1"]);
+}
+
 /// A worktree that goes during an attempt (an implementer that deletes it) fails that
 /// attempt, and the attempt counts: such an implementer cannot run forever at one attempt.
 #[tokio::test]

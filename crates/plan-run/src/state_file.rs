@@ -9,6 +9,10 @@
 //! to do), a step skipped because something it needs failed is `pending` (and its layer
 //! `blocked`), a step whose call has started is `in_progress`. A block's calls are its nodes':
 //! a block whose first node has been called is `in_progress` until it ends (`BUSY` in `status`).
+//! The run is `completed` when it ended COMPLETED or PARTIAL (a PARTIAL run's steps that did not
+//! run stay `pending`: nothing failed, and resuming it runs nothing), `abandoned` when it
+//! ended FAILED, `stopped` when it waits or was stopped, or ran a part (`--layer`, `--task`)
+//! and left the rest pending.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -69,190 +73,37 @@ fn document(inputs: Inputs<'_>) -> Value {
         elapsed,
     } = inputs;
     let (layer_names, layer_of_step) = layers(plan);
-    let records_by_id: HashMap<&str, &Record> =
-        records.iter().map(|r| (r.step_id.as_str(), r)).collect();
-    let mut attempts_by_id: HashMap<&str, Vec<&AttemptRow>> = HashMap::new();
-    // A block's node calls (`review/draft#1`, nested ones too), by the block's id.
-    let mut node_attempts: HashMap<&str, Vec<&AttemptRow>> = HashMap::new();
+    // Ids are read back through the plan's index only (a step id may hold `-`, `[`, `/`).
     let index = plan
         .steps
         .iter()
-        .any(|s| s.block.is_some())
+        .any(|s| s.block.is_some() || s.expand.is_some())
         .then(|| plan_graph::StepIndex::new(plan.steps.iter().map(|s| s.id.0.as_str())));
-    for attempt in attempts {
-        if let Some(plan_graph::CallOf::Inside(i, _)) =
-            index.as_ref().and_then(|x| x.call_of(&attempt.step_id))
-            && plan.steps[i].block.is_some()
-        {
-            node_attempts
-                .entry(plan.steps[i].id.0.as_str())
-                .or_default()
-                .push(attempt);
-            continue;
-        }
-        attempts_by_id
-            .entry(attempt.step_id.as_str())
-            .or_default()
-            .push(attempt);
-    }
+    let calls = Calls::of(plan, attempts, index.as_ref());
     let layout = plan.workspace.as_ref().zip(run_dir).map(|(settings, dir)| {
         plan_workspace::Layout::of(&crate::execute::workspace_settings(settings), dir)
     });
-
-    // Tasks: each step, preceded by its map items (as the records order them).
-    let mut tasks: Vec<Task<'_>> = Vec::new();
-    for (i, step) in plan.steps.iter().enumerate() {
-        let item_prefix = (format!("{}-", step.id), format!("{}[", step.id));
-        if step.expand.is_some() {
-            for record in records {
-                let id = record.step_id.as_str();
-                let numbered = id
-                    .strip_prefix(&item_prefix.0)
-                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-                if numbered || (id.starts_with(&item_prefix.1) && id.ends_with(']')) {
-                    tasks.push(Task {
-                        id,
-                        layer: layer_of_step[i],
-                        tool: &step.tool,
-                        state: None,
-                        block: false,
-                    });
-                }
-            }
-        }
-        let state = step
-            .task
-            .as_ref()
-            .and_then(|_| checkpoints.get(&step.id.0))
-            .and_then(|value| serde_json::from_value::<TaskState>(value.clone()).ok());
-        tasks.push(Task {
-            id: &step.id.0,
-            layer: layer_of_step[i],
-            tool: step.kind(),
-            state,
-            block: step.block.is_some(),
-        });
-    }
-
-    let mut task_docs = Map::new();
-    let mut worktree_docs = Map::new();
-    let mut queue: Vec<(String, &str, &'static str)> = Vec::new();
-    let (mut completed, mut failed, mut abandoned) = (Vec::new(), Vec::new(), Vec::new());
-    let mut layer_stats: Vec<LayerStats> =
-        layer_names.iter().map(|_| LayerStats::default()).collect();
-    let (mut total_attempts, mut total_retries) = (0u64, 0u64);
-    for task in &tasks {
-        let record = records_by_id.get(task.id).copied();
-        let tries = attempts_by_id
-            .get(task.id)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let doc = match &task.state {
-            Some(state) => {
-                let mut state = state.clone();
-                // The record has the last word on how it ended (a ledger from before the
-                // checkpoint said so, or a failure outside the lifecycle).
-                if record.is_some_and(|r| r.ok) {
-                    state.status = TaskPhase::Completed;
-                }
-                task_doc(&state)
-            }
-            None if task.block => {
-                let nodes = node_attempts
-                    .get(task.id)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                block_doc(record, nodes, run.state)
-            }
-            None => plain_doc(task, record, tries, run.state),
-        };
-        let status = doc["status"].as_str().unwrap_or("pending").to_owned();
-        let tried = doc["attempts"].as_u64().unwrap_or(0);
-        total_attempts += tried;
-        total_retries += tried.saturating_sub(1);
-        match status.as_str() {
-            "completed" => completed.push(task.id),
-            "failed" => failed.push(task.id),
-            "abandoned" => abandoned.push(task.id),
-            _ => {}
-        }
-        let stats = &mut layer_stats[task.layer];
-        stats.total += 1;
-        stats.completed += usize::from(status == "completed");
-        stats.failed += usize::from(status == "failed" || status == "abandoned");
-        stats.active |= status != "pending";
-        // Skipped because something it needs failed: its layer cannot finish.
-        stats.blocked |= status == "abandoned"
-            || record.is_some_and(|r| {
-                r.skipped && r.reason.as_deref() != Some(reasons::CONDITION_FALSE)
-            });
-        min_into(&mut stats.started_at, doc["started_at"].as_str());
-        max_into(&mut stats.completed_at, doc["completed_at"].as_str());
-        if let Some(state) = &task.state {
-            if let Some(status) = state.worktree_status {
-                let path = layout
-                    .as_ref()
-                    .map(|l| l.worktree_dir.join(task.id).display().to_string());
-                worktree_docs.insert(
-                    task.id.to_owned(),
-                    json!({
-                        "task_id": task.id,
-                        "path": path.or_else(|| state.worktree_path.clone()),
-                        "branch": plan_workspace::branch_of(task.id),
-                        "created_at": state.worktree_created_at,
-                        "status": status,
-                    }),
-                );
-            }
-            if let Some(entry) = &state.queue {
-                let status = match entry.status {
-                    plan_types::QueueStatus::Pending => "pending",
-                    plan_types::QueueStatus::Ready => "ready",
-                    plan_types::QueueStatus::Merging => "merging",
-                    plan_types::QueueStatus::Merged => "merged",
-                };
-                queue.push((entry.queued_at.clone(), task.id, status));
-            }
-        }
-        task_docs.insert(task.id.to_owned(), doc);
-    }
-    // The merge queue: what merged first, then the rest in the order they joined it. Merges
-    // take turns as they come, so a task that joined first may still wait (its merge
-    // conflicted with one that went before it).
-    queue.sort_by(|a, b| ((a.2 != "merged"), &a.0, a.1).cmp(&((b.2 != "merged"), &b.0, b.1)));
-    let merge_queue: Vec<Value> = queue
-        .iter()
-        .enumerate()
-        .map(|(k, (_, id, status))| json!({"task_id": id, "priority": k + 1, "status": status}))
-        .collect();
-
-    let mut layer_docs = Map::new();
-    let mut current: Option<(usize, &str)> = None;
-    for (index, (name, stats)) in layer_names.iter().zip(&layer_stats).enumerate() {
-        let status = if stats.completed == stats.total {
-            "completed"
-        } else if stats.blocked {
-            "blocked"
-        } else if stats.active {
-            "in_progress"
-        } else {
-            "pending"
-        };
-        if status != "completed" && current.is_none() {
-            current = Some((index, name));
-        }
-        layer_docs.insert(
-            name.clone(),
-            json!({
-                "status": status,
-                "started_at": stats.started_at,
-                "completed_at": if status == "completed" { stats.completed_at.clone() } else { None },
-                "tasks_total": stats.total,
-                "tasks_completed": stats.completed,
-                "tasks_failed": stats.failed,
-            }),
-        );
-    }
+    let tasks = tasks_of(plan, records, checkpoints, index.as_ref(), &layer_of_step);
+    let docs = TaskDocs::of(
+        &tasks,
+        records,
+        &calls,
+        run.state,
+        layout.as_ref(),
+        layer_names.len(),
+    );
+    let merge_queue = merge_queue(docs.queue);
+    let (layer_docs, current) = layer_docs(&layer_names, &docs.layer_stats);
+    let TaskDocs {
+        task_docs,
+        worktree_docs,
+        completed,
+        failed,
+        abandoned,
+        total_attempts,
+        total_retries,
+        ..
+    } = docs;
 
     // A run of a part (`--layer`, `--task`) that did its part leaves the rest pending: the
     // breakdown is not completed, and a run of the rest goes on from here.
@@ -264,6 +115,10 @@ fn document(inputs: Inputs<'_>) -> Value {
         (RunState::Stopped | RunState::Waiting, _) => "stopped",
         (RunState::Finished, Some(TaskStatus::Completed)) if left_pending => "stopped",
         (RunState::Finished, Some(TaskStatus::Completed)) => "completed",
+        // PARTIAL: nothing failed, and nothing is left that a resume would run (what did not
+        // run, because what it needed was skipped, stays `pending`); `abandoned` says a
+        // task's retries ran out, which none did.
+        (RunState::Finished, Some(TaskStatus::Partial)) => "completed",
         (RunState::Finished, _) => "abandoned",
     };
     let elapsed = elapsed.as_secs();
@@ -332,6 +187,260 @@ fn document(inputs: Inputs<'_>) -> Value {
         },
         "context_update": context_update(plan, layout.as_ref(), checkpoints.get(plan_types::CONTEXT_UPDATE_ID)),
     })
+}
+
+/// A run's attempts, by the call they are of.
+struct Calls<'a> {
+    /// Each step's and map item's attempts, by its id.
+    by_id: HashMap<&'a str, Vec<&'a AttemptRow>>,
+    /// A block's node calls (`review/draft#1`, nested ones too), by the block's id.
+    of_nodes: HashMap<&'a str, Vec<&'a AttemptRow>>,
+}
+
+impl<'a> Calls<'a> {
+    fn of(
+        plan: &'a Plan,
+        attempts: &'a [AttemptRow],
+        index: Option<&plan_graph::StepIndex>,
+    ) -> Self {
+        let mut attempts_by_id: HashMap<&str, Vec<&AttemptRow>> = HashMap::new();
+        // A block's node calls (`review/draft#1`, nested ones too), by the block's id.
+        let mut node_attempts: HashMap<&str, Vec<&AttemptRow>> = HashMap::new();
+        for attempt in attempts {
+            if let Some(plan_graph::CallOf::Inside(i, _)) =
+                index.and_then(|x| x.call_of(&attempt.step_id))
+                && plan.steps[i].block.is_some()
+            {
+                node_attempts
+                    .entry(plan.steps[i].id.0.as_str())
+                    .or_default()
+                    .push(attempt);
+                continue;
+            }
+            attempts_by_id
+                .entry(attempt.step_id.as_str())
+                .or_default()
+                .push(attempt);
+        }
+        Calls {
+            by_id: attempts_by_id,
+            of_nodes: node_attempts,
+        }
+    }
+}
+
+/// The document's tasks: each step, preceded by its map items (as the records order them).
+fn tasks_of<'a>(
+    plan: &'a Plan,
+    records: &'a [Record],
+    checkpoints: &BTreeMap<String, Value>,
+    index: Option<&plan_graph::StepIndex>,
+    layer_of_step: &[usize],
+) -> Vec<Task<'a>> {
+    // Map items' records, by their step, as the records order them.
+    let mut items: Vec<Vec<&str>> = vec![Vec::new(); plan.steps.len()];
+    for record in records {
+        if let Some(plan_graph::CallOf::Item(i)) = index.and_then(|x| x.call_of(&record.step_id)) {
+            items[i].push(&record.step_id);
+        }
+    }
+    // Tasks: each step, preceded by its map items.
+    let mut tasks: Vec<Task<'_>> = Vec::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        if step.expand.is_some() {
+            for &id in &items[i] {
+                tasks.push(Task {
+                    id,
+                    layer: layer_of_step[i],
+                    tool: &step.tool,
+                    state: None,
+                    block: false,
+                });
+            }
+        }
+        let state = step
+            .task
+            .as_ref()
+            .and_then(|_| checkpoints.get(&step.id.0))
+            .and_then(|value| serde_json::from_value::<TaskState>(value.clone()).ok());
+        tasks.push(Task {
+            id: &step.id.0,
+            layer: layer_of_step[i],
+            tool: step.kind(),
+            state,
+            block: step.block.is_some(),
+        });
+    }
+
+    tasks
+}
+
+/// Each task's entry, and what the layers, worktrees, merge queue and metrics count of them.
+struct TaskDocs<'a> {
+    task_docs: Map<String, Value>,
+    worktree_docs: Map<String, Value>,
+    /// The merge queue's entries: when each joined, its task, its status.
+    queue: Vec<(String, &'a str, &'static str)>,
+    completed: Vec<&'a str>,
+    failed: Vec<&'a str>,
+    abandoned: Vec<&'a str>,
+    layer_stats: Vec<LayerStats>,
+    total_attempts: u64,
+    total_retries: u64,
+}
+
+impl<'a> TaskDocs<'a> {
+    fn of(
+        tasks: &'a [Task<'a>],
+        records: &[Record],
+        calls: &Calls<'_>,
+        run: RunState,
+        layout: Option<&plan_workspace::Layout>,
+        layers: usize,
+    ) -> Self {
+        let records_by_id: HashMap<&str, &Record> =
+            records.iter().map(|r| (r.step_id.as_str(), r)).collect();
+        let mut task_docs = Map::new();
+        let mut worktree_docs = Map::new();
+        let mut queue: Vec<(String, &str, &'static str)> = Vec::new();
+        let (mut completed, mut failed, mut abandoned) = (Vec::new(), Vec::new(), Vec::new());
+        let mut layer_stats: Vec<LayerStats> = (0..layers).map(|_| LayerStats::default()).collect();
+        let (mut total_attempts, mut total_retries) = (0u64, 0u64);
+        for task in tasks {
+            let record = records_by_id.get(task.id).copied();
+            let tries = calls
+                .by_id
+                .get(task.id)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let doc = match &task.state {
+                Some(state) => {
+                    let mut state = state.clone();
+                    // The record has the last word on how it ended (a ledger from before the
+                    // checkpoint said so, or a failure outside the lifecycle).
+                    if record.is_some_and(|r| r.ok) {
+                        state.status = TaskPhase::Completed;
+                    }
+                    task_doc(&state)
+                }
+                None if task.block => {
+                    let nodes = calls
+                        .of_nodes
+                        .get(task.id)
+                        .map(Vec::as_slice)
+                        .unwrap_or_default();
+                    block_doc(record, nodes, run)
+                }
+                None => plain_doc(task, record, tries, run),
+            };
+            let status = doc["status"].as_str().unwrap_or("pending").to_owned();
+            let tried = doc["attempts"].as_u64().unwrap_or(0);
+            total_attempts += tried;
+            total_retries += tried.saturating_sub(1);
+            match status.as_str() {
+                "completed" => completed.push(task.id),
+                "failed" => failed.push(task.id),
+                "abandoned" => abandoned.push(task.id),
+                _ => {}
+            }
+            let stats = &mut layer_stats[task.layer];
+            stats.total += 1;
+            stats.completed += usize::from(status == "completed");
+            stats.failed += usize::from(status == "failed" || status == "abandoned");
+            stats.active |= status != "pending";
+            // Skipped because something it needs failed: its layer cannot finish.
+            stats.blocked |= status == "abandoned"
+                || record.is_some_and(|r| {
+                    r.skipped && r.reason.as_deref() != Some(reasons::CONDITION_FALSE)
+                });
+            min_into(&mut stats.started_at, doc["started_at"].as_str());
+            max_into(&mut stats.completed_at, doc["completed_at"].as_str());
+            if let Some(state) = &task.state {
+                if let Some(status) = state.worktree_status {
+                    let path = layout.map(|l| l.worktree_dir.join(task.id).display().to_string());
+                    worktree_docs.insert(
+                        task.id.to_owned(),
+                        json!({
+                            "task_id": task.id,
+                            "path": path.or_else(|| state.worktree_path.clone()),
+                            "branch": plan_workspace::branch_of(task.id),
+                            "created_at": state.worktree_created_at,
+                            "status": status,
+                        }),
+                    );
+                }
+                if let Some(entry) = &state.queue {
+                    let status = match entry.status {
+                        plan_types::QueueStatus::Pending => "pending",
+                        plan_types::QueueStatus::Ready => "ready",
+                        plan_types::QueueStatus::Merging => "merging",
+                        plan_types::QueueStatus::Merged => "merged",
+                    };
+                    queue.push((entry.queued_at.clone(), task.id, status));
+                }
+            }
+            task_docs.insert(task.id.to_owned(), doc);
+        }
+        TaskDocs {
+            task_docs,
+            worktree_docs,
+            queue,
+            completed,
+            failed,
+            abandoned,
+            layer_stats,
+            total_attempts,
+            total_retries,
+        }
+    }
+}
+
+/// The merge queue: what merged first, then the rest in the order they joined it. Merges
+/// take turns as they come, so a task that joined first may still wait (its merge conflicted
+/// with one that went before it).
+fn merge_queue(mut queue: Vec<(String, &str, &'static str)>) -> Vec<Value> {
+    queue.sort_by(|a, b| ((a.2 != "merged"), &a.0, a.1).cmp(&((b.2 != "merged"), &b.0, b.1)));
+    queue
+        .iter()
+        .enumerate()
+        .map(|(k, (_, id, status))| json!({"task_id": id, "priority": k + 1, "status": status}))
+        .collect()
+}
+
+/// Each layer's entry, and the first layer not completed (its position and name).
+fn layer_docs<'a>(
+    layer_names: &'a [String],
+    layer_stats: &[LayerStats],
+) -> (Map<String, Value>, Option<(usize, &'a str)>) {
+    let mut layer_docs = Map::new();
+    let mut current: Option<(usize, &str)> = None;
+    for (index, (name, stats)) in layer_names.iter().zip(layer_stats).enumerate() {
+        let status = if stats.completed == stats.total {
+            "completed"
+        } else if stats.blocked {
+            "blocked"
+        } else if stats.active {
+            "in_progress"
+        } else {
+            "pending"
+        };
+        if status != "completed" && current.is_none() {
+            current = Some((index, name));
+        }
+        layer_docs.insert(
+            name.clone(),
+            json!({
+                "status": status,
+                "started_at": stats.started_at,
+                "completed_at": if status == "completed" { stats.completed_at.clone() } else { None },
+                "tasks_total": stats.total,
+                "tasks_completed": stats.completed,
+                "tasks_failed": stats.failed,
+            }),
+        );
+    }
+
+    (layer_docs, current)
 }
 
 /// Every timestamp of the document (`*_at`, `timestamp`) in one format, RFC 3339 to the
@@ -648,7 +757,7 @@ impl StateFileJournal {
     fn document(&self) -> Result<Value, String> {
         let store = self.inner.store();
         let row = store.run(&self.run_id).map_err(|e| e.to_string())?;
-        crate::execute_state(store, &row, &self.plan, self.file.project_path.as_deref())
+        crate::report::execute_state_of(store, &row, &self.plan, self.file.project_path.as_deref())
             .map_err(|e| e.to_string())
     }
 }

@@ -145,7 +145,12 @@ pub(crate) fn run_as(
         }
         outcome = ended?;
     }
-    print_outcome(&outcome.report, shown.steps().as_deref(), execution)
+    print_outcome(
+        &outcome.report,
+        shown.steps().as_deref(),
+        execution,
+        toolbox,
+    )
 }
 
 /// A run's report, with how the summary names its plan's steps (`None` for `--json`, which
@@ -226,7 +231,7 @@ fn go_on(
         say!("warning: --approvals off is not followed: {why}, so its high-risk calls wait");
     }
     let (report, steps) = continue_run(run, options, queue.as_ref(), execution, toolbox, ledger)?;
-    let code = print_outcome(&report, steps.as_deref(), execution)?;
+    let code = print_outcome(&report, steps.as_deref(), execution, toolbox)?;
     // A PARTIAL run has no failed step to run again: what it skipped follows from its plan.
     let failed = report.task_status == plan_types::TaskStatus::Failed;
     if failed && !options.retry_failed && !execution.json {
@@ -274,11 +279,12 @@ fn continue_run(
 }
 
 /// Prints a run's outcome as `run` does (the summary, or `--json`'s object) and gives the exit
-/// code of its status.
+/// code of its status; `toolbox` says whether its calls had a queue.
 pub(crate) fn print_outcome(
     report: &RunReport,
     steps: Option<&Steps>,
     execution: &ExecutionArgs,
+    toolbox: &Toolbox,
 ) -> Result<i32, Failure> {
     let json = execution.json;
     let run_id = &report.run_id;
@@ -289,6 +295,19 @@ pub(crate) fn print_outcome(
         let none = Steps::default();
         let steps = steps.unwrap_or(&none);
         super::print_summary(&output::summary(report, steps, execution.show_results))?;
+    }
+    // A tool the plan declares on a queue, in a run given none: the library says the run has
+    // no queue; the CLI says how to give it one.
+    let undelivered = report.records.iter().any(|record| {
+        record
+            .error
+            .as_ref()
+            .is_some_and(|error| error.code == plan_types::ErrorCode::QueueUnavailable)
+    });
+    if undelivered && !toolbox.has_queue() && !json {
+        say!(
+            "hint: a tool of this plan runs on a BullMQ queue: give the run its Redis with `--queue redis://HOST:PORT` (or PLAN_QUEUE, or REDIS_URL), then `plan-cli resume {run_id} --retry-failed --queue …`"
+        );
     }
     if report.task_status == plan_types::TaskStatus::Stopped && !json {
         say!("run {run_id} stopped; continue it with `plan-cli resume {run_id}`");
