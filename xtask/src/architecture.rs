@@ -226,4 +226,131 @@ mod tests {
             .collect();
         assert!(found.is_empty(), "environment read at {found:?}");
     }
+
+    /// One call path (docs/ARCHITECTURE.md): a call that asked for input is read in one
+    /// place, a call's record is made in one function, arguments are checked against a schema
+    /// by one function; every other site goes through them.
+    #[test]
+    fn one_call_path() {
+        let only = |needles: &[&str], allowed: &[&str]| {
+            let found: Vec<String> = occurrences(needles)
+                .into_iter()
+                .filter(|at| !allowed.iter().any(|file| at.starts_with(file)))
+                .collect();
+            assert!(
+                found.is_empty(),
+                "{needles:?} outside {allowed:?} at {found:?}"
+            );
+        };
+        // (Other crates' `call_tool` is an MCP client's, not the engine's.)
+        let engine = |needle: &str, allowed: &[&str]| {
+            let found: Vec<String> = occurrences(&[needle])
+                .into_iter()
+                .filter(|at| at.starts_with("plan-engine/"))
+                .filter(|at| !allowed.iter().any(|file| at.starts_with(file)))
+                .collect();
+            assert!(
+                found.is_empty(),
+                "{needle} outside {allowed:?} at {found:?}"
+            );
+        };
+        engine(
+            "input_request(",
+            &["plan-engine/src/admit.rs:", "plan-engine/src/call.rs:"],
+        );
+        engine("call_tool(", &["plan-engine/src/call.rs:"]);
+        // The scheduler makes a context per call, so it calls the record's function itself.
+        only(
+            &["executed_record("],
+            &["plan-engine/src/call.rs:", "plan-engine/src/run.rs:"],
+        );
+        only(
+            &["Record {"],
+            &[
+                "plan-types/",
+                "plan-store/",
+                "plan-engine/src/call.rs:",
+                // Records of steps that did not run (skipped, blocked, unreachable).
+                "plan-engine/src/run.rs:",
+                "plan-run/src/report.rs:",
+                // Unit tests' records.
+                "plan-engine/src/block.rs:",
+                "plan-ui/src/block.rs:",
+            ],
+        );
+        only(
+            &["iter_errors("],
+            &[
+                "plan-ports/src/schema.rs:",
+                // Not a call's arguments: what a plan's own arguments already break, as issues
+                // at their place before the run; the plan format's own schema, in a test.
+                "plan-engine/src/schema.rs:",
+                "plan-graph/src/schema.rs:",
+            ],
+        );
+    }
+
+    /// The front-ends read runs through plan-run, not through the `Store` it opens for them.
+    #[test]
+    fn front_ends_do_not_read_the_ledger_themselves() {
+        let reads = [
+            "store.run(",
+            "store.runs(",
+            "store.approvals(",
+            "store.records(",
+            "store.attempts(",
+            "store.checkpoints(",
+            "store.events(",
+        ];
+        for krate in ["plan-cli", "plan-ui", "plan-serve"] {
+            for (path, text) in sources(krate) {
+                for (n, line) in text.lines().enumerate() {
+                    let code = line.trim_start();
+                    assert!(
+                        code.starts_with("//") || !reads.iter().any(|read| code.contains(read)),
+                        "{}:{} reads the ledger itself: {code}",
+                        path.display(),
+                        n + 1
+                    );
+                }
+            }
+        }
+    }
+
+    /// Stored ids (`STEP-N`, `STEP[KEY]`, `STEP/NODE#N/…`) are read back only by
+    /// `plan_graph::StepIndex` with `CallPath::segments_of` and `plan_graph::is_item_of`: no
+    /// other library splits one at its marks.
+    #[test]
+    fn ids_are_read_back_in_one_place() {
+        let splits = [
+            "split('#')",
+            "rsplit_once('#')",
+            "split_once('#')",
+            "strip_prefix('/')",
+            "split_once('/')",
+            "rsplit_once('/')",
+            "['#', '/']",
+            "strip_prefix('-')",
+            "rsplit_once('-')",
+            "split('/')",
+        ];
+        let found: Vec<String> = occurrences(&splits)
+            .into_iter()
+            .filter(|at| {
+                ![
+                    "plan-types/src/call_id.rs:",
+                    // `is_item_of`, the reader of map items `StepIndex::call_of` uses.
+                    "plan-graph/src/validate.rs:",
+                    // Not ids: the removed `$step-01` syntax in a plan's text, a JSON pointer,
+                    // a breakdown's file paths.
+                    "plan-graph/src/removed.rs:",
+                    "plan-vars/src/value_template.rs:",
+                    "plan-workspace/src/breakdown.rs:",
+                ]
+                .iter()
+                .any(|file| at.starts_with(file))
+            })
+            .collect();
+        assert!(found.is_empty(), "ids read by hand at {found:?}");
+    }
 }

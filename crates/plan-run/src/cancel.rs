@@ -72,16 +72,9 @@ pub fn cancel(
                 store.set_option(&run_id, STOP_ASKED, &serde_json::json!(true))?;
                 ask_to_stop(pid)?;
                 // Its process commits what finished and marks the run stopped.
-                let deadline = Instant::now() + patience;
-                loop {
-                    let now = store.run(&run_id)?;
-                    if now.state != RunState::Running {
-                        break Cancelled::Stopped(crate::status_of(&now));
-                    }
-                    if Instant::now() > deadline {
-                        break Cancelled::Asked(pid);
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
+                match wait_stopped(store, &run_id, patience)? {
+                    Some(status) => Cancelled::Stopped(status),
+                    None => Cancelled::Asked(pid),
                 }
             }
             None => {
@@ -94,6 +87,38 @@ pub fn cancel(
 }
 
 /// Sends SIGTERM to the process that owns a run.
+/// Which of `runs` (the runs a process goes on with: the dashboard's, `mcp serve`'s) a
+/// [`cancel`] asked to stop: that process stops them when it gets the signal, and only them.
+/// A run it cannot read is not asked.
+pub fn stops_asked<'a, I>(store: &Store, runs: I) -> Vec<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    runs.into_iter()
+        .filter(|id| store.run(id).is_ok_and(|row| stop_asked(&row)))
+        .collect()
+}
+
+/// Waits until run `run_id`, asked to stop, is no longer running, for at most `patience`:
+/// how it stands then (`None`: still running).
+pub fn wait_stopped(
+    store: &Store,
+    run_id: &str,
+    patience: Duration,
+) -> Result<Option<TaskStatus>, LifecycleError> {
+    let deadline = Instant::now() + patience;
+    loop {
+        let now = store.run(run_id)?;
+        if now.state != RunState::Running {
+            return Ok(Some(crate::status_of(&now)));
+        }
+        if Instant::now() > deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn ask_to_stop(pid: u32) -> Result<(), LifecycleError> {
     #[cfg(unix)]
     {

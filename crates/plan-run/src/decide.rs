@@ -222,6 +222,20 @@ pub async fn gated_steps_in(
     gated_steps(row, &tools.registry)
 }
 
+/// What run `run_id` waits on a decision for, in the order it asked: each waiting call's id,
+/// and what it asked to call when it asked (a step approved ahead of its run asked nothing).
+pub fn waiting_for(
+    store: &Store,
+    run_id: &str,
+) -> Result<Vec<(String, Option<plan_types::PendingApproval>)>, LifecycleError> {
+    Ok(store
+        .approvals(run_id)?
+        .into_iter()
+        .filter(|approval| approval.decision == Decision::Pending)
+        .map(|approval| (approval.step_id, approval.request))
+        .collect())
+}
+
 /// Whether `id` is one of the high-risk steps `gated`, or an item of one.
 pub fn can_wait(id: &str, gated: &[String]) -> bool {
     gated

@@ -98,8 +98,10 @@ mod validation;
 pub mod words;
 
 pub use access::{Access, AccessError, random_hex};
-pub use cancel::{Cancelled, cancel, stop_asked};
-pub use decide::{Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject};
+pub use cancel::{Cancelled, cancel, stop_asked, stops_asked, wait_stopped};
+pub use decide::{
+    Decided, Decisions, approve, can_wait, gated_steps, gated_steps_in, reject, waiting_for,
+};
 pub use error::LifecycleError;
 pub use execute::{
     ApprovalsKeptOn, DryRun, Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions,

@@ -343,9 +343,20 @@ fn with_unsettled(
     records
 }
 
-/// A run's execute-state.json (schema 2.0) document, from the ledger; `project_path` is the
-/// folder the run counts from when it kept none (a plan's workspace is relative to it).
+/// Run `run`'s execute-state.json (schema 2.0) document, from the ledger (`state export`);
+/// `project_path` is the folder the run counts from when it kept none (a plan's workspace is
+/// relative to it).
 pub fn execute_state(
+    store: &Store,
+    run: &str,
+    project_path: Option<&str>,
+) -> Result<Value, LifecycleError> {
+    let row = store.run(run)?;
+    execute_state_of(store, &row, &crate::plan_of(&row)?, project_path)
+}
+
+/// [`execute_state`] of a run read already, with its plan.
+pub(crate) fn execute_state_of(
     store: &Store,
     row: &RunRow,
     plan: &Plan,

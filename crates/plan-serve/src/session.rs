@@ -289,11 +289,11 @@ impl PlanServer {
         let Ok(store) = self.settings.ledger.open_existing() else {
             return true;
         };
-        let asked: Vec<_> = going
-            .into_iter()
-            .filter(|(id, _)| store.run(id).is_ok_and(|row| plan_run::stop_asked(&row)))
-            .collect();
-        asked.iter().for_each(|(_, cancel)| cancel.cancel());
+        let asked = plan_run::stops_asked(&store, going.iter().map(|(id, _)| id.as_str()));
+        going
+            .iter()
+            .filter(|(id, _)| asked.contains(&id.as_str()))
+            .for_each(|(_, cancel)| cancel.cancel());
         asked.is_empty()
     }
 

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use plan_run::Author;
-use plan_run::ledger::{Decision, RunRow, RunState, Store};
+use plan_run::ledger::{RunRow, RunState, Store};
 use plan_types::TaskStatus;
 
 use crate::protocol::{Peer, RpcError, lock};
@@ -135,18 +135,12 @@ pub(crate) fn task_of(store: &Store, row: &RunRow, driven: bool) -> Task {
 /// What a waiting run waits for, as its task's `statusMessage`: the calls and what each
 /// would be called with, and who decides.
 fn waiting_message(store: &Store, row: &RunRow) -> String {
-    let waiting: Vec<String> = store
-        .approvals(&row.run_id)
+    let waiting: Vec<String> = plan_run::waiting_for(store, &row.run_id)
         .unwrap_or_default()
         .into_iter()
-        .filter(|approval| approval.decision == Decision::Pending)
-        .map(|approval| match &approval.request {
-            Some(request) => format!(
-                "{} ({})",
-                approval.step_id,
-                plan_run::summary::waiting_call(request)
-            ),
-            None => approval.step_id,
+        .map(|(id, request)| match &request {
+            Some(request) => format!("{id} ({})", plan_run::summary::waiting_call(request)),
+            None => id,
         })
         .collect();
     format!(
@@ -158,11 +152,7 @@ fn waiting_message(store: &Store, row: &RunRow) -> String {
 
 /// Whether a waiting run's calls are all decided (so it can go on).
 pub(crate) fn all_decided(store: &Store, run_id: &str) -> bool {
-    store.approvals(run_id).is_ok_and(|approvals| {
-        approvals
-            .iter()
-            .all(|approval| approval.decision != Decision::Pending)
-    })
+    plan_run::waiting_for(store, run_id).is_ok_and(|waiting| waiting.is_empty())
 }
 
 /// The result of a finished task: the tool's answer as the call would have had it, tied to

@@ -2,15 +2,18 @@
 //! with its condition), and the path the run took through them, read from the calls it made
 //! (`STEP/NODE#N`, in the order they were called). A nested block is one node here.
 
-use plan_graph::{Block, Transition};
-use plan_types::{BlockPhase, Event, EventKind, Record};
+use plan_graph::{Block, CallOf, StepIndex, Transition};
+use plan_types::{BlockPhase, CallPath, Event, EventKind, Record, Segment};
 
 use crate::graph::{COLUMN, Edge, Graph, HEIGHT, MARGIN, Node, ROW, WIDTH};
 
 /// What the run did inside block step `step`: its calls' events and records (ids
 /// `STEP/NODE#N`, nested ones `STEP/NODE#N/…`), and where the block stands (its state and node).
 pub(crate) struct Inside<'a> {
-    pub(crate) step: &'a str,
+    /// The plan's steps, which call ids are read back through.
+    pub(crate) index: &'a StepIndex,
+    /// The block step's position.
+    pub(crate) position: usize,
     pub(crate) events: &'a [Event],
     pub(crate) records: &'a [&'a Record],
     pub(crate) state: Option<(BlockPhase, Option<&'a str>)>,
@@ -18,11 +21,16 @@ pub(crate) struct Inside<'a> {
     pub(crate) run: plan_types::TaskStatus,
 }
 
-/// The node a call inside the block is of: `check` for `STEP/check#2` and `STEP/inner#1/x#1`.
-fn node_of<'a>(step: &str, call: &'a str) -> Option<&'a str> {
-    let rest = call.strip_prefix(step)?.strip_prefix('/')?;
-    let end = rest.find(['#', '/']).unwrap_or(rest.len());
-    Some(&rest[..end])
+/// The visit of a node a call inside the block is of, read back as every id is
+/// (`StepIndex::call_of`, `CallPath::segments_of`): `check#2` for `STEP/check#2`, `inner#1` for
+/// `STEP/inner#1/x#1`.
+fn visit_of(inside: &Inside<'_>, call: &str) -> Option<Segment> {
+    match inside.index.call_of(call)? {
+        CallOf::Inside(step, rest) if step == inside.position => {
+            CallPath::segments_of(rest).into_iter().next()
+        }
+        _ => None,
+    }
 }
 
 /// The block laid out (each node in the column of its distance from the entry point; nodes
@@ -31,22 +39,18 @@ pub(crate) fn graph(block: &Block, inside: &Inside<'_>) -> (Graph, Vec<String>) 
     // The path: each visit of a node once (`NODE#N`: its retries and the calls of a nested
     // block are the same visit), in the order its first call was made.
     let mut path: Vec<String> = Vec::new();
-    let mut visits: Vec<&str> = Vec::new();
+    let mut visits: Vec<Segment> = Vec::new();
     for event in inside.events {
         let call = match (&event.kind, event.step_id.as_deref()) {
             (EventKind::ToolCalled, Some(call)) => call,
             _ => continue,
         };
-        let Some(rest) = call
-            .strip_prefix(inside.step)
-            .and_then(|r| r.strip_prefix('/'))
-        else {
+        let Some(visit) = visit_of(inside, call) else {
             continue;
         };
-        let visit = rest.split('/').next().unwrap_or(rest);
         if !visits.contains(&visit) {
+            path.push(visit.name.to_string());
             visits.push(visit);
-            path.push(visit.split('#').next().unwrap_or(visit).to_owned());
         }
     }
     // Columns: breadth-first from the entry point over the transitions.
@@ -131,7 +135,9 @@ pub(crate) fn graph(block: &Block, inside: &Inside<'_>) -> (Graph, Vec<String>) 
 fn status(name: &str, inside: &Inside<'_>) -> &'static str {
     // The block's node is `check`, or `inner/deploy` inside a nested block.
     if let Some((phase, Some(at))) = inside.state
-        && at.split('/').next() == Some(name)
+        && CallPath::segments_of(at)
+            .first()
+            .is_some_and(|node| &*node.name == name)
     {
         match phase {
             BlockPhase::Waiting => return "waiting",
@@ -141,7 +147,7 @@ fn status(name: &str, inside: &Inside<'_>) -> &'static str {
     }
     let last = (inside.records.iter())
         .rev()
-        .find(|record| node_of(inside.step, &record.step_id) == Some(name));
+        .find(|record| visit_of(inside, &record.step_id).is_some_and(|v| &*v.name == name));
     last.map_or("pending", |record| {
         crate::graph::shown(plan_run::StepState::of(record, inside.run))
     })
@@ -202,8 +208,10 @@ mod tests {
             record("b/check#2", true),
         ];
         let records: Vec<&Record> = records.iter().collect();
+        let index = StepIndex::new(["b"]);
         let inside = Inside {
-            step: "b",
+            index: &index,
+            position: 0,
             events: &events,
             records: &records,
             state: Some((BlockPhase::Waiting, Some("inner/a"))),

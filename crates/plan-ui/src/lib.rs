@@ -288,8 +288,9 @@ impl Shared {
             let Ok(store) = shared.writer() else {
                 return Vec::new();
             };
-            ids.into_iter()
-                .filter(|id| store.run(id).is_ok_and(|row| plan_run::stop_asked(&row)))
+            plan_run::stops_asked(&store, ids.iter().map(String::as_str))
+                .into_iter()
+                .map(str::to_owned)
                 .collect::<Vec<String>>()
         })
         .await
@@ -609,7 +610,8 @@ async fn step(
                 .find(|state| state.step_id == step)
                 .map(|state| (state.state, state.node.as_deref()));
             let inside = block::Inside {
-                step: &step,
+                index: &index,
+                position,
                 events: &events,
                 records: &records,
                 state,
@@ -656,7 +658,7 @@ async fn tasks(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Re
                 None => layers.push((layer, vec![card])),
             }
         }
-        let state = plan_run::execute_state(store, row, &plan, project_path.as_deref())?;
+        let state = plan_run::execute_state(store, &row.run_id, project_path.as_deref())?;
         let layers: Vec<Value> = (layers.into_iter())
             .map(|(name, tasks)| json!({"name": name, "tasks": tasks}))
             .collect();
@@ -829,16 +831,9 @@ async fn cancel(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> R
         let ours = shared.going().get(&row.run_id).cloned();
         if let Some(stop) = ours {
             stop.cancel();
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            let how = loop {
-                let now = store.run(&row.run_id)?;
-                if now.state != plan_run::ledger::RunState::Running {
-                    break "stopped";
-                }
-                if std::time::Instant::now() > deadline {
-                    break "asked";
-                }
-                std::thread::sleep(Duration::from_millis(50));
+            let how = match plan_run::wait_stopped(&store, &row.run_id, Duration::from_secs(30))? {
+                Some(_) => "stopped",
+                None => "asked",
             };
             return Ok(json!({"run_id": row.run_id, "cancelled": how}));
         }

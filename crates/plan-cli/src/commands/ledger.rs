@@ -2,10 +2,6 @@
 
 use std::time::Duration;
 
-use plan_graph::Plan;
-use plan_run::ledger::{RunRow, Store};
-use serde_json::Value;
-
 use super::{pretty, print};
 use crate::cli::{EventsArgs, GcArgs, RunIdArgs, StateFormat, UiArgs};
 use crate::exit::Failure;
@@ -194,17 +190,11 @@ pub(crate) fn state_export(
 ) -> Result<i32, Failure> {
     let StateFormat::ExecuteState = format;
     let store = ledger.open_reader()?;
-    let row = store.run(run)?;
-    let document = execute_state(&store, &row, &plan_run::plan_of(&row)?)?;
+    // The current directory is the project's, for a run that kept no folder.
+    let cwd = super::project_path();
+    let document = plan_run::execute_state(&store, run, cwd.as_deref())?;
     print(&pretty(&document))?;
     Ok(0)
-}
-
-/// The execute-state document of a run, from the ledger, with the current directory as the
-/// project's.
-pub(crate) fn execute_state(store: &Store, row: &RunRow, plan: &Plan) -> Result<Value, Failure> {
-    let cwd = super::project_path();
-    Ok(plan_run::execute_state(store, row, plan, cwd.as_deref())?)
 }
 
 /// `ui`: the dashboard's server until the process ends; `PLAN_UI_TOKEN` fixes the token.
