@@ -76,12 +76,12 @@ impl Toolbox {
         Ok(())
     }
 
-    /// The library's toolbox, for a front-end that outlives this borrow (`mcp serve`).
     /// Whether tool calls go to a queue's workers.
     pub(crate) fn has_queue(&self) -> bool {
         self.tools.queue().is_some()
     }
 
+    /// The library's toolbox, for a front-end that outlives this borrow (`mcp serve`).
     pub(crate) fn shared(&self) -> std::sync::Arc<plan_run::Toolbox> {
         self.tools.clone()
     }

@@ -213,6 +213,42 @@ fn a_run_that_skipped_a_step_it_could_have_run_is_partial() {
     );
 }
 
+/// A run of a part (`--layer`) that ends PARTIAL leaves the rest of the breakdown to run: its
+/// execute-state document says `stopped`, as a COMPLETED part run's does, not `completed`.
+#[test]
+fn a_part_run_that_ends_partial_is_stopped_in_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "part.json",
+        &json!({"steps": [
+            {"id": "tests", "tool": "echo", "layer": "one"},
+            {"id": "lint", "tool": "echo", "when": "false", "layer": "one"},
+            {"id": "publish", "tool": "echo", "depends_on": ["tests", "lint"], "run_if": "all_success", "layer": "one"},
+            {"id": "later", "tool": "echo", "layer": "two"}
+        ]}),
+    );
+    let state = dir.path().join("state.json");
+    let (code, report) = run_json(&[
+        plan.to_str().unwrap(),
+        "--layer",
+        "one",
+        "--state-file",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        (code, &report["task_status"]),
+        (3, &json!("PARTIAL")),
+        "{report}"
+    );
+    let document: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(document["status"], "stopped", "{document}");
+    assert_eq!(
+        document["tasks"]["later"]["status"], "pending",
+        "{document}"
+    );
+}
+
 /// A tool the plan declares on a queue, run without one: the step fails with the library's
 /// words (which name no flag), and the CLI adds how to give the run its queue.
 #[test]

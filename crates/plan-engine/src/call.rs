@@ -87,7 +87,8 @@ pub(crate) enum Made {
         attempts: u32,
         took: Duration,
     },
-    /// It waits for a decision; nothing was called.
+    /// It waits for a decision: admission held it for an approval (nothing was called), or
+    /// it was called and asked a person for input (the question).
     Waiting(plan_types::PendingApproval),
 }
 
@@ -155,9 +156,8 @@ impl CallContext {
         }
     }
 
-    /// The record of call `id` that ended so, redacted as every record is: the one place a
-    /// record of a call that ran (or was refused before it ran, with 0 attempts) is made, for
-    /// steps, map items, block nodes and task calls alike.
+    /// The record of call `id` that ended so (a block node's, a task's call's), redacted as
+    /// every record is ([`executed_record`]).
     pub(crate) fn record(
         &self,
         id: &str,
@@ -169,8 +169,10 @@ impl CallContext {
     }
 }
 
-/// [`CallContext::record`], for the scheduler, which holds the run's redactor but makes a
-/// context per call.
+/// The record of a call that ran (or was refused before it ran, with 0 attempts), redacted:
+/// the one function that makes one, for steps and map items (the scheduler, which holds the
+/// run's redactor and makes a context per call, calls it itself) and block nodes and task
+/// calls ([`CallContext::record`]).
 pub(crate) fn executed_record(
     id: &str,
     outcome: Result<Arc<Value>, plan_types::StepError>,
@@ -209,6 +211,8 @@ pub(crate) struct Finished {
     /// A block or task that stopped to wait: where it stands, and for what.
     pub(crate) waiting: Option<(Value, plan_types::PendingApproval)>,
     /// A step's or map item's call that asked a person for input: the question it waits on.
+    /// The call is then not settled: `result` and `attempts` are not read
+    /// (`Scheduler::finish` returns before it reads them).
     pub(crate) asking: Option<plan_types::PendingApproval>,
 }
 
@@ -221,7 +225,8 @@ pub(crate) struct StepCall {
 }
 
 impl StepCall {
-    /// Calls the step's (or item's) tool: the second half of [`CallContext::make`].
+    /// Calls the step's (or item's) tool: the scheduler's second half of a call,
+    /// [`CallContext::call_admitted`] (it admitted the call in its loop).
     pub(crate) async fn execute(self) -> Finished {
         let id = self.call.step_id.clone();
         let (result, attempts, elapsed, asking) =

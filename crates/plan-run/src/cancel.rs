@@ -86,7 +86,6 @@ pub fn cancel(
     Ok((run_id, cancelled))
 }
 
-/// Sends SIGTERM to the process that owns a run.
 /// Which of `runs` (the runs a process goes on with: the dashboard's, `mcp serve`'s) a
 /// [`cancel`] asked to stop: that process stops them when it gets the signal, and only them.
 /// A run it cannot read is not asked.
@@ -115,10 +114,15 @@ pub fn wait_stopped(
         if Instant::now() > deadline {
             return Ok(None);
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(STOP_POLL);
     }
 }
 
+/// How often [`wait_stopped`] reads the run (`cancel` read it every 100 ms before it shared
+/// the dashboard's wait, which read it every 50 ms: a row read, for at most its patience).
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// Sends SIGTERM to the process that owns a run.
 fn ask_to_stop(pid: u32) -> Result<(), LifecycleError> {
     #[cfg(unix)]
     {

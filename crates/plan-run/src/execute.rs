@@ -306,6 +306,22 @@ pub fn run_by(
     }
 }
 
+/// The runs whose plan `author` wrote, newest first (an MCP server's `tasks/list`).
+pub fn runs_of(store: &Store, author: crate::Author) -> Result<Vec<RunRow>, LifecycleError> {
+    let mut rows = store.runs()?;
+    rows.retain(|row| author_of(row) == author);
+    Ok(rows)
+}
+
+/// Run `id` exactly (no prefix, no `last`), if `author` wrote its plan; as it is stored (a
+/// task a client follows, read without folding a dead process's log in).
+pub fn exact_run_of(store: &Store, id: &str, author: crate::Author) -> Option<RunRow> {
+    store
+        .run(id)
+        .ok()
+        .filter(|row| row.run_id == id && author_of(row) == author)
+}
+
 /// Who wrote a run's plan, as its start kept it (the operator for runs from before authors
 /// were kept).
 pub fn author_of(row: &RunRow) -> crate::Author {

@@ -105,9 +105,9 @@ pub use decide::{
 pub use error::LifecycleError;
 pub use execute::{
     ApprovalsKeptOn, DryRun, Execution, Outcome, Prepared, Resumable, ResumeFrom, ResumeOptions,
-    Start, approvals_kept_on, author_of, check_state_file, continue_run, filters_of, front_end_of,
-    owner_alive, plan_drift, policy_of, prepare_resume, read_run, recover_interrupted, resume,
-    run_by, start, working_dir_of,
+    Start, approvals_kept_on, author_of, check_state_file, continue_run, exact_run_of, filters_of,
+    front_end_of, owner_alive, plan_drift, policy_of, prepare_resume, read_run,
+    recover_interrupted, resume, run_by, runs_of, start, working_dir_of,
 };
 pub use gc::{Collected, gc};
 pub use generate::{
@@ -127,8 +127,8 @@ pub use progress::{Part, Progress, Seen, Steps, Tally};
 pub use project::{InitError, Ledger, MCP_CONFIG_NAME, Project};
 pub use report::{
     EventBatch, EventFeed, RunFilter, RunSummary, StepState, StoredSource, duration_of, ended_at,
-    execute_state, format_name, format_of, format_of_text, output_of, plan_of, records_of, report,
-    runs, status_of, stored_source,
+    execute_state, execute_state_of, format_name, format_of, format_of_text, output_of, plan_of,
+    records_of, report, runs, status_of, stored_plans, stored_source,
 };
 pub use sources::{Kept, QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};
@@ -148,7 +148,9 @@ pub use plan_tools::Exec;
 
 /// The ledger's handle and read models, as this crate's functions take and give them.
 pub mod ledger {
-    pub use plan_store::{Decision, LAST_RUN, RunRow, RunState, Store, StoreError, timestamp};
+    pub use plan_store::{
+        Decision, LAST_RUN, RunRow, RunState, Store, StoreError, StoredPlan, timestamp,
+    };
 }
 
 /// Talking to a model (`plan create`, `--replan`): its endpoint, settings and errors.

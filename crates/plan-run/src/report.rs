@@ -355,8 +355,8 @@ pub fn execute_state(
     execute_state_of(store, &row, &crate::plan_of(&row)?, project_path)
 }
 
-/// [`execute_state`] of a run read already, with its plan.
-pub(crate) fn execute_state_of(
+/// [`execute_state`] of a run read already, with its plan (the dashboard's task view has both).
+pub fn execute_state_of(
     store: &Store,
     row: &RunRow,
     plan: &Plan,
@@ -377,6 +377,11 @@ pub(crate) fn execute_state_of(
             elapsed: duration_of(store, row)?,
         },
     ))
+}
+
+/// The plans kept in the ledger (`plan list`, the dashboard's plans), as they were stored.
+pub fn stored_plans(store: &Store) -> Result<Vec<plan_store::StoredPlan>, LifecycleError> {
+    Ok(store.plans()?)
 }
 
 /// Which runs [`runs`] lists.

@@ -10,9 +10,9 @@
 //! `blocked`), a step whose call has started is `in_progress`. A block's calls are its nodes':
 //! a block whose first node has been called is `in_progress` until it ends (`BUSY` in `status`).
 //! The run is `completed` when it ended COMPLETED or PARTIAL (a PARTIAL run's steps that did not
-//! run stay `pending`: nothing failed, and resuming it runs nothing), `abandoned` when it
-//! ended FAILED, `stopped` when it waits or was stopped, or ran a part (`--layer`, `--task`)
-//! and left the rest pending.
+//! run stay `pending`, and their layer `blocked`: nothing failed, and resuming it runs
+//! nothing), `abandoned` when it ended FAILED, `stopped` when it waits or was stopped, or ran
+//! a part (`--layer`, `--task`) and left the rest pending.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -92,8 +92,8 @@ fn document(inputs: Inputs<'_>) -> Value {
         layout.as_ref(),
         layer_names.len(),
     );
-    let merge_queue = merge_queue(docs.queue);
-    let (layer_docs, current) = layer_docs(&layer_names, &docs.layer_stats);
+    let merge_queue = merge_queue_doc(docs.queue);
+    let (layer_docs, current) = layer_entries(&layer_names, &docs.layer_stats);
     let TaskDocs {
         task_docs,
         worktree_docs,
@@ -108,6 +108,10 @@ fn document(inputs: Inputs<'_>) -> Value {
     // A run of a part (`--layer`, `--task`) that did its part leaves the rest pending: the
     // breakdown is not completed, and a run of the rest goes on from here.
     let left_pending = task_docs.values().any(|doc| doc["status"] == "pending");
+    // A run of a part that ended PARTIAL left the rest of the breakdown to run too.
+    let part_run = ["layer_filter", "task_filter"]
+        .iter()
+        .any(|key| run.options.get(*key).is_some_and(|v| !v.is_null()));
     let status = match (run.state, run.task_status) {
         (RunState::Running, _) if attempts.is_empty() && records.is_empty() => "initializing",
         (RunState::Running, _) => "in_progress",
@@ -118,6 +122,7 @@ fn document(inputs: Inputs<'_>) -> Value {
         // PARTIAL: nothing failed, and nothing is left that a resume would run (what did not
         // run, because what it needed was skipped, stays `pending`); `abandoned` says a
         // task's retries ran out, which none did.
+        (RunState::Finished, Some(TaskStatus::Partial)) if part_run => "stopped",
         (RunState::Finished, Some(TaskStatus::Partial)) => "completed",
         (RunState::Finished, _) => "abandoned",
     };
@@ -191,7 +196,7 @@ fn document(inputs: Inputs<'_>) -> Value {
 
 /// A run's attempts, by the call they are of.
 struct Calls<'a> {
-    /// Each step's and map item's attempts, by its id.
+    /// Each step's, map item's and task's call's (`T1/implement#1`) attempts, by its id.
     by_id: HashMap<&'a str, Vec<&'a AttemptRow>>,
     /// A block's node calls (`review/draft#1`, nested ones too), by the block's id.
     of_nodes: HashMap<&'a str, Vec<&'a AttemptRow>>,
@@ -296,7 +301,7 @@ impl<'a> TaskDocs<'a> {
         calls: &Calls<'_>,
         run: RunState,
         layout: Option<&plan_workspace::Layout>,
-        layers: usize,
+        layer_count: usize,
     ) -> Self {
         let records_by_id: HashMap<&str, &Record> =
             records.iter().map(|r| (r.step_id.as_str(), r)).collect();
@@ -304,7 +309,8 @@ impl<'a> TaskDocs<'a> {
         let mut worktree_docs = Map::new();
         let mut queue: Vec<(String, &str, &'static str)> = Vec::new();
         let (mut completed, mut failed, mut abandoned) = (Vec::new(), Vec::new(), Vec::new());
-        let mut layer_stats: Vec<LayerStats> = (0..layers).map(|_| LayerStats::default()).collect();
+        let mut layer_stats: Vec<LayerStats> =
+            (0..layer_count).map(|_| LayerStats::default()).collect();
         let (mut total_attempts, mut total_retries) = (0u64, 0u64);
         for task in tasks {
             let record = records_by_id.get(task.id).copied();
@@ -398,7 +404,7 @@ impl<'a> TaskDocs<'a> {
 /// The merge queue: what merged first, then the rest in the order they joined it. Merges
 /// take turns as they come, so a task that joined first may still wait (its merge conflicted
 /// with one that went before it).
-fn merge_queue(mut queue: Vec<(String, &str, &'static str)>) -> Vec<Value> {
+fn merge_queue_doc(mut queue: Vec<(String, &str, &'static str)>) -> Vec<Value> {
     queue.sort_by(|a, b| ((a.2 != "merged"), &a.0, a.1).cmp(&((b.2 != "merged"), &b.0, b.1)));
     queue
         .iter()
@@ -408,7 +414,7 @@ fn merge_queue(mut queue: Vec<(String, &str, &'static str)>) -> Vec<Value> {
 }
 
 /// Each layer's entry, and the first layer not completed (its position and name).
-fn layer_docs<'a>(
+fn layer_entries<'a>(
     layer_names: &'a [String],
     layer_stats: &[LayerStats],
 ) -> (Map<String, Value>, Option<(usize, &'a str)>) {

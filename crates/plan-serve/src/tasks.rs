@@ -178,13 +178,9 @@ impl Drop for Ended {
     }
 }
 
-/// Why no task answers to an id.
 /// The run `id` names exactly in `store`, when a client started it.
 fn client_row(store: &Store, id: &str) -> Option<RunRow> {
-    store
-        .run(id)
-        .ok()
-        .filter(|row| row.run_id == id && plan_run::author_of(row) == Author::McpClient)
+    plan_run::exact_run_of(store, id, Author::McpClient)
 }
 
 fn unknown(id: &str) -> RpcError {
@@ -550,11 +546,9 @@ impl PlanServer {
             None => 0,
         };
         let mut ids: Vec<(String, String)> = match self.settings.ledger.open_existing() {
-            Ok(store) => store
-                .runs()
+            Ok(store) => plan_run::runs_of(&store, Author::McpClient)
                 .map_err(|e| RpcError::internal(e.to_string()))?
                 .into_iter()
-                .filter(|row| plan_run::author_of(row) == Author::McpClient)
                 .map(|row| (row.started_at, row.run_id))
                 .collect(),
             Err(_) => Vec::new(),

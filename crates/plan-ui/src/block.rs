@@ -7,7 +7,7 @@ use plan_types::{BlockPhase, CallPath, Event, EventKind, Record, Segment};
 
 use crate::graph::{COLUMN, Edge, Graph, HEIGHT, MARGIN, Node, ROW, WIDTH};
 
-/// What the run did inside block step `step`: its calls' events and records (ids
+/// What the run did inside the block step at `position`: its calls' events and records (ids
 /// `STEP/NODE#N`, nested ones `STEP/NODE#N/…`), and where the block stands (its state and node).
 pub(crate) struct Inside<'a> {
     /// The plan's steps, which call ids are read back through.

@@ -658,7 +658,7 @@ async fn tasks(State(shared): State<Arc<Shared>>, Path(run): Path<String>) -> Re
                 None => layers.push((layer, vec![card])),
             }
         }
-        let state = plan_run::execute_state(store, &row.run_id, project_path.as_deref())?;
+        let state = plan_run::execute_state_of(store, row, &plan, project_path.as_deref())?;
         let layers: Vec<Value> = (layers.into_iter())
             .map(|(name, tasks)| json!({"name": name, "tasks": tasks}))
             .collect();
@@ -677,7 +677,7 @@ async fn plans(State(shared): State<Arc<Shared>>) -> Response {
         if !shared.ledger.exists() {
             return Ok(json!([]));
         }
-        let plans = shared.reader()?.plans()?;
+        let plans = plan_run::stored_plans(&shared.reader()?)?;
         json_of(plans)
     })
     .await
@@ -689,7 +689,7 @@ async fn plans(State(shared): State<Arc<Shared>>) -> Response {
 /// restricted policy its runs get), and, when it is valid, its graph laid out.
 async fn plan(State(shared): State<Arc<Shared>>, Path(plan_id): Path<String>) -> Response {
     blocking(move || {
-        let stored = (shared.reader()?.plans()?.into_iter())
+        let stored = (plan_run::stored_plans(&shared.reader()?)?.into_iter())
             .find(|stored| stored.plan_id == plan_id)
             .ok_or_else(|| {
                 plan_run::LifecycleError::Refused(format!("there is no stored plan `{plan_id}`"))

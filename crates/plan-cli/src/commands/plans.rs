@@ -288,7 +288,7 @@ fn add(file: &Path, force: bool, toolbox: &Toolbox, ledger: &Ledger) -> Result<i
 
 fn list(json: bool, ledger: &Ledger) -> Result<i32, Failure> {
     let plans = if ledger.exists() {
-        ledger.open()?.plans()?
+        plan_run::stored_plans(&ledger.open()?)?
     } else {
         Vec::new()
     };
