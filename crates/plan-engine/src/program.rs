@@ -174,7 +174,7 @@ impl Program {
         let names = registry.names();
         let default_retry = plan.retry.clone().unwrap_or_default();
         // A tool's risk and compiled schema, worked out once per tool, not once per step.
-        let mut facts: HashMap<&str, (Risk, Option<Arc<jsonschema::Validator>>)> = HashMap::new();
+        let mut facts: ToolFacts<'_> = HashMap::new();
         let workspace = plan.workspace.as_ref();
         let merge_checks = workspace_part(
             &mut issues,
@@ -197,82 +197,19 @@ impl Program {
                 .as_deref()
                 .cloned()
                 .unwrap_or_else(|| default_retry.clone());
-            let task = step.task.as_ref().map(|task| {
-                let settings = plan.workspace.as_ref().map_or(
-                    TaskSettings {
-                        max_attempts: plan_graph::DEFAULT_MAX_ATTEMPTS,
-                        on_conflict: plan_graph::OnConflict::Retry,
-                        commit_prefix: String::new(),
-                        no_commits: false,
-                        after_merge: None,
-                    },
-                    |workspace| TaskSettings::of(workspace, merge_checks.clone()),
-                );
-                compile_task(
-                    &step.id.0,
-                    step.title.as_deref(),
-                    step.layer.as_deref(),
-                    task,
-                    settings,
+            let Some((action, schema, default_risk)) = compile_action(
+                Site {
+                    plan,
+                    i,
                     registry,
-                )
-            });
-            let (action, schema, default_risk) = match (&step.block, task) {
-                // Its calls are admitted one by one as it makes them.
-                (_, Some(Ok(task))) => (Action::Task(Arc::new(task)), None, Risk::Low),
-                (_, Some(Err(message))) => {
-                    issues.push(Issue::error(
-                        "plan::task",
-                        PlanPath::step(i).key("task"),
-                        message,
-                    ));
-                    continue;
-                }
-                (Some(block), None) => match compile_block(block, registry, &step_retry, None) {
-                    // Its nodes wait for their own approvals, each when the block reaches it.
-                    Ok(block) => (Action::Block(Arc::new(block)), None, Risk::Low),
-                    Err(message) => {
-                        issues.push(Issue::error(
-                            "plan::block",
-                            PlanPath::step(i).key("block"),
-                            message,
-                        ));
-                        continue;
-                    }
+                    issues: &mut issues,
                 },
-                (None, None) => match registry.get(&step.tool) {
-                    Some(tool) => {
-                        let (risk, schema) = facts.entry(step.tool.as_str()).or_insert_with(|| {
-                            let info = tool.info();
-                            let schema = match compile_schema(&info.input_schema) {
-                                Ok(schema) => schema,
-                                Err(message) => {
-                                    // Said once: where the plan declares the tool, else at
-                                    // the first step that calls it.
-                                    let declared = plan.tools.iter().position(|t| t.name == step.tool);
-                                    let (path, message) = match declared {
-                                        Some(k) => (
-                                            PlanPath::root().key("tools").index(k).key("input_schema"),
-                                            format!("the declared tool's `input_schema` is not a JSON Schema: {message}"),
-                                        ),
-                                        None => (
-                                            PlanPath::step(i).key("tool"),
-                                            format!("tool `{}` publishes an input schema that does not compile: {message}", step.tool),
-                                        ),
-                                    };
-                                    issues.push(Issue::error("plan::tool_schema", path, message));
-                                    None
-                                }
-                            };
-                            (info.risk, schema)
-                        });
-                        (Action::Tool(tool.clone()), schema.clone(), *risk)
-                    }
-                    None => {
-                        issues.push(unknown_tool(i, &step.tool, &names));
-                        continue;
-                    }
-                },
+                &step_retry,
+                &merge_checks,
+                &mut facts,
+                &names,
+            ) else {
+                continue;
             };
             let args = match ValueTemplate::compile_shared(&step.args) {
                 Ok(args) => args,
@@ -286,53 +223,23 @@ impl Program {
                     continue;
                 }
             };
-            let mut binds = Vec::with_capacity(step.binds.len());
-            for (name, selector) in &step.binds {
-                match plan_vars::whole_expression(selector) {
-                    Some(text) => match expressions.add(&text, &Place::BIND) {
-                        Ok(()) => binds.push((name.clone(), Bind::Expression(text))),
-                        Err(error) => issues.push(Issue::error(
-                            "plan::bind_selector",
-                            PlanPath::step(i).key("binds").key(name),
-                            format!(
-                                "bind `{name}`: `{selector}` is not a valid expression: {error}"
-                            ),
-                        )),
-                    },
-                    None => match selector.parse::<Selector>() {
-                        Ok(selector) => binds.push((name.clone(), Bind::Select(selector))),
-                        Err(error) => issues.push(Issue::error(
-                            "plan::bind_selector",
-                            PlanPath::step(i).key("binds").key(name),
-                            format!("bad bind selector `{selector}`: {error}"),
-                        )),
-                    },
-                }
-                binders
-                    .entry(name.clone())
-                    .or_insert_with(|| Arc::from(step.id.0.as_str()));
-            }
-            let when = match &step.when {
-                None => None,
-                Some(text) => match plan_graph::compile_condition(text)
-                    .map_err(|error| error.to_string())
-                    .and_then(|program| {
-                        check_references(&program, &Place::WHEN)?;
-                        Ok(program)
-                    }) {
-                    Ok(program) => Some(Condition {
-                        program,
-                        text: text.clone(),
-                    }),
-                    Err(error) => {
-                        issues.push(Issue::error(
-                            "plan::condition",
-                            PlanPath::step(i).key("when"),
-                            format!("`when` is not a valid CEL expression: {error}"),
-                        ));
-                        continue;
-                    }
+            let binds = compile_binds(
+                Site {
+                    plan,
+                    i,
+                    registry,
+                    issues: &mut issues,
                 },
+                &mut expressions,
+                &mut binders,
+            );
+            let Ok(when) = compile_when(Site {
+                plan,
+                i,
+                registry,
+                issues: &mut issues,
+            }) else {
+                continue;
             };
             let expand = match step.expand.as_deref().map(compile_expand) {
                 None => None,
@@ -346,42 +253,17 @@ impl Program {
                     continue;
                 }
             };
-            // The data expressions in its arguments, `expand_on` and `expand_key`, compiled
-            // once, each checked against what its place gives (a map step's arguments and
-            // key read the item).
-            let in_args = if expand.is_some() {
-                &Place::ITEM
-            } else {
-                &Place::DATA
-            };
-            let mut written: Vec<(&str, &Place<'_>, &Placeholder)> = args
-                .placeholders()
-                .into_iter()
-                .map(|p| ("args", in_args, p))
-                .collect();
-            if let Some(expand) = &expand {
-                if let ExpandSource::Placeholder(template) = &expand.on {
-                    written.extend(
-                        template
-                            .placeholders()
-                            .map(|p| ("expand_on", &Place::DATA, p)),
-                    );
-                }
-                if let Some(key) = &expand.key {
-                    written.extend(key.placeholders().map(|p| ("expand_key", &Place::ITEM, p)));
-                }
-            }
-            for (field, place, placeholder) in written {
-                if let Root::Expr(text) = &placeholder.root
-                    && let Err(message) = expressions.add(text, place)
-                {
-                    issues.push(Issue::error(
-                        "plan::expression",
-                        PlanPath::step(i).key(field),
-                        format!("`{placeholder}` is not a valid expression: {message}"),
-                    ));
-                }
-            }
+            check_expressions(
+                Site {
+                    plan,
+                    i,
+                    registry,
+                    issues: &mut issues,
+                },
+                &args,
+                expand.as_ref(),
+                &mut expressions,
+            );
             steps.push(CompiledStep {
                 id: Arc::from(step.id.0.as_str()),
                 tool_name: tool_names
@@ -1042,6 +924,221 @@ impl Program {
             checks.call_sites(at, &mut sites);
         }
         sites.sites
+    }
+}
+
+/// Where in the plan a step is compiled, and where its issues go.
+struct Site<'p, 'i> {
+    plan: &'p Plan,
+    i: usize,
+    registry: &'p Registry,
+    issues: &'i mut Vec<Issue>,
+}
+
+/// The schema a tool's arguments are checked against, and its risk, worked out once per tool.
+type ToolFacts<'p> = HashMap<&'p str, (Risk, Option<Arc<jsonschema::Validator>>)>;
+
+/// What step `site.i` does (a tool's call, a block, a task), its tool's argument schema and
+/// the risk it has unless it says; `None` (the issue said) when it cannot be compiled.
+fn compile_action<'p>(
+    site: Site<'p, '_>,
+    step_retry: &RetryPolicy,
+    merge_checks: &Option<Arc<crate::task::MergeChecks>>,
+    facts: &mut ToolFacts<'p>,
+    names: &[String],
+) -> Option<(Action, Option<Arc<jsonschema::Validator>>, Risk)> {
+    let Site {
+        plan, i, registry, ..
+    } = site;
+    let step = &plan.steps[i];
+    let task = step.task.as_ref().map(|task| {
+        let settings = plan.workspace.as_ref().map_or(
+            TaskSettings {
+                max_attempts: plan_graph::DEFAULT_MAX_ATTEMPTS,
+                on_conflict: plan_graph::OnConflict::Retry,
+                commit_prefix: String::new(),
+                no_commits: false,
+                after_merge: None,
+            },
+            |workspace| TaskSettings::of(workspace, merge_checks.clone()),
+        );
+        compile_task(
+            &step.id.0,
+            step.title.as_deref(),
+            step.layer.as_deref(),
+            task,
+            settings,
+            registry,
+        )
+    });
+    match (&step.block, task) {
+        // Its calls are admitted one by one as it makes them.
+        (_, Some(Ok(task))) => Some((Action::Task(Arc::new(task)), None, Risk::Low)),
+        (_, Some(Err(message))) => {
+            site.issues.push(Issue::error(
+                "plan::task",
+                PlanPath::step(i).key("task"),
+                message,
+            ));
+            None
+        }
+        (Some(block), None) => match compile_block(block, registry, step_retry, None) {
+            // Its nodes wait for their own approvals, each when the block reaches it.
+            Ok(block) => Some((Action::Block(Arc::new(block)), None, Risk::Low)),
+            Err(message) => {
+                site.issues.push(Issue::error(
+                    "plan::block",
+                    PlanPath::step(i).key("block"),
+                    message,
+                ));
+                None
+            }
+        },
+        (None, None) => match registry.get(&step.tool) {
+            Some(tool) => {
+                let (risk, schema) = facts.entry(step.tool.as_str()).or_insert_with(|| {
+                    let info = tool.info();
+                    let schema = match compile_schema(&info.input_schema) {
+                        Ok(schema) => schema,
+                        Err(message) => {
+                            // Said once: where the plan declares the tool, else at
+                            // the first step that calls it.
+                            let declared = plan.tools.iter().position(|t| t.name == step.tool);
+                            let (path, message) = match declared {
+                                Some(k) => (
+                                    PlanPath::root().key("tools").index(k).key("input_schema"),
+                                    format!("the declared tool's `input_schema` is not a JSON Schema: {message}"),
+                                ),
+                                None => (
+                                    PlanPath::step(i).key("tool"),
+                                    format!("tool `{}` publishes an input schema that does not compile: {message}", step.tool),
+                                ),
+                            };
+                            site.issues.push(Issue::error("plan::tool_schema", path, message));
+                            None
+                        }
+                    };
+                    (info.risk, schema)
+                });
+                Some((Action::Tool(tool.clone()), schema.clone(), *risk))
+            }
+            None => {
+                site.issues.push(unknown_tool(i, &step.tool, names));
+                None
+            }
+        },
+    }
+}
+
+/// Step `site.i`'s binds, each a selector or a data expression (compiled into `expressions`);
+/// `binders` keeps the first step that binds each name.
+fn compile_binds(
+    site: Site<'_, '_>,
+    expressions: &mut crate::expression::Expressions,
+    binders: &mut BTreeMap<String, Arc<str>>,
+) -> Vec<(String, Bind)> {
+    let step = &site.plan.steps[site.i];
+    let i = site.i;
+    let mut binds = Vec::with_capacity(step.binds.len());
+    for (name, selector) in &step.binds {
+        match plan_vars::whole_expression(selector) {
+            Some(text) => match expressions.add(&text, &Place::BIND) {
+                Ok(()) => binds.push((name.clone(), Bind::Expression(text))),
+                Err(error) => site.issues.push(Issue::error(
+                    "plan::bind_selector",
+                    PlanPath::step(i).key("binds").key(name),
+                    format!("bind `{name}`: `{selector}` is not a valid expression: {error}"),
+                )),
+            },
+            None => match selector.parse::<Selector>() {
+                Ok(selector) => binds.push((name.clone(), Bind::Select(selector))),
+                Err(error) => site.issues.push(Issue::error(
+                    "plan::bind_selector",
+                    PlanPath::step(i).key("binds").key(name),
+                    format!("bad bind selector `{selector}`: {error}"),
+                )),
+            },
+        }
+        binders
+            .entry(name.clone())
+            .or_insert_with(|| Arc::from(step.id.0.as_str()));
+    }
+    binds
+}
+
+/// Step `site.i`'s `when` condition, compiled; `Err` (the issue said) when it is not valid.
+fn compile_when(site: Site<'_, '_>) -> Result<Option<Condition>, ()> {
+    let step = &site.plan.steps[site.i];
+    let i = site.i;
+    let when = match &step.when {
+        None => None,
+        Some(text) => match plan_graph::compile_condition(text)
+            .map_err(|error| error.to_string())
+            .and_then(|program| {
+                check_references(&program, &Place::WHEN)?;
+                Ok(program)
+            }) {
+            Ok(program) => Some(Condition {
+                program,
+                text: text.clone(),
+            }),
+            Err(error) => {
+                site.issues.push(Issue::error(
+                    "plan::condition",
+                    PlanPath::step(i).key("when"),
+                    format!("`when` is not a valid CEL expression: {error}"),
+                ));
+                return Err(());
+            }
+        },
+    };
+    Ok(when)
+}
+
+/// Compiles the data expressions (`${{ EXPR }}`) of step `site.i`'s arguments, `expand_on`
+/// and `expand_key` into `expressions`, each checked against what its place gives.
+fn check_expressions(
+    site: Site<'_, '_>,
+    args: &ValueTemplate,
+    expand: Option<&CompiledExpand>,
+    expressions: &mut crate::expression::Expressions,
+) {
+    let i = site.i;
+    // The data expressions in its arguments, `expand_on` and `expand_key`, compiled
+    // once, each checked against what its place gives (a map step's arguments and
+    // key read the item).
+    let in_args = if expand.is_some() {
+        &Place::ITEM
+    } else {
+        &Place::DATA
+    };
+    let mut written: Vec<(&str, &Place<'_>, &Placeholder)> = args
+        .placeholders()
+        .into_iter()
+        .map(|p| ("args", in_args, p))
+        .collect();
+    if let Some(expand) = &expand {
+        if let ExpandSource::Placeholder(template) = &expand.on {
+            written.extend(
+                template
+                    .placeholders()
+                    .map(|p| ("expand_on", &Place::DATA, p)),
+            );
+        }
+        if let Some(key) = &expand.key {
+            written.extend(key.placeholders().map(|p| ("expand_key", &Place::ITEM, p)));
+        }
+    }
+    for (field, place, placeholder) in written {
+        if let Root::Expr(text) = &placeholder.root
+            && let Err(message) = expressions.add(text, place)
+        {
+            site.issues.push(Issue::error(
+                "plan::expression",
+                PlanPath::step(i).key(field),
+                format!("`{placeholder}` is not a valid expression: {message}"),
+            ));
+        }
     }
 }
 

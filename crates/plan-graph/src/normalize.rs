@@ -5,10 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use plan_vars::{Selector, Template};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::issue::Issue;
-use crate::model::{Expand, Guards, Plan, RawPlan, RawStep, RetryPolicy, Step};
+use crate::model::{
+    Expand, Guards, Plan, RawPlan, RawStep, RawToolCall, RetryPolicy, Step, StepId,
+};
 use crate::source::PlanPath;
 
 /// Names a placeholder reads as something other than a variable.
@@ -333,6 +335,69 @@ fn check_timeout(timeout_ms: Option<u64>, at: &PlanPath, issues: &mut Vec<Issue>
 fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
     let at = PlanPath::step(index);
     let id = raw.id;
+    check_id(&id, &at, issues);
+    check_retry(raw.retry.as_deref(), &at, issues);
+    check_timeout(raw.timeout_ms, &at, issues);
+    let expand = normalize_expand(raw.expand_on.map(|on| *on), raw.expand_key, &at, issues);
+
+    let block = raw.block;
+    let task = raw.task;
+    // A step is one kind of work: a tool call, a block, or a task (and only a tool call maps).
+    let has_tool = raw.tool.is_some() || raw.tool_calls.is_some();
+    check_one_kind(
+        &id,
+        has_tool,
+        block.is_some(),
+        task.is_some(),
+        expand.is_some(),
+        &at,
+        issues,
+    );
+    let (tool, args) = tool_and_args(
+        (raw.tool, raw.tool_calls, raw.args),
+        block.is_some() || task.is_some(),
+        &id,
+        &at,
+        issues,
+    );
+
+    // A dependency listed twice is harmless (mcp-cli's planner writes such plans): a warning,
+    // and the step depends on it once (`Dependencies` counts it once). The list stays as
+    // written, so that later problems point at the right entry.
+    let depends_on = raw.depends_on.unwrap_or_default();
+    check_duplicate_dependencies(&depends_on, &id, &at, issues);
+
+    let result_variable = raw.result_variable;
+    let binds = normalize_binds(result_variable.clone(), raw.binds, &id, &at, issues);
+
+    Step {
+        id,
+        title: raw.title.or(raw.description),
+        tool: tool.unwrap_or_default(),
+        // Compact: a large plan's arguments are held for the whole run (serde_json's maps
+        // reserve room for three entries as soon as they hold one).
+        args: Arc::new(
+            args.as_ref()
+                .map(plan_vars::compact_map)
+                .unwrap_or_default(),
+        ),
+        depends_on,
+        binds,
+        result_variable,
+        retry: raw.retry,
+        timeout_ms: raw.timeout_ms,
+        expand: expand.map(Box::new),
+        when: normalize_when(raw.when, &at, issues),
+        block,
+        task,
+        layer: raw.layer,
+        risk: raw.risk,
+        run_if: raw.run_if.unwrap_or_default(),
+    }
+}
+
+/// A step id must be non-empty, printable, and not one plan-cli keeps for its own records.
+fn check_id(id: &StepId, at: &PlanPath, issues: &mut Vec<Issue>) {
     if id.0.trim().is_empty() {
         issues.push(Issue::error(
             "plan::invalid_id",
@@ -369,21 +434,25 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             .help("choose another id"),
         );
     }
-    check_retry(raw.retry.as_deref(), &at, issues);
-    check_timeout(raw.timeout_ms, &at, issues);
-    let expand = normalize_expand(raw.expand_on.map(|on| *on), raw.expand_key, &at, issues);
+}
 
-    let block = raw.block;
-    let task = raw.task;
-    // A step is one kind of work: a tool call, a block, or a task (and only a tool call maps).
-    let has_tool = raw.tool.is_some() || raw.tool_calls.is_some();
+/// A step is one kind of work: a tool call, a block, or a task (and only a tool call maps).
+fn check_one_kind(
+    id: &StepId,
+    has_tool: bool,
+    block: bool,
+    task: bool,
+    expand: bool,
+    at: &PlanPath,
+    issues: &mut Vec<Issue>,
+) {
     let mut conflict = |when: bool, code: &'static str, key: &str, message: String| {
         if when {
             issues.push(Issue::error(code, at.clone().key(key), message).at_key());
         }
     };
     conflict(
-        task.is_some() && (has_tool || block.is_some()),
+        task && (has_tool || block),
         "plan::tool",
         "task",
         format!(
@@ -391,25 +460,43 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         ),
     );
     conflict(
-        task.is_some() && expand.is_some(),
+        task && expand,
         "plan::task",
         "expand_on",
         "a task step cannot also be a map step".to_owned(),
     );
     conflict(
-        block.is_some() && has_tool,
+        block && has_tool,
         "plan::tool",
         "block",
         format!("step `{id}` has a `block` and a tool: a block step's work is its nodes"),
     );
     conflict(
-        block.is_some() && expand.is_some(),
+        block && expand,
         "plan::block",
         "expand_on",
         "a block step cannot also be a map step (yet)".to_owned(),
     );
-    let (tool, args) = match (raw.tool, raw.tool_calls) {
-        (None, None) if block.is_some() || task.is_some() => (Some(String::new()), raw.args),
+}
+
+/// A raw step's `tool`, `tool_calls` and `args`.
+type RawCall = (
+    Option<String>,
+    Option<Vec<RawToolCall>>,
+    Option<Map<String, Value>>,
+);
+
+/// The step's tool and arguments, from `tool` and `args` or a single `tool_calls` entry (a
+/// block or task step, `other_work`, has no tool).
+fn tool_and_args(
+    (tool, tool_calls, args): RawCall,
+    other_work: bool,
+    id: &StepId,
+    at: &PlanPath,
+    issues: &mut Vec<Issue>,
+) -> (Option<String>, Option<Map<String, Value>>) {
+    let (tool, args) = match (tool, tool_calls) {
+        (None, None) if other_work => (Some(String::new()), args),
         (Some(_), Some(_)) => {
             issues.push(
                 Issue::error(
@@ -420,9 +507,9 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
                 .at_key()
                 .help("keep one: `tool` with `args`, or a single entry in `tool_calls`"),
             );
-            (None, raw.args)
+            (None, args)
         }
-        (Some(tool), None) => (Some(tool), raw.args),
+        (Some(tool), None) => (Some(tool), args),
         (None, Some(mut calls)) => {
             if calls.len() > 1 {
                 issues.push(
@@ -434,9 +521,9 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
                     .label("a second call")
                     .help("split them into steps, one call each, with `depends_on` to keep their order"),
                 );
-                (None, raw.args)
+                (None, args)
             } else if let Some(call) = calls.pop() {
-                if raw.args.is_some() {
+                if args.is_some() {
                     issues.push(
                         Issue::error(
                             "plan::tool",
@@ -454,7 +541,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
                     at.clone().key("tool_calls"),
                     format!("step `{id}` has an empty `tool_calls`"),
                 ));
-                (None, raw.args)
+                (None, args)
             }
         }
         (None, None) => {
@@ -467,21 +554,28 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
                 .label("this step needs a `tool`")
                 .help("add `tool: NAME`"),
             );
-            (None, raw.args)
+            (None, args)
         }
     };
-    if block.is_none() && task.is_none() && tool.as_deref().is_some_and(|t| t.trim().is_empty()) {
+    if !other_work && tool.as_deref().is_some_and(|t| t.trim().is_empty()) {
         issues.push(Issue::error(
             "plan::tool",
             at.clone().key("tool"),
             "the tool name cannot be empty",
         ));
     }
+    (tool, args)
+}
 
-    // A dependency listed twice is harmless (mcp-cli's planner writes such plans): a warning,
-    // and the step depends on it once (`Dependencies` counts it once). The list stays as
-    // written, so that later problems point at the right entry.
-    let depends_on = raw.depends_on.unwrap_or_default();
+/// A dependency listed twice is harmless (mcp-cli's planner writes such plans): a warning,
+/// and the step depends on it once (`Dependencies` counts it once). The list stays as
+/// written, so that later problems point at the right entry.
+fn check_duplicate_dependencies(
+    depends_on: &[StepId],
+    id: &StepId,
+    at: &PlanPath,
+    issues: &mut Vec<Issue>,
+) {
     for (i, dep) in depends_on.iter().enumerate() {
         if depends_on[..i].contains(dep) {
             issues.push(
@@ -496,12 +590,21 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
             );
         }
     }
+}
 
+/// The step's binds: `result_variable` (the whole result) and `binds`, each name checked and
+/// each selector or expression compiled.
+fn normalize_binds(
+    result_variable: Option<String>,
+    raw_binds: BTreeMap<String, String>,
+    id: &StepId,
+    at: &PlanPath,
+    issues: &mut Vec<Issue>,
+) -> BTreeMap<String, String> {
     let mut binds: BTreeMap<String, String> = BTreeMap::new();
-    let result_variable = raw.result_variable;
-    if let Some(name) = result_variable.clone() {
+    if let Some(name) = result_variable {
         check_bind_name(&name, at.clone().key("result_variable"), issues);
-        if raw.binds.contains_key(&name) {
+        if raw_binds.contains_key(&name) {
             issues.push(
                 Issue::error(
                     "plan::duplicate_bind",
@@ -515,7 +618,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         }
         binds.insert(name, "$".to_owned());
     }
-    for (name, selector) in raw.binds {
+    for (name, selector) in raw_binds {
         let path = at.clone().key("binds").key(&name);
         check_bind_name(&name, path.clone(), issues);
         match plan_vars::whole_expression(&selector) {
@@ -539,31 +642,7 @@ fn normalize_step(index: usize, raw: RawStep, issues: &mut Vec<Issue>) -> Step {
         }
         binds.entry(name).or_insert(selector);
     }
-
-    Step {
-        id,
-        title: raw.title.or(raw.description),
-        tool: tool.unwrap_or_default(),
-        // Compact: a large plan's arguments are held for the whole run (serde_json's maps
-        // reserve room for three entries as soon as they hold one).
-        args: Arc::new(
-            args.as_ref()
-                .map(plan_vars::compact_map)
-                .unwrap_or_default(),
-        ),
-        depends_on,
-        binds,
-        result_variable,
-        retry: raw.retry,
-        timeout_ms: raw.timeout_ms,
-        expand: expand.map(Box::new),
-        when: normalize_when(raw.when, &at, issues),
-        block,
-        task,
-        layer: raw.layer,
-        risk: raw.risk,
-        run_if: raw.run_if.unwrap_or_default(),
-    }
+    binds
 }
 
 /// A `when` condition must compile as CEL; it is compiled again (once) by the engine.
