@@ -979,7 +979,7 @@ fn a_plan_cli_worker_refuses_jobs_without_args_and_names_bad_arguments_by_pointe
     std::fs::write(
         dir.join("bad-jobs.mjs"),
         r#"
-import { Queue, QueueEvents } from 'bullmq';
+import { Job, Queue, QueueEvents } from 'bullmq';
 const url = new URL(process.env.REDIS_URL);
 const connection = { host: url.hostname, port: Number(url.port) };
 const queue = new Queue('steps', { connection });
@@ -1076,8 +1076,8 @@ fn a_question_asked_on_a_worker_is_answered_through_the_job() {
     assert_eq!(calls_made(&log).0, 2, "asked once, answered once: {log}");
 }
 
-/// A job whose data is past the queue's bound (16 MiB), written straight into Redis by any
-/// producer, is refused without the worker ever reading it: the worker's peak memory stays
+/// A job whose data is past the queue's bound (16 MiB), or with another field past 1 MiB,
+/// written straight into Redis by any producer, is refused without the worker ever reading it: the worker's peak memory stays
 /// far below the job's size, and it goes on serving. A plan's call that large is refused by
 /// its coordinator before it is added.
 #[test]
@@ -1091,7 +1091,8 @@ fn a_job_past_the_bound_is_refused_unread_and_a_call_that_large_is_not_added() {
     std::fs::write(
         dir.join("big-job.mjs"),
         r#"
-import { Queue, QueueEvents } from 'bullmq';
+import { Job, Queue, QueueEvents } from 'bullmq';
+import { Redis } from 'ioredis';
 const url = new URL(process.env.REDIS_URL);
 const connection = { host: url.hostname, port: Number(url.port) };
 const queue = new Queue('steps', { connection });
@@ -1109,6 +1110,23 @@ for (const [name, data] of [
     answers[name] = { failed: error.message };
   }
 }
+// Small data, and 48 MiB in a field of the job's hash no producer API writes: written
+// straight into Redis, as any client of it can.
+const redis = new Redis(Number(url.port), url.hostname);
+await redis.hset('bull:steps:junk', {
+  name: 'echo', data: JSON.stringify({ tool: 'echo', args: { text: 'junk' } }),
+  opts: '{}', timestamp: String(Date.now()), delay: '0', priority: '0',
+  junk: 'z'.repeat(48 * 1024 * 1024),
+});
+await redis.lpush('bull:steps:wait', 'junk');
+await redis.zadd('bull:steps:marker', 0, '0');
+try {
+  const junk = await Job.fromId(queue, 'junk');
+  answers.junk = { result: await junk.waitUntilFinished(events, 60000) };
+} catch (error) {
+  answers.junk = { failed: error.message };
+}
+redis.disconnect();
 console.log(JSON.stringify(answers));
 await events.close();
 await queue.close();
@@ -1139,7 +1157,13 @@ await queue.close();
         json!({"text": "after"}),
         "{answers}"
     );
-    // The worker's peak resident memory: a worker that read the 48 MiB job would be past it.
+    // A field past its bound other than the data is withheld as well: the job is refused.
+    let junk = answers["junk"]["failed"].as_str().unwrap_or_default();
+    assert!(
+        junk.contains("past the bound of 16777216 bytes") && junk.contains("E_ARGS_INVALID"),
+        "{answers}"
+    );
+    // The worker's peak resident memory: a worker that read either 48 MiB job would be past it.
     let status = std::fs::read_to_string(format!("/proc/{}/status", ours.id())).unwrap();
     let peak_kib: u64 = status
         .lines()

@@ -30,14 +30,20 @@ pub struct Redactor {
     spread: Vec<regex::Regex>,
 }
 
-/// A base64 form of a secret with a line break allowed between any two characters.
+/// A base64 form of a secret with a line break allowed between any two characters: a line
+/// break itself, or as a JSON string holds one (`\n`, `\r\n`: a base64 attachment wrapped at
+/// 76 columns in a tool's JSON result); a `/` also as JSON may escape it (`\/`).
 fn wrapped_pattern(form: &str) -> String {
     let mut pattern = String::new();
     for (k, c) in form.chars().enumerate() {
         if k > 0 {
-            pattern.push_str("(?:\\r?\\n)?");
+            pattern.push_str("(?:\\r?\\n|\\\\r\\\\n|\\\\n)?");
         }
-        pattern.push_str(&regex::escape(c.encode_utf8(&mut [0_u8; 4])));
+        if c == '/' {
+            pattern.push_str("(?:/|\\\\/)");
+        } else {
+            pattern.push_str(&regex::escape(c.encode_utf8(&mut [0_u8; 4])));
+        }
     }
     pattern
 }
@@ -377,6 +383,21 @@ mod tests {
         assert!(text.contains(REDACTED), "{text}");
         // What stays is the few characters at the edges, which mix in the bytes around.
         assert!(text.replace(REDACTED, "").len() < 12, "{text}");
+        // The same inside a JSON string, where the line break is the escape `\n` (or `\r\n`),
+        // wrapped at 76 columns or at 20, and a `/` may be escaped too.
+        for width in [76, 20] {
+            for newline in ["\\n", "\\r\\n"] {
+                let lines: Vec<String> = encoded
+                    .as_bytes()
+                    .chunks(width)
+                    .map(|chunk| String::from_utf8_lossy(chunk).replace('/', "\\/"))
+                    .collect();
+                let mut text = format!("{{\"attachment\": \"{}\"}}", lines.join(newline));
+                Redactor::new([long]).string(&mut text);
+                assert!(text.contains(REDACTED), "{width} {newline}: {text}");
+                assert!(text.replace(REDACTED, "").len() < 40, "{text}");
+            }
+        }
         let host = Redactor::new(["bücher"]);
         let mut text = "error sending request for url (http://xn--bcher-kva.invalid/)".to_owned();
         host.string(&mut text);

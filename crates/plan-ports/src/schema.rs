@@ -52,22 +52,59 @@ pub fn check_worded(
     if schema.is_valid(args) {
         return Ok(());
     }
-    let mut violations: Vec<(String, String)> = schema
-        .iter_errors(args)
-        .map(|error| (error.instance_path().to_string(), word(&error)))
-        .collect();
-    violations.sort();
-    Err(invalid_args(tool_name, violations))
+    let (violations, more) = worded(schema, args, word);
+    let mut error = invalid_args(tool_name, violations);
+    if more > 0 {
+        error
+            .message
+            .push_str(&format!("; and {more} more violations"));
+    }
+    Err(error)
 }
 
-/// How `args` break `schema`: each violation's JSON pointer and message, sorted.
+/// At most this many violations of a schema are listed, each message at most
+/// [`MOST_VIOLATION_BYTES`] long: arguments can break a schema once per item of a list, and
+/// a message can quote the value (a 4 MiB list of numbers where strings belong was 2 million
+/// messages, 2.8 GB of a queue worker's memory, before this bound).
+pub const MOST_VIOLATIONS: usize = 20;
+
+/// The longest violation message kept, in bytes (cut at a character, with `…`).
+pub const MOST_VIOLATION_BYTES: usize = 300;
+
+/// How `args` break `schema`: each violation's JSON pointer and message, sorted; the first
+/// [`MOST_VIOLATIONS`] found.
 pub fn violations(schema: &jsonschema::Validator, args: &Value) -> Vec<(String, String)> {
-    let mut violations: Vec<(String, String)> = schema
-        .iter_errors(args)
-        .map(|error| (error.instance_path().to_string(), error.to_string()))
+    worded(schema, args, |error| error.to_string()).0
+}
+
+/// The first [`MOST_VIOLATIONS`] violations, sorted, and how many more there are.
+fn worded(
+    schema: &jsonschema::Validator,
+    args: &Value,
+    word: impl Fn(&jsonschema::ValidationError<'_>) -> String,
+) -> (Vec<(String, String)>, usize) {
+    let mut errors = schema.iter_errors(args);
+    let mut violations: Vec<(String, String)> = errors
+        .by_ref()
+        .take(MOST_VIOLATIONS)
+        .map(|error| (error.instance_path().to_string(), cut(word(&error))))
         .collect();
+    let more = errors.count();
     violations.sort();
-    violations
+    (violations, more)
+}
+
+/// `message`, at most [`MOST_VIOLATION_BYTES`] long.
+fn cut(mut message: String) -> String {
+    if message.len() > MOST_VIOLATION_BYTES {
+        let mut end = MOST_VIOLATION_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
 }
 
 /// Violations in words, `POINTER: MESSAGE; …` (the root's pointer written `/`).
@@ -143,6 +180,44 @@ mod tests {
             check(&schema, "sleep", &serde_json::json!({"ms": 5})),
             Ok(())
         );
+    }
+
+    /// A list that breaks the schema once per item is listed up to the bound, and said
+    /// counted; a message that quotes a long value is cut.
+    #[test]
+    fn violations_are_bounded_in_number_and_length() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "argv": {"type": "array", "items": {"type": "string"}},
+            "name": {"type": "string", "maxLength": 3}
+        }});
+        let schema = compile_schema(&schema).expect("compiles").expect("checks");
+        let args = serde_json::json!({"argv": vec![0; 100_000]});
+        let error = check(&schema, "exec", &args).unwrap_err();
+        assert_eq!(
+            error.details.as_ref().unwrap().as_array().unwrap().len(),
+            MOST_VIOLATIONS
+        );
+        assert!(
+            error.message.ends_with(&format!(
+                "; and {} more violations",
+                100_000 - MOST_VIOLATIONS
+            )),
+            "{}",
+            &error.message[error.message.len() - 60..]
+        );
+        assert!(
+            error.message.len() < MOST_VIOLATIONS * 100,
+            "{}",
+            error.message.len()
+        );
+        let long = "é".repeat(10_000);
+        let error = check(&schema, "exec", &serde_json::json!({"name": long})).unwrap_err();
+        assert!(
+            error.message.len() < MOST_VIOLATION_BYTES + 200,
+            "{}",
+            error.message.len()
+        );
+        assert!(error.message.contains('…'));
         assert!(
             compile_schema(&serde_json::json!({"type": "object"}))
                 .expect("ok")

@@ -172,9 +172,9 @@ mod tests {
             let text = std::fs::read_to_string(format!("{commands}/{script}.lua")).unwrap();
             assert!(
                 text.contains(&format!(
-                    "if dataLength <= {} then",
+                    "if dataLength > {} then",
                     super::MAX_JOB_DATA_BYTES
-                )),
+                )) && text.contains("length + string.len(field) > 1048576"),
                 "{script}"
             );
             assert!(

@@ -116,7 +116,7 @@ pub async fn work(
                     let error = ToolError::new(
                         codes::E_ARGS_INVALID,
                         format!(
-                            "worker {id} refused job {}: its data holds {length} bytes, past the bound of {} bytes",
+                            "worker {id} refused job {}: its fields hold {length} bytes, past the bound of {} bytes of data (1048576 of any other field, 64 fields)",
                             job.id(),
                             crate::MAX_JOB_DATA_BYTES
                         ),
@@ -228,8 +228,8 @@ pub async fn work(
     })
 }
 
-/// The length of a job's data that the fetch scripts withheld for its size (their marker
-/// `{"__oversized__": LENGTH}`); a job whose data is that marker and nothing else.
+/// The length of a job's fields that the fetch scripts withheld for their size (their marker
+/// `{"__oversized__": LENGTH}` as its data); a job whose data is that marker and nothing else.
 fn oversized(data: &Value) -> Option<u64> {
     let fields = data.as_object()?;
     match (fields.len(), fields.get("__oversized__")) {

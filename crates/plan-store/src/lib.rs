@@ -189,8 +189,22 @@ impl std::fmt::Debug for Store {
 }
 
 /// A ledger is a regular file (or none yet): SQLite would block for good reading a FIFO, and
-/// a directory or a device is no ledger either.
+/// a directory or a device is no ledger either. So are the files SQLite opens beside it
+/// (`-journal`, `-wal`, `-shm`): a FIFO planted at `x.db-journal` by whoever can write the
+/// ledger's folder hung every command.
 fn refuse_other_than_a_file(path: &Path) -> Result<(), StoreError> {
+    refuse_other_than_a_file_at(path)?;
+    for beside in ["-journal", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(beside);
+        refuse_other_than_a_file_at(Path::new(&name))?;
+    }
+    Ok(())
+}
+
+fn refuse_other_than_a_file_at(path: &Path) -> Result<(), StoreError> {
+    // What a link leads to (`metadata`, not `symlink_metadata`): a link to a FIFO is a FIFO
+    // to SQLite.
     let Ok(metadata) = std::fs::metadata(path) else {
         return Ok(());
     };

@@ -164,6 +164,40 @@ fn a_fifo_or_a_directory_is_refused_not_read() {
             .ends_with("it is a directory, not a ledger file"),
         "{error}"
     );
+    // A FIFO where SQLite looks for the ledger's journal (anyone who can write the ledger's
+    // folder can plant one) is refused too, naming it, not waited on.
+    let ledger = dir.path().join("state.db");
+    Store::open(&ledger).unwrap();
+    for beside in ["state.db-journal", "state.db-wal"] {
+        let planted = dir.path().join(beside);
+        let _ = std::fs::remove_file(&planted);
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&planted)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = ledger.clone();
+        std::thread::spawn(move || {
+            let _ = sender.send(
+                Store::open_read_only(&path)
+                    .map(drop)
+                    .unwrap_err()
+                    .to_string(),
+            );
+        });
+        let error = receiver
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a FIFO beside the ledger blocked it");
+        assert!(error.contains(beside), "{error}");
+        assert!(
+            error.ends_with("it is a FIFO, not a ledger file"),
+            "{error}"
+        );
+        std::fs::remove_file(&planted).unwrap();
+    }
 }
 
 #[test]

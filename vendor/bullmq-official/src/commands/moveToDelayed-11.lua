@@ -138,23 +138,40 @@ local function addBaseMarkerIfNeeded(markerKey, isPausedOrMaxed)
     rcall("ZADD", markerKey, 0, "0")
   end  
 end
--- plan-cli's patch (vendor/README.md): a job's data past 16 MiB (plan_queue::MAX_JOB_DATA_BYTES)
--- is not handed to a worker, which would read all of it before it could refuse it; the
--- worker gets its other fields and a data field that says how long the data was.
+-- plan-cli's patch (vendor/README.md): a job past the bounds (its data past 16 MiB,
+-- plan_queue::MAX_JOB_DATA_BYTES; any other field past 1 MiB; more than 64 fields) is not
+-- handed to a worker, which would read all of it before it could refuse it: the worker gets
+-- the fields within the bounds and a data field that says how long the job's fields are.
 local function jobFieldsBounded(jobKey)
+  local keys = rcall("HKEYS", jobKey)
   local dataLength = rcall("HSTRLEN", jobKey, "data")
-  if dataLength <= 16777216 then
+  local total = 0
+  local over = #keys > 64
+  if dataLength > 16777216 then
+    over = true
+  end
+  for _, field in ipairs(keys) do
+    local length = rcall("HSTRLEN", jobKey, field)
+    total = total + length + string.len(field)
+    if field ~= "data" and length + string.len(field) > 1048576 then
+      over = true
+    end
+  end
+  if not over then
     return rcall("HGETALL", jobKey)
   end
   local fields = {}
-  for _, field in ipairs(rcall("HKEYS", jobKey)) do
-    if field ~= "data" then
+  local kept = 0
+  for _, field in ipairs(keys) do
+    if field ~= "data" and kept < 64 and string.len(field) <= 256
+        and rcall("HSTRLEN", jobKey, field) <= 1048576 then
       table.insert(fields, field)
       table.insert(fields, rcall("HGET", jobKey, field))
+      kept = kept + 1
     end
   end
   table.insert(fields, "data")
-  table.insert(fields, '{"__oversized__":' .. dataLength .. '}')
+  table.insert(fields, '{"__oversized__":' .. total .. '}')
   return fields
 end
 local function prepareJobForProcessing(keyPrefix, rateLimiterKey, eventStreamKey,
