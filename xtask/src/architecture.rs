@@ -303,12 +303,31 @@ mod tests {
         );
     }
 
-    /// The front-ends read runs through plan-run, not through the `Store` it opens for them:
-    /// no `Store` read method is called on a store (or on what opens one) in their sources,
-    /// however the call is laid out over lines.
+    /// The front-ends read and write runs through plan-run, not through the `Store` it opens
+    /// for them: no `Store` method is called on a store (or on what opens one) in their
+    /// sources, however the call is laid out over lines.
     #[test]
-    fn front_ends_do_not_read_the_ledger_themselves() {
+    fn front_ends_reach_the_ledger_only_through_plan_run() {
         const READS: &[&str] = &[
+            // Writes.
+            "add_plan",
+            "add_plan_apart",
+            "approve_with_input",
+            "begin_run",
+            "decide",
+            "decide_all",
+            "end_run",
+            "forget_records",
+            "gc",
+            "halt_for_approvals",
+            "keep_counts",
+            "recover",
+            "remove_plan",
+            "replan",
+            "resume_run",
+            "set_model_format",
+            "set_option",
+            // Reads.
             "approvals",
             "attempts",
             "checkpoints",

@@ -128,7 +128,7 @@ pub use project::{InitError, Ledger, MCP_CONFIG_NAME, Project};
 pub use report::{
     EventBatch, EventFeed, RunFilter, RunSummary, StepState, StoredSource, duration_of, ended_at,
     execute_state, execute_state_of, format_name, format_of, format_of_text, output_of, plan_of,
-    records_of, report, runs, status_of, stored_plans, stored_source,
+    records_of, remove_plan, report, runs, status_of, stored_plans, stored_source,
 };
 pub use sources::{Kept, QueueSource, RunSources, sources_of};
 pub use state_file::{StateFile, StateFileError};

@@ -384,6 +384,11 @@ pub fn stored_plans(store: &Store) -> Result<Vec<plan_store::StoredPlan>, Lifecy
     Ok(store.plans()?)
 }
 
+/// Removes stored plan `id` (`plan rm`); its runs keep the plan they ran.
+pub fn remove_plan(store: &mut Store, id: &str) -> Result<(), LifecycleError> {
+    Ok(store.remove_plan(id)?)
+}
+
 /// Which runs [`runs`] lists.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {

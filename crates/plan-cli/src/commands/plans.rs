@@ -234,7 +234,7 @@ pub(crate) fn plan(
             Ok(0)
         }
         PlanCommand::Rm { id } => {
-            ledger.open_existing()?.remove_plan(id)?;
+            plan_run::remove_plan(&mut ledger.open_existing()?, id)?;
             print(&format!("removed plan `{id}`\n"))?;
             Ok(0)
         }
