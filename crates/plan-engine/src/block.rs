@@ -1003,22 +1003,22 @@ impl BlockCall {
                     }))
                 }),
         };
-        let (result, waiting) = match end {
-            BlockEnd::Done(result) => (result, None),
+        let end = match end {
+            BlockEnd::Done(result) => crate::call::WorkEnd::Done {
+                result,
+                attempts: 1,
+                elapsed: started.elapsed(),
+            },
             BlockEnd::Waiting(checkpoint, pending) => {
                 let checkpoint = serde_json::to_value(&*checkpoint).unwrap_or(Value::Null);
-                (Ok(Value::Null), Some((checkpoint, pending)))
+                crate::call::WorkEnd::Waiting(checkpoint, pending)
             }
         };
         crate::call::Finished {
             step: self.step,
             item: None,
-            result,
-            attempts: 1,
-            elapsed: started.elapsed(),
             nested: run.records,
-            waiting,
-            asking: None,
+            end,
         }
     }
 }

@@ -203,17 +203,24 @@ pub(crate) fn executed_record(
 pub(crate) struct Finished {
     pub(crate) step: usize,
     pub(crate) item: Option<usize>,
-    pub(crate) result: Result<Value, plan_types::StepError>,
-    pub(crate) attempts: u32,
-    pub(crate) elapsed: Duration,
     /// A block's node records, a task's calls' records, in the order they ran.
     pub(crate) nested: Vec<plan_types::Record>,
-    /// A block or task that stopped to wait: where it stands, and for what.
-    pub(crate) waiting: Option<(Value, plan_types::PendingApproval)>,
-    /// A step's or map item's call that asked a person for input: the question it waits on.
-    /// The call is then not settled: `result` and `attempts` are not read
-    /// (`Scheduler::finish` returns before it reads them).
-    pub(crate) asking: Option<plan_types::PendingApproval>,
+    pub(crate) end: WorkEnd,
+}
+
+/// Whether a step's work is done, and if not what it waits for.
+pub(crate) enum WorkEnd {
+    /// It ended: its outcome, the attempts it made and how long it took.
+    Done {
+        result: Result<Value, plan_types::StepError>,
+        attempts: u32,
+        elapsed: Duration,
+    },
+    /// A block or task stopped to wait: where it stands, and for what.
+    Waiting(Value, plan_types::PendingApproval),
+    /// A step's or map item's call asked a person for input: the question it waits on. The
+    /// call is not settled; the answer makes it again.
+    Asking(plan_types::PendingApproval),
 }
 
 /// A step's or map item's own call, with where its outcome goes.
@@ -229,26 +236,23 @@ impl StepCall {
     /// [`CallContext::call_admitted`] (it admitted the call in its loop).
     pub(crate) async fn execute(self) -> Finished {
         let id = self.call.step_id.clone();
-        let (result, attempts, elapsed, asking) =
-            match self.context.call_admitted(self.call, &id).await {
-                Made::Done {
-                    outcome,
-                    attempts,
-                    took,
-                } => (outcome, attempts, took, None),
-                // It asked a person for input: it waits, unsettled, and its outcome is not
-                // read (`Scheduler::finish`); the answer makes it again.
-                Made::Waiting(question) => (Ok(Value::Null), 0, Duration::ZERO, Some(question)),
-            };
+        let end = match self.context.call_admitted(self.call, &id).await {
+            Made::Done {
+                outcome,
+                attempts,
+                took,
+            } => WorkEnd::Done {
+                result: outcome,
+                attempts,
+                elapsed: took,
+            },
+            Made::Waiting(question) => WorkEnd::Asking(question),
+        };
         Finished {
             step: self.step,
             item: self.item,
-            result,
-            attempts,
-            elapsed,
             nested: Vec::new(),
-            waiting: None,
-            asking,
+            end,
         }
     }
 }

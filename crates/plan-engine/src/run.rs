@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admit::{Admission, Gate, admit};
 use crate::block::NodeDone;
-use crate::call::{CallContext, Finished, executed_record, millis};
+use crate::call::{CallContext, Finished, WorkEnd, executed_record, millis};
 use crate::guard::Guard;
 use crate::kind::{Started, StepStart};
 use crate::program::{
@@ -556,12 +556,12 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                         scheduler.finish(Finished {
                             step,
                             item,
-                            result: Err(error),
-                            attempts: 1,
-                            elapsed: Duration::ZERO,
                             nested: Vec::new(),
-                            waiting: None,
-                            asking: None,
+                            end: WorkEnd::Done {
+                                result: Err(error),
+                                attempts: 1,
+                                elapsed: Duration::ZERO,
+                            },
                         });
                     }
                 }
@@ -1056,12 +1056,8 @@ impl Scheduler<'_> {
         let Finished {
             step,
             item,
-            result,
-            attempts,
-            elapsed,
             nested,
-            waiting,
-            asking,
+            end,
         } = finished;
         // A block's node records come before the block's own, like a map's items; they follow
         // those it reported while it ran (and those of an earlier attempt).
@@ -1081,21 +1077,25 @@ impl Scheduler<'_> {
                 list.push(record);
             }
         }
-        if let Some(pending) = asking {
-            // The call asked a person for input: it waits, unsettled (a map item too: its
-            // step does not end), and is made again once the question is answered.
-            self.awaiting.push(pending);
-            return;
+        match end {
+            WorkEnd::Asking(pending) => {
+                // The call asked a person for input: it waits, unsettled (a map item too: its
+                // step does not end), and is made again once the question is answered.
+                self.awaiting.push(pending);
+            }
+            WorkEnd::Waiting(value, pending) => {
+                // The block or task waits, unsettled: its dependents wait with it, and the run
+                // halts `WAITING` once nothing else can run. What it did so far is committed.
+                let why = format!("waiting for a decision on `{}`", pending.step_id);
+                self.inner(step).waiting = Some((why, value));
+                self.awaiting.push(pending);
+            }
+            WorkEnd::Done {
+                result,
+                attempts,
+                elapsed,
+            } => self.finish_work(step, item, result, attempts, elapsed),
         }
-        if let Some((value, pending)) = waiting {
-            // The block or task waits, unsettled: its dependents wait with it, and the run
-            // halts `WAITING` once nothing else can run. What it did so far is committed.
-            let why = format!("waiting for a decision on `{}`", pending.step_id);
-            self.inner(step).waiting = Some((why, value));
-            self.awaiting.push(pending);
-            return;
-        }
-        self.finish_work(step, item, result, attempts, elapsed);
     }
 
     fn finish_work(

@@ -572,19 +572,21 @@ impl TaskRun {
         let started = std::time::Instant::now();
         let step = self.step;
         let (end, nested) = self.run().await;
-        let (result, waiting) = match end {
-            TaskEnd::Done(result) => (result, None),
-            TaskEnd::Waiting(checkpoint, pending) => (Ok(Value::Null), Some((checkpoint, pending))),
+        let end = match end {
+            TaskEnd::Done(result) => crate::call::WorkEnd::Done {
+                result,
+                attempts: 1,
+                elapsed: started.elapsed(),
+            },
+            TaskEnd::Waiting(checkpoint, pending) => {
+                crate::call::WorkEnd::Waiting(checkpoint, pending)
+            }
         };
         crate::call::Finished {
             step,
             item: None,
-            result,
-            attempts: 1,
-            elapsed: started.elapsed(),
             nested,
-            waiting,
-            asking: None,
+            end,
         }
     }
 
