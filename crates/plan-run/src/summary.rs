@@ -226,6 +226,20 @@ pub fn next_of(report: &RunReport) -> Option<Next> {
     })
 }
 
+/// Whether a step of `report`'s run failed because a tool the plan declares on a BullMQ queue
+/// had no queue to go to: each front-end says how to give the run its queue. `has_queue`
+/// says whether the run was given one (then `E_QUEUE_UNAVAILABLE` says the queue itself did
+/// not answer, which no setting of the run mends).
+pub fn lacks_queue(report: &RunReport, has_queue: bool) -> bool {
+    !has_queue
+        && report.records.iter().any(|record| {
+            record
+                .error
+                .as_ref()
+                .is_some_and(|error| error.code == plan_types::ErrorCode::QueueUnavailable)
+        })
+}
+
 /// One waiting call in words, on one line: why it waits (a question, a block node's failure),
 /// or the tool it would call and with what (`echo {"text":"shipped"}`).
 pub fn waiting_call(pending: &plan_types::PendingApproval) -> String {
@@ -392,6 +406,22 @@ mod tests {
     use super::*;
 
     /// What can be done next follows from what the run waits for, whatever words say it.
+    #[test]
+    fn a_queue_tool_without_a_queue_is_told_from_a_queue_that_did_not_answer() {
+        let failed = |code: &str| -> RunReport {
+            serde_json::from_value(serde_json::json!({
+                "run_id": "r", "plan_id": "p", "task_status": "FAILED", "variables": {},
+                "records": [{"step_id": "a", "ok": false, "skipped": false, "attempts": 1,
+                    "duration_ms": 0, "error": {"code": code, "message": "m"}}],
+            }))
+            .unwrap()
+        };
+        assert!(lacks_queue(&failed("E_QUEUE_UNAVAILABLE"), false));
+        // Given a queue, the queue did not answer: no setting of the run mends that.
+        assert!(!lacks_queue(&failed("E_QUEUE_UNAVAILABLE"), true));
+        assert!(!lacks_queue(&failed("E_TOOL"), false));
+    }
+
     #[test]
     fn next_is_what_the_waiting_calls_ask_for() {
         let waiting = |pending: serde_json::Value| -> RunReport {

@@ -296,15 +296,8 @@ pub(crate) fn print_outcome(
         let steps = steps.unwrap_or(&none);
         super::print_summary(&output::summary(report, steps, execution.show_results))?;
     }
-    // A tool the plan declares on a queue, in a run given none: the library says the run has
-    // no queue; the CLI says how to give it one.
-    let undelivered = report.records.iter().any(|record| {
-        record
-            .error
-            .as_ref()
-            .is_some_and(|error| error.code == plan_types::ErrorCode::QueueUnavailable)
-    });
-    if undelivered && !toolbox.has_queue() && !json {
+    // The library says the run has no queue; the CLI says how to give it one.
+    if plan_run::summary::lacks_queue(report, toolbox.has_queue()) && !json {
         say!(
             "hint: a tool of this plan runs on a BullMQ queue: give the run its Redis with `--queue redis://HOST:PORT` (or PLAN_QUEUE, or REDIS_URL), then `plan-cli resume {run_id} --retry-failed --queue …`"
         );
