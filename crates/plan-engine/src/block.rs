@@ -1004,14 +1004,14 @@ impl BlockCall {
                 }),
         };
         let end = match end {
-            BlockEnd::Done(result) => crate::call::WorkEnd::Done {
-                result,
+            BlockEnd::Done(outcome) => crate::call::WorkEnd::Call(Made::Done {
+                outcome,
                 attempts: 1,
-                elapsed: started.elapsed(),
-            },
+                took: started.elapsed(),
+            }),
             BlockEnd::Waiting(checkpoint, pending) => {
                 let checkpoint = serde_json::to_value(&*checkpoint).unwrap_or(Value::Null);
-                crate::call::WorkEnd::Waiting(checkpoint, pending)
+                crate::call::WorkEnd::Stopped(checkpoint, pending)
             }
         };
         crate::call::Finished {

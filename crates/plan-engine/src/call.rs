@@ -210,17 +210,12 @@ pub(crate) struct Finished {
 
 /// Whether a step's work is done, and if not what it waits for.
 pub(crate) enum WorkEnd {
-    /// It ended: its outcome, the attempts it made and how long it took.
-    Done {
-        result: Result<Value, plan_types::StepError>,
-        attempts: u32,
-        elapsed: Duration,
-    },
+    /// As a call ends ([`Made`]): its outcome, or (a step's or map item's call that asked a
+    /// person for input) the question it waits on, unsettled until the answer makes it again.
+    /// A block or task ends so too, as one attempt (its calls count their own).
+    Call(Made),
     /// A block or task stopped to wait: where it stands, and for what.
-    Waiting(Value, plan_types::PendingApproval),
-    /// A step's or map item's call asked a person for input: the question it waits on. The
-    /// call is not settled; the answer makes it again.
-    Asking(plan_types::PendingApproval),
+    Stopped(Value, plan_types::PendingApproval),
 }
 
 /// A step's or map item's own call, with where its outcome goes.
@@ -236,23 +231,11 @@ impl StepCall {
     /// [`CallContext::call_admitted`] (it admitted the call in its loop).
     pub(crate) async fn execute(self) -> Finished {
         let id = self.call.step_id.clone();
-        let end = match self.context.call_admitted(self.call, &id).await {
-            Made::Done {
-                outcome,
-                attempts,
-                took,
-            } => WorkEnd::Done {
-                result: outcome,
-                attempts,
-                elapsed: took,
-            },
-            Made::Waiting(question) => WorkEnd::Asking(question),
-        };
         Finished {
             step: self.step,
             item: self.item,
             nested: Vec::new(),
-            end,
+            end: WorkEnd::Call(self.context.call_admitted(self.call, &id).await),
         }
     }
 }

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admit::{Admission, Gate, admit};
 use crate::block::NodeDone;
-use crate::call::{CallContext, Finished, WorkEnd, executed_record, millis};
+use crate::call::{CallContext, Finished, Made, WorkEnd, executed_record, millis};
 use crate::guard::Guard;
 use crate::kind::{Started, StepStart};
 use crate::program::{
@@ -557,11 +557,11 @@ pub async fn run(program: &Program, mut options: RunOptions) -> Result<RunReport
                             step,
                             item,
                             nested: Vec::new(),
-                            end: WorkEnd::Done {
-                                result: Err(error),
+                            end: WorkEnd::Call(Made::Done {
+                                outcome: Err(error),
                                 attempts: 1,
-                                elapsed: Duration::ZERO,
-                            },
+                                took: Duration::ZERO,
+                            }),
                         });
                     }
                 }
@@ -1078,23 +1078,23 @@ impl Scheduler<'_> {
             }
         }
         match end {
-            WorkEnd::Asking(pending) => {
+            WorkEnd::Call(Made::Waiting(pending)) => {
                 // The call asked a person for input: it waits, unsettled (a map item too: its
                 // step does not end), and is made again once the question is answered.
                 self.awaiting.push(pending);
             }
-            WorkEnd::Waiting(value, pending) => {
+            WorkEnd::Stopped(value, pending) => {
                 // The block or task waits, unsettled: its dependents wait with it, and the run
                 // halts `WAITING` once nothing else can run. What it did so far is committed.
                 let why = format!("waiting for a decision on `{}`", pending.step_id);
                 self.inner(step).waiting = Some((why, value));
                 self.awaiting.push(pending);
             }
-            WorkEnd::Done {
-                result,
+            WorkEnd::Call(Made::Done {
+                outcome,
                 attempts,
-                elapsed,
-            } => self.finish_work(step, item, result, attempts, elapsed),
+                took,
+            }) => self.finish_work(step, item, outcome, attempts, took),
         }
     }
 

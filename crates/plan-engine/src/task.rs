@@ -573,13 +573,13 @@ impl TaskRun {
         let step = self.step;
         let (end, nested) = self.run().await;
         let end = match end {
-            TaskEnd::Done(result) => crate::call::WorkEnd::Done {
-                result,
+            TaskEnd::Done(outcome) => crate::call::WorkEnd::Call(Made::Done {
+                outcome,
                 attempts: 1,
-                elapsed: started.elapsed(),
-            },
+                took: started.elapsed(),
+            }),
             TaskEnd::Waiting(checkpoint, pending) => {
-                crate::call::WorkEnd::Waiting(checkpoint, pending)
+                crate::call::WorkEnd::Stopped(checkpoint, pending)
             }
         };
         crate::call::Finished {
